@@ -1,0 +1,132 @@
+// shmbox/box.hpp - a box: one bounded mailbox in one POSIX shared-memory segment.
+//
+// A Box handle maps the segment. Producers (producer.hpp) post into it from any
+// number of processes; one Owner (owner.hpp) at a time receives from it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shmbox/error.hpp"
+
+namespace shmbox {
+
+namespace detail {
+struct mapped_box;
+}
+
+// What a post does when the box is full (pobox names in brackets).
+enum class policy : std::uint8_t {
+  reject = 0,       // nothing is stored; post returns full
+  drop_newest = 1,  // [keep_old] the new message is discarded; post returns dropped
+  drop_oldest = 2,  // [queue] the oldest message is evicted; post returns stored_evicted
+  lifo = 3,         // [stack] delivery is newest-first; the top is replaced; post returns stored_evicted
+  block = 4,        // the post waits for space up to its timeout, then returns timeout
+};
+
+// "reject", "drop-newest", "drop-oldest", "lifo", "block".
+std::string_view to_string(policy p) noexcept;
+// Accepts the names above, with '-' or '_'.
+std::optional<policy> parse_policy(std::string_view s) noexcept;
+
+// Documented limits of a box.
+inline constexpr std::uint32_t kMaxCapacity = 1u << 24;      // messages per box
+inline constexpr std::uint32_t kMaxSlotSize = 1u << 20;      // bytes per message
+inline constexpr std::uint32_t kMaxProducers = 4096;         // producer entries
+inline constexpr std::uint64_t kMaxSegmentBytes = 1ull << 36;  // 64 GiB
+inline constexpr std::size_t kMaxNameLength = 128;
+
+// Capacity and behaviour, chosen at creation and fixed for the box's life.
+struct options {
+  std::uint32_t capacity = 1024;     // messages the box holds; a power of two is fastest
+  std::uint32_t slot_size = 256;     // largest message, in bytes
+  policy overflow = policy::reject;  // what a post does when the box is full
+  std::uint32_t mode = 0600;         // file mode of /dev/shm/shmbox.<name>
+  std::uint32_t max_producers = 64;  // producer handles that can be attached at once
+  std::chrono::milliseconds block_timeout{1000};  // default wait of a post on a full `block` box
+};
+
+// Every message that is posted ends in exactly one of these counters or in the box:
+//   posted = delivered + rejected + too_large + timeouts + dropped_newest
+//          + dropped_oldest + abandoned + depth
+struct counters {
+  std::uint64_t posted = 0;          // post calls (each message of a batch counts once)
+  std::uint64_t stored = 0;          // messages that entered the box
+  std::uint64_t delivered = 0;       // messages the owner received and committed
+  std::uint64_t rejected = 0;        // refused because the box was full (reject)
+  std::uint64_t too_large = 0;       // refused because larger than the slot size
+  std::uint64_t timeouts = 0;        // block: no space before the timeout
+  std::uint64_t dropped_newest = 0;  // drop_newest: the new message; lifo: the replaced top
+  std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages
+  std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
+  std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
+};
+
+// The owner record, as seen by anyone.
+struct owner_info {
+  std::uint32_t pid = 0;   // 0: no owner
+  bool alive = false;      // pid exists and has the recorded start time
+  std::uint64_t epoch = 0; // +1 on every change of owner
+};
+
+// A snapshot of a box, read without locks (values are consistent only when idle).
+struct box_info {
+  std::string name;
+  std::uint32_t capacity = 0;
+  std::uint32_t slot_size = 0;
+  policy overflow = policy::reject;
+  std::uint32_t max_producers = 0;
+  std::uint32_t producers_attached = 0;  // entries held by live processes
+  std::uint64_t depth = 0;               // messages in the box (exact scan)
+  std::uint64_t segment_bytes = 0;
+  std::uint32_t mode = 0;
+  std::uint32_t uid = 0;
+  std::chrono::milliseconds block_timeout{0};
+  owner_info owner;
+  counters count;
+};
+
+class Box {
+ public:
+  // Creates /dev/shm/shmbox.<name> and initialises it; fails with errc::exists if
+  // it is there already. Any process may call it.
+  static result<Box> create(std::string_view name, const options& opts = {});
+  // Opens an existing box for posting and receiving (read-write).
+  static result<Box> open(std::string_view name);
+  // Opens an existing box read-only, for inspection (stat, ls).
+  static result<Box> inspect(std::string_view name);
+  // Unlinks the segment. Processes that have it mapped keep working on it.
+  static result<void> remove(std::string_view name);
+  // Names of every shmbox segment in /dev/shm (valid or not).
+  static result<std::vector<std::string>> list();
+  // Checks a name against the rules (1..128 of [A-Za-z0-9._-], not starting with '.').
+  static result<void> validate_name(std::string_view name);
+
+  Box(Box&&) noexcept;
+  Box& operator=(Box&&) noexcept;
+  ~Box();
+
+  const std::string& name() const noexcept;
+  std::uint32_t capacity() const noexcept;
+  std::uint32_t slot_size() const noexcept;
+  policy overflow() const noexcept;
+  // Messages in the box right now, from two counters; exact when idle.
+  std::uint64_t depth_approx() const noexcept;
+  // Sums of the counters in the segment.
+  shmbox::counters read_counters() const;
+  // Everything above plus the owner record and an exact depth.
+  box_info info() const;
+
+ private:
+  explicit Box(std::shared_ptr<detail::mapped_box> m);
+  std::shared_ptr<detail::mapped_box> m_;
+  friend class Producer;
+  friend class Owner;
+};
+
+}  // namespace shmbox

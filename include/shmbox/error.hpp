@@ -1,0 +1,91 @@
+// shmbox/error.hpp - the library's error codes and result<T>.
+//
+// Nothing in shmbox throws across the API. Factories return result<T>;
+// hot-path calls return a small status enum (see producer.hpp, owner.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace shmbox {
+
+// Every error the library reports. The category's message() says what to do.
+enum class errc : int {
+  ok = 0,
+  invalid_name,         // box name is empty, too long, or has characters other than [A-Za-z0-9._-]
+  invalid_argument,     // an option is out of its documented range
+  exists,               // a box of that name already exists
+  not_found,            // no box of that name
+  permission_denied,    // the segment's mode or owner does not let this process in
+  no_space,             // /dev/shm has no room for the segment
+  too_large,            // the box would exceed the documented size limits
+  not_a_box,            // the segment is not a shmbox segment (wrong magic)
+  version_mismatch,     // the segment was made by an incompatible layout version
+  truncated,            // the segment is smaller than its header says
+  corrupt,              // the segment's header or state breaks an invariant
+  incomplete,           // the segment is still being created, or its creator died half-way
+  not_owner,            // another live process owns the box, or this handle lost ownership
+  already_owner,        // this process already holds an Owner handle for the box
+  producer_table_full,  // every producer entry is held by a live process
+  system_error,         // an unexpected errno from the kernel (see the log line)
+};
+
+// The category of errc; name() is "shmbox".
+const std::error_category& category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), category()};
+}
+
+// One sentence about `ec` for a person: when `ec` is the most recent error this
+// thread got from shmbox, the sentence names the box and the numbers involved
+// ("box 'jobs': message of 300 bytes exceeds the slot size of 256 bytes");
+// otherwise it is ec.message().
+std::string explain(std::error_code ec);
+
+// A value or an error code. Member names follow std::expected so that a move
+// to C++23 can make this an alias.
+template <class T>
+class [[nodiscard]] result {
+ public:
+  result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  result(std::error_code ec) : v_(std::in_place_index<1>, ec) {}     // NOLINT
+  result(errc e) : v_(std::in_place_index<1>, make_error_code(e)) {}  // NOLINT
+
+  bool has_value() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return has_value(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  std::error_code error() const { return has_value() ? std::error_code{} : std::get<1>(v_); }
+
+ private:
+  std::variant<T, std::error_code> v_;
+};
+
+template <>
+class [[nodiscard]] result<void> {
+ public:
+  result() = default;
+  result(std::error_code ec) : ec_(ec) {}   // NOLINT
+  result(errc e) : ec_(make_error_code(e)) {}  // NOLINT
+  bool has_value() const noexcept { return !ec_; }
+  explicit operator bool() const noexcept { return has_value(); }
+  std::error_code error() const { return ec_; }
+
+ private:
+  std::error_code ec_{};
+};
+
+}  // namespace shmbox
+
+template <>
+struct std::is_error_code_enum<shmbox::errc> : std::true_type {};

@@ -1,0 +1,168 @@
+#include "shmbox/box.hpp"
+
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "errors.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
+namespace shmbox {
+
+std::string_view to_string(policy p) noexcept {
+  switch (p) {
+    case policy::reject: return "reject";
+    case policy::drop_newest: return "drop-newest";
+    case policy::drop_oldest: return "drop-oldest";
+    case policy::lifo: return "lifo";
+    case policy::block: return "block";
+  }
+  return "unknown";
+}
+
+std::optional<policy> parse_policy(std::string_view s) noexcept {
+  std::string norm(s);
+  std::replace(norm.begin(), norm.end(), '_', '-');
+  for (policy p : {policy::reject, policy::drop_newest, policy::drop_oldest, policy::lifo, policy::block})
+    if (norm == to_string(p)) return p;
+  return std::nullopt;
+}
+
+Box::Box(std::shared_ptr<detail::mapped_box> m) : m_(std::move(m)) {}
+Box::Box(Box&&) noexcept = default;
+Box& Box::operator=(Box&&) noexcept = default;
+Box::~Box() = default;
+
+result<Box> Box::create(std::string_view name, const options& opts) {
+  auto m = detail::create_segment(name, opts);
+  if (!m) return m.error();
+  return Box(std::move(*m));
+}
+
+result<Box> Box::open(std::string_view name) {
+  auto m = detail::open_segment(name, false);
+  if (!m) return m.error();
+  return Box(std::move(*m));
+}
+
+result<Box> Box::inspect(std::string_view name) {
+  auto m = detail::open_segment(name, true);
+  if (!m) return m.error();
+  return Box(std::move(*m));
+}
+
+result<void> Box::validate_name(std::string_view name) { return detail::validate_box_name(name); }
+
+result<void> Box::remove(std::string_view name) {
+  if (auto r = detail::validate_box_name(name); !r) return r;
+  const std::string path = detail::shm_path(name);
+  if (::shm_unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return detail::fail(errc::not_found, "box '" + std::string(name) + "' does not exist (no /dev/shm" + path + ")");
+    return detail::fail_errno(errno, "box '" + std::string(name) + "': cannot remove /dev/shm" + path);
+  }
+  return {};
+}
+
+result<std::vector<std::string>> Box::list() {
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return detail::fail_errno(errno, "cannot list /dev/shm");
+  std::vector<std::string> names;
+  constexpr std::string_view prefix = "shmbox.";
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view n(e->d_name);
+    if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) names.emplace_back(n.substr(prefix.size()));
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const std::string& Box::name() const noexcept { return m_->name; }
+std::uint32_t Box::capacity() const noexcept { return m_->geo.params.lane_capacity[0]; }
+std::uint32_t Box::slot_size() const noexcept { return m_->geo.params.slot_payload; }
+policy Box::overflow() const noexcept { return m_->default_policy; }
+
+std::uint64_t Box::depth_approx() const noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) {
+    const detail::lane_view& L = m_->lanes[l];
+    if (L.is_lifo()) {
+      n += detail::lane_depth_scan(*m_, l);
+      continue;
+    }
+    // acquire: pairs with the release stores of head (T7); tail is an RMW chain
+    const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+    const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
+    n += h >= t ? 0 : std::min<std::uint64_t>(t - h, L.capacity);
+  }
+  return n;
+}
+
+counters Box::read_counters() const {
+  counters c;
+  const detail::mapped_box& m = *m_;
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    const detail::lane_view& L = m.lanes[l];
+    std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
+                  abandoned = 0;
+    for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
+      const detail::producer_lane_counters* pc = m.producer_counters(i, l);
+      stored += pc->stored.load(std::memory_order_relaxed);
+      rejected += pc->rejected.load(std::memory_order_relaxed);
+      dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
+      replaced += pc->replaced.load(std::memory_order_relaxed);
+      evicted += pc->evicted.load(std::memory_order_relaxed);
+      timeouts += pc->timeouts.load(std::memory_order_relaxed);
+      too_large += pc->too_large.load(std::memory_order_relaxed);
+      abandoned += pc->abandoned.load(std::memory_order_relaxed);
+    }
+    const detail::owner_lane_counters* oc = m.owner_counters(l);
+    // FIFO lanes: the tail counts every claimed position exactly (a claim is
+    // the tail CAS itself); lifo lanes sum the entries' stored counters.
+    if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;
+    c.stored += stored;
+    c.delivered += oc->delivered.load(std::memory_order_relaxed);
+    c.redelivered += oc->redelivered.load(std::memory_order_relaxed);
+    c.rejected += rejected;
+    c.too_large += too_large;
+    c.timeouts += timeouts;
+    c.dropped_newest += dropped_new + replaced;
+    c.dropped_oldest += evicted;
+    c.abandoned += abandoned + oc->abandoned.load(std::memory_order_relaxed);
+    c.posted += stored + rejected + dropped_new + timeouts + too_large;
+  }
+  return c;
+}
+
+box_info Box::info() const {
+  const detail::mapped_box& m = *m_;
+  box_info i;
+  i.name = m.name;
+  i.capacity = capacity();
+  i.slot_size = slot_size();
+  i.overflow = overflow();
+  i.max_producers = m.max_producers();
+  i.segment_bytes = m.geo.total_bytes;
+  i.mode = m.mode;
+  i.uid = m.uid;
+  i.block_timeout = std::chrono::milliseconds(m.block_timeout_ms);
+  for (std::uint32_t p = 0; p < m.max_producers(); ++p) {
+    const std::uint64_t k = m.producer(p)->key.load(std::memory_order_acquire);
+    if (k != 0 && detail::process_alive(k)) ++i.producers_attached;
+  }
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) i.depth += detail::lane_depth_scan(m, l);
+  const detail::owner_record* rec = m.owner();
+  const std::uint64_t k = rec->key.load(std::memory_order_acquire);
+  i.owner.pid = detail::key_pid(k);
+  i.owner.alive = k != 0 && detail::process_alive(k);
+  i.owner.epoch = rec->epoch.load(std::memory_order_acquire);
+  i.count = read_counters();
+  return i;
+}
+
+}  // namespace shmbox

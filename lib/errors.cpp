@@ -1,0 +1,85 @@
+#include "errors.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace shmbox {
+namespace {
+
+struct last_error {
+  std::error_code ec;
+  std::string sentence;
+};
+thread_local last_error t_last;
+
+class shmbox_category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "shmbox"; }
+  std::string message(int v) const override {
+    switch (static_cast<errc>(v)) {
+      case errc::ok: return "success";
+      case errc::invalid_name:
+        return "invalid box name: use 1 to 128 characters of A-Z a-z 0-9 . _ -, not starting with '.'";
+      case errc::invalid_argument: return "invalid argument: see the documented limits of shmbox::options";
+      case errc::exists: return "a box of that name already exists: pick another name or remove it (shmbox rm NAME)";
+      case errc::not_found: return "no box of that name: create it first (shmbox create NAME)";
+      case errc::permission_denied:
+        return "permission denied: the box belongs to another user or its mode does not let you in (see --mode)";
+      case errc::no_space: return "no room in /dev/shm for the box: free space there or make the box smaller";
+      case errc::too_large: return "the box would exceed the size limits: lower --capacity or --slot-size";
+      case errc::not_a_box: return "the segment is not a shmbox box: remove it if it is stale (shmbox rm NAME)";
+      case errc::version_mismatch:
+        return "the box was made by an incompatible shmbox version: use that version or recreate the box";
+      case errc::truncated: return "the segment is shorter than its header says: it is damaged; remove and recreate it";
+      case errc::corrupt: return "the segment is corrupt: its contents break shmbox's invariants; remove and recreate it";
+      case errc::incomplete:
+        return "the box is still being created or its creator died half-way: retry, or remove it (shmbox rm NAME)";
+      case errc::not_owner: return "not the owner: another live process owns the box (see shmbox stat NAME)";
+      case errc::already_owner: return "this process already holds an Owner handle for the box: use that one";
+      case errc::producer_table_full:
+        return "every producer entry is held by a live process: create the box with more --max-producers";
+      case errc::system_error: return "unexpected system error";
+    }
+    return "unknown shmbox error";
+  }
+};
+
+}  // namespace
+
+const std::error_category& category() noexcept {
+  static const shmbox_category c;
+  return c;
+}
+
+std::string explain(std::error_code ec) {
+  if (ec && ec == t_last.ec && !t_last.sentence.empty()) return t_last.sentence;
+  return ec.message();
+}
+
+namespace detail {
+
+std::error_code fail(errc e, std::string sentence) {
+  t_last.ec = make_error_code(e);
+  t_last.sentence = std::move(sentence);
+  return t_last.ec;
+}
+
+std::error_code fail_errno(int err, const std::string& what) {
+  errc e = errc::system_error;
+  switch (err) {
+    case ENOENT: e = errc::not_found; break;
+    case EEXIST: e = errc::exists; break;
+    case EACCES:
+    case EPERM: e = errc::permission_denied; break;
+    case ENOSPC:
+    case EFBIG:
+    case ENOMEM: e = errc::no_space; break;
+    case ENAMETOOLONG:
+    case EINVAL: e = errc::invalid_argument; break;
+    default: break;
+  }
+  return fail(e, what + ": " + std::strerror(err) + " (" + make_error_code(e).message() + ")");
+}
+
+}  // namespace detail
+}  // namespace shmbox

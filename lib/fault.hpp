@@ -1,0 +1,26 @@
+// lib/fault.hpp - named crash points for tests.
+//
+// With -Dfault_injection=true (the default), SHMBOX_FAULT=<point>[:N] in the
+// environment makes the process kill itself with SIGKILL the N-th time (default
+// 1st) it passes <point>. The variable is read once per process. Points:
+//   producer.after_claim     tail claimed, nothing written yet
+//   producer.mid_payload     half the payload written, not published
+//   producer.before_publish  payload and length written, sequence not stored
+//   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
+//   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
+//   owner.after_take         owner: slots taken for reading, nothing committed
+//   owner.after_commit       owner: delivered counted, slots not yet freed
+#pragma once
+
+#if defined(SHMBOX_FAULT_INJECTION)
+namespace shmbox::detail {
+extern const bool g_fault_armed;  // SHMBOX_FAULT was set when the library loaded
+void fault_point(const char* name) noexcept;
+}  // namespace shmbox::detail
+#define SHMBOX_FAULT(name)                                                      \
+  do {                                                                          \
+    if (__builtin_expect(::shmbox::detail::g_fault_armed, 0)) ::shmbox::detail::fault_point(name); \
+  } while (0)
+#else
+#define SHMBOX_FAULT(name) ((void)0)
+#endif

@@ -1,0 +1,42 @@
+#include "layout.hpp"
+
+#include "shmbox/box.hpp"
+
+namespace shmbox::detail {
+namespace {
+constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t a) noexcept { return (v + a - 1) / a * a; }
+}  // namespace
+
+bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
+  if (p.lane_count < 1 || p.lane_count > kMaxLanes) return false;
+  if (p.slot_payload < 1 || p.slot_payload > kMaxSlotSize) return false;
+  if (p.max_producers < 1 || p.max_producers > kMaxProducers) return false;
+  for (std::uint32_t l = 0; l < kMaxLanes; ++l) {
+    const bool used = l < p.lane_count;
+    if (used && (p.lane_capacity[l] < 1 || p.lane_capacity[l] > kMaxCapacity)) return false;
+    if (!used && p.lane_capacity[l] != 0) return false;
+  }
+  g = geometry{};
+  g.params = p;
+  g.slot_stride = static_cast<std::uint32_t>(round_up(sizeof(slot_header) + std::uint64_t{p.slot_payload}, kCacheLine));
+  g.producer_stride = static_cast<std::uint32_t>(sizeof(producer_entry) + p.lane_count * sizeof(producer_lane_counters));
+  std::uint64_t off = kSegmentHeaderBytes;
+  g.owner_offset = off;
+  off += sizeof(owner_record) + p.lane_count * sizeof(owner_lane_counters);
+  g.lanes_offset = off;
+  off += p.lane_count * sizeof(lane_header);
+  g.producers_offset = off;
+  off += std::uint64_t{p.max_producers} * g.producer_stride;
+  // Slots start on a page so that a box's ring does not share a page with its tables.
+  off = round_up(off, 4096);
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+    g.slots_offset[l] = off;
+    // capacity <= 2^24 and stride <= 2^20 + 64: the product fits easily in 64 bits.
+    off += std::uint64_t{p.lane_capacity[l]} * g.slot_stride;
+    if (off > kMaxSegmentBytes) return false;
+  }
+  g.total_bytes = round_up(off, 4096);
+  return g.total_bytes <= kMaxSegmentBytes;
+}
+
+}  // namespace shmbox::detail

@@ -1,0 +1,331 @@
+// lib/layout.hpp - EVERYTHING that lives in a box's shared-memory segment.
+//
+// This is the only file that declares shared structures. Shared memory holds
+// fixed-width integers and lock-free std::atomic<uint32_t|uint64_t>, never
+// pointers: offsets and indexes only. Every field has its offset asserted.
+//
+// Rule: bump kLayoutVersion on every incompatible change of anything here
+// (a field moved, resized, re-encoded, or a meaning changed). Openers refuse
+// any other version.
+//
+//   offset 0           segment_header      (256 B: identity + immutable geometry)
+//   owner_offset       owner_record        (256 B) + owner_lane_counters[lanes]
+//   lanes_offset       lane_header[lanes]  (256 B each)
+//   producers_offset   producer_entry[max_producers], each followed by
+//                      producer_lane_counters[lanes]
+//   lane.slots_offset  slot[capacity] per lane, `slot_stride` bytes each:
+//                      slot_header (16 B) + payload (slot_payload B), padded to 64 B
+//
+// One function, compute_geometry(), turns the creation parameters into these
+// offsets; create, open, verify and the CLI all use it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace shmbox::detail {
+
+constexpr std::size_t kCacheLine = 64;
+// "SHMBOX" + two version-independent bytes; never changes.
+constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
+constexpr std::uint32_t kLayoutVersion = 1;
+constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
+constexpr std::uint32_t kMaxLanes = 8;
+constexpr std::uint32_t kSegmentHeaderBytes = 256;
+
+using a64 = std::atomic<std::uint64_t>;
+using a32 = std::atomic<std::uint32_t>;
+static_assert(a64::is_always_lock_free && a32::is_always_lock_free,
+              "shared memory needs lock-free 32/64-bit atomics");
+
+// ---------------------------------------------------------------------------
+// Slot sequence words.
+//
+// Every slot starts with a 64-bit sequence word that says, in one atomic
+// value, which message position the slot is for, what state it is in and,
+// for the intermediate states, which actor holds it:
+//
+//   bits 0..2   state
+//   bits 3..15  actor: 0 none, 1..kMaxProducers producer entry + 1,
+//               kOwnerActorBase + (epoch % 16) the owner of that epoch
+//   bits 16..63 position (FIFO lanes) or stamp (lifo lanes), modulo 2^48
+//
+// FIFO position p lives in slot p % capacity. 2^48 positions at 100 M msg/s
+// is 32 days before an alias can exist, and an alias matters only to a CAS
+// issued by a process that stalled for that whole time between its load and
+// its CAS; the 64-bit lane tail itself never wraps.
+// ---------------------------------------------------------------------------
+enum class slot_state : std::uint32_t {
+  empty = 0,    // FIFO: writable by the producer that claims `position`
+  full = 1,     // published message of `position` (FIFO) / `stamp` (lifo), actor = writer
+  taken = 2,    // held by `actor` (owner reading, or a producer evicting/repairing)
+  writing = 3,  // lifo only: claimed by `actor`, payload being written
+  free = 4,     // lifo only: writable by any producer
+};
+
+constexpr std::uint32_t kActorBits = 13;
+constexpr std::uint32_t kActorNone = 0;
+constexpr std::uint32_t kOwnerActorBase = (1u << kActorBits) - 16;  // 8176..8191
+constexpr std::uint64_t kPosMask = (1ull << 48) - 1;
+
+constexpr std::uint64_t make_seq(std::uint64_t pos, slot_state st, std::uint32_t actor) noexcept {
+  return ((pos & kPosMask) << 16) | (std::uint64_t{actor & ((1u << kActorBits) - 1)} << 3) |
+         static_cast<std::uint64_t>(st);
+}
+constexpr std::uint64_t seq_pos(std::uint64_t seq) noexcept { return seq >> 16; }
+constexpr slot_state seq_state(std::uint64_t seq) noexcept {
+  return static_cast<slot_state>(seq & 7u);
+}
+constexpr std::uint32_t seq_actor(std::uint64_t seq) noexcept {
+  return static_cast<std::uint32_t>((seq >> 3) & ((1u << kActorBits) - 1));
+}
+// Signed distance a - b between two 48-bit positions.
+constexpr std::int64_t pos_diff(std::uint64_t a48, std::uint64_t b) noexcept {
+  const std::uint64_t d = (a48 - (b & kPosMask)) & kPosMask;
+  return d & (1ull << 47) ? static_cast<std::int64_t>(d) - static_cast<std::int64_t>(1ull << 48)
+                          : static_cast<std::int64_t>(d);
+}
+constexpr std::uint32_t owner_actor(std::uint64_t epoch) noexcept {
+  return kOwnerActorBase + static_cast<std::uint32_t>(epoch % 16);
+}
+constexpr bool is_owner_actor(std::uint32_t actor) noexcept { return actor >= kOwnerActorBase; }
+
+// ---------------------------------------------------------------------------
+// Pending-operation words (producer entries and the owner record).
+//
+// Before an actor changes a slot in a way that must also be counted, it writes
+// the counter value(s) it starts from (op_before_*) and then this word. A
+// repairer that finds the slot held by the dead actor reads them to finish the
+// count exactly once (see the block comment in ring.cpp).
+//   bits 0..3 kind, bits 4..7 lane, bits 8..63 target (position or slot index)
+// ---------------------------------------------------------------------------
+enum class op_kind : std::uint32_t {
+  none = 0,
+  claim = 1,         // producer: about to CAS the tail for position `target`
+  evict = 2,         // producer: evicting position `target` (drop_oldest)
+  repair = 3,        // any actor: abandoning a dead writer's position/slot `target`
+  lifo_push = 4,     // producer: writing lifo slot `target`
+  lifo_replace = 5,  // producer: replacing the top, lifo slot `target`
+  recv = 6,          // owner: reading positions from `target` on (FIFO)
+  lifo_pop = 7,      // owner: reading lifo slot `target`
+};
+constexpr std::uint64_t make_op(op_kind k, std::uint32_t lane, std::uint64_t target) noexcept {
+  return (target << 8) | (std::uint64_t{lane & 0xFu} << 4) | static_cast<std::uint64_t>(k);
+}
+constexpr op_kind op_kind_of(std::uint64_t op) noexcept { return static_cast<op_kind>(op & 0xFu); }
+constexpr std::uint32_t op_lane(std::uint64_t op) noexcept { return static_cast<std::uint32_t>((op >> 4) & 0xFu); }
+constexpr std::uint64_t op_target(std::uint64_t op) noexcept { return op >> 8; }
+
+// ---------------------------------------------------------------------------
+// The segment header: identity and immutable geometry. Written by the creator
+// before `ready`; never written again. Openers copy it once and validate it.
+// ---------------------------------------------------------------------------
+struct segment_header {
+  std::uint64_t magic;             // kMagic
+  std::uint32_t layout_version;    // kLayoutVersion
+  a32 ready;                       // kReady, stored last with release by the creator
+  std::uint64_t total_bytes;       // size of the whole segment
+  std::uint64_t creator_key;       // process key of the creator (see process.hpp)
+  std::uint64_t created_unix_ns;   // wall clock at creation
+  std::uint32_t lane_count;        // 1..kMaxLanes
+  std::uint32_t max_producers;     // producer entries
+  std::uint32_t slot_payload;      // largest message in bytes
+  std::uint32_t slot_stride;       // bytes per slot (header + payload, 64-B multiple)
+  std::uint32_t default_policy;    // policy of the box (lanes may override later)
+  std::uint32_t block_timeout_ms;  // default wait of a post on a full block lane
+  std::uint64_t owner_offset;      // offset of owner_record
+  std::uint64_t lanes_offset;      // offset of lane_header[0]
+  std::uint64_t producers_offset;  // offset of producer_entry[0]
+  std::uint32_t producer_stride;   // bytes per producer entry incl. its lane counters
+  std::uint32_t lane_capacity[kMaxLanes];  // slots per lane (0 for unused lanes)
+  std::uint8_t reserved[kSegmentHeaderBytes - 124];
+};
+static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
+static_assert(offsetof(segment_header, magic) == 0);
+static_assert(offsetof(segment_header, layout_version) == 8);
+static_assert(offsetof(segment_header, ready) == 12);
+static_assert(offsetof(segment_header, total_bytes) == 16);
+static_assert(offsetof(segment_header, creator_key) == 24);
+static_assert(offsetof(segment_header, created_unix_ns) == 32);
+static_assert(offsetof(segment_header, lane_count) == 40);
+static_assert(offsetof(segment_header, max_producers) == 44);
+static_assert(offsetof(segment_header, slot_payload) == 48);
+static_assert(offsetof(segment_header, slot_stride) == 52);
+static_assert(offsetof(segment_header, default_policy) == 56);
+static_assert(offsetof(segment_header, block_timeout_ms) == 60);
+static_assert(offsetof(segment_header, owner_offset) == 64);
+static_assert(offsetof(segment_header, lanes_offset) == 72);
+static_assert(offsetof(segment_header, producers_offset) == 80);
+static_assert(offsetof(segment_header, producer_stride) == 88);
+static_assert(offsetof(segment_header, lane_capacity) == 92);
+static_assert(offsetof(segment_header, reserved) == 124);
+
+// ---------------------------------------------------------------------------
+// The owner record (the lease). Identity on line 0, the futex word producers
+// write on line 1, the owner's pending-op words on line 2.
+// ---------------------------------------------------------------------------
+enum class owner_state : std::uint32_t { passive = 0, notify = 1, active = 2 };
+
+struct alignas(kCacheLine) owner_record {
+  // line 0: identity, written on a change of owner
+  a64 key;              // process key of the owner; 0 = no owner
+  a64 epoch;            // fencing token, +1 on every change of owner
+  a64 acquired_unix_ns; // when the current owner took the box
+  a64 lease_ms;         // lease deadline length (0 = only death ends a lease)
+  a32 state;            // owner_state
+  a32 reserved0;
+  a64 reserved1[3];
+  // line 1: the futex the owner sleeps on; producers bump it to wake the owner
+  alignas(kCacheLine) a32 wake_seq;  // futex word
+  a32 reserved2;
+  a64 wake_calls;       // futex_wake syscalls made on wake_seq (diagnostic)
+  a64 reserved3[6];
+  // line 2: the owner's pending operation (written only by the owner)
+  alignas(kCacheLine) a64 op;  // make_op(recv|lifo_pop, lane, target) or none
+  a64 op_before;        // the lane's delivered counter before the op
+  a64 reserved4[6];
+  // line 3: spare
+  alignas(kCacheLine) a64 reserved5[8];
+};
+static_assert(sizeof(owner_record) == 4 * kCacheLine);
+static_assert(offsetof(owner_record, key) == 0);
+static_assert(offsetof(owner_record, epoch) == 8);
+static_assert(offsetof(owner_record, acquired_unix_ns) == 16);
+static_assert(offsetof(owner_record, lease_ms) == 24);
+static_assert(offsetof(owner_record, state) == 32);
+static_assert(offsetof(owner_record, wake_seq) == 64);
+static_assert(offsetof(owner_record, wake_calls) == 72);
+static_assert(offsetof(owner_record, op) == 128);
+static_assert(offsetof(owner_record, op_before) == 136);
+
+// Per-lane counters kept by the owner (single writer: the owner of the moment,
+// or a repairer of a dead owner's pending op). Follows owner_record.
+struct alignas(kCacheLine) owner_lane_counters {
+  a64 delivered;    // messages received and committed
+  a64 redelivered;  // of those, read before by an owner that died
+  a64 abandoned;    // dead writers' positions this lane's owners repaired
+  a64 reserved[5];
+};
+static_assert(sizeof(owner_lane_counters) == kCacheLine);
+static_assert(offsetof(owner_lane_counters, delivered) == 0);
+static_assert(offsetof(owner_lane_counters, redelivered) == 8);
+static_assert(offsetof(owner_lane_counters, abandoned) == 16);
+
+// ---------------------------------------------------------------------------
+// A lane: one ring. Producers write line 0, the owner line 1, waiters line 2;
+// line 3 is immutable after creation.
+// ---------------------------------------------------------------------------
+struct alignas(kCacheLine) lane_header {
+  // line 0: claims (producers)
+  a64 tail;        // FIFO: (next position << 1) | owner-sleeping bit
+  a64 lifo_stamp;  // lifo: (next stamp << 1) | owner-sleeping bit
+  a64 reserved0[6];
+  // line 1: consumption (owner)
+  alignas(kCacheLine) a64 head;  // FIFO: first position the owner has not finished
+  a64 reserved1[7];
+  // line 2: producers waiting for space (block, and drop_oldest/lifo behind a busy slot)
+  alignas(kCacheLine) a32 space_seq;  // futex word, bumped by whoever frees a slot while wanted
+  a32 space_wanted;  // 1 when a producer sleeps (or is about to) on space_seq
+  a64 space_wake_calls;  // futex_wake syscalls made on space_seq (diagnostic)
+  a64 reserved2[6];
+  // line 3: immutable description
+  alignas(kCacheLine) std::uint32_t capacity;  // slots in this lane
+  std::uint32_t policy;                         // shmbox::policy of this lane
+  std::uint64_t slots_offset;                   // offset of slot 0 from the segment start
+  std::uint64_t reserved3[6];
+};
+static_assert(sizeof(lane_header) == 4 * kCacheLine);
+static_assert(offsetof(lane_header, tail) == 0);
+static_assert(offsetof(lane_header, lifo_stamp) == 8);
+static_assert(offsetof(lane_header, head) == 64);
+static_assert(offsetof(lane_header, space_seq) == 128);
+static_assert(offsetof(lane_header, space_wanted) == 132);
+static_assert(offsetof(lane_header, space_wake_calls) == 136);
+static_assert(offsetof(lane_header, capacity) == 192);
+static_assert(offsetof(lane_header, policy) == 196);
+static_assert(offsetof(lane_header, slots_offset) == 200);
+
+// ---------------------------------------------------------------------------
+// A producer entry. One per attached Producer handle. The key word is claimed
+// by CAS (0 or a dead key -> my key). Everything else is written only by the
+// holder, or by a repairer once the holder is confirmed dead.
+// ---------------------------------------------------------------------------
+struct alignas(kCacheLine) producer_entry {
+  a64 key;           // process key of the holder; 0 = free
+  a64 op;            // pending operation (make_op)
+  a64 op_before_a;   // counter value before op (stored or evicted/abandoned)
+  a64 op_before_b;   // second counter before op (lifo_replace: replaced)
+  a64 attached_unix_ns;
+  a64 posted_base;   // lane-0 posted total when the holder attached (for per-process stats)
+  a64 reserved[2];
+};
+static_assert(sizeof(producer_entry) == kCacheLine);
+static_assert(offsetof(producer_entry, key) == 0);
+static_assert(offsetof(producer_entry, op) == 8);
+static_assert(offsetof(producer_entry, op_before_a) == 16);
+static_assert(offsetof(producer_entry, op_before_b) == 24);
+static_assert(offsetof(producer_entry, attached_unix_ns) == 32);
+static_assert(offsetof(producer_entry, posted_base) == 40);
+
+// Per-lane counters of one producer entry. They outlive the holder: a new
+// holder of the entry continues them, so sums over entries stay exact.
+struct alignas(kCacheLine) producer_lane_counters {
+  a64 stored;        // messages this entry put into the lane
+  a64 rejected;      // reject: refused, lane full
+  a64 dropped_new;   // drop_newest: the incoming message discarded
+  a64 replaced;      // lifo: tops this entry replaced
+  a64 evicted;       // drop_oldest: messages this entry evicted
+  a64 timeouts;      // block: gave up waiting for space
+  a64 too_large;     // refused: larger than the slot
+  a64 abandoned;     // dead writers' positions this entry repaired
+};
+static_assert(sizeof(producer_lane_counters) == kCacheLine);
+static_assert(offsetof(producer_lane_counters, stored) == 0);
+static_assert(offsetof(producer_lane_counters, rejected) == 8);
+static_assert(offsetof(producer_lane_counters, dropped_new) == 16);
+static_assert(offsetof(producer_lane_counters, replaced) == 24);
+static_assert(offsetof(producer_lane_counters, evicted) == 32);
+static_assert(offsetof(producer_lane_counters, timeouts) == 40);
+static_assert(offsetof(producer_lane_counters, too_large) == 48);
+static_assert(offsetof(producer_lane_counters, abandoned) == 56);
+
+// ---------------------------------------------------------------------------
+// A slot: sequence word, length, writer, then the payload.
+// ---------------------------------------------------------------------------
+struct slot_header {
+  a64 seq;     // make_seq(position|stamp, state, actor)
+  a32 length;  // payload bytes; untrusted: bounded by slot_payload before use
+  a32 writer;  // producer entry index of the writer (diagnostic)
+};
+static_assert(sizeof(slot_header) == 16);
+static_assert(offsetof(slot_header, seq) == 0);
+static_assert(offsetof(slot_header, length) == 8);
+static_assert(offsetof(slot_header, writer) == 12);
+
+// ---------------------------------------------------------------------------
+// Geometry: the one place offsets are computed.
+// ---------------------------------------------------------------------------
+struct geometry_params {
+  std::uint32_t lane_count = 1;
+  std::uint32_t lane_capacity[kMaxLanes] = {};
+  std::uint32_t slot_payload = 0;
+  std::uint32_t max_producers = 0;
+};
+
+struct geometry {
+  geometry_params params;
+  std::uint32_t slot_stride = 0;
+  std::uint32_t producer_stride = 0;
+  std::uint64_t owner_offset = 0;
+  std::uint64_t lanes_offset = 0;
+  std::uint64_t producers_offset = 0;
+  std::uint64_t slots_offset[kMaxLanes] = {};
+  std::uint64_t total_bytes = 0;
+};
+
+// Fills `out` from `p`; false when a parameter is outside the documented limits
+// (never overflows: every product is checked against kMaxSegmentBytes).
+bool compute_geometry(const geometry_params& p, geometry& out) noexcept;
+
+}  // namespace shmbox::detail

@@ -1,0 +1,72 @@
+#include "shmbox/producer.hpp"
+
+#include "errors.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
+namespace shmbox {
+
+struct Producer::state {
+  std::shared_ptr<detail::mapped_box> m;
+  detail::producer_ctx ctx;
+  ~state() { detail::release_producer_entry(ctx); }
+};
+
+std::string_view to_string(post_status s) noexcept {
+  switch (s) {
+    case post_status::stored: return "stored";
+    case post_status::stored_evicted: return "stored-evicted";
+    case post_status::dropped: return "dropped";
+    case post_status::full: return "full";
+    case post_status::timeout: return "timeout";
+    case post_status::too_large: return "too-large";
+    case post_status::error: return "error";
+  }
+  return "unknown";
+}
+
+Producer::Producer(std::unique_ptr<state> s) : s_(std::move(s)) {}
+Producer::Producer(Producer&&) noexcept = default;
+Producer& Producer::operator=(Producer&&) noexcept = default;
+Producer::~Producer() = default;
+
+result<Producer> Producer::attach(std::string_view name) {
+  auto box = Box::open(name);
+  if (!box) return box.error();
+  return attach(*box);
+}
+
+result<Producer> Producer::attach(const Box& box) {
+  const auto& m = box.m_;
+  if (m->read_only)
+    return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to post");
+  auto s = std::make_unique<state>();
+  s->m = m;
+  if (!detail::claim_producer_entry(*m, s->ctx))
+    return detail::fail(errc::producer_table_full, "box '" + m->name + "': all " + std::to_string(m->max_producers()) +
+                                                       " producer entries are held by live processes; create the box with more --max-producers");
+  return Producer(std::move(s));
+}
+
+post_status Producer::post(const void* data, std::size_t size) noexcept {
+  const std::uint64_t ms = s_->m->block_timeout_ms;
+  return post(data, size, std::chrono::milliseconds(ms));
+}
+
+post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
+  if (!s_) return post_status::error;
+  std::uint64_t deadline = detail::kNoDeadline;
+  if (timeout != std::chrono::nanoseconds::max()) {
+    const auto ns = timeout.count() < 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
+    deadline = detail::mono_ns() + ns;
+  }
+  s_->ctx.last_error = {};
+  return detail::post_message(s_->ctx, 0, data, size, deadline);
+}
+
+std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }
+std::error_code Producer::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_found); }
+std::uint32_t Producer::entry_index() const noexcept { return s_ ? s_->ctx.entry : 0; }
+
+}  // namespace shmbox

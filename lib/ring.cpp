@@ -1,0 +1,1131 @@
+// lib/ring.cpp - THE SLOT PROTOCOL of shmbox.
+//
+// ===========================================================================
+// Actors and words
+// ===========================================================================
+// A lane is a ring of `cap` fixed slots. Each slot starts with a 64-bit
+// sequence word `seq` = (position48, state, actor) (layout.hpp). Every change
+// of a slot is ONE atomic store or CAS of that word, so a process that dies
+// between two instructions leaves every slot in a state that names who holds
+// it. Actors: producer entries (actor = entry + 1) and the owner of epoch e
+// (actor = kOwnerActorBase + e % 16).
+//
+// Before an actor makes a change that must also be counted, it writes the
+// counter value it starts from (`op_before`) and then an op word (kind, lane,
+// target) in its own record. Counters are single-writer words in the actor's
+// own record. A repairer that finds a slot held by a dead actor reads the op
+// to finish the count exactly once: CAS(counter, before, before + 1) is a
+// no-op if the dead actor had counted already. Liveness is pid + start time
+// (process.hpp): slow or stopped is alive; only a dead process is repaired.
+//
+// ===========================================================================
+// FIFO lanes (reject, drop_newest, drop_oldest, block)
+// ===========================================================================
+// Position p (64-bit, never wraps) lives in slot p % cap. `tail` = next
+// position << 1 | owner-sleeping bit. `head` = first position the owner has
+// not finished. Slot states for position p:
+//   EMPTY(p)      free for the producer that claims p (or claimed, being written)
+//   FULL(p, w)    published by writer w
+//   TAKEN(p, a)   held by actor a: the owner reading it, or a producer
+//                 evicting (drop_oldest) or repairing (dead writer) it
+//   EMPTY(p+cap)  finished: free for the next lap
+//
+// POST (producer P, lane full iff slot(t) still holds t - cap):
+//  P1 t = tail >> 1; s = slot(t).seq (acquire).
+//  P2 if s == EMPTY(t): op_before = P.stored; op = claim(t).
+//       dies here: nothing claimed; the stale claim(t) names a dead process,
+//       which only ever adds a dead claimant to the check in R1.
+//  P3   CAS tail t -> t+1 (seq_cst). Fails: back to P1.
+//       dies here: position t is claimed and slot(t) stays EMPTY(t): the
+//       owner (or a producer one lap later) stalls at t. Repair R1.
+//  P4   P.stored++, write payload and length.
+//       dies here: as P3 (R1). Fault points producer.after_claim,
+//       producer.mid_payload, producer.before_publish.
+//  P5   seq = FULL(t, P) (release: publishes payload and length).
+//       dies here: the message is stored and will be delivered.
+//  P6   if tail had the owner-sleeping bit: bump owner.wake_seq, futex_wake.
+//       dies here: the owner is not woken; its sleep has a deadline and it
+//       finds the message on waking (a late wake, never a lost message).
+//  Full (s == FULL(t-cap) or busy): reject -> full, drop_newest -> dropped,
+//  block -> sleep on lane.space_seq (SYNC POINT A) and retry, drop_oldest ->
+//  EVICT. Busy (TAKEN(t-cap) or EMPTY(t-cap) being written): reject/drop_newest
+//  answer as full; block/drop_oldest wait, repairing dead holders (R1-R3).
+//
+// EVICT (drop_oldest, producer P, oldest stored position q = t - cap):
+//  E1 op_before = P.evicted; op = evict(q).
+//  E2 CAS seq FULL(q) -> TAKEN(q, P). Fails (the owner took it, or another
+//     evictor did): back to P1.
+//       dies here: slot TAKEN(q, P), P dead. Repair R2.
+//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not).
+//  E4 seq = EMPTY(q + cap) (release). The claim at P1 now finds slot free.
+//  Evictors never wait for the owner: the owner TAKES a slot before copying
+//  it, so an evictor can never overwrite bytes the owner is reading; it
+//  evicts only FULL slots. So the owner never returns torn bytes.
+//
+// TAKE (owner O of epoch e, from its private cursor p = head):
+//  T1 s = slot(p).seq (acquire; pairs with P5).
+//     EMPTY(p), tail <= p: lane empty, stop.
+//     EMPTY(p), tail > p: claimed, not yet published: stop (busy); after
+//       kRepairGraceNs check the claimant (R1).
+//     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
+//       owner at acquire: deliver it flagged redelivered.
+//     TAKEN(p, other) or slot already past p: someone else decided p's fate
+//       (eviction, repair): skip p.
+//  T2 first take of a batch: owner.op_before = delivered; owner.op = recv(p).
+//  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
+//     slots), a release store otherwise (no one else writes a FULL slot).
+//  T4 copy payload (length checked against the slot size first).
+//       dies in T3..T4: slots TAKEN(p, O) and delivered == op_before: the next
+//       owner re-takes them and delivers them again, flagged (R4).
+//       Fault point owner.after_take.
+//  T5 delivered = op_before + n: THE COMMIT (one store for the whole batch).
+//       dies here: delivered != op_before: the next owner frees the slots
+//       without delivering them again (R4). Fault point owner.after_commit.
+//  T6 each seq = EMPTY(p + cap) (release: our payload reads happen before
+//     the next writer's payload writes; pairs with P1's acquire).
+//  T7 head = p (release); owner.op = none; if the lane has waiters
+//     (SYNC POINT B) wake lane.space_seq.
+//
+// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
+//  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
+//     entries whose op is claim(q). If one is alive, wait: it is the claimant
+//     or is about to retry elsewhere (slow is not dead). If all are dead:
+//     repairer R writes op_before = R.abandoned, op = repair(q), CAS
+//     EMPTY(q) -> TAKEN(q, R), R.abandoned++, seq = EMPTY(q + cap).
+//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
+//     No claimant at all (only a scribbled table): repaired after
+//     kOrphanClaimNs.
+//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q);
+//     CAS(X's counter, before, before + 1), then CAS seq -> EMPTY(q + cap).
+//     Idempotent: two repairers cannot count twice.
+//  R3 TAKEN(q, owner of an older epoch, or a dead owner): a drop_oldest
+//     producer that needs the slot looks at the owner's op: committed
+//     (delivered != op_before) -> just free it; repair(q) -> finish that
+//     repair; otherwise evict it (E1-E4, counted as dropped_oldest).
+//  R4 At acquire, the new owner scans every slot for TAKEN(_, old owner):
+//     committed -> free; repair op -> finish it; otherwise CAS to
+//     TAKEN(_, new owner) and deliver again with the redelivered flag.
+//  A producer entry held by a dead process is reused only after its pending
+//  op has been finished by the new holder (R1-R2 on that op).
+//
+// WAKE-UPS
+//  The owner sleeps only when every lane is empty: it reads owner.wake_seq,
+//  then CASes the sleeping bit into each lane's tail (fails if a producer
+//  claimed meanwhile), then futex-waits on wake_seq. The producer whose
+//  claim CAS (P3) removes the bit is the one that wakes it (P6). Both sides
+//  use the RMW they already do, so a post makes no system call and no extra
+//  fence when nobody sleeps.
+//  Producers waiting for space: SYNC POINT A (producer: space_wanted = 1,
+//  fence, re-check slot) pairs with SYNC POINT B (owner: free slots, fence,
+//  read space_wanted): one of the two sees the other's store.
+//
+// ===========================================================================
+// lifo lanes (pobox's stack)
+// ===========================================================================
+// No positions: each push takes a 48-bit stamp from lane.lifo_stamp
+// (fetch_add) and writes it into the slot's seq, so "newest" = largest stamp.
+// Slot states: FREE, WRITING(stamp, P), FULL(stamp, P), TAKEN(stamp, actor).
+//  L1 push: find a FREE slot; op_before = P.stored; op = lifo_push(i);
+//     CAS FREE -> WRITING(stamp, P); P.stored++; write; publish with an
+//     exchange (seq_cst) to FULL(stamp, P); then read lifo_stamp (SYNC POINT C)
+//     and wake the owner if its sleeping bit is set.
+//  L2 full (no FREE slot): replace the FULL slot with the largest stamp:
+//     op_before = (stored, replaced); op = lifo_replace(i); CAS FULL ->
+//     WRITING(stamp, P); count both; write; publish.
+//       dies after L1/L2's CAS: WRITING(stamp, P), P dead: the repairer
+//       finishes P's counts from its op, then abandons the slot (counted
+//       abandoned) -> FREE.
+//  L3 pop (owner): the FULL slot with the largest stamp; op = lifo_pop(i);
+//     CAS FULL -> TAKEN(stamp, O); copy; delivered++ (commit); seq = FREE.
+//     A replacer that won the slot first makes the CAS fail: look again.
+//     Dies before the commit: R4 delivers it again; after: R4 frees it.
+//  Owner sleep: CAS the bit into lifo_stamp, then re-scan every slot
+//  (SYNC POINT D, pairs with C): a push either is seen by the scan or sees
+//  the bit. Push and pop scan the lane: O(capacity); lifo boxes are meant
+//  to be small ("keep the latest N").
+// ===========================================================================
+#include "ring.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <utility>
+
+#include "errors.hpp"
+#include "fault.hpp"
+#include "futex.hpp"
+#include "process.hpp"
+
+namespace shmbox::detail {
+namespace {
+
+constexpr std::uint64_t kTargetMask = (1ull << 56) - 1;  // op targets hold 56 bits
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+void sleep_ns(std::uint64_t ns) noexcept {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
+  ::nanosleep(&ts, nullptr);
+}
+
+// Counters are single-writer words: a plain increment, no RMW.
+// relaxed: read only by inspectors summing counters, and by repairers of a
+// dead writer (which has stopped writing).
+inline void bump(a64& c, std::uint64_t by = 1) noexcept {
+  c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+// Finishes a dead actor's count: no-op when it had counted already.
+inline void finish_count(a64& c, std::uint64_t before) noexcept {
+  std::uint64_t expected = before;
+  c.compare_exchange_strong(expected, before + 1, std::memory_order_relaxed);
+}
+
+void wake_owner(mapped_box& m) noexcept {
+  owner_record* o = m.owner();
+  // release: the message we published is visible to the owner once it sees
+  // wake_seq change (it re-reads the slot with acquire anyway).
+  o->wake_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(&o->wake_seq);
+  o->wake_calls.fetch_add(1, std::memory_order_relaxed);  // relaxed: diagnostic counter
+}
+
+// The full 64-bit position whose low 56 bits are `target`, at or below `near`.
+std::uint64_t unfold_target(std::uint64_t target, std::uint64_t near) noexcept {
+  return near - ((near - target) & kTargetMask);
+}
+
+enum class holder { alive, dead, invalid };
+
+holder actor_state(const mapped_box& m, std::uint32_t actor) noexcept {
+  if (actor >= 1 && actor <= m.max_producers()) {
+    // acquire: pairs with the CAS that installed the key
+    return process_alive(m.producer(actor - 1)->key.load(std::memory_order_acquire)) ? holder::alive : holder::dead;
+  }
+  if (is_owner_actor(actor)) {
+    const owner_record* o = m.owner();
+    const std::uint64_t key = o->key.load(std::memory_order_acquire);
+    const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
+    // An actor of another epoch is an owner that is gone. During a takeover
+    // (key changed, epoch not yet) this errs towards "alive": a short wait.
+    if (owner_actor(epoch) != actor) return holder::dead;
+    return process_alive(key) ? holder::alive : holder::dead;
+  }
+  return holder::invalid;
+}
+
+enum class claim_verdict { live, dead, none };
+
+// R1: who announced a claim of FIFO position q in `lane`? The caller has
+// loaded the tail (seq_cst) and seen it past q, so every claimant's op store,
+// which precedes its tail CAS, is visible here.
+claim_verdict claimants_of(const mapped_box& m, std::uint32_t lane, std::uint64_t q, std::int64_t exclude) noexcept {
+  const std::uint64_t want = make_op(op_kind::claim, lane, q);
+  bool any = false;
+  for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
+    if (static_cast<std::int64_t>(i) == exclude) continue;
+    const producer_entry* pe = m.producer(i);
+    if (pe->op.load(std::memory_order_acquire) != want) continue;
+    if (process_alive(pe->key.load(std::memory_order_acquire))) return claim_verdict::live;
+    any = true;
+  }
+  return any ? claim_verdict::dead : claim_verdict::none;
+}
+
+// Abandons the message (or hole) at FIFO position q, observed as `seen`:
+// counted once, as abandoned, by repairer r. See R1.
+bool abandon_fifo(const lane_view& L, std::uint64_t q, std::uint64_t seen, const repairer& r) noexcept {
+  a64& counter = *r.abandoned[L.index];
+  const std::uint64_t before = counter.load(std::memory_order_relaxed);
+  r.op_before->store(before, std::memory_order_relaxed);
+  // relaxed: published by the seq_cst CAS below to whoever sees the slot held by r
+  r.op->store(make_op(op_kind::repair, L.index, q), std::memory_order_relaxed);
+  slot_header* s = L.slot_for(q);
+  std::uint64_t expected = seen;
+  const bool won = s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, r.actor),
+                                                  std::memory_order_seq_cst, std::memory_order_relaxed);
+  if (won) {
+    counter.store(before + 1, std::memory_order_relaxed);
+    // release: pairs with the acquire of the producer that claims q + cap
+    s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
+  }
+  r.op->store(0, std::memory_order_relaxed);
+  return won;
+}
+
+// Same for a lifo slot (it becomes FREE).
+bool abandon_lifo(const lane_view& L, std::uint32_t i, std::uint64_t seen, const repairer& r) noexcept {
+  a64& counter = *r.abandoned[L.index];
+  const std::uint64_t before = counter.load(std::memory_order_relaxed);
+  r.op_before->store(before, std::memory_order_relaxed);
+  r.op->store(make_op(op_kind::repair, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
+  slot_header* s = L.slot_at_index(i);
+  std::uint64_t expected = seen;
+  const bool won = s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, r.actor),
+                                                  std::memory_order_seq_cst, std::memory_order_relaxed);
+  if (won) {
+    counter.store(before + 1, std::memory_order_relaxed);
+    s->seq.store(make_seq(seq_pos(seen), slot_state::free, kActorNone), std::memory_order_release);
+  }
+  r.op->store(0, std::memory_order_relaxed);
+  return won;
+}
+
+// The slot's next state once its current holder is done with it.
+std::uint64_t finished_seq(const lane_view& L, std::uint64_t seq) noexcept {
+  return L.is_lifo() ? make_seq(seq_pos(seq), slot_state::free, kActorNone)
+                     : make_seq(seq_pos(seq) + L.capacity, slot_state::empty, kActorNone);
+}
+
+// R2 (and the lifo equivalent): slot `idx` (FIFO: position `pos`) is held by
+// dead producer entry x - 1. Finish its op; returns true if the slot changed.
+bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos, std::uint32_t idx, std::uint64_t seen,
+                            std::uint32_t x, const repairer& r) noexcept {
+  const std::uint32_t e = x - 1;
+  const producer_entry* pe = m.producer(e);
+  producer_lane_counters* pc = m.producer_counters(e, L.index);
+  const std::uint64_t op = pe->op.load(std::memory_order_acquire);
+  const std::uint64_t before_a = pe->op_before_a.load(std::memory_order_acquire);
+  const std::uint64_t before_b = pe->op_before_b.load(std::memory_order_acquire);
+  const std::uint64_t target = L.is_lifo() ? idx : (pos & kTargetMask);
+  const bool mine = op_lane(op) == L.index && op_target(op) == target;
+  const slot_state st = seq_state(seen);
+  slot_header* s = L.is_lifo() ? L.slot_at_index(idx) : L.slot_for(pos);
+
+  if (st == slot_state::taken && mine && (op_kind_of(op) == op_kind::evict || op_kind_of(op) == op_kind::repair)) {
+    finish_count(op_kind_of(op) == op_kind::evict ? pc->evicted : pc->abandoned, before_a);
+    std::uint64_t expected = seen;
+    return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
+                                          std::memory_order_relaxed);
+  }
+  if (st == slot_state::writing && mine) {
+    // lifo: the writer died before publishing. Its message was stored (and,
+    // for a replace, the old top was replaced): finish those counts, then
+    // abandon the unpublished message.
+    if (op_kind_of(op) == op_kind::lifo_push || op_kind_of(op) == op_kind::lifo_replace) finish_count(pc->stored, before_a);
+    if (op_kind_of(op) == op_kind::lifo_replace) finish_count(pc->replaced, before_b);
+  }
+  // Unpublished, or held by x although x's op does not describe it (only a
+  // scribbled segment does that): whatever it held is lost, counted abandoned.
+  return L.is_lifo() ? abandon_lifo(L, idx, seen, r) : abandon_fifo(L, pos, seen, r);
+}
+
+// A slot TAKEN by an owner that is gone. committed: that owner counted it as
+// delivered. Returns: 0 = not that owner's op, 1 = its repair op, 2 = committed
+// recv/pop, 3 = uncommitted recv/pop (deliver again, or evict).
+int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target) noexcept {
+  const owner_record* rec = m.owner();
+  const std::uint64_t op = rec->op.load(std::memory_order_acquire);
+  const std::uint64_t before = rec->op_before.load(std::memory_order_acquire);
+  if (op_lane(op) != L.index) return 3;
+  switch (op_kind_of(op)) {
+    case op_kind::repair:
+      return op_target(op) == target ? 1 : 3;
+    case op_kind::recv:
+    case op_kind::lifo_pop:
+      return m.owner_counters(L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
+    default:
+      return 3;
+  }
+}
+
+void finish_dead_owner_repair(mapped_box& m, const lane_view& L) noexcept {
+  finish_count(m.owner_counters(L.index)->abandoned, m.owner()->op_before.load(std::memory_order_acquire));
+}
+
+bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept;
+
+// Looks at a FIFO slot stuck at position q (seen = its seq) and repairs it if
+// its holder is dead. `p` (may be null) allows R3's eviction of a dead
+// owner's uncommitted message (drop_oldest producers only).
+bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::uint64_t seen, const repairer& r,
+                      producer_ctx* p, std::int64_t exclude, std::uint64_t stuck_since, std::uint64_t now) noexcept {
+  slot_header* s = L.slot_for(q);
+  const slot_state st = seq_state(seen);
+  const std::uint32_t actor = seq_actor(seen);
+  if (st == slot_state::empty) {
+    // seq_cst: see claimants_of
+    if ((L.hdr->tail.load(std::memory_order_seq_cst) >> 1) <= q) return false;
+    const claim_verdict v = claimants_of(m, L.index, q, exclude);
+    if (v == claim_verdict::live) return false;
+    if (v == claim_verdict::none && now - stuck_since < kOrphanClaimNs) return false;
+    if (s->seq.load(std::memory_order_acquire) != seen) return true;  // published meanwhile
+    return abandon_fifo(L, q, seen, r);
+  }
+  if (st != slot_state::taken) return false;
+  const holder h = actor_state(m, actor);
+  if (h == holder::alive) return false;
+  if (h == holder::invalid) return abandon_fifo(L, q, seen, r);
+  if (!is_owner_actor(actor)) return complete_dead_producer(m, L, q, 0, seen, actor, r);
+  // R3: a gone owner's slot.
+  switch (dead_owner_op(m, L, q & kTargetMask)) {
+    case 1: {
+      finish_dead_owner_repair(m, L);
+      std::uint64_t expected = seen;
+      return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
+                                            std::memory_order_relaxed);
+    }
+    case 2: {
+      std::uint64_t expected = seen;
+      return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
+                                            std::memory_order_relaxed);
+    }
+    default:
+      // Uncommitted: the next owner will deliver it again. Only an evictor
+      // that needs the slot now may drop it instead (it is the oldest).
+      return p != nullptr && evict_fifo(*p, L, q, seen);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Producer side
+// ---------------------------------------------------------------------------
+
+// E1-E4. Returns true when the slot of q is now free for q + cap.
+bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept {
+  producer_lane_counters* c = p.m->producer_counters(p.entry, L.index);
+  const std::uint64_t before = c->evicted.load(std::memory_order_relaxed);
+  p.pe->op_before_a.store(before, std::memory_order_relaxed);
+  // relaxed: published by the seq_cst CAS below to whoever sees the slot taken by us
+  p.pe->op.store(make_op(op_kind::evict, L.index, q), std::memory_order_relaxed);
+  slot_header* s = L.slot_for(q);
+  std::uint64_t expected = seen;
+  if (!s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, p.rep.actor), std::memory_order_seq_cst,
+                                      std::memory_order_relaxed))
+    return false;
+  c->evicted.store(before + 1, std::memory_order_relaxed);
+  SHMBOX_FAULT("producer.mid_evict");
+  // release: pairs with the acquire of the producer claiming q + cap
+  s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
+  return true;
+}
+
+void write_payload(slot_header* s, const void* data, std::size_t size) noexcept {
+  std::byte* dst = lane_view::payload_of(s);
+#if defined(SHMBOX_FAULT_INJECTION)
+  if (g_fault_armed) {
+    const std::size_t half = size / 2;
+    std::memcpy(dst, data, half);
+    SHMBOX_FAULT("producer.mid_payload");
+    std::memcpy(dst + half, static_cast<const std::byte*>(data) + half, size - half);
+    return;
+  }
+#endif
+  if (size != 0) std::memcpy(dst, data, size);
+}
+
+// A producer stuck behind slot seq `seen` of position q: repair after the
+// grace period, at most once per kRepairIntervalNs per handle.
+void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen,
+                           std::uint64_t& stuck_since) noexcept {
+  const std::uint64_t now = mono_ns();
+  if (stuck_since == 0) {
+    stuck_since = now;
+    return;
+  }
+  if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return;
+  p.next_repair_ns = now + kRepairIntervalNs;
+  repair_fifo_slot(*p.m, L, q, seen, p.rep, L.pol == policy::drop_oldest ? &p : nullptr, -1, stuck_since, now);
+}
+
+// Waits for the slot of position t to be freed. false: the deadline passed.
+bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, std::uint64_t deadline,
+                    unsigned& spins) noexcept {
+  const std::uint64_t now = mono_ns();
+  if (now >= deadline) return false;
+  if (spins < 64) {  // the holder is usually mid-copy: microseconds
+    ++spins;
+    cpu_relax();
+    return true;
+  }
+  lane_header* h = L.hdr;
+  const std::uint32_t sp = h->space_seq.load(std::memory_order_acquire);
+  h->space_wanted.store(1, std::memory_order_relaxed);
+  // SYNC POINT A: StoreLoad between space_wanted = 1 and the re-check of the
+  // slot; pairs with SYNC POINT B in wake_space_waiters().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (L.slot_for(t)->seq.load(std::memory_order_relaxed) != seen ||
+      (h->tail.load(std::memory_order_relaxed) >> 1) != t)
+    return true;
+  // Sleep in slices so that a dead holder is noticed and repaired.
+  futex_wait(&h->space_seq, sp, std::min(deadline, now + 10'000'000));
+  return true;
+}
+
+post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
+                      std::size_t size, std::uint64_t deadline) noexcept {
+  lane_header* h = L.hdr;
+  const std::uint64_t cap = L.capacity;
+  bool evicted = false;
+  std::uint64_t stuck_since = 0;
+  unsigned spins = 0;
+  auto give_up = [&](a64& counter, post_status st) {
+    p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim
+    bump(counter);
+    return st;
+  };
+  for (;;) {
+    // relaxed: the slot's sequence word (acquire, below) decides; a stale tail
+    // only makes the CAS fail.
+    const std::uint64_t w = h->tail.load(std::memory_order_relaxed);
+    const std::uint64_t t = w >> 1;
+    slot_header* s = L.slot_for(t);
+    // acquire: pairs with the release that freed the slot (T6, E4, R1), so the
+    // previous holder's reads of the payload happen before our writes.
+    const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+    const std::int64_t d = pos_diff(seq_pos(seen), t);
+    const slot_state st = seq_state(seen);
+
+    if (d == 0 && st == slot_state::empty) {  // P2
+      const std::uint64_t stored = c->stored.load(std::memory_order_relaxed);
+      p.pe->op_before_a.store(stored, std::memory_order_relaxed);
+      // relaxed: published by the seq_cst CAS on the tail; R1 loads the tail first.
+      p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);
+      std::uint64_t expected = w;
+      if (!h->tail.compare_exchange_weak(expected, (t + 1) << 1, std::memory_order_seq_cst,
+                                         std::memory_order_relaxed))  // P3
+        continue;
+      c->stored.store(stored + 1, std::memory_order_relaxed);  // P4
+      SHMBOX_FAULT("producer.after_claim");
+      write_payload(s, data, size);
+      s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
+      s->writer.store(p.entry, std::memory_order_relaxed);
+      SHMBOX_FAULT("producer.before_publish");
+      // P5 release: publishes payload and length; pairs with the acquire in T1.
+      s->seq.store(make_seq(t, slot_state::full, p.rep.actor), std::memory_order_release);
+      if (w & 1) wake_owner(*p.m);  // P6
+      return evicted ? post_status::stored_evicted : post_status::stored;
+    }
+    if (d == -static_cast<std::int64_t>(cap)) {
+      // The slot still holds position t - cap: the lane is full at t.
+      if (st == slot_state::full) {
+        switch (L.pol) {
+          case policy::reject: return give_up(c->rejected, post_status::full);
+          case policy::drop_newest: return give_up(c->dropped_new, post_status::dropped);
+          case policy::drop_oldest:
+            if (evict_fifo(p, L, t - cap, seen)) evicted = true;
+            continue;
+          case policy::block:
+          case policy::lifo:
+            if (!wait_for_space(L, t, seen, deadline, spins)) return give_up(c->timeouts, post_status::timeout);
+            continue;
+        }
+      }
+      if (st == slot_state::taken || st == slot_state::empty) {
+        // Busy: being read, evicted, repaired or still written.
+        producer_maybe_repair(p, L, t - cap, seen, stuck_since);
+        if (L.pol == policy::reject) return give_up(c->rejected, post_status::full);
+        if (L.pol == policy::drop_newest) return give_up(c->dropped_new, post_status::dropped);
+        if (!wait_for_space(L, t, seen, deadline, spins)) return give_up(c->timeouts, post_status::timeout);
+        continue;
+      }
+    } else if (d > 0 || (d == 0 && st != slot_state::empty)) {
+      // Our tail is stale: others claimed t (and maybe more) meanwhile.
+      if (h->tail.load(std::memory_order_relaxed) != w) continue;
+    } else if (h->tail.load(std::memory_order_relaxed) != w) {
+      continue;
+    }
+    // The slot holds neither t nor t - cap while the tail stays at t: the lane
+    // is corrupt (someone wrote over the tail or the slot).
+    p.pe->op.store(0, std::memory_order_relaxed);
+    p.last_error = fail(errc::corrupt, "box '" + p.m->name + "': lane " + std::to_string(L.index) + " slot " +
+                                           std::to_string(L.slot_index(t)) + " holds position " +
+                                           std::to_string(seq_pos(seen)) + " but the tail is at " + std::to_string(t) +
+                                           " (corrupt segment; run 'shmbox stat " + p.m->name + "')");
+    return post_status::error;
+  }
+}
+
+// L1-L2: write and publish a lifo slot we hold WRITING, then wake a sleeping owner.
+void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint64_t stamp, const void* data,
+                  std::size_t size) noexcept {
+  SHMBOX_FAULT("producer.lifo_mid_write");
+  write_payload(s, data, size);
+  s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by the exchange
+  s->writer.store(p.entry, std::memory_order_relaxed);
+  // SYNC POINT C: the publishing exchange (seq_cst), then the load of the
+  // sleeping bit (seq_cst); pairs with SYNC POINT D in owner_arm_sleep.
+  s->seq.exchange(make_seq(stamp, slot_state::full, p.rep.actor), std::memory_order_seq_cst);
+  if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) {
+    L.hdr->lifo_stamp.fetch_and(~1ull, std::memory_order_relaxed);  // relaxed: only clears the bit
+    wake_owner(*p.m);
+  }
+}
+
+void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64_t& stuck_since) noexcept {
+  const std::uint64_t now = mono_ns();
+  if (stuck_since == 0) {
+    stuck_since = now;
+    return;
+  }
+  if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return;
+  p.next_repair_ns = now + kRepairIntervalNs;
+  for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    const slot_state st = seq_state(seen);
+    if (st != slot_state::writing && st != slot_state::taken) continue;
+    const std::uint32_t actor = seq_actor(seen);
+    if (is_owner_actor(actor)) continue;  // a gone owner's slots are the next owner's (R4)
+    const holder h = actor_state(*p.m, actor);
+    if (h == holder::dead) complete_dead_producer(*p.m, L, 0, i, seen, actor, p.rep);
+    else if (h == holder::invalid) abandon_lifo(L, i, seen, p.rep);
+  }
+}
+
+post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
+                      std::size_t size, std::uint64_t deadline) noexcept {
+  lane_header* h = L.hdr;
+  const std::uint32_t cap = L.capacity;
+  // relaxed: a unique number is all we need; the slot CAS orders the rest.
+  const std::uint64_t stamp = (h->lifo_stamp.fetch_add(2, std::memory_order_relaxed) >> 1) & kPosMask;
+  std::uint64_t stuck_since = 0;
+  unsigned rounds = 0;
+  for (;;) {
+    // L1: a free slot, starting after the one we used last.
+    for (std::uint32_t k = 0; k < cap; ++k) {
+      const std::uint32_t i = (p.lifo_hint + k) % cap;
+      slot_header* s = L.slot_at_index(i);
+      // acquire: pairs with the release that freed it (its reads happen before our writes)
+      std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+      if (seq_state(seen) != slot_state::free) continue;
+      const std::uint64_t stored = c->stored.load(std::memory_order_relaxed);
+      p.pe->op_before_a.store(stored, std::memory_order_relaxed);
+      p.pe->op.store(make_op(op_kind::lifo_push, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
+      if (!s->seq.compare_exchange_strong(seen, make_seq(stamp, slot_state::writing, p.rep.actor),
+                                          std::memory_order_seq_cst, std::memory_order_relaxed))
+        continue;
+      c->stored.store(stored + 1, std::memory_order_relaxed);
+      p.lifo_hint = (i + 1) % cap;
+      lifo_publish(p, L, s, stamp, data, size);
+      return post_status::stored;
+    }
+    // L2: full: replace the newest message (largest stamp).
+    std::int64_t best_d = 0;
+    std::uint32_t best = cap;
+    std::uint64_t best_seq = 0;
+    bool busy = false;
+    for (std::uint32_t i = 0; i < cap; ++i) {
+      const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      const slot_state st = seq_state(seen);
+      if (st == slot_state::full) {
+        const std::int64_t d = pos_diff(seq_pos(seen), stamp);
+        if (best == cap || d > best_d) {
+          best = i;
+          best_d = d;
+          best_seq = seen;
+        }
+      } else if (st == slot_state::writing || st == slot_state::taken || st == slot_state::free) {
+        busy = true;
+      }
+    }
+    if (best != cap) {
+      slot_header* s = L.slot_at_index(best);
+      const std::uint64_t stored = c->stored.load(std::memory_order_relaxed);
+      const std::uint64_t replaced = c->replaced.load(std::memory_order_relaxed);
+      p.pe->op_before_a.store(stored, std::memory_order_relaxed);
+      p.pe->op_before_b.store(replaced, std::memory_order_relaxed);
+      p.pe->op.store(make_op(op_kind::lifo_replace, L.index, best), std::memory_order_relaxed);
+      std::uint64_t expected = best_seq;
+      if (!s->seq.compare_exchange_strong(expected, make_seq(stamp, slot_state::writing, p.rep.actor),
+                                          std::memory_order_seq_cst, std::memory_order_relaxed))
+        continue;  // the owner took it or another replacer won: look again
+      c->stored.store(stored + 1, std::memory_order_relaxed);
+      c->replaced.store(replaced + 1, std::memory_order_relaxed);
+      lifo_publish(p, L, s, stamp, data, size);
+      return post_status::stored_evicted;
+    }
+    p.pe->op.store(0, std::memory_order_relaxed);
+    if (!busy) {
+      p.last_error = fail(errc::corrupt, "box '" + p.m->name + "': lane " + std::to_string(L.index) +
+                                             " has no slot in a valid lifo state (corrupt segment)");
+      return post_status::error;
+    }
+    // L3: every slot is being written or read right now.
+    producer_maybe_repair_lifo(p, L, stuck_since);
+    if (mono_ns() >= deadline) {
+      bump(c->timeouts);
+      return post_status::timeout;
+    }
+    if (++rounds < 16) cpu_relax();
+    else sleep_ns(rounds < 64 ? 0 : 50'000);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Owner side
+// ---------------------------------------------------------------------------
+
+void wake_space_waiters(const lane_view& L) noexcept {
+  lane_header* h = L.hdr;
+  // SYNC POINT B: StoreLoad between our frees (T6 / L3) and reading
+  // space_wanted; pairs with SYNC POINT A in wait_for_space().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->space_wanted.load(std::memory_order_relaxed) == 0) return;
+  h->space_wanted.store(0, std::memory_order_relaxed);
+  h->space_seq.fetch_add(1, std::memory_order_release);  // release: our frees happen before the waiter's retry
+  futex_wake(&h->space_seq);
+  h->space_wake_calls.fetch_add(1, std::memory_order_relaxed);  // relaxed: diagnostic counter
+}
+
+std::string corrupt_slot(const owner_ctx& o, const lane_view& L, std::uint64_t idx, const std::string& what) {
+  return "box '" + o.m->name + "': lane " + std::to_string(L.index) + " slot " + std::to_string(idx) + " " + what +
+         " (corrupt segment; the message there is counted as abandoned)";
+}
+
+// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
+bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept {
+  const std::uint32_t l = L.index;
+  const std::uint64_t now = mono_ns();
+  if (o.stuck_pos[l] != p || o.stuck_since_ns[l] == 0) {
+    o.stuck_pos[l] = p;
+    o.stuck_since_ns[l] = now;
+    o.next_check_ns[l] = now + kRepairGraceNs;
+    return false;
+  }
+  if (now < o.next_check_ns[l]) return false;
+  o.next_check_ns[l] = now + kRepairIntervalNs;
+  return repair_fifo_slot(*o.m, L, p, seen, o.rep, nullptr, -1, o.stuck_since_ns[l], now);
+}
+
+take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept {
+  mapped_box& m = *o.m;
+  lane_header* h = L.hdr;
+  owner_record* rec = m.owner();
+  owner_lane_counters* oc = m.owner_counters(L.index);
+  const std::uint64_t cap = L.capacity;
+  const bool contended = L.pol == policy::drop_oldest;  // evictors race for FULL slots
+  take_result res;
+  std::uint64_t p = o.head[L.index];
+  const std::uint64_t first = p;
+  const std::uint64_t delivered_before = oc->delivered.load(std::memory_order_relaxed);
+  std::size_t n = 0, redelivered = 0;
+  bool op_written = false;
+  // Positions taken in this batch: they are contiguous except for skipped ones,
+  // so remember them (the batch is bounded by sink.max).
+  thread_local std::vector<std::uint64_t> taken;
+  taken.clear();
+
+  while (n < sink.max) {
+    slot_header* s = L.slot_for(p);
+    std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
+    const std::int64_t d = pos_diff(seq_pos(seen), p);
+    if (d > 0) {
+      // p's fate was decided by someone else (evicted, repaired) and the slot
+      // reused. Every position below tail - cap is finished: jump there.
+      const std::uint64_t t = h->tail.load(std::memory_order_acquire) >> 1;
+      p = t > p + cap ? t - cap : p + 1;
+      continue;
+    }
+    if (d < 0) {
+      // The slot lags behind our cursor: the segment was written over.
+      res.corrupt = true;
+      o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "is behind the owner's cursor"));
+      if (n > 0) break;
+      ++p;  // skip it: a scribbled slot can lose a message, never hang the owner
+      continue;
+    }
+    const slot_state st = seq_state(seen);
+    const std::uint32_t actor = seq_actor(seen);
+    const bool redeliver = st == slot_state::taken && actor == o.rep.actor;
+    if (st == slot_state::full || redeliver) {
+      const std::uint32_t len = s->length.load(std::memory_order_relaxed);  // stable while FULL (see T4)
+      if (len > L.payload) {
+        if (n > 0) break;  // finish this batch first; the next call repairs it
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "has length " + std::to_string(len) +
+                                                                                 " > slot size " + std::to_string(L.payload)));
+        abandon_fifo(L, p, seen, o.rep);
+        continue;
+      }
+      if (!op_written) {  // T2
+        rec->op_before.store(delivered_before, std::memory_order_relaxed);
+        // relaxed: published by the release/seq_cst of the take below
+        rec->op.store(make_op(op_kind::recv, L.index, p), std::memory_order_relaxed);
+        op_written = true;
+      }
+      if (!redeliver) {  // T3
+        const std::uint64_t mine = make_seq(p, slot_state::taken, o.rep.actor);
+        if (contended) {
+          if (!s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
+            continue;  // an evictor won it: look again
+        } else {
+          s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
+        }
+      }
+      message& msg = sink.out->emplace_back();  // T4
+      msg.data.assign(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
+      msg.redelivered = redeliver;
+      msg.lane = L.index;
+      taken.push_back(p);
+      ++n;
+      redelivered += redeliver ? 1 : 0;
+      ++p;
+      continue;
+    }
+    if (st == slot_state::taken) {
+      // Held by an evictor or a repairer, which decides p's fate (and a dead
+      // one is repaired by whoever needs the slot): skip p.
+      ++p;
+      continue;
+    }
+    if (st == slot_state::empty) {
+      const std::uint64_t t = h->tail.load(std::memory_order_seq_cst) >> 1;
+      if (t <= p) break;  // nothing more in the lane
+      res.busy = true;    // claimed, not yet published
+      if (n > 0) break;
+      if (owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
+      break;
+    }
+    // writing/free do not exist in FIFO lanes.
+    res.corrupt = true;
+    o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "is in a lifo state"));
+    if (n > 0) break;
+    abandon_fifo(L, p, seen, o.rep);
+  }
+
+  if (n > 0) {
+    SHMBOX_FAULT("owner.after_take");
+    if (redelivered > 0) bump(oc->redelivered, redelivered);
+    // T5: THE COMMIT. relaxed: the frees below are release stores after it.
+    oc->delivered.store(delivered_before + n, std::memory_order_relaxed);
+    SHMBOX_FAULT("owner.after_commit");
+    for (const std::uint64_t q : taken)  // T6 release: pairs with P1's acquire
+      L.slot_for(q)->seq.store(make_seq(q + cap, slot_state::empty, kActorNone), std::memory_order_release);
+  }
+  if (p != first) {
+    h->head.store(p, std::memory_order_release);  // T7 release: read by inspectors and the next owner
+    o.stuck_since_ns[L.index] = 0;
+  }
+  if (op_written) rec->op.store(0, std::memory_order_release);
+  o.head[L.index] = p;
+  if (n > 0 && (L.pol == policy::block || L.pol == policy::drop_oldest)) wake_space_waiters(L);
+  res.taken = n;
+  return res;
+}
+
+// L3 for one slot. redeliver: the slot is already TAKEN by us (R4).
+bool lifo_pop_one(owner_ctx& o, const lane_view& L, std::uint32_t i, std::uint64_t seen, bool redeliver,
+                  take_sink& sink, take_result& res) noexcept {
+  owner_record* rec = o.m->owner();
+  owner_lane_counters* oc = o.m->owner_counters(L.index);
+  slot_header* s = L.slot_at_index(i);
+  // Read before the take: if the CAS below succeeds, no replacer touched the
+  // slot in between (a replace changes the stamp), so this length is its own.
+  const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+  if (len > L.payload) {
+    res.corrupt = true;
+    o.last_error = fail(errc::corrupt, corrupt_slot(o, L, i, "has length " + std::to_string(len) + " > slot size " +
+                                                                 std::to_string(L.payload)));
+    abandon_lifo(L, i, seen, o.rep);
+    return true;
+  }
+  const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);
+  rec->op_before.store(before, std::memory_order_relaxed);
+  rec->op.store(make_op(op_kind::lifo_pop, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
+  if (!redeliver) {
+    std::uint64_t expected = seen;
+    if (!s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
+                                        std::memory_order_seq_cst, std::memory_order_relaxed)) {
+      rec->op.store(0, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  message& msg = sink.out->emplace_back();
+  msg.data.assign(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
+  msg.redelivered = redeliver;
+  msg.lane = L.index;
+  SHMBOX_FAULT("owner.after_take");
+  if (redeliver) bump(oc->redelivered);
+  oc->delivered.store(before + 1, std::memory_order_relaxed);  // the commit
+  SHMBOX_FAULT("owner.after_commit");
+  s->seq.store(make_seq(seq_pos(seen), slot_state::free, kActorNone), std::memory_order_release);
+  rec->op.store(0, std::memory_order_release);
+  ++res.taken;
+  return true;
+}
+
+take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept {
+  take_result res;
+  auto& again = o.lifo_redeliver[L.index];
+  while (res.taken < sink.max && !again.empty()) {
+    const std::uint32_t i = again.back();
+    again.pop_back();
+    const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    if (seq_state(seen) == slot_state::taken && seq_actor(seen) == o.rep.actor)
+      lifo_pop_one(o, L, i, seen, true, sink, res);
+  }
+  // Newest first: a snapshot of the FULL slots by stamp. A slot that changed
+  // since the snapshot (replaced) makes us take a new one.
+  thread_local std::vector<std::pair<std::int64_t, std::uint32_t>> order;
+  thread_local std::vector<std::uint64_t> seqs;
+  while (res.taken < sink.max) {
+    order.clear();
+    seqs.assign(L.capacity, 0);
+    const std::uint64_t ref = (L.hdr->lifo_stamp.load(std::memory_order_acquire) >> 1) & kPosMask;
+    std::uint64_t oldest_writing = 0;
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      seqs[i] = seen;
+      const slot_state st = seq_state(seen);
+      if (st == slot_state::full) order.emplace_back(pos_diff(seq_pos(seen), ref), i);
+      else if (st == slot_state::writing) {
+        res.busy = true;
+        oldest_writing = seen;
+      } else if (st == slot_state::empty) {
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, corrupt_slot(o, L, i, "is in a FIFO state"));
+        abandon_lifo(L, i, seen, o.rep);
+      }
+    }
+    if (order.empty()) {
+      if (res.busy && res.taken == 0) {
+        // Something is being written: after the grace period, repair dead writers.
+        const std::uint32_t l = L.index;
+        const std::uint64_t now = mono_ns();
+        if (o.stuck_pos[l] != oldest_writing || o.stuck_since_ns[l] == 0) {
+          o.stuck_pos[l] = oldest_writing;
+          o.stuck_since_ns[l] = now;
+          o.next_check_ns[l] = now + kRepairGraceNs;
+        } else if (now >= o.next_check_ns[l]) {
+          o.next_check_ns[l] = now + kRepairIntervalNs;
+          bool repaired = false;
+          for (std::uint32_t i = 0; i < L.capacity; ++i) {
+            const slot_state st = seq_state(seqs[i]);
+            if (st != slot_state::writing && st != slot_state::taken) continue;
+            const std::uint32_t actor = seq_actor(seqs[i]);
+            if (is_owner_actor(actor)) continue;
+            const holder h = actor_state(*o.m, actor);
+            if (h == holder::dead) repaired |= complete_dead_producer(*o.m, L, 0, i, seqs[i], actor, o.rep);
+            else if (h == holder::invalid) repaired |= abandon_lifo(L, i, seqs[i], o.rep);
+          }
+          if (repaired) continue;
+        }
+      }
+      break;
+    }
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    bool changed = false;
+    for (const auto& [d, i] : order) {
+      if (res.taken >= sink.max) break;
+      if (!lifo_pop_one(o, L, i, seqs[i], false, sink, res)) {
+        changed = true;
+        break;
+      }
+    }
+    if (!changed) break;  // the batch is the snapshot; newer pushes wait for the next call
+  }
+  if (res.taken > 0) {
+    o.stuck_since_ns[L.index] = 0;
+    wake_space_waiters(L);
+  }
+  return res;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public (library-internal) entry points
+// ---------------------------------------------------------------------------
+
+post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
+                         std::uint64_t deadline_ns) noexcept {
+  const lane_view& L = p.m->lanes[lane];
+  producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
+  if (size > L.payload) {
+    bump(c->too_large);
+    return post_status::too_large;
+  }
+  return L.is_lifo() ? lifo_post(p, L, c, data, size, deadline_ns) : fifo_post(p, L, c, data, size, deadline_ns);
+}
+
+namespace {
+void fill_repairer(mapped_box& m, std::uint32_t actor, a64* op, a64* op_before, bool owner, std::uint32_t entry,
+                   repairer& r) noexcept {
+  r.actor = actor;
+  r.op = op;
+  r.op_before = op_before;
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+    r.abandoned[l] = owner ? &m.owner_counters(l)->abandoned : &m.producer_counters(entry, l)->abandoned;
+}
+
+// Finishes the pending op of a dead process whose entry we just took over.
+void finish_dead_entry(producer_ctx& p) noexcept {
+  mapped_box& m = *p.m;
+  const std::uint64_t op = p.pe->op.load(std::memory_order_acquire);
+  const std::uint32_t lane = op_lane(op);
+  if (op_kind_of(op) == op_kind::none || lane >= m.lane_count()) {
+    p.pe->op.store(0, std::memory_order_relaxed);
+    return;
+  }
+  const lane_view& L = m.lanes[lane];
+  if (L.is_lifo()) {
+    const std::uint64_t i = op_target(op);
+    if (i < L.capacity) {
+      const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      const slot_state st = seq_state(seen);
+      if ((st == slot_state::writing || st == slot_state::taken) && seq_actor(seen) == p.rep.actor)
+        complete_dead_producer(m, L, 0, static_cast<std::uint32_t>(i), seen, p.rep.actor, p.rep);
+    }
+  } else {
+    const std::uint64_t t = L.hdr->tail.load(std::memory_order_seq_cst) >> 1;
+    const std::uint64_t q = unfold_target(op_target(op), t);
+    const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
+    if (pos_diff(seq_pos(seen), q) == 0) {
+      const slot_state st = seq_state(seen);
+      if (op_kind_of(op) == op_kind::claim && st == slot_state::empty && t > q) {
+        // The dead holder may have claimed q and never published it; if no
+        // other live producer claims q, abandon it (R1, excluding this entry).
+        if (claimants_of(m, lane, q, p.entry) != claim_verdict::live) abandon_fifo(L, q, seen, p.rep);
+      } else if (st == slot_state::taken && seq_actor(seen) == p.rep.actor) {
+        complete_dead_producer(m, L, q, 0, seen, p.rep.actor, p.rep);
+      }
+    }
+  }
+  p.pe->op.store(0, std::memory_order_relaxed);
+}
+}  // namespace
+
+bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
+  const std::uint64_t me = self_key();
+  if (me == 0) return false;
+  // Free entries first (no system calls), then entries of dead processes.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
+      producer_entry* pe = m.producer(i);
+      std::uint64_t k = pe->key.load(std::memory_order_acquire);
+      if (pass == 0 ? k != 0 : (k == 0 || process_alive(k))) continue;
+      // acq_rel: acquire the dead holder's op and counters; release our key
+      if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+      out.m = &m;
+      out.entry = i;
+      out.pe = pe;
+      fill_repairer(m, i + 1, &pe->op, &pe->op_before_a, false, i, out.rep);
+      if (pass == 1) finish_dead_entry(out);
+      pe->op.store(0, std::memory_order_relaxed);
+      pe->attached_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+void release_producer_entry(producer_ctx& p) noexcept {
+  if (p.pe == nullptr) return;
+  p.pe->op.store(0, std::memory_order_relaxed);
+  std::uint64_t me = self_key();
+  // release: our last slot writes and counters happen before the entry is free
+  p.pe->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed);
+  p.pe = nullptr;
+}
+
+take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  return L.is_lifo() ? lifo_take(o, L, sink) : fifo_take(o, L, sink);
+}
+
+void owner_recover(owner_ctx& o) noexcept {
+  mapped_box& m = *o.m;
+  owner_record* rec = m.owner();
+  fill_repairer(m, owner_actor(o.epoch), &rec->op, &rec->op_before, true, 0, o.rep);
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    const lane_view& L = m.lanes[l];
+    o.lifo_redeliver[l].clear();
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      slot_header* s = L.slot_at_index(i);
+      std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+      const std::uint32_t actor = seq_actor(seen);
+      if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;
+      const std::uint64_t target = L.is_lifo() ? i : (seq_pos(seen) & kTargetMask);
+      const int verdict = dead_owner_op(m, L, target);
+      if (verdict == 1) finish_dead_owner_repair(m, L);
+      if (verdict == 1 || verdict == 2) {
+        s->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release, std::memory_order_relaxed);
+        continue;
+      }
+      // R4: uncommitted: ours now, to be delivered again.
+      if (s->seq.compare_exchange_strong(seen, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
+                                         std::memory_order_acq_rel, std::memory_order_relaxed) &&
+          L.is_lifo())
+        o.lifo_redeliver[l].push_back(i);
+    }
+    if (!L.is_lifo()) {
+      // Start at the last owner's head, clamped into [tail - cap, tail].
+      const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+      std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
+      if (h > t) h = t;
+      if (t - h > L.capacity) h = t - L.capacity;
+      o.head[l] = h;
+    }
+    o.stuck_since_ns[l] = 0;
+  }
+  rec->op.store(0, std::memory_order_release);
+}
+
+bool owner_arm_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  lane_header* h = L.hdr;
+  if (!L.is_lifo()) {
+    std::uint64_t w = h->tail.load(std::memory_order_seq_cst);
+    if ((w >> 1) != o.head[lane]) return false;  // something is claimed
+    if (w & 1) return true;
+    // seq_cst: the producer whose claim CAS follows ours sees the bit (P6).
+    return h->tail.compare_exchange_strong(w, w | 1, std::memory_order_seq_cst, std::memory_order_relaxed);
+  }
+  if (!o.lifo_redeliver[lane].empty()) return false;
+  std::uint64_t w = h->lifo_stamp.load(std::memory_order_seq_cst);
+  if (!(w & 1) && !h->lifo_stamp.compare_exchange_strong(w, w | 1, std::memory_order_seq_cst, std::memory_order_relaxed))
+    return false;
+  // SYNC POINT D: the bit is set (seq_cst RMW); now every slot is read
+  // seq_cst. Pairs with SYNC POINT C: a push either shows up here or sees the bit.
+  for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    const slot_state st = seq_state(L.slot_at_index(i)->seq.load(std::memory_order_seq_cst));
+    if (st == slot_state::full || st == slot_state::writing) return false;
+  }
+  return true;
+}
+
+void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  a64& word = L.is_lifo() ? L.hdr->lifo_stamp : L.hdr->tail;
+  std::uint64_t w = word.load(std::memory_order_relaxed);
+  while ((w & 1) && !word.compare_exchange_weak(w, w & ~1ull, std::memory_order_relaxed)) {
+  }
+}
+
+std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept {
+  const lane_view& L = m.lanes[lane];
+  std::uint64_t n = 0;
+  if (L.is_lifo()) {
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      const slot_state st = seq_state(s);
+      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+        ++n;
+    }
+    return n;
+  }
+  const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+  std::uint64_t lo = L.hdr->head.load(std::memory_order_acquire);
+  if (lo > t) lo = t;
+  if (t - lo > L.capacity) lo = t - L.capacity;
+  for (std::uint64_t q = lo; q < t; ++q) {
+    const std::uint64_t s = L.slot_for(q)->seq.load(std::memory_order_acquire);
+    if (pos_diff(seq_pos(s), q) != 0) continue;  // finished and reused
+    const slot_state st = seq_state(s);
+    // stored and not finished: published, being written, or taken by an owner
+    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+      ++n;
+  }
+  return n;
+}
+
+}  // namespace shmbox::detail

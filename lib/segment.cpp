@@ -1,0 +1,299 @@
+// lib/segment.cpp - creating, opening and validating box segments.
+//
+// Creation is race-free and never exposes a half-made box: the segment is
+// created with O_EXCL, its mode set with fchmod (no umask race), its pages
+// reserved with posix_fallocate (a full /dev/shm is an error now, never a
+// SIGBUS later), initialised, and only then is `ready` stored with release.
+// Openers check magic, layout version, `ready`, and recompute the geometry
+// from the header's parameters before they trust a single offset.
+#include "segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "errors.hpp"
+#include "process.hpp"
+
+namespace shmbox::detail {
+namespace {
+
+constexpr std::uint64_t kOpenWaitNs = 1'000'000'000;  // how long an opener waits for a box being created
+
+std::string quote(std::string_view name) { return "box '" + std::string(name) + "'"; }
+
+std::string human_bytes(std::uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / (1ull << 10));
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+struct fd_guard {
+  int fd = -1;
+  ~fd_guard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// `policies`: the validated policy of each lane (never re-read from shared memory).
+void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    lane_view& v = m.lanes[l];
+    v.hdr = reinterpret_cast<lane_header*>(m.base + m.geo.lanes_offset) + l;
+    v.slots = m.base + m.geo.slots_offset[l];
+    v.index = l;
+    v.capacity = m.geo.params.lane_capacity[l];
+    v.pow2 = (v.capacity & (v.capacity - 1)) == 0;
+    v.mask = v.capacity - 1;
+    v.stride = m.geo.slot_stride;
+    v.payload = m.geo.params.slot_payload;
+    v.pol = static_cast<policy>(policies[l]);
+  }
+}
+
+}  // namespace
+
+mapped_box::~mapped_box() {
+  if (base != nullptr) ::munmap(base, mapped_bytes);
+}
+
+std::string shm_path(std::string_view name) { return "/shmbox." + std::string(name); }
+
+result<void> validate_box_name(std::string_view name) {
+  auto bad = [&](const std::string& why) {
+    return fail(errc::invalid_name, "invalid box name '" + std::string(name) + "': " + why +
+                                        " (use 1 to 128 characters of A-Z a-z 0-9 . _ -, not starting with '.')");
+  };
+  if (name.empty()) return bad("it is empty");
+  if (name.size() > kMaxNameLength) return bad("it is " + std::to_string(name.size()) + " characters long");
+  if (name.front() == '.') return bad("it starts with '.'");
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "character 0x%02x", static_cast<unsigned char>(c));
+      return bad(std::string("it contains ") + (c == '/' ? "'/'" : buf));
+    }
+  }
+  return {};
+}
+
+result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& o) {
+  if (auto r = validate_box_name(name); !r) return r.error();
+  const std::string who = quote(name);
+  if (o.capacity < 1 || o.capacity > kMaxCapacity)
+    return fail(errc::invalid_argument, who + ": capacity " + std::to_string(o.capacity) + " is outside 1.." +
+                                            std::to_string(kMaxCapacity));
+  if (o.slot_size < 1 || o.slot_size > kMaxSlotSize)
+    return fail(errc::invalid_argument, who + ": slot size " + std::to_string(o.slot_size) + " is outside 1.." +
+                                            std::to_string(kMaxSlotSize) + " bytes");
+  if (o.max_producers < 1 || o.max_producers > kMaxProducers)
+    return fail(errc::invalid_argument, who + ": max producers " + std::to_string(o.max_producers) +
+                                            " is outside 1.." + std::to_string(kMaxProducers));
+  if (static_cast<std::uint8_t>(o.overflow) > static_cast<std::uint8_t>(policy::block))
+    return fail(errc::invalid_argument, who + ": unknown overflow policy");
+  if ((o.mode & ~0777u) != 0 || (o.mode & 0600u) != 0600u) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%04o", o.mode);
+    return fail(errc::invalid_argument, who + ": mode " + buf +
+                                            " must be permission bits only (at most 0777) and include 0600 for the creator");
+  }
+  if (o.block_timeout.count() < 0 || o.block_timeout.count() > 86'400'000)
+    return fail(errc::invalid_argument, who + ": block timeout must be 0 ms to 1 day");
+
+  geometry_params p;
+  p.lane_count = 1;
+  p.lane_capacity[0] = o.capacity;
+  p.slot_payload = o.slot_size;
+  p.max_producers = o.max_producers;
+  geometry g;
+  if (!compute_geometry(p, g))
+    return fail(errc::too_large, who + ": " + std::to_string(o.capacity) + " slots of " + std::to_string(o.slot_size) +
+                                     " bytes exceed the segment limit of " + human_bytes(kMaxSegmentBytes));
+
+  const std::string path = shm_path(name);
+  fd_guard fd;
+  fd.fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd.fd < 0) {
+    if (errno == EEXIST) return fail(errc::exists, who + " already exists (/dev/shm" + path + "): pick another name or remove it with 'shmbox rm " + std::string(name) + "'");
+    return fail_errno(errno, who + ": cannot create /dev/shm" + path);
+  }
+  auto unlink_and = [&](std::error_code ec) {
+    ::shm_unlink(path.c_str());
+    return ec;
+  };
+  if (::fchmod(fd.fd, o.mode) != 0) return unlink_and(fail_errno(errno, who + ": fchmod"));
+  // posix_fallocate returns the error instead of setting errno.
+  if (const int rc = ::posix_fallocate(fd.fd, 0, static_cast<off_t>(g.total_bytes)); rc != 0) {
+    std::string sentence = who + " needs " + human_bytes(g.total_bytes) + " of shared memory";
+    struct statvfs vfs {};
+    if (::statvfs("/dev/shm", &vfs) == 0)
+      sentence += "; /dev/shm has " + human_bytes(std::uint64_t{vfs.f_bavail} * vfs.f_frsize) + " free";
+    if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
+      return unlink_and(fail(errc::no_space, sentence + ": free space in /dev/shm or lower --capacity/--slot-size"));
+    return unlink_and(fail_errno(rc, sentence));
+  }
+  void* addr = ::mmap(nullptr, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  if (addr == MAP_FAILED) return unlink_and(fail_errno(errno, who + ": mmap"));
+
+  auto m = std::make_shared<mapped_box>();
+  m->name = std::string(name);
+  m->base = static_cast<std::byte*>(addr);
+  m->mapped_bytes = g.total_bytes;
+  m->geo = g;
+  m->default_policy = o.overflow;
+  m->block_timeout_ms = static_cast<std::uint32_t>(o.block_timeout.count());
+  m->mode = o.mode;
+  m->uid = static_cast<std::uint32_t>(::geteuid());
+
+  // The pages are fresh from fallocate and read as zero: every counter, key
+  // and op word starts at 0 (none). Only non-zero initial values are written.
+  segment_header* h = m->header();
+  h->magic = kMagic;
+  h->layout_version = kLayoutVersion;
+  h->total_bytes = g.total_bytes;
+  h->creator_key = self_key();
+  h->created_unix_ns = unix_ns();
+  h->lane_count = p.lane_count;
+  h->max_producers = p.max_producers;
+  h->slot_payload = p.slot_payload;
+  h->slot_stride = g.slot_stride;
+  h->default_policy = static_cast<std::uint32_t>(o.overflow);
+  h->block_timeout_ms = m->block_timeout_ms;
+  h->owner_offset = g.owner_offset;
+  h->lanes_offset = g.lanes_offset;
+  h->producers_offset = g.producers_offset;
+  h->producer_stride = g.producer_stride;
+  for (std::uint32_t l = 0; l < kMaxLanes; ++l) h->lane_capacity[l] = p.lane_capacity[l];
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+    auto* lh = reinterpret_cast<lane_header*>(m->base + g.lanes_offset) + l;
+    lh->capacity = p.lane_capacity[l];
+    lh->policy = static_cast<std::uint32_t>(o.overflow);
+    lh->slots_offset = g.slots_offset[l];
+  }
+  std::uint32_t policies[kMaxLanes] = {};
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) policies[l] = static_cast<std::uint32_t>(o.overflow);
+  fill_lanes(*m, policies);
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+    const lane_view& v = m->lanes[l];
+    for (std::uint64_t i = 0; i < v.capacity; ++i) {
+      // FIFO: slot i starts empty for position i. lifo: every slot starts free.
+      const std::uint64_t seq = v.is_lifo() ? make_seq(0, slot_state::free, kActorNone) : make_seq(i, slot_state::empty, kActorNone);
+      v.slot_at_index(i)->seq.store(seq, std::memory_order_relaxed);  // relaxed: published by the release on `ready`
+    }
+  }
+  // release: publishes every store above; pairs with the acquire load of
+  // `ready` in open_segment.
+  h->ready.store(kReady, std::memory_order_release);
+  return m;
+}
+
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only) {
+  if (auto r = validate_box_name(name); !r) return r.error();
+  const std::string who = quote(name);
+  const std::string path = shm_path(name);
+  fd_guard fd;
+  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
+  if (fd.fd < 0) {
+    if (errno == ENOENT)
+      return fail(errc::not_found, who + " does not exist (no /dev/shm" + path + "): create it with 'shmbox create " + std::string(name) + "'");
+    if (errno == EACCES)
+      return fail(errc::permission_denied, who + ": permission denied on /dev/shm" + path +
+                                               ": it belongs to another user or its mode does not let you " +
+                                               (read_only ? "read it" : "write it"));
+    return fail_errno(errno, who + ": cannot open /dev/shm" + path);
+  }
+
+  // A creator sizes the segment right after creating it; wait briefly for that.
+  struct stat st {};
+  const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
+  for (;;) {
+    if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
+    if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
+    if (st.st_size >= static_cast<off_t>(kSegmentHeaderBytes) || mono_ns() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (st.st_size < static_cast<off_t>(kSegmentHeaderBytes))
+    return fail(st.st_size == 0 ? errc::incomplete : errc::truncated,
+                who + ": /dev/shm" + path + " is " + std::to_string(st.st_size) +
+                    " bytes, smaller than a shmbox header; it is not a usable box (remove it with 'shmbox rm " + std::string(name) + "')");
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxSegmentBytes + 4096)
+    return fail(errc::not_a_box, who + ": /dev/shm" + path + " is larger than any shmbox box");
+
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  if (addr == MAP_FAILED) return fail_errno(errno, who + ": mmap");
+  auto m = std::make_shared<mapped_box>();
+  m->name = std::string(name);
+  m->base = static_cast<std::byte*>(addr);
+  m->mapped_bytes = bytes;
+  m->read_only = read_only;
+  m->mode = st.st_mode & 07777;
+  m->uid = st.st_uid;
+
+  auto* live = m->header();
+  // Wait for `ready` (acquire: pairs with the creator's release), or give up.
+  while (live->ready.load(std::memory_order_acquire) != kReady) {
+    const std::uint64_t magic = live->magic;
+    if (magic != 0 && magic != kMagic) break;  // foreign: reported below
+    if (mono_ns() > give_up) {
+      const std::uint64_t creator = live->creator_key;
+      if (creator != 0 && !process_alive(creator))
+        return fail(errc::incomplete, who + ": its creator (pid " + std::to_string(key_pid(creator)) +
+                                          ") died before finishing it; remove it with 'shmbox rm " + std::string(name) + "'");
+      return fail(errc::incomplete, who + " is not ready: it is being created, or its creator died; retry, or remove it with 'shmbox rm " + std::string(name) + "'");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // One private copy of the header; nothing below reads geometry from shared memory again.
+  segment_header h;
+  std::memcpy(static_cast<void*>(&h), live, sizeof h);
+  if (h.magic != kMagic) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a shmbox segment (wrong magic number)");
+  if (h.layout_version != kLayoutVersion)
+    return fail(errc::version_mismatch, who + " has layout version " + std::to_string(h.layout_version) +
+                                            "; this shmbox reads version " + std::to_string(kLayoutVersion) +
+                                            ": use a matching shmbox or recreate the box");
+  geometry_params p;
+  p.lane_count = h.lane_count;
+  for (std::uint32_t l = 0; l < kMaxLanes; ++l) p.lane_capacity[l] = h.lane_capacity[l];
+  p.slot_payload = h.slot_payload;
+  p.max_producers = h.max_producers;
+  geometry g;
+  if (!compute_geometry(p, g)) return fail(errc::corrupt, who + ": header geometry is out of range (corrupt header)");
+  if (h.total_bytes != g.total_bytes || h.slot_stride != g.slot_stride || h.producer_stride != g.producer_stride ||
+      h.owner_offset != g.owner_offset || h.lanes_offset != g.lanes_offset || h.producers_offset != g.producers_offset)
+    return fail(errc::corrupt, who + ": header offsets disagree with its geometry (corrupt header)");
+  if (g.total_bytes > bytes)
+    return fail(errc::truncated, who + ": segment is " + std::to_string(bytes) + " bytes but its header says " +
+                                     std::to_string(g.total_bytes) + "; it was truncated: remove and recreate it");
+  if (h.default_policy > static_cast<std::uint32_t>(policy::block))
+    return fail(errc::corrupt, who + ": unknown policy " + std::to_string(h.default_policy) + " in header");
+  m->geo = g;
+  m->default_policy = static_cast<policy>(h.default_policy);
+  m->block_timeout_ms = h.block_timeout_ms;
+  std::uint32_t policies[kMaxLanes] = {};
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+    const auto* lh = reinterpret_cast<const lane_header*>(m->base + g.lanes_offset) + l;
+    const std::uint32_t cap = lh->capacity, pol = lh->policy;
+    const std::uint64_t so = lh->slots_offset;
+    if (cap != p.lane_capacity[l] || so != g.slots_offset[l] || pol > static_cast<std::uint32_t>(policy::block))
+      return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " description disagrees with the header (corrupt)");
+    policies[l] = pol;
+  }
+  fill_lanes(*m, policies);
+  return m;
+}
+
+}  // namespace shmbox::detail

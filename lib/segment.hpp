@@ -1,0 +1,81 @@
+// lib/segment.hpp - one mapped box segment, with its validated geometry.
+//
+// Everything here is computed once, at create or open, from values that were
+// checked against compute_geometry(). Later code never re-reads geometry from
+// shared memory (another process could have scribbled over it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "layout.hpp"
+#include "shmbox/box.hpp"
+#include "shmbox/error.hpp"
+
+namespace shmbox::detail {
+
+// One lane as this process sees it: pointers and constants from the geometry.
+struct lane_view {
+  lane_header* hdr = nullptr;
+  std::byte* slots = nullptr;
+  std::uint32_t index = 0;
+  std::uint32_t capacity = 0;
+  std::uint64_t mask = 0;  // capacity - 1 when capacity is a power of two
+  bool pow2 = false;
+  std::uint32_t stride = 0;
+  std::uint32_t payload = 0;
+  policy pol = policy::reject;
+
+  std::uint64_t slot_index(std::uint64_t pos) const noexcept { return pow2 ? (pos & mask) : (pos % capacity); }
+  slot_header* slot_at_index(std::uint64_t i) const noexcept {
+    return reinterpret_cast<slot_header*>(slots + i * stride);
+  }
+  slot_header* slot_for(std::uint64_t pos) const noexcept { return slot_at_index(slot_index(pos)); }
+  static std::byte* payload_of(slot_header* s) noexcept { return reinterpret_cast<std::byte*>(s) + sizeof(slot_header); }
+  bool is_lifo() const noexcept { return pol == policy::lifo; }
+};
+
+struct mapped_box {
+  std::string name;
+  std::byte* base = nullptr;
+  std::size_t mapped_bytes = 0;
+  bool read_only = false;
+  geometry geo;
+  policy default_policy = policy::reject;
+  std::uint32_t block_timeout_ms = 0;
+  std::uint32_t mode = 0;  // st_mode & 07777 at open
+  std::uint32_t uid = 0;
+  lane_view lanes[kMaxLanes];
+
+  mapped_box() = default;
+  mapped_box(const mapped_box&) = delete;
+  mapped_box& operator=(const mapped_box&) = delete;
+  ~mapped_box();
+
+  std::uint32_t lane_count() const noexcept { return geo.params.lane_count; }
+  std::uint32_t max_producers() const noexcept { return geo.params.max_producers; }
+  segment_header* header() const noexcept { return reinterpret_cast<segment_header*>(base); }
+  owner_record* owner() const noexcept { return reinterpret_cast<owner_record*>(base + geo.owner_offset); }
+  owner_lane_counters* owner_counters(std::uint32_t lane) const noexcept {
+    return reinterpret_cast<owner_lane_counters*>(base + geo.owner_offset + sizeof(owner_record)) + lane;
+  }
+  producer_entry* producer(std::uint32_t i) const noexcept {
+    return reinterpret_cast<producer_entry*>(base + geo.producers_offset + std::uint64_t{i} * geo.producer_stride);
+  }
+  producer_lane_counters* producer_counters(std::uint32_t i, std::uint32_t lane) const noexcept {
+    return reinterpret_cast<producer_lane_counters*>(reinterpret_cast<std::byte*>(producer(i)) + sizeof(producer_entry)) +
+           lane;
+  }
+};
+
+// "/shmbox.<name>", the name given to shm_open.
+std::string shm_path(std::string_view name);
+
+result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& opts);
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only);
+result<void> validate_box_name(std::string_view name);
+
+}  // namespace shmbox::detail

@@ -1,0 +1,344 @@
+// tools/shmbox.cpp - the shmbox command line.
+//
+// Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (post: a message
+// was not stored; recv: nothing arrived before the timeout).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2, kExitRefused = 3;
+
+int fail(const std::error_code& ec) {
+  std::cerr << "shmbox: " << shmbox::explain(ec) << "\n";
+  return kExitFail;
+}
+
+std::string octal(std::uint32_t mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode);
+  return buf;
+}
+
+json counters_json(const shmbox::counters& c) {
+  return json{{"posted", c.posted},
+              {"stored", c.stored},
+              {"delivered", c.delivered},
+              {"rejected", c.rejected},
+              {"too_large", c.too_large},
+              {"timeouts", c.timeouts},
+              {"dropped_newest", c.dropped_newest},
+              {"dropped_oldest", c.dropped_oldest},
+              {"abandoned", c.abandoned},
+              {"redelivered", c.redelivered}};
+}
+
+json info_json(const shmbox::box_info& i) {
+  return json{{"name", i.name},
+              {"capacity", i.capacity},
+              {"slot_size", i.slot_size},
+              {"policy", std::string(shmbox::to_string(i.overflow))},
+              {"depth", i.depth},
+              {"owner", json{{"pid", i.owner.pid}, {"alive", i.owner.alive}, {"epoch", i.owner.epoch}}},
+              {"producers_attached", i.producers_attached},
+              {"max_producers", i.max_producers},
+              {"block_timeout_ms", i.block_timeout.count()},
+              {"segment_bytes", i.segment_bytes},
+              {"mode", octal(i.mode)},
+              {"uid", i.uid},
+              {"counters", counters_json(i.count)}};
+}
+
+std::string owner_text(const shmbox::owner_info& o) {
+  if (o.pid == 0) return "none";
+  return "pid " + std::to_string(o.pid) + (o.alive ? " (alive)" : " (dead)") + ", epoch " + std::to_string(o.epoch);
+}
+
+// ---- create ---------------------------------------------------------------
+struct create_args {
+  std::string name;
+  std::uint32_t capacity = 1024;
+  std::uint32_t slot_size = 256;
+  std::string policy = "reject";
+  std::string mode = "0600";
+  std::uint32_t max_producers = 64;
+  std::uint32_t block_timeout_ms = 1000;
+};
+
+int cmd_create(const create_args& a) {
+  shmbox::options o;
+  o.capacity = a.capacity;
+  o.slot_size = a.slot_size;
+  o.overflow = *shmbox::parse_policy(a.policy);  // validated by the option's check
+  o.mode = static_cast<std::uint32_t>(std::stoul(a.mode, nullptr, 8));
+  o.max_producers = a.max_producers;
+  o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
+  auto box = shmbox::Box::create(a.name, o);
+  if (!box) return fail(box.error());
+  std::cout << "created box '" << a.name << "': capacity " << o.capacity << ", slot size " << o.slot_size
+            << " bytes, policy " << shmbox::to_string(o.overflow) << ", mode " << octal(o.mode) << "\n";
+  return kExitOk;
+}
+
+// ---- post -----------------------------------------------------------------
+struct post_args {
+  std::string name;
+  std::vector<std::string> messages;
+  long long timeout_ms = -1;  // -1: the box's block timeout
+};
+
+int cmd_post(const post_args& a) {
+  auto producer = shmbox::Producer::attach(a.name);
+  if (!producer) return fail(producer.error());
+  int worst = kExitOk;
+  std::size_t index = 0;
+  auto post_one = [&](const std::string& msg) {
+    ++index;
+    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post(msg)
+                                                    : producer->post(msg, std::chrono::milliseconds(a.timeout_ms));
+    if (shmbox::is_stored(st)) return true;
+    const std::string which = "message " + std::to_string(index);
+    switch (st) {
+      case shmbox::post_status::full:
+        std::cerr << "shmbox: " << which << " refused: full (box '" << a.name << "' is full, policy reject)\n";
+        break;
+      case shmbox::post_status::dropped:
+        std::cerr << "shmbox: " << which << " refused: dropped (box '" << a.name << "' is full, policy drop-newest)\n";
+        break;
+      case shmbox::post_status::timeout:
+        std::cerr << "shmbox: " << which << " refused: timeout (no space in box '" << a.name << "' before the timeout)\n";
+        break;
+      case shmbox::post_status::too_large:
+        std::cerr << "shmbox: " << which << " refused: too large (" << msg.size() << " bytes; box '" << a.name
+                  << "' takes at most " << producer->max_message_size() << ", see --slot-size)\n";
+        worst = kExitFail;
+        return false;
+      default:
+        std::cerr << "shmbox: " << which << ": " << shmbox::explain(producer->last_error()) << "\n";
+        worst = kExitFail;
+        return false;
+    }
+    if (worst == kExitOk) worst = kExitRefused;
+    return false;
+  };
+  if (!a.messages.empty()) {
+    for (const auto& m : a.messages) post_one(m);
+  } else {
+    std::string line;
+    while (std::getline(std::cin, line)) post_one(line);
+  }
+  return worst;
+}
+
+// ---- recv -----------------------------------------------------------------
+struct recv_args {
+  std::string name;
+  std::size_t max = 1;
+  bool all = false;
+  long long timeout_ms = 0;
+};
+
+int cmd_recv(const recv_args& a) {
+  auto owner = shmbox::Owner::acquire(a.name);
+  if (!owner) return fail(owner.error());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
+  const std::size_t want = a.all ? std::numeric_limits<std::size_t>::max() : a.max;
+  std::size_t got = 0;
+  std::vector<shmbox::message> batch;
+  while (got < want) {
+    batch.clear();
+    // Wait (up to the deadline) only while nothing has arrived; with --all,
+    // stop once the box is empty after the first message.
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0 || (a.all && got > 0)) left = std::chrono::nanoseconds(0);
+    const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
+    const shmbox::recv_status st = owner->receive_batch(batch, chunk, left);
+    for (const auto& m : batch) {
+      std::cout.write(m.data.data(), static_cast<std::streamsize>(m.data.size()));
+      std::cout.put('\n');
+    }
+    got += batch.size();
+    if (st == shmbox::recv_status::ok) continue;
+    if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) break;
+    std::cout.flush();
+    return fail(owner->last_error());
+  }
+  std::cout.flush();
+  return got > 0 ? kExitOk : kExitRefused;
+}
+
+// ---- stat / ls / rm ---------------------------------------------------------
+int cmd_stat(const std::string& name, bool as_json) {
+  auto box = shmbox::Box::inspect(name);
+  if (!box) return fail(box.error());
+  const shmbox::box_info i = box->info();
+  if (as_json) {
+    std::cout << info_json(i).dump(2) << "\n";
+    return kExitOk;
+  }
+  const auto& c = i.count;
+  std::cout << "box          " << i.name << "\n"
+            << "policy       " << shmbox::to_string(i.overflow) << "\n"
+            << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes\n"
+            << "depth        " << i.depth << " / " << i.capacity << "\n"
+            << "owner        " << owner_text(i.owner) << "\n"
+            << "producers    " << i.producers_attached << " attached (of " << i.max_producers << " entries)\n"
+            << "segment      /dev/shm/shmbox." << i.name << ", " << i.segment_bytes << " bytes, mode " << octal(i.mode)
+            << "\n"
+            << "posted       " << c.posted << "\n"
+            << "stored       " << c.stored << "\n"
+            << "delivered    " << c.delivered << "\n"
+            << "rejected     " << c.rejected << "\n"
+            << "too_large    " << c.too_large << "\n"
+            << "timeouts     " << c.timeouts << "\n"
+            << "dropped_newest " << c.dropped_newest << "\n"
+            << "dropped_oldest " << c.dropped_oldest << "\n"
+            << "abandoned    " << c.abandoned << "\n"
+            << "redelivered  " << c.redelivered << "\n";
+  return kExitOk;
+}
+
+int cmd_ls(bool as_json) {
+  auto names = shmbox::Box::list();
+  if (!names) return fail(names.error());
+  json all = json::array();
+  if (!as_json && !names->empty())
+    std::printf("%-24s %-12s %15s %-26s %s\n", "NAME", "POLICY", "DEPTH/CAP", "OWNER", "DROPPED");
+  for (const auto& n : *names) {
+    auto box = shmbox::Box::inspect(n);
+    if (!box) {
+      if (as_json) all.push_back(json{{"name", n}, {"error", shmbox::explain(box.error())}});
+      else std::printf("%-24s %s\n", n.c_str(), ("unusable: " + shmbox::explain(box.error())).c_str());
+      continue;
+    }
+    const shmbox::box_info i = box->info();
+    if (as_json) {
+      all.push_back(info_json(i));
+      continue;
+    }
+    const std::string depth = std::to_string(i.depth) + "/" + std::to_string(i.capacity);
+    const std::uint64_t dropped = i.count.dropped_newest + i.count.dropped_oldest + i.count.rejected + i.count.timeouts;
+    std::printf("%-24s %-12s %15s %-26s %llu\n", n.c_str(), std::string(shmbox::to_string(i.overflow)).c_str(),
+                depth.c_str(), owner_text(i.owner).c_str(), static_cast<unsigned long long>(dropped));
+  }
+  if (as_json) std::cout << all.dump(2) << "\n";
+  return kExitOk;
+}
+
+int cmd_rm(const std::string& name) {
+  auto r = shmbox::Box::remove(name);
+  if (!r) return fail(r.error());
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shmbox: bounded mailboxes in POSIX shared memory.\n"
+               "Many producer processes post into a box; one owner process receives from it."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("shmbox 0.1.0"));
+
+  auto check_name = CLI::Validator(
+      [](std::string& s) -> std::string {
+        auto r = shmbox::Box::validate_name(s);
+        return r ? std::string() : shmbox::explain(r.error());
+      },
+      "NAME");
+  auto check_policy = CLI::Validator(
+      [](std::string& s) -> std::string {
+        return shmbox::parse_policy(s) ? std::string()
+                                       : "unknown policy '" + s + "' (use reject, drop-newest, drop-oldest, lifo or block)";
+      },
+      "POLICY");
+  auto check_mode = CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
+          return "mode '" + s + "' is not an octal permission such as 0600 or 0660";
+        if ((std::stoul(s, nullptr, 8) & 0600u) != 0600u) return "mode " + s + " must include 0600 (owner read and write)";
+        return {};
+      },
+      "OCTAL");
+
+  create_args ca;
+  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
+  create->add_option("NAME", ca.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(check_name);
+  create->add_option("--capacity", ca.capacity, "messages the box holds (a power of two is fastest)")
+      ->check(CLI::Range(1u, shmbox::kMaxCapacity))
+      ->capture_default_str();
+  create->add_option("--slot-size", ca.slot_size, "largest message in bytes")
+      ->check(CLI::Range(1u, shmbox::kMaxSlotSize))
+      ->capture_default_str();
+  create->add_option("--policy", ca.policy, "when full: reject|drop-newest|drop-oldest|lifo|block")
+      ->check(check_policy)
+      ->capture_default_str();
+  create->add_option("--mode", ca.mode, "file mode of the segment, octal")->check(check_mode)->capture_default_str();
+  create->add_option("--max-producers", ca.max_producers, "producer handles attached at once")
+      ->check(CLI::Range(1u, shmbox::kMaxProducers))
+      ->capture_default_str();
+  create->add_option("--block-timeout", ca.block_timeout_ms, "policy block: default wait of a post, in ms")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
+
+  post_args pa;
+  auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
+  post->add_option("NAME", pa.name, "box name")->required()->check(check_name);
+  post->add_option("MESSAGE", pa.messages, "messages to post");
+  post->add_option("--timeout", pa.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
+      ->check(CLI::Range(0LL, 86'400'000LL));
+
+  recv_args ra;
+  auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
+  recv->add_option("NAME", ra.name, "box name")->required()->check(check_name);
+  auto* max_opt = recv->add_option("--max", ra.max, "receive at most N messages")->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))->capture_default_str();
+  recv->add_flag("--all", ra.all, "receive every message in the box")->excludes(max_opt);
+  recv->add_option("--timeout", ra.timeout_ms, "wait up to MS for messages")->check(CLI::Range(0LL, 86'400'000LL))->capture_default_str();
+
+  std::string stat_name;
+  bool stat_json = false;
+  auto* stat = app.add_subcommand("stat", "Show a box: geometry, depth, owner and every counter");
+  stat->add_option("NAME", stat_name, "box name")->required()->check(check_name);
+  stat->add_flag("--json", stat_json, "one JSON object");
+
+  bool ls_json = false;
+  auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
+  ls->add_flag("--json", ls_json, "a JSON array");
+
+  std::string rm_name;
+  auto* rm = app.add_subcommand("rm", "Remove a box (processes that have it open keep using it)");
+  rm->add_option("NAME", rm_name, "box name")->required()->check(check_name);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::cerr << "shmbox: " << what << " (run 'shmbox --help')\n";
+    return kExitUsage;
+  }
+
+  if (create->parsed()) return cmd_create(ca);
+  if (post->parsed()) return cmd_post(pa);
+  if (recv->parsed()) return cmd_recv(ra);
+  if (stat->parsed()) return cmd_stat(stat_name, stat_json);
+  if (ls->parsed()) return cmd_ls(ls_json);
+  if (rm->parsed()) return cmd_rm(rm_name);
+  return kExitUsage;
+}
