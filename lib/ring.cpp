@@ -71,6 +71,8 @@
 //       owner at acquire: deliver it flagged redelivered.
 //     TAKEN(p, other) or slot already past p: someone else decided p's fate
 //       (eviction, repair): skip p.
+//     Slot still at p - cap: a skipped evictor/repairer has not finished the
+//       previous lap yet, so p is not claimed: stop.
 //  T2 first take of a batch: owner.op_before = delivered; owner.op = recv(p).
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
 //     slots), a release store otherwise (no one else writes a FULL slot).
@@ -724,6 +726,12 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
       const std::uint64_t t = h->tail.load(std::memory_order_acquire) >> 1;
       p = t > p + cap ? t - cap : p + 1;
       continue;
+    }
+    if (d == -static_cast<std::int64_t>(cap)) {
+      // The slot still holds the previous lap's position p - cap: an evictor
+      // or repairer that we skipped (T1) has not finished it yet, so p cannot
+      // have been claimed. Nothing more to take here for now.
+      break;
     }
     if (d < 0) {
       // The slot lags behind our cursor: the segment was written over.

@@ -1,0 +1,180 @@
+// tests/helper.cpp - shmbox-test-helper: the separate program that multi-process
+// tests start (fork + exec) as a producer or as an owner.
+//
+//   produce NAME ID COUNT [--size B] [--retry] [--no-wait]
+//       attach, print "ready", wait for a line on stdin (unless --no-wait),
+//       post COUNT messages [id, seq, padding], print "done <tallies>".
+//       --retry: post the same message again until it is stored.
+//   consume NAME TOTAL IDLE_MS [--batch N]
+//       acquire, print "owned <epoch>", receive until TOTAL messages or
+//       IDLE_MS without any, checking per-producer order; print a summary.
+//   own NAME
+//       acquire, print "owned <epoch>", then wait until stdin closes.
+//   wait-one NAME TIMEOUT_MS
+//       acquire, print "owned", block in receive; print "got <n bytes>" or "timeout".
+//
+// Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr, "usage: shmbox-test-helper produce|consume|own|wait-one ...\n");
+  return 2;
+}
+
+bool has_flag(int argc, char** argv, const char* flag) {
+  for (int i = 0; i < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return true;
+  return false;
+}
+
+long flag_value(int argc, char** argv, const char* flag, long fallback) {
+  for (int i = 0; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return std::strtol(argv[i + 1], nullptr, 10);
+  return fallback;
+}
+
+int produce(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string name = argv[2];
+  const std::uint64_t id = std::strtoull(argv[3], nullptr, 10);
+  const std::uint64_t count = std::strtoull(argv[4], nullptr, 10);
+  const auto size = static_cast<std::size_t>(flag_value(argc, argv, "--size", 64));
+  const bool retry = has_flag(argc, argv, "--retry");
+  auto p = shmbox::Producer::attach(name);
+  if (!p) {
+    std::printf("error %s\n", shmbox::explain(p.error()).c_str());
+    return 1;
+  }
+  std::printf("ready %u\n", p->entry_index());
+  std::fflush(stdout);
+  if (!has_flag(argc, argv, "--no-wait")) {
+    std::string go;
+    std::getline(std::cin, go);
+  }
+  std::vector<char> buf(std::max<std::size_t>(size, 16), 'x');
+  std::map<shmbox::post_status, std::uint64_t> tally;
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    std::memcpy(buf.data(), &id, 8);
+    std::memcpy(buf.data() + 8, &seq, 8);
+    for (;;) {
+      const shmbox::post_status st = p->post(buf.data(), size);
+      ++tally[st];
+      if (st == shmbox::post_status::error) {
+        std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());
+        return 1;
+      }
+      if (shmbox::is_stored(st) || !retry) break;
+    }
+  }
+  std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
+              " too_large=%" PRIu64 "\n",
+              tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
+              tally[shmbox::post_status::full], tally[shmbox::post_status::dropped], tally[shmbox::post_status::timeout],
+              tally[shmbox::post_status::too_large]);
+  return 0;
+}
+
+int consume(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string name = argv[2];
+  const std::uint64_t total = std::strtoull(argv[3], nullptr, 10);
+  const auto idle = std::chrono::milliseconds(std::strtol(argv[4], nullptr, 10));
+  const auto batch = static_cast<std::size_t>(flag_value(argc, argv, "--batch", 256));
+  auto o = shmbox::Owner::acquire(name);
+  if (!o) {
+    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
+    return 1;
+  }
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  std::map<std::uint64_t, std::uint64_t> next;  // producer id -> next expected seq (or more)
+  std::map<std::uint64_t, std::uint64_t> per;
+  std::uint64_t got = 0, order_errors = 0, redelivered = 0, short_msgs = 0;
+  std::vector<shmbox::message> msgs;
+  while (got < total) {
+    msgs.clear();
+    const shmbox::recv_status st = o->receive_batch(msgs, batch, idle);
+    if (st == shmbox::recv_status::timeout) break;
+    if (st != shmbox::recv_status::ok) {
+      std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
+      return 1;
+    }
+    for (const auto& m : msgs) {
+      ++got;
+      redelivered += m.redelivered ? 1 : 0;
+      if (m.data.size() < 16) {
+        ++short_msgs;
+        continue;
+      }
+      std::uint64_t id = 0, seq = 0;
+      std::memcpy(&id, m.data.data(), 8);
+      std::memcpy(&seq, m.data.data() + 8, 8);
+      ++per[id];
+      auto it = next.find(id);
+      if (it != next.end() && seq < it->second) ++order_errors;  // a duplicate or out of order
+      next[id] = seq + 1;
+    }
+  }
+  std::printf("done got=%" PRIu64 " order_errors=%" PRIu64 " redelivered=%" PRIu64 " short=%" PRIu64, got, order_errors,
+              redelivered, short_msgs);
+  for (const auto& [id, n] : per) std::printf(" p%" PRIu64 "=%" PRIu64, id, n);
+  std::printf("\n");
+  return 0;
+}
+
+int own(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto o = shmbox::Owner::acquire(argv[2]);
+  if (!o) {
+    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
+    std::fflush(stdout);
+    return 1;
+  }
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
+int wait_one(int argc, char** argv) {
+  if (argc < 4) return usage();
+  auto o = shmbox::Owner::acquire(argv[2]);
+  if (!o) {
+    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
+    return 1;
+  }
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  shmbox::message m;
+  const auto st = o->receive(m, std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  if (st == shmbox::recv_status::ok) std::printf("got %s\n", m.data.c_str());
+  else std::printf("%s\n", std::string(shmbox::to_string(st)).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  if (cmd == "produce") return produce(argc, argv);
+  if (cmd == "consume") return consume(argc, argv);
+  if (cmd == "own") return own(argc, argv);
+  if (cmd == "wait-one") return wait_one(argc, argv);
+  return usage();
+}

@@ -1,0 +1,358 @@
+// Multi-process tests: producers and owners are separate programs
+// (shmbox-test-helper, started with fork + exec). Every wait has a timeout,
+// every segment is unlinked by a guard, every child is killed and reaped by
+// its handle even when a check fails.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "layout.hpp"
+#include "segment.hpp"
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::policy;
+using shmtest::child;
+
+namespace {
+
+// "key=value" fields of a helper's summary line.
+std::map<std::string, std::uint64_t> fields(const std::string& line) {
+  std::map<std::string, std::uint64_t> f;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    const auto eq = word.find('=');
+    if (eq != std::string::npos) f[word.substr(0, eq)] = std::stoull(word.substr(eq + 1));
+  }
+  return f;
+}
+
+std::unique_ptr<child> start_producer(const std::string& box, int id, std::uint64_t count,
+                                      std::vector<std::string> extra = {}, std::vector<std::string> env = {}) {
+  std::vector<std::string> argv{shmtest::helper_path(), "produce", box, std::to_string(id), std::to_string(count)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<child>(argv, env, true);
+}
+
+void check_invariant(const shmbox::Box& box) {
+  const shmbox::counters c = box.read_counters();
+  const std::uint64_t depth = box.info().depth;
+  CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
+                        c.abandoned + depth);
+}
+
+std::vector<shmbox::message> drain(shmbox::Owner& o, std::size_t expect, std::chrono::milliseconds idle = 5s) {
+  std::vector<shmbox::message> got;
+  while (got.size() < expect && o.receive_batch(got, 4096, idle) == shmbox::recv_status::ok) {
+  }
+  return got;
+}
+
+std::pair<std::uint64_t, std::uint64_t> id_seq(const shmbox::message& m) {
+  std::uint64_t id = 0, seq = 0;
+  std::memcpy(&id, m.data.data(), 8);
+  std::memcpy(&seq, m.data.data() + 8, 8);
+  return {id, seq};
+}
+
+}  // namespace
+
+TEST_CASE("4 producer processes x 250k messages into one owner process") {
+  constexpr std::uint64_t kPer = 250'000;
+  struct variant {
+    policy pol;
+    bool retry;  // post a refused message again until stored
+  };
+  const variant variants[] = {{policy::block, false}, {policy::reject, true}, {policy::drop_oldest, false},
+                              {policy::drop_newest, false}};
+  for (const auto& v : variants) {
+    CAPTURE(shmbox::to_string(v.pol));
+    shmtest::segment_guard g(shmtest::unique_name("mp"));
+    shmbox::options o;
+    o.capacity = 1024;
+    o.slot_size = 64;
+    o.overflow = v.pol;
+    o.block_timeout = 30s;
+    auto box = shmbox::Box::create(g.name, o);
+    REQUIRE(box);
+    const std::uint64_t expect = (v.pol == policy::block || v.retry) ? 4 * kPer : 0;
+    child owner({shmtest::helper_path(), "consume", g.name, std::to_string(expect ? expect : 4 * kPer), "2000"});
+    REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+    std::vector<std::unique_ptr<child>> producers;
+    for (int id = 0; id < 4; ++id) {
+      producers.push_back(start_producer(g.name, id, kPer, v.retry ? std::vector<std::string>{"--retry"} : std::vector<std::string>{}));
+      REQUIRE(producers.back()->read_line().value_or("").rfind("ready", 0) == 0);
+    }
+    for (auto& p : producers) p->write_stdin("go\n");  // all start together
+    std::uint64_t full = 0;
+    for (auto& p : producers) {
+      const auto done = p->read_line(120s);
+      REQUIRE(done.has_value());
+      auto f = fields(*done);
+      full += f["full"];
+      CHECK(shmtest::exited_with(p->wait(), 0));
+    }
+    const auto summary = owner.read_line(120s);
+    REQUIRE(summary.has_value());
+    CHECK(shmtest::exited_with(owner.wait(), 0));
+    CAPTURE(*summary);
+    auto s = fields(*summary);
+    CHECK(s["order_errors"] == 0);  // per producer, strictly in posting order: no duplicate, no reordering
+    CHECK(s["short"] == 0);
+    const shmbox::counters c = box->read_counters();
+    CHECK(c.delivered == s["got"]);
+    CHECK(c.abandoned == 0);
+    if (expect != 0) {
+      CHECK(s["got"] == 4 * kPer);
+      for (int id = 0; id < 4; ++id) CHECK(s["p" + std::to_string(id)] == kPer);
+    }
+    if (v.retry) CHECK(c.rejected == full);
+    CHECK(c.posted == 4 * kPer + c.rejected);
+    check_invariant(*box);
+    CHECK(box->info().depth == 0);
+  }
+}
+
+TEST_CASE("a producer killed between claim and publish never wedges the box") {
+  const char* points[] = {"producer.after_claim", "producer.mid_payload", "producer.before_publish"};
+  for (auto pol : {policy::reject, policy::block, policy::drop_oldest}) {
+    for (const char* point : points) {
+      CAPTURE(std::string(point));
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("kill"));
+      shmbox::options o;
+      o.capacity = 256;
+      o.slot_size = 64;
+      o.overflow = pol;
+      auto box = shmbox::Box::create(g.name, o);
+      REQUIRE(box);
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      // Producer 1 dies at its 101st post: 100 stored, the 101st claimed and never published.
+      auto p1 = start_producer(g.name, 1, 200, {"--no-wait"}, {std::string("SHMBOX_FAULT=") + point + ":101"});
+      CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
+      CHECK_FALSE(p1->timed_out());
+      // Producer 2 posts behind the dead slot.
+      auto p2 = start_producer(g.name, 2, 50, {"--no-wait"});
+      const auto t0 = std::chrono::steady_clock::now();
+      auto got = drain(*owner, 150);
+      const auto skip_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+      CHECK(shmtest::exited_with(p2->wait(30s), 0));
+      REQUIRE(got.size() == 150);
+      MESSAGE("owner skipped the abandoned slot and drained 150 messages in " << skip_ms.count() << " ms");
+      std::map<std::uint64_t, std::uint64_t> next;
+      for (const auto& m : got) {
+        auto [id, seq] = id_seq(m);
+        CHECK(seq == next[id]);  // nothing lost, nothing duplicated, in order
+        next[id] = seq + 1;
+      }
+      CHECK(next[1] == 100);
+      CHECK(next[2] == 50);
+      const shmbox::counters c = box->read_counters();
+      CHECK(c.abandoned == 1);
+      CHECK(c.stored == 151);
+      CHECK(c.delivered == 150);
+      check_invariant(*box);
+      // The box keeps working.
+      auto p3 = shmbox::Producer::attach(*box);
+      REQUIRE(p3->post("still alive") == shmbox::post_status::stored);
+      shmbox::message m;
+      CHECK(owner->receive(m, 10s) == shmbox::recv_status::ok);
+      CHECK(m.data == "still alive");
+    }
+  }
+}
+
+TEST_CASE("a producer killed while its abandoned entry is reused: the new holder repairs it first") {
+  shmtest::segment_guard g(shmtest::unique_name("reuse"));
+  shmbox::options o;
+  o.capacity = 16;
+  o.slot_size = 64;
+  o.max_producers = 1;  // the next producer must take the dead one's entry
+  auto box = shmbox::Box::create(g.name, o);
+  auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:3"});
+  CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
+  auto p2 = start_producer(g.name, 2, 5, {"--no-wait"});
+  CHECK(shmtest::exited_with(p2->wait(30s), 0));
+  auto owner = shmbox::Owner::acquire(*box);
+  auto got = drain(*owner, 7, 2s);
+  CHECK(got.size() == 7);
+  CHECK(box->read_counters().abandoned == 1);
+  check_invariant(*box);
+}
+
+TEST_CASE("drop_oldest: an evictor killed mid-eviction is finished by the next producer, counted once") {
+  shmtest::segment_guard g(shmtest::unique_name("evict"));
+  shmbox::options o;
+  o.capacity = 4;
+  o.slot_size = 64;
+  o.overflow = policy::drop_oldest;
+  auto box = shmbox::Box::create(g.name, o);
+  // Posts 4 (fills the box), then dies in its first eviction: slot taken, counted, not freed.
+  auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {"SHMBOX_FAULT=producer.mid_evict:1"});
+  CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
+  auto p2 = start_producer(g.name, 2, 3, {"--no-wait"});
+  CHECK(shmtest::exited_with(p2->wait(30s), 0));
+  auto owner = shmbox::Owner::acquire(*box);
+  auto got = drain(*owner, 4, 1s);
+  REQUIRE(got.size() == 4);
+  // p1's 0 was evicted by p1 (dying), then p2 evicted p1's 1, 2, 3.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ids;
+  for (const auto& m : got) ids.push_back(id_seq(m));
+  CHECK(ids == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 3}, {2, 0}, {2, 1}, {2, 2}});
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.dropped_oldest == 3);
+  CHECK(c.abandoned == 0);
+  check_invariant(*box);
+}
+
+TEST_CASE("lifo: a writer killed mid-write is abandoned and counted once") {
+  shmtest::segment_guard g(shmtest::unique_name("lifokill"));
+  shmbox::options o;
+  o.capacity = 4;
+  o.slot_size = 64;
+  o.overflow = policy::lifo;
+  auto box = shmbox::Box::create(g.name, o);
+  auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {"SHMBOX_FAULT=producer.lifo_mid_write:3"});
+  CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
+  auto owner = shmbox::Owner::acquire(*box);
+  auto got = drain(*owner, 2, 500ms);
+  REQUIRE(got.size() == 2);
+  CHECK(id_seq(got[0]).second == 1);  // newest first
+  CHECK(id_seq(got[1]).second == 0);
+  // The dead writer's slot is repaired once the owner notices it is stuck.
+  std::vector<shmbox::message> more;
+  CHECK(owner->receive_batch(more, 10, 200ms) == shmbox::recv_status::timeout);
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.abandoned == 1);
+  CHECK(c.stored == 3);
+  check_invariant(*box);
+}
+
+TEST_CASE("owner killed after taking, before committing: the next owner gets the messages again, flagged") {
+  shmtest::segment_guard g(shmtest::unique_name("redeliver"));
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 64;
+  auto box = shmbox::Box::create(g.name, o);
+  auto p = start_producer(g.name, 1, 10, {"--no-wait"});
+  CHECK(shmtest::exited_with(p->wait(30s), 0));
+  child dying({shmtest::helper_path(), "consume", g.name, "10", "1000"}, {"SHMBOX_FAULT=owner.after_take:1"});
+  CHECK(shmtest::killed_by(dying.wait(30s), SIGKILL));
+  CHECK(box->read_counters().delivered == 0);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  CHECK(owner->epoch() == 2);
+  auto got = drain(*owner, 10, 1s);
+  REQUIRE(got.size() == 10);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].redelivered);
+    CHECK(id_seq(got[i]).second == i);
+  }
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == 10);
+  CHECK(c.redelivered == 10);
+  check_invariant(*box);
+}
+
+TEST_CASE("owner killed after committing, before freeing: counted once, not delivered again") {
+  shmtest::segment_guard g(shmtest::unique_name("committed"));
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 64;
+  auto box = shmbox::Box::create(g.name, o);
+  auto p = start_producer(g.name, 1, 10, {"--no-wait"});
+  CHECK(shmtest::exited_with(p->wait(30s), 0));
+  child dying({shmtest::helper_path(), "consume", g.name, "10", "1000"}, {"SHMBOX_FAULT=owner.after_commit:1"});
+  CHECK(shmtest::killed_by(dying.wait(30s), SIGKILL));
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  auto p2 = start_producer(g.name, 2, 3, {"--no-wait"});
+  CHECK(shmtest::exited_with(p2->wait(30s), 0));
+  auto got = drain(*owner, 3, 500ms);
+  REQUIRE(got.size() == 3);  // only the new ones: the committed ten are not repeated
+  for (const auto& m : got) {
+    CHECK_FALSE(m.redelivered);
+    CHECK(id_seq(m).first == 2);
+  }
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == 13);
+  check_invariant(*box);
+}
+
+TEST_CASE("one owner at a time across processes; a dead owner's box is taken over with its messages") {
+  shmtest::segment_guard g(shmtest::unique_name("owners"));
+  auto box = shmbox::Box::create(g.name);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p->post("kept") == shmbox::post_status::stored);
+  child first({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(first.read_line().value_or("") == "owned 1");
+  auto second = shmbox::Owner::acquire(*box);
+  REQUIRE_FALSE(second);
+  CHECK(second.error() == shmbox::errc::not_owner);
+  CHECK(shmbox::explain(second.error()).find("process " + std::to_string(first.pid())) != std::string::npos);
+  child third({shmtest::helper_path(), "own", g.name}, {}, true);
+  CHECK(third.read_line().value_or("").find("owned by live process") != std::string::npos);
+  first.kill(SIGKILL);
+  first.wait();
+  CHECK_FALSE(box->info().owner.alive);
+  auto now_mine = shmbox::Owner::acquire(*box);
+  REQUIRE(now_mine);
+  CHECK(now_mine->epoch() == 2);
+  shmbox::message m;
+  CHECK(now_mine->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "kept");
+}
+
+TEST_CASE("a sleeping owner process is woken by a producer process; idle posts make no wake call") {
+  shmtest::segment_guard g(shmtest::unique_name("wakeproc"));
+  auto box = shmbox::Box::create(g.name);
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  auto* lane = (*seg)->lanes[0].hdr;
+  auto* rec = (*seg)->owner();
+  // Nobody sleeps: 10 000 posts from another process make no futex wake.
+  auto quiet = start_producer(g.name, 1, 10'000, {"--no-wait"});
+  CHECK(shmtest::exited_with(quiet->wait(30s), 0));
+  CHECK(rec->wake_calls.load() == 0);
+  {
+    auto o = shmbox::Owner::acquire(*box);
+    drain(*o, 10'000, 100ms);
+  }
+  child sleeper({shmtest::helper_path(), "wait-one", g.name, "30000"});
+  REQUIRE(sleeper.read_line().value_or("").rfind("owned", 0) == 0);
+  // Handshake: the owner is asleep once its bit is in the tail.
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while ((lane->tail.load() & 1) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE((lane->tail.load() & 1) == 1);
+  auto poster = shmbox::Producer::attach(*box);
+  REQUIRE(poster->post("ping") == shmbox::post_status::stored);
+  CHECK(sleeper.read_line(30s).value_or("") == "got ping");
+  CHECK(shmtest::exited_with(sleeper.wait(), 0));
+  CHECK(rec->wake_calls.load() == 1);
+}
+
+TEST_CASE("block across processes: a blocked producer process resumes as the owner drains") {
+  shmtest::segment_guard g(shmtest::unique_name("blockproc"));
+  shmbox::options o;
+  o.capacity = 2;
+  o.slot_size = 64;
+  o.overflow = policy::block;
+  o.block_timeout = 30s;
+  auto box = shmbox::Box::create(g.name, o);
+  auto p = start_producer(g.name, 7, 500, {"--no-wait"});
+  auto owner = shmbox::Owner::acquire(*box);
+  auto got = drain(*owner, 500, 30s);
+  CHECK(shmtest::exited_with(p->wait(30s), 0));
+  REQUIRE(got.size() == 500);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(id_seq(got[i]).second == i);
+  CHECK(box->read_counters().timeouts == 0);
+}

@@ -1,0 +1,215 @@
+// tests/support.hpp - what multi-process tests share: unique box names, a
+// guard that unlinks a segment even when the test fails, and child processes
+// (fork + exec of a helper program) with line handshakes and timeouts.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shmtest {
+
+// A name no other test (or concurrent test run) uses.
+inline std::string unique_name(const std::string& what) {
+  static std::atomic<int> counter{0};
+  return "t-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// Unlinks /dev/shm/shmbox.<name> when it goes out of scope.
+struct segment_guard {
+  std::string name;
+  explicit segment_guard(std::string n) : name(std::move(n)) { ::shm_unlink(("/shmbox." + name).c_str()); }
+  ~segment_guard() { ::shm_unlink(("/shmbox." + name).c_str()); }
+  segment_guard(const segment_guard&) = delete;
+  segment_guard& operator=(const segment_guard&) = delete;
+};
+
+inline std::string env_or(const char* var, const char* fallback) {
+  const char* v = std::getenv(var);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+inline std::string helper_path() { return env_or("SHMBOX_HELPER", "./shmbox-test-helper"); }
+inline std::string cli_path() { return env_or("SHMBOX_CLI", "./shmbox"); }
+
+// A child process started with fork + exec; its stdout (and optionally stdin)
+// are pipes. The destructor kills and reaps it, so a failing test leaves no
+// process behind.
+class child {
+ public:
+  child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}, bool with_stdin = false,
+        bool capture_stderr = false) {
+    int out[2], in[2] = {-1, -1}, err[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    if (with_stdin && ::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    if (capture_stderr && ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      if (with_stdin) ::dup2(in[0], 0);
+      if (capture_stderr) ::dup2(err[1], 2);
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+      ::execv(args[0], args.data());
+      std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    out_ = out[0];
+    if (with_stdin) {
+      ::close(in[0]);
+      in_ = in[1];
+    }
+    if (capture_stderr) {
+      ::close(err[1]);
+      err_ = err[0];
+    }
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child() {
+    if (pid_ > 0 && !status_) {
+      ::kill(pid_, SIGKILL);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+    }
+    if (out_ >= 0) ::close(out_);
+    if (in_ >= 0) ::close(in_);
+    if (err_ >= 0) ::close(err_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The next line of the child's stdout, or nullopt after `timeout` or EOF.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char tmp[4096];
+      const ssize_t n = ::read(out_, tmp, sizeof tmp);
+      if (n <= 0) return std::nullopt;
+      buf_.append(tmp, static_cast<std::size_t>(n));
+    }
+  }
+
+  // Everything the child writes to stdout until it closes it (or timeout).
+  std::string read_all(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char tmp[65536];
+      const ssize_t n = ::read(out_, tmp, sizeof tmp);
+      if (n <= 0) break;
+      buf_.append(tmp, static_cast<std::size_t>(n));
+    }
+    std::string all;
+    all.swap(buf_);
+    return all;
+  }
+
+  std::string read_stderr() {
+    std::string all;
+    if (err_ < 0) return all;
+    char tmp[4096];
+    for (;;) {
+      const ssize_t n = ::read(err_, tmp, sizeof tmp);
+      if (n <= 0) break;
+      all.append(tmp, static_cast<std::size_t>(n));
+    }
+    return all;
+  }
+
+  void write_stdin(const std::string& s) {
+    std::size_t off = 0;
+    while (off < s.size()) {
+      const ssize_t n = ::write(in_, s.data() + off, s.size() - off);
+      if (n <= 0) return;
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  void close_stdin() {
+    if (in_ >= 0) ::close(in_);
+    in_ = -1;
+  }
+
+  // Waits for the child to exit; kills it after `timeout`. Returns the raw
+  // wait status (use exited_with / killed_by).
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    if (status_) return *status_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int st = 0;
+    for (;;) {
+      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &st, 0);
+        timed_out_ = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    status_ = st;
+    return st;
+  }
+  bool timed_out() const { return timed_out_; }
+  void kill(int sig = SIGKILL) { ::kill(pid_, sig); }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1, in_ = -1, err_ = -1;
+  std::string buf_;
+  std::optional<int> status_;
+  bool timed_out_ = false;
+};
+
+inline bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+inline bool killed_by(int status, int sig) { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
+
+// Runs a command to completion: exit status, stdout and stderr.
+struct run_result {
+  int status = -1;
+  int code = -1;  // exit code, or -1 if killed
+  std::string out, err;
+};
+
+inline run_result run(const std::vector<std::string>& argv, const std::string& stdin_data = {},
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  child c(argv, {}, true, true);
+  c.write_stdin(stdin_data);
+  c.close_stdin();
+  run_result r;
+  r.out = c.read_all(timeout);
+  r.status = c.wait(timeout);
+  r.err = c.read_stderr();
+  r.code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
+  return r;
+}
+
+}  // namespace shmtest

@@ -1,0 +1,115 @@
+// Unit tests of the shared layout: encoding of sequence and op words, the
+// geometry function, and the constants every opener checks.
+#include <doctest/doctest.h>
+
+#include "layout.hpp"
+#include "process.hpp"
+#include "shmbox/box.hpp"
+
+using namespace shmbox::detail;
+
+TEST_CASE("layout: version, magic and structure sizes") {
+  CHECK(kLayoutVersion == 1);
+  CHECK(kMagic == 0x01584F424D485301ULL);
+  CHECK(sizeof(segment_header) == 256);
+  CHECK(sizeof(owner_record) == 256);
+  CHECK(sizeof(lane_header) == 256);
+  CHECK(sizeof(producer_entry) == 64);
+  CHECK(sizeof(producer_lane_counters) == 64);
+  CHECK(sizeof(owner_lane_counters) == 64);
+  CHECK(sizeof(slot_header) == 16);
+  CHECK(offsetof(lane_header, head) == 64);  // producers and the owner write different cache lines
+  CHECK(offsetof(owner_record, wake_seq) == 64);
+}
+
+TEST_CASE("layout: sequence words round-trip position, state and actor") {
+  for (std::uint64_t pos : {0ull, 1ull, 12345ull, (1ull << 48) - 1, (1ull << 48) + 7}) {
+    for (auto st : {slot_state::empty, slot_state::full, slot_state::taken, slot_state::writing, slot_state::free}) {
+      for (std::uint32_t actor : {0u, 1u, 4096u, kOwnerActorBase, kOwnerActorBase + 15}) {
+        const std::uint64_t s = make_seq(pos, st, actor);
+        CHECK(seq_pos(s) == (pos & kPosMask));
+        CHECK(seq_state(s) == st);
+        CHECK(seq_actor(s) == actor);
+      }
+    }
+  }
+  CHECK(owner_actor(0) == kOwnerActorBase);
+  CHECK(owner_actor(17) == kOwnerActorBase + 1);
+  CHECK(owner_actor(1) != owner_actor(2));  // consecutive epochs never share an actor id
+  CHECK(is_owner_actor(owner_actor(5)));
+  CHECK_FALSE(is_owner_actor(4096));
+}
+
+TEST_CASE("layout: pos_diff is a signed distance across the 2^48 wrap") {
+  CHECK(pos_diff(seq_pos(make_seq(10, slot_state::empty, 0)), 10) == 0);
+  CHECK(pos_diff(seq_pos(make_seq(13, slot_state::empty, 0)), 10) == 3);
+  CHECK(pos_diff(seq_pos(make_seq(7, slot_state::empty, 0)), 10) == -3);
+  const std::uint64_t near_wrap = (1ull << 48) - 2;
+  CHECK(pos_diff(seq_pos(make_seq(near_wrap + 5, slot_state::full, 0)), near_wrap) == 5);
+  CHECK(pos_diff(seq_pos(make_seq(near_wrap, slot_state::full, 0)), near_wrap + 5) == -5);
+}
+
+TEST_CASE("layout: op words round-trip kind, lane and target") {
+  const std::uint64_t op = make_op(op_kind::evict, 3, 987654321);
+  CHECK(op_kind_of(op) == op_kind::evict);
+  CHECK(op_lane(op) == 3);
+  CHECK(op_target(op) == 987654321);
+  CHECK(op_kind_of(0) == op_kind::none);
+}
+
+TEST_CASE("geometry: offsets, strides and limits") {
+  geometry_params p;
+  p.lane_count = 1;
+  p.lane_capacity[0] = 1000;
+  p.slot_payload = 64;
+  p.max_producers = 64;
+  geometry g;
+  REQUIRE(compute_geometry(p, g));
+  CHECK(g.slot_stride == 128);  // 16-byte header + 64 payload, padded to cache lines
+  CHECK(g.owner_offset == 256);
+  CHECK(g.lanes_offset == 256 + 256 + 64);
+  CHECK(g.producers_offset == g.lanes_offset + 256);
+  CHECK(g.producer_stride == 128);
+  CHECK(g.slots_offset[0] % 4096 == 0);
+  CHECK(g.slots_offset[0] >= g.producers_offset + 64 * 128);
+  CHECK(g.total_bytes == (g.slots_offset[0] + 1000 * 128 + 4095) / 4096 * 4096);
+  CHECK(g.total_bytes % 4096 == 0);
+
+  p.slot_payload = 48;  // exactly one cache line with its header
+  REQUIRE(compute_geometry(p, g));
+  CHECK(g.slot_stride == 64);
+
+  geometry_params bad = p;
+  bad.lane_capacity[0] = 0;
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.lane_capacity[0] = shmbox::kMaxCapacity + 1;
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.slot_payload = shmbox::kMaxSlotSize + 1;
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.max_producers = 0;
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.lane_count = 0;
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.lane_capacity[3] = 5;  // an unused lane with a capacity
+  CHECK_FALSE(compute_geometry(bad, g));
+  bad = p;
+  bad.lane_capacity[0] = shmbox::kMaxCapacity;
+  bad.slot_payload = shmbox::kMaxSlotSize;  // 2^24 slots of 1 MiB: far over the segment limit
+  CHECK_FALSE(compute_geometry(bad, g));
+}
+
+TEST_CASE("process keys: this process is alive, a made-up key is not") {
+  const std::uint64_t me = self_key();
+  REQUIRE(me != 0);
+  CHECK(key_pid(me) == static_cast<std::uint32_t>(::getpid()));
+  CHECK(process_alive(me));
+  CHECK(key_of_pid(key_pid(me)) == me);
+  // Same pid, another start time: a reused pid must not look alive.
+  CHECK_FALSE(process_alive(me + (1ull << 22)));
+  CHECK_FALSE(process_alive(0));
+}
