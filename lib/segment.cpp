@@ -222,7 +222,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
     if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
-    if (st.st_size >= static_cast<off_t>(kSegmentHeaderBytes) || mono_ns() > give_up) break;
+    // Only an empty file can be a box whose creator has not sized it yet.
+    if (st.st_size != 0 || mono_ns() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (st.st_size < static_cast<off_t>(kSegmentHeaderBytes))
@@ -248,11 +249,11 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   while (live->ready.load(std::memory_order_acquire) != kReady) {
     const std::uint64_t magic = live->magic;
     if (magic != 0 && magic != kMagic) break;  // foreign: reported below
+    const std::uint64_t creator = live->creator_key;
+    if (creator != 0 && !process_alive(creator))
+      return fail(errc::incomplete, who + ": its creator (pid " + std::to_string(key_pid(creator)) +
+                                        ") died before finishing it; remove it with 'shmbox rm " + std::string(name) + "'");
     if (mono_ns() > give_up) {
-      const std::uint64_t creator = live->creator_key;
-      if (creator != 0 && !process_alive(creator))
-        return fail(errc::incomplete, who + ": its creator (pid " + std::to_string(key_pid(creator)) +
-                                          ") died before finishing it; remove it with 'shmbox rm " + std::string(name) + "'");
       return fail(errc::incomplete, who + " is not ready: it is being created, or its creator died; retry, or remove it with 'shmbox rm " + std::string(name) + "'");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -1,0 +1,197 @@
+// The CLI driven as a user drives it: commands, output, exit codes
+// (0 ok, 1 failure, 2 usage, 3 refused/timed out) and one-line errors.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+using shmtest::run;
+
+namespace {
+
+shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
+  args.insert(args.begin(), shmtest::cli_path());
+  return run(args, input);
+}
+
+// Errors go to stderr as one line that starts with "shmbox: ".
+void check_one_line_error(const shmtest::run_result& r) {
+  CHECK(r.err.rfind("shmbox: ", 0) == 0);
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+}
+
+}  // namespace
+
+TEST_CASE("cli: create, post, recv, stat, rm") {
+  shmtest::segment_guard g(shmtest::unique_name("cli"));
+  auto r = cli({"create", g.name, "--capacity", "4", "--slot-size", "32", "--policy", "drop-oldest"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("created box '" + g.name + "'") != std::string::npos);
+
+  r = cli({"post", g.name, "one", "two", "three"});
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  r = cli({"post", g.name}, "four\nfive\n");  // one message per line of stdin
+  CHECK(r.code == 0);
+
+  r = cli({"stat", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("drop-oldest") != std::string::npos);
+  CHECK(r.out.find("depth        4 / 4") != std::string::npos);
+  CHECK(r.out.find("dropped_oldest 1") != std::string::npos);
+
+  r = cli({"recv", g.name, "--max", "2"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "two\nthree\n");
+  r = cli({"recv", g.name, "--all"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "four\nfive\n");
+  r = cli({"recv", g.name, "--timeout", "50"});
+  CHECK(r.code == 3);  // timed out with none
+  CHECK(r.out.empty());
+
+  r = cli({"rm", g.name});
+  CHECK(r.code == 0);
+  r = cli({"stat", g.name});
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("does not exist") != std::string::npos);
+  CHECK(r.err.find("shmbox create") != std::string::npos);
+}
+
+TEST_CASE("cli: stat --json has the documented keys") {
+  shmtest::segment_guard g(shmtest::unique_name("clijson"));
+  REQUIRE(cli({"create", g.name, "--capacity", "8"}).code == 0);
+  REQUIRE(cli({"post", g.name, "a", "b"}).code == 0);
+  auto r = cli({"stat", g.name, "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"name", "capacity", "slot_size", "policy", "depth", "owner", "counters"}) CHECK_MESSAGE(j.contains(k), k);
+  CHECK(j["name"] == g.name);
+  CHECK(j["capacity"] == 8);
+  CHECK(j["slot_size"] == 256);
+  CHECK(j["policy"] == "reject");
+  CHECK(j["depth"] == 2);
+  CHECK(j["owner"]["pid"] == 0);
+  CHECK(j["owner"]["alive"] == false);
+  for (const char* k : {"posted", "delivered", "rejected", "dropped_newest", "dropped_oldest", "timeouts", "abandoned"})
+    CHECK_MESSAGE(j["counters"].contains(k), k);
+  CHECK(j["counters"]["posted"] == 2);
+}
+
+TEST_CASE("cli: post says which message was refused and exits 3; too large exits 1") {
+  shmtest::segment_guard g(shmtest::unique_name("clifull"));
+  REQUIRE(cli({"create", g.name, "--capacity", "2", "--slot-size", "8"}).code == 0);
+  auto r = cli({"post", g.name, "a", "b", "c"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("message 3 refused: full") != std::string::npos);
+  r = cli({"post", g.name, "this is longer than eight bytes"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("too large") != std::string::npos);
+  CHECK(r.err.find("at most 8") != std::string::npos);
+
+  shmtest::segment_guard nb(shmtest::unique_name("clinewest"));
+  REQUIRE(cli({"create", nb.name, "--capacity", "1", "--policy", "drop-newest"}).code == 0);
+  r = cli({"post", nb.name, "kept", "dropped"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("message 2 refused: dropped") != std::string::npos);
+
+  shmtest::segment_guard bl(shmtest::unique_name("cliblock"));
+  REQUIRE(cli({"create", bl.name, "--capacity", "1", "--policy", "block"}).code == 0);
+  r = cli({"post", bl.name, "--timeout", "20", "kept", "waited"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("message 2 refused: timeout") != std::string::npos);
+}
+
+TEST_CASE("cli: recv refuses when another live process owns the box") {
+  shmtest::segment_guard g(shmtest::unique_name("cliowned"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  auto r = cli({"recv", g.name});
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("owned by live process " + std::to_string(owner.pid())) != std::string::npos);
+  r = cli({"stat", g.name});
+  CHECK(r.out.find("pid " + std::to_string(owner.pid()) + " (alive)") != std::string::npos);
+}
+
+TEST_CASE("cli: usage errors exit 2 with one line; --help exits 0") {
+  shmtest::segment_guard g(shmtest::unique_name("cliusage"));
+  const std::vector<std::vector<std::string>> usage_errors = {
+      {},
+      {"frobnicate"},
+      {"create"},
+      {"create", "bad/name"},
+      {"create", g.name, "--policy", "fifo"},
+      {"create", g.name, "--capacity", "0"},
+      {"create", g.name, "--mode", "999"},
+      {"create", g.name, "--mode", "0400"},
+      {"recv", g.name, "--max", "2", "--all"},
+      {"post", g.name, "--timeout", "-5"},
+  };
+  for (const auto& args : usage_errors) {
+    auto r = cli(args);
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    check_one_line_error(r);
+  }
+  CHECK(cli({"create", "bad/name"}).err.find("invalid box name") != std::string::npos);
+  CHECK(cli({"create", g.name, "--policy", "fifo"}).err.find("reject, drop-newest, drop-oldest, lifo or block") != std::string::npos);
+  CHECK_FALSE(shmtest::run({shmtest::cli_path(), "stat", g.name}).code == 0);  // nothing was created
+  auto help = cli({"--help"});
+  CHECK(help.code == 0);
+  for (const char* cmd : {"create", "post", "recv", "stat", "ls", "rm"}) CHECK(help.out.find(cmd) != std::string::npos);
+  auto sub = cli({"create", "--help"});
+  CHECK(sub.code == 0);
+  CHECK(sub.out.find("--slot-size") != std::string::npos);
+}
+
+TEST_CASE("cli: create twice fails; mode is applied") {
+  shmtest::segment_guard g(shmtest::unique_name("climode"));
+  REQUIRE(cli({"create", g.name, "--mode", "0660"}).code == 0);
+  auto j = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  CHECK(j["mode"] == "0660");
+  auto r = cli({"create", g.name});
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("already exists") != std::string::npos);
+}
+
+TEST_CASE("cli: ls lists boxes, marks an unusable segment, and --json parses") {
+  shmtest::segment_guard a(shmtest::unique_name("clils"));
+  shmtest::segment_guard junk(shmtest::unique_name("clijunk"));
+  REQUIRE(cli({"create", a.name, "--policy", "lifo", "--capacity", "16"}).code == 0);
+  REQUIRE(cli({"post", a.name, "x"}).code == 0);
+  const int fd = ::shm_open(("/shmbox." + junk.name).c_str(), O_RDWR | O_CREAT, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, std::string(4096, 'z').data(), 4096) == 4096);
+  ::close(fd);
+  auto r = cli({"ls"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find(a.name) != std::string::npos);
+  CHECK(r.out.find("1/16") != std::string::npos);
+  CHECK(r.out.find(junk.name + " ") != std::string::npos);
+  CHECK(r.out.find("unusable") != std::string::npos);
+  auto js = cli({"ls", "--json"});
+  CHECK(js.code == 0);
+  const auto arr = nlohmann::json::parse(js.out);
+  bool saw_box = false, saw_junk = false;
+  for (const auto& e : arr) {
+    if (e["name"] == a.name) saw_box = e["policy"] == "lifo" && e["depth"] == 1;
+    if (e["name"] == junk.name) saw_junk = e.contains("error");
+  }
+  CHECK(saw_box);
+  CHECK(saw_junk);
+  // stat on the unusable segment is a clean, one-line failure.
+  auto st = cli({"stat", junk.name});
+  CHECK(st.code == 1);
+  check_one_line_error(st);
+  CHECK(st.err.find("not a shmbox segment") != std::string::npos);
+}
