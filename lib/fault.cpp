@@ -15,6 +15,7 @@ namespace {
 struct fault_config {
   std::string point;
   long trigger = 0;
+  bool stop = false;  // ":stop" suffix: SIGSTOP instead of SIGKILL (a slow, not dead, process)
   std::atomic<long> hits{0};
 };
 
@@ -25,6 +26,10 @@ fault_config& config() noexcept {
     const char* env = std::getenv("SHMBOX_FAULT");
     if (env == nullptr || *env == '\0') return;
     std::string s(env);
+    if (s.size() > 5 && s.compare(s.size() - 5, 5, ":stop") == 0) {
+      cfg.stop = true;
+      s.resize(s.size() - 5);
+    }
     const auto colon = s.find(':');
     cfg.point = s.substr(0, colon);
     cfg.trigger = colon == std::string::npos ? 1 : std::strtol(s.c_str() + colon + 1, nullptr, 10);
@@ -43,6 +48,10 @@ void fault_point(const char* name) noexcept {
   fault_config& cfg = config();
   if (cfg.point.empty() || cfg.point != name) return;
   if (cfg.hits.fetch_add(1, std::memory_order_relaxed) + 1 == cfg.trigger) {
+    if (cfg.stop) {
+      ::kill(::getpid(), SIGSTOP);  // resumes on SIGCONT and carries on
+      return;
+    }
     ::kill(::getpid(), SIGKILL);
     ::pause();
   }

@@ -32,7 +32,7 @@ TEST_CASE("cli: create, post, recv, stat, rm") {
   shmtest::segment_guard g(shmtest::unique_name("cli"));
   auto r = cli({"create", g.name, "--capacity", "4", "--slot-size", "32", "--policy", "drop-oldest"});
   CHECK(r.code == 0);
-  CHECK(r.out.find("created box '" + g.name + "'") != std::string::npos);
+  CHECK(r.out.find(shmtest::cat("created box '", g.name, "'")) != std::string::npos);
 
   r = cli({"post", g.name, "one", "two", "three"});
   CHECK(r.code == 0);
@@ -117,9 +117,9 @@ TEST_CASE("cli: recv refuses when another live process owns the box") {
   auto r = cli({"recv", g.name});
   CHECK(r.code == 1);
   check_one_line_error(r);
-  CHECK(r.err.find("owned by live process " + std::to_string(owner.pid())) != std::string::npos);
+  CHECK(r.err.find(shmtest::cat("owned by live process ", std::to_string(owner.pid()))) != std::string::npos);
   r = cli({"stat", g.name});
-  CHECK(r.out.find("pid " + std::to_string(owner.pid()) + " (alive)") != std::string::npos);
+  CHECK(r.out.find(shmtest::cat("pid ", std::to_string(owner.pid()), " (alive)")) != std::string::npos);
 }
 
 TEST_CASE("cli: usage errors exit 2 with one line; --help exits 0") {
@@ -177,7 +177,7 @@ TEST_CASE("cli: ls lists boxes, marks an unusable segment, and --json parses") {
   CHECK(r.code == 0);
   CHECK(r.out.find(a.name) != std::string::npos);
   CHECK(r.out.find("1/16") != std::string::npos);
-  CHECK(r.out.find(junk.name + " ") != std::string::npos);
+  CHECK(r.out.find(shmtest::cat(junk.name, " ")) != std::string::npos);
   CHECK(r.out.find("unusable") != std::string::npos);
   auto js = cli({"ls", "--json"});
   CHECK(js.code == 0);

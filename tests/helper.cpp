@@ -5,9 +5,10 @@
 //       attach, print "ready", wait for a line on stdin (unless --no-wait),
 //       post COUNT messages [id, seq, padding], print "done <tallies>".
 //       --retry: post the same message again until it is stored.
-//   consume NAME TOTAL IDLE_MS [--batch N]
+//   consume NAME TOTAL IDLE_MS [--batch N] [--lifo]
 //       acquire, print "owned <epoch>", receive until TOTAL messages or
-//       IDLE_MS without any, checking per-producer order; print a summary.
+//       IDLE_MS without any, checking every payload against its pattern and
+//       (unless --lifo) per-producer order; print a summary.
 //   own NAME
 //       acquire, print "owned <epoch>", then wait until stdin closes.
 //   wait-one NAME TIMEOUT_MS
@@ -28,6 +29,12 @@
 #include "shmbox/shmbox.hpp"
 
 namespace {
+
+// Bytes 16.. of every message are a pattern of (id, seq): a torn or mixed-up
+// payload does not match it.
+char pattern_byte(std::uint64_t id, std::uint64_t seq, std::size_t i) {
+  return static_cast<char>((id * 131 + seq * 7 + i) & 0xFF);
+}
 
 int usage() {
   std::fprintf(stderr, "usage: shmbox-test-helper produce|consume|own|wait-one ...\n");
@@ -69,6 +76,7 @@ int produce(int argc, char** argv) {
   for (std::uint64_t seq = 0; seq < count; ++seq) {
     std::memcpy(buf.data(), &id, 8);
     std::memcpy(buf.data() + 8, &seq, 8);
+    for (std::size_t i = 16; i < size; ++i) buf[i] = pattern_byte(id, seq, i);
     for (;;) {
       const shmbox::post_status st = p->post(buf.data(), size);
       ++tally[st];
@@ -102,7 +110,10 @@ int consume(int argc, char** argv) {
   std::fflush(stdout);
   std::map<std::uint64_t, std::uint64_t> next;  // producer id -> next expected seq (or more)
   std::map<std::uint64_t, std::uint64_t> per;
-  std::uint64_t got = 0, order_errors = 0, redelivered = 0, short_msgs = 0;
+  std::map<std::uint64_t, std::vector<bool>> seen;  // exactly-once check that does not rely on order
+  std::uint64_t dups = 0;
+  const bool lifo = has_flag(argc, argv, "--lifo");  // newest first: order is not checked
+  std::uint64_t got = 0, order_errors = 0, redelivered = 0, short_msgs = 0, torn = 0;
   std::vector<shmbox::message> msgs;
   while (got < total) {
     msgs.clear();
@@ -123,13 +134,25 @@ int consume(int argc, char** argv) {
       std::memcpy(&id, m.data.data(), 8);
       std::memcpy(&seq, m.data.data() + 8, 8);
       ++per[id];
+      for (std::size_t i = 16; i < m.data.size(); ++i)
+        if (m.data[i] != pattern_byte(id, seq, i)) {
+          ++torn;
+          break;
+        }
+      auto& bits = seen[id];
+      if (seq < (1u << 24)) {
+        if (bits.size() <= seq) bits.resize(seq + 1);
+        if (bits[seq]) ++dups;
+        bits[seq] = true;
+      }
+      if (lifo) continue;
       auto it = next.find(id);
       if (it != next.end() && seq < it->second) ++order_errors;  // a duplicate or out of order
       next[id] = seq + 1;
     }
   }
-  std::printf("done got=%" PRIu64 " order_errors=%" PRIu64 " redelivered=%" PRIu64 " short=%" PRIu64, got, order_errors,
-              redelivered, short_msgs);
+  std::printf("done got=%" PRIu64 " order_errors=%" PRIu64 " redelivered=%" PRIu64 " short=%" PRIu64 " torn=%" PRIu64 " dups=%" PRIu64,
+              got, order_errors, redelivered, short_msgs, torn, dups);
   for (const auto& [id, n] : per) std::printf(" p%" PRIu64 "=%" PRIu64, id, n);
   std::printf("\n");
   return 0;

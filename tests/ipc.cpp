@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -106,19 +108,81 @@ TEST_CASE("4 producer processes x 250k messages into one owner process") {
     CAPTURE(*summary);
     auto s = fields(*summary);
     CHECK(s["order_errors"] == 0);  // per producer, strictly in posting order: no duplicate, no reordering
+    CHECK(s["dups"] == 0);
+    CHECK(s["torn"] == 0);  // every payload intact
     CHECK(s["short"] == 0);
     const shmbox::counters c = box->read_counters();
     CHECK(c.delivered == s["got"]);
     CHECK(c.abandoned == 0);
     if (expect != 0) {
       CHECK(s["got"] == 4 * kPer);
-      for (int id = 0; id < 4; ++id) CHECK(s["p" + std::to_string(id)] == kPer);
+      for (int id = 0; id < 4; ++id) CHECK(s[shmtest::cat("p", std::to_string(id))] == kPer);
     }
     if (v.retry) CHECK(c.rejected == full);
     CHECK(c.posted == 4 * kPer + c.rejected);
     check_invariant(*box);
     CHECK(box->info().depth == 0);
   }
+}
+
+TEST_CASE("lifo with 4 producer processes: exactly once, payloads intact, counters add up") {
+  shmtest::segment_guard g(shmtest::unique_name("mplifo"));
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 64;
+  o.overflow = policy::lifo;
+  auto box = shmbox::Box::create(g.name, o);
+  REQUIRE(box);
+  child owner({shmtest::helper_path(), "consume", g.name, "200000", "1000", "--lifo", "--batch", "16"});
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  std::vector<std::unique_ptr<child>> producers;
+  for (int id = 0; id < 4; ++id) producers.push_back(start_producer(g.name, id, 50'000, {"--no-wait"}));
+  for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(120s), 0));
+  const auto summary = owner.read_line(120s);
+  REQUIRE(summary.has_value());
+  CAPTURE(*summary);
+  auto s = fields(*summary);
+  CHECK(s["dups"] == 0);
+  CHECK(s["torn"] == 0);
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == s["got"]);
+  CHECK(c.posted == 200'000);
+  CHECK(c.dropped_newest == c.stored - c.delivered - box->info().depth);
+  check_invariant(*box);
+}
+
+TEST_CASE("a stopped producer is slow, not dead: the owner waits for it and loses nothing") {
+  shmtest::segment_guard g(shmtest::unique_name("stopped"));
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 64;
+  auto box = shmbox::Box::create(g.name, o);
+  auto owner = shmbox::Owner::acquire(*box);
+  // Producer 1 stops itself (SIGSTOP) right after claiming its 3rd slot.
+  auto p1 = start_producer(g.name, 1, 5, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:3:stop"});
+  auto state_of = [](pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto close = all.rfind(')');
+    return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+  };
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (state_of(p1->pid()) != 'T' && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE(state_of(p1->pid()) == 'T');
+  auto p2 = start_producer(g.name, 2, 2, {"--no-wait"});
+  CHECK(shmtest::exited_with(p2->wait(30s), 0));
+  auto got = drain(*owner, 100, 300ms);  // far longer than the repair grace period
+  REQUIRE(got.size() == 2);             // p1's first two; the rest waits behind p1's claim
+  CHECK(box->read_counters().abandoned == 0);
+  p1->kill(SIGCONT);
+  CHECK(shmtest::exited_with(p1->wait(30s), 0));
+  auto rest = drain(*owner, 5, 2s);
+  REQUIRE(rest.size() == 5);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ids;
+  for (const auto& m : rest) ids.push_back(id_seq(m));
+  CHECK(ids == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 2}, {2, 0}, {2, 1}, {1, 3}, {1, 4}});
+  CHECK(box->read_counters().abandoned == 0);
+  check_invariant(*box);
 }
 
 TEST_CASE("a producer killed between claim and publish never wedges the box") {
@@ -137,7 +201,7 @@ TEST_CASE("a producer killed between claim and publish never wedges the box") {
       auto owner = shmbox::Owner::acquire(*box);
       REQUIRE(owner);
       // Producer 1 dies at its 101st post: 100 stored, the 101st claimed and never published.
-      auto p1 = start_producer(g.name, 1, 200, {"--no-wait"}, {std::string("SHMBOX_FAULT=") + point + ":101"});
+      auto p1 = start_producer(g.name, 1, 200, {"--no-wait"}, {shmtest::cat("SHMBOX_FAULT=", point, ":101")});
       CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
       CHECK_FALSE(p1->timed_out());
       // Producer 2 posts behind the dead slot.
@@ -298,7 +362,7 @@ TEST_CASE("one owner at a time across processes; a dead owner's box is taken ove
   auto second = shmbox::Owner::acquire(*box);
   REQUIRE_FALSE(second);
   CHECK(second.error() == shmbox::errc::not_owner);
-  CHECK(shmbox::explain(second.error()).find("process " + std::to_string(first.pid())) != std::string::npos);
+  CHECK(shmbox::explain(second.error()).find(shmtest::cat("process ", std::to_string(first.pid()))) != std::string::npos);
   child third({shmtest::helper_path(), "own", g.name}, {}, true);
   CHECK(third.read_line().value_or("").find("owned by live process") != std::string::npos);
   first.kill(SIGKILL);

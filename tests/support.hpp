@@ -22,6 +22,14 @@
 
 namespace shmtest {
 
+// Concatenates strings. (GCC 12 warns falsely, PR105329, on "literal" + std::string.)
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  std::string s;
+  ((s += parts), ...);
+  return s;
+}
+
 // A name no other test (or concurrent test run) uses.
 inline std::string unique_name(const std::string& what) {
   static std::atomic<int> counter{0};
