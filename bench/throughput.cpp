@@ -27,7 +27,13 @@
 //   mapping) and reports "ready". When all are ready, the parent reads
 //   steady_clock (t_release) and closes the write end of the "go" pipe: every
 //   child is blocked in read() on it and wakes on EOF at the same moment. So
-//   fork, exec-free start-up, attaching and page mapping are not timed.
+//   fork, attaching/opening and mapping the segment are not timed.
+// * Mechanisms. shmbox: capacity 1024, slot_size 64; producers call
+//   post(data, 64) (block: waits on a futex while full, block_timeout 1 s, a
+//   timeout is retried; reject: returns full at once and is retried in a busy
+//   loop); the consumer calls receive_batch(v, 256, 1 s) and clears v between
+//   calls. message_queue: 1024 x 64 bytes, blocking send/receive. Spin ring:
+//   1024 slots, see spin_ring.hpp.
 // * Timing. The consumer reads steady_clock right after it has received and
 //   checked the last message (t_end) and reports it. The run's time is
 //   t_end - t_release; steady_clock is CLOCK_MONOTONIC, one clock for all
@@ -110,14 +116,16 @@ struct Args {
   int reps = 5;
   int timeout_s = 120;  // watchdog per run
   bool verbose = false;
+  std::string only;  // run only the configurations whose label contains this
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
-               "usage: shmbox-bench-throughput [--messages N] [--reps R] [--timeout S] [--verbose]\n"
+               "usage: shmbox-bench-throughput [--messages N] [--reps R] [--timeout S] [--only TEXT] [--verbose]\n"
                "  --messages N  messages per run, split across the producers (default 2000000)\n"
                "  --reps R      runs per configuration; the table shows median and min..max (default 5)\n"
                "  --timeout S   watchdog: a run taking longer than S seconds fails (default 120)\n"
+               "  --only TEXT   run only the rows whose mechanism contains TEXT (e.g. \"shmbox (block)\")\n"
                "  --verbose     print every run (and producer retries) on stderr\n");
 }
 
@@ -154,6 +162,9 @@ std::optional<Args> parse_args(int argc, char** argv) {
       ok = take_value() && parse_number(value, a.reps) && a.reps >= 1 && a.reps <= 1000;
     } else if (arg == "--timeout") {
       ok = take_value() && parse_number(value, a.timeout_s) && a.timeout_s >= 1;
+    } else if (arg == "--only") {
+      ok = take_value();
+      a.only = std::string(value);
     } else if (arg == "--verbose" || arg == "-v") {
       a.verbose = true;
     } else {
@@ -185,6 +196,8 @@ volatile std::sig_atomic_t g_child_pid[kMaxChildren];
 extern "C" void on_fatal_signal(int sig) {
   for (int i = 0; i < kMaxChildren; ++i)
     if (g_child_pid[i] > 0) ::kill(static_cast<pid_t>(g_child_pid[i]), SIGKILL);
+  for (int i = 0; i < kMaxChildren; ++i)  // reap them: no zombies left to init
+    if (g_child_pid[i] > 0) ::waitpid(static_cast<pid_t>(g_child_pid[i]), nullptr, 0);
   for (int i = 0; i < kMaxTracked; ++i)
     if (g_tracked_used[i] != 0) ::unlink(g_tracked_path[i]);
   ::signal(sig, SIG_DFL);
@@ -403,7 +416,7 @@ class Checker {
   std::uint64_t received() const noexcept { return received_; }
   std::uint64_t total() const noexcept { return total_; }
   [[noreturn]] void fail(const std::string& what) const {
-    throw bench_failure("consumer: after " + std::to_string(received_) + " of " + std::to_string(total_) +
+    throw bench_failure("after " + std::to_string(received_) + " of " + std::to_string(total_) +
                         " messages: " + what);
   }
 
@@ -935,7 +948,8 @@ int run(const Args& args) {
       {Mech::shmbox_reject, 4, "shmbox (reject+retry)"},
       {Mech::boost_mq, 4, "boost message_queue"},
   };
-  auto runs = [&](const Config& c) { return c.mech != Mech::boost_mq || kHaveBoost; };
+  auto selected = [&](const Config& c) { return std::string_view(c.label).find(args.only) != std::string_view::npos; };
+  auto runs = [&](const Config& c) { return selected(c) && (c.mech != Mech::boost_mq || kHaveBoost); };
 
   std::vector<std::vector<double>> rates(configs.size());
   for (int rep = 0; rep < args.reps; ++rep) {
@@ -967,7 +981,8 @@ int run(const Args& args) {
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
     if (!st[i]) {
-      std::printf("%-30s %-10d %s\n", c.label, c.producers, "skipped (Boost not installed)");
+      std::printf("%-30s %-10d %s\n", c.label, c.producers,
+                  selected(c) ? "skipped (Boost not installed)" : "not run (--only)");
       continue;
     }
     const auto mq = median_of(Mech::boost_mq, c.producers);
@@ -979,7 +994,7 @@ int run(const Args& args) {
   const auto box4 = median_of(Mech::shmbox_block, 4), mq4 = median_of(Mech::boost_mq, 4);
   std::printf("shmbox/spin ring (1 producer): %s\n", box1 && ring1 ? fmt_ratio(*box1 / *ring1).c_str() : "n/a");
   std::printf("shmbox/mq (4 producers): %s\n",
-              box4 && mq4 ? fmt_ratio(*box4 / *mq4).c_str() : "n/a (Boost not installed)");
+              box4 && mq4 ? fmt_ratio(*box4 / *mq4).c_str() : kHaveBoost ? "n/a" : "n/a (Boost not installed)");
   return 0;
 }
 

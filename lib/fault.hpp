@@ -4,6 +4,7 @@
 // environment makes the process kill itself with SIGKILL the N-th time (default
 // 1st) it passes <point>; SHMBOX_FAULT=<point>:N:stop stops it with SIGSTOP
 // instead (it carries on after SIGCONT). Read once per process. Points:
+//   producer.after_announce  claim announced in the producer table, tail not yet CASed
 //   producer.after_claim     tail claimed, nothing written yet
 //   producer.mid_payload     half the payload written, not published
 //   producer.before_publish  payload and length written, sequence not stored

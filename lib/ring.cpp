@@ -35,7 +35,8 @@
 //  P2 if s == EMPTY(t): op_before = P.stored; op = claim(t).
 //       dies here: nothing claimed; the stale claim(t) names a dead process,
 //       which only ever adds a dead claimant to the check in R1.
-//  P3   CAS tail t -> t+1 (seq_cst). Fails: back to P1.
+//  P3   CAS tail t -> t+1 (seq_cst), keeping the owner-sleeping bit as it
+//       is. Fails: back to P1.
 //       dies here: position t is claimed and slot(t) stays EMPTY(t): the
 //       owner (or a producer one lap later) stalls at t. Repair R1.
 //  P4   P.stored++, write payload and length.
@@ -43,9 +44,12 @@
 //       producer.mid_payload, producer.before_publish.
 //  P5   seq = FULL(t, P) (release: publishes payload and length).
 //       dies here: the message is stored and will be delivered.
-//  P6   if tail had the owner-sleeping bit: bump owner.wake_seq, futex_wake.
-//       dies here: the owner is not woken; its sleep has a deadline and it
-//       finds the message on waking (a late wake, never a lost message).
+//  P6   if the tail had the owner-sleeping bit: bump owner.wake_seq,
+//       futex_wake. Only the owner clears the bit (when it wakes), so every
+//       claimant until then wakes it: a claimant that dies before P6 cannot
+//       take the wake-up with it; the next post wakes the owner, which then
+//       repairs the dead claim (R1). If no post follows, there is nothing to
+//       deliver and the hole is repaired when the owner next looks.
 //  Full (s == FULL(t-cap) or busy): reject -> full, drop_newest -> dropped,
 //  block -> sleep on lane.space_seq (SYNC POINT A) and retry, drop_oldest ->
 //  EVICT. Busy (TAKEN(t-cap) or EMPTY(t-cap) being written): reject/drop_newest
@@ -113,10 +117,12 @@
 // WAKE-UPS
 //  The owner sleeps only when every lane is empty: it reads owner.wake_seq,
 //  then CASes the sleeping bit into each lane's tail (fails if a producer
-//  claimed meanwhile), then futex-waits on wake_seq. The producer whose
-//  claim CAS (P3) removes the bit is the one that wakes it (P6). Both sides
-//  use the RMW they already do, so a post makes no system call and no extra
-//  fence when nobody sleeps.
+//  claimed meanwhile), then futex-waits on wake_seq. Every claim CAS (P3)
+//  sees the bit and wakes it (P6) until the owner, awake, clears the bit.
+//  (A producer must never clear it: it could clear the owner's next arming,
+//  and a claimant that cleared it and died would take the wake-up along.)
+//  Both sides use the RMW they already do, so a post makes no system call
+//  and no extra fence when nobody sleeps.
 //  Producers waiting for space: SYNC POINT A (producer: space_wanted = 1,
 //  fence, re-check slot) pairs with SYNC POINT B (owner: free slots, fence,
 //  read space_wanted): one of the two sees the other's store.
@@ -130,7 +136,7 @@
 //  L1 push: find a FREE slot; op_before = P.stored; op = lifo_push(i);
 //     CAS FREE -> WRITING(stamp, P); P.stored++; write; publish with an
 //     exchange (seq_cst) to FULL(stamp, P); then read lifo_stamp (SYNC POINT C)
-//     and wake the owner if its sleeping bit is set.
+//     and wake the owner if its sleeping bit is set (only the owner clears it).
 //  L2 full (no FREE slot): replace the FULL slot with the largest stamp:
 //     op_before = (stored, replaced); op = lifo_replace(i); CAS FULL ->
 //     WRITING(stamp, P); count both; write; publish.
@@ -492,9 +498,10 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
       p.pe->op_before_a.store(stored, std::memory_order_relaxed);
       // relaxed: published by the seq_cst CAS on the tail; R1 loads the tail first.
       p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);
+      SHMBOX_FAULT("producer.after_announce");
       std::uint64_t expected = w;
-      if (!h->tail.compare_exchange_weak(expected, (t + 1) << 1, std::memory_order_seq_cst,
-                                         std::memory_order_relaxed))  // P3
+      if (!h->tail.compare_exchange_weak(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
+                                         std::memory_order_relaxed))  // P3: the sleeping bit stays
         continue;
       c->stored.store(stored + 1, std::memory_order_relaxed);  // P4
       SHMBOX_FAULT("producer.after_claim");
@@ -508,7 +515,10 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
       return evicted ? post_status::stored_evicted : post_status::stored;
     }
     if (d == -static_cast<std::int64_t>(cap)) {
-      // The slot still holds position t - cap: the lane is full at t.
+      // The slot still holds position t - cap: the lane is full at t. We hold
+      // no claim: withdraw a stale claim(t') left by a lost CAS, so that R1
+      // never waits for us while we sleep for space.
+      p.pe->op.store(0, std::memory_order_relaxed);
       if (st == slot_state::full) {
         switch (L.pol) {
           case policy::reject: return give_up(c->rejected, post_status::full);
@@ -557,10 +567,7 @@ void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint
   // SYNC POINT C: the publishing exchange (seq_cst), then the load of the
   // sleeping bit (seq_cst); pairs with SYNC POINT D in owner_arm_sleep.
   s->seq.exchange(make_seq(stamp, slot_state::full, p.rep.actor), std::memory_order_seq_cst);
-  if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) {
-    L.hdr->lifo_stamp.fetch_and(~1ull, std::memory_order_relaxed);  // relaxed: only clears the bit
-    wake_owner(*p.m);
-  }
+  if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) wake_owner(*p.m);  // the owner clears the bit
 }
 
 void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64_t& stuck_since) noexcept {

@@ -235,6 +235,80 @@ TEST_CASE("a producer killed between claim and publish never wedges the box") {
   }
 }
 
+TEST_CASE("block: producers sleeping for space never hold up the repair of a dead claimant") {
+  // A 1-slot block box and racing producers: when one dies holding a claim,
+  // others that lost the race for that position sleep for space. They must not
+  // look like live claimants of it, or the owner would wait out their timeout
+  // (60 s here) instead of skipping the dead slot within milliseconds.
+  shmtest::segment_guard g(shmtest::unique_name("blockrace"));
+  shmbox::options o;
+  o.capacity = 1;
+  o.slot_size = 64;
+  o.overflow = policy::block;
+  o.block_timeout = 60s;
+  auto box = shmbox::Box::create(g.name, o);
+  std::vector<std::unique_ptr<child>> producers;
+  producers.push_back(start_producer(g.name, 9, 1000, {}, {"SHMBOX_FAULT=producer.after_claim:300"}));
+  for (int id = 0; id < 3; ++id) producers.push_back(start_producer(g.name, id, 1000));
+  for (auto& p : producers) REQUIRE(p->read_line().value_or("").rfind("ready", 0) == 0);
+  auto owner = shmbox::Owner::acquire(*box);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& p : producers) p->write_stdin("go\n");
+  auto got = drain(*owner, 3299, 20s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(shmtest::killed_by(producers[0]->wait(60s), SIGKILL));
+  for (std::size_t i = 1; i < producers.size(); ++i) CHECK(shmtest::exited_with(producers[i]->wait(60s), 0));
+  CHECK(got.size() == 3299);
+  CHECK(box->read_counters().abandoned == 1);
+  CHECK(box->read_counters().timeouts == 0);
+  CHECK(took < 20s);
+  MESSAGE("3299 messages through a 1-slot box around a dead claimant in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  check_invariant(*box);
+}
+
+TEST_CASE("a producer that lost the claim race and sleeps for space is not mistaken for the dead claimant") {
+  // X announces claim(0) and is stopped before its CAS; Y claims 0 and dies;
+  // X resumes, loses the CAS, finds the box full and sleeps for space (60 s).
+  // X must have withdrawn its announcement, or the owner would wait for X.
+  shmtest::segment_guard g(shmtest::unique_name("staleclaim"));
+  shmbox::options o;
+  o.capacity = 1;
+  o.slot_size = 64;
+  o.overflow = policy::block;
+  o.block_timeout = 60s;
+  auto box = shmbox::Box::create(g.name, o);
+  auto x = start_producer(g.name, 1, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_announce:1:stop"});
+  auto state_of = [](pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto close = all.rfind(')');
+    return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+  };
+  auto until = std::chrono::steady_clock::now() + 30s;
+  while (state_of(x->pid()) != 'T' && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE(state_of(x->pid()) == 'T');
+  auto y = start_producer(g.name, 2, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:1"});
+  CHECK(shmtest::killed_by(y->wait(30s), SIGKILL));
+  x->kill(SIGCONT);
+  // Handshake: X is asleep waiting for space.
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  until = std::chrono::steady_clock::now() + 30s;
+  while ((*seg)->lanes[0].hdr->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE((*seg)->lanes[0].hdr->space_wanted.load() == 1);
+  auto owner = shmbox::Owner::acquire(*box);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = drain(*owner, 1, 30s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 20s);  // not X's 60 s block timeout
+  REQUIRE(got.size() == 1);
+  CHECK(id_seq(got[0]).first == 1);
+  CHECK(shmtest::exited_with(x->wait(30s), 0));
+  CHECK(box->read_counters().abandoned == 1);
+  CHECK(box->read_counters().timeouts == 0);
+  check_invariant(*box);
+}
+
 TEST_CASE("a producer killed while its abandoned entry is reused: the new holder repairs it first") {
   shmtest::segment_guard g(shmtest::unique_name("reuse"));
   shmbox::options o;
@@ -402,6 +476,32 @@ TEST_CASE("a sleeping owner process is woken by a producer process; idle posts m
   CHECK(sleeper.read_line(30s).value_or("") == "got ping");
   CHECK(shmtest::exited_with(sleeper.wait(), 0));
   CHECK(rec->wake_calls.load() == 1);
+}
+
+TEST_CASE("a claimant that dies right after claiming does not take the owner's wake-up with it") {
+  shmtest::segment_guard g(shmtest::unique_name("lostwake"));
+  auto box = shmbox::Box::create(g.name);
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  auto* lane = (*seg)->lanes[0].hdr;
+  child sleeper({shmtest::helper_path(), "wait-one", g.name, "60000"});
+  REQUIRE(sleeper.read_line().value_or("").rfind("owned", 0) == 0);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while ((lane->tail.load() & 1) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE((lane->tail.load() & 1) == 1);  // the owner sleeps
+  // This producer's claim is the first after the owner armed its bit; it dies
+  // before publishing (and before waking anybody).
+  auto dying = start_producer(g.name, 1, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:1"});
+  CHECK(shmtest::killed_by(dying->wait(30s), SIGKILL));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto poster = shmbox::Producer::attach(*box);
+  REQUIRE(poster->post("ping") == shmbox::post_status::stored);
+  // The owner must wake now (not at its 60 s deadline), repair the dead claim and deliver.
+  CHECK(sleeper.read_line(30s).value_or("") == "got ping");
+  CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+  CHECK(shmtest::exited_with(sleeper.wait(), 0));
+  CHECK(box->read_counters().abandoned == 1);
+  check_invariant(*box);
 }
 
 TEST_CASE("block across processes: a blocked producer process resumes as the owner drains") {
