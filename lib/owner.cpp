@@ -11,9 +11,10 @@
 
 namespace shmbox {
 namespace {
-// An empty owner polls this many times (a few microseconds) before it sleeps,
-// so that a busy pair hands over without a system call.
-constexpr unsigned kSpinBeforeSleep = 200;
+// An empty owner keeps polling this long before it sleeps on the futex, so
+// that a busy producer/owner pair hands over without system calls; an idle
+// owner then sleeps and uses no CPU. (Tunable per call in a later issue.)
+constexpr std::uint64_t kSpinBeforeSleepNs = 50'000;
 }  // namespace
 
 struct Owner::state {
@@ -95,7 +96,47 @@ recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
   return st;
 }
 
+// Counts what it appends; the two public receive_batch forms wrap it.
+struct detail::owner_sink : detail::take_sink {
+  std::size_t appended = 0;
+
+ protected:
+  ~owner_sink() = default;
+};
+
+namespace {
+struct vector_sink final : detail::owner_sink {
+  std::vector<message>* out;
+  explicit vector_sink(std::vector<message>& v) : out(&v) {}
+  void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    message& m = out->emplace_back();
+    m.data.assign(reinterpret_cast<const char*>(data), size);
+    m.redelivered = redelivered;
+    m.lane = lane;
+    ++appended;
+  }
+};
+struct batch_sink final : detail::owner_sink {
+  batch* out;
+  explicit batch_sink(batch& b) : out(&b) {}
+  void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    out->append(data, size, redelivered, lane);
+    ++appended;
+  }
+};
+}  // namespace
+
 recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  vector_sink sink(out);
+  return receive_into(sink, max, timeout);
+}
+
+recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  batch_sink sink(out);
+  return receive_into(sink, max, timeout);
+}
+
+recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout) {
   if (!s_) return recv_status::not_owner;
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
@@ -106,24 +147,30 @@ recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
-  const std::uint64_t start_ns = detail::mono_ns();
-  std::uint64_t deadline = detail::kNoDeadline;
-  if (timeout != std::chrono::nanoseconds::max())
-    deadline = start_ns + (timeout.count() < 0 ? 0 : static_cast<std::uint64_t>(timeout.count()));
-  const std::size_t first = out.size();
+  // The clock is read only once nothing was found: a call that finds a
+  // message makes no clock call.
+  detail::lazy_deadline deadline{timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
+                                 : timeout.count() < 0                     ? 0
+                                                                           : static_cast<std::uint64_t>(timeout.count())};
   unsigned spins = 0, busy_rounds = 0;
+  std::uint64_t spin_until = 0;
+  unsigned polls = 0;
   for (;;) {
     bool busy = false, corrupt = false;
-    for (std::uint32_t l = 0; l < m.lane_count() && out.size() - first < max; ++l) {
-      detail::take_sink sink{&out, max - (out.size() - first)};
+    // Every 64th empty poll (and the first) also reads the tails, to notice
+    // a claimed-but-unpublished slot (slow or dead writer).
+    sink.look_at_tail = (polls++ & 63) == 0;
+    for (std::uint32_t l = 0; l < m.lane_count() && sink.appended < max; ++l) {
+      sink.max = max - sink.appended;
       const detail::take_result r = detail::owner_take(o, l, sink);
       busy |= r.busy;
-      corrupt |= r.corrupt;
+      corrupt |= r.corrupt;  // (r.unknown: an unpublished slot, not yet told apart: keep polling)
     }
-    if (out.size() > first) return recv_status::ok;
+    if (sink.appended > 0) return recv_status::ok;
     if (corrupt) return recv_status::error;
+    if (deadline.timeout_ns == 0) return recv_status::timeout;
     const std::uint64_t now = detail::mono_ns();
-    if (now >= deadline) return recv_status::timeout;
+    if (now >= deadline.get()) return recv_status::timeout;
     if (busy) {
       // A writer claimed a slot and has not published it yet (or died: the
       // take above repairs that after a grace period). Back off gently.
@@ -135,17 +182,20 @@ recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std
       } else if (busy_rounds < 256) {
         ::sched_yield();
       } else {
-        const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline - now);
+        const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline.get() - now);
         timespec ts{0, static_cast<long>(nap)};
         ::nanosleep(&ts, nullptr);
       }
       continue;
     }
-    if (spins < kSpinBeforeSleep) {
-      ++spins;
+    if (spin_until == 0) spin_until = now + kSpinBeforeSleepNs;
+    if (now < spin_until) {
+      for (int i = 0; i < 16; ++i) {  // a short pause between polls of the lanes
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      }
+      ++spins;
       continue;
     }
     // Sleep: read wake_seq, then arm every lane (fails if anything arrived),
@@ -153,7 +203,7 @@ recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std
     const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     bool armed = true;
     for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
-    if (armed) detail::futex_wait(&rec->wake_seq, w, deadline);
+    if (armed) detail::futex_wait(&rec->wake_seq, w, deadline.get());
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
   }
 }

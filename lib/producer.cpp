@@ -50,19 +50,18 @@ result<Producer> Producer::attach(const Box& box) {
 }
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
-  const std::uint64_t ms = s_->m->block_timeout_ms;
-  return post(data, size, std::chrono::milliseconds(ms));
+  if (!s_) return post_status::error;
+  s_->ctx.last_error.clear();
+  return detail::post_message(s_->ctx, 0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000);
 }
 
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
   if (!s_) return post_status::error;
-  std::uint64_t deadline = detail::kNoDeadline;
-  if (timeout != std::chrono::nanoseconds::max()) {
-    const auto ns = timeout.count() < 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
-    deadline = detail::mono_ns() + ns;
-  }
-  s_->ctx.last_error = {};
-  return detail::post_message(s_->ctx, 0, data, size, deadline);
+  const std::uint64_t timeout_ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
+                                   : timeout.count() < 0                     ? 0
+                                                                             : static_cast<std::uint64_t>(timeout.count());
+  s_->ctx.last_error.clear();
+  return detail::post_message(s_->ctx, 0, data, size, timeout_ns);
 }
 
 std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }

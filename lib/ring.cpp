@@ -66,7 +66,7 @@
 //  it, so an evictor can never overwrite bytes the owner is reading; it
 //  evicts only FULL slots. So the owner never returns torn bytes.
 //
-// TAKE (owner O of epoch e, from its private cursor p = head):
+// TAKE (owner O of epoch e, from its private cursor p = head), per message:
 //  T1 s = slot(p).seq (acquire; pairs with P5).
 //     EMPTY(p), tail <= p: lane empty, stop.
 //     EMPTY(p), tail > p: claimed, not yet published: stop (busy); after
@@ -77,21 +77,26 @@
 //       (eviction, repair): skip p.
 //     Slot still at p - cap: a skipped evictor/repairer has not finished the
 //       previous lap yet, so p is not claimed: stop.
-//  T2 first take of a batch: owner.op_before = delivered; owner.op = recv(p).
+//  T2 owner.op_before = delivered; owner.op = recv(p).
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
 //     slots), a release store otherwise (no one else writes a FULL slot).
 //  T4 copy payload (length checked against the slot size first).
-//       dies in T3..T4: slots TAKEN(p, O) and delivered == op_before: the next
-//       owner re-takes them and delivers them again, flagged (R4).
+//       dies in T3..T4: slot TAKEN(p, O) and delivered == op_before: the next
+//       owner re-takes it and delivers it again, flagged (R4).
 //       Fault point owner.after_take.
-//  T5 delivered = op_before + n: THE COMMIT (one store for the whole batch).
-//       dies here: delivered != op_before: the next owner frees the slots
-//       without delivering them again (R4). Fault point owner.after_commit.
-//  T6 each seq = EMPTY(p + cap) (release: our payload reads happen before
-//     the next writer's payload writes; pairs with P1's acquire).
-//  T7 head = p (release); owner.op = none; if the lane has waiters
-//     (SYNC POINT B) wake lane.space_seq.
-//
+//  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
+//       dies here: delivered != op_before: the next owner frees the slot
+//       without delivering it again (R4). Fault point owner.after_commit.
+//  T6 seq = EMPTY(p + cap) (release: our payload read happens before the next
+//     writer's payload writes; pairs with P1's acquire). Freeing each slot as
+//     soon as it is committed lets the producer refill it while the owner
+//     reads the next one: the two cores work in parallel.
+//  T7 (once per call) head = p (release); owner.op = none; if the lane has
+//     waiters (SYNC POINT B) wake lane.space_seq.
+//  A receive call commits each message as it copies it out: a process that
+//  dies inside the call loses (at most) what it had copied but not yet
+//  returned, exactly like a process that dies just after the call returns.
+
 // REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
 //  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
 //     entries whose op is claim(q). If one is alive, wait: it is the claimant
@@ -171,6 +176,7 @@ namespace shmbox::detail {
 namespace {
 
 constexpr std::uint64_t kTargetMask = (1ull << 56) - 1;  // op targets hold 56 bits
+constexpr std::uint64_t kSpaceSpinNs = 20'000;  // a full lane: poll this long before sleeping
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -327,19 +333,22 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   return L.is_lifo() ? abandon_lifo(L, idx, seen, r) : abandon_fifo(L, pos, seen, r);
 }
 
-// A slot TAKEN by an owner that is gone. committed: that owner counted it as
-// delivered. Returns: 0 = not that owner's op, 1 = its repair op, 2 = committed
-// recv/pop, 3 = uncommitted recv/pop (deliver again, or evict).
+// A slot TAKEN by an owner that is gone; `target` is its FIFO position or lifo
+// slot index. Returns: 1 = that owner was repairing it, 2 = it had committed
+// it (counted as delivered), 3 = uncommitted (deliver again, or evict).
 int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target) noexcept {
   const owner_record* rec = m.owner();
   const std::uint64_t op = rec->op.load(std::memory_order_acquire);
   const std::uint64_t before = rec->op_before.load(std::memory_order_acquire);
   if (op_lane(op) != L.index) return 3;
+  // Positions are compared modulo 2^48, as slots store them.
+  const bool same = (op_target(op) & kPosMask) == (target & kPosMask);
   switch (op_kind_of(op)) {
     case op_kind::repair:
-      return op_target(op) == target ? 1 : 3;
+      return same ? 1 : 3;
     case op_kind::recv:
     case op_kind::lifo_pop:
+      if (!same) return 3;  // the op is about another slot
       return m.owner_counters(L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
     default:
       return 3;
@@ -435,6 +444,10 @@ void write_payload(slot_header* s, const void* data, std::size_t size) noexcept 
 // grace period, at most once per kRepairIntervalNs per handle.
 void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen,
                            std::uint64_t& stuck_since) noexcept {
+  // A busy slot is nearly always an owner or writer a few ns from done: look
+  // at the clock only every 64th time (a busy retry loop stays cheap).
+  // (A post that has been waiting a while, stuck_since != 0, always looks.)
+  if (stuck_since == 0 && (++p.busy_seen & 63) != 0) return;
   const std::uint64_t now = mono_ns();
   if (stuck_since == 0) {
     stuck_since = now;
@@ -445,14 +458,29 @@ void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q,
   repair_fifo_slot(*p.m, L, q, seen, p.rep, L.pol == policy::drop_oldest ? &p : nullptr, -1, stuck_since, now);
 }
 
+// How long a producer has been waiting for space, across the retries of one post.
+struct space_wait {
+  unsigned spins = 0;
+  std::uint64_t started_ns = 0;
+};
+
 // Waits for the slot of position t to be freed. false: the deadline passed.
-bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, std::uint64_t deadline,
-                    unsigned& spins) noexcept {
-  const std::uint64_t now = mono_ns();
-  if (now >= deadline) return false;
-  if (spins < 64) {  // the holder is usually mid-copy: microseconds
-    ++spins;
+// First spins briefly (the holder is usually mid-copy), then polls for up to
+// kSpaceSpinNs (an owner draining a busy box frees a slot within
+// microseconds), then sleeps on the lane's futex in 10 ms slices.
+bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, lazy_deadline& deadline,
+                    space_wait& w) noexcept {
+  if (deadline.timeout_ns == 0) return false;  // no wait at all
+  if (w.spins < 64) {
+    ++w.spins;
     cpu_relax();
+    return true;
+  }
+  const std::uint64_t now = mono_ns();
+  if (now >= deadline.get()) return false;
+  if (w.started_ns == 0) w.started_ns = now;
+  if (now - w.started_ns < kSpaceSpinNs) {
+    for (int i = 0; i < 16; ++i) cpu_relax();
     return true;
   }
   lane_header* h = L.hdr;
@@ -465,17 +493,17 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, std
       (h->tail.load(std::memory_order_relaxed) >> 1) != t)
     return true;
   // Sleep in slices so that a dead holder is noticed and repaired.
-  futex_wait(&h->space_seq, sp, std::min(deadline, now + 10'000'000));
+  futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + 10'000'000));
   return true;
 }
 
 post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
-                      std::size_t size, std::uint64_t deadline) noexcept {
+                      std::size_t size, lazy_deadline& deadline) noexcept {
   lane_header* h = L.hdr;
   const std::uint64_t cap = L.capacity;
   bool evicted = false;
   std::uint64_t stuck_since = 0;
-  unsigned spins = 0;
+  space_wait waiting;
   auto give_up = [&](a64& counter, post_status st) {
     p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim
     bump(counter);
@@ -528,7 +556,7 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
             continue;
           case policy::block:
           case policy::lifo:
-            if (!wait_for_space(L, t, seen, deadline, spins)) return give_up(c->timeouts, post_status::timeout);
+            if (!wait_for_space(L, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
             continue;
         }
       }
@@ -537,7 +565,7 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
         producer_maybe_repair(p, L, t - cap, seen, stuck_since);
         if (L.pol == policy::reject) return give_up(c->rejected, post_status::full);
         if (L.pol == policy::drop_newest) return give_up(c->dropped_new, post_status::dropped);
-        if (!wait_for_space(L, t, seen, deadline, spins)) return give_up(c->timeouts, post_status::timeout);
+        if (!wait_for_space(L, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
         continue;
       }
     } else if (d > 0 || (d == 0 && st != slot_state::empty)) {
@@ -591,7 +619,7 @@ void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64
 }
 
 post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
-                      std::size_t size, std::uint64_t deadline) noexcept {
+                      std::size_t size, lazy_deadline& deadline) noexcept {
   lane_header* h = L.hdr;
   const std::uint32_t cap = L.capacity;
   // relaxed: a unique number is all we need; the slot CAS orders the rest.
@@ -660,7 +688,7 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
     }
     // L3: every slot is being written or read right now.
     producer_maybe_repair_lifo(p, L, stuck_since);
-    if (mono_ns() >= deadline) {
+    if (deadline.timeout_ns == 0 || mono_ns() >= deadline.get()) {
       bump(c->timeouts);
       return post_status::timeout;
     }
@@ -715,13 +743,9 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
   take_result res;
   std::uint64_t p = o.head[L.index];
   const std::uint64_t first = p;
-  const std::uint64_t delivered_before = oc->delivered.load(std::memory_order_relaxed);
-  std::size_t n = 0, redelivered = 0;
+  std::uint64_t delivered = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+  std::size_t n = 0;
   bool op_written = false;
-  // Positions taken in this batch: they are contiguous except for skipped ones,
-  // so remember them (the batch is bounded by sink.max).
-  thread_local std::vector<std::uint64_t> taken;
-  taken.clear();
 
   while (n < sink.max) {
     slot_header* s = L.slot_for(p);
@@ -752,21 +776,20 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
     const std::uint32_t actor = seq_actor(seen);
     const bool redeliver = st == slot_state::taken && actor == o.rep.actor;
     if (st == slot_state::full || redeliver) {
-      const std::uint32_t len = s->length.load(std::memory_order_relaxed);  // stable while FULL (see T4)
+      // Stable while FULL: no one but an evictor touches a FULL slot, and an
+      // evictor changes the sequence word, which makes our take below fail.
+      const std::uint32_t len = s->length.load(std::memory_order_relaxed);
       if (len > L.payload) {
-        if (n > 0) break;  // finish this batch first; the next call repairs it
         res.corrupt = true;
         o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "has length " + std::to_string(len) +
                                                                                  " > slot size " + std::to_string(L.payload)));
         abandon_fifo(L, p, seen, o.rep);
         continue;
       }
-      if (!op_written) {  // T2
-        rec->op_before.store(delivered_before, std::memory_order_relaxed);
-        // relaxed: published by the release/seq_cst of the take below
-        rec->op.store(make_op(op_kind::recv, L.index, p), std::memory_order_relaxed);
-        op_written = true;
-      }
+      // T2: announce. relaxed: published by the release/seq_cst of the take.
+      rec->op_before.store(delivered, std::memory_order_relaxed);
+      rec->op.store(make_op(op_kind::recv, L.index, p), std::memory_order_relaxed);
+      op_written = true;
       if (!redeliver) {  // T3
         const std::uint64_t mine = make_seq(p, slot_state::taken, o.rep.actor);
         if (contended) {
@@ -776,13 +799,16 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
           s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
         }
       }
-      message& msg = sink.out->emplace_back();  // T4
-      msg.data.assign(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
-      msg.redelivered = redeliver;
-      msg.lane = L.index;
-      taken.push_back(p);
+      sink.append(lane_view::payload_of(s), len, redeliver, L.index);  // T4
+      SHMBOX_FAULT("owner.after_take");
+      if (redeliver) bump(oc->redelivered);
+      // T5: the commit. relaxed: single writer; the free below is a release store.
+      oc->delivered.store(++delivered, std::memory_order_relaxed);
+      SHMBOX_FAULT("owner.after_commit");
+      // T6 release: our payload read happens before the next writer's payload
+      // writes (pairs with P1's acquire).
+      s->seq.store(make_seq(p + cap, slot_state::empty, kActorNone), std::memory_order_release);
       ++n;
-      redelivered += redeliver ? 1 : 0;
       ++p;
       continue;
     }
@@ -793,10 +819,15 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
       continue;
     }
     if (st == slot_state::empty) {
+      // Not published (yet). Whether p is claimed at all needs the tail, the
+      // producers' hottest line: a polling owner reads it only now and then.
+      if (n > 0 || !sink.look_at_tail) {
+        res.unknown = n == 0;
+        break;
+      }
       const std::uint64_t t = h->tail.load(std::memory_order_seq_cst) >> 1;
       if (t <= p) break;  // nothing more in the lane
       res.busy = true;    // claimed, not yet published
-      if (n > 0) break;
       if (owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
       break;
     }
@@ -807,20 +838,11 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
     abandon_fifo(L, p, seen, o.rep);
   }
 
-  if (n > 0) {
-    SHMBOX_FAULT("owner.after_take");
-    if (redelivered > 0) bump(oc->redelivered, redelivered);
-    // T5: THE COMMIT. relaxed: the frees below are release stores after it.
-    oc->delivered.store(delivered_before + n, std::memory_order_relaxed);
-    SHMBOX_FAULT("owner.after_commit");
-    for (const std::uint64_t q : taken)  // T6 release: pairs with P1's acquire
-      L.slot_for(q)->seq.store(make_seq(q + cap, slot_state::empty, kActorNone), std::memory_order_release);
-  }
+  if (op_written) rec->op.store(0, std::memory_order_release);
   if (p != first) {
     h->head.store(p, std::memory_order_release);  // T7 release: read by inspectors and the next owner
     o.stuck_since_ns[L.index] = 0;
   }
-  if (op_written) rec->op.store(0, std::memory_order_release);
   o.head[L.index] = p;
   if (n > 0 && (L.pol == policy::block || L.pol == policy::drop_oldest)) wake_space_waiters(L);
   res.taken = n;
@@ -854,10 +876,7 @@ bool lifo_pop_one(owner_ctx& o, const lane_view& L, std::uint32_t i, std::uint64
       return false;
     }
   }
-  message& msg = sink.out->emplace_back();
-  msg.data.assign(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
-  msg.redelivered = redeliver;
-  msg.lane = L.index;
+  sink.append(lane_view::payload_of(s), len, redeliver, L.index);
   SHMBOX_FAULT("owner.after_take");
   if (redeliver) bump(oc->redelivered);
   oc->delivered.store(before + 1, std::memory_order_relaxed);  // the commit
@@ -951,15 +970,21 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
 // Public (library-internal) entry points
 // ---------------------------------------------------------------------------
 
+std::uint64_t lazy_deadline::get() noexcept {
+  if (at == 0) at = timeout_ns == UINT64_MAX ? UINT64_MAX : mono_ns() + timeout_ns;
+  return at;
+}
+
 post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
-                         std::uint64_t deadline_ns) noexcept {
+                         std::uint64_t timeout_ns) noexcept {
   const lane_view& L = p.m->lanes[lane];
   producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
   if (size > L.payload) {
     bump(c->too_large);
     return post_status::too_large;
   }
-  return L.is_lifo() ? lifo_post(p, L, c, data, size, deadline_ns) : fifo_post(p, L, c, data, size, deadline_ns);
+  lazy_deadline deadline{timeout_ns};
+  return L.is_lifo() ? lifo_post(p, L, c, data, size, deadline) : fifo_post(p, L, c, data, size, deadline);
 }
 
 namespace {

@@ -40,14 +40,15 @@ struct producer_ctx {
   producer_entry* pe = nullptr;
   repairer rep;             // actor = entry + 1
   std::uint64_t next_repair_ns = 0;
+  std::uint32_t busy_seen = 0;  // busy slots seen since the last repair check
   std::uint32_t lifo_hint = 0;
   std::error_code last_error;
 };
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)
-// until `deadline_ns` (CLOCK_MONOTONIC, kNoDeadline: forever).
+// at most `timeout_ns` (UINT64_MAX: forever).
 post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
-                         std::uint64_t deadline_ns) noexcept;
+                         std::uint64_t timeout_ns) noexcept;
 
 // Takes a producer entry (free, or held by a dead process whose pending op is
 // completed first). Returns false when every entry is held by a live process.
@@ -68,15 +69,29 @@ struct owner_ctx {
   std::error_code last_error;
 };
 
-// Where taken messages go.
+// Where taken messages go: the owner copies each one out through append()
+// before it commits the batch.
 struct take_sink {
-  std::vector<message>* out = nullptr;
-  std::size_t max = 0;
+  std::size_t max = 0;        // take at most this many
+  bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
+  virtual void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) = 0;
+
+ protected:
+  ~take_sink() = default;
+};
+
+// A post's deadline, read from the clock only when the post first has to wait
+// (an uncontended post makes no clock call).
+struct lazy_deadline {
+  std::uint64_t timeout_ns = UINT64_MAX;  // UINT64_MAX: wait forever
+  std::uint64_t at = 0;                   // CLOCK_MONOTONIC ns, once computed
+  std::uint64_t get() noexcept;
 };
 
 struct take_result {
   std::size_t taken = 0;
   bool busy = false;     // something is claimed but not yet published (a slow or dead writer)
+  bool unknown = false;  // stopped at an unpublished slot without reading the tail (look_at_tail false)
   bool corrupt = false;  // the lane broke an invariant; last_error says how
 };
 
