@@ -8,11 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SHMBOX_BUILD_DIR:-$root/build}"
 
-if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" "$root" -Dbench=true
-elif ! grep -q 'shmbox-bench-throughput' "$build/build.ninja"; then
-  meson configure "$build" -Dbench=true
-fi
-ninja -C "$build"
+# Installs what is missing (apt-get), configures with the benchmarks on, builds.
+bash "$root/scripts/setup.sh" "$build" -Dbench=true
 
 exec "$build/bench/shmbox-bench-throughput" "$@"

@@ -51,7 +51,6 @@ result<Producer> Producer::attach(const Box& box) {
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
-  s_->ctx.last_error.clear();
   return detail::post_message(s_->ctx, 0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000);
 }
 
@@ -60,7 +59,6 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
   const std::uint64_t timeout_ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
                                    : timeout.count() < 0                     ? 0
                                                                              : static_cast<std::uint64_t>(timeout.count());
-  s_->ctx.last_error.clear();
   return detail::post_message(s_->ctx, 0, data, size, timeout_ns);
 }
 

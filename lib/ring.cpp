@@ -32,7 +32,7 @@
 //
 // POST (producer P, lane full iff slot(t) still holds t - cap):
 //  P1 t = tail >> 1; s = slot(t).seq (acquire).
-//  P2 if s == EMPTY(t): op_before = P.stored; op = claim(t).
+//  P2 if s == EMPTY(t): op = claim(t) in P's entry (one store).
 //       dies here: nothing claimed; the stale claim(t) names a dead process,
 //       which only ever adds a dead claimant to the check in R1.
 //  P3   CAS tail t -> t+1 (seq_cst), keeping the owner-sleeping bit as it
@@ -70,7 +70,9 @@
 //  T1 s = slot(p).seq (acquire; pairs with P5).
 //     EMPTY(p), tail <= p: lane empty, stop.
 //     EMPTY(p), tail > p: claimed, not yet published: stop (busy); after
-//       kRepairGraceNs check the claimant (R1).
+//       kRepairGraceNs check the claimant (R1). (A polling owner reads the
+//       tail, the producers' hottest line, only on every 64th empty poll and
+//       before it sleeps; in between EMPTY(p) just means "nothing yet".)
 //     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
 //       owner at acquire: deliver it flagged redelivered.
 //     TAKEN(p, other) or slot already past p: someone else decided p's fate
@@ -522,16 +524,16 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
     const slot_state st = seq_state(seen);
 
     if (d == 0 && st == slot_state::empty) {  // P2
-      const std::uint64_t stored = c->stored.load(std::memory_order_relaxed);
-      p.pe->op_before_a.store(stored, std::memory_order_relaxed);
-      // relaxed: published by the seq_cst CAS on the tail; R1 loads the tail first.
+      // relaxed: published by the seq_cst CAS on the tail; R1 loads the tail
+      // first. (No op_before: a FIFO lane's stored total is its tail, exact by
+      // itself; the per-producer `stored` is for statistics.)
       p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);
       SHMBOX_FAULT("producer.after_announce");
       std::uint64_t expected = w;
       if (!h->tail.compare_exchange_weak(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
                                          std::memory_order_relaxed))  // P3: the sleeping bit stays
         continue;
-      c->stored.store(stored + 1, std::memory_order_relaxed);  // P4
+      bump(c->stored);  // P4
       SHMBOX_FAULT("producer.after_claim");
       write_payload(s, data, size);
       s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5

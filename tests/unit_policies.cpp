@@ -200,6 +200,33 @@ TEST_CASE("messages: exact bytes, empty messages, and too_large never truncates"
   }
 }
 
+TEST_CASE("receive_batch into a reusable batch: exact bytes, order, memory reused") {
+  shmtest::segment_guard g(shmtest::unique_name("batch"));
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 100;
+  auto box = shmbox::Box::create(g.name, o);
+  auto p = shmbox::Producer::attach(*box);
+  auto owner = shmbox::Owner::acquire(*box);
+  shmbox::batch b;
+  CHECK(owner->receive_batch(b, 10, 0ns) == shmbox::recv_status::timeout);
+  CHECK(b.empty());
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 20; ++i) REQUIRE(p->post(std::string(static_cast<std::size_t>(i * 5), static_cast<char>('a' + i))) == post_status::stored);
+    b.clear();
+    CHECK(owner->receive_batch(b, 15, 0ns) == shmbox::recv_status::ok);
+    CHECK(owner->receive_batch(b, 15, 0ns) == shmbox::recv_status::ok);  // appends
+    REQUIRE(b.size() == 20);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      CHECK(b[i] == std::string(i * 5, static_cast<char>('a' + i)));
+      CHECK_FALSE(b.redelivered(i));
+      CHECK(b.lane(i) == 0);
+    }
+  }
+  CHECK(box->read_counters().delivered == 60);
+  check_invariant(*box);
+}
+
 TEST_CASE("block: a post waits for space and stores once the owner frees a slot") {
   shmtest::segment_guard g(shmtest::unique_name("block"));
   shmbox::options o;

@@ -57,7 +57,7 @@ class Producer {
 
   // The largest message this box takes, in bytes.
   std::uint32_t max_message_size() const noexcept;
-  // Why the last post returned post_status::error (empty otherwise).
+  // Why the most recent post that returned post_status::error did so.
   std::error_code last_error() const noexcept;
   // The index of this handle's entry in the producer table.
   std::uint32_t entry_index() const noexcept;
