@@ -17,6 +17,7 @@
 #include "layout.hpp"
 #include "segment.hpp"
 #include "shmbox/shmbox.hpp"
+#include "checks.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -44,18 +45,32 @@ std::unique_ptr<child> start_producer(const std::string& box, int id, std::uint6
   return std::make_unique<child>(argv, env, true);
 }
 
-void check_invariant(const shmbox::Box& box) {
-  const shmbox::counters c = box.read_counters();
-  const std::uint64_t depth = box.info().depth;
-  CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                        c.abandoned + depth);
-}
 
 std::vector<shmbox::message> drain(shmbox::Owner& o, std::size_t expect, std::chrono::milliseconds idle = 5s) {
   std::vector<shmbox::message> got;
   while (got.size() < expect && o.receive_batch(got, 4096, idle) == shmbox::recv_status::ok) {
   }
   return got;
+}
+
+// Handshake with a child that stops itself (SIGSTOP fault action), bounded.
+bool wait_until_stopped(const child& c) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (shmtest::process_state(c.pid()) != 'T' && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  return shmtest::process_state(c.pid()) == 'T';
+}
+
+// A box of 10 messages from producer 1, whose first owner was killed at the
+// fault point `point` (e.g. "owner.after_take:4") while receiving them.
+shmbox::Box box_with_killed_owner(const std::string& name, const std::string& point) {
+  auto box = shmbox::Box::create(name, {.capacity = 64, .slot_size = 64});
+  REQUIRE(box);
+  auto p = start_producer(name, 1, 10, {"--no-wait"});
+  CHECK(shmtest::exited_with(p->wait(30s), 0));
+  child dying({shmtest::helper_path(), "consume", name, "10", "1000"}, {"SHMBOX_FAULT=" + point});
+  CHECK(shmtest::killed_by(dying.wait(30s), SIGKILL));
+  return std::move(*box);
 }
 
 std::pair<std::uint64_t, std::uint64_t> id_seq(const shmbox::message& m) {
@@ -78,12 +93,7 @@ TEST_CASE("4 producer processes x 250k messages into one owner process") {
   for (const auto& v : variants) {
     CAPTURE(shmbox::to_string(v.pol));
     shmtest::segment_guard g(shmtest::unique_name("mp"));
-    shmbox::options o;
-    o.capacity = 1024;
-    o.slot_size = 64;
-    o.overflow = v.pol;
-    o.block_timeout = 30s;
-    auto box = shmbox::Box::create(g.name, o);
+    auto box = shmbox::Box::create(g.name, {.capacity = 1024, .slot_size = 64, .overflow = v.pol, .block_timeout = 30s});
     REQUIRE(box);
     const std::uint64_t expect = (v.pol == policy::block || v.retry) ? 4 * kPer : 0;
     child owner({shmtest::helper_path(), "consume", g.name, std::to_string(expect ? expect : 4 * kPer), "2000"});
@@ -120,18 +130,14 @@ TEST_CASE("4 producer processes x 250k messages into one owner process") {
     }
     if (v.retry) CHECK(c.rejected == full);
     CHECK(c.posted == 4 * kPer + c.rejected);
-    check_invariant(*box);
+    shmtest::check_invariant(*box);
     CHECK(box->info().depth == 0);
   }
 }
 
 TEST_CASE("lifo with 4 producer processes: exactly once, payloads intact, counters add up") {
   shmtest::segment_guard g(shmtest::unique_name("mplifo"));
-  shmbox::options o;
-  o.capacity = 64;
-  o.slot_size = 64;
-  o.overflow = policy::lifo;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 64, .slot_size = 64, .overflow = policy::lifo});
   REQUIRE(box);
   child owner({shmtest::helper_path(), "consume", g.name, "200000", "1000", "--lifo", "--batch", "16"});
   REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
@@ -148,27 +154,16 @@ TEST_CASE("lifo with 4 producer processes: exactly once, payloads intact, counte
   CHECK(c.delivered == s["got"]);
   CHECK(c.posted == 200'000);
   CHECK(c.dropped_newest == c.stored - c.delivered - box->info().depth);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("a stopped producer is slow, not dead: the owner waits for it and loses nothing") {
   shmtest::segment_guard g(shmtest::unique_name("stopped"));
-  shmbox::options o;
-  o.capacity = 64;
-  o.slot_size = 64;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 64, .slot_size = 64});
   auto owner = shmbox::Owner::acquire(*box);
   // Producer 1 stops itself (SIGSTOP) right after claiming its 3rd slot.
   auto p1 = start_producer(g.name, 1, 5, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:3:stop"});
-  auto state_of = [](pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const auto close = all.rfind(')');
-    return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
-  };
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (state_of(p1->pid()) != 'T' && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  REQUIRE(state_of(p1->pid()) == 'T');
+  REQUIRE(wait_until_stopped(*p1));
   auto p2 = start_producer(g.name, 2, 2, {"--no-wait"});
   CHECK(shmtest::exited_with(p2->wait(30s), 0));
   auto got = drain(*owner, 100, 300ms);  // far longer than the repair grace period
@@ -182,7 +177,7 @@ TEST_CASE("a stopped producer is slow, not dead: the owner waits for it and lose
   for (const auto& m : rest) ids.push_back(id_seq(m));
   CHECK(ids == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 2}, {2, 0}, {2, 1}, {1, 3}, {1, 4}});
   CHECK(box->read_counters().abandoned == 0);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("a producer killed between claim and publish never wedges the box") {
@@ -192,11 +187,7 @@ TEST_CASE("a producer killed between claim and publish never wedges the box") {
       CAPTURE(std::string(point));
       CAPTURE(shmbox::to_string(pol));
       shmtest::segment_guard g(shmtest::unique_name("kill"));
-      shmbox::options o;
-      o.capacity = 256;
-      o.slot_size = 64;
-      o.overflow = pol;
-      auto box = shmbox::Box::create(g.name, o);
+      auto box = shmbox::Box::create(g.name, {.capacity = 256, .slot_size = 64, .overflow = pol});
       REQUIRE(box);
       auto owner = shmbox::Owner::acquire(*box);
       REQUIRE(owner);
@@ -224,7 +215,7 @@ TEST_CASE("a producer killed between claim and publish never wedges the box") {
       CHECK(c.abandoned == 1);
       CHECK(c.stored == 151);
       CHECK(c.delivered == 150);
-      check_invariant(*box);
+      shmtest::check_invariant(*box);
       // The box keeps working.
       auto p3 = shmbox::Producer::attach(*box);
       REQUIRE(p3->post("still alive") == shmbox::post_status::stored);
@@ -241,12 +232,7 @@ TEST_CASE("block: producers sleeping for space never hold up the repair of a dea
   // look like live claimants of it, or the owner would wait out their timeout
   // (60 s here) instead of skipping the dead slot within milliseconds.
   shmtest::segment_guard g(shmtest::unique_name("blockrace"));
-  shmbox::options o;
-  o.capacity = 1;
-  o.slot_size = 64;
-  o.overflow = policy::block;
-  o.block_timeout = 60s;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 1, .slot_size = 64, .overflow = policy::block, .block_timeout = 60s});
   std::vector<std::unique_ptr<child>> producers;
   producers.push_back(start_producer(g.name, 9, 1000, {}, {"SHMBOX_FAULT=producer.after_claim:300"}));
   for (int id = 0; id < 3; ++id) producers.push_back(start_producer(g.name, id, 1000));
@@ -267,7 +253,7 @@ TEST_CASE("block: producers sleeping for space never hold up the repair of a dea
   CHECK(took < 20s);
   MESSAGE("3299 messages through a 1-slot box around a dead claimant in "
           << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("a producer that lost the claim race and sleeps for space is not mistaken for the dead claimant") {
@@ -275,28 +261,15 @@ TEST_CASE("a producer that lost the claim race and sleeps for space is not mista
   // X resumes, loses the CAS, finds the box full and sleeps for space (60 s).
   // X must have withdrawn its announcement, or the owner would wait for X.
   shmtest::segment_guard g(shmtest::unique_name("staleclaim"));
-  shmbox::options o;
-  o.capacity = 1;
-  o.slot_size = 64;
-  o.overflow = policy::block;
-  o.block_timeout = 60s;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 1, .slot_size = 64, .overflow = policy::block, .block_timeout = 60s});
   auto x = start_producer(g.name, 1, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_announce:1:stop"});
-  auto state_of = [](pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const auto close = all.rfind(')');
-    return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
-  };
-  auto until = std::chrono::steady_clock::now() + 30s;
-  while (state_of(x->pid()) != 'T' && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  REQUIRE(state_of(x->pid()) == 'T');
+  REQUIRE(wait_until_stopped(*x));
   auto y = start_producer(g.name, 2, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:1"});
   CHECK(shmtest::killed_by(y->wait(30s), SIGKILL));
   x->kill(SIGCONT);
   // Handshake: X is asleep waiting for space.
   auto seg = shmbox::detail::open_segment(g.name, true);
-  until = std::chrono::steady_clock::now() + 30s;
+  const auto until = std::chrono::steady_clock::now() + 30s;
   while ((*seg)->lanes[0].hdr->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
   REQUIRE((*seg)->lanes[0].hdr->space_wanted.load() == 1);
@@ -309,7 +282,7 @@ TEST_CASE("a producer that lost the claim race and sleeps for space is not mista
   CHECK(shmtest::exited_with(x->wait(30s), 0));
   CHECK(box->read_counters().abandoned == 1);
   CHECK(box->read_counters().timeouts == 0);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("a producer killed while its abandoned entry is reused: the new holder repairs it first") {
@@ -327,16 +300,12 @@ TEST_CASE("a producer killed while its abandoned entry is reused: the new holder
   auto got = drain(*owner, 7, 2s);
   CHECK(got.size() == 7);
   CHECK(box->read_counters().abandoned == 1);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("drop_oldest: an evictor killed mid-eviction is finished by the next producer, counted once") {
   shmtest::segment_guard g(shmtest::unique_name("evict"));
-  shmbox::options o;
-  o.capacity = 4;
-  o.slot_size = 64;
-  o.overflow = policy::drop_oldest;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 64, .overflow = policy::drop_oldest});
   // Posts 4 (fills the box), then dies in its first eviction: slot taken, counted, not freed.
   auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {"SHMBOX_FAULT=producer.mid_evict:1"});
   CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
@@ -352,16 +321,12 @@ TEST_CASE("drop_oldest: an evictor killed mid-eviction is finished by the next p
   const shmbox::counters c = box->read_counters();
   CHECK(c.dropped_oldest == 3);
   CHECK(c.abandoned == 0);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("lifo: a writer killed mid-write is abandoned and counted once") {
   shmtest::segment_guard g(shmtest::unique_name("lifokill"));
-  shmbox::options o;
-  o.capacity = 4;
-  o.slot_size = 64;
-  o.overflow = policy::lifo;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 64, .overflow = policy::lifo});
   auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {"SHMBOX_FAULT=producer.lifo_mid_write:3"});
   CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
   auto owner = shmbox::Owner::acquire(*box);
@@ -375,22 +340,15 @@ TEST_CASE("lifo: a writer killed mid-write is abandoned and counted once") {
   const shmbox::counters c = box->read_counters();
   CHECK(c.abandoned == 1);
   CHECK(c.stored == 3);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("owner killed after taking, before committing: the next owner gets that message again, flagged") {
   shmtest::segment_guard g(shmtest::unique_name("redeliver"));
-  shmbox::options o;
-  o.capacity = 64;
-  o.slot_size = 64;
-  auto box = shmbox::Box::create(g.name, o);
-  auto p = start_producer(g.name, 1, 10, {"--no-wait"});
-  CHECK(shmtest::exited_with(p->wait(30s), 0));
-  // Dies holding its 4th message: taken, copied, not committed.
-  child dying({shmtest::helper_path(), "consume", g.name, "10", "1000"}, {"SHMBOX_FAULT=owner.after_take:4"});
-  CHECK(shmtest::killed_by(dying.wait(30s), SIGKILL));
-  CHECK(box->read_counters().delivered == 3);
-  auto owner = shmbox::Owner::acquire(*box);
+  // The first owner dies holding its 4th message: taken, copied, not committed.
+  auto box = box_with_killed_owner(g.name, "owner.after_take:4");
+  CHECK(box.read_counters().delivered == 3);
+  auto owner = shmbox::Owner::acquire(box);
   REQUIRE(owner);
   CHECK(owner->epoch() == 2);
   auto got = drain(*owner, 7, 1s);
@@ -399,25 +357,18 @@ TEST_CASE("owner killed after taking, before committing: the next owner gets tha
     CHECK(got[i].redelivered == (i == 0));  // only the one in flight is flagged
     CHECK(id_seq(got[i]).second == i + 3);  // nothing lost, nothing repeated
   }
-  const shmbox::counters c = box->read_counters();
+  const shmbox::counters c = box.read_counters();
   CHECK(c.delivered == 10);
   CHECK(c.redelivered == 1);
-  check_invariant(*box);
+  shmtest::check_invariant(box);
 }
 
 TEST_CASE("owner killed after committing, before freeing: counted once, not delivered again") {
   shmtest::segment_guard g(shmtest::unique_name("committed"));
-  shmbox::options o;
-  o.capacity = 64;
-  o.slot_size = 64;
-  auto box = shmbox::Box::create(g.name, o);
-  auto p = start_producer(g.name, 1, 10, {"--no-wait"});
-  CHECK(shmtest::exited_with(p->wait(30s), 0));
-  // Dies after committing its 4th message, before freeing its slot.
-  child dying({shmtest::helper_path(), "consume", g.name, "10", "1000"}, {"SHMBOX_FAULT=owner.after_commit:4"});
-  CHECK(shmtest::killed_by(dying.wait(30s), SIGKILL));
-  CHECK(box->read_counters().delivered == 4);
-  auto owner = shmbox::Owner::acquire(*box);
+  // The first owner dies after committing its 4th message, before freeing its slot.
+  auto box = box_with_killed_owner(g.name, "owner.after_commit:4");
+  CHECK(box.read_counters().delivered == 4);
+  auto owner = shmbox::Owner::acquire(box);
   REQUIRE(owner);
   auto p2 = start_producer(g.name, 2, 3, {"--no-wait"});
   CHECK(shmtest::exited_with(p2->wait(30s), 0));
@@ -428,10 +379,10 @@ TEST_CASE("owner killed after committing, before freeing: counted once, not deli
     CHECK(id_seq(got[i]) == (i < 6 ? std::pair<std::uint64_t, std::uint64_t>{1, i + 4}
                                    : std::pair<std::uint64_t, std::uint64_t>{2, i - 6}));
   }
-  const shmbox::counters c = box->read_counters();
+  const shmbox::counters c = box.read_counters();
   CHECK(c.delivered == 13);
   CHECK(c.redelivered == 0);
-  check_invariant(*box);
+  shmtest::check_invariant(box);
 }
 
 TEST_CASE("one owner at a time across processes; a dead owner's box is taken over with its messages") {
@@ -509,17 +460,12 @@ TEST_CASE("a claimant that dies right after claiming does not take the owner's w
   CHECK(std::chrono::steady_clock::now() - t0 < 20s);
   CHECK(shmtest::exited_with(sleeper.wait(), 0));
   CHECK(box->read_counters().abandoned == 1);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("block across processes: a blocked producer process resumes as the owner drains") {
   shmtest::segment_guard g(shmtest::unique_name("blockproc"));
-  shmbox::options o;
-  o.capacity = 2;
-  o.slot_size = 64;
-  o.overflow = policy::block;
-  o.block_timeout = 30s;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 2, .slot_size = 64, .overflow = policy::block, .block_timeout = 30s});
   auto p = start_producer(g.name, 7, 500, {"--no-wait"});
   auto owner = shmbox::Owner::acquire(*box);
   auto got = drain(*owner, 500, 30s);

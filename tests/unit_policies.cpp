@@ -10,6 +10,7 @@
 #include "layout.hpp"
 #include "segment.hpp"
 #include "shmbox/shmbox.hpp"
+#include "checks.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -27,15 +28,6 @@ std::vector<std::string> receive_all(shmbox::Owner& o) {
   return out;
 }
 
-// posted = delivered + rejected + too_large + timeouts + dropped + abandoned + depth
-void check_invariant(const shmbox::Box& box) {
-  const shmbox::counters c = box.read_counters();
-  const std::uint64_t depth = box.info().depth;
-  CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                        c.abandoned + depth);
-  CHECK(c.stored == c.delivered + c.dropped_oldest + c.abandoned + depth +
-                        (box.overflow() == policy::lifo ? c.dropped_newest : 0));
-}
 
 struct example_case {
   policy pol;
@@ -69,12 +61,7 @@ TEST_CASE("policies: pobox's worked example (capacity 3, post a b c d e, receive
   for (const auto& c : cases) {
     CAPTURE(shmbox::to_string(c.pol));
     shmtest::segment_guard g(shmtest::unique_name("example"));
-    shmbox::options o;
-    o.capacity = 3;
-    o.slot_size = 16;
-    o.overflow = c.pol;
-    o.block_timeout = 20ms;
-    auto box = shmbox::Box::create(g.name, o);
+    auto box = shmbox::Box::create(g.name, {.capacity = 3, .slot_size = 16, .overflow = c.pol, .block_timeout = 20ms});
     REQUIRE(box);
     auto p = shmbox::Producer::attach(*box);
     REQUIRE(p);
@@ -93,7 +80,7 @@ TEST_CASE("policies: pobox's worked example (capacity 3, post a b c d e, receive
     CHECK(k.timeouts == c.timeouts);
     CHECK(k.abandoned == 0);
     CHECK(box->depth_approx() == 0);
-    check_invariant(*box);
+    shmtest::check_invariant(*box);
   }
 }
 
@@ -117,11 +104,7 @@ TEST_CASE("policies: names parse with - or _ and print with -") {
 TEST_CASE("FIFO order holds over many laps of a ring whose capacity is not a power of two") {
   for (auto pol : {policy::reject, policy::drop_oldest, policy::block, policy::drop_newest}) {
     shmtest::segment_guard g(shmtest::unique_name("laps"));
-    shmbox::options o;
-    o.capacity = 3;
-    o.slot_size = 32;
-    o.overflow = pol;
-    auto box = shmbox::Box::create(g.name, o);
+    auto box = shmbox::Box::create(g.name, {.capacity = 3, .slot_size = 32, .overflow = pol});
     REQUIRE(box);
     auto p = shmbox::Producer::attach(*box);
     auto owner = shmbox::Owner::acquire(*box);
@@ -136,32 +119,24 @@ TEST_CASE("FIFO order holds over many laps of a ring whose capacity is not a pow
     }
     for (const auto& m : receive_all(*owner)) CHECK(m == std::to_string(next++));
     CHECK(next == 1000);
-    check_invariant(*box);
+    shmtest::check_invariant(*box);
   }
 }
 
 TEST_CASE("drop_oldest keeps the newest `capacity` messages over many laps without an owner") {
   shmtest::segment_guard g(shmtest::unique_name("dropold"));
-  shmbox::options o;
-  o.capacity = 5;
-  o.slot_size = 16;
-  o.overflow = policy::drop_oldest;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 5, .slot_size = 16, .overflow = policy::drop_oldest});
   auto p = shmbox::Producer::attach(*box);
   for (int i = 0; i < 1003; ++i) REQUIRE(shmbox::is_stored(p->post(std::to_string(i))));
   auto owner = shmbox::Owner::acquire(*box);
   CHECK(receive_all(*owner) == std::vector<std::string>{"998", "999", "1000", "1001", "1002"});
   CHECK(box->read_counters().dropped_oldest == 998);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("lifo delivers newest first and replaces the top when full") {
   shmtest::segment_guard g(shmtest::unique_name("lifo"));
-  shmbox::options o;
-  o.capacity = 4;
-  o.slot_size = 16;
-  o.overflow = policy::lifo;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .overflow = policy::lifo});
   auto p = shmbox::Producer::attach(*box);
   auto owner = shmbox::Owner::acquire(*box);
   for (const char* m : {"1", "2"}) REQUIRE(p->post(m) == post_status::stored);
@@ -171,17 +146,13 @@ TEST_CASE("lifo delivers newest first and replaces the top when full") {
   for (const char* m : {"3", "4", "5", "6"}) p->post(m);  // 1 3 4 5, then 6 replaces 5
   CHECK(receive_all(*owner) == std::vector<std::string>{"6", "4", "3", "1"});
   CHECK(box->read_counters().dropped_newest == 1);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("messages: exact bytes, empty messages, and too_large never truncates") {
   for (auto pol : {policy::reject, policy::lifo}) {
     shmtest::segment_guard g(shmtest::unique_name("sizes"));
-    shmbox::options o;
-    o.capacity = 8;
-    o.slot_size = 100;
-    o.overflow = pol;
-    auto box = shmbox::Box::create(g.name, o);
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 100, .overflow = pol});
     auto p = shmbox::Producer::attach(*box);
     CHECK(p->max_message_size() == 100);
     std::string binary(100, '\0');
@@ -196,16 +167,13 @@ TEST_CASE("messages: exact bytes, empty messages, and too_large never truncates"
     CHECK(got[0] == binary);
     CHECK(got[1].empty());
     CHECK(box->read_counters().too_large == 1);
-    check_invariant(*box);
+    shmtest::check_invariant(*box);
   }
 }
 
 TEST_CASE("receive_batch into a reusable batch: exact bytes, order, memory reused") {
   shmtest::segment_guard g(shmtest::unique_name("batch"));
-  shmbox::options o;
-  o.capacity = 64;
-  o.slot_size = 100;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.capacity = 64, .slot_size = 100});
   auto p = shmbox::Producer::attach(*box);
   auto owner = shmbox::Owner::acquire(*box);
   shmbox::batch b;
@@ -224,7 +192,7 @@ TEST_CASE("receive_batch into a reusable batch: exact bytes, order, memory reuse
     }
   }
   CHECK(box->read_counters().delivered == 60);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("block: a post waits for space and stores once the owner frees a slot") {
@@ -255,7 +223,7 @@ TEST_CASE("block: a post waits for space and stores once the owner frees a slot"
   CHECK(receive_all(*owner) == std::vector<std::string>{"2", "3"});
   CHECK(box->read_counters().timeouts == 1);
   CHECK((*seg)->lanes[0].hdr->space_wake_calls.load() >= 1);
-  check_invariant(*box);
+  shmtest::check_invariant(*box);
 }
 
 TEST_CASE("receive: try_receive on an empty box is empty; a timed receive times out; a post wakes a sleeping owner") {
@@ -314,9 +282,7 @@ TEST_CASE("ownership: one owner at a time; released ownership passes on with a n
 
 TEST_CASE("producers: the table is bounded and entries are given back") {
   shmtest::segment_guard g(shmtest::unique_name("table"));
-  shmbox::options o;
-  o.max_producers = 2;
-  auto box = shmbox::Box::create(g.name, o);
+  auto box = shmbox::Box::create(g.name, {.max_producers = 2});
   auto a = shmbox::Producer::attach(*box);
   auto b = shmbox::Producer::attach(*box);
   REQUIRE(a);

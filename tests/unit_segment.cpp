@@ -14,6 +14,7 @@
 
 #include "layout.hpp"
 #include "shmbox/shmbox.hpp"
+#include "checks.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -218,11 +219,7 @@ TEST_CASE("scribbled ring: owner and producer report corruption, never crash or 
   for (auto pol : {shmbox::policy::reject, shmbox::policy::lifo, shmbox::policy::drop_oldest}) {
     CAPTURE(shmbox::to_string(pol));
     shmtest::segment_guard g(shmtest::unique_name("scribble"));
-    shmbox::options o;
-    o.capacity = 8;
-    o.slot_size = 32;
-    o.overflow = pol;
-    auto box = shmbox::Box::create(g.name, o);
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 32, .overflow = pol});
     auto p = shmbox::Producer::attach(*box);
     for (int i = 0; i < 4; ++i) {
       std::string msg = "m";

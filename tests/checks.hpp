@@ -1,0 +1,35 @@
+// tests/checks.hpp - checks the doctest suites share.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <sys/types.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "shmbox/shmbox.hpp"
+
+namespace shmtest {
+
+// Every posted message is in exactly one counter or still in the box:
+//   posted = delivered + rejected + too_large + timeouts + dropped + abandoned + depth
+//   stored = delivered + dropped_oldest + abandoned + depth (+ replaced tops, lifo)
+inline void check_invariant(const shmbox::Box& box) {
+  const shmbox::counters c = box.read_counters();
+  const std::uint64_t depth = box.info().depth;
+  CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
+                        c.abandoned + depth);
+  CHECK(c.stored == c.delivered + c.dropped_oldest + c.abandoned + depth +
+                        (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : 0));
+}
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' ...), '?' if gone.
+inline char process_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+}
+
+}  // namespace shmtest
