@@ -15,6 +15,23 @@ namespace {
 // that a busy producer/owner pair hands over without system calls; an idle
 // owner then sleeps and uses no CPU. (Tunable per call in a later issue.)
 constexpr std::uint64_t kSpinBeforeSleepNs = 50'000;
+// Waiting for a writer that claimed a slot and has not published it yet (or
+// died: the take repairs that after a grace period): pause, then yield, then
+// short naps.
+void backoff(unsigned& rounds, detail::lazy_deadline& deadline, std::uint64_t now) {
+  ++rounds;
+  if (rounds < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else if (rounds < 256) {
+    ::sched_yield();
+  } else {
+    const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline.get() - std::min(now, deadline.get()));
+    timespec ts{0, static_cast<long>(nap)};
+    ::nanosleep(&ts, nullptr);
+  }
+}
 }  // namespace
 
 struct Owner::state {
@@ -172,20 +189,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get()) return recv_status::timeout;
     if (busy) {
-      // A writer claimed a slot and has not published it yet (or died: the
-      // take above repairs that after a grace period). Back off gently.
-      ++busy_rounds;
-      if (busy_rounds < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      } else if (busy_rounds < 256) {
-        ::sched_yield();
-      } else {
-        const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline.get() - now);
-        timespec ts{0, static_cast<long>(nap)};
-        ::nanosleep(&ts, nullptr);
-      }
+      backoff(busy_rounds, deadline, now);
       continue;
     }
     if (spin_until == 0) spin_until = now + kSpinBeforeSleepNs;
@@ -205,6 +209,9 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
     if (armed) detail::futex_wait(&rec->wake_seq, w, deadline.get());
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
+    // Not armed: a slot is claimed and not yet published (a slow or stopped
+    // writer): back off instead of polling hot.
+    if (!armed) backoff(busy_rounds, deadline, now);
   }
 }
 
