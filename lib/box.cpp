@@ -121,19 +121,25 @@ counters Box::read_counters() const {
       too_large += pc->too_large.load(std::memory_order_relaxed);
       abandoned += pc->abandoned.load(std::memory_order_relaxed);
     }
-    const detail::owner_lane_counters* oc = m.owner_counters(l);
+    std::uint64_t delivered = 0, redelivered = 0, owner_abandoned = 0;
+    for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
+      const detail::owner_lane_counters* oc = m.actor_counters(a, l);
+      delivered += oc->delivered.load(std::memory_order_relaxed);
+      redelivered += oc->redelivered.load(std::memory_order_relaxed);
+      owner_abandoned += oc->abandoned.load(std::memory_order_relaxed);
+    }
     // FIFO lanes: the tail counts every claimed position exactly (a claim is
     // the tail CAS itself); lifo lanes sum the entries' stored counters.
     if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;
     c.stored += stored;
-    c.delivered += oc->delivered.load(std::memory_order_relaxed);
-    c.redelivered += oc->redelivered.load(std::memory_order_relaxed);
+    c.delivered += delivered;
+    c.redelivered += redelivered;
     c.rejected += rejected;
     c.too_large += too_large;
     c.timeouts += timeouts;
     c.dropped_newest += dropped_new + replaced;
     c.dropped_oldest += evicted;
-    c.abandoned += abandoned + oc->abandoned.load(std::memory_order_relaxed);
+    c.abandoned += abandoned + owner_abandoned;
     c.posted += stored + rejected + dropped_new + timeouts + too_large;
   }
   return c;

@@ -38,6 +38,8 @@ class shmbox_category final : public std::error_category {
       case errc::already_owner: return "this process already holds an Owner handle for the box: use that one";
       case errc::producer_table_full:
         return "every producer entry is held by a live process: create the box with more --max-producers";
+      case errc::heir_table_full: return "every heir entry is held by a live process: withdraw an heir first";
+      case errc::timed_out: return "timed out: nothing happened before the timeout";
       case errc::system_error: return "unexpected system error";
     }
     return "unknown shmbox error";

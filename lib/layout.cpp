@@ -20,9 +20,14 @@ bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
   g.params = p;
   g.slot_stride = static_cast<std::uint32_t>(round_up(sizeof(slot_header) + std::uint64_t{p.slot_payload}, kCacheLine));
   g.producer_stride = static_cast<std::uint32_t>(sizeof(producer_entry) + p.lane_count * sizeof(producer_lane_counters));
+  g.actor_stride = static_cast<std::uint32_t>(sizeof(owner_actor) + p.lane_count * sizeof(owner_lane_counters));
   std::uint64_t off = kSegmentHeaderBytes;
   g.owner_offset = off;
-  off += sizeof(owner_record) + p.lane_count * sizeof(owner_lane_counters);
+  off += sizeof(owner_record);
+  g.actors_offset = off;
+  off += std::uint64_t{kOwnerActors} * g.actor_stride;
+  g.heirs_offset = off;
+  off += std::uint64_t{kHeirSlots} * sizeof(heir_entry);
   g.lanes_offset = off;
   off += p.lane_count * sizeof(lane_header);
   g.producers_offset = off;

@@ -9,7 +9,9 @@
 // any other version.
 //
 //   offset 0           segment_header      (256 B: identity + immutable geometry)
-//   owner_offset       owner_record        (256 B) + owner_lane_counters[lanes]
+//   owner_offset       owner_record        (384 B: lease, futexes, offer, last transfer)
+//   actors_offset      owner_actor[16], each followed by owner_lane_counters[lanes]
+//   heirs_offset       heir_entry[kHeirSlots] (128 B each)
 //   lanes_offset       lane_header[lanes]  (256 B each)
 //   producers_offset   producer_entry[max_producers], each followed by
 //                      producer_lane_counters[lanes]
@@ -29,9 +31,12 @@ namespace shmbox::detail {
 constexpr std::size_t kCacheLine = 64;
 // "SHMBOX" + two version-independent bytes; never changes.
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
-constexpr std::uint32_t kLayoutVersion = 1;
+constexpr std::uint32_t kLayoutVersion = 2;
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
 constexpr std::uint32_t kMaxLanes = 8;
+constexpr std::uint32_t kOwnerActors = 16;  // owner actor records, one per epoch % 16
+constexpr std::uint32_t kHeirSlots = 16;    // heir table entries
+constexpr std::uint32_t kHeirDataMax = 64;  // bytes of heir / give-away data
 constexpr std::uint32_t kSegmentHeaderBytes = 256;
 
 using a64 = std::atomic<std::uint64_t>;
@@ -62,6 +67,7 @@ enum class slot_state : std::uint32_t {
   taken = 2,    // held by `actor` (owner reading, or a producer evicting/repairing)
   writing = 3,  // lifo only: claimed by `actor`, payload being written
   free = 4,     // lifo only: writable by any producer
+  done = 5,     // committed by owner `actor` (lease boxes and explicit commit), not yet freed
 };
 
 constexpr std::uint32_t kActorBits = 13;
@@ -86,9 +92,10 @@ constexpr std::int64_t pos_diff(std::uint64_t a48, std::uint64_t b) noexcept {
   return d & (1ull << 47) ? static_cast<std::int64_t>(d) - static_cast<std::int64_t>(1ull << 48)
                           : static_cast<std::int64_t>(d);
 }
-constexpr std::uint32_t owner_actor(std::uint64_t epoch) noexcept {
+constexpr std::uint32_t owner_actor_id(std::uint64_t epoch) noexcept {
   return kOwnerActorBase + static_cast<std::uint32_t>(epoch % 16);
 }
+constexpr std::uint32_t owner_actor_index(std::uint32_t actor) noexcept { return actor - kOwnerActorBase; }
 constexpr bool is_owner_actor(std::uint32_t actor) noexcept { return actor >= kOwnerActorBase; }
 
 // ---------------------------------------------------------------------------
@@ -107,8 +114,9 @@ enum class op_kind : std::uint32_t {
   repair = 3,        // any actor: abandoning a dead writer's position/slot `target`
   lifo_push = 4,     // producer: writing lifo slot `target`
   lifo_replace = 5,  // producer: replacing the top, lifo slot `target`
-  recv = 6,          // owner: reading positions from `target` on (FIFO)
-  lifo_pop = 7,      // owner: reading lifo slot `target`
+  recv = 6,          // owner: reading FIFO position `target` (committed by the delivered counter)
+  lifo_pop = 7,      // owner: reading lifo slot `target` (committed by the delivered counter)
+  commit = 8,        // owner: committing its TAKEN slots of lane `lane` (TAKEN -> DONE -> freed)
 };
 constexpr std::uint64_t make_op(op_kind k, std::uint32_t lane, std::uint64_t target) noexcept {
   return (target << 8) | (std::uint64_t{lane & 0xFu} << 4) | static_cast<std::uint64_t>(k);
@@ -139,7 +147,11 @@ struct segment_header {
   std::uint64_t producers_offset;  // offset of producer_entry[0]
   std::uint32_t producer_stride;   // bytes per producer entry incl. its lane counters
   std::uint32_t lane_capacity[kMaxLanes];  // slots per lane (0 for unused lanes)
-  std::uint8_t reserved[kSegmentHeaderBytes - 124];
+  std::uint32_t lease_ms;          // lease deadline (0 = none); also in owner_record
+  std::uint64_t actors_offset;     // offset of owner_actor[0]
+  std::uint64_t heirs_offset;      // offset of heir_entry[0]
+  std::uint32_t actor_stride;      // bytes per owner actor incl. its lane counters
+  std::uint8_t reserved[kSegmentHeaderBytes - 148];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -159,58 +171,135 @@ static_assert(offsetof(segment_header, lanes_offset) == 72);
 static_assert(offsetof(segment_header, producers_offset) == 80);
 static_assert(offsetof(segment_header, producer_stride) == 88);
 static_assert(offsetof(segment_header, lane_capacity) == 92);
-static_assert(offsetof(segment_header, reserved) == 124);
+static_assert(offsetof(segment_header, lease_ms) == 124);
+static_assert(offsetof(segment_header, actors_offset) == 128);
+static_assert(offsetof(segment_header, heirs_offset) == 136);
+static_assert(offsetof(segment_header, actor_stride) == 144);
+static_assert(offsetof(segment_header, reserved) == 148);
 
 // ---------------------------------------------------------------------------
-// The owner record (the lease). Identity on line 0, the futex word producers
-// write on line 1, the owner's pending-op words on line 2.
+// The owner record (the lease). Ownership changes only by a CAS on `key`
+// performed by the NEW owner (see lease.cpp); it then bumps `epoch`.
 // ---------------------------------------------------------------------------
 enum class owner_state : std::uint32_t { passive = 0, notify = 1, active = 2 };
+enum class transfer_reason : std::uint32_t { none = 0, owner_died = 1, give_away = 2, lease_expired = 3 };
+
+constexpr std::uint64_t kOfferAccepted = 1ull << 63;  // offer_key | kOfferAccepted: dest accepted
 
 struct alignas(kCacheLine) owner_record {
-  // line 0: identity, written on a change of owner
-  a64 key;              // process key of the owner; 0 = no owner
-  a64 epoch;            // fencing token, +1 on every change of owner
-  a64 acquired_unix_ns; // when the current owner took the box
-  a64 lease_ms;         // lease deadline length (0 = only death ends a lease)
-  a32 state;            // owner_state
-  a32 reserved0;
-  a64 reserved1[3];
+  // line 0: the lease, written on a change of owner (and renewals)
+  a64 key;               // process key of the owner; 0 = none (released, or never owned)
+  a64 epoch;             // fencing token, +1 on every change of owner
+  a64 acquired_unix_ns;  // when the current owner took the box
+  a64 lease_renewed_ns;  // CLOCK_MONOTONIC of the owner's last renewal (lease boxes)
+  a64 last_owner_key;    // key of the owner before the current one (for transfer records)
+  a32 state;             // owner_state
+  std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
+  a64 reserved0[2];
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
-  a32 reserved2;
-  a64 wake_calls;       // futex_wake syscalls made on wake_seq (diagnostic)
-  a64 reserved3[6];
-  // line 2: the owner's pending operation (written only by the owner)
-  alignas(kCacheLine) a64 op;  // make_op(recv|lifo_pop, lane, target) or none
-  a64 op_before;        // the lane's delivered counter before the op
-  a64 reserved4[6];
-  // line 3: spare
-  alignas(kCacheLine) a64 reserved5[8];
+  a32 reserved1;
+  a64 wake_calls;        // futex_wake syscalls made on wake_seq (diagnostic)
+  a64 reserved2[6];
+  // line 2: transfers in flight
+  alignas(kCacheLine) a32 transfer_seq;  // futex word: bumped on every release, offer and takeover
+  a32 reserved3;
+  a64 heir_seq;          // registration counter: heirs are ordered by it
+  a64 offer_key;         // give_away: destination key (| kOfferAccepted once accepted); 0 = none
+  a64 offer_epoch;       // the giver's epoch when it made the offer
+  a64 offer_data_len;    // bytes in offer_data (<= kHeirDataMax)
+  a64 reserved4[3];
+  // line 3: give_away data
+  alignas(kCacheLine) std::uint8_t offer_data[kHeirDataMax];
+  // line 4: the last transfer (written by the new owner; tr_epoch last, with release)
+  alignas(kCacheLine) a64 tr_epoch;  // epoch the transfer created; 0 = no transfer yet
+  a64 tr_from_key;       // previous owner
+  a64 tr_to_key;         // new owner
+  a64 tr_unix_ns;
+  a32 tr_reason;         // transfer_reason
+  a32 tr_data_len;       // bytes in tr_data (<= kHeirDataMax)
+  a64 reserved5[3];
+  // line 5: transfer data (the heir's registered data, or the give_away data)
+  alignas(kCacheLine) std::uint8_t tr_data[kHeirDataMax];
 };
-static_assert(sizeof(owner_record) == 4 * kCacheLine);
+static_assert(sizeof(owner_record) == 6 * kCacheLine);
 static_assert(offsetof(owner_record, key) == 0);
 static_assert(offsetof(owner_record, epoch) == 8);
 static_assert(offsetof(owner_record, acquired_unix_ns) == 16);
-static_assert(offsetof(owner_record, lease_ms) == 24);
-static_assert(offsetof(owner_record, state) == 32);
+static_assert(offsetof(owner_record, lease_renewed_ns) == 24);
+static_assert(offsetof(owner_record, last_owner_key) == 32);
+static_assert(offsetof(owner_record, state) == 40);
+static_assert(offsetof(owner_record, lease_ms) == 44);
 static_assert(offsetof(owner_record, wake_seq) == 64);
 static_assert(offsetof(owner_record, wake_calls) == 72);
-static_assert(offsetof(owner_record, op) == 128);
-static_assert(offsetof(owner_record, op_before) == 136);
+static_assert(offsetof(owner_record, transfer_seq) == 128);
+static_assert(offsetof(owner_record, heir_seq) == 136);
+static_assert(offsetof(owner_record, offer_key) == 144);
+static_assert(offsetof(owner_record, offer_epoch) == 152);
+static_assert(offsetof(owner_record, offer_data_len) == 160);
+static_assert(offsetof(owner_record, offer_data) == 192);
+static_assert(offsetof(owner_record, tr_epoch) == 256);
+static_assert(offsetof(owner_record, tr_from_key) == 264);
+static_assert(offsetof(owner_record, tr_to_key) == 272);
+static_assert(offsetof(owner_record, tr_unix_ns) == 280);
+static_assert(offsetof(owner_record, tr_reason) == 288);
+static_assert(offsetof(owner_record, tr_data_len) == 292);
+static_assert(offsetof(owner_record, tr_data) == 320);
 
-// Per-lane counters kept by the owner (single writer: the owner of the moment,
-// or a repairer of a dead owner's pending op). Follows owner_record.
+// One per owner actor (epoch % 16): the op words and counters of the owner
+// of that epoch. A stale owner (lease expired while it was stopped) and its
+// successor have different actors, so they never write the same word.
+struct alignas(kCacheLine) owner_actor {
+  a64 key;        // process key of the owner that holds this actor (for liveness)
+  a64 epoch;      // the epoch it holds it for
+  a64 op;         // pending operation: recv / lifo_pop / commit / repair (make_op)
+  a64 op_before;  // the counter the op changes, before it
+  a64 reserved[4];
+};
+static_assert(sizeof(owner_actor) == kCacheLine);
+static_assert(offsetof(owner_actor, key) == 0);
+static_assert(offsetof(owner_actor, epoch) == 8);
+static_assert(offsetof(owner_actor, op) == 16);
+static_assert(offsetof(owner_actor, op_before) == 24);
+
+// Per-lane counters of one owner actor. Follows its owner_actor.
 struct alignas(kCacheLine) owner_lane_counters {
   a64 delivered;    // messages received and committed
   a64 redelivered;  // of those, read before by an owner that died
-  a64 abandoned;    // dead writers' positions this lane's owners repaired
+  a64 abandoned;    // dead writers' positions this owner repaired
   a64 reserved[5];
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
 static_assert(offsetof(owner_lane_counters, redelivered) == 8);
 static_assert(offsetof(owner_lane_counters, abandoned) == 16);
+
+// ---------------------------------------------------------------------------
+// An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is
+// written last (release): 0 means "not yet registered". Heirs take over in
+// `seq` order (registration order). Listeners (flag) only accept give_away.
+// ---------------------------------------------------------------------------
+constexpr std::uint32_t kHeirListenerOnly = 1;
+
+struct alignas(kCacheLine) heir_entry {
+  a64 key;               // process key of the heir; 0 = free
+  a64 seq;               // registration order (owner.heir_seq); 0 = not ready
+  a64 registered_unix_ns;
+  a32 flags;             // kHeirListenerOnly
+  a32 wake_fd;           // the heir's eventfd number (givers signal it via pidfd_getfd); -1 none
+  a32 data_len;          // bytes in data (<= kHeirDataMax)
+  a32 reserved0;
+  a64 reserved1[3];
+  std::uint8_t data[kHeirDataMax];
+};
+static_assert(sizeof(heir_entry) == 2 * kCacheLine);
+static_assert(offsetof(heir_entry, key) == 0);
+static_assert(offsetof(heir_entry, seq) == 8);
+static_assert(offsetof(heir_entry, registered_unix_ns) == 16);
+static_assert(offsetof(heir_entry, flags) == 24);
+static_assert(offsetof(heir_entry, wake_fd) == 28);
+static_assert(offsetof(heir_entry, data_len) == 32);
+static_assert(offsetof(heir_entry, data) == 64);
 
 // ---------------------------------------------------------------------------
 // A lane: one ring. Producers write line 0, the owner line 1, waiters line 2;
@@ -317,7 +406,10 @@ struct geometry {
   geometry_params params;
   std::uint32_t slot_stride = 0;
   std::uint32_t producer_stride = 0;
+  std::uint32_t actor_stride = 0;
   std::uint64_t owner_offset = 0;
+  std::uint64_t actors_offset = 0;
+  std::uint64_t heirs_offset = 0;
   std::uint64_t lanes_offset = 0;
   std::uint64_t producers_offset = 0;
   std::uint64_t slots_offset[kMaxLanes] = {};

@@ -1,20 +1,29 @@
+// lib/owner.cpp - the Owner handle: acquisition, receiving, two-phase commit,
+// give-away and release. Ownership changes follow the rule in lease.hpp; the
+// slot protocol is in ring.cpp.
 #include "shmbox/owner.hpp"
-
-#include "errors.hpp"
-#include "futex.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
 
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "errors.hpp"
+#include "futex.hpp"
+#include "lease.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
 namespace shmbox {
 namespace {
+
 // An empty owner keeps polling this long before it sleeps on the futex, so
 // that a busy producer/owner pair hands over without system calls; an idle
-// owner then sleeps and uses no CPU. (Tunable per call in a later issue.)
+// owner then sleeps and uses no CPU.
 constexpr std::uint64_t kSpinBeforeSleepNs = 50'000;
+
 // Waiting for a writer that claimed a slot and has not published it yet (or
 // died: the take repairs that after a grace period): pause, then yield, then
 // short naps.
@@ -32,88 +41,24 @@ void backoff(unsigned& rounds, detail::lazy_deadline& deadline, std::uint64_t no
     ::nanosleep(&ts, nullptr);
   }
 }
+
+std::uint64_t to_ns(std::chrono::nanoseconds t) {
+  return t == std::chrono::nanoseconds::max() ? UINT64_MAX : t.count() < 0 ? 0 : static_cast<std::uint64_t>(t.count());
+}
+
+transfer_reason public_reason(detail::transfer_reason r) {
+  switch (r) {
+    case detail::transfer_reason::owner_died: return transfer_reason::owner_died;
+    case detail::transfer_reason::give_away: return transfer_reason::give_away;
+    case detail::transfer_reason::lease_expired: return transfer_reason::lease_expired;
+    case detail::transfer_reason::none: break;
+  }
+  return transfer_reason::none;
+}
+
 }  // namespace
 
-struct Owner::state {
-  std::shared_ptr<detail::mapped_box> m;
-  detail::owner_ctx ctx;
-  ~state() {
-    // Give the lease back; the messages stay. Only if it is still ours.
-    detail::owner_record* rec = m->owner();
-    if (rec->epoch.load(std::memory_order_acquire) != ctx.epoch) return;
-    std::uint64_t me = ctx.key;
-    rec->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed);
-  }
-};
-
-std::string_view to_string(recv_status s) noexcept {
-  switch (s) {
-    case recv_status::ok: return "ok";
-    case recv_status::empty: return "empty";
-    case recv_status::timeout: return "timeout";
-    case recv_status::not_owner: return "not-owner";
-    case recv_status::error: return "error";
-  }
-  return "unknown";
-}
-
-Owner::Owner(std::unique_ptr<state> s) : s_(std::move(s)) {}
-Owner::Owner(Owner&&) noexcept = default;
-Owner& Owner::operator=(Owner&&) noexcept = default;
-Owner::~Owner() = default;
-
-result<Owner> Owner::acquire(std::string_view name) {
-  auto box = Box::open(name);
-  if (!box) return box.error();
-  return acquire(*box);
-}
-
-result<Owner> Owner::acquire(const Box& box) {
-  const auto& m = box.m_;
-  const std::string who = "box '" + m->name + "'";
-  if (m->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to own it");
-  const std::uint64_t me = detail::self_key();
-  if (me == 0) return detail::fail(errc::system_error, who + ": cannot read this process's start time from /proc/self/stat");
-  detail::owner_record* rec = m->owner();
-  for (;;) {
-    std::uint64_t k = rec->key.load(std::memory_order_acquire);
-    if (k == me) return detail::fail(errc::already_owner, who + " is already owned by this process (pid " +
-                                                              std::to_string(detail::key_pid(me)) + "): use its Owner handle");
-    if (k != 0 && detail::process_alive(k))
-      return detail::fail(errc::not_owner, who + " is owned by live process " + std::to_string(detail::key_pid(k)) +
-                                               "; only one owner at a time (it must exit or release the box first)");
-    // acq_rel: acquire the previous owner's record and slots; release our key.
-    if (rec->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
-  }
-  auto s = std::make_unique<state>();
-  s->m = m;
-  s->ctx.m = m.get();
-  s->ctx.key = me;
-  s->ctx.epoch = rec->epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
-  rec->acquired_unix_ns.store(detail::unix_ns(), std::memory_order_relaxed);
-  rec->state.store(static_cast<std::uint32_t>(detail::owner_state::passive), std::memory_order_relaxed);
-  detail::owner_recover(s->ctx);
-  return Owner(std::move(s));
-}
-
-std::uint64_t Owner::epoch() const noexcept { return s_ ? s_->ctx.epoch : 0; }
-std::error_code Owner::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_owner); }
-
-recv_status Owner::try_receive(message& out) {
-  std::vector<message> one;
-  const recv_status st = receive_batch(one, 1, std::chrono::nanoseconds(0));
-  if (st == recv_status::ok) out = std::move(one.front());
-  return st == recv_status::timeout ? recv_status::empty : st;
-}
-
-recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
-  std::vector<message> one;
-  const recv_status st = receive_batch(one, 1, timeout);
-  if (st == recv_status::ok) out = std::move(one.front());
-  return st;
-}
-
-// Counts what it appends; the two public receive_batch forms wrap it.
+// Counts what it appends; the public receive forms wrap it.
 struct detail::owner_sink : detail::take_sink {
   std::size_t appended = 0;
 
@@ -143,51 +88,224 @@ struct batch_sink final : detail::owner_sink {
 };
 }  // namespace
 
+struct Owner::state {
+  std::shared_ptr<detail::mapped_box> m;
+  detail::owner_ctx ctx;
+  transfer_record transfer;
+  batch staging;  // lease boxes: messages taken, committed before they are handed out
+
+  bool still_owner() const noexcept {
+    const detail::owner_record* rec = m->owner();
+    return rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
+  }
+
+  ~state() {
+    // Give the lease back; the messages stay (uncommitted reads are delivered
+    // again to the next owner). Only if it is still ours. A registered heir
+    // (pobox's monitor mode) takes it over: wake the waiters.
+    if (!still_owner()) return;
+    std::uint64_t me = ctx.key;
+    if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
+      detail::signal_waiters(*m);
+  }
+};
+
+std::string_view to_string(recv_status s) noexcept {
+  switch (s) {
+    case recv_status::ok: return "ok";
+    case recv_status::empty: return "empty";
+    case recv_status::timeout: return "timeout";
+    case recv_status::not_owner: return "not-owner";
+    case recv_status::error: return "error";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(transfer_reason r) noexcept {
+  switch (r) {
+    case transfer_reason::none: return "none";
+    case transfer_reason::owner_died: return "owner-died";
+    case transfer_reason::give_away: return "give-away";
+    case transfer_reason::lease_expired: return "lease-expired";
+  }
+  return "unknown";
+}
+
+Owner::Owner(std::unique_ptr<state> s) : s_(std::move(s)) {}
+Owner::Owner(Owner&&) noexcept = default;
+Owner& Owner::operator=(Owner&&) noexcept = default;
+Owner::~Owner() = default;
+
+Owner Owner::adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch) {
+  using namespace detail;
+  auto s = std::make_unique<Owner::state>();
+  s->m = std::move(m);
+  s->ctx.m = s->m.get();
+  s->ctx.key = self_key();
+  s->ctx.epoch = epoch;
+  owner_recover(s->ctx);
+  const transfer_view t = read_transfer(*s->m);
+  s->transfer.box = s->m->name;
+  s->transfer.to_pid = key_pid(s->ctx.key);
+  if (t.epoch == epoch) {
+    s->transfer.from_pid = key_pid(t.from_key);
+    s->transfer.reason = public_reason(t.reason);
+    s->transfer.data = t.data;
+    s->transfer.epoch = t.epoch;
+  }
+  return Owner(std::move(s));
+}
+
+result<Owner> Owner::acquire(std::string_view name) {
+  auto box = Box::open(name);
+  if (!box) return box.error();
+  return acquire(*box);
+}
+
+result<Owner> Owner::acquire(const Box& box) {
+  const auto& m = box.m_;
+  const std::string who = "box '" + m->name + "'";
+  if (m->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to own it");
+  const std::uint64_t me = detail::self_key();
+  if (me == 0) return detail::fail(errc::system_error, who + ": cannot read this process's start time from /proc/self/stat");
+  for (;;) {
+    const detail::owner_view v = detail::view_owner(*m);
+    if (v.key == me) return detail::fail(errc::already_owner, who + " is already owned by this process (pid " +
+                                                                  std::to_string(detail::key_pid(me)) + "): use its Owner handle");
+    if (!detail::owner_gone(v))
+      return detail::fail(errc::not_owner, who + " is owned by live process " + std::to_string(detail::key_pid(v.key)) +
+                                               "; only one owner at a time (it must exit or release the box first)");
+    // A box whose owner is gone belongs to its first live heir.
+    const auto heir = detail::first_live_heir(*m);
+    if (heir && heir->key != me) {
+      detail::signal_waiters(*m, heir->key);
+      return detail::fail(errc::not_owner, who + "'s owner is gone and its heir (pid " +
+                                               std::to_string(detail::key_pid(heir->key)) + ") takes it over first");
+    }
+    // A transfer is recorded when an heir inherits or an owner died or
+    // expired; a plain acquire of a released or new box records none.
+    detail::transfer_reason why = detail::transfer_reason::none;
+    if (v.expired) why = detail::transfer_reason::lease_expired;
+    else if (v.key != 0 || heir) why = detail::transfer_reason::owner_died;
+    const std::uint64_t epoch = detail::take_ownership(*m, v.key, why, heir ? std::string_view(heir->data) : "");
+    if (epoch == 0) continue;  // someone else changed the owner meanwhile: look again
+    return adopt(m, epoch);
+  }
+}
+
+std::uint64_t Owner::epoch() const noexcept { return s_ ? s_->ctx.epoch : 0; }
+std::error_code Owner::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_owner); }
+const transfer_record& Owner::transfer() const noexcept {
+  static const transfer_record none;
+  return s_ ? s_->transfer : none;
+}
+void Owner::renew() noexcept {
+  if (s_ && s_->still_owner()) detail::renew_lease(*s_->m);
+}
+
+recv_status Owner::try_receive(message& out) {
+  std::vector<message> one;
+  const recv_status st = receive_batch(one, 1, std::chrono::nanoseconds(0));
+  if (st == recv_status::ok) out = std::move(one.front());
+  return st == recv_status::timeout ? recv_status::empty : st;
+}
+
+recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
+  std::vector<message> one;
+  const recv_status st = receive_batch(one, 1, timeout);
+  if (st == recv_status::ok) out = std::move(one.front());
+  return st;
+}
+
 recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std::chrono::nanoseconds timeout) {
   vector_sink sink(out);
-  return receive_into(sink, max, timeout);
+  return receive_into(sink, max, timeout, false);
 }
 
 recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
   batch_sink sink(out);
-  return receive_into(sink, max, timeout);
+  return receive_into(sink, max, timeout, false);
 }
 
-recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout) {
+recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  batch_sink sink(out);
+  return receive_into(sink, max, timeout, true);
+}
+
+recv_status Owner::commit(std::size_t* lost) {
+  if (lost != nullptr) *lost = 0;
+  if (!s_) return recv_status::not_owner;
+  if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
+  const detail::commit_result r = detail::owner_commit(s_->ctx, nullptr);
+  if (lost != nullptr) *lost = r.lost;
+  if (r.lost == 0) return recv_status::ok;
+  s_->ctx.last_error = detail::fail(errc::not_owner, "box '" + s_->m->name + "': taken over while " +
+                                                         std::to_string(r.lost) +
+                                                         " read messages were uncommitted; the new owner receives them");
+  return recv_status::not_owner;
+}
+
+recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold) {
   if (!s_) return recv_status::not_owner;
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
   detail::owner_record* rec = m.owner();
-  if (rec->key.load(std::memory_order_acquire) != o.key || rec->epoch.load(std::memory_order_acquire) != o.epoch) {
+  if (!s_->still_owner()) {
     o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': this handle lost ownership (epoch " +
                                                      std::to_string(o.epoch) + ")");
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
+  detail::renew_lease(m);
+  // Lease boxes (fenced): take into a staging batch, commit, and hand out
+  // only what committed: a stale owner never returns a message.
+  const bool staged = o.fenced && !hold;
+  batch_sink staging_sink(s_->staging);
+  detail::owner_sink& into = staged ? static_cast<detail::owner_sink&>(staging_sink) : sink;
+  const detail::take_mode mode = (hold || o.fenced) ? detail::take_mode::hold : detail::take_mode::commit_each;
   // The clock is read only once nothing was found: a call that finds a
   // message makes no clock call.
-  detail::lazy_deadline deadline{timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
-                                 : timeout.count() < 0                     ? 0
-                                                                           : static_cast<std::uint64_t>(timeout.count())};
-  unsigned spins = 0, busy_rounds = 0;
+  detail::lazy_deadline deadline{to_ns(timeout)};
+  const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
+  unsigned busy_rounds = 0, polls = 0;
   std::uint64_t spin_until = 0;
-  unsigned polls = 0;
   for (;;) {
     bool busy = false, corrupt = false;
+    if (staged) {
+      s_->staging.clear();
+      staging_sink.appended = 0;
+    }
     // Every 64th empty poll (and the first) also reads the tails, to notice
     // a claimed-but-unpublished slot (slow or dead writer).
-    sink.look_at_tail = (polls++ & 63) == 0;
-    for (std::uint32_t l = 0; l < m.lane_count() && sink.appended < max; ++l) {
-      sink.max = max - sink.appended;
-      const detail::take_result r = detail::owner_take(o, l, sink);
+    into.look_at_tail = (polls++ & 63) == 0;
+    for (std::uint32_t l = 0; l < m.lane_count() && into.appended < max; ++l) {
+      into.max = max - into.appended;
+      const detail::take_result r = detail::owner_take(o, l, into, mode);
       busy |= r.busy;
       corrupt |= r.corrupt;  // (r.unknown: an unpublished slot, not yet told apart: keep polling)
     }
-    if (sink.appended > 0) return recv_status::ok;
+    if (staged && staging_sink.appended > 0) {
+      std::vector<char> kept;
+      const detail::commit_result r = detail::owner_commit(o, &kept);
+      for (std::size_t i = 0; i < kept.size(); ++i)
+        if (kept[i] != 0) {
+          const std::string_view b = s_->staging[i];
+          sink.append(reinterpret_cast<const std::byte*>(b.data()), static_cast<std::uint32_t>(b.size()),
+                      s_->staging.redelivered(i), s_->staging.lane(i));
+        }
+      if (sink.appended > 0) return recv_status::ok;
+      if (r.lost > 0) {
+        o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': taken over by a new owner (lease expired)");
+        return recv_status::not_owner;
+      }
+    }
+    if (!staged && into.appended > 0) return recv_status::ok;
     if (corrupt) return recv_status::error;
     if (deadline.timeout_ns == 0) return recv_status::timeout;
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get()) return recv_status::timeout;
+    if (!s_->still_owner()) return recv_status::not_owner;
+    detail::renew_lease(m);
     if (busy) {
       backoff(busy_rounds, deadline, now);
       continue;
@@ -199,20 +317,76 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
         __builtin_ia32_pause();
 #endif
       }
-      ++spins;
       continue;
     }
     // Sleep: read wake_seq, then arm every lane (fails if anything arrived),
-    // then futex-wait. A producer that sees the bit bumps wake_seq (P6).
+    // then futex-wait. A producer that sees the bit bumps wake_seq (P6). A
+    // lease box's owner wakes in time to renew its lease.
     const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     bool armed = true;
     for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
-    if (armed) detail::futex_wait(&rec->wake_seq, w, deadline.get());
+    if (armed) detail::futex_wait(&rec->wake_seq, w, lease_ns != 0 ? std::min(deadline.get(), now + lease_ns / 2) : deadline.get());
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
     // Not armed: a slot is claimed and not yet published (a slow or stopped
     // writer): back off instead of polling hot.
     if (!armed) backoff(busy_rounds, deadline, now);
   }
 }
+
+bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
+  if (!s_) return false;
+  detail::owner_ctx& o = s_->ctx;
+  detail::mapped_box& m = *s_->m;
+  detail::owner_record* rec = m.owner();
+  const std::string who = "box '" + m.name + "'";
+  if (!s_->still_owner()) {
+    o.last_error = detail::fail(errc::not_owner, who + ": give_away by a handle that is not the owner");
+    return false;
+  }
+  if (data.size() > detail::kHeirDataMax || !o.pending.empty()) {
+    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away needs data of at most 64 bytes and no uncommitted reads");
+    return false;
+  }
+  const std::uint64_t dest = detail::key_of_pid(dest_pid);
+  if (dest == 0 || dest == o.key) {
+    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to pid " + std::to_string(dest_pid) +
+                                                            (dest == 0 ? ", which is not running" : ", which is the owner"));
+    return false;
+  }
+  // The offer: data first, then the key (release) that makes it visible.
+  std::memcpy(rec->offer_data, data.data(), data.size());
+  rec->offer_data_len.store(data.size(), std::memory_order_relaxed);
+  rec->offer_epoch.store(o.epoch, std::memory_order_relaxed);
+  rec->offer_key.store(dest, std::memory_order_release);
+  detail::signal_waiters(m, dest);
+  detail::lazy_deadline deadline{to_ns(timeout)};
+  for (;;) {
+    if (!s_->still_owner()) return true;  // dest took the box
+    const std::uint32_t seen = rec->transfer_seq.load(std::memory_order_acquire);
+    const std::uint64_t now = detail::mono_ns();
+    if (now >= deadline.get()) break;
+    if (!s_->still_owner()) return true;
+    detail::futex_wait(&rec->transfer_seq, seen, std::min(deadline.get(), now + 10'000'000));
+  }
+  // Withdraw the offer; if dest accepted it just now, let it finish.
+  std::uint64_t expected = dest;
+  if (rec->offer_key.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    o.last_error = detail::fail(errc::timed_out, who + ": pid " + std::to_string(dest_pid) + " did not take the box in time");
+    return s_->still_owner() ? false : true;
+  }
+  const std::uint64_t give_up = detail::mono_ns() + 1'000'000'000;
+  while (detail::mono_ns() < give_up) {
+    if (!s_->still_owner()) return true;
+    if (!detail::process_alive(dest)) break;
+    ::sched_yield();
+  }
+  if (!s_->still_owner()) return true;
+  rec->offer_key.store(0, std::memory_order_release);  // dest accepted and died: the offer is void
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Heir
+// ---------------------------------------------------------------------------
 
 }  // namespace shmbox

@@ -231,9 +231,11 @@ holder actor_state(const mapped_box& m, std::uint32_t actor) noexcept {
     const owner_record* o = m.owner();
     const std::uint64_t key = o->key.load(std::memory_order_acquire);
     const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
-    // An actor of another epoch is an owner that is gone. During a takeover
-    // (key changed, epoch not yet) this errs towards "alive": a short wait.
-    if (owner_actor(epoch) != actor) return holder::dead;
+    // An actor of another epoch is an owner that is gone (it may still run,
+    // stale, after its lease expired; it can no longer commit a TAKEN slot).
+    // During a takeover (key changed, epoch not yet) this errs towards
+    // "alive": a short wait.
+    if (owner_actor_id(epoch) != actor) return holder::dead;
     return process_alive(key) ? holder::alive : holder::dead;
   }
   return holder::invalid;
@@ -335,13 +337,15 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   return L.is_lifo() ? abandon_lifo(L, idx, seen, r) : abandon_fifo(L, pos, seen, r);
 }
 
-// A slot TAKEN by an owner that is gone; `target` is its FIFO position or lifo
-// slot index. Returns: 1 = that owner was repairing it, 2 = it had committed
-// it (counted as delivered), 3 = uncommitted (deliver again, or evict).
-int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target) noexcept {
-  const owner_record* rec = m.owner();
-  const std::uint64_t op = rec->op.load(std::memory_order_acquire);
-  const std::uint64_t before = rec->op_before.load(std::memory_order_acquire);
+// A slot TAKEN by owner actor `actor`, which is gone; `target` is its FIFO
+// position or lifo slot index. Returns: 1 = that owner was repairing it,
+// 2 = it had committed it (fast path: counted as delivered), 3 = uncommitted
+// (deliver it again, or evict it).
+int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t actor) noexcept {
+  const std::uint32_t idx = owner_actor_index(actor);
+  const owner_actor* ar = m.actor(idx);
+  const std::uint64_t op = ar->op.load(std::memory_order_acquire);
+  const std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
   if (op_lane(op) != L.index) return 3;
   // Positions are compared modulo 2^48, as slots store them.
   const bool same = (op_target(op) & kPosMask) == (target & kPosMask);
@@ -351,14 +355,15 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target)
     case op_kind::recv:
     case op_kind::lifo_pop:
       if (!same) return 3;  // the op is about another slot
-      return m.owner_counters(L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
+      return m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
     default:
-      return 3;
+      return 3;  // commit: a TAKEN slot is not committed yet (DONE ones are)
   }
 }
 
-void finish_dead_owner_repair(mapped_box& m, const lane_view& L) noexcept {
-  finish_count(m.owner_counters(L.index)->abandoned, m.owner()->op_before.load(std::memory_order_acquire));
+void finish_dead_owner_repair(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
+  const std::uint32_t idx = owner_actor_index(actor);
+  finish_count(m.actor_counters(idx, L.index)->abandoned, m.actor(idx)->op_before.load(std::memory_order_acquire));
 }
 
 bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept;
@@ -386,9 +391,9 @@ bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::u
   if (h == holder::invalid) return abandon_fifo(L, q, seen, r);
   if (!is_owner_actor(actor)) return complete_dead_producer(m, L, q, 0, seen, actor, r);
   // R3: a gone owner's slot.
-  switch (dead_owner_op(m, L, q & kTargetMask)) {
+  switch (dead_owner_op(m, L, q & kTargetMask, actor)) {
     case 1: {
-      finish_dead_owner_repair(m, L);
+      finish_dead_owner_repair(m, L, actor);
       std::uint64_t expected = seen;
       return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
                                             std::memory_order_relaxed);
@@ -735,23 +740,99 @@ bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::u
   return repair_fifo_slot(*o.m, L, p, seen, o.rep, nullptr, -1, o.stuck_since_ns[l], now);
 }
 
-take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept {
-  mapped_box& m = *o.m;
+// DONE slots of a gone owner actor whose process is dead: it committed them
+// (TAKEN -> DONE) and may not have counted them. Counts them exactly once
+// (op_before) and frees them. Returns true if it freed any.
+bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
+  const std::uint32_t idx = owner_actor_index(actor);
+  const owner_actor* ar = m.actor(idx);
+  if (process_alive(ar->key.load(std::memory_order_acquire))) return false;  // a stale owner finishes its own
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> done;
+  for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    if (seq_state(seen) == slot_state::done && seq_actor(seen) == actor) done.emplace_back(i, seen);
+  }
+  if (done.empty()) return false;
+  const std::uint64_t op = ar->op.load(std::memory_order_acquire);
+  if (op_kind_of(op) == op_kind::commit && op_lane(op) == L.index) {
+    // Every DONE slot of this actor in this lane belongs to its last commit.
+    std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
+    m.actor_counters(idx, L.index)->delivered.compare_exchange_strong(before, before + done.size(),
+                                                                       std::memory_order_relaxed);
+  }
+  bool freed = false;
+  for (auto& [i, seen] : done)
+    freed |= L.slot_at_index(i)->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release,
+                                                             std::memory_order_relaxed);
+  return freed;
+}
+
+// Announce-take-copy for one slot, then (commit_each) commit and free it, or
+// (hold) remember it in o.pending. `seen` is FULL, or TAKEN by us (redeliver).
+// Returns false when the take lost a race (the caller looks again).
+bool take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t where, std::uint64_t seen,
+              std::uint32_t len, bool redeliver, take_sink& sink, take_mode mode) noexcept {
+  owner_lane_counters* oc = o.counters(L.index);
+  const std::uint64_t pos_or_stamp = seq_pos(seen);
+  const std::uint64_t mine = make_seq(pos_or_stamp, slot_state::taken, o.rep.actor);
+  if (mode == take_mode::hold) {
+    // Always a CAS: evictors, replacers and a newer owner may race for it.
+    if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
+      return false;
+    sink.append(lane_view::payload_of(s), len, redeliver, L.index);
+    o.pending.push_back({L.index, where, mine, redeliver});
+    SHMBOX_FAULT("owner.after_take");
+    return true;
+  }
+  // T2: announce. relaxed: published by the release/seq_cst of the take.
+  const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+  o.act->op_before.store(before, std::memory_order_relaxed);
+  o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index, where), std::memory_order_relaxed);
+  if (!redeliver) {  // T3
+    // A CAS where others race for FULL slots (drop_oldest evictors, lifo
+    // replacers); a release store otherwise (no one else writes a FULL slot).
+    if (L.pol == policy::drop_oldest || L.is_lifo()) {
+      if (!s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+        o.act->op.store(0, std::memory_order_relaxed);
+        return false;
+      }
+    } else {
+      s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
+    }
+  }
+  sink.append(lane_view::payload_of(s), len, redeliver, L.index);  // T4
+  SHMBOX_FAULT("owner.after_take");
+  if (redeliver) bump(oc->redelivered);
+  // T5: the commit. relaxed: single writer; the free below is a release store.
+  oc->delivered.store(before + 1, std::memory_order_relaxed);
+  SHMBOX_FAULT("owner.after_commit");
+  // T6 release: our payload read happens before the next writer's payload
+  // writes (pairs with P1's acquire / L1's acquire).
+  s->seq.store(finished_seq(L, mine), std::memory_order_release);
+  o.act->op.store(0, std::memory_order_release);
+  return true;
+}
+
+// Publishes the FIFO head: the first position this owner has not finished
+// (held, uncommitted positions count as unfinished).
+void publish_head(owner_ctx& o, const lane_view& L) noexcept {
+  std::uint64_t h = o.head[L.index];
+  for (const pending_slot& ps : o.pending)
+    if (ps.lane == L.index && ps.where < h) h = ps.where;
+  L.hdr->head.store(h, std::memory_order_release);  // T7 release: read by inspectors and the next owner
+}
+
+take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mode mode) noexcept {
   lane_header* h = L.hdr;
-  owner_record* rec = m.owner();
-  owner_lane_counters* oc = m.owner_counters(L.index);
   const std::uint64_t cap = L.capacity;
-  const bool contended = L.pol == policy::drop_oldest;  // evictors race for FULL slots
   take_result res;
   std::uint64_t p = o.head[L.index];
   const std::uint64_t first = p;
-  std::uint64_t delivered = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
   std::size_t n = 0;
-  bool op_written = false;
 
   while (n < sink.max) {
     slot_header* s = L.slot_for(p);
-    std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
+    const std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
     const std::int64_t d = pos_diff(seq_pos(seen), p);
     if (d > 0) {
       // p's fate was decided by someone else (evicted, repaired) and the slot
@@ -779,44 +860,26 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
     const bool redeliver = st == slot_state::taken && actor == o.rep.actor;
     if (st == slot_state::full || redeliver) {
       // Stable while FULL: no one but an evictor touches a FULL slot, and an
-      // evictor changes the sequence word, which makes our take below fail.
+      // evictor changes the sequence word, which makes our take fail.
       const std::uint32_t len = s->length.load(std::memory_order_relaxed);
       if (len > L.payload) {
+        if (n > 0 || !o.pending.empty()) break;  // the next call repairs it
         res.corrupt = true;
         o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "has length " + std::to_string(len) +
                                                                                  " > slot size " + std::to_string(L.payload)));
         abandon_fifo(L, p, seen, o.rep);
         continue;
       }
-      // T2: announce. relaxed: published by the release/seq_cst of the take.
-      rec->op_before.store(delivered, std::memory_order_relaxed);
-      rec->op.store(make_op(op_kind::recv, L.index, p), std::memory_order_relaxed);
-      op_written = true;
-      if (!redeliver) {  // T3
-        const std::uint64_t mine = make_seq(p, slot_state::taken, o.rep.actor);
-        if (contended) {
-          if (!s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
-            continue;  // an evictor won it: look again
-        } else {
-          s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
-        }
-      }
-      sink.append(lane_view::payload_of(s), len, redeliver, L.index);  // T4
-      SHMBOX_FAULT("owner.after_take");
-      if (redeliver) bump(oc->redelivered);
-      // T5: the commit. relaxed: single writer; the free below is a release store.
-      oc->delivered.store(++delivered, std::memory_order_relaxed);
-      SHMBOX_FAULT("owner.after_commit");
-      // T6 release: our payload read happens before the next writer's payload
-      // writes (pairs with P1's acquire).
-      s->seq.store(make_seq(p + cap, slot_state::empty, kActorNone), std::memory_order_release);
+      if (!take_one(o, L, s, p, seen, len, redeliver, sink, mode)) continue;  // lost a race: look again
       ++n;
       ++p;
       continue;
     }
-    if (st == slot_state::taken) {
-      // Held by an evictor or a repairer, which decides p's fate (and a dead
-      // one is repaired by whoever needs the slot): skip p.
+    if (st == slot_state::taken || st == slot_state::done) {
+      // Held by an evictor or a repairer, which decides p's fate, or committed
+      // by an owner that is gone (a dead one's commit we finish here): skip p.
+      if (st == slot_state::done && is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
+        finish_dead_commit(*o.m, L, actor);
       ++p;
       continue;
     }
@@ -830,66 +893,47 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
       const std::uint64_t t = h->tail.load(std::memory_order_seq_cst) >> 1;
       if (t <= p) break;  // nothing more in the lane
       res.busy = true;    // claimed, not yet published
-      if (owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
+      if (o.pending.empty() && owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
       break;
     }
     // writing/free do not exist in FIFO lanes.
     res.corrupt = true;
     o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "is in a lifo state"));
-    if (n > 0) break;
+    if (n > 0 || !o.pending.empty()) break;
     abandon_fifo(L, p, seen, o.rep);
   }
 
-  if (op_written) rec->op.store(0, std::memory_order_release);
   if (p != first) {
-    h->head.store(p, std::memory_order_release);  // T7 release: read by inspectors and the next owner
+    o.head[L.index] = p;
+    publish_head(o, L);
     o.stuck_since_ns[L.index] = 0;
   }
-  o.head[L.index] = p;
-  if (n > 0 && (L.pol == policy::block || L.pol == policy::drop_oldest)) wake_space_waiters(L);
+  if (n > 0 && mode == take_mode::commit_each && (L.pol == policy::block || L.pol == policy::drop_oldest))
+    wake_space_waiters(L);
   res.taken = n;
   return res;
 }
 
 // L3 for one slot. redeliver: the slot is already TAKEN by us (R4).
 bool lifo_pop_one(owner_ctx& o, const lane_view& L, std::uint32_t i, std::uint64_t seen, bool redeliver,
-                  take_sink& sink, take_result& res) noexcept {
-  owner_record* rec = o.m->owner();
-  owner_lane_counters* oc = o.m->owner_counters(L.index);
+                  take_sink& sink, take_result& res, take_mode mode) noexcept {
   slot_header* s = L.slot_at_index(i);
-  // Read before the take: if the CAS below succeeds, no replacer touched the
+  // Read before the take: if the take's CAS succeeds, no replacer touched the
   // slot in between (a replace changes the stamp), so this length is its own.
   const std::uint32_t len = s->length.load(std::memory_order_relaxed);
   if (len > L.payload) {
     res.corrupt = true;
     o.last_error = fail(errc::corrupt, corrupt_slot(o, L, i, "has length " + std::to_string(len) + " > slot size " +
                                                                  std::to_string(L.payload)));
-    abandon_lifo(L, i, seen, o.rep);
+    if (o.pending.empty()) abandon_lifo(L, i, seen, o.rep);
     return true;
   }
-  const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);
-  rec->op_before.store(before, std::memory_order_relaxed);
-  rec->op.store(make_op(op_kind::lifo_pop, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
-  if (!redeliver) {
-    std::uint64_t expected = seen;
-    if (!s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
-                                        std::memory_order_seq_cst, std::memory_order_relaxed)) {
-      rec->op.store(0, std::memory_order_relaxed);
-      return false;
-    }
-  }
-  sink.append(lane_view::payload_of(s), len, redeliver, L.index);
-  SHMBOX_FAULT("owner.after_take");
-  if (redeliver) bump(oc->redelivered);
-  oc->delivered.store(before + 1, std::memory_order_relaxed);  // the commit
-  SHMBOX_FAULT("owner.after_commit");
-  s->seq.store(make_seq(seq_pos(seen), slot_state::free, kActorNone), std::memory_order_release);
-  rec->op.store(0, std::memory_order_release);
+  if (!take_one(o, L, s, i, seen, len, redeliver, sink, mode)) return false;
   ++res.taken;
   return true;
 }
 
-take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept {
+take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mode mode) noexcept {
   take_result res;
   auto& again = o.lifo_redeliver[L.index];
   while (res.taken < sink.max && !again.empty()) {
@@ -897,7 +941,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
     again.pop_back();
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     if (seq_state(seen) == slot_state::taken && seq_actor(seen) == o.rep.actor)
-      lifo_pop_one(o, L, i, seen, true, sink, res);
+      lifo_pop_one(o, L, i, seen, true, sink, res, mode);
   }
   // Newest first: a snapshot of the FULL slots by stamp. A slot that changed
   // since the snapshot (replaced) makes us take a new one.
@@ -916,14 +960,17 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
       else if (st == slot_state::writing) {
         res.busy = true;
         oldest_writing = seen;
-      } else if (st == slot_state::empty) {
+      } else if (st == slot_state::empty && o.pending.empty()) {
         res.corrupt = true;
         o.last_error = fail(errc::corrupt, corrupt_slot(o, L, i, "is in a FIFO state"));
         abandon_lifo(L, i, seen, o.rep);
+      } else if (st == slot_state::done && is_owner_actor(seq_actor(seen)) && seq_actor(seen) != o.rep.actor &&
+                 o.pending.empty()) {
+        finish_dead_commit(*o.m, L, seq_actor(seen));
       }
     }
     if (order.empty()) {
-      if (res.busy && res.taken == 0) {
+      if (res.busy && res.taken == 0 && o.pending.empty()) {
         // Something is being written: after the grace period, repair dead writers.
         const std::uint32_t l = L.index;
         const std::uint64_t now = mono_ns();
@@ -952,7 +999,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
     bool changed = false;
     for (const auto& [d, i] : order) {
       if (res.taken >= sink.max) break;
-      if (!lifo_pop_one(o, L, i, seqs[i], false, sink, res)) {
+      if (!lifo_pop_one(o, L, i, seqs[i], false, sink, res, mode)) {
         changed = true;
         break;
       }
@@ -961,7 +1008,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink) noexcep
   }
   if (res.taken > 0) {
     o.stuck_since_ns[L.index] = 0;
-    wake_space_waiters(L);
+    if (mode == take_mode::commit_each) wake_space_waiters(L);
   }
   return res;
 }
@@ -990,13 +1037,14 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
 }
 
 namespace {
+// entry: the producer entry, or (owner) the owner actor index.
 void fill_repairer(mapped_box& m, std::uint32_t actor, a64* op, a64* op_before, bool owner, std::uint32_t entry,
                    repairer& r) noexcept {
   r.actor = actor;
   r.op = op;
   r.op_before = op_before;
   for (std::uint32_t l = 0; l < m.lane_count(); ++l)
-    r.abandoned[l] = owner ? &m.owner_counters(l)->abandoned : &m.producer_counters(entry, l)->abandoned;
+    r.abandoned[l] = owner ? &m.actor_counters(entry, l)->abandoned : &m.producer_counters(entry, l)->abandoned;
 }
 
 // Finishes the pending op of a dead process whose entry we just took over.
@@ -1069,31 +1117,113 @@ void release_producer_entry(producer_ctx& p) noexcept {
   p.pe = nullptr;
 }
 
-take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink) noexcept {
+take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_mode mode) noexcept {
   const lane_view& L = o.m->lanes[lane];
-  return L.is_lifo() ? lifo_take(o, L, sink) : fifo_take(o, L, sink);
+  return L.is_lifo() ? lifo_take(o, L, sink, mode) : fifo_take(o, L, sink, mode);
+}
+
+// COMMIT (o.pending, lane by lane):
+//  C1 op_before = delivered; op = commit(lane)            (announce)
+//  C2 each slot: CAS TAKEN(x, O) -> DONE(x, O)            (the commit point of
+//     that message; fails if a newer owner re-took it: lost to us, it will be
+//     delivered again there, flagged)
+//       dies here: DONE slots committed, not counted: R4 (or a later owner
+//       meeting them) counts every DONE(_, O) of the lane once, via op_before.
+//  C3 delivered = op_before + committed                   (counted)
+//  C4 each DONE slot: CAS -> free (EMPTY(p + cap) / FREE); op = none.
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
+  commit_result r;
+  if (kept != nullptr) kept->assign(o.pending.size(), 0);
+  for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
+    const lane_view& L = o.m->lanes[l];
+    owner_lane_counters* oc = o.counters(l);
+    bool any = false;
+    for (const pending_slot& ps : o.pending) any |= ps.lane == l;
+    if (!any) continue;
+    const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+    o.act->op_before.store(before, std::memory_order_relaxed);
+    o.act->op.store(make_op(op_kind::commit, l, 0), std::memory_order_relaxed);  // relaxed: published by the CASes
+    std::uint64_t n = 0, again = 0;
+    for (std::size_t i = 0; i < o.pending.size(); ++i) {
+      pending_slot& ps = o.pending[i];
+      if (ps.lane != l) continue;
+      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+      std::uint64_t expected = ps.seq;
+      const std::uint64_t done = make_seq(seq_pos(ps.seq), slot_state::done, o.rep.actor);
+      if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+        ps.seq = done;
+        ++n;
+        again += ps.redelivered ? 1 : 0;
+        if (kept != nullptr) (*kept)[i] = 1;
+      } else {
+        ps.seq = 0;  // lost: a newer owner took it back
+        ++r.lost;
+      }
+    }
+    SHMBOX_FAULT("owner.mid_commit");
+    if (again > 0) bump(oc->redelivered, again);
+    oc->delivered.store(before + n, std::memory_order_relaxed);
+    SHMBOX_FAULT("owner.after_commit");
+    for (const pending_slot& ps : o.pending) {
+      if (ps.lane != l || ps.seq == 0) continue;
+      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+      std::uint64_t expected = ps.seq;
+      // release: our payload reads happen before the next writer's writes
+      s->seq.compare_exchange_strong(expected, finished_seq(L, ps.seq), std::memory_order_release,
+                                     std::memory_order_relaxed);
+    }
+    o.act->op.store(0, std::memory_order_release);
+    r.committed += n;
+  }
+  std::vector<std::uint32_t> lanes;
+  for (const pending_slot& ps : o.pending)
+    if (std::find(lanes.begin(), lanes.end(), ps.lane) == lanes.end()) lanes.push_back(ps.lane);
+  o.pending.clear();
+  for (const std::uint32_t l : lanes) {
+    const lane_view& L = o.m->lanes[l];
+    if (!L.is_lifo()) publish_head(o, L);
+    if (L.is_lifo() || L.pol == policy::block || L.pol == policy::drop_oldest) wake_space_waiters(L);
+  }
+  return r;
 }
 
 void owner_recover(owner_ctx& o) noexcept {
   mapped_box& m = *o.m;
-  owner_record* rec = m.owner();
-  fill_repairer(m, owner_actor(o.epoch), &rec->op, &rec->op_before, true, 0, o.rep);
+  o.actor_index = static_cast<std::uint32_t>(o.epoch % kOwnerActors);
+  o.act = m.actor(o.actor_index);
+  o.act->key.store(o.key, std::memory_order_relaxed);
+  o.act->epoch.store(o.epoch, std::memory_order_relaxed);
+  o.act->op.store(0, std::memory_order_release);
+  fill_repairer(m, owner_actor_id(o.epoch), &o.act->op, &o.act->op_before, true, o.actor_index, o.rep);
+  o.fenced = m.lease_ms() > 0;
+  o.pending.clear();
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     const lane_view& L = m.lanes[l];
     o.lifo_redeliver[l].clear();
+    // Committed-but-unfreed slots of dead owners first (counted once per actor).
+    std::vector<std::uint32_t> actors;
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      const std::uint32_t actor = seq_actor(seen);
+      if (seq_state(seen) == slot_state::done && is_owner_actor(actor) && actor != o.rep.actor &&
+          std::find(actors.begin(), actors.end(), actor) == actors.end())
+        actors.push_back(actor);
+    }
+    for (const std::uint32_t actor : actors) finish_dead_commit(m, L, actor);
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
       slot_header* s = L.slot_at_index(i);
       std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;
       const std::uint64_t target = L.is_lifo() ? i : (seq_pos(seen) & kTargetMask);
-      const int verdict = dead_owner_op(m, L, target);
-      if (verdict == 1) finish_dead_owner_repair(m, L);
+      const int verdict = dead_owner_op(m, L, target, actor);
+      if (verdict == 1) finish_dead_owner_repair(m, L, actor);
       if (verdict == 1 || verdict == 2) {
         s->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release, std::memory_order_relaxed);
         continue;
       }
-      // R4: uncommitted: ours now, to be delivered again.
+      // R4: uncommitted: ours now, to be delivered again. (A stale owner that
+      // still runs will fail to commit it: its C2 expects its own TAKEN.)
       if (s->seq.compare_exchange_strong(seen, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
                                          std::memory_order_acq_rel, std::memory_order_relaxed) &&
           L.is_lifo())
@@ -1108,8 +1238,8 @@ void owner_recover(owner_ctx& o) noexcept {
       o.head[l] = h;
     }
     o.stuck_since_ns[l] = 0;
+    owner_clear_sleep(o, l);  // a previous owner may have died asleep: no stray wake-ups
   }
-  rec->op.store(0, std::memory_order_release);
 }
 
 bool owner_arm_sleep(owner_ctx& o, std::uint32_t lane) noexcept {

@@ -55,22 +55,35 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
 bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept;
 void release_producer_entry(producer_ctx& p) noexcept;
 
+// A message taken but not yet committed (explicit read, or a lease box's receive).
+struct pending_slot {
+  std::uint32_t lane = 0;
+  std::uint64_t where = 0;  // FIFO position, or lifo slot index
+  std::uint64_t seq = 0;    // the slot's sequence word as we set it: TAKEN(x, us)
+  bool redelivered = false;
+};
+
 // One owner handle.
 struct owner_ctx {
   mapped_box* m = nullptr;
   std::uint64_t key = 0;
   std::uint64_t epoch = 0;
-  repairer rep;  // actor = owner_actor(epoch)
+  std::uint32_t actor_index = 0;  // epoch % kOwnerActors
+  owner_actor* act = nullptr;     // this owner's op words
+  repairer rep;                   // actor = owner_actor_id(epoch)
+  bool fenced = false;            // lease box: takes by CAS, commits through DONE (see TAKE, fenced)
   std::uint64_t head[kMaxLanes] = {};  // private cursor of each FIFO lane
-  std::vector<std::uint32_t> lifo_redeliver[kMaxLanes];  // lifo slots taken over from a dead owner
+  std::vector<std::uint32_t> lifo_redeliver[kMaxLanes];  // lifo slots taken over from a gone owner
+  std::vector<pending_slot> pending;                      // taken, not yet committed
   std::uint64_t stuck_pos[kMaxLanes] = {};
   std::uint64_t stuck_since_ns[kMaxLanes] = {};
   std::uint64_t next_check_ns[kMaxLanes] = {};
   std::error_code last_error;
+
+  owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
 
-// Where taken messages go: the owner copies each one out through append()
-// before it commits the batch.
+// Where taken messages go: the owner copies each one out through append().
 struct take_sink {
   std::size_t max = 0;        // take at most this many
   bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
@@ -95,11 +108,27 @@ struct take_result {
   bool corrupt = false;  // the lane broke an invariant; last_error says how
 };
 
-// Takes, copies and commits up to sink.max messages from `lane` (owner only).
-take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink) noexcept;
+// How owner_take treats what it takes.
+enum class take_mode {
+  commit_each,  // take, copy, commit, free each message (the fast path)
+  hold,         // take and copy; keep in o.pending until owner_commit()
+};
 
-// After acquiring the lease: finishes or re-takes the dead owner's slots
-// (committed ones are freed, uncommitted ones will be delivered again, flagged).
+// Takes and copies up to sink.max messages from `lane` (owner only).
+take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_mode mode) noexcept;
+
+// Commits o.pending: TAKEN -> DONE (a CAS each: a slot re-taken by a newer
+// owner is lost to us), counts them, frees them. kept[i] (if given) says
+// whether pending[i] was committed.
+struct commit_result {
+  std::size_t committed = 0;
+  std::size_t lost = 0;  // re-taken by a newer owner: it delivers them again
+};
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept;
+
+// After taking the lease: finishes or re-takes the slots of owners that are
+// gone (committed ones are counted and freed, uncommitted ones will be
+// delivered again, flagged), and clears stray sleeping bits.
 void owner_recover(owner_ctx& o) noexcept;
 
 // True when nothing is claimed or stored in the lane (the owner may sleep).

@@ -112,6 +112,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   }
   if (o.block_timeout.count() < 0 || o.block_timeout.count() > 86'400'000)
     return fail(errc::invalid_argument, who + ": block timeout must be 0 ms to 1 day");
+  if (o.lease.count() < 0 || o.lease.count() > 86'400'000)
+    return fail(errc::invalid_argument, who + ": lease must be 0 (none) to 1 day in ms");
 
   geometry_params p;
   p.lane_count = 1;
@@ -157,6 +159,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   m->block_timeout_ms = static_cast<std::uint32_t>(o.block_timeout.count());
   m->mode = o.mode;
   m->uid = static_cast<std::uint32_t>(::geteuid());
+  m->lease_ms_ = static_cast<std::uint32_t>(o.lease.count());
 
   // The pages are fresh from fallocate and read as zero: every counter, key
   // and op word starts at 0 (none). Only non-zero initial values are written.
@@ -176,6 +179,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->lanes_offset = g.lanes_offset;
   h->producers_offset = g.producers_offset;
   h->producer_stride = g.producer_stride;
+  h->lease_ms = m->lease_ms_;
+  h->actors_offset = g.actors_offset;
+  h->heirs_offset = g.heirs_offset;
+  h->actor_stride = g.actor_stride;
+  m->owner()->lease_ms = m->lease_ms_;
+  for (std::uint32_t i = 0; i < kHeirSlots; ++i) m->heir(i)->wake_fd.store(-1, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < kMaxLanes; ++l) h->lane_capacity[l] = p.lane_capacity[l];
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     auto* lh = reinterpret_cast<lane_header*>(m->base + g.lanes_offset) + l;
@@ -274,7 +283,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   geometry g;
   if (!compute_geometry(p, g)) return fail(errc::corrupt, who + ": header geometry is out of range (corrupt header)");
   if (h.total_bytes != g.total_bytes || h.slot_stride != g.slot_stride || h.producer_stride != g.producer_stride ||
-      h.owner_offset != g.owner_offset || h.lanes_offset != g.lanes_offset || h.producers_offset != g.producers_offset)
+      h.owner_offset != g.owner_offset || h.lanes_offset != g.lanes_offset || h.producers_offset != g.producers_offset ||
+      h.actors_offset != g.actors_offset || h.heirs_offset != g.heirs_offset || h.actor_stride != g.actor_stride)
     return fail(errc::corrupt, who + ": header offsets disagree with its geometry (corrupt header)");
   if (g.total_bytes > bytes)
     return fail(errc::truncated, who + ": segment is " + std::to_string(bytes) + " bytes but its header says " +
@@ -282,8 +292,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   if (h.default_policy > static_cast<std::uint32_t>(policy::block))
     return fail(errc::corrupt, who + ": unknown policy " + std::to_string(h.default_policy) + " in header");
   m->geo = g;
+  if (h.lease_ms > 86'400'000) return fail(errc::corrupt, who + ": lease of " + std::to_string(h.lease_ms) + " ms in header (corrupt)");
   m->default_policy = static_cast<policy>(h.default_policy);
   m->block_timeout_ms = h.block_timeout_ms;
+  m->lease_ms_ = h.lease_ms;
   std::uint32_t policies[kMaxLanes] = {};
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     const auto* lh = reinterpret_cast<const lane_header*>(m->base + g.lanes_offset) + l;

@@ -46,6 +46,7 @@ struct mapped_box {
   geometry geo;
   policy default_policy = policy::reject;
   std::uint32_t block_timeout_ms = 0;
+  std::uint32_t lease_ms_ = 0;  // validated copy of the header's lease_ms
   std::uint32_t mode = 0;  // st_mode & 07777 at open
   std::uint32_t uid = 0;
   lane_view lanes[kMaxLanes];
@@ -59,8 +60,16 @@ struct mapped_box {
   std::uint32_t max_producers() const noexcept { return geo.params.max_producers; }
   segment_header* header() const noexcept { return reinterpret_cast<segment_header*>(base); }
   owner_record* owner() const noexcept { return reinterpret_cast<owner_record*>(base + geo.owner_offset); }
-  owner_lane_counters* owner_counters(std::uint32_t lane) const noexcept {
-    return reinterpret_cast<owner_lane_counters*>(base + geo.owner_offset + sizeof(owner_record)) + lane;
+  std::uint32_t lease_ms() const noexcept { return lease_ms_; }
+  // The record of owner actor index i (0..kOwnerActors-1).
+  owner_actor* actor(std::uint32_t i) const noexcept {
+    return reinterpret_cast<owner_actor*>(base + geo.actors_offset + std::uint64_t{i} * geo.actor_stride);
+  }
+  owner_lane_counters* actor_counters(std::uint32_t i, std::uint32_t lane) const noexcept {
+    return reinterpret_cast<owner_lane_counters*>(reinterpret_cast<std::byte*>(actor(i)) + sizeof(owner_actor)) + lane;
+  }
+  heir_entry* heir(std::uint32_t i) const noexcept {
+    return reinterpret_cast<heir_entry*>(base + geo.heirs_offset) + i;
   }
   producer_entry* producer(std::uint32_t i) const noexcept {
     return reinterpret_cast<producer_entry*>(base + geo.producers_offset + std::uint64_t{i} * geo.producer_stride);

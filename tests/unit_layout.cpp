@@ -9,10 +9,13 @@
 using namespace shmbox::detail;
 
 TEST_CASE("layout: version, magic and structure sizes") {
-  CHECK(kLayoutVersion == 1);
+  CHECK(kLayoutVersion == 2);
   CHECK(kMagic == 0x01584F424D485301ULL);
   CHECK(sizeof(segment_header) == 256);
-  CHECK(sizeof(owner_record) == 256);
+  CHECK(sizeof(owner_record) == 384);
+  CHECK(sizeof(owner_actor) == 64);
+  CHECK(sizeof(heir_entry) == 128);
+  CHECK(kHeirSlots >= 8);
   CHECK(sizeof(lane_header) == 256);
   CHECK(sizeof(producer_entry) == 64);
   CHECK(sizeof(producer_lane_counters) == 64);
@@ -33,10 +36,10 @@ TEST_CASE("layout: sequence words round-trip position, state and actor") {
       }
     }
   }
-  CHECK(owner_actor(0) == kOwnerActorBase);
-  CHECK(owner_actor(17) == kOwnerActorBase + 1);
-  CHECK(owner_actor(1) != owner_actor(2));  // consecutive epochs never share an actor id
-  CHECK(is_owner_actor(owner_actor(5)));
+  CHECK(owner_actor_id(0) == kOwnerActorBase);
+  CHECK(owner_actor_id(17) == kOwnerActorBase + 1);
+  CHECK(owner_actor_id(1) != owner_actor_id(2));  // consecutive epochs never share an actor id
+  CHECK(is_owner_actor(owner_actor_id(5)));
   CHECK_FALSE(is_owner_actor(4096));
 }
 
@@ -67,7 +70,10 @@ TEST_CASE("geometry: offsets, strides and limits") {
   REQUIRE(compute_geometry(p, g));
   CHECK(g.slot_stride == 128);  // 16-byte header + 64 payload, padded to cache lines
   CHECK(g.owner_offset == 256);
-  CHECK(g.lanes_offset == 256 + 256 + 64);
+  CHECK(g.actors_offset == 256 + 384);
+  CHECK(g.actor_stride == 128);
+  CHECK(g.heirs_offset == g.actors_offset + 16 * 128);
+  CHECK(g.lanes_offset == g.heirs_offset + 16 * 128);
   CHECK(g.producers_offset == g.lanes_offset + 256);
   CHECK(g.producer_stride == 128);
   CHECK(g.slots_offset[0] % 4096 == 0);

@@ -49,6 +49,8 @@ struct options {
   std::uint32_t mode = 0600;         // file mode of /dev/shm/shmbox.<name>
   std::uint32_t max_producers = 64;  // producer handles that can be attached at once
   std::chrono::milliseconds block_timeout{1000};  // default wait of a post on a full `block` box
+  std::chrono::milliseconds lease{0};  // lease deadline: an owner that does not receive (or renew) for this
+                                       // long loses the box to its heir; 0: only death ends a lease
 };
 
 // Every message that is posted ends in exactly one of these counters or in the box:

@@ -31,6 +31,8 @@ enum class errc : int {
   not_owner,            // another live process owns the box, or this handle lost ownership
   already_owner,        // this process already holds an Owner handle for the box
   producer_table_full,  // every producer entry is held by a live process
+  heir_table_full,      // every heir entry is held by a live process
+  timed_out,            // nothing happened before the timeout (await_transfer)
   system_error,         // an unexpected errno from the kernel (see the log line)
 };
 

@@ -28,6 +28,26 @@ enum class recv_status : std::uint8_t {
 
 std::string_view to_string(recv_status s) noexcept;
 
+// Why a box changed owner.
+enum class transfer_reason : std::uint8_t {
+  none,           // a plain acquire: no transfer
+  owner_died,     // the previous owner died or left (exited, released the box)
+  give_away,      // the previous owner gave the box to this process
+  lease_expired,  // the previous owner, alive but hung, did not renew its lease in time
+};
+// "none", "owner-died", "give-away", "lease-expired".
+std::string_view to_string(transfer_reason r) noexcept;
+
+// How an owner got its box.
+struct transfer_record {
+  std::string box;
+  std::uint32_t from_pid = 0;  // the previous owner (0: none)
+  std::uint32_t to_pid = 0;    // this process
+  transfer_reason reason = transfer_reason::none;
+  std::string data;            // the heir's registered data, or the give_away data
+  std::uint64_t epoch = 0;     // the epoch the transfer created
+};
+
 // One received message.
 struct message {
   std::string data;          // the bytes, exactly as posted
@@ -95,6 +115,28 @@ class Owner {
   // The same into a reusable batch (appends; call out.clear() to reuse it).
   recv_status receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
 
+  // Two-phase receive: takes up to `max` messages (waiting up to `timeout` for
+  // the first) without committing them: they stay in the box, pinned, until
+  // commit(). If this owner dies first, the next owner receives them again,
+  // flagged redelivered. Owner only.
+  recv_status read(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
+  // Commits everything read since the last commit. Returns ok, or not_owner
+  // when the box was taken away meanwhile (lease expired): `*lost` (if given)
+  // says how many of them went back to the new owner.
+  recv_status commit(std::size_t* lost = nullptr);
+
+  // Hands the box to process `dest_pid`, which must be waiting for it
+  // (Heir::await_transfer, as heir or listener). Returns true once dest owns
+  // the box (this handle is then no longer the owner); false, with nothing
+  // changed, when dest is dead or is this process, when it did not take the
+  // box within `timeout`, when this handle is not the owner, or when data is
+  // longer than 64 bytes or reads are uncommitted. Owner only.
+  bool give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout);
+  // Renews the lease of a box created with a lease (receiving renews it).
+  void renew() noexcept;
+
+  // How this owner got the box.
+  const transfer_record& transfer() const noexcept;
   // The epoch this handle owns the box under.
   std::uint64_t epoch() const noexcept;
   // Why the last call returned recv_status::error.
@@ -102,8 +144,44 @@ class Owner {
 
  private:
   struct state;
-  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout);
+  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold);
+  // The handle of this process after it took the box with `epoch` (runs recovery).
+  static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch);
   explicit Owner(std::unique_ptr<state> s);
+  std::unique_ptr<state> s_;
+  friend class Heir;
+};
+
+// A process waiting to be given a box: as an heir (it takes the box over when
+// the owner dies, exits or lets its lease expire, first live heir first, in
+// registration order) or as a listener (only give_away). The entry is
+// withdrawn when the handle is destroyed.
+class Heir {
+ public:
+  // Registers this process as an heir of `box`; `data` (up to 64 bytes) is
+  // handed to it in the transfer record.
+  static result<Heir> enlist(std::string_view box, std::string_view data = {});
+  // Waits only for give_away offers to this process.
+  static result<Heir> listen(std::string_view box);
+
+  Heir(Heir&&) noexcept;
+  Heir& operator=(Heir&&) noexcept;
+  ~Heir();
+
+  // Blocks until this process is given the box, at most `timeout`: returns
+  // the Owner handle (see Owner::transfer()), or errc::timed_out. The owner's
+  // death is seen at once (a pidfd), not by polling.
+  result<Owner> await_transfer(std::chrono::nanoseconds timeout);
+  // A descriptor for poll/epoll (asio, libuv, ...): readable when
+  // await_transfer(0) may succeed.
+  int fd() const noexcept;
+  // 0 when this process is next in line (listeners: always 0).
+  std::uint32_t position() const;
+
+ private:
+  struct state;
+  static result<Heir> make(std::string_view box, std::string_view data, bool listener);
+  explicit Heir(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
 

@@ -1,0 +1,191 @@
+// lib/heir.cpp - the Heir handle: waiting to be given a box.
+//
+// An heir sleeps in epoll_wait on two descriptors:
+//  * a pidfd of the process it depends on: the owner while it lives, else the
+//    first live heir ahead of it (which is about to take the box over). A
+//    pidfd becomes readable the moment that process dies: death is seen at
+//    once, not by polling;
+//  * its own eventfd, which a releasing owner, a giver, or a process that
+//    found the box's owner gone writes through pidfd_getfd (same user).
+// Where pidfd_getfd is not allowed, waiters still wake within kFallbackSliceNs
+// through owner.transfer_seq. A lease deadline bounds the wait as well: an
+// owner that stops renewing loses the box to the first live heir.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "errors.hpp"
+#include "lease.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "shmbox/owner.hpp"
+
+namespace shmbox {
+
+namespace {
+constexpr std::uint64_t kFallbackSliceNs = 20'000'000;
+constexpr std::uint32_t kTagEventfd = 1, kTagPidfd = 2;
+}  // namespace
+
+struct Heir::state {
+  std::shared_ptr<detail::mapped_box> m;
+  std::uint32_t index = 0;
+  std::uint64_t key = 0;
+  bool listener = false;
+  std::string data;
+  int efd = -1;     // our eventfd
+  int ep = -1;      // epoll over efd and pidfd
+  int pidfd = -1;   // pidfd of `target`
+  std::uint64_t target = 0;
+
+  ~state() {
+    detail::withdraw(*m, index, key);
+    if (pidfd >= 0) ::close(pidfd);
+    if (ep >= 0) ::close(ep);
+    if (efd >= 0) ::close(efd);
+  }
+
+  // Points the pidfd at process `k` (0: none).
+  void watch(std::uint64_t k) {
+    if (k == target) return;
+    if (pidfd >= 0) {
+      ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
+      ::close(pidfd);
+      pidfd = -1;
+    }
+    target = k;
+    if (k == 0) return;
+    const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(detail::key_pid(k)), 0);
+    if (fd < 0) return;  // already gone: the next try_take sees it
+    pidfd = static_cast<int>(fd);
+    if (detail::key_of_pid(detail::key_pid(k)) != k) return;  // pid reused: leave it readable-or-not, re-checked
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = kTagPidfd;
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, pidfd, &ev);
+  }
+
+  // Takes the box if it is ours to take now: an offer to us, or the owner is
+  // gone and we are the first live heir. Returns the new epoch or 0.
+  std::uint64_t try_take() {
+    detail::owner_record* rec = m->owner();
+    const std::uint64_t offer = rec->offer_key.load(std::memory_order_acquire);  // pairs with give_away's release
+    if (offer == key && rec->offer_epoch.load(std::memory_order_relaxed) == rec->epoch.load(std::memory_order_acquire)) {
+      std::uint64_t expected = key;
+      // Accept (exclusive against the giver's withdrawal), then take.
+      if (rec->offer_key.compare_exchange_strong(expected, key | detail::kOfferAccepted, std::memory_order_acq_rel,
+                                                 std::memory_order_relaxed)) {
+        const std::string gift(reinterpret_cast<const char*>(rec->offer_data),
+                               std::min<std::uint64_t>(rec->offer_data_len.load(std::memory_order_relaxed), detail::kHeirDataMax));
+        const std::uint64_t giver = rec->key.load(std::memory_order_acquire);
+        const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift);
+        rec->offer_key.store(0, std::memory_order_release);
+        if (epoch != 0) return epoch;
+      }
+    }
+    if (listener) return 0;
+    const detail::owner_view v = detail::view_owner(*m);
+    if (!detail::owner_gone(v)) return 0;
+    const auto first = detail::first_live_heir(*m);
+    if (!first || first->key != key) return 0;
+    const detail::transfer_reason why = v.expired ? detail::transfer_reason::lease_expired : detail::transfer_reason::owner_died;
+    return detail::take_ownership(*m, v.key, why, data);
+  }
+
+  // Whom to watch, and until when (CLOCK_MONOTONIC ns).
+  std::uint64_t arm() {
+    const detail::owner_view v = detail::view_owner(*m);
+    std::uint64_t until = detail::mono_ns() + kFallbackSliceNs;
+    if (!detail::owner_gone(v)) {
+      watch(v.key);
+      if (!listener) until = std::min(until, detail::lease_deadline_ns(*m) + 1'000'000);
+    } else if (!listener) {
+      const auto first = detail::first_live_heir(*m);
+      watch(first ? first->key : 0);  // it takes the box over next; if it dies, we might be next
+    } else {
+      watch(0);
+    }
+    return until;
+  }
+
+  void drain_eventfd() {
+    std::uint64_t v;
+    while (::read(efd, &v, sizeof v) > 0) {
+    }
+  }
+};
+
+Heir::Heir(std::unique_ptr<state> s) : s_(std::move(s)) {}
+Heir::Heir(Heir&&) noexcept = default;
+Heir& Heir::operator=(Heir&&) noexcept = default;
+Heir::~Heir() = default;
+
+result<Heir> Heir::enlist(std::string_view box, std::string_view data) { return make(box, data, false); }
+result<Heir> Heir::listen(std::string_view box) { return make(box, {}, true); }
+
+result<Heir> Heir::make(std::string_view name, std::string_view data, bool listener) {
+  auto box = detail::open_segment(name, false);
+  if (!box) return box.error();
+  const std::string who = "box '" + std::string(name) + "'";
+  if (data.size() > detail::kHeirDataMax)
+    return detail::fail(errc::invalid_argument, who + ": heir data of " + std::to_string(data.size()) + " bytes; at most 64");
+  auto s = std::make_unique<state>();
+  s->m = std::move(*box);
+  s->index = detail::kHeirSlots;  // nothing to withdraw until enlisted
+  s->key = detail::self_key();
+  s->listener = listener;
+  s->data = std::string(data);
+  s->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s->ep = ::epoll_create1(EPOLL_CLOEXEC);
+  if (s->efd < 0 || s->ep < 0) return detail::fail_errno(errno, who + ": eventfd/epoll");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = kTagEventfd;
+  ::epoll_ctl(s->ep, EPOLL_CTL_ADD, s->efd, &ev);
+  if (!detail::enlist(*s->m, data, listener, s->efd, s->index))
+    return detail::fail(errc::heir_table_full, who + ": all " + std::to_string(detail::kHeirSlots) +
+                                                   " heir entries are held by live processes");
+  s->arm();
+  return Heir(std::move(s));
+}
+
+result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
+  if (!s_) return detail::fail(errc::not_owner, "this Heir handle was moved from");
+  const std::uint64_t deadline = timeout == std::chrono::nanoseconds::max()
+                                     ? UINT64_MAX
+                                     : detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  for (;;) {
+    s_->drain_eventfd();
+    if (const std::uint64_t epoch = s_->try_take(); epoch != 0) {
+      s_->watch(0);
+      return Owner::adopt(s_->m, epoch);
+    }
+    const std::uint64_t now = detail::mono_ns();
+    if (now >= deadline)
+      return detail::fail(errc::timed_out, "box '" + s_->m->name + "': not given to this process before the timeout");
+    const std::uint64_t until = std::min(deadline, s_->arm());
+    const std::uint64_t wait_ns = until > now ? until - now : 0;
+    epoll_event ev{};
+    ::epoll_wait(s_->ep, &ev, 1, static_cast<int>((wait_ns + 999'999) / 1'000'000));
+  }
+}
+
+int Heir::fd() const noexcept { return s_ ? s_->ep : -1; }
+
+std::uint32_t Heir::position() const {
+  if (!s_ || s_->listener) return 0;
+  std::uint32_t pos = 0;
+  const std::uint64_t owner = s_->m->owner()->key.load(std::memory_order_acquire);
+  for (const auto& h : detail::list_heirs(*s_->m, false)) {
+    if (h.key == s_->key && h.index == s_->index) return pos;
+    if (h.alive && !h.listener && h.key != owner) ++pos;
+  }
+  return pos;
+}
+
+}  // namespace shmbox

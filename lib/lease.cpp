@@ -1,0 +1,199 @@
+// lib/lease.cpp - the owner record: lease, heirs, transfers, give-away.
+// The rule every function here follows is in lease.hpp.
+#include "lease.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "futex.hpp"
+#include "process.hpp"
+
+namespace shmbox::detail {
+namespace {
+
+// Copies `len` (bounded) bytes of a shared byte array.
+std::string copy_bytes(const std::uint8_t* src, std::uint64_t len) {
+  return std::string(reinterpret_cast<const char*>(src), static_cast<std::size_t>(std::min<std::uint64_t>(len, kHeirDataMax)));
+}
+
+// Writes one to the eventfd `fd` of process `key` (pidfd_getfd; needs the
+// same user or CAP_SYS_PTRACE). Best effort: waiters also wake on the
+// transfer_seq futex within their fallback slice.
+void poke_eventfd(std::uint64_t key, std::int32_t fd) noexcept {
+  if (fd < 0) return;
+  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
+  if (pidfd < 0) return;
+  // The pidfd refers to whatever process has this pid now: check it is ours.
+  if (key_of_pid(key_pid(key)) == key) {
+    const long theirs = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), fd, 0);
+    if (theirs >= 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(static_cast<int>(theirs), &one, sizeof one);
+      ::close(static_cast<int>(theirs));
+    }
+  }
+  ::close(static_cast<int>(pidfd));
+}
+
+}  // namespace
+
+owner_view view_owner(const mapped_box& m) noexcept {
+  const owner_record* rec = m.owner();
+  owner_view v;
+  v.key = rec->key.load(std::memory_order_acquire);  // acquire: pairs with the CAS in take_ownership
+  v.epoch = rec->epoch.load(std::memory_order_acquire);
+  v.alive = v.key != 0 && process_alive(v.key);
+  v.expired = v.alive && mono_ns() > lease_deadline_ns(m);
+  return v;
+}
+
+std::uint64_t lease_deadline_ns(const mapped_box& m) noexcept {
+  if (m.lease_ms() == 0) return UINT64_MAX;
+  // relaxed: a renewal seen late only delays a takeover a little
+  return m.owner()->lease_renewed_ns.load(std::memory_order_relaxed) + std::uint64_t{m.lease_ms()} * 1'000'000;
+}
+
+void renew_lease(mapped_box& m) noexcept {
+  if (m.lease_ms() != 0) m.owner()->lease_renewed_ns.store(mono_ns(), std::memory_order_relaxed);
+}
+
+std::vector<heir_view> list_heirs(const mapped_box& m, bool prune) noexcept {
+  std::vector<heir_view> out;
+  for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
+    heir_entry* e = m.heir(i);
+    const std::uint64_t key = e->key.load(std::memory_order_acquire);
+    const std::uint64_t seq = e->seq.load(std::memory_order_acquire);  // acquire: pairs with enlist's release
+    if (key == 0 || seq == 0) continue;
+    heir_view h;
+    h.index = i;
+    h.key = key;
+    h.seq = seq;
+    h.alive = process_alive(key);
+    h.listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
+    h.wake_fd = e->wake_fd.load(std::memory_order_relaxed);
+    h.registered_unix_ns = e->registered_unix_ns.load(std::memory_order_relaxed);
+    h.data = copy_bytes(e->data, e->data_len.load(std::memory_order_relaxed));
+    if (!h.alive && prune) {
+      // Dead heirs are skipped and removed.
+      std::uint64_t expected = key;
+      if (e->key.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed))
+        e->seq.store(0, std::memory_order_relaxed);
+      continue;
+    }
+    out.push_back(std::move(h));
+  }
+  std::sort(out.begin(), out.end(), [](const heir_view& a, const heir_view& b) { return a.seq < b.seq; });
+  return out;
+}
+
+std::optional<heir_view> first_live_heir(const mapped_box& m) noexcept {
+  const std::uint64_t owner = m.owner()->key.load(std::memory_order_acquire);
+  for (heir_view& h : list_heirs(m, true))
+    if (h.alive && !h.listener && h.key != owner) return std::move(h);
+  return std::nullopt;
+}
+
+bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index) noexcept {
+  const std::uint64_t me = self_key();
+  if (me == 0 || data.size() > kHeirDataMax) return false;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
+      heir_entry* e = m.heir(i);
+      std::uint64_t k = e->key.load(std::memory_order_acquire);
+      if (pass == 0 ? k != 0 : (k == 0 || process_alive(k))) continue;
+      if (!e->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+      e->seq.store(0, std::memory_order_relaxed);
+      e->flags.store(listener ? kHeirListenerOnly : 0, std::memory_order_relaxed);
+      e->wake_fd.store(wake_fd, std::memory_order_relaxed);
+      e->registered_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+      std::memcpy(e->data, data.data(), data.size());
+      e->data_len.store(static_cast<std::uint32_t>(data.size()), std::memory_order_relaxed);
+      const std::uint64_t seq = m.owner()->heir_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+      e->seq.store(seq, std::memory_order_release);  // release: the entry is complete
+      index = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key) noexcept {
+  if (index >= kHeirSlots) return;
+  heir_entry* e = m.heir(index);
+  if (e->key.load(std::memory_order_acquire) != key) return;
+  e->seq.store(0, std::memory_order_relaxed);
+  std::uint64_t expected = key;
+  e->key.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+}
+
+std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data) noexcept {
+  owner_record* rec = m.owner();
+  const std::uint64_t me = self_key();
+  if (me == 0) return 0;
+  std::uint64_t expected = from_key;
+  // acq_rel: acquire the previous owner's record and slots; release our key.
+  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_acq_rel, std::memory_order_relaxed)) return 0;
+  const std::uint64_t epoch = rec->epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  rec->last_owner_key.store(from_key, std::memory_order_relaxed);
+  rec->acquired_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+  rec->lease_renewed_ns.store(mono_ns(), std::memory_order_relaxed);
+  rec->state.store(static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
+  if (why != transfer_reason::none) {
+    // The record is valid for the epoch in tr_epoch, written last (release):
+    // readers load tr_epoch, copy, and load it again (seqlock style).
+    rec->tr_epoch.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    rec->tr_from_key.store(from_key, std::memory_order_relaxed);
+    rec->tr_to_key.store(me, std::memory_order_relaxed);
+    rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+    rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);
+    const std::size_t n = std::min<std::size_t>(data.size(), kHeirDataMax);
+    std::memcpy(rec->tr_data, data.data(), n);
+    rec->tr_data_len.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
+    rec->tr_epoch.store(epoch, std::memory_order_release);
+  }
+  // An heir that inherits leaves the heir table; a listener too. (An heir that
+  // was given the box keeps its place: give_away leaves the table unchanged.)
+  for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
+    heir_entry* e = m.heir(i);
+    if (e->key.load(std::memory_order_acquire) != me) continue;
+    const bool listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
+    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);
+  }
+  rec->transfer_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(&rec->transfer_seq);
+  return epoch;
+}
+
+void signal_waiters(mapped_box& m, std::uint64_t only_key) noexcept {
+  owner_record* rec = m.owner();
+  rec->transfer_seq.fetch_add(1, std::memory_order_release);  // release: what we changed is visible to waiters
+  futex_wake(&rec->transfer_seq);
+  for (const heir_view& h : list_heirs(m, false))
+    if (h.alive && (only_key == 0 || h.key == only_key)) poke_eventfd(h.key, h.wake_fd);
+}
+
+transfer_view read_transfer(const mapped_box& m) noexcept {
+  const owner_record* rec = m.owner();
+  transfer_view t;
+  for (int tries = 0; tries < 16; ++tries) {
+    const std::uint64_t e = rec->tr_epoch.load(std::memory_order_acquire);
+    if (e == 0) return {};
+    t.epoch = e;
+    t.from_key = rec->tr_from_key.load(std::memory_order_relaxed);
+    t.to_key = rec->tr_to_key.load(std::memory_order_relaxed);
+    t.unix_ns = rec->tr_unix_ns.load(std::memory_order_relaxed);
+    const std::uint32_t r = rec->tr_reason.load(std::memory_order_relaxed);
+    t.reason = r <= static_cast<std::uint32_t>(transfer_reason::lease_expired) ? static_cast<transfer_reason>(r)
+                                                                              : transfer_reason::none;
+    t.data = copy_bytes(rec->tr_data, rec->tr_data_len.load(std::memory_order_relaxed));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (rec->tr_epoch.load(std::memory_order_relaxed) == e) return t;
+  }
+  return t;
+}
+
+}  // namespace shmbox::detail

@@ -1,0 +1,76 @@
+// lib/lease.hpp - the owner record: lease, heirs, transfers, give-away.
+//
+// THE RULE: ownership changes only by a CAS on owner.key performed by the
+// process that becomes the owner (from a dead, expired or released owner, or
+// from a giver that offered it the box). It then bumps the epoch, writes the
+// transfer record and runs recovery (ring.cpp, R4). No process ever hands the
+// box to another by writing its key, so a process that dies half-way through a
+// change of owner never leaves an ambiguous state: either the key is still the
+// old one, or it is the new owner's, who is alive and finishes, or dead and is
+// itself replaced the same way. (A new owner that dies between its CAS and its
+// epoch bump leaves the epoch unchanged; it never operated, so no operation
+// under that epoch exists to be fenced.)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "layout.hpp"
+#include "segment.hpp"
+
+namespace shmbox::detail {
+
+struct owner_view {
+  std::uint64_t key = 0;
+  std::uint64_t epoch = 0;
+  bool alive = false;    // key names a running process
+  bool expired = false;  // alive, but its lease deadline passed without renewal
+};
+owner_view view_owner(const mapped_box& m) noexcept;
+// No owner, a dead one, or one whose lease expired: the box may be taken.
+inline bool owner_gone(const owner_view& v) noexcept { return v.key == 0 || !v.alive || v.expired; }
+// When the current owner's lease runs out (CLOCK_MONOTONIC ns); UINT64_MAX without a lease.
+std::uint64_t lease_deadline_ns(const mapped_box& m) noexcept;
+void renew_lease(mapped_box& m) noexcept;
+
+struct heir_view {
+  std::uint32_t index = 0;
+  std::uint64_t key = 0;
+  std::uint64_t seq = 0;
+  bool alive = false;
+  bool listener = false;  // waits only for give_away, not an heir
+  std::int32_t wake_fd = -1;
+  std::uint64_t registered_unix_ns = 0;
+  std::string data;
+};
+// Registered entries in table order (registration order); dead ones are
+// removed from the table when `prune` is set.
+std::vector<heir_view> list_heirs(const mapped_box& m, bool prune) noexcept;
+// The first live heir that is not the current owner (listeners never inherit).
+std::optional<heir_view> first_live_heir(const mapped_box& m) noexcept;
+
+// Takes a free (or dead holder's) entry of the heir table. false: table full.
+bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index) noexcept;
+void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key) noexcept;
+
+// This process becomes the owner: CAS key from_key -> self, epoch + 1,
+// transfer record (unless why is none), own heir/listener entry handled,
+// others signalled. Returns the new epoch, or 0 when the CAS lost.
+std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data) noexcept;
+
+// Wakes processes waiting for a transfer: bumps owner.transfer_seq (futex)
+// and writes the eventfd of every live heir/listener (or only `only_key`'s).
+void signal_waiters(mapped_box& m, std::uint64_t only_key = 0) noexcept;
+
+struct transfer_view {
+  std::uint64_t epoch = 0;  // 0: none recorded
+  std::uint64_t from_key = 0, to_key = 0, unix_ns = 0;
+  transfer_reason reason = transfer_reason::none;
+  std::string data;
+};
+transfer_view read_transfer(const mapped_box& m) noexcept;
+
+}  // namespace shmbox::detail
