@@ -93,7 +93,10 @@ struct Heir::state {
     if (!detail::owner_gone(v)) return 0;
     const auto first = detail::first_live_heir(*m);
     if (!first || first->key != key) return 0;
-    const detail::transfer_reason why = v.expired ? detail::transfer_reason::lease_expired : detail::transfer_reason::owner_died;
+    // A box nobody ever owned is taken without a transfer record.
+    const detail::transfer_reason why = v.expired                     ? detail::transfer_reason::lease_expired
+                                        : v.key == 0 && v.epoch == 0 ? detail::transfer_reason::none
+                                                                      : detail::transfer_reason::owner_died;
     return detail::take_ownership(*m, v.key, why, data);
   }
 

@@ -137,7 +137,9 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   // acq_rel: acquire the previous owner's record and slots; release our key.
   if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_acq_rel, std::memory_order_relaxed)) return 0;
   const std::uint64_t epoch = rec->epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
-  rec->last_owner_key.store(from_key, std::memory_order_relaxed);
+  // From a released box (key 0), the previous owner is the one that released it.
+  const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
+  rec->last_owner_key.store(previous, std::memory_order_relaxed);
   rec->acquired_unix_ns.store(unix_ns(), std::memory_order_relaxed);
   rec->lease_renewed_ns.store(mono_ns(), std::memory_order_relaxed);
   rec->state.store(static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
@@ -146,7 +148,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     // readers load tr_epoch, copy, and load it again (seqlock style).
     rec->tr_epoch.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
-    rec->tr_from_key.store(from_key, std::memory_order_relaxed);
+    rec->tr_from_key.store(previous, std::memory_order_relaxed);
     rec->tr_to_key.store(me, std::memory_order_relaxed);
     rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
     rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);

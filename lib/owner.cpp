@@ -105,6 +105,7 @@ struct Owner::state {
     // (pobox's monitor mode) takes it over: wake the waiters.
     if (!still_owner()) return;
     std::uint64_t me = ctx.key;
+    m->owner()->last_owner_key.store(me, std::memory_order_relaxed);  // for the heir's transfer record
     if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
       detail::signal_waiters(*m);
   }
@@ -236,6 +237,14 @@ recv_status Owner::commit(std::size_t* lost) {
   if (lost != nullptr) *lost = 0;
   if (!s_) return recv_status::not_owner;
   if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
+  if (!s_->still_owner()) {
+    const std::size_t n = s_->ctx.pending.size();
+    detail::owner_give_back(s_->ctx);  // the new owner delivers them (again)
+    if (lost != nullptr) *lost = n;
+    s_->ctx.last_error = detail::fail(errc::not_owner, "box '" + s_->m->name + "': taken over while " +
+                                                           std::to_string(n) + " read messages were uncommitted");
+    return recv_status::not_owner;
+  }
   const detail::commit_result r = detail::owner_commit(s_->ctx, nullptr);
   if (lost != nullptr) *lost = r.lost;
   if (r.lost == 0) return recv_status::ok;
@@ -285,6 +294,13 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       corrupt |= r.corrupt;  // (r.unknown: an unpublished slot, not yet told apart: keep polling)
     }
     if (staged && staging_sink.appended > 0) {
+      // A stale owner (its lease expired while it was stopped) gives back
+      // what it took instead of committing it: it never returns a message.
+      if (!s_->still_owner()) {
+        detail::owner_give_back(o);
+        o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': taken over by a new owner (lease expired)");
+        return recv_status::not_owner;
+      }
       std::vector<char> kept;
       const detail::commit_result r = detail::owner_commit(o, &kept);
       for (std::size_t i = 0; i < kept.size(); ++i)

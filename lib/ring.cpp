@@ -98,6 +98,21 @@
 //  A receive call commits each message as it copies it out: a process that
 //  dies inside the call loses (at most) what it had copied but not yet
 //  returned, exactly like a process that dies just after the call returns.
+//  Each owner epoch e has its own actor record (op words and counters,
+//  index e % 16): an owner never writes another owner's words.
+//
+// TAKE, HOLD (Owner::read, and every receive of a lease box):
+//  H1 CAS FULL(p) -> TAKEN(p, O) (a newer owner, evictors and lifo replacers
+//     may race for the slot), copy, remember it in o.pending. Nothing counted.
+//       dies here: TAKEN(p, O), uncommitted: R4 delivers it again, flagged.
+//  Then COMMIT (owner_commit, below): C1 announce, C2 CAS TAKEN -> DONE per
+//  slot, C3 count, C4 free. Why a CAS at C2: only with a lease can an owner
+//  lose the box while alive (stopped past its deadline); its heir re-takes
+//  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
+//  hands out a message the heir delivers. A lease box's receive commits the
+//  held messages before returning them, and returns only those it committed.
+//  The published head never passes a held position, so the next owner finds
+//  held slots at or after the head it starts from.
 
 // REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
 //  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
@@ -115,9 +130,12 @@
 //     producer that needs the slot looks at the owner's op: committed
 //     (delivered != op_before) -> just free it; repair(q) -> finish that
 //     repair; otherwise evict it (E1-E4, counted as dropped_oldest).
-//  R4 At acquire, the new owner scans every slot for TAKEN(_, old owner):
-//     committed -> free; repair op -> finish it; otherwise CAS to
-//     TAKEN(_, new owner) and deliver again with the redelivered flag.
+//  R4 At acquire, the new owner scans every slot. DONE(_, old owner) whose
+//     process is dead: committed; counted once for all of them (op_before of
+//     the old actor), then freed (a stale owner that still runs finishes its
+//     own). TAKEN(_, old owner): committed by the fast path (its recv op and
+//     delivered != op_before) -> free; repair op -> finish it; otherwise CAS
+//     to TAKEN(_, new owner) and deliver again with the redelivered flag.
 //  A producer entry held by a dead process is reused only after its pending
 //  op has been finished by the new holder (R1-R2 on that op).
 //
@@ -367,6 +385,7 @@ void finish_dead_owner_repair(mapped_box& m, const lane_view& L, std::uint32_t a
 }
 
 bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept;
+bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept;
 
 // Looks at a FIFO slot stuck at position q (seen = its seq) and repairs it if
 // its holder is dead. `p` (may be null) allows R3's eviction of a dead
@@ -384,6 +403,10 @@ bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::u
     if (v == claim_verdict::none && now - stuck_since < kOrphanClaimNs) return false;
     if (s->seq.load(std::memory_order_acquire) != seen) return true;  // published meanwhile
     return abandon_fifo(L, q, seen, r);
+  }
+  if (st == slot_state::done) {
+    // Committed by an owner, not yet freed: finished by that owner, or (dead) here.
+    return is_owner_actor(actor) && finish_dead_commit(m, L, actor);
   }
   if (st != slot_state::taken) return false;
   const holder h = actor_state(m, actor);
@@ -567,8 +590,8 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
             continue;
         }
       }
-      if (st == slot_state::taken || st == slot_state::empty) {
-        // Busy: being read, evicted, repaired or still written.
+      if (st == slot_state::taken || st == slot_state::empty || st == slot_state::done) {
+        // Busy: being read, committed, evicted, repaired or still written.
         producer_maybe_repair(p, L, t - cap, seen, stuck_since);
         if (L.pol == policy::reject) return give_up(c->rejected, post_status::full);
         if (L.pol == policy::drop_newest) return give_up(c->dropped_new, post_status::dropped);
@@ -616,8 +639,12 @@ void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     const slot_state st = seq_state(seen);
-    if (st != slot_state::writing && st != slot_state::taken) continue;
     const std::uint32_t actor = seq_actor(seen);
+    if (st == slot_state::done && is_owner_actor(actor)) {
+      finish_dead_commit(*p.m, L, actor);
+      continue;
+    }
+    if (st != slot_state::writing && st != slot_state::taken) continue;
     if (is_owner_actor(actor)) continue;  // a gone owner's slots are the next owner's (R4)
     const holder h = actor_state(*p.m, actor);
     if (h == holder::dead) complete_dead_producer(*p.m, L, 0, i, seen, actor, p.rep);
@@ -667,7 +694,8 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
           best_d = d;
           best_seq = seen;
         }
-      } else if (st == slot_state::writing || st == slot_state::taken || st == slot_state::free) {
+      } else if (st == slot_state::writing || st == slot_state::taken || st == slot_state::free ||
+                 st == slot_state::done) {
         busy = true;
       }
     }
@@ -767,6 +795,30 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
   return freed;
 }
 
+// A slot TAKEN by another owner actor: that owner is gone (we own the box).
+// Committed (fast path) or being repaired: finish it. Otherwise take it over
+// for redelivery. Returns 1 if it is now TAKEN by us, 0 if it was finished
+// (freed), -1 if the slot changed under us. Used at acquire (R4) and by the
+// take loops, which meet slots a stale owner took after our recovery ran.
+int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t target,
+                          std::uint64_t seen) noexcept {
+  mapped_box& m = *o.m;
+  const std::uint32_t actor = seq_actor(seen);
+  const int verdict = dead_owner_op(m, L, target & kTargetMask, actor);
+  if (verdict == 1) finish_dead_owner_repair(m, L, actor);
+  if (verdict == 1 || verdict == 2)
+    return s->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release,
+                                          std::memory_order_relaxed)
+               ? 0
+               : -1;
+  // Uncommitted: ours now, to be delivered again (a stale owner that still
+  // runs will fail to commit it: its C2 expects its own TAKEN).
+  return s->seq.compare_exchange_strong(seen, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
+                                        std::memory_order_acq_rel, std::memory_order_relaxed)
+             ? 1
+             : -1;
+}
+
 // Announce-take-copy for one slot, then (commit_each) commit and free it, or
 // (hold) remember it in o.pending. `seen` is FULL, or TAKEN by us (redeliver).
 // Returns false when the take lost a race (the caller looks again).
@@ -780,7 +832,7 @@ bool take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t wh
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
       return false;
     sink.append(lane_view::payload_of(s), len, redeliver, L.index);
-    o.pending.push_back({L.index, where, mine, redeliver});
+    o.pending.push_back({L.index, where, mine, seen, redeliver});
     SHMBOX_FAULT("owner.after_take");
     return true;
   }
@@ -872,6 +924,12 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       }
       if (!take_one(o, L, s, p, seen, len, redeliver, sink, mode)) continue;  // lost a race: look again
       ++n;
+      ++p;
+      continue;
+    }
+    if (st == slot_state::taken && is_owner_actor(actor)) {
+      // Taken by another owner, which is gone: adopt it (redelivered) or finish it.
+      if (adopt_gone_owner_slot(o, L, s, p, seen) != 0) continue;  // look again
       ++p;
       continue;
     }
@@ -967,6 +1025,8 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       } else if (st == slot_state::done && is_owner_actor(seq_actor(seen)) && seq_actor(seen) != o.rep.actor &&
                  o.pending.empty()) {
         finish_dead_commit(*o.m, L, seq_actor(seen));
+      } else if (st == slot_state::taken && is_owner_actor(seq_actor(seen)) && seq_actor(seen) != o.rep.actor) {
+        if (adopt_gone_owner_slot(o, L, L.slot_at_index(i), i, seen) == 1) again.push_back(i);
       }
     }
     if (order.empty()) {
@@ -1187,6 +1247,19 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   return r;
 }
 
+std::size_t owner_give_back(owner_ctx& o) noexcept {
+  std::size_t n = 0;
+  for (const pending_slot& ps : o.pending) {
+    const lane_view& L = o.m->lanes[ps.lane];
+    slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+    std::uint64_t expected = ps.seq;
+    // release: as if we had never taken it (a newer owner may have re-taken it already)
+    if (s->seq.compare_exchange_strong(expected, ps.orig, std::memory_order_release, std::memory_order_relaxed)) ++n;
+  }
+  o.pending.clear();
+  return n;
+}
+
 void owner_recover(owner_ctx& o) noexcept {
   mapped_box& m = *o.m;
   o.actor_index = static_cast<std::uint32_t>(o.epoch % kOwnerActors);
@@ -1212,21 +1285,11 @@ void owner_recover(owner_ctx& o) noexcept {
     for (const std::uint32_t actor : actors) finish_dead_commit(m, L, actor);
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
       slot_header* s = L.slot_at_index(i);
-      std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+      const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;
-      const std::uint64_t target = L.is_lifo() ? i : (seq_pos(seen) & kTargetMask);
-      const int verdict = dead_owner_op(m, L, target, actor);
-      if (verdict == 1) finish_dead_owner_repair(m, L, actor);
-      if (verdict == 1 || verdict == 2) {
-        s->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release, std::memory_order_relaxed);
-        continue;
-      }
-      // R4: uncommitted: ours now, to be delivered again. (A stale owner that
-      // still runs will fail to commit it: its C2 expects its own TAKEN.)
-      if (s->seq.compare_exchange_strong(seen, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
-                                         std::memory_order_acq_rel, std::memory_order_relaxed) &&
-          L.is_lifo())
+      // R4 (FIFO slots re-taken by us are found again at or after the head).
+      if (adopt_gone_owner_slot(o, L, s, L.is_lifo() ? i : seq_pos(seen), seen) == 1 && L.is_lifo())
         o.lifo_redeliver[l].push_back(i);
     }
     if (!L.is_lifo()) {

@@ -60,6 +60,7 @@ struct pending_slot {
   std::uint32_t lane = 0;
   std::uint64_t where = 0;  // FIFO position, or lifo slot index
   std::uint64_t seq = 0;    // the slot's sequence word as we set it: TAKEN(x, us)
+  std::uint64_t orig = 0;   // what it was before we took it (FULL, or TAKEN by a gone owner)
   bool redelivered = false;
 };
 
@@ -125,6 +126,9 @@ struct commit_result {
   std::size_t lost = 0;  // re-taken by a newer owner: it delivers them again
 };
 commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept;
+// Gives every held slot back (TAKEN -> what it was): for an owner that lost
+// the box before committing. Returns how many went back.
+std::size_t owner_give_back(owner_ctx& o) noexcept;
 
 // After taking the lease: finishes or re-takes the slots of owners that are
 // gone (committed ones are counted and freed, uncommitted ones will be
