@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "errors.hpp"
+#include "lease.hpp"
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -162,11 +163,32 @@ box_info Box::info() const {
     if (k != 0 && detail::process_alive(k)) ++i.producers_attached;
   }
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) i.depth += detail::lane_depth_scan(m, l);
-  const detail::owner_record* rec = m.owner();
-  const std::uint64_t k = rec->key.load(std::memory_order_acquire);
-  i.owner.pid = detail::key_pid(k);
-  i.owner.alive = k != 0 && detail::process_alive(k);
-  i.owner.epoch = rec->epoch.load(std::memory_order_acquire);
+  i.lease = std::chrono::milliseconds(m.lease_ms());
+  const detail::owner_view v = detail::view_owner(m);
+  i.owner.pid = detail::key_pid(v.key);
+  i.owner.alive = v.alive;
+  i.owner.expired = v.expired;
+  i.owner.epoch = v.epoch;
+  switch (static_cast<detail::owner_state>(m.owner()->state.load(std::memory_order_relaxed))) {
+    case detail::owner_state::notify: i.owner.state = "notify"; break;
+    case detail::owner_state::active: i.owner.state = "active"; break;
+    default: i.owner.state = "passive"; break;
+  }
+  bool live_heir = false;
+  for (const detail::heir_view& h : detail::list_heirs(m, false)) {
+    i.heirs.push_back({detail::key_pid(h.key), h.alive, h.listener, h.data});
+    live_heir |= h.alive && !h.listener && h.key != v.key;
+  }
+  i.orphaned = v.key != 0 && (!v.alive || v.expired) && !live_heir;
+  const detail::transfer_view t = detail::read_transfer(m);
+  if (t.epoch != 0) {
+    i.last_transfer.box = m.name;
+    i.last_transfer.epoch = t.epoch;
+    i.last_transfer.from_pid = detail::key_pid(t.from_key);
+    i.last_transfer.to_pid = detail::key_pid(t.to_key);
+    i.last_transfer.data = t.data;
+    i.last_transfer.reason = static_cast<transfer_reason>(static_cast<std::uint8_t>(t.reason));
+  }
   i.count = read_counters();
   return i;
 }

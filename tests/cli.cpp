@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -194,4 +196,71 @@ TEST_CASE("cli: ls lists boxes, marks an unusable segment, and --json parses") {
   CHECK(st.code == 1);
   check_one_line_error(st);
   CHECK(st.err.find("not a shmbox segment") != std::string::npos);
+}
+
+TEST_CASE("cli: recv --follow, recv --heir with its transfer record, heirs, and stat's ownership fields") {
+  shmtest::segment_guard g(shmtest::unique_name("clifollow"));
+  REQUIRE(cli({"create", g.name, "--capacity", "16", "--lease-ms", "0"}).code == 0);
+  shmtest::child owner({shmtest::cli_path(), "recv", g.name, "--follow"}, {}, false, true);
+  // Handshake: the follower owns the box once stat says so.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (nlohmann::json::parse(cli({"stat", g.name, "--json"}).out)["owner"]["pid"] != owner.pid() &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--data", "backup", "--follow"}, {}, false, true);
+  while (nlohmann::json::parse(cli({"heirs", g.name, "--json"}).out).empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto heirs = nlohmann::json::parse(cli({"heirs", g.name, "--json"}).out);
+  REQUIRE(heirs.size() == 1);
+  CHECK(heirs[0]["pid"] == heir.pid());
+  CHECK(heirs[0]["alive"] == true);
+  CHECK(heirs[0]["data"] == "backup");
+  CHECK(cli({"heirs", g.name}).out.find("backup") != std::string::npos);
+
+  REQUIRE(cli({"post", g.name, "one", "two"}).code == 0);
+  CHECK(owner.read_line().value_or("") == "one");
+  CHECK(owner.read_line().value_or("") == "two");
+  owner.kill(SIGKILL);
+  owner.wait();
+  REQUIRE(cli({"post", g.name, "three"}).code == 0);
+  CHECK(heir.read_line().value_or("") == "three");  // the heir took over and receives
+  auto st = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  CHECK(st["owner"]["pid"] == heir.pid());
+  CHECK(st["owner"]["alive"] == true);
+  CHECK(st["owner"]["epoch"] == 2);
+  CHECK(st["owner"]["state"] == "passive");
+  CHECK(st["orphaned"] == false);
+  CHECK(st["heirs"].empty());
+  CHECK(st["last_transfer"]["from"] == owner.pid());
+  CHECK(st["last_transfer"]["reason"] == "owner-died");
+  CHECK(st["last_transfer"]["data"] == "backup");
+  CHECK(st["counters"].contains("redelivered"));
+  auto human = cli({"stat", g.name}).out;
+  CHECK(human.find("owner-died from pid " + std::to_string(owner.pid())) != std::string::npos);
+  // SIGTERM ends --follow cleanly (exit 0); the transfer record went to stderr.
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+  const std::string err = heir.read_stderr();
+  CHECK(err.find("given box '" + g.name + "': owner-died from pid " + std::to_string(owner.pid())) != std::string::npos);
+  CHECK(err.find("data 'backup'") != std::string::npos);
+}
+
+TEST_CASE("cli: an orphaned box is shown as such and can be claimed by recv") {
+  shmtest::segment_guard g(shmtest::unique_name("cliorphan"));
+  REQUIRE(cli({"create", g.name, "--lease-ms", "500"}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  owner.kill(SIGKILL);
+  owner.wait();
+  REQUIRE(cli({"post", g.name, "kept"}).code == 0);
+  auto st = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  CHECK(st["orphaned"] == true);
+  CHECK(st["lease_ms"] == 500);
+  CHECK(cli({"stat", g.name}).out.find("ORPHANED") != std::string::npos);
+  auto r = cli({"recv", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out == "kept\n");
+  st = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  CHECK(st["orphaned"] == false);
+  CHECK(st["last_transfer"]["reason"] == "owner-died");
 }

@@ -2,6 +2,7 @@
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (post: a message
 // was not stored; recv: nothing arrived before the timeout).
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,13 +46,37 @@ json counters_json(const shmbox::counters& c) {
               {"redelivered", c.redelivered}};
 }
 
+json heirs_json(const shmbox::box_info& i) {
+  json heirs = json::array();
+  for (const auto& h : i.heirs)
+    heirs.push_back(json{{"pid", h.pid}, {"alive", h.alive}, {"listener", h.listener}, {"data", h.data}});
+  return heirs;
+}
+
+json transfer_json(const shmbox::transfer_record& t) {
+  if (t.epoch == 0) return nullptr;
+  return json{{"from", t.from_pid},
+              {"to", t.to_pid},
+              {"reason", std::string(shmbox::to_string(t.reason))},
+              {"data", t.data},
+              {"epoch", t.epoch}};
+}
+
 json info_json(const shmbox::box_info& i) {
   return json{{"name", i.name},
               {"capacity", i.capacity},
               {"slot_size", i.slot_size},
               {"policy", std::string(shmbox::to_string(i.overflow))},
               {"depth", i.depth},
-              {"owner", json{{"pid", i.owner.pid}, {"alive", i.owner.alive}, {"epoch", i.owner.epoch}}},
+              {"owner", json{{"pid", i.owner.pid},
+                             {"alive", i.owner.alive},
+                             {"epoch", i.owner.epoch},
+                             {"state", i.owner.state},
+                             {"lease_expired", i.owner.expired}}},
+              {"orphaned", i.orphaned},
+              {"lease_ms", i.lease.count()},
+              {"heirs", heirs_json(i)},
+              {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
               {"max_producers", i.max_producers},
               {"block_timeout_ms", i.block_timeout.count()},
@@ -63,7 +88,15 @@ json info_json(const shmbox::box_info& i) {
 
 std::string owner_text(const shmbox::owner_info& o) {
   if (o.pid == 0) return "none";
-  return "pid " + std::to_string(o.pid) + (o.alive ? " (alive)" : " (dead)") + ", epoch " + std::to_string(o.epoch);
+  return "pid " + std::to_string(o.pid) + (o.expired ? " (lease expired)" : o.alive ? " (alive)" : " (dead)") +
+         ", epoch " + std::to_string(o.epoch);
+}
+
+std::string transfer_text(const shmbox::transfer_record& t) {
+  if (t.epoch == 0) return "none";
+  return std::string(shmbox::to_string(t.reason)) + " from pid " + std::to_string(t.from_pid) + " to pid " +
+         std::to_string(t.to_pid) + " (epoch " + std::to_string(t.epoch) + ")" +
+         (t.data.empty() ? std::string() : ", data '" + t.data + "'");
 }
 
 // ---- create ---------------------------------------------------------------
@@ -75,6 +108,7 @@ struct create_args {
   std::string mode = "0600";
   std::uint32_t max_producers = 64;
   std::uint32_t block_timeout_ms = 1000;
+  std::uint32_t lease_ms = 0;
 };
 
 int cmd_create(const create_args& a) {
@@ -85,6 +119,7 @@ int cmd_create(const create_args& a) {
   o.mode = static_cast<std::uint32_t>(std::stoul(a.mode, nullptr, 8));
   o.max_producers = a.max_producers;
   o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
+  o.lease = std::chrono::milliseconds(a.lease_ms);
   auto box = shmbox::Box::create(a.name, o);
   if (!box) return fail(box.error());
   std::cout << "created box '" << a.name << "': capacity " << o.capacity << ", slot size " << o.slot_size
@@ -147,36 +182,74 @@ struct recv_args {
   std::string name;
   std::size_t max = 1;
   bool all = false;
+  bool follow = false;
+  bool heir = false;
+  std::string data;
   long long timeout_ms = 0;
 };
 
-int cmd_recv(const recv_args& a) {
-  auto owner = shmbox::Owner::acquire(a.name);
-  if (!owner) return fail(owner.error());
+volatile sig_atomic_t g_stop = 0;
+void on_stop_signal(int) { g_stop = 1; }
+
+// Prints messages as the owner: --max/--all as asked, or (--follow) until a
+// signal. Returns the exit code.
+int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
-  const std::size_t want = a.all ? std::numeric_limits<std::size_t>::max() : a.max;
+  const std::size_t want = (a.all || a.follow) ? std::numeric_limits<std::size_t>::max() : a.max;
   std::size_t got = 0;
-  std::vector<shmbox::message> batch;
-  while (got < want) {
+  shmbox::batch batch;
+  while (got < want && g_stop == 0) {
     batch.clear();
-    // Wait (up to the deadline) only while nothing has arrived; with --all,
-    // stop once the box is empty after the first message.
-    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() < 0 || (a.all && got > 0)) left = std::chrono::nanoseconds(0);
+    std::chrono::nanoseconds left;
+    if (a.follow) {
+      left = std::chrono::milliseconds(200);  // wake now and then to notice a signal
+    } else {
+      // Wait (up to the deadline) only while nothing has arrived; with --all,
+      // stop once the box is empty after the first message.
+      left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() < 0 || (a.all && got > 0)) left = std::chrono::nanoseconds(0);
+    }
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
-    const shmbox::recv_status st = owner->receive_batch(batch, chunk, left);
-    for (const auto& m : batch) {
-      std::cout.write(m.data.data(), static_cast<std::streamsize>(m.data.size()));
+    const shmbox::recv_status st = owner.receive_batch(batch, chunk, left);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      std::cout.write(batch[i].data(), static_cast<std::streamsize>(batch[i].size()));
       std::cout.put('\n');
     }
+    std::cout.flush();
     got += batch.size();
     if (st == shmbox::recv_status::ok) continue;
-    if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) break;
-    std::cout.flush();
-    return fail(owner->last_error());
+    if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) {
+      if (a.follow) continue;
+      break;
+    }
+    return fail(owner.last_error());
   }
-  std::cout.flush();
+  if (a.follow) return kExitOk;  // interrupted: the box passes to its heir, if any
   return got > 0 ? kExitOk : kExitRefused;
+}
+
+int cmd_recv(const recv_args& a) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  if (a.heir) {
+    auto heir = shmbox::Heir::enlist(a.name, a.data);
+    if (!heir) return fail(heir.error());
+    std::cerr << "shmbox: waiting as heir of box '" << a.name << "' (position " << heir->position() << ")\n";
+    for (;;) {
+      auto owner = heir->await_transfer(std::chrono::milliseconds(200));
+      if (owner) {
+        std::cerr << "shmbox: given box '" << a.name << "': " << transfer_text(owner->transfer()) << "\n";
+        return receive_and_print(*owner, a);
+      }
+      if (owner.error() != shmbox::errc::timed_out) return fail(owner.error());
+      if (g_stop != 0) return kExitRefused;  // interrupted before being given the box
+    }
+  }
+  auto owner = shmbox::Owner::acquire(a.name);
+  if (!owner) return fail(owner.error());
+  return receive_and_print(*owner, a);
 }
 
 // ---- stat / ls / rm ---------------------------------------------------------
@@ -193,7 +266,11 @@ int cmd_stat(const std::string& name, bool as_json) {
             << "policy       " << shmbox::to_string(i.overflow) << "\n"
             << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes\n"
             << "depth        " << i.depth << " / " << i.capacity << "\n"
-            << "owner        " << owner_text(i.owner) << "\n"
+            << "owner        " << owner_text(i.owner) << ", " << i.owner.state
+            << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
+            << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
+            << "heirs        " << i.heirs.size() << "\n"
+            << "transfer     " << transfer_text(i.last_transfer) << "\n"
             << "producers    " << i.producers_attached << " attached (of " << i.max_producers << " entries)\n"
             << "segment      /dev/shm/shmbox." << i.name << ", " << i.segment_bytes << " bytes, mode " << octal(i.mode)
             << "\n"
@@ -234,6 +311,26 @@ int cmd_ls(bool as_json) {
                 depth.c_str(), owner_text(i.owner).c_str(), static_cast<unsigned long long>(dropped));
   }
   if (as_json) std::cout << all.dump(2) << "\n";
+  return kExitOk;
+}
+
+int cmd_heirs(const std::string& name, bool as_json) {
+  auto box = shmbox::Box::inspect(name);
+  if (!box) return fail(box.error());
+  const shmbox::box_info i = box->info();
+  if (as_json) {
+    std::cout << heirs_json(i).dump(2) << "\n";
+    return kExitOk;
+  }
+  if (i.heirs.empty()) {
+    std::cout << "box '" << name << "' has no heirs\n";
+    return kExitOk;
+  }
+  std::printf("%-6s %-8s %-6s %-9s %s\n", "ORDER", "PID", "ALIVE", "ROLE", "DATA");
+  int n = 0;
+  for (const auto& h : i.heirs)
+    std::printf("%-6d %-8u %-6s %-9s %s\n", n++, h.pid, h.alive ? "yes" : "no", h.listener ? "listener" : "heir",
+                h.data.c_str());
   return kExitOk;
 }
 
@@ -291,6 +388,10 @@ int main(int argc, char** argv) {
   create->add_option("--block-timeout", ca.block_timeout_ms, "policy block: default wait of a post, in ms")
       ->check(CLI::Range(0u, 86'400'000u))
       ->capture_default_str();
+  create->add_option("--lease-ms", ca.lease_ms,
+                     "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
 
   post_args pa;
   auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
@@ -303,8 +404,14 @@ int main(int argc, char** argv) {
   auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
   recv->add_option("NAME", ra.name, "box name")->required()->check(check_name);
   auto* max_opt = recv->add_option("--max", ra.max, "receive at most N messages")->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))->capture_default_str();
-  recv->add_flag("--all", ra.all, "receive every message in the box")->excludes(max_opt);
+  auto* all_opt = recv->add_flag("--all", ra.all, "receive every message in the box")->excludes(max_opt);
   recv->add_option("--timeout", ra.timeout_ms, "wait up to MS for messages")->check(CLI::Range(0LL, 86'400'000LL))->capture_default_str();
+  recv->add_flag("--follow", ra.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
+      ->excludes(max_opt)
+      ->excludes(all_opt);
+  auto* heir_opt = recv->add_flag("--heir", ra.heir, "register as heir, wait until given the box, then receive as owner");
+  recv->add_option("--data", ra.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
+      CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));
 
   std::string stat_name;
   bool stat_json = false;
@@ -315,6 +422,12 @@ int main(int argc, char** argv) {
   bool ls_json = false;
   auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
   ls->add_flag("--json", ls_json, "a JSON array");
+
+  std::string heirs_name;
+  bool heirs_json_flag = false;
+  auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
+  heirs->add_option("NAME", heirs_name, "box name")->required()->check(check_name);
+  heirs->add_flag("--json", heirs_json_flag, "a JSON array");
 
   std::string rm_name;
   auto* rm = app.add_subcommand("rm", "Remove a box (processes that have it open keep using it)");
@@ -339,6 +452,7 @@ int main(int argc, char** argv) {
   if (recv->parsed()) return cmd_recv(ra);
   if (stat->parsed()) return cmd_stat(stat_name, stat_json);
   if (ls->parsed()) return cmd_ls(ls_json);
+  if (heirs->parsed()) return cmd_heirs(heirs_name, heirs_json_flag);
   if (rm->parsed()) return cmd_rm(rm_name);
   return kExitUsage;
 }

@@ -69,11 +69,41 @@ struct counters {
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
 };
 
+// Why a box changed owner.
+enum class transfer_reason : std::uint8_t {
+  none,           // a plain acquire: no transfer
+  owner_died,     // the previous owner died or left (exited, released the box)
+  give_away,      // the previous owner gave the box to this process
+  lease_expired,  // the previous owner, alive but hung, did not renew its lease in time
+};
+// "none", "owner-died", "give-away", "lease-expired".
+std::string_view to_string(transfer_reason r) noexcept;
+
+// How an owner got its box.
+struct transfer_record {
+  std::string box;
+  std::uint32_t from_pid = 0;  // the previous owner (0: none)
+  std::uint32_t to_pid = 0;    // this process
+  transfer_reason reason = transfer_reason::none;
+  std::string data;            // the heir's registered data, or the give_away data
+  std::uint64_t epoch = 0;     // the epoch the transfer created
+};
+
 // The owner record, as seen by anyone.
 struct owner_info {
-  std::uint32_t pid = 0;   // 0: no owner
-  bool alive = false;      // pid exists and has the recorded start time
-  std::uint64_t epoch = 0; // +1 on every change of owner
+  std::uint32_t pid = 0;    // 0: no owner
+  bool alive = false;       // pid exists and has the recorded start time
+  bool expired = false;     // alive, but its lease deadline passed without renewal
+  std::uint64_t epoch = 0;  // +1 on every change of owner
+  std::string state;        // "passive", "notify" or "active"
+};
+
+// One entry of the heir table, in table (registration) order.
+struct heir_info {
+  std::uint32_t pid = 0;
+  bool alive = false;
+  bool listener = false;  // waits only for give_away
+  std::string data;
 };
 
 // A snapshot of a box, read without locks (values are consistent only when idle).
@@ -89,7 +119,11 @@ struct box_info {
   std::uint32_t mode = 0;
   std::uint32_t uid = 0;
   std::chrono::milliseconds block_timeout{0};
+  std::chrono::milliseconds lease{0};  // 0: only death ends a lease
   owner_info owner;
+  bool orphaned = false;         // the owner died (or expired) and no live heir is waiting
+  std::vector<heir_info> heirs;  // in order
+  transfer_record last_transfer; // epoch 0: none yet
   counters count;
 };
 

@@ -28,26 +28,6 @@ enum class recv_status : std::uint8_t {
 
 std::string_view to_string(recv_status s) noexcept;
 
-// Why a box changed owner.
-enum class transfer_reason : std::uint8_t {
-  none,           // a plain acquire: no transfer
-  owner_died,     // the previous owner died or left (exited, released the box)
-  give_away,      // the previous owner gave the box to this process
-  lease_expired,  // the previous owner, alive but hung, did not renew its lease in time
-};
-// "none", "owner-died", "give-away", "lease-expired".
-std::string_view to_string(transfer_reason r) noexcept;
-
-// How an owner got its box.
-struct transfer_record {
-  std::string box;
-  std::uint32_t from_pid = 0;  // the previous owner (0: none)
-  std::uint32_t to_pid = 0;    // this process
-  transfer_reason reason = transfer_reason::none;
-  std::string data;            // the heir's registered data, or the give_away data
-  std::uint64_t epoch = 0;     // the epoch the transfer created
-};
-
 // One received message.
 struct message {
   std::string data;          // the bytes, exactly as posted
