@@ -106,7 +106,9 @@ struct Heir::state {
     std::uint64_t until = detail::mono_ns() + kFallbackSliceNs;
     if (!detail::owner_gone(v)) {
       watch(v.key);
-      if (!listener) until = std::min(until, detail::lease_deadline_ns(*m) + 1'000'000);
+      // Wake just after the owner's lease would expire (no lease: no deadline).
+      const std::uint64_t lease_end = detail::lease_deadline_ns(*m);
+      if (!listener && lease_end != UINT64_MAX) until = std::min(until, lease_end + 1'000'000);
     } else if (!listener) {
       const auto first = detail::first_live_heir(*m);
       watch(first ? first->key : 0);  // it takes the box over next; if it dies, we might be next

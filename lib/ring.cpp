@@ -1273,32 +1273,40 @@ void owner_recover(owner_ctx& o) noexcept {
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     const lane_view& L = m.lanes[l];
     o.lifo_redeliver[l].clear();
+    // Which slots can hold a gone owner's TAKEN/DONE: in a FIFO lane only the
+    // positions between the last published head and the tail (the head never
+    // passes a position its owner still holds); in a lifo lane any slot.
+    // So a takeover costs O(messages in flight), not O(capacity).
+    std::uint64_t first = 0, count = L.capacity;
+    if (!L.is_lifo()) {
+      const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+      std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
+      if (h > t) h = t;
+      if (t - h > L.capacity) h = t - L.capacity;
+      o.head[l] = h;
+      first = h;
+      count = t - h;
+    }
+    auto slot_no = [&](std::uint64_t k) { return L.is_lifo() ? k : L.slot_index(first + k); };
     // Committed-but-unfreed slots of dead owners first (counted once per actor).
     std::vector<std::uint32_t> actors;
-    for (std::uint32_t i = 0; i < L.capacity; ++i) {
-      const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    for (std::uint64_t k = 0; k < count; ++k) {
+      const std::uint64_t seen = L.slot_at_index(slot_no(k))->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) == slot_state::done && is_owner_actor(actor) && actor != o.rep.actor &&
           std::find(actors.begin(), actors.end(), actor) == actors.end())
         actors.push_back(actor);
     }
     for (const std::uint32_t actor : actors) finish_dead_commit(m, L, actor);
-    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    for (std::uint64_t k = 0; k < count; ++k) {
+      const std::uint64_t i = slot_no(k);
       slot_header* s = L.slot_at_index(i);
       const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;
       // R4 (FIFO slots re-taken by us are found again at or after the head).
       if (adopt_gone_owner_slot(o, L, s, L.is_lifo() ? i : seq_pos(seen), seen) == 1 && L.is_lifo())
-        o.lifo_redeliver[l].push_back(i);
-    }
-    if (!L.is_lifo()) {
-      // Start at the last owner's head, clamped into [tail - cap, tail].
-      const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
-      std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
-      if (h > t) h = t;
-      if (t - h > L.capacity) h = t - L.capacity;
-      o.head[l] = h;
+        o.lifo_redeliver[l].push_back(static_cast<std::uint32_t>(i));
     }
     o.stuck_since_ns[l] = 0;
     owner_clear_sleep(o, l);  // a previous owner may have died asleep: no stray wake-ups

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 
 #include "shmbox/shmbox.hpp"
@@ -30,6 +31,22 @@ inline char process_state(pid_t pid) {
   const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const auto close = all.rfind(')');
   return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+}
+
+// utime + stime of a process, in clock ticks (/proc/<pid>/stat fields 14, 15).
+inline long cpu_ticks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream in(all.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
 }
 
 }  // namespace shmtest

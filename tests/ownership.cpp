@@ -342,6 +342,22 @@ TEST_CASE("an heir's fd becomes readable the moment the owner dies (poll, no tim
   CHECK(mine->transfer().from_pid == static_cast<std::uint32_t>(owner->pid()));
 }
 
+TEST_CASE("a waiting heir and an idle owner use no CPU (they sleep: epoll on a pidfd, futex)") {
+  shmtest::segment_guard g(shmtest::unique_name("idlecpu"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64}));
+  auto owner = serve(g.name, {"--idle-ms", "60000"});
+  REQUIRE(!line_starting(*owner, "owner").empty());
+  auto heir = serve(g.name, {"--heir", "--idle-ms", "60000"});
+  REQUIRE(line_starting(*heir, "enlisted") == "enlisted 0");
+  const long owner_before = shmtest::cpu_ticks(owner->pid()), heir_before = shmtest::cpu_ticks(heir->pid());
+  std::this_thread::sleep_for(1s);  // measuring idleness over a second: not synchronisation
+  const long owner_used = shmtest::cpu_ticks(owner->pid()) - owner_before;
+  const long heir_used = shmtest::cpu_ticks(heir->pid()) - heir_before;
+  MESSAGE("CPU over 1 s idle, in 1/100 s ticks: owner " << owner_used << ", heir " << heir_used);
+  CHECK(owner_used <= 2);  // a busy loop would be ~100
+  CHECK(heir_used <= 2);
+}
+
 TEST_CASE("heir table: at least 8 heirs in registration order, data up to 64 bytes, withdrawal") {
   shmtest::segment_guard g(shmtest::unique_name("table"));
   REQUIRE(shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64}));
