@@ -1,10 +1,11 @@
 // tools/demo.cpp - shmbox-demo: the Quick start's main job.
 //
 // Three producer processes flood a small drop-oldest box faster than a slow
-// owner process drains it; the owner is killed with SIGKILL mid-stream; a new
-// owner process takes the box over with its messages intact; `shmbox stat`
-// then shows that every posted message is accounted for (delivered, dropped,
-// or still in the box). Every process is a separate program (this binary
+// owner process drains it; a second process waits as the owner's heir; the
+// owner is killed with SIGKILL mid-stream; the heir takes the box over at once
+// (it watches the owner through a pidfd) with the messages intact; `shmbox
+// stat` then shows that every posted message is accounted for (delivered,
+// dropped, or still in the box). Every process is a separate program (this binary
 // re-executed in another role).
 #include <fcntl.h>
 #include <limits.h>
@@ -119,14 +120,35 @@ int run_producer(const std::string& name, int id) {
   return 0;
 }
 
-// A slow owner: takes a few messages, "works" on them, reports progress.
+std::int64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// A slow owner: takes a few messages, "works" on them, reports progress. As
+// an heir, it first waits until the box is handed to it.
 int run_owner(const std::string& name, const char* label) {
-  auto o = shmbox::Owner::acquire(name);
+  shmbox::result<shmbox::Owner> o = shmbox::errc::not_owner;
+  if (std::strcmp(label, "heir") == 0) {
+    auto heir = shmbox::Heir::enlist(name, "standby-B");
+    if (!heir) {
+      std::printf("error %s\n", shmbox::explain(heir.error()).c_str());
+      return 1;
+    }
+    std::printf("enlisted\n");
+    std::fflush(stdout);
+    o = heir->await_transfer(std::chrono::seconds(60));
+  } else {
+    o = shmbox::Owner::acquire(name);
+  }
   if (!o) {
     std::printf("error %s\n", shmbox::explain(o.error()).c_str());
     return 1;
   }
-  std::printf("owned %" PRIu64 "\n", o->epoch());
+  const shmbox::transfer_record& t = o->transfer();
+  std::printf("owned %" PRIu64 " at %" PRId64 " reason %s from %u data %s\n", o->epoch(), mono_ns(),
+              std::string(shmbox::to_string(t.reason)).c_str(), t.from_pid, t.data.c_str());
   std::fflush(stdout);
   std::uint64_t got = 0, redelivered = 0;
   std::vector<shmbox::message> batch;
@@ -145,7 +167,6 @@ int run_owner(const std::string& name, const char* label) {
     std::this_thread::sleep_for(std::chrono::microseconds(400));  // the owner's "work"
   }
   std::printf("done %" PRIu64 " %" PRIu64 "\n", got, redelivered);
-  (void)label;
   return 0;
 }
 
@@ -179,7 +200,13 @@ int run_demo() {
     std::fprintf(stderr, "shmbox-demo: owner A did not start: %s\n", line.c_str());
     return 1;
   }
-  std::printf("owner A (pid %d) owns the box (%s); it takes 4 messages every ~0.5 ms\n", owner_a.pid, line.c_str());
+  std::printf("owner A (pid %d) owns the box (epoch 1); it takes 4 messages every ~0.5 ms\n", owner_a.pid);
+  proc owner_b = spawn({exe, "owner", name, "heir"});
+  if (!owner_b.read_line(line, 10'000) || line != "enlisted") {
+    std::fprintf(stderr, "shmbox-demo: heir B did not enlist: %s\n", line.c_str());
+    return 1;
+  }
+  std::printf("process B (pid %d) waits as A's heir (heir data 'standby-B'), watching A through a pidfd\n", owner_b.pid);
 
   std::vector<proc> producers;
   for (int id = 0; id < kProducers; ++id) producers.push_back(spawn({exe, "produce", name, std::to_string(id)}));
@@ -193,22 +220,27 @@ int run_demo() {
     if (std::sscanf(line.c_str(), "progress %" SCNu64 " %" SCNu64, &got, &again) == 2) a_got = got;
     if (a_got >= 2000) break;
   }
+  const std::int64_t t_kill = mono_ns();
   ::kill(owner_a.pid, SIGKILL);
   const pid_t a_pid = owner_a.pid;
   owner_a.wait();
-  shmbox::box_info mid = box->info();
   std::printf("\nowner A (pid %d) killed with SIGKILL after receiving %" PRIu64 " messages\n", a_pid, a_got);
-  std::printf("  the box now: %" PRIu64 "/%u messages, owner pid %u %s, %" PRIu64 " dropped so far\n", mid.depth,
-              mid.capacity, mid.owner.pid, mid.owner.alive ? "(alive)" : "(dead: its lease is free to take)",
-              mid.count.dropped_oldest);
-  std::printf("  producers keep posting: the box keeps its messages and its policy\n\n");
-
-  proc owner_b = spawn({exe, "owner", name, "B"});
   if (!owner_b.read_line(line, 10'000) || line.rfind("owned", 0) != 0) {
-    std::fprintf(stderr, "shmbox-demo: owner B did not take over: %s\n", line.c_str());
+    std::fprintf(stderr, "shmbox-demo: heir B did not take over: %s\n", line.c_str());
     return 1;
   }
-  std::printf("owner B (pid %d) took the box over (%s)\n", owner_b.pid, line.c_str());
+  std::uint64_t epoch = 0;
+  std::int64_t t_owned = 0;
+  char reason[32] = {}, data[80] = {};
+  unsigned from = 0;
+  std::sscanf(line.c_str(), "owned %" SCNu64 " at %" SCNd64 " reason %31s from %u data %79s", &epoch, &t_owned, reason,
+              &from, data);
+  std::printf("heir B (pid %d) took the box over %.0f us later: epoch %" PRIu64 ", reason %s, from pid %u, data '%s'\n",
+              owner_b.pid, static_cast<double>(t_owned - t_kill) / 1000.0, epoch, reason, from, data);
+  shmbox::box_info mid = box->info();
+  std::printf("  the box kept its %" PRIu64 "/%u messages and its policy; producers never stopped (%" PRIu64
+              " dropped so far)\n\n",
+              mid.depth, mid.capacity, mid.count.dropped_oldest);
 
   std::uint64_t evicted_by_posts = 0;
   for (auto& p : producers) {
@@ -229,7 +261,7 @@ int run_demo() {
     if (std::sscanf(line.c_str(), "done %" SCNu64 " %" SCNu64, &b_got, &b_again) == 2) break;
   }
   owner_b.wait();
-  std::printf("owner B received %" PRIu64 " messages, %" PRIu64 " of them flagged redelivered%s\n\n", b_got, b_again,
+  std::printf("heir B received %" PRIu64 " messages, %" PRIu64 " of them flagged redelivered%s\n\n", b_got, b_again,
               b_again != 0 ? " (read by A, never committed: delivered again, not lost)"
                            : " (A died between two receives: nothing was in flight)");
 
