@@ -109,7 +109,7 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
       e->flags.store(listener ? kHeirListenerOnly : 0, std::memory_order_relaxed);
       e->wake_fd.store(wake_fd, std::memory_order_relaxed);
       e->registered_unix_ns.store(unix_ns(), std::memory_order_relaxed);
-      std::memcpy(e->data, data.data(), data.size());
+      if (!data.empty()) std::memcpy(e->data, data.data(), data.size());  // (data() may be null when empty)
       e->data_len.store(static_cast<std::uint32_t>(data.size()), std::memory_order_relaxed);
       const std::uint64_t seq = m.owner()->heir_seq.fetch_add(1, std::memory_order_relaxed) + 1;
       e->seq.store(seq, std::memory_order_release);  // release: the entry is complete
@@ -153,7 +153,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
     rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);
     const std::size_t n = std::min<std::size_t>(data.size(), kHeirDataMax);
-    std::memcpy(rec->tr_data, data.data(), n);
+    if (n != 0) std::memcpy(rec->tr_data, data.data(), n);
     rec->tr_data_len.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
     rec->tr_epoch.store(epoch, std::memory_order_release);
   }

@@ -461,9 +461,9 @@ void write_payload(slot_header* s, const void* data, std::size_t size) noexcept 
 #if defined(SHMBOX_FAULT_INJECTION)
   if (g_fault_armed) {
     const std::size_t half = size / 2;
-    std::memcpy(dst, data, half);
+    if (half != 0) std::memcpy(dst, data, half);  // (data may be null when size is 0)
     SHMBOX_FAULT("producer.mid_payload");
-    std::memcpy(dst + half, static_cast<const std::byte*>(data) + half, size - half);
+    if (size != half) std::memcpy(dst + half, static_cast<const std::byte*>(data) + half, size - half);
     return;
   }
 #endif
