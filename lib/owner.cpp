@@ -388,7 +388,7 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   std::uint64_t expected = dest;
   if (rec->offer_key.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
     o.last_error = detail::fail(errc::timed_out, who + ": pid " + std::to_string(dest_pid) + " did not take the box in time");
-    return s_->still_owner() ? false : true;
+    return false;  // withdrawn before dest accepted: nothing changed
   }
   const std::uint64_t give_up = detail::mono_ns() + 1'000'000'000;
   while (detail::mono_ns() < give_up) {
