@@ -84,7 +84,12 @@ result<std::vector<std::string>> Box::list() {
 }
 
 const std::string& Box::name() const noexcept { return m_->name; }
-std::uint32_t Box::capacity() const noexcept { return m_->geo.params.lane_capacity[0]; }
+std::uint32_t Box::capacity() const noexcept {
+  std::uint32_t n = 0;
+  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) n += m_->geo.params.lane_capacity[l];
+  return n;
+}
+std::uint32_t Box::lane_count() const noexcept { return m_->lane_count(); }
 std::uint32_t Box::slot_size() const noexcept { return m_->geo.params.slot_payload; }
 policy Box::overflow() const noexcept { return m_->default_policy; }
 
@@ -104,46 +109,64 @@ std::uint64_t Box::depth_approx() const noexcept {
   return n;
 }
 
-counters Box::read_counters() const {
-  counters c;
-  const detail::mapped_box& m = *m_;
-  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
-    const detail::lane_view& L = m.lanes[l];
-    std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
-                  abandoned = 0;
-    for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
-      const detail::producer_lane_counters* pc = m.producer_counters(i, l);
-      stored += pc->stored.load(std::memory_order_relaxed);
-      rejected += pc->rejected.load(std::memory_order_relaxed);
-      dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
-      replaced += pc->replaced.load(std::memory_order_relaxed);
-      evicted += pc->evicted.load(std::memory_order_relaxed);
-      timeouts += pc->timeouts.load(std::memory_order_relaxed);
-      too_large += pc->too_large.load(std::memory_order_relaxed);
-      abandoned += pc->abandoned.load(std::memory_order_relaxed);
-    }
-    std::uint64_t delivered = 0, redelivered = 0, owner_abandoned = 0;
-    for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
-      const detail::owner_lane_counters* oc = m.actor_counters(a, l);
-      delivered += oc->delivered.load(std::memory_order_relaxed);
-      redelivered += oc->redelivered.load(std::memory_order_relaxed);
-      owner_abandoned += oc->abandoned.load(std::memory_order_relaxed);
-    }
-    // FIFO lanes: the tail counts every claimed position exactly (a claim is
-    // the tail CAS itself); lifo lanes sum the entries' stored counters.
-    if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;
-    c.stored += stored;
-    c.delivered += delivered;
-    c.redelivered += redelivered;
-    c.rejected += rejected;
-    c.too_large += too_large;
-    c.timeouts += timeouts;
-    c.dropped_newest += dropped_new + replaced;
-    c.dropped_oldest += evicted;
-    c.abandoned += abandoned + owner_abandoned;
-    c.posted += stored + rejected + dropped_new + timeouts + too_large;
+namespace {
+// The counters of one lane: sums over producer entries and owner actors.
+counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
+  const detail::lane_view& L = m.lanes[l];
+  std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
+                abandoned = 0;
+  for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
+    const detail::producer_lane_counters* pc = m.producer_counters(i, l);
+    stored += pc->stored.load(std::memory_order_relaxed);
+    rejected += pc->rejected.load(std::memory_order_relaxed);
+    dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
+    replaced += pc->replaced.load(std::memory_order_relaxed);
+    evicted += pc->evicted.load(std::memory_order_relaxed);
+    timeouts += pc->timeouts.load(std::memory_order_relaxed);
+    too_large += pc->too_large.load(std::memory_order_relaxed);
+    abandoned += pc->abandoned.load(std::memory_order_relaxed);
   }
+  counters c;
+  for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
+    const detail::owner_lane_counters* oc = m.actor_counters(a, l);
+    c.delivered += oc->delivered.load(std::memory_order_relaxed);
+    c.redelivered += oc->redelivered.load(std::memory_order_relaxed);
+    c.filtered += oc->filtered.load(std::memory_order_relaxed);
+    abandoned += oc->abandoned.load(std::memory_order_relaxed);
+  }
+  // FIFO lanes: the tail counts every claimed position exactly (a claim is
+  // the tail CAS itself); lifo lanes sum the entries' stored counters.
+  if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;
+  c.stored = stored;
+  c.rejected = rejected;
+  c.too_large = too_large;
+  c.timeouts = timeouts;
+  c.dropped_newest = dropped_new + replaced;
+  c.dropped_oldest = evicted;
+  c.abandoned = abandoned;
+  c.posted = stored + rejected + dropped_new + timeouts + too_large;
   return c;
+}
+
+void add(counters& sum, const counters& c) {
+  sum.posted += c.posted;
+  sum.stored += c.stored;
+  sum.delivered += c.delivered;
+  sum.rejected += c.rejected;
+  sum.too_large += c.too_large;
+  sum.timeouts += c.timeouts;
+  sum.dropped_newest += c.dropped_newest;
+  sum.dropped_oldest += c.dropped_oldest;
+  sum.filtered += c.filtered;
+  sum.abandoned += c.abandoned;
+  sum.redelivered += c.redelivered;
+}
+}  // namespace
+
+counters Box::read_counters() const {
+  counters total;
+  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) add(total, lane_counters(*m_, l));
+  return total;
 }
 
 box_info Box::info() const {
@@ -162,7 +185,15 @@ box_info Box::info() const {
     const std::uint64_t k = m.producer(p)->key.load(std::memory_order_acquire);
     if (k != 0 && detail::process_alive(k)) ++i.producers_attached;
   }
-  for (std::uint32_t l = 0; l < m.lane_count(); ++l) i.depth += detail::lane_depth_scan(m, l);
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    lane_info li;
+    li.capacity = m.lanes[l].capacity;
+    li.overflow = m.lanes[l].pol;
+    li.depth = detail::lane_depth_scan(m, l);
+    li.count = lane_counters(m, l);
+    i.depth += li.depth;
+    i.lanes.push_back(li);
+  }
   i.lease = std::chrono::milliseconds(m.lease_ms());
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
@@ -189,7 +220,7 @@ box_info Box::info() const {
     i.last_transfer.data = t.data;
     i.last_transfer.reason = static_cast<transfer_reason>(static_cast<std::uint8_t>(t.reason));
   }
-  i.count = read_counters();
+  for (const lane_info& li : i.lanes) add(i.count, li.count);
   return i;
 }
 

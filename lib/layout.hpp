@@ -267,12 +267,14 @@ struct alignas(kCacheLine) owner_lane_counters {
   a64 delivered;    // messages received and committed
   a64 redelivered;  // of those, read before by an owner that died
   a64 abandoned;    // dead writers' positions this owner repaired
-  a64 reserved[5];
+  a64 filtered;     // messages the owner's filter dropped (committed, not delivered)
+  a64 reserved[4];
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
 static_assert(offsetof(owner_lane_counters, redelivered) == 8);
 static_assert(offsetof(owner_lane_counters, abandoned) == 16);
+static_assert(offsetof(owner_lane_counters, filtered) == 24);
 
 // ---------------------------------------------------------------------------
 // An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is

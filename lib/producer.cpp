@@ -62,6 +62,26 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
   return detail::post_message(s_->ctx, 0, data, size, timeout_ns);
 }
 
+post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
+  if (!s_) return post_status::error;
+  return post_to(lane, data, size, std::chrono::milliseconds(s_->m->block_timeout_ms));
+}
+
+post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size,
+                              std::chrono::nanoseconds timeout) noexcept {
+  if (!s_) return post_status::error;
+  if (lane >= s_->m->lane_count()) {
+    s_->ctx.last_error = detail::fail(errc::invalid_argument, "box '" + s_->m->name + "' has " +
+                                                                  std::to_string(s_->m->lane_count()) + " lanes; no lane " +
+                                                                  std::to_string(lane));
+    return post_status::error;
+  }
+  const std::uint64_t timeout_ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
+                                   : timeout.count() < 0                     ? 0
+                                                                             : static_cast<std::uint64_t>(timeout.count());
+  return detail::post_message(s_->ctx, lane, data, size, timeout_ns);
+}
+
 std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }
 std::error_code Producer::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_found); }
 std::uint32_t Producer::entry_index() const noexcept { return s_ ? s_->ctx.entry : 0; }

@@ -116,8 +116,22 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return fail(errc::invalid_argument, who + ": lease must be 0 (none) to 1 day in ms");
 
   geometry_params p;
-  p.lane_count = 1;
-  p.lane_capacity[0] = o.capacity;
+  std::uint32_t policies[kMaxLanes] = {};
+  if (o.lanes.size() > kMaxLanes)
+    return fail(errc::invalid_argument, who + ": " + std::to_string(o.lanes.size()) + " lanes; a box has 1 to " +
+                                            std::to_string(kMaxLanes));
+  p.lane_count = o.lanes.empty() ? 1 : static_cast<std::uint32_t>(o.lanes.size());
+  for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+    const lane_options lo = o.lanes.empty() ? lane_options{} : o.lanes[l];
+    p.lane_capacity[l] = lo.capacity != 0 ? lo.capacity : o.capacity;
+    if (p.lane_capacity[l] > kMaxCapacity)
+      return fail(errc::invalid_argument, who + ": lane " + std::to_string(l) + " capacity " +
+                                              std::to_string(p.lane_capacity[l]) + " is over " + std::to_string(kMaxCapacity));
+    const policy pol = lo.overflow.value_or(o.overflow);
+    if (static_cast<std::uint8_t>(pol) > static_cast<std::uint8_t>(policy::block))
+      return fail(errc::invalid_argument, who + ": unknown overflow policy for lane " + std::to_string(l));
+    policies[l] = static_cast<std::uint32_t>(pol);
+  }
   p.slot_payload = o.slot_size;
   p.max_producers = o.max_producers;
   geometry g;
@@ -189,11 +203,9 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     auto* lh = reinterpret_cast<lane_header*>(m->base + g.lanes_offset) + l;
     lh->capacity = p.lane_capacity[l];
-    lh->policy = static_cast<std::uint32_t>(o.overflow);
+    lh->policy = policies[l];
     lh->slots_offset = g.slots_offset[l];
   }
-  std::uint32_t policies[kMaxLanes] = {};
-  for (std::uint32_t l = 0; l < p.lane_count; ++l) policies[l] = static_cast<std::uint32_t>(o.overflow);
   fill_lanes(*m, policies);
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     const lane_view& v = m->lanes[l];

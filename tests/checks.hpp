@@ -20,8 +20,8 @@ inline void check_invariant(const shmbox::Box& box) {
   const shmbox::counters c = box.read_counters();
   const std::uint64_t depth = box.info().depth;
   CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                        c.abandoned + depth);
-  CHECK(c.stored == c.delivered + c.dropped_oldest + c.abandoned + depth +
+                        c.filtered + c.abandoned + depth);
+  CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + depth +
                         (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : 0));
 }
 

@@ -1,7 +1,7 @@
 // tests/helper.cpp - shmbox-test-helper: the separate program that multi-process
 // tests start (fork + exec) as a producer or as an owner.
 //
-//   produce NAME ID COUNT [--size B] [--retry] [--no-wait]
+//   produce NAME ID COUNT [--size B] [--retry] [--no-wait] [--lane L]
 //       attach, print "ready", wait for a line on stdin (unless --no-wait),
 //       post COUNT messages [id, seq, padding], print "done <tallies>".
 //       --retry: post the same message again until it is stored.
@@ -70,6 +70,7 @@ int produce(int argc, char** argv) {
   const std::uint64_t count = std::strtoull(argv[4], nullptr, 10);
   const auto size = static_cast<std::size_t>(flag_value(argc, argv, "--size", 64));
   const bool retry = has_flag(argc, argv, "--retry");
+  const auto lane = static_cast<std::uint32_t>(flag_value(argc, argv, "--lane", 0));
   auto p = shmbox::Producer::attach(name);
   if (!p) {
     std::printf("error %s\n", shmbox::explain(p.error()).c_str());
@@ -88,7 +89,7 @@ int produce(int argc, char** argv) {
     std::memcpy(buf.data() + 8, &seq, 8);
     for (std::size_t i = 16; i < size; ++i) buf[i] = pattern_byte(id, seq, i);
     for (;;) {
-      const shmbox::post_status st = p->post(buf.data(), size);
+      const shmbox::post_status st = p->post_to(lane, buf.data(), size);
       ++tally[st];
       if (st == shmbox::post_status::error) {
         std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());

@@ -41,6 +41,17 @@ inline constexpr std::uint32_t kMaxProducers = 4096;         // producer entries
 inline constexpr std::uint64_t kMaxSegmentBytes = 1ull << 36;  // 64 GiB
 inline constexpr std::size_t kMaxNameLength = 128;
 
+inline constexpr std::uint32_t kMaxLanes = 8;
+
+// One lane of a box (a ring of its own). Lane 0 is the control lane: always
+// read first, with its own capacity, so full user lanes never block or drop a
+// control message. Lanes 1.. are priorities: a lower number is read first;
+// each lane keeps FIFO order (lifo lanes: newest first).
+struct lane_options {
+  std::uint32_t capacity = 0;      // messages; 0: the box's `capacity`
+  std::optional<policy> overflow{};  // unset: the box's `overflow`
+};
+
 // Capacity and behaviour, chosen at creation and fixed for the box's life.
 struct options {
   std::uint32_t capacity = 1024;     // messages the box holds; a power of two is fastest
@@ -51,11 +62,12 @@ struct options {
   std::chrono::milliseconds block_timeout{1000};  // default wait of a post on a full `block` box
   std::chrono::milliseconds lease{0};  // lease deadline: an owner that does not receive (or renew) for this
                                        // long loses the box to its heir; 0: only death ends a lease
+  std::vector<lane_options> lanes{};   // 1..kMaxLanes lanes; empty: one lane of `capacity` and `overflow`
 };
 
 // Every message that is posted ends in exactly one of these counters or in the box:
 //   posted = delivered + rejected + too_large + timeouts + dropped_newest
-//          + dropped_oldest + abandoned + depth
+//          + dropped_oldest + filtered + abandoned + depth
 struct counters {
   std::uint64_t posted = 0;          // post calls (each message of a batch counts once)
   std::uint64_t stored = 0;          // messages that entered the box
@@ -65,6 +77,7 @@ struct counters {
   std::uint64_t timeouts = 0;        // block: no space before the timeout
   std::uint64_t dropped_newest = 0;  // drop_newest: the new message; lifo: the replaced top
   std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages
+  std::uint64_t filtered = 0;        // dropped by the owner's filter
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
 };
@@ -106,6 +119,14 @@ struct heir_info {
   std::string data;
 };
 
+// One lane, as seen by anyone.
+struct lane_info {
+  std::uint32_t capacity = 0;
+  policy overflow = policy::reject;
+  std::uint64_t depth = 0;
+  counters count;
+};
+
 // A snapshot of a box, read without locks (values are consistent only when idle).
 struct box_info {
   std::string name;
@@ -124,7 +145,8 @@ struct box_info {
   bool orphaned = false;         // the owner died (or expired) and no live heir is waiting
   std::vector<heir_info> heirs;  // in order
   transfer_record last_transfer; // epoch 0: none yet
-  counters count;
+  std::vector<lane_info> lanes;   // lane 0 is the control lane
+  counters count;                 // all lanes
 };
 
 class Box {
@@ -148,7 +170,8 @@ class Box {
   ~Box();
 
   const std::string& name() const noexcept;
-  std::uint32_t capacity() const noexcept;
+  std::uint32_t capacity() const noexcept;  // all lanes together
+  std::uint32_t lane_count() const noexcept;
   std::uint32_t slot_size() const noexcept;
   policy overflow() const noexcept;
   // Messages in the box right now, from two counters; exact when idle.

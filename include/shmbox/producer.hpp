@@ -54,6 +54,14 @@ class Producer {
   post_status post(std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
     return post(msg.data(), msg.size(), timeout);
   }
+  // The same into lane `lane` (0 = control lane; see lane_options). A lane the
+  // box does not have is post_status::error (last_error: invalid_argument).
+  post_status post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept;
+  post_status post_to(std::uint32_t lane, const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept;
+  post_status post_to(std::uint32_t lane, std::string_view msg) noexcept { return post_to(lane, msg.data(), msg.size()); }
+  post_status post_to(std::uint32_t lane, std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
+    return post_to(lane, msg.data(), msg.size(), timeout);
+  }
 
   // The largest message this box takes, in bytes.
   std::uint32_t max_message_size() const noexcept;

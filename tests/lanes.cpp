@@ -1,0 +1,123 @@
+// Lanes: a control lane read first with capacity of its own, priority lanes
+// read in order, FIFO within each lane, per-lane capacity, policy and counters.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checks.hpp"
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::policy;
+using shmbox::post_status;
+
+TEST_CASE("lanes: interleaved posts on lanes 0, 1, 2 are received 0 first, then 1, then 2, FIFO within each") {
+  shmtest::segment_guard g(shmtest::unique_name("lanes"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 16, .lanes = {{}, {}, {}}});
+  REQUIRE(box);
+  CHECK(box->lane_count() == 3);
+  CHECK(box->capacity() == 48);
+  auto p = shmbox::Producer::attach(*box);
+  const std::uint32_t order[] = {2, 1, 0, 2, 0, 1, 1, 2, 0, 2};
+  int n = 0;
+  for (std::uint32_t lane : order) REQUIRE(p->post_to(lane, shmtest::cat("L", std::to_string(lane), "-", std::to_string(n++))) == post_status::stored);
+  auto owner = shmbox::Owner::acquire(*box);
+  std::vector<shmbox::message> got;
+  REQUIRE(owner->receive_batch(got, 100, 0ns) == shmbox::recv_status::ok);
+  std::vector<std::string> data;
+  for (const auto& m : got) data.push_back(m.data);
+  CHECK(data == std::vector<std::string>{"L0-2", "L0-4", "L0-8", "L1-1", "L1-5", "L1-6", "L2-0", "L2-3", "L2-7", "L2-9"});
+  for (const auto& m : got) CHECK(m.lane == static_cast<std::uint32_t>(m.data[1] - '0'));
+  // A lane the box does not have is an error that says so.
+  CHECK(p->post_to(3, "x") == post_status::error);
+  CHECK(shmbox::explain(p->last_error()).find("has 3 lanes") != std::string::npos);
+}
+
+TEST_CASE("lanes: a full user lane never blocks or drops a control message; per-lane capacity, policy, counters") {
+  shmtest::segment_guard g(shmtest::unique_name("control"));
+  auto box = shmbox::Box::create(
+      g.name, {.capacity = 4,
+               .slot_size = 16,
+               .overflow = policy::reject,
+               .lanes = {{.capacity = 2}, {.capacity = 3, .overflow = policy::drop_oldest}, {.overflow = policy::block}}});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  for (int i = 0; i < 10; ++i) CHECK(shmbox::is_stored(p->post_to(1, shmtest::cat("user", std::to_string(i)))));  // lane 1 full, evicting
+  CHECK(p->post_to(2, "a") == post_status::stored);
+  for (int i = 0; i < 3; ++i) p->post_to(2, "b", 0ms);                                    // lane 2 full: block, no wait
+  CHECK(p->post_to(0, "stop") == post_status::stored);                                   // control still goes in
+  CHECK(p->post_to(0, "now") == post_status::stored);
+  CHECK(p->post_to(0, "third") == post_status::full);  // the control lane's own capacity (2), reject
+  const shmbox::box_info info = box->info();
+  REQUIRE(info.lanes.size() == 3);
+  CHECK(info.lanes[0].capacity == 2);
+  CHECK(info.lanes[1].capacity == 3);
+  CHECK(info.lanes[2].capacity == 4);
+  CHECK(info.lanes[0].overflow == policy::reject);
+  CHECK(info.lanes[1].overflow == policy::drop_oldest);
+  CHECK(info.lanes[2].overflow == policy::block);
+  CHECK(info.lanes[0].depth == 2);
+  CHECK(info.lanes[1].depth == 3);
+  CHECK(info.lanes[1].count.dropped_oldest == 7);
+  CHECK(info.lanes[0].count.rejected == 1);
+  auto owner = shmbox::Owner::acquire(*box);
+  shmbox::message m;
+  REQUIRE(owner->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "stop");  // control first, whatever is waiting elsewhere
+  CHECK(m.lane == 0);
+  REQUIRE(owner->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "now");
+  REQUIRE(owner->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "user7");  // then lane 1, its newest three kept (drop_oldest)
+  shmtest::check_invariant(*box);
+}
+
+TEST_CASE("lanes: priorities hold with 4 producer processes") {
+  shmtest::segment_guard g(shmtest::unique_name("prio"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 4096, .slot_size = 64, .lanes = {{}, {}, {}, {}}});
+  REQUIRE(box);
+  std::vector<std::unique_ptr<shmtest::child>> producers;
+  for (int id = 0; id < 4; ++id) {
+    // Producer `id` posts 1000 messages into lane 3 - id.
+    producers.push_back(std::make_unique<shmtest::child>(
+        std::vector<std::string>{shmtest::helper_path(), "produce", g.name, std::to_string(id), "1000", "--no-wait",
+                                 "--lane", std::to_string(3 - id)},
+        std::vector<std::string>{}, true));
+  }
+  for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(60s), 0));
+  auto owner = shmbox::Owner::acquire(*box);
+  std::vector<shmbox::message> got;
+  while (owner->receive_batch(got, 10000, 0ns) == shmbox::recv_status::ok) {
+  }
+  REQUIRE(got.size() == 4000);
+  std::uint32_t lane = 0;
+  std::map<std::uint64_t, std::uint64_t> next;
+  for (const auto& m : got) {
+    CHECK(m.lane >= lane);  // never a higher lane before a lower one
+    lane = m.lane;
+    std::uint64_t id = 0, seq = 0;
+    std::memcpy(&id, m.data.data(), 8);
+    std::memcpy(&seq, m.data.data() + 8, 8);
+    CHECK(id == 3 - m.lane);
+    CHECK(seq == next[id]++);  // FIFO within the lane
+  }
+  shmtest::check_invariant(*box);
+}
+
+TEST_CASE("lanes: bad lane options are clear errors") {
+  shmtest::segment_guard g(shmtest::unique_name("badlanes"));
+  shmbox::options o;
+  o.lanes.resize(9);
+  auto r = shmbox::Box::create(g.name, o);
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == shmbox::errc::invalid_argument);
+  CHECK(shmbox::explain(r.error()).find("9 lanes") != std::string::npos);
+  o.lanes = {{.capacity = shmbox::kMaxCapacity + 1}};
+  CHECK(shmbox::Box::create(g.name, o).error() == shmbox::errc::invalid_argument);
+}
