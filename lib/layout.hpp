@@ -195,7 +195,8 @@ struct alignas(kCacheLine) owner_record {
   a64 last_owner_key;    // key of the owner before the current one (for transfer records)
   a32 state;             // owner_state
   std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
-  a64 reserved0[2];
+  a64 drops_baseline;    // overflow drops counted when the last delivery was made
+  a64 reserved0;
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
   a32 reserved1;
@@ -230,6 +231,7 @@ static_assert(offsetof(owner_record, lease_renewed_ns) == 24);
 static_assert(offsetof(owner_record, last_owner_key) == 32);
 static_assert(offsetof(owner_record, state) == 40);
 static_assert(offsetof(owner_record, lease_ms) == 44);
+static_assert(offsetof(owner_record, drops_baseline) == 48);
 static_assert(offsetof(owner_record, wake_seq) == 64);
 static_assert(offsetof(owner_record, wake_calls) == 72);
 static_assert(offsetof(owner_record, transfer_seq) == 128);

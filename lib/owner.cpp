@@ -200,6 +200,30 @@ const transfer_record& Owner::transfer() const noexcept {
   static const transfer_record none;
   return s_ ? s_->transfer : none;
 }
+namespace {
+// Messages the box's policies refused, dropped or evicted, all lanes.
+std::uint64_t overflow_drops(const Box& box) {
+  const counters c = box.read_counters();
+  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest;
+}
+}  // namespace
+
+usage_info Owner::usage() const {
+  usage_info u;
+  if (!s_) return u;
+  const detail::mapped_box& m = *s_->m;
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    u.depth.push_back(detail::lane_depth_scan(m, l));
+    u.capacity.push_back(m.lanes[l].capacity);
+    u.depth_total += u.depth.back();
+    u.capacity_total += u.capacity.back();
+  }
+  const std::uint64_t now = overflow_drops(Box(s_->m));
+  const std::uint64_t base = m.owner()->drops_baseline.load(std::memory_order_relaxed);
+  u.dropped_since_delivery = now >= base ? now - base : 0;
+  return u;
+}
+
 void Owner::renew() noexcept {
   if (s_ && s_->still_owner()) detail::renew_lease(*s_->m);
 }

@@ -35,6 +35,7 @@ std::string octal(std::uint32_t mode) {
 
 json counters_json(const shmbox::counters& c) {
   return json{{"posted", c.posted},
+              {"filtered", c.filtered},
               {"stored", c.stored},
               {"delivered", c.delivered},
               {"rejected", c.rejected},
@@ -44,6 +45,17 @@ json counters_json(const shmbox::counters& c) {
               {"dropped_oldest", c.dropped_oldest},
               {"abandoned", c.abandoned},
               {"redelivered", c.redelivered}};
+}
+
+json lanes_json(const shmbox::box_info& i) {
+  json lanes = json::array();
+  for (std::size_t l = 0; l < i.lanes.size(); ++l)
+    lanes.push_back(json{{"lane", l},
+                         {"capacity", i.lanes[l].capacity},
+                         {"policy", std::string(shmbox::to_string(i.lanes[l].overflow))},
+                         {"depth", i.lanes[l].depth},
+                         {"counters", counters_json(i.lanes[l].count)}});
+  return lanes;
 }
 
 json heirs_json(const shmbox::box_info& i) {
@@ -83,6 +95,7 @@ json info_json(const shmbox::box_info& i) {
               {"segment_bytes", i.segment_bytes},
               {"mode", octal(i.mode)},
               {"uid", i.uid},
+              {"lanes", lanes_json(i)},
               {"counters", counters_json(i.count)}};
 }
 
@@ -109,7 +122,16 @@ struct create_args {
   std::uint32_t max_producers = 64;
   std::uint32_t block_timeout_ms = 1000;
   std::uint32_t lease_ms = 0;
+  std::uint32_t lanes = 1;
+  std::vector<std::string> lane_capacity;  // "L=N"
+  std::vector<std::string> lane_policy;    // "L=POLICY"
 };
+
+// "L=VALUE" -> (L, VALUE); validated by the option's check.
+std::pair<std::uint32_t, std::string> lane_pair(const std::string& s) {
+  const auto eq = s.find('=');
+  return {static_cast<std::uint32_t>(std::stoul(s.substr(0, eq))), s.substr(eq + 1)};
+}
 
 int cmd_create(const create_args& a) {
   shmbox::options o;
@@ -120,10 +142,30 @@ int cmd_create(const create_args& a) {
   o.max_producers = a.max_producers;
   o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
   o.lease = std::chrono::milliseconds(a.lease_ms);
+  if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
+    o.lanes.resize(a.lanes);
+    for (const auto& lc : a.lane_capacity) {
+      const auto [lane, v] = lane_pair(lc);
+      if (lane >= a.lanes) {
+        std::cerr << "shmbox: --lane-capacity " << lc << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        return kExitUsage;
+      }
+      o.lanes[lane].capacity = static_cast<std::uint32_t>(std::stoul(v));
+    }
+    for (const auto& lp : a.lane_policy) {
+      const auto [lane, v] = lane_pair(lp);
+      if (lane >= a.lanes) {
+        std::cerr << "shmbox: --lane-policy " << lp << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        return kExitUsage;
+      }
+      o.lanes[lane].overflow = shmbox::parse_policy(v);
+    }
+  }
   auto box = shmbox::Box::create(a.name, o);
   if (!box) return fail(box.error());
-  std::cout << "created box '" << a.name << "': capacity " << o.capacity << ", slot size " << o.slot_size
-            << " bytes, policy " << shmbox::to_string(o.overflow) << ", mode " << octal(o.mode) << "\n";
+  std::cout << "created box '" << a.name << "': capacity " << box->capacity() << ", slot size " << o.slot_size
+            << " bytes, policy " << shmbox::to_string(o.overflow) << ", " << box->lane_count()
+            << (box->lane_count() == 1 ? " lane" : " lanes") << ", mode " << octal(o.mode) << "\n";
   return kExitOk;
 }
 
@@ -132,6 +174,7 @@ struct post_args {
   std::string name;
   std::vector<std::string> messages;
   long long timeout_ms = -1;  // -1: the box's block timeout
+  std::uint32_t lane = 0;
 };
 
 int cmd_post(const post_args& a) {
@@ -141,8 +184,8 @@ int cmd_post(const post_args& a) {
   std::size_t index = 0;
   auto post_one = [&](const std::string& msg) {
     ++index;
-    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post(msg)
-                                                    : producer->post(msg, std::chrono::milliseconds(a.timeout_ms));
+    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(a.lane, msg)
+                                                    : producer->post_to(a.lane, msg, std::chrono::milliseconds(a.timeout_ms));
     if (shmbox::is_stored(st)) return true;
     const std::string which = "message " + std::to_string(index);
     switch (st) {
@@ -186,6 +229,7 @@ struct recv_args {
   bool heir = false;
   std::string data;
   long long timeout_ms = 0;
+  bool verbose = false;
 };
 
 volatile sig_atomic_t g_stop = 0;
@@ -212,6 +256,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
     const shmbox::recv_status st = owner.receive_batch(batch, chunk, left);
     for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (a.verbose) std::cout << "lane=" << batch.lane(i) << " redelivered=" << (batch.redelivered(i) ? "yes" : "no") << " ";
       std::cout.write(batch[i].data(), static_cast<std::streamsize>(batch[i].size()));
       std::cout.put('\n');
     }
@@ -282,8 +327,23 @@ int cmd_stat(const std::string& name, bool as_json) {
             << "timeouts     " << c.timeouts << "\n"
             << "dropped_newest " << c.dropped_newest << "\n"
             << "dropped_oldest " << c.dropped_oldest << "\n"
+            << "filtered     " << c.filtered << "\n"
             << "abandoned    " << c.abandoned << "\n"
             << "redelivered  " << c.redelivered << "\n";
+  if (i.lanes.size() > 1) {
+    std::printf("%-5s %-12s %12s %10s %10s %10s %10s %10s\n", "LANE", "POLICY", "DEPTH/CAP", "POSTED", "DELIVERED",
+                "REJECTED", "DROPPED", "ABANDONED");
+    for (std::size_t l = 0; l < i.lanes.size(); ++l) {
+      const auto& li = i.lanes[l];
+      const std::string depth = std::to_string(li.depth) + "/" + std::to_string(li.capacity);
+      std::printf("%-5zu %-12s %12s %10llu %10llu %10llu %10llu %10llu\n", l,
+                  std::string(shmbox::to_string(li.overflow)).c_str(), depth.c_str(),
+                  static_cast<unsigned long long>(li.count.posted), static_cast<unsigned long long>(li.count.delivered),
+                  static_cast<unsigned long long>(li.count.rejected + li.count.timeouts),
+                  static_cast<unsigned long long>(li.count.dropped_newest + li.count.dropped_oldest + li.count.filtered),
+                  static_cast<unsigned long long>(li.count.abandoned));
+    }
+  }
   return kExitOk;
 }
 
@@ -388,6 +448,29 @@ int main(int argc, char** argv) {
   create->add_option("--block-timeout", ca.block_timeout_ms, "policy block: default wait of a post, in ms")
       ->check(CLI::Range(0u, 86'400'000u))
       ->capture_default_str();
+  auto check_lane_pair = [](bool policy_value) {
+    return CLI::Validator(
+        [policy_value](std::string& v) -> std::string {
+          const auto eq = v.find('=');
+          if (eq == std::string::npos || eq == 0 || v.find_first_not_of("0123456789") < eq)
+            return "'" + v + "' is not LANE=VALUE (e.g. 1=256)";
+          if (std::stoul(v.substr(0, eq)) >= shmbox::kMaxLanes) return "lane in '" + v + "' is not 0..7";
+          const std::string val = v.substr(eq + 1);
+          if (policy_value) return shmbox::parse_policy(val) ? std::string() : "unknown policy in '" + v + "'";
+          if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos || val.size() > 9 ||
+              std::stoul(val) < 1 || std::stoul(val) > shmbox::kMaxCapacity)
+            return "capacity in '" + v + "' is not 1.." + std::to_string(shmbox::kMaxCapacity);
+          return {};
+        },
+        policy_value ? "LANE=POLICY" : "LANE=N");
+  };
+  create->add_option("--lanes", ca.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number")
+      ->check(CLI::Range(1u, shmbox::kMaxLanes))
+      ->capture_default_str();
+  create->add_option("--lane-capacity", ca.lane_capacity, "capacity of one lane (repeatable); default --capacity")
+      ->check(check_lane_pair(false));
+  create->add_option("--lane-policy", ca.lane_policy, "policy of one lane (repeatable); default --policy")
+      ->check(check_lane_pair(true));
   create->add_option("--lease-ms", ca.lease_ms,
                      "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
       ->check(CLI::Range(0u, 86'400'000u))
@@ -399,6 +482,7 @@ int main(int argc, char** argv) {
   post->add_option("MESSAGE", pa.messages, "messages to post");
   post->add_option("--timeout", pa.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
       ->check(CLI::Range(0LL, 86'400'000LL));
+  post->add_option("--lane", pa.lane, "the lane to post into (0: control lane)")->check(CLI::Range(0u, shmbox::kMaxLanes - 1));
 
   recv_args ra;
   auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
@@ -409,6 +493,7 @@ int main(int argc, char** argv) {
   recv->add_flag("--follow", ra.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
       ->excludes(max_opt)
       ->excludes(all_opt);
+  recv->add_flag("--verbose", ra.verbose, "print each message's lane and redelivered flag before it");
   auto* heir_opt = recv->add_flag("--heir", ra.heir, "register as heir, wait until given the box, then receive as owner");
   recv->add_option("--data", ra.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
       CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));

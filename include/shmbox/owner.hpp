@@ -72,6 +72,15 @@ class batch {
   std::vector<entry> entries_;
 };
 
+// How full the box is, for the owner (read without locks).
+struct usage_info {
+  std::vector<std::uint64_t> depth;     // messages per lane
+  std::uint64_t depth_total = 0;
+  std::vector<std::uint32_t> capacity;  // per lane
+  std::uint64_t capacity_total = 0;
+  std::uint64_t dropped_since_delivery = 0;  // overflow drops since the last delivery (deliver())
+};
+
 // The owner handle. Receiving copies a message out and commits it in one call.
 class Owner {
  public:
@@ -114,6 +123,8 @@ class Owner {
   bool give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout);
   // Renews the lease of a box created with a lease (receiving renews it).
   void renew() noexcept;
+  // Depth and capacity per lane and in total, and the drops since the last delivery.
+  usage_info usage() const;
 
   // How this owner got the box.
   const transfer_record& transfer() const noexcept;
