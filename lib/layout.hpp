@@ -68,6 +68,7 @@ enum class slot_state : std::uint32_t {
   writing = 3,  // lifo only: claimed by `actor`, payload being written
   free = 4,     // lifo only: writable by any producer
   done = 5,     // committed by owner `actor` (lease boxes and explicit commit), not yet freed
+  dropped = 6,  // like done, but dropped by the owner's filter (counted as filtered)
 };
 
 constexpr std::uint32_t kActorBits = 13;
@@ -116,7 +117,8 @@ enum class op_kind : std::uint32_t {
   lifo_replace = 5,  // producer: replacing the top, lifo slot `target`
   recv = 6,          // owner: reading FIFO position `target` (committed by the delivered counter)
   lifo_pop = 7,      // owner: reading lifo slot `target` (committed by the delivered counter)
-  commit = 8,        // owner: committing its TAKEN slots of lane `lane` (TAKEN -> DONE -> freed)
+  commit = 8,        // owner: committing its TAKEN slots of lane `lane` (TAKEN -> DONE/DROPPED -> freed)
+  filter_drop = 9,   // owner: dropping FIFO position / lifo slot `target` by its filter (committed by filtered)
 };
 constexpr std::uint64_t make_op(op_kind k, std::uint32_t lane, std::uint64_t target) noexcept {
   return (target << 8) | (std::uint64_t{lane & 0xFu} << 4) | static_cast<std::uint64_t>(k);
@@ -252,17 +254,19 @@ static_assert(offsetof(owner_record, tr_data) == 320);
 // of that epoch. A stale owner (lease expired while it was stopped) and its
 // successor have different actors, so they never write the same word.
 struct alignas(kCacheLine) owner_actor {
-  a64 key;        // process key of the owner that holds this actor (for liveness)
-  a64 epoch;      // the epoch it holds it for
-  a64 op;         // pending operation: recv / lifo_pop / commit / repair (make_op)
-  a64 op_before;  // the counter the op changes, before it
-  a64 reserved[4];
+  a64 key;          // process key of the owner that holds this actor (for liveness)
+  a64 epoch;        // the epoch it holds it for
+  a64 op;           // pending operation: recv / lifo_pop / filter_drop / commit / repair (make_op)
+  a64 op_before;    // the counter the op changes, before it (commit: delivered)
+  a64 op_before_b;  // commit: filtered before it
+  a64 reserved[3];
 };
 static_assert(sizeof(owner_actor) == kCacheLine);
 static_assert(offsetof(owner_actor, key) == 0);
 static_assert(offsetof(owner_actor, epoch) == 8);
 static_assert(offsetof(owner_actor, op) == 16);
 static_assert(offsetof(owner_actor, op_before) == 24);
+static_assert(offsetof(owner_actor, op_before_b) == 32);
 
 // Per-lane counters of one owner actor. Follows its owner_actor.
 struct alignas(kCacheLine) owner_lane_counters {

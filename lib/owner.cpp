@@ -4,10 +4,14 @@
 #include "shmbox/owner.hpp"
 
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "errors.hpp"
 #include "futex.hpp"
@@ -70,20 +74,54 @@ namespace {
 struct vector_sink final : detail::owner_sink {
   std::vector<message>* out;
   explicit vector_sink(std::vector<message>& v) : out(&v) {}
-  void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
     message& m = out->emplace_back();
     m.data.assign(reinterpret_cast<const char*>(data), size);
     m.redelivered = redelivered;
     m.lane = lane;
     ++appended;
+    return detail::take_verdict::deliver;
   }
 };
 struct batch_sink final : detail::owner_sink {
   batch* out;
   explicit batch_sink(batch& b) : out(&b) {}
-  void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
     out->append(data, size, redelivered, lane);
     ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
+// Runs the owner's filter on each message and passes what it delivers on.
+struct filter_sink final : detail::owner_sink {
+  detail::owner_sink* inner;
+  const filter_fn* filter;
+  std::uint64_t drops = 0;  // this call's filter drops
+  std::size_t seen = 0;     // messages the filter looked at (skip included)
+  std::vector<char>* drop_marks = nullptr;  // fenced path: one mark per non-skipped message
+  std::string scratch;
+  filter_sink(detail::owner_sink& in, const filter_fn* f) : inner(&in), filter(f) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    ++seen;
+    filter_verdict v = filter_verdict::deliver;
+    const std::byte* out = data;
+    std::size_t n = size;
+    if (filter != nullptr && *filter) {
+      scratch.assign(reinterpret_cast<const char*>(data), size);
+      v = (*filter)(scratch);
+      out = reinterpret_cast<const std::byte*>(scratch.data());
+      n = scratch.size();
+    }
+    if (v == filter_verdict::skip) return detail::take_verdict::skip;
+    ++appended;
+    if (drop_marks != nullptr) drop_marks->push_back(v == filter_verdict::drop ? 1 : 0);
+    if (v == filter_verdict::drop) {
+      ++drops;
+      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane);  // keeps the staging aligned
+      return detail::take_verdict::drop;
+    }
+    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane);
+    return detail::take_verdict::deliver;
   }
 };
 }  // namespace
@@ -93,17 +131,65 @@ struct Owner::state {
   detail::owner_ctx ctx;
   transfer_record transfer;
   batch staging;  // lease boxes: messages taken, committed before they are handed out
+  std::vector<char> staging_drops;  // lease boxes with a filter: which staged messages the filter dropped
+  // pobox states (the segment holds the state; these are the armed details)
+  filter_fn active_filter;
+  std::size_t active_max = SIZE_MAX;
+  bool due = false;  // an armed state fired at arming time (the box had data)
+  // notify_fd: an eventfd written by a waker thread that sleeps on the
+  // segment's futex (so producers of any process and user can wake it).
+  int efd = -1;
+  std::thread waker;
+  std::atomic<bool> stop_waker{false};
 
   bool still_owner() const noexcept {
     const detail::owner_record* rec = m->owner();
     return rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
   }
 
+  void set_mode(owner_mode mode) noexcept {
+    m->owner()->state.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
+  }
+
+  void poke_fd() noexcept {
+    if (efd < 0) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(efd, &one, sizeof one);
+  }
+
+  void drain_fd() noexcept {
+    if (efd < 0) return;
+    std::uint64_t v;
+    [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
+  }
+
+  // Arms the owner's sleeping bit on every lane; false if any lane has
+  // something (then nothing stays armed).
+  bool arm_all() noexcept {
+    for (std::uint32_t l = 0; l < m->lane_count(); ++l)
+      if (!detail::owner_arm_sleep(ctx, l)) {
+        disarm_all();
+        return false;
+      }
+    return true;
+  }
+  void disarm_all() noexcept {
+    for (std::uint32_t l = 0; l < m->lane_count(); ++l) detail::owner_clear_sleep(ctx, l);
+  }
+
   ~state() {
+    if (waker.joinable()) {
+      stop_waker.store(true, std::memory_order_release);
+      m->owner()->wake_seq.fetch_add(1, std::memory_order_release);
+      detail::futex_wake(&m->owner()->wake_seq);
+      waker.join();
+    }
+    if (efd >= 0) ::close(efd);
     // Give the lease back; the messages stay (uncommitted reads are delivered
     // again to the next owner). Only if it is still ours. A registered heir
     // (pobox's monitor mode) takes it over: wake the waiters.
     if (!still_owner()) return;
+    set_mode(owner_mode::passive);
     std::uint64_t me = ctx.key;
     m->owner()->last_owner_key.store(me, std::memory_order_relaxed);  // for the heir's transfer record
     if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
@@ -278,7 +364,8 @@ recv_status Owner::commit(std::size_t* lost) {
   return recv_status::not_owner;
 }
 
-recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold) {
+recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
+                                const filter_fn* filter, std::uint64_t* filter_drops) {
   if (!s_) return recv_status::not_owner;
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
@@ -294,7 +381,13 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   // only what committed: a stale owner never returns a message.
   const bool staged = o.fenced && !hold;
   batch_sink staging_sink(s_->staging);
-  detail::owner_sink& into = staged ? static_cast<detail::owner_sink&>(staging_sink) : sink;
+  // With a filter, the filter sits in front: of the staging (lease boxes) or
+  // of the caller's sink.
+  filter_sink filtering(staged ? static_cast<detail::owner_sink&>(staging_sink) : sink, filter);
+  if (staged) filtering.drop_marks = &s_->staging_drops;
+  detail::owner_sink& into = filter != nullptr ? static_cast<detail::owner_sink&>(filtering)
+                             : staged          ? static_cast<detail::owner_sink&>(staging_sink)
+                                               : sink;
   const detail::take_mode mode = (hold || o.fenced) ? detail::take_mode::hold : detail::take_mode::commit_each;
   // The clock is read only once nothing was found: a call that finds a
   // message makes no clock call.
@@ -306,18 +399,23 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     bool busy = false, corrupt = false;
     if (staged) {
       s_->staging.clear();
+      s_->staging_drops.clear();
       staging_sink.appended = 0;
+      filtering.appended = 0;
     }
     // Every 64th empty poll (and the first) also reads the tails, to notice
     // a claimed-but-unpublished slot (slow or dead writer).
     into.look_at_tail = (polls++ & 63) == 0;
-    for (std::uint32_t l = 0; l < m.lane_count() && into.appended < max; ++l) {
+    bool skipped = false;
+    for (std::uint32_t l = 0; l < m.lane_count() && into.appended < max && !skipped; ++l) {
       into.max = max - into.appended;
       const detail::take_result r = detail::owner_take(o, l, into, mode);
       busy |= r.busy;
       corrupt |= r.corrupt;  // (r.unknown: an unpublished slot, not yet told apart: keep polling)
+      skipped |= r.skipped;  // the filter said stop
     }
-    if (staged && staging_sink.appended > 0) {
+    if (filter_drops != nullptr) *filter_drops = filtering.drops;
+    if (staged && into.appended > 0) {
       // A stale owner (its lease expired while it was stopped) gives back
       // what it took instead of committing it: it never returns a message.
       if (!s_->still_owner()) {
@@ -328,18 +426,19 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       std::vector<char> kept;
       const detail::commit_result r = detail::owner_commit(o, &kept);
       for (std::size_t i = 0; i < kept.size(); ++i)
-        if (kept[i] != 0) {
+        if (kept[i] != 0 && (filter == nullptr || s_->staging_drops[i] == 0)) {
           const std::string_view b = s_->staging[i];
           sink.append(reinterpret_cast<const std::byte*>(b.data()), static_cast<std::uint32_t>(b.size()),
                       s_->staging.redelivered(i), s_->staging.lane(i));
         }
-      if (sink.appended > 0) return recv_status::ok;
+      if (sink.appended > 0 || (filter != nullptr && r.committed > 0)) return recv_status::ok;
       if (r.lost > 0) {
         o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': taken over by a new owner (lease expired)");
         return recv_status::not_owner;
       }
     }
     if (!staged && into.appended > 0) return recv_status::ok;
+    if (skipped || (filter != nullptr && filtering.seen > 0)) return recv_status::ok;  // the filter decided
     if (corrupt) return recv_status::error;
     if (deadline.timeout_ns == 0) return recv_status::timeout;
     const std::uint64_t now = detail::mono_ns();
@@ -371,6 +470,132 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     // writer): back off instead of polling hot.
     if (!armed) backoff(busy_rounds, deadline, now);
   }
+}
+
+std::string_view to_string(owner_mode m) noexcept {
+  switch (m) {
+    case owner_mode::passive: return "passive";
+    case owner_mode::notify: return "notify";
+    case owner_mode::active: return "active";
+  }
+  return "unknown";
+}
+
+owner_mode Owner::mode() const noexcept {
+  if (!s_) return owner_mode::passive;
+  const std::uint32_t v = s_->m->owner()->state.load(std::memory_order_acquire);
+  return v <= static_cast<std::uint32_t>(owner_mode::active) ? static_cast<owner_mode>(v) : owner_mode::passive;
+}
+
+void Owner::passive() {
+  if (!s_ || !s_->still_owner()) return;
+  s_->due = false;
+  s_->active_filter = nullptr;
+  s_->set_mode(owner_mode::passive);
+  s_->disarm_all();
+}
+
+void Owner::notify() {
+  if (!s_ || !s_->still_owner()) return;
+  s_->set_mode(owner_mode::notify);
+  // Armed: producers now wake us (futex, and the waker thread's eventfd).
+  // Data already there: the notification is due now.
+  s_->due = !s_->arm_all();
+  if (s_->due) s_->poke_fd();
+}
+
+void Owner::active(filter_fn filter, std::size_t max) {
+  if (!s_ || !s_->still_owner()) return;
+  s_->active_filter = std::move(filter);
+  s_->active_max = max;
+  s_->set_mode(owner_mode::active);
+  s_->due = !s_->arm_all();
+  if (s_->due) s_->poke_fd();
+}
+
+recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filter) {
+  out.messages.clear();
+  out.count = 0;
+  out.dropped = 0;
+  if (!s_) return recv_status::not_owner;
+  const std::uint64_t drops_now = overflow_drops(Box(s_->m));
+  batch_sink sink(out.messages);
+  std::uint64_t filter_drops = 0;
+  const recv_status st = receive_into(sink, max == 0 ? 1 : max, std::chrono::nanoseconds(0), false, &filter, &filter_drops);
+  if (st == recv_status::timeout || st == recv_status::empty) return recv_status::empty;  // no data: no delivery
+  if (st != recv_status::ok) return st;
+  // A delivery (maybe empty: all dropped, or the first message skipped).
+  detail::owner_record* rec = s_->m->owner();
+  const std::uint64_t base = rec->drops_baseline.load(std::memory_order_relaxed);
+  out.count = out.messages.size();
+  out.dropped = (drops_now >= base ? drops_now - base : 0) + filter_drops;
+  rec->drops_baseline.store(drops_now, std::memory_order_relaxed);
+  s_->set_mode(owner_mode::passive);
+  return recv_status::ok;
+}
+
+owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
+  if (!s_) return owner_event::not_owner;
+  detail::owner_record* rec = s_->m->owner();
+  detail::lazy_deadline deadline{to_ns(timeout)};
+  for (;;) {
+    if (!s_->still_owner()) return owner_event::not_owner;
+    s_->drain_fd();
+    const owner_mode mode = this->mode();
+    if (mode == owner_mode::passive && !s_->due) return owner_event::none;  // nothing armed
+    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+    const bool data = s_->due || !s_->arm_all();
+    if (data) {
+      s_->due = false;
+      if (mode == owner_mode::notify) {
+        s_->set_mode(owner_mode::passive);
+        s_->disarm_all();
+        return owner_event::notified;
+      }
+      const recv_status st = deliver(out, s_->active_max, s_->active_filter);
+      if (st == recv_status::ok) {
+        s_->disarm_all();
+        s_->active_filter = nullptr;
+        return owner_event::delivered;
+      }
+      if (st == recv_status::not_owner) return owner_event::not_owner;
+      if (st == recv_status::error) return owner_event::error;
+      // Claimed but not yet published: look again shortly.
+      s_->set_mode(owner_mode::active);
+      const std::uint64_t now = detail::mono_ns();
+      if (deadline.timeout_ns == 0 || now >= deadline.get()) return owner_event::none;
+      ::sched_yield();
+      continue;
+    }
+    if (deadline.timeout_ns == 0) return owner_event::none;
+    const std::uint64_t now = detail::mono_ns();
+    if (now >= deadline.get()) {
+      return owner_event::none;  // still armed: a later wait, or the fd, picks it up
+    }
+    detail::futex_wait(&rec->wake_seq, w, deadline.get());
+  }
+}
+
+int Owner::notify_fd() {
+  if (!s_) return -1;
+  if (s_->efd >= 0) return s_->efd;
+  s_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s_->efd < 0) {
+    s_->ctx.last_error = detail::fail_errno(errno, "box '" + s_->m->name + "': eventfd");
+    return -1;
+  }
+  state* st = s_.get();
+  st->waker = std::thread([st] {
+    detail::owner_record* rec = st->m->owner();
+    while (!st->stop_waker.load(std::memory_order_acquire)) {
+      const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+      detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
+      if (st->stop_waker.load(std::memory_order_acquire)) break;
+      if (rec->wake_seq.load(std::memory_order_acquire) != w) st->poke_fd();  // a producer woke the owner
+    }
+  });
+  if (s_->due) s_->poke_fd();
+  return s_->efd;
 }
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {

@@ -374,6 +374,9 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target,
     case op_kind::lifo_pop:
       if (!same) return 3;  // the op is about another slot
       return m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
+    case op_kind::filter_drop:
+      if (!same) return 3;
+      return m.actor_counters(idx, L.index)->filtered.load(std::memory_order_acquire) != before ? 2 : 3;
     default:
       return 3;  // commit: a TAKEN slot is not committed yet (DONE ones are)
   }
@@ -404,7 +407,7 @@ bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::u
     if (s->seq.load(std::memory_order_acquire) != seen) return true;  // published meanwhile
     return abandon_fifo(L, q, seen, r);
   }
-  if (st == slot_state::done) {
+  if (st == slot_state::done || st == slot_state::dropped) {
     // Committed by an owner, not yet freed: finished by that owner, or (dead) here.
     return is_owner_actor(actor) && finish_dead_commit(m, L, actor);
   }
@@ -590,7 +593,7 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
             continue;
         }
       }
-      if (st == slot_state::taken || st == slot_state::empty || st == slot_state::done) {
+      if (st == slot_state::taken || st == slot_state::empty || st == slot_state::done || st == slot_state::dropped) {
         // Busy: being read, committed, evicted, repaired or still written.
         producer_maybe_repair(p, L, t - cap, seen, stuck_since);
         if (L.pol == policy::reject) return give_up(c->rejected, post_status::full);
@@ -640,7 +643,7 @@ void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     const slot_state st = seq_state(seen);
     const std::uint32_t actor = seq_actor(seen);
-    if (st == slot_state::done && is_owner_actor(actor)) {
+    if ((st == slot_state::done || st == slot_state::dropped) && is_owner_actor(actor)) {
       finish_dead_commit(*p.m, L, actor);
       continue;
     }
@@ -695,7 +698,7 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
           best_seq = seen;
         }
       } else if (st == slot_state::writing || st == slot_state::taken || st == slot_state::free ||
-                 st == slot_state::done) {
+                 st == slot_state::done || st == slot_state::dropped) {
         busy = true;
       }
     }
@@ -768,25 +771,33 @@ bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::u
   return repair_fifo_slot(*o.m, L, p, seen, o.rep, nullptr, -1, o.stuck_since_ns[l], now);
 }
 
-// DONE slots of a gone owner actor whose process is dead: it committed them
-// (TAKEN -> DONE) and may not have counted them. Counts them exactly once
-// (op_before) and frees them. Returns true if it freed any.
+// DONE/DROPPED slots of a gone owner actor whose process is dead: it
+// committed them (TAKEN -> DONE or DROPPED) and may not have counted them.
+// Counts them exactly once (op_before, op_before_b) and frees them. Returns
+// true if it freed any.
 bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
   const std::uint32_t idx = owner_actor_index(actor);
   const owner_actor* ar = m.actor(idx);
   if (process_alive(ar->key.load(std::memory_order_acquire))) return false;  // a stale owner finishes its own
   std::vector<std::pair<std::uint32_t, std::uint64_t>> done;
+  std::uint64_t delivered = 0, dropped = 0;
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
-    if (seq_state(seen) == slot_state::done && seq_actor(seen) == actor) done.emplace_back(i, seen);
+    const slot_state st = seq_state(seen);
+    if ((st != slot_state::done && st != slot_state::dropped) || seq_actor(seen) != actor) continue;
+    done.emplace_back(i, seen);
+    (st == slot_state::done ? delivered : dropped) += 1;
   }
   if (done.empty()) return false;
   const std::uint64_t op = ar->op.load(std::memory_order_acquire);
   if (op_kind_of(op) == op_kind::commit && op_lane(op) == L.index) {
-    // Every DONE slot of this actor in this lane belongs to its last commit.
+    // Every DONE/DROPPED slot of this actor in this lane belongs to its last
+    // commit: a CAS from the value before it counts each kind once.
     std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
-    m.actor_counters(idx, L.index)->delivered.compare_exchange_strong(before, before + done.size(),
-                                                                       std::memory_order_relaxed);
+    std::uint64_t before_b = ar->op_before_b.load(std::memory_order_acquire);
+    owner_lane_counters* oc = m.actor_counters(idx, L.index);
+    if (delivered != 0) oc->delivered.compare_exchange_strong(before, before + delivered, std::memory_order_relaxed);
+    if (dropped != 0) oc->filtered.compare_exchange_strong(before_b, before_b + dropped, std::memory_order_relaxed);
   }
   bool freed = false;
   for (auto& [i, seen] : done)
@@ -819,50 +830,76 @@ int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std:
              : -1;
 }
 
+// What take_one did.
+enum class took { yes, lost_race, skipped };
+
 // Announce-take-copy for one slot, then (commit_each) commit and free it, or
 // (hold) remember it in o.pending. `seen` is FULL, or TAKEN by us (redeliver).
-// Returns false when the take lost a race (the caller looks again).
-bool take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t where, std::uint64_t seen,
+// The sink's verdict decides: deliver (counted delivered), drop (counted
+// filtered), skip (the slot is put back as it was; stop).
+took take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t where, std::uint64_t seen,
               std::uint32_t len, bool redeliver, take_sink& sink, take_mode mode) noexcept {
   owner_lane_counters* oc = o.counters(L.index);
   const std::uint64_t pos_or_stamp = seq_pos(seen);
   const std::uint64_t mine = make_seq(pos_or_stamp, slot_state::taken, o.rep.actor);
+  // Others race for FULL slots in drop_oldest lanes (evictors) and lifo lanes
+  // (replacers): a CAS there; a release store elsewhere (no one else writes a
+  // FULL slot). The hold path always CASes (a newer owner may race too).
+  const bool cas = mode == take_mode::hold || L.pol == policy::drop_oldest || L.is_lifo();
+  auto put_back = [&] {
+    std::uint64_t expected = mine;
+    s->seq.compare_exchange_strong(expected, seen, std::memory_order_release, std::memory_order_relaxed);
+  };
   if (mode == take_mode::hold) {
-    // Always a CAS: evictors, replacers and a newer owner may race for it.
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
-      return false;
-    sink.append(lane_view::payload_of(s), len, redeliver, L.index);
-    o.pending.push_back({L.index, where, mine, seen, redeliver});
+      return took::lost_race;
+    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index);
+    if (v == take_verdict::skip) {
+      put_back();
+      return took::skipped;
+    }
+    o.pending.push_back({L.index, where, mine, seen, redeliver, v == take_verdict::drop});
     SHMBOX_FAULT("owner.after_take");
-    return true;
+    return took::yes;
   }
   // T2: announce. relaxed: published by the release/seq_cst of the take.
   const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
   o.act->op_before.store(before, std::memory_order_relaxed);
   o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index, where), std::memory_order_relaxed);
   if (!redeliver) {  // T3
-    // A CAS where others race for FULL slots (drop_oldest evictors, lifo
-    // replacers); a release store otherwise (no one else writes a FULL slot).
-    if (L.pol == policy::drop_oldest || L.is_lifo()) {
+    if (cas) {
       if (!s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         o.act->op.store(0, std::memory_order_relaxed);
-        return false;
+        return took::lost_race;
       }
     } else {
       s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
     }
   }
-  sink.append(lane_view::payload_of(s), len, redeliver, L.index);  // T4
+  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index);  // T4
   SHMBOX_FAULT("owner.after_take");
-  if (redeliver) bump(oc->redelivered);
-  // T5: the commit. relaxed: single writer; the free below is a release store.
-  oc->delivered.store(before + 1, std::memory_order_relaxed);
+  if (v == take_verdict::skip) {
+    put_back();  // as it was (FULL, or ours to redeliver)
+    o.act->op.store(0, std::memory_order_release);
+    return took::skipped;
+  }
+  if (v == take_verdict::drop) {
+    // Committed as filtered instead: re-announce with that counter.
+    const std::uint64_t fb = oc->filtered.load(std::memory_order_relaxed);
+    o.act->op_before.store(fb, std::memory_order_relaxed);
+    o.act->op.store(make_op(op_kind::filter_drop, L.index, where), std::memory_order_release);
+    oc->filtered.store(fb + 1, std::memory_order_relaxed);
+  } else {
+    if (redeliver) bump(oc->redelivered);
+    // T5: the commit. relaxed: single writer; the free below is a release store.
+    oc->delivered.store(before + 1, std::memory_order_relaxed);
+  }
   SHMBOX_FAULT("owner.after_commit");
   // T6 release: our payload read happens before the next writer's payload
   // writes (pairs with P1's acquire / L1's acquire).
   s->seq.store(finished_seq(L, mine), std::memory_order_release);
   o.act->op.store(0, std::memory_order_release);
-  return true;
+  return took::yes;
 }
 
 // Publishes the FIFO head: the first position this owner has not finished
@@ -922,7 +959,12 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
         abandon_fifo(L, p, seen, o.rep);
         continue;
       }
-      if (!take_one(o, L, s, p, seen, len, redeliver, sink, mode)) continue;  // lost a race: look again
+      const took t = take_one(o, L, s, p, seen, len, redeliver, sink, mode);
+      if (t == took::lost_race) continue;  // look again
+      if (t == took::skipped) {
+        res.skipped = true;
+        break;
+      }
       ++n;
       ++p;
       continue;
@@ -933,10 +975,10 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       ++p;
       continue;
     }
-    if (st == slot_state::taken || st == slot_state::done) {
+    if (st == slot_state::taken || st == slot_state::done || st == slot_state::dropped) {
       // Held by an evictor or a repairer, which decides p's fate, or committed
       // by an owner that is gone (a dead one's commit we finish here): skip p.
-      if (st == slot_state::done && is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
+      if (st != slot_state::taken && is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
         finish_dead_commit(*o.m, L, actor);
       ++p;
       continue;
@@ -986,7 +1028,12 @@ bool lifo_pop_one(owner_ctx& o, const lane_view& L, std::uint32_t i, std::uint64
     if (o.pending.empty()) abandon_lifo(L, i, seen, o.rep);
     return true;
   }
-  if (!take_one(o, L, s, i, seen, len, redeliver, sink, mode)) return false;
+  const took t = take_one(o, L, s, i, seen, len, redeliver, sink, mode);
+  if (t == took::lost_race) return false;
+  if (t == took::skipped) {
+    res.skipped = true;
+    return true;
+  }
   ++res.taken;
   return true;
 }
@@ -994,18 +1041,20 @@ bool lifo_pop_one(owner_ctx& o, const lane_view& L, std::uint32_t i, std::uint64
 take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mode mode) noexcept {
   take_result res;
   auto& again = o.lifo_redeliver[L.index];
-  while (res.taken < sink.max && !again.empty()) {
+  while (res.taken < sink.max && !again.empty() && !res.skipped) {
     const std::uint32_t i = again.back();
     again.pop_back();
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
-    if (seq_state(seen) == slot_state::taken && seq_actor(seen) == o.rep.actor)
+    if (seq_state(seen) == slot_state::taken && seq_actor(seen) == o.rep.actor) {
       lifo_pop_one(o, L, i, seen, true, sink, res, mode);
+      if (res.skipped) again.push_back(i);  // still ours, still to deliver
+    }
   }
   // Newest first: a snapshot of the FULL slots by stamp. A slot that changed
   // since the snapshot (replaced) makes us take a new one.
   thread_local std::vector<std::pair<std::int64_t, std::uint32_t>> order;
   thread_local std::vector<std::uint64_t> seqs;
-  while (res.taken < sink.max) {
+  while (res.taken < sink.max && !res.skipped) {
     order.clear();
     seqs.assign(L.capacity, 0);
     const std::uint64_t ref = (L.hdr->lifo_stamp.load(std::memory_order_acquire) >> 1) & kPosMask;
@@ -1022,8 +1071,8 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
         res.corrupt = true;
         o.last_error = fail(errc::corrupt, corrupt_slot(o, L, i, "is in a FIFO state"));
         abandon_lifo(L, i, seen, o.rep);
-      } else if (st == slot_state::done && is_owner_actor(seq_actor(seen)) && seq_actor(seen) != o.rep.actor &&
-                 o.pending.empty()) {
+      } else if ((st == slot_state::done || st == slot_state::dropped) && is_owner_actor(seq_actor(seen)) &&
+                 seq_actor(seen) != o.rep.actor && o.pending.empty()) {
         finish_dead_commit(*o.m, L, seq_actor(seen));
       } else if (st == slot_state::taken && is_owner_actor(seq_actor(seen)) && seq_actor(seen) != o.rep.actor) {
         if (adopt_gone_owner_slot(o, L, L.slot_at_index(i), i, seen) == 1) again.push_back(i);
@@ -1058,7 +1107,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     bool changed = false;
     for (const auto& [d, i] : order) {
-      if (res.taken >= sink.max) break;
+      if (res.taken >= sink.max || res.skipped) break;
       if (!lifo_pop_one(o, L, i, seqs[i], false, sink, res, mode)) {
         changed = true;
         break;
@@ -1201,19 +1250,26 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     for (const pending_slot& ps : o.pending) any |= ps.lane == l;
     if (!any) continue;
     const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+    const std::uint64_t before_b = oc->filtered.load(std::memory_order_relaxed);
     o.act->op_before.store(before, std::memory_order_relaxed);
+    o.act->op_before_b.store(before_b, std::memory_order_relaxed);
     o.act->op.store(make_op(op_kind::commit, l, 0), std::memory_order_relaxed);  // relaxed: published by the CASes
-    std::uint64_t n = 0, again = 0;
+    std::uint64_t n = 0, dropped = 0, again = 0;
     for (std::size_t i = 0; i < o.pending.size(); ++i) {
       pending_slot& ps = o.pending[i];
       if (ps.lane != l) continue;
       slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
       std::uint64_t expected = ps.seq;
-      const std::uint64_t done = make_seq(seq_pos(ps.seq), slot_state::done, o.rep.actor);
+      const std::uint64_t done =
+          make_seq(seq_pos(ps.seq), ps.drop ? slot_state::dropped : slot_state::done, o.rep.actor);
       if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         ps.seq = done;
-        ++n;
-        again += ps.redelivered ? 1 : 0;
+        if (ps.drop) {
+          ++dropped;
+        } else {
+          ++n;
+          again += ps.redelivered ? 1 : 0;
+        }
         if (kept != nullptr) (*kept)[i] = 1;
       } else {
         ps.seq = 0;  // lost: a newer owner took it back
@@ -1223,6 +1279,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     SHMBOX_FAULT("owner.mid_commit");
     if (again > 0) bump(oc->redelivered, again);
     oc->delivered.store(before + n, std::memory_order_relaxed);
+    oc->filtered.store(before_b + dropped, std::memory_order_relaxed);
     SHMBOX_FAULT("owner.after_commit");
     for (const pending_slot& ps : o.pending) {
       if (ps.lane != l || ps.seq == 0) continue;
@@ -1233,7 +1290,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
                                      std::memory_order_relaxed);
     }
     o.act->op.store(0, std::memory_order_release);
-    r.committed += n;
+    r.committed += n + dropped;
   }
   std::vector<std::uint32_t> lanes;
   for (const pending_slot& ps : o.pending)
@@ -1293,7 +1350,8 @@ void owner_recover(owner_ctx& o) noexcept {
     for (std::uint64_t k = 0; k < count; ++k) {
       const std::uint64_t seen = L.slot_at_index(slot_no(k))->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
-      if (seq_state(seen) == slot_state::done && is_owner_actor(actor) && actor != o.rep.actor &&
+      const slot_state st = seq_state(seen);
+      if ((st == slot_state::done || st == slot_state::dropped) && is_owner_actor(actor) && actor != o.rep.actor &&
           std::find(actors.begin(), actors.end(), actor) == actors.end())
         actors.push_back(actor);
     }

@@ -62,6 +62,7 @@ struct pending_slot {
   std::uint64_t seq = 0;    // the slot's sequence word as we set it: TAKEN(x, us)
   std::uint64_t orig = 0;   // what it was before we took it (FULL, or TAKEN by a gone owner)
   bool redelivered = false;
+  bool drop = false;        // the filter dropped it: committed as filtered, not delivered
 };
 
 // One owner handle.
@@ -84,11 +85,18 @@ struct owner_ctx {
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
 
+// What the sink (the owner's filter) makes of one taken message.
+enum class take_verdict {
+  deliver,  // hand it out (committed as delivered)
+  drop,     // remove it (committed as filtered)
+  skip,     // stop: this message and the rest stay in the box
+};
+
 // Where taken messages go: the owner copies each one out through append().
 struct take_sink {
   std::size_t max = 0;        // take at most this many
   bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
-  virtual void append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) = 0;
+  virtual take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) = 0;
 
  protected:
   ~take_sink() = default;
@@ -103,7 +111,8 @@ struct lazy_deadline {
 };
 
 struct take_result {
-  std::size_t taken = 0;
+  std::size_t taken = 0;     // delivered or dropped
+  bool skipped = false;      // the sink said skip: stop taking (all lanes)
   bool busy = false;     // something is claimed but not yet published (a slow or dead writer)
   bool unknown = false;  // stopped at an unpublished slot without reading the tail (look_at_tail false)
   bool corrupt = false;  // the lane broke an invariant; last_error says how
@@ -122,7 +131,7 @@ take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_m
 // owner is lost to us), counts them, frees them. kept[i] (if given) says
 // whether pending[i] was committed.
 struct commit_result {
-  std::size_t committed = 0;
+  std::size_t committed = 0;  // delivered or dropped by the filter
   std::size_t lost = 0;  // re-taken by a newer owner: it delivers them again
 };
 commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,6 +73,42 @@ class batch {
   std::vector<entry> entries_;
 };
 
+// pobox's owner states. The state lives in the segment (`shmbox stat` shows it).
+enum class owner_mode : std::uint8_t {
+  passive,  // messages accumulate; nothing is signalled
+  notify,   // one-shot: when data is (or becomes) present, the owner is woken; then passive
+  active,   // one-shot: the next delivery happens as soon as data is there; then passive
+};
+std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
+
+// What a filter makes of one message.
+enum class filter_verdict : std::uint8_t {
+  deliver,  // hand it out (the filter may have rewritten it)
+  drop,     // remove it from the box (counted as filtered)
+  skip,     // stop here: this message and all after it stay in the box
+};
+// Sees each message in delivery order and may rewrite it. A user state is
+// threaded through the calls by capturing it in the function object (the
+// Owner keeps the object given to active() until the delivery is made).
+using filter_fn = std::function<filter_verdict(std::string& message)>;
+
+// One delivery (pobox's {mail, Box, Msgs, Count, Lost}).
+struct delivery {
+  batch messages;             // delivered, in order, as the filter left them
+  std::size_t count = 0;      // messages.size()
+  std::uint64_t dropped = 0;  // overflow drops since the last delivery + this delivery's filter drops
+  bool empty() const noexcept { return count == 0; }  // everything dropped, or the first message skipped
+};
+
+// What Owner::wait() saw.
+enum class owner_event : std::uint8_t {
+  none,       // the timeout passed
+  notified,   // notify fired: data is there (the box is passive again)
+  delivered,  // active fired: the delivery is in `out` (the box is passive again)
+  not_owner,  // this handle no longer owns the box
+  error,      // see last_error()
+};
+
 // How full the box is, for the owner (read without locks).
 struct usage_info {
   std::vector<std::uint64_t> depth;     // messages per lane
@@ -126,6 +163,28 @@ class Owner {
   // Depth and capacity per lane and in total, and the drops since the last delivery.
   usage_info usage() const;
 
+  // --- pobox's owner states (one-shot arming; after each wake or delivery the box is passive)
+  owner_mode mode() const noexcept;
+  void passive();
+  // Arms notify. If the box already has data, the notification is due at once
+  // and the box stays passive.
+  void notify();
+  // Arms active: the next delivery, through `filter` (none: deliver all), of up
+  // to `max` messages, is made as soon as data is there (by wait()).
+  void active(filter_fn filter = {}, std::size_t max = SIZE_MAX);
+  // Waits up to `timeout` for the armed state to fire: notify -> notified;
+  // active -> the delivery is made into `out` and delivered is returned.
+  owner_event wait(delivery& out, std::chrono::nanoseconds timeout);
+  // A delivery now, through `filter`, of up to `max` messages, whatever the
+  // state: ok (a delivery, maybe empty: all dropped or the first skipped),
+  // empty (nothing in the box: no delivery), not_owner or error. Resets the
+  // drop count reported with deliveries.
+  recv_status deliver(delivery& out, std::size_t max, const filter_fn& filter);
+  // For event loops (epoll, poll, asio, libuv): readable when an armed notify
+  // or active fired; then call wait(out, 0). Works with producers in any
+  // process; each Owner handle has its own. Owned by the handle.
+  int notify_fd();
+
   // How this owner got the box.
   const transfer_record& transfer() const noexcept;
   // The epoch this handle owns the box under.
@@ -135,7 +194,8 @@ class Owner {
 
  private:
   struct state;
-  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold);
+  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
+                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr);
   // The handle of this process after it took the box with `epoch` (runs recovery).
   static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch);
   explicit Owner(std::unique_ptr<state> s);

@@ -1,0 +1,355 @@
+// pobox's state suite (test/pobox_SUITE.erl) ported to shmbox: owner states
+// passive/notify/active, filters and drop counts, for each pobox buffer type
+// (queue = drop_oldest, stack = lifo, keep_old = drop_newest), with the
+// producers separate programs (the shmbox CLI); and notify_fd with epoll.
+#include <doctest/doctest.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checks.hpp"
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::filter_verdict;
+using shmbox::owner_event;
+using shmbox::owner_mode;
+using shmbox::policy;
+
+namespace {
+
+constexpr std::uint32_t kSize = 3;  // pobox's test size
+
+struct fixture {
+  shmtest::segment_guard g;
+  shmbox::Box box;
+  shmbox::Owner owner;
+  policy pol;
+  explicit fixture(policy p)
+      : g(shmtest::unique_name("state")),
+        box(*shmbox::Box::create(g.name, {.capacity = kSize, .slot_size = 16, .overflow = p})),
+        owner(*shmbox::Owner::acquire(box)),
+        pol(p) {}
+};
+
+// Posts the numbers as messages from a separate process (the CLI).
+void post(const fixture& f, int from, int to) {
+  std::vector<std::string> argv{shmtest::cli_path(), "post", f.g.name};
+  for (int n = from; n <= to; ++n) argv.push_back(std::to_string(n));
+  const auto r = shmtest::run(argv);
+  CHECK((r.code == 0 || r.code == 3));  // 3: some were refused by the policy (counted)
+}
+
+std::vector<int> values(const shmbox::delivery& d) {
+  std::vector<int> v;
+  for (std::size_t i = 0; i < d.messages.size(); ++i) v.push_back(std::stoi(std::string(d.messages[i])));
+  return v;
+}
+
+std::vector<int> sorted(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::vector<int> seq(int from, int to) {
+  std::vector<int> v;
+  for (int n = from; n <= to; ++n) v.push_back(n);
+  return v;
+}
+
+const shmbox::filter_fn identity = [](std::string&) { return filter_verdict::deliver; };
+
+// Delivers through `filter` once the box is active; checks count and drops.
+std::vector<int> activate(fixture& f, const shmbox::filter_fn& filter, std::size_t count, std::uint64_t dropped) {
+  f.owner.active(filter);
+  shmbox::delivery d;
+  REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+  CHECK(d.count == count);
+  CHECK(d.dropped == dropped);
+  CHECK(f.owner.mode() == owner_mode::passive);  // one-shot
+  return values(d);
+}
+
+// No notification or delivery is pending.
+void check_quiet(fixture& f) {
+  shmbox::delivery d;
+  CHECK(f.owner.wait(d, 0ns) == owner_event::none);
+}
+
+const policy kTypes[] = {policy::drop_oldest, policy::lifo, policy::drop_newest};
+
+}  // namespace
+
+TEST_CASE("states: notify_to_active") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    f.owner.notify();
+    post(f, 1, kSize);
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
+    CHECK(f.owner.mode() == owner_mode::passive);
+    const auto msgs = activate(f, identity, kSize, 0);
+    if (p == policy::lifo) CHECK(sorted(msgs) == seq(1, kSize));  // a stack: order not promised
+    else CHECK(msgs == seq(1, kSize));                             // queue and keep_old: in order
+    post(f, kSize + 1, kSize + 1);  // not repeated, good transitions
+    CHECK(activate(f, identity, 1, 0) == std::vector<int>{kSize + 1});
+    shmtest::check_invariant(f.box);
+  }
+}
+
+TEST_CASE("states: notify_to_overflow") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    f.owner.notify();
+    post(f, 1, 2 * kSize);
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
+    const auto msgs = activate(f, identity, kSize, kSize);  // Size kept, Size lost
+    if (p == policy::drop_oldest) CHECK(msgs == seq(kSize + 1, 2 * kSize));  // lost the first
+    if (p == policy::lifo) CHECK(sorted(msgs) == std::vector<int>{1, 2, 2 * kSize});  // oldest + the newest
+    if (p == policy::drop_newest) CHECK(msgs == seq(1, kSize));  // lost the last
+    shmtest::check_invariant(f.box);
+  }
+}
+
+TEST_CASE("states: filter_skip (one message per delivery)") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    post(f, 1, 3);
+    f.owner.notify();  // data already there: due at once
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 0ns) == owner_event::notified);
+    auto take_one = [] {
+      int state = 0;  // threaded through the calls of one delivery
+      return shmbox::filter_fn([state](std::string&) mutable {
+        return state++ == 0 ? filter_verdict::deliver : filter_verdict::skip;
+      });
+    };
+    std::vector<int> got;
+    for (int i = 0; i < 3; ++i) {
+      const auto one = activate(f, take_one(), 1, 0);
+      REQUIRE(one.size() == 1);
+      got.push_back(one[0]);
+    }
+    CHECK(got == (p == policy::lifo ? std::vector<int>{3, 2, 1} : std::vector<int>{1, 2, 3}));
+    shmtest::check_invariant(f.box);
+  }
+}
+
+TEST_CASE("states: filter_drop (keep the first, drop the rest)") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    post(f, 1, 3);
+    auto keep_first = [] {
+      int state = 0;
+      return shmbox::filter_fn([state](std::string&) mutable {
+        return state++ == 0 ? filter_verdict::deliver : filter_verdict::drop;
+      });
+    };
+    const auto first = activate(f, keep_first(), 1, 2);  // 1 delivered, 2 dropped
+    post(f, 4, 4);
+    const auto extra = activate(f, keep_first(), 1, 0);
+    std::vector<int> all = first;
+    all.insert(all.end(), extra.begin(), extra.end());
+    CHECK(all == (p == policy::lifo ? std::vector<int>{3, 4} : std::vector<int>{1, 4}));
+    CHECK(f.box.read_counters().filtered == 2);
+    shmtest::check_invariant(f.box);
+  }
+}
+
+TEST_CASE("states: active_to_notify") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    f.owner.active(identity);
+    post(f, 1, 1);
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+    CHECK(values(d) == std::vector<int>{1});
+    check_quiet(f);  // no 'new_data'
+    CHECK(f.owner.mode() == owner_mode::passive);
+    f.owner.active(identity);
+    CHECK(f.owner.mode() == owner_mode::active);
+    f.owner.notify();
+    CHECK(f.owner.mode() == owner_mode::notify);
+    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "notify");  // in the segment, for the CLI
+    post(f, 2, 2);
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
+    CHECK(activate(f, identity, 1, 0) == std::vector<int>{2});
+  }
+}
+
+TEST_CASE("states: passive_to_notify") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    f.owner.active(identity);
+    post(f, 1, 1);
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+    check_quiet(f);
+    CHECK(f.owner.mode() == owner_mode::passive);
+    f.owner.notify();
+    CHECK(f.owner.mode() == owner_mode::notify);
+    post(f, 2, 2);
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
+    CHECK(activate(f, identity, 1, 0) == std::vector<int>{2});
+    // Passive again. With a message in the box, notify fires at once and the
+    // box stays passive.
+    CHECK(f.owner.mode() == owner_mode::passive);
+    post(f, 3, 3);
+    check_quiet(f);  // passive: no notification
+    f.owner.notify();
+    REQUIRE(f.owner.wait(d, 0ns) == owner_event::notified);
+    CHECK(f.owner.mode() == owner_mode::passive);
+  }
+}
+
+TEST_CASE("states: passive_to_active") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    f.owner.active(identity);
+    post(f, 1, 1);
+    shmbox::delivery d;
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+    check_quiet(f);
+    CHECK(f.owner.mode() == owner_mode::passive);
+    f.owner.active(identity);
+    CHECK(f.owner.mode() == owner_mode::active);
+    post(f, 2, 2);  // then we receive mail after a post
+    REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+    CHECK(values(d) == std::vector<int>{2});
+    check_quiet(f);
+    // Passive again: with a message in the box, active delivers at once.
+    CHECK(f.owner.mode() == owner_mode::passive);
+    post(f, 3, 3);
+    check_quiet(f);
+    f.owner.active(identity);
+    REQUIRE(f.owner.wait(d, 0ns) == owner_event::delivered);
+    CHECK(values(d) == std::vector<int>{3});
+    CHECK(f.owner.mode() == owner_mode::passive);
+  }
+}
+
+TEST_CASE("states: drop_count resets only at a delivery") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p);
+    post(f, 1, 5);  // 2 lost to overflow
+    CHECK(f.owner.usage().dropped_since_delivery == 2);
+    activate(f, identity, 3, 2);
+    CHECK(f.owner.usage().dropped_since_delivery == 0);
+    post(f, 6, 6);
+    activate(f, identity, 1, 0);  // nothing lost since the last delivery
+    post(f, 7, 10);               // 1 lost to overflow ...
+    CHECK(f.owner.usage().dropped_since_delivery == 1);
+    auto keep_two = [] {
+      int state = 0;
+      return shmbox::filter_fn([state](std::string&) mutable {
+        return state++ < 2 ? filter_verdict::deliver : filter_verdict::drop;
+      });
+    };
+    activate(f, keep_two(), 2, 2);  // ... plus 1 filtered by this delivery
+    // Five rounds of fill-then-drop-all: every delivery is empty and reports all drops.
+    const auto drop_all = shmbox::filter_fn([](std::string&) { return filter_verdict::drop; });
+    for (int round = 0; round < 5; ++round) {
+      post(f, 1, 2 * kSize);
+      shmbox::delivery d;
+      f.owner.active(drop_all);
+      REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
+      CHECK(d.empty());
+      CHECK(d.dropped == 2 * kSize);  // kSize to overflow, kSize to the filter
+      CHECK(shmbox::Box::inspect(f.g.name)->info().depth == 0);
+      shmtest::check_invariant(f.box);
+    }
+  }
+}
+
+TEST_CASE("states: a filter may rewrite messages; an empty box makes no delivery") {
+  fixture f(policy::drop_oldest);
+  shmbox::delivery d;
+  CHECK(f.owner.deliver(d, 10, identity) == shmbox::recv_status::empty);
+  post(f, 1, 2);
+  CHECK(f.owner.deliver(d, 10, [](std::string& m) {
+    m = "<" + m + ">";
+    return filter_verdict::deliver;
+  }) == shmbox::recv_status::ok);
+  REQUIRE(d.count == 2);
+  CHECK(d.messages[0] == "<1>");
+  CHECK(d.messages[1] == "<2>");
+}
+
+namespace {
+int epoll_for(int fd) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  return ep;
+}
+int ready(int ep, int timeout_ms) {
+  epoll_event ev{};
+  return ::epoll_wait(ep, &ev, 1, timeout_ms);
+}
+}  // namespace
+
+TEST_CASE("notify_fd: epoll wakes when an unrelated producer posts; not otherwise; one-shot re-arming") {
+  fixture f(policy::reject);
+  const int fd = f.owner.notify_fd();
+  REQUIRE(fd >= 0);
+  const int ep = epoll_for(fd);
+  f.owner.notify();
+  CHECK(ready(ep, 100) == 0);  // nothing posted: no wake
+  post(f, 1, 1);               // a separate program, not a fork child of ours
+  CHECK(ready(ep, 10'000) == 1);
+  shmbox::delivery d;
+  CHECK(f.owner.wait(d, 0ns) == owner_event::notified);
+  CHECK(ready(ep, 0) == 0);  // consumed
+  post(f, 2, 2);             // not re-armed: one-shot, no wake
+  CHECK(ready(ep, 100) == 0);
+  f.owner.active(identity);  // re-armed with data present: due at once
+  CHECK(ready(ep, 10'000) == 1);
+  CHECK(f.owner.wait(d, 0ns) == owner_event::delivered);
+  CHECK(values(d) == std::vector<int>{1, 2});
+  f.owner.active(identity);  // armed on an empty box
+  CHECK(ready(ep, 100) == 0);
+  post(f, 3, 3);
+  CHECK(ready(ep, 10'000) == 1);
+  CHECK(f.owner.wait(d, 0ns) == owner_event::delivered);
+  CHECK(values(d) == std::vector<int>{3});
+  ::close(ep);
+}
+
+TEST_CASE("notify_fd: works again after a give-away (the new owner gets its own)") {
+  shmtest::segment_guard g(shmtest::unique_name("fdgive"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 16}));
+  auto listener = shmbox::Heir::listen(g.name);
+  REQUIRE(listener);
+  shmtest::child giver({shmtest::helper_path(), "serve", g.name, "--give-to", std::to_string(::getpid())}, {}, true);
+  auto mine = listener->await_transfer(30s);
+  REQUIRE(mine);
+  CHECK(mine->transfer().reason == shmbox::transfer_reason::give_away);
+  CHECK(giver.read_line(30s).value_or("").rfind("owner", 0) == 0);
+  CHECK(giver.read_line(30s).value_or("") == "gave 1");
+  const int fd = mine->notify_fd();
+  REQUIRE(fd >= 0);
+  const int ep = epoll_for(fd);
+  mine->notify();
+  CHECK(ready(ep, 100) == 0);
+  REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "after-give"}).code == 0);
+  CHECK(ready(ep, 10'000) == 1);
+  shmbox::delivery d;
+  CHECK(mine->wait(d, 0ns) == owner_event::notified);
+  ::close(ep);
+}
