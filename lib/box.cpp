@@ -115,8 +115,11 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   const detail::lane_view& L = m.lanes[l];
   std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
                 abandoned = 0;
+  counters c;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
+    c.dead_lettered += pc->dead_lettered.load(std::memory_order_relaxed);
+    c.dead_letter_failed += pc->dead_letter_failed.load(std::memory_order_relaxed);
     stored += pc->stored.load(std::memory_order_relaxed);
     rejected += pc->rejected.load(std::memory_order_relaxed);
     dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
@@ -126,7 +129,6 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     too_large += pc->too_large.load(std::memory_order_relaxed);
     abandoned += pc->abandoned.load(std::memory_order_relaxed);
   }
-  counters c;
   for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
     const detail::owner_lane_counters* oc = m.actor_counters(a, l);
     c.delivered += oc->delivered.load(std::memory_order_relaxed);
@@ -160,6 +162,8 @@ void add(counters& sum, const counters& c) {
   sum.filtered += c.filtered;
   sum.abandoned += c.abandoned;
   sum.redelivered += c.redelivered;
+  sum.dead_lettered += c.dead_lettered;
+  sum.dead_letter_failed += c.dead_letter_failed;
 }
 }  // namespace
 
@@ -195,6 +199,7 @@ box_info Box::info() const {
     i.lanes.push_back(li);
   }
   i.lease = std::chrono::milliseconds(m.lease_ms());
+  i.dead_letters = m.dead_letters;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.alive = v.alive;

@@ -22,6 +22,8 @@ bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
   g.producer_stride = static_cast<std::uint32_t>(sizeof(producer_entry) + p.lane_count * sizeof(producer_lane_counters));
   g.actor_stride = static_cast<std::uint32_t>(sizeof(owner_actor) + p.lane_count * sizeof(owner_lane_counters));
   std::uint64_t off = kSegmentHeaderBytes;
+  g.config_offset = off;
+  off += sizeof(box_config);
   g.owner_offset = off;
   off += sizeof(owner_record);
   g.actors_offset = off;

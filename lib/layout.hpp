@@ -9,6 +9,7 @@
 // any other version.
 //
 //   offset 0           segment_header      (256 B: identity + immutable geometry)
+//   config_offset      box_config          (256 B: immutable settings, e.g. the dead-letter box)
 //   owner_offset       owner_record        (384 B: lease, futexes, offer, last transfer)
 //   actors_offset      owner_actor[16], each followed by owner_lane_counters[lanes]
 //   heirs_offset       heir_entry[kHeirSlots] (128 B each)
@@ -31,7 +32,7 @@ namespace shmbox::detail {
 constexpr std::size_t kCacheLine = 64;
 // "SHMBOX" + two version-independent bytes; never changes.
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
-constexpr std::uint32_t kLayoutVersion = 2;
+constexpr std::uint32_t kLayoutVersion = 3;
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
 constexpr std::uint32_t kMaxLanes = 8;
 constexpr std::uint32_t kOwnerActors = 16;  // owner actor records, one per epoch % 16
@@ -153,7 +154,8 @@ struct segment_header {
   std::uint64_t actors_offset;     // offset of owner_actor[0]
   std::uint64_t heirs_offset;      // offset of heir_entry[0]
   std::uint32_t actor_stride;      // bytes per owner actor incl. its lane counters
-  std::uint8_t reserved[kSegmentHeaderBytes - 148];
+  std::uint64_t config_offset;     // offset of box_config
+  std::uint8_t reserved[kSegmentHeaderBytes - 160];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -177,7 +179,19 @@ static_assert(offsetof(segment_header, lease_ms) == 124);
 static_assert(offsetof(segment_header, actors_offset) == 128);
 static_assert(offsetof(segment_header, heirs_offset) == 136);
 static_assert(offsetof(segment_header, actor_stride) == 144);
-static_assert(offsetof(segment_header, reserved) == 148);
+static_assert(offsetof(segment_header, config_offset) == 152);
+static_assert(offsetof(segment_header, reserved) == 160);
+
+// Immutable settings, written before `ready` at creation. Untrusted on open:
+// lengths are bounded, names validated before use.
+struct box_config {
+  std::uint32_t dead_letters_len;  // 0: no dead-letter box
+  char dead_letters[132];          // its name (<= kMaxNameLength bytes, not NUL-terminated)
+  std::uint8_t reserved[120];
+};
+static_assert(sizeof(box_config) == 256);
+static_assert(offsetof(box_config, dead_letters_len) == 0);
+static_assert(offsetof(box_config, dead_letters) == 4);
 
 // ---------------------------------------------------------------------------
 // The owner record (the lease). Ownership changes only by a CAS on `key`
@@ -376,8 +390,12 @@ struct alignas(kCacheLine) producer_lane_counters {
   a64 timeouts;      // block: gave up waiting for space
   a64 too_large;     // refused: larger than the slot
   a64 abandoned;     // dead writers' positions this entry repaired
+  // line 2
+  a64 dead_lettered;      // dropped/evicted/replaced messages this entry forwarded to the dead-letter box
+  a64 dead_letter_failed; // ... that the dead-letter box did not store (its policy, size, or it is gone)
+  a64 reserved[6];
 };
-static_assert(sizeof(producer_lane_counters) == kCacheLine);
+static_assert(sizeof(producer_lane_counters) == 2 * kCacheLine);
 static_assert(offsetof(producer_lane_counters, stored) == 0);
 static_assert(offsetof(producer_lane_counters, rejected) == 8);
 static_assert(offsetof(producer_lane_counters, dropped_new) == 16);
@@ -386,6 +404,8 @@ static_assert(offsetof(producer_lane_counters, evicted) == 32);
 static_assert(offsetof(producer_lane_counters, timeouts) == 40);
 static_assert(offsetof(producer_lane_counters, too_large) == 48);
 static_assert(offsetof(producer_lane_counters, abandoned) == 56);
+static_assert(offsetof(producer_lane_counters, dead_lettered) == 64);
+static_assert(offsetof(producer_lane_counters, dead_letter_failed) == 72);
 
 // ---------------------------------------------------------------------------
 // A slot: sequence word, length, writer, then the payload.
@@ -415,6 +435,7 @@ struct geometry {
   std::uint32_t slot_stride = 0;
   std::uint32_t producer_stride = 0;
   std::uint32_t actor_stride = 0;
+  std::uint64_t config_offset = 0;
   std::uint64_t owner_offset = 0;
   std::uint64_t actors_offset = 0;
   std::uint64_t heirs_offset = 0;

@@ -452,6 +452,10 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
   if (!s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, p.rep.actor), std::memory_order_seq_cst,
                                       std::memory_order_relaxed))
     return false;
+  if (p.capture) {  // ours now: stable until we free it
+    const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
+    p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
+  }
   c->evicted.store(before + 1, std::memory_order_relaxed);
   SHMBOX_FAULT("producer.mid_evict");
   // release: pairs with the acquire of the producer claiming q + cap
@@ -713,6 +717,10 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
       if (!s->seq.compare_exchange_strong(expected, make_seq(stamp, slot_state::writing, p.rep.actor),
                                           std::memory_order_seq_cst, std::memory_order_relaxed))
         continue;  // the owner took it or another replacer won: look again
+      if (p.capture) {  // the replaced message, still intact until we write ours
+        const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
+        p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
+      }
       c->stored.store(stored + 1, std::memory_order_relaxed);
       c->replaced.store(replaced + 1, std::memory_order_relaxed);
       lifo_publish(p, L, s, stamp, data, size);

@@ -43,6 +43,11 @@ struct producer_ctx {
   std::uint32_t busy_seen = 0;  // busy slots seen since the last repair check
   std::uint32_t lifo_hint = 0;
   std::error_code last_error;
+  // Dead letters: while the box names a dead-letter box, messages this handle
+  // evicts (drop_oldest) or replaces (lifo) are copied here, while it still
+  // holds their slot, to be forwarded after the post.
+  bool capture = false;
+  std::vector<std::string> captured;
 };
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)

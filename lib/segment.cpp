@@ -114,6 +114,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return fail(errc::invalid_argument, who + ": block timeout must be 0 ms to 1 day");
   if (o.lease.count() < 0 || o.lease.count() > 86'400'000)
     return fail(errc::invalid_argument, who + ": lease must be 0 (none) to 1 day in ms");
+  if (!o.dead_letters.empty()) {
+    if (auto r = validate_box_name(o.dead_letters); !r)
+      return fail(errc::invalid_name, who + ": dead-letter box: " + explain(r.error()));
+    if (o.dead_letters == name)
+      return fail(errc::invalid_argument, who + " cannot be its own dead-letter box");
+  }
 
   geometry_params p;
   std::uint32_t policies[kMaxLanes] = {};
@@ -197,6 +203,11 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->actors_offset = g.actors_offset;
   h->heirs_offset = g.heirs_offset;
   h->actor_stride = g.actor_stride;
+  h->config_offset = g.config_offset;
+  auto* cfg = reinterpret_cast<box_config*>(m->base + g.config_offset);
+  cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
+  std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
+  m->dead_letters = o.dead_letters;
   m->owner()->lease_ms = m->lease_ms_;
   for (std::uint32_t i = 0; i < kHeirSlots; ++i) m->heir(i)->wake_fd.store(-1, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < kMaxLanes; ++l) h->lane_capacity[l] = p.lane_capacity[l];
@@ -296,7 +307,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   if (!compute_geometry(p, g)) return fail(errc::corrupt, who + ": header geometry is out of range (corrupt header)");
   if (h.total_bytes != g.total_bytes || h.slot_stride != g.slot_stride || h.producer_stride != g.producer_stride ||
       h.owner_offset != g.owner_offset || h.lanes_offset != g.lanes_offset || h.producers_offset != g.producers_offset ||
-      h.actors_offset != g.actors_offset || h.heirs_offset != g.heirs_offset || h.actor_stride != g.actor_stride)
+      h.actors_offset != g.actors_offset || h.heirs_offset != g.heirs_offset || h.actor_stride != g.actor_stride ||
+      h.config_offset != g.config_offset)
     return fail(errc::corrupt, who + ": header offsets disagree with its geometry (corrupt header)");
   if (g.total_bytes > bytes)
     return fail(errc::truncated, who + ": segment is " + std::to_string(bytes) + " bytes but its header says " +
@@ -308,6 +320,15 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   m->default_policy = static_cast<policy>(h.default_policy);
   m->block_timeout_ms = h.block_timeout_ms;
   m->lease_ms_ = h.lease_ms;
+  {
+    box_config cfg;
+    std::memcpy(static_cast<void*>(&cfg), m->base + g.config_offset, sizeof cfg);
+    if (cfg.dead_letters_len > kMaxNameLength)
+      return fail(errc::corrupt, who + ": dead-letter name of " + std::to_string(cfg.dead_letters_len) + " bytes (corrupt)");
+    m->dead_letters.assign(cfg.dead_letters, cfg.dead_letters_len);
+    if (!m->dead_letters.empty() && !validate_box_name(m->dead_letters))
+      return fail(errc::corrupt, who + ": the dead-letter box name in the segment is not a valid name (corrupt)");
+  }
   std::uint32_t policies[kMaxLanes] = {};
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     const auto* lh = reinterpret_cast<const lane_header*>(m->base + g.lanes_offset) + l;

@@ -121,3 +121,60 @@ TEST_CASE("lanes: bad lane options are clear errors") {
   o.lanes = {{.capacity = shmbox::kMaxCapacity + 1}};
   CHECK(shmbox::Box::create(g.name, o).error() == shmbox::errc::invalid_argument);
 }
+
+TEST_CASE("dead letters: evicted, dropped and replaced messages reach the dead-letter box with their origin") {
+  shmtest::segment_guard dl(shmtest::unique_name("dl"));
+  shmtest::segment_guard a(shmtest::unique_name("dlold"));
+  shmtest::segment_guard b(shmtest::unique_name("dlnew"));
+  shmtest::segment_guard c(shmtest::unique_name("dllifo"));
+  REQUIRE(shmbox::Box::create(dl.name, {.capacity = 64, .slot_size = 128}));
+  CHECK(shmbox::Box::create(a.name, {.dead_letters = a.name}).error() == shmbox::errc::invalid_argument);  // not itself
+  auto old_box = shmbox::Box::create(a.name, {.capacity = 2, .slot_size = 16, .overflow = policy::drop_oldest, .dead_letters = dl.name});
+  auto new_box = shmbox::Box::create(b.name, {.capacity = 2, .slot_size = 16, .overflow = policy::drop_newest, .dead_letters = dl.name});
+  auto lifo_box = shmbox::Box::create(c.name, {.capacity = 2, .slot_size = 16, .overflow = policy::lifo, .dead_letters = dl.name});
+  REQUIRE(old_box);
+  REQUIRE(new_box);
+  REQUIRE(lifo_box);
+  CHECK(old_box->info().dead_letters == dl.name);
+  // Producers are separate programs (the CLI).
+  for (const auto* g : {&a, &b, &c}) {
+    const auto r = shmtest::run({shmtest::cli_path(), "post", g->name, "m1", "m2", "m3", "m4"});
+    CHECK((r.code == 0 || r.code == 3));  // 3: drop-newest refused two (and said so)
+  }
+  auto owner = shmbox::Owner::acquire(dl.name);
+  REQUIRE(owner);
+  std::vector<shmbox::message> got;
+  while (owner->receive_batch(got, 100, 0ns) == shmbox::recv_status::ok) {
+  }
+  std::vector<std::string> letters;
+  for (const auto& m : got) letters.push_back(m.data);
+  const std::vector<std::string> expect = {
+      shmtest::cat("[", a.name, " dropped-oldest] m1"), shmtest::cat("[", a.name, " dropped-oldest] m2"),
+      shmtest::cat("[", b.name, " dropped-newest] m3"), shmtest::cat("[", b.name, " dropped-newest] m4"),
+      shmtest::cat("[", c.name, " replaced] m2"),       shmtest::cat("[", c.name, " replaced] m3")};
+  CHECK(letters == expect);
+  // The counters agree: each box forwarded what it lost, and the dead-letter box stored them.
+  for (const auto* box : {&*old_box, &*new_box, &*lifo_box}) {
+    const shmbox::counters k = box->read_counters();
+    CHECK(k.dead_lettered == 2);
+    CHECK(k.dead_letter_failed == 0);
+    CHECK(k.dead_lettered == k.dropped_oldest + k.dropped_newest);
+  }
+  CHECK(shmbox::Box::inspect(dl.name)->read_counters().stored == 6);
+  auto st = shmtest::run({shmtest::cli_path(), "stat", a.name});
+  CHECK(st.out.find(shmtest::cat("-> box '", dl.name, "', 2 forwarded")) != std::string::npos);
+}
+
+TEST_CASE("dead letters: a missing or full dead-letter box loses nothing else and is counted") {
+  shmtest::segment_guard a(shmtest::unique_name("dlmiss"));
+  const std::string missing = shmtest::unique_name("nosuchbox");
+  auto box = shmbox::Box::create(a.name, {.capacity = 1, .slot_size = 16, .overflow = policy::drop_newest, .dead_letters = missing});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  CHECK(p->post("kept") == post_status::stored);
+  CHECK(p->post("lost") == post_status::dropped);
+  const shmbox::counters k = box->read_counters();
+  CHECK(k.dead_letter_failed == 1);
+  CHECK(k.dead_lettered == 0);
+  shmtest::check_invariant(*box);
+}

@@ -9,7 +9,7 @@
 using namespace shmbox::detail;
 
 TEST_CASE("layout: version, magic and structure sizes") {
-  CHECK(kLayoutVersion == 2);
+  CHECK(kLayoutVersion == 3);
   CHECK(kMagic == 0x01584F424D485301ULL);
   CHECK(sizeof(segment_header) == 256);
   CHECK(sizeof(owner_record) == 384);
@@ -18,7 +18,8 @@ TEST_CASE("layout: version, magic and structure sizes") {
   CHECK(kHeirSlots >= 8);
   CHECK(sizeof(lane_header) == 256);
   CHECK(sizeof(producer_entry) == 64);
-  CHECK(sizeof(producer_lane_counters) == 64);
+  CHECK(sizeof(producer_lane_counters) == 128);
+  CHECK(sizeof(box_config) == 256);
   CHECK(sizeof(owner_lane_counters) == 64);
   CHECK(sizeof(slot_header) == 16);
   CHECK(offsetof(lane_header, head) == 64);  // producers and the owner write different cache lines
@@ -69,15 +70,16 @@ TEST_CASE("geometry: offsets, strides and limits") {
   geometry g;
   REQUIRE(compute_geometry(p, g));
   CHECK(g.slot_stride == 128);  // 16-byte header + 64 payload, padded to cache lines
-  CHECK(g.owner_offset == 256);
-  CHECK(g.actors_offset == 256 + 384);
+  CHECK(g.config_offset == 256);
+  CHECK(g.owner_offset == 512);
+  CHECK(g.actors_offset == 512 + 384);
   CHECK(g.actor_stride == 128);
   CHECK(g.heirs_offset == g.actors_offset + 16 * 128);
   CHECK(g.lanes_offset == g.heirs_offset + 16 * 128);
   CHECK(g.producers_offset == g.lanes_offset + 256);
-  CHECK(g.producer_stride == 128);
+  CHECK(g.producer_stride == 64 + 128);
   CHECK(g.slots_offset[0] % 4096 == 0);
-  CHECK(g.slots_offset[0] >= g.producers_offset + 64 * 128);
+  CHECK(g.slots_offset[0] >= g.producers_offset + 64 * (64 + 128));
   CHECK(g.total_bytes == (g.slots_offset[0] + 1000 * 128 + 4095) / 4096 * 4096);
   CHECK(g.total_bytes % 4096 == 0);
 

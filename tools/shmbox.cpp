@@ -44,7 +44,9 @@ json counters_json(const shmbox::counters& c) {
               {"dropped_newest", c.dropped_newest},
               {"dropped_oldest", c.dropped_oldest},
               {"abandoned", c.abandoned},
-              {"redelivered", c.redelivered}};
+              {"redelivered", c.redelivered},
+              {"dead_lettered", c.dead_lettered},
+              {"dead_letter_failed", c.dead_letter_failed}};
 }
 
 json lanes_json(const shmbox::box_info& i) {
@@ -87,6 +89,7 @@ json info_json(const shmbox::box_info& i) {
                              {"lease_expired", i.owner.expired}}},
               {"orphaned", i.orphaned},
               {"lease_ms", i.lease.count()},
+              {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -125,6 +128,7 @@ struct create_args {
   std::uint32_t lanes = 1;
   std::vector<std::string> lane_capacity;  // "L=N"
   std::vector<std::string> lane_policy;    // "L=POLICY"
+  std::string dead_letters;
 };
 
 // "L=VALUE" -> (L, VALUE); validated by the option's check.
@@ -142,6 +146,7 @@ int cmd_create(const create_args& a) {
   o.max_producers = a.max_producers;
   o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
   o.lease = std::chrono::milliseconds(a.lease_ms);
+  o.dead_letters = a.dead_letters;
   if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
     o.lanes.resize(a.lanes);
     for (const auto& lc : a.lane_capacity) {
@@ -315,6 +320,10 @@ int cmd_stat(const std::string& name, bool as_json) {
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
             << "heirs        " << i.heirs.size() << "\n"
+            << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
+            << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +
+                                                             std::to_string(c.dead_letter_failed) + " not taken")
+            << "\n"
             << "transfer     " << transfer_text(i.last_transfer) << "\n"
             << "producers    " << i.producers_attached << " attached (of " << i.max_producers << " entries)\n"
             << "segment      /dev/shm/shmbox." << i.name << ", " << i.segment_bytes << " bytes, mode " << octal(i.mode)
@@ -471,6 +480,9 @@ int main(int argc, char** argv) {
       ->check(check_lane_pair(false));
   create->add_option("--lane-policy", ca.lane_policy, "policy of one lane (repeatable); default --policy")
       ->check(check_lane_pair(true));
+  create->add_option("--dead-letters", ca.dead_letters,
+                     "a box that receives, with their origin, the messages this one drops or evicts")
+      ->check(check_name);
   create->add_option("--lease-ms", ca.lease_ms,
                      "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
       ->check(CLI::Range(0u, 86'400'000u))

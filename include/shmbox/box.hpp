@@ -63,6 +63,7 @@ struct options {
   std::chrono::milliseconds lease{0};  // lease deadline: an owner that does not receive (or renew) for this
                                        // long loses the box to its heir; 0: only death ends a lease
   std::vector<lane_options> lanes{};   // 1..kMaxLanes lanes; empty: one lane of `capacity` and `overflow`
+  std::string dead_letters{};          // a box that receives what this one drops or evicts ("": none)
 };
 
 // Every message that is posted ends in exactly one of these counters or in the box:
@@ -80,6 +81,8 @@ struct counters {
   std::uint64_t filtered = 0;        // dropped by the owner's filter
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
+  std::uint64_t dead_lettered = 0;   // dropped/evicted messages stored in the dead-letter box
+  std::uint64_t dead_letter_failed = 0;  // ... that the dead-letter box did not take
 };
 
 // Why a box changed owner.
@@ -146,6 +149,7 @@ struct box_info {
   std::vector<heir_info> heirs;  // in order
   transfer_record last_transfer; // epoch 0: none yet
   std::vector<lane_info> lanes;   // lane 0 is the control lane
+  std::string dead_letters;       // the dead-letter box ("" none)
   counters count;                 // all lanes
 };
 
