@@ -215,9 +215,13 @@ struct alignas(kCacheLine) owner_record {
   a64 reserved0;
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
-  a32 reserved1;
+  a32 notify_fd_plus1;   // the owner's notify eventfd number + 1 (0: none); producers that wake the
+                         // owner also write it, through pidfd_getfd (a waker thread covers the rest)
   a64 wake_calls;        // futex_wake syscalls made on wake_seq (diagnostic)
-  a64 reserved2[6];
+  a32 fd_fallback;       // futex word: 1 once a producer could not write the owner's eventfd itself;
+                         // the owner's waker thread then relays wake_seq to the eventfd
+  a32 reserved1;
+  a64 reserved2[5];
   // line 2: transfers in flight
   alignas(kCacheLine) a32 transfer_seq;  // futex word: bumped on every release, offer and takeover
   a32 reserved3;
@@ -249,7 +253,9 @@ static_assert(offsetof(owner_record, state) == 40);
 static_assert(offsetof(owner_record, lease_ms) == 44);
 static_assert(offsetof(owner_record, drops_baseline) == 48);
 static_assert(offsetof(owner_record, wake_seq) == 64);
+static_assert(offsetof(owner_record, notify_fd_plus1) == 68);
 static_assert(offsetof(owner_record, wake_calls) == 72);
+static_assert(offsetof(owner_record, fd_fallback) == 80);
 static_assert(offsetof(owner_record, transfer_seq) == 128);
 static_assert(offsetof(owner_record, heir_seq) == 136);
 static_assert(offsetof(owner_record, offer_key) == 144);

@@ -141,6 +141,7 @@ struct Owner::state {
   int efd = -1;
   std::thread waker;
   std::atomic<bool> stop_waker{false};
+  std::atomic<std::uint32_t> served_wake{0};  // wake_seq when wait() last drained the fd
 
   bool still_owner() const noexcept {
     const detail::owner_record* rec = m->owner();
@@ -159,6 +160,7 @@ struct Owner::state {
 
   void drain_fd() noexcept {
     if (efd < 0) return;
+    served_wake.store(m->owner()->wake_seq.load(std::memory_order_acquire), std::memory_order_release);
     std::uint64_t v;
     [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
   }
@@ -178,10 +180,12 @@ struct Owner::state {
   }
 
   ~state() {
+    if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
     if (waker.joinable()) {
       stop_waker.store(true, std::memory_order_release);
       m->owner()->wake_seq.fetch_add(1, std::memory_order_release);
       detail::futex_wake(&m->owner()->wake_seq);
+      detail::futex_wake(&m->owner()->fd_fallback);
       waker.join();
     }
     if (efd >= 0) ::close(efd);
@@ -588,12 +592,26 @@ int Owner::notify_fd() {
   st->waker = std::thread([st] {
     detail::owner_record* rec = st->m->owner();
     while (!st->stop_waker.load(std::memory_order_acquire)) {
+      // Producers write the eventfd themselves; until one says it cannot
+      // (fd_fallback), this thread just sleeps.
+      if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
+        detail::futex_wait(&rec->fd_fallback, 0, detail::mono_ns() + 1'000'000'000);
+        // Switched on by a producer that is waking the owner right now: relay
+        // that wake too (it bumped wake_seq before we could watch it).
+        if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
+        continue;
+      }
       const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
       detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
       if (st->stop_waker.load(std::memory_order_acquire)) break;
-      if (rec->wake_seq.load(std::memory_order_acquire) != w) st->poke_fd();  // a producer woke the owner
+      // A producer woke the owner; unless the owner already handled that wake
+      // (producers write the fd themselves where they can), make the fd readable.
+      const std::uint32_t now_seq = rec->wake_seq.load(std::memory_order_acquire);
+      if (now_seq != w && st->served_wake.load(std::memory_order_acquire) != now_seq) st->poke_fd();
     }
   });
+  // Producers that wake us write it directly (pidfd_getfd): no thread hop.
+  s_->m->owner()->notify_fd_plus1.store(static_cast<std::uint32_t>(s_->efd) + 1, std::memory_order_release);
   if (s_->due) s_->poke_fd();
   return s_->efd;
 }

@@ -180,6 +180,8 @@
 #include "ring.hpp"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -231,6 +233,47 @@ void wake_owner(mapped_box& m) noexcept {
   o->wake_seq.fetch_add(1, std::memory_order_release);
   futex_wake(&o->wake_seq);
   o->wake_calls.fetch_add(1, std::memory_order_relaxed);  // relaxed: diagnostic counter
+}
+
+// The owner's notify eventfd as a descriptor of this process, or -1.
+// pidfd_getfd once per owner (same user or CAP_SYS_PTRACE); the owner's
+// waker thread covers producers that cannot do this.
+int owner_eventfd(producer_ctx& p) noexcept {
+  const owner_record* o = p.m->owner();
+  const std::uint32_t num = o->notify_fd_plus1.load(std::memory_order_acquire);
+  const std::uint64_t key = o->key.load(std::memory_order_acquire);
+  if (num == 0 || key == 0) return -1;
+  if (p.owner_fd >= 0 && p.owner_fd_key == key && p.owner_fd_num == num) return p.owner_fd;
+  if (p.owner_fd >= 0) ::close(p.owner_fd);
+  p.owner_fd = -1;
+  p.owner_fd_key = key;
+  p.owner_fd_num = num;
+  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
+  if (pidfd < 0) return -1;
+  if (key_of_pid(key_pid(key)) == key) {
+    const long fd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), static_cast<int>(num - 1), 0);
+    if (fd >= 0) p.owner_fd = static_cast<int>(fd);
+  }
+  ::close(static_cast<int>(pidfd));
+  return p.owner_fd;
+}
+
+// P6 (and L1's wake): the owner's eventfd when it has one (first: an owner in
+// an event loop wakes without a thread hop), then the futex. A producer that
+// cannot write the eventfd (another user) turns the owner's waker thread on.
+void wake_owner(producer_ctx& p) noexcept {
+  owner_record* o = p.m->owner();
+  if (o->notify_fd_plus1.load(std::memory_order_acquire) != 0) {
+    const int fd = owner_eventfd(p);
+    if (fd >= 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+    } else if (o->fd_fallback.load(std::memory_order_relaxed) == 0) {
+      o->fd_fallback.store(1, std::memory_order_release);
+      futex_wake(&o->fd_fallback);
+    }
+  }
+  wake_owner(*p.m);
 }
 
 // The full 64-bit position whose low 56 bits are `target`, at or below `near`.
@@ -576,7 +619,7 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
       SHMBOX_FAULT("producer.before_publish");
       // P5 release: publishes payload and length; pairs with the acquire in T1.
       s->seq.store(make_seq(t, slot_state::full, p.rep.actor), std::memory_order_release);
-      if (w & 1) wake_owner(*p.m);  // P6
+      if (w & 1) wake_owner(p);  // P6
       return evicted ? post_status::stored_evicted : post_status::stored;
     }
     if (d == -static_cast<std::int64_t>(cap)) {
@@ -632,7 +675,7 @@ void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint
   // SYNC POINT C: the publishing exchange (seq_cst), then the load of the
   // sleeping bit (seq_cst); pairs with SYNC POINT D in owner_arm_sleep.
   s->seq.exchange(make_seq(stamp, slot_state::full, p.rep.actor), std::memory_order_seq_cst);
-  if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) wake_owner(*p.m);  // the owner clears the bit
+  if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) wake_owner(p);  // the owner clears the bit
 }
 
 void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64_t& stuck_since) noexcept {
@@ -1135,6 +1178,10 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
 // ---------------------------------------------------------------------------
 // Public (library-internal) entry points
 // ---------------------------------------------------------------------------
+
+producer_ctx::~producer_ctx() {
+  if (owner_fd >= 0) ::close(owner_fd);
+}
 
 std::uint64_t lazy_deadline::get() noexcept {
   if (at == 0) at = timeout_ns == UINT64_MAX ? UINT64_MAX : mono_ns() + timeout_ns;

@@ -48,6 +48,12 @@ struct producer_ctx {
   // holds their slot, to be forwarded after the post.
   bool capture = false;
   std::vector<std::string> captured;
+  // The owner's notify eventfd, duplicated into this process (pidfd_getfd)
+  // for the owner key it belongs to; -1 none.
+  int owner_fd = -1;
+  std::uint64_t owner_fd_key = 0;
+  std::uint32_t owner_fd_num = 0;
+  ~producer_ctx();
 };
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)

@@ -353,3 +353,34 @@ TEST_CASE("notify_fd: works again after a give-away (the new owner gets its own)
   CHECK(mine->wait(d, 0ns) == owner_event::notified);
   ::close(ep);
 }
+
+TEST_CASE("notify_fd: a producer of another user (no pidfd_getfd) still wakes it, through the waker thread") {
+  if (::geteuid() != 0 || ::access("/usr/sbin/runuser", X_OK) != 0) {
+    MESSAGE("skipped: needs root and runuser to post as another user");
+    return;
+  }
+  shmtest::segment_guard g(shmtest::unique_name("fdother"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 16, .mode = 0666});
+  REQUIRE(box);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  const int fd = owner->notify_fd();
+  const int ep = epoll_for(fd);
+  owner->notify();
+  const auto r = shmtest::run({"/usr/sbin/runuser", "-u", "nobody", "--", shmtest::cli_path(), "post", g.name, "x"});
+  if (r.code != 0) {
+    MESSAGE("skipped: nobody cannot run the CLI here: " << r.err);
+    ::close(ep);
+    return;
+  }
+  CHECK(ready(ep, 10'000) == 1);  // the first wake switched the waker thread on
+  shmbox::delivery d;
+  CHECK(owner->wait(d, 0ns) == owner_event::notified);
+  REQUIRE(owner->deliver(d, 10, {}) == shmbox::recv_status::ok);
+  owner->notify();  // the next wake goes through the waker thread
+  CHECK(ready(ep, 100) == 0);
+  CHECK(shmtest::run({"/usr/sbin/runuser", "-u", "nobody", "--", shmtest::cli_path(), "post", g.name, "y"}).code == 0);
+  CHECK(ready(ep, 10'000) == 1);
+  CHECK(owner->wait(d, 0ns) == owner_event::notified);
+  ::close(ep);
+}
