@@ -264,3 +264,46 @@ TEST_CASE("cli: an orphaned box is shown as such and can be claimed by recv") {
   CHECK(st["orphaned"] == false);
   CHECK(st["last_transfer"]["reason"] == "owner-died");
 }
+
+TEST_CASE("cli: lanes, post --lane, recv --verbose, per-lane stat, dead letters, bad lane options") {
+  shmtest::segment_guard g(shmtest::unique_name("clilanes"));
+  shmtest::segment_guard dl(shmtest::unique_name("clidl"));
+  REQUIRE(cli({"create", dl.name, "--capacity", "16"}).code == 0);
+  auto r = cli({"create", g.name, "--lanes", "3", "--capacity", "4", "--lane-capacity", "0=2", "--lane-policy",
+                "2=drop-oldest", "--dead-letters", dl.name});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("3 lanes") != std::string::npos);
+  REQUIRE(cli({"post", g.name, "--lane", "2", "a", "b", "c", "d", "e"}).code == 0);  // one evicted
+  REQUIRE(cli({"post", g.name, "--lane", "1", "x"}).code == 0);
+  REQUIRE(cli({"post", g.name, "--lane", "0", "ctl"}).code == 0);
+  auto st = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  REQUIRE(st["lanes"].size() == 3);
+  CHECK(st["lanes"][0]["capacity"] == 2);
+  CHECK(st["lanes"][1]["policy"] == "reject");
+  CHECK(st["lanes"][2]["policy"] == "drop-oldest");
+  CHECK(st["lanes"][2]["depth"] == 4);
+  CHECK(st["lanes"][2]["counters"]["dropped_oldest"] == 1);
+  CHECK(st["dead_letters"] == dl.name);
+  CHECK(st["counters"]["dead_lettered"] == 1);
+  CHECK(st["owner"]["state"] == "passive");
+  auto human = cli({"stat", g.name}).out;
+  CHECK(human.find("LANE") != std::string::npos);
+  CHECK(human.find(shmtest::cat("-> box '", dl.name, "'")) != std::string::npos);
+  r = cli({"recv", g.name, "--all", "--verbose"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "lane=0 redelivered=no ctl\nlane=1 redelivered=no x\nlane=2 redelivered=no b\n"
+                 "lane=2 redelivered=no c\nlane=2 redelivered=no d\nlane=2 redelivered=no e\n");
+  CHECK(cli({"recv", dl.name, "--all"}).out == shmtest::cat("[", g.name, " dropped-oldest] a\n"));
+  // Bad lane options are usage errors, one line each.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"create", "x1", "--lanes", "9"}, {"create", "x2", "--lanes", "2", "--lane-capacity", "5=3"},
+        {"create", "x3", "--lane-capacity", "1x=3"}, {"create", "x4", "--lane-policy", "0=fifo"},
+        {"post", g.name, "--lane", "8", "m"}}) {
+    auto e = cli(bad);
+    CAPTURE(e.err);
+    CHECK(e.code == 2);
+  }
+  auto e = cli({"post", g.name, "--lane", "5", "m"});  // a lane this box does not have
+  CHECK(e.code == 1);
+  CHECK(e.err.find("has 3 lanes") != std::string::npos);
+}

@@ -110,6 +110,22 @@ TEST_CASE("lanes: priorities hold with 4 producer processes") {
   shmtest::check_invariant(*box);
 }
 
+TEST_CASE("usage(): depth and capacity per lane and in total") {
+  shmtest::segment_guard g(shmtest::unique_name("usage"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{.capacity = 2}, {}}});
+  auto p = shmbox::Producer::attach(*box);
+  p->post_to(0, "a");
+  p->post_to(1, "b");
+  p->post_to(1, "c");
+  auto owner = shmbox::Owner::acquire(*box);
+  const shmbox::usage_info u = owner->usage();
+  CHECK(u.depth == std::vector<std::uint64_t>{1, 2});
+  CHECK(u.depth_total == 3);
+  CHECK(u.capacity == std::vector<std::uint32_t>{2, 4});
+  CHECK(u.capacity_total == 6);
+  CHECK(u.dropped_since_delivery == 0);
+}
+
 TEST_CASE("lanes: bad lane options are clear errors") {
   shmtest::segment_guard g(shmtest::unique_name("badlanes"));
   shmbox::options o;
