@@ -31,9 +31,9 @@ struct fixture {
   shmbox::Box box;
   shmbox::Owner owner;
   policy pol;
-  explicit fixture(policy p)
+  explicit fixture(policy p, std::chrono::milliseconds lease = 0ms)
       : g(shmtest::unique_name("state")),
-        box(*shmbox::Box::create(g.name, {.capacity = kSize, .slot_size = 16, .overflow = p})),
+        box(*shmbox::Box::create(g.name, {.capacity = kSize, .slot_size = 16, .overflow = p, .lease = lease})),
         owner(*shmbox::Owner::acquire(box)),
         pol(p) {}
 };
@@ -162,6 +162,38 @@ TEST_CASE("states: filter_drop (keep the first, drop the rest)") {
     std::vector<int> all = first;
     all.insert(all.end(), extra.begin(), extra.end());
     CHECK(all == (p == policy::lifo ? std::vector<int>{3, 4} : std::vector<int>{1, 4}));
+    CHECK(f.box.read_counters().filtered == 2);
+    shmtest::check_invariant(f.box);
+  }
+}
+
+TEST_CASE("states: filters on a lease box (the fenced take/commit path)") {
+  for (policy p : kTypes) {
+    CAPTURE(shmbox::to_string(p));
+    fixture f(p, 60s);
+    post(f, 1, 3);
+    auto keep_first = [] {
+      int state = 0;
+      return shmbox::filter_fn([state](std::string&) mutable {
+        return state++ == 0 ? filter_verdict::deliver : filter_verdict::drop;
+      });
+    };
+    const auto first = activate(f, keep_first(), 1, 2);
+    CHECK(first == (p == policy::lifo ? std::vector<int>{3} : std::vector<int>{1}));
+    post(f, 4, 6);
+    auto take_one = [] {
+      int state = 0;
+      return shmbox::filter_fn([state](std::string&) mutable {
+        return state++ == 0 ? filter_verdict::deliver : filter_verdict::skip;
+      });
+    };
+    std::vector<int> got;
+    for (int i = 0; i < 3; ++i) {
+      const auto one = activate(f, take_one(), 1, 0);
+      REQUIRE(one.size() == 1);
+      got.push_back(one[0]);
+    }
+    CHECK(got == (p == policy::lifo ? std::vector<int>{6, 5, 4} : std::vector<int>{4, 5, 6}));
     CHECK(f.box.read_counters().filtered == 2);
     shmtest::check_invariant(f.box);
   }
