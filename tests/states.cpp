@@ -65,6 +65,13 @@ std::vector<int> seq(int from, int to) {
 
 const shmbox::filter_fn identity = [](std::string&) { return filter_verdict::deliver; };
 
+// A filter that delivers the first message of a delivery and answers `rest`
+// for the others; its counter is the user state threaded through the calls.
+shmbox::filter_fn first_then(filter_verdict rest) {
+  int state = 0;
+  return [state, rest](std::string&) mutable { return state++ == 0 ? filter_verdict::deliver : rest; };
+}
+
 // Delivers through `filter` once the box is active; checks count and drops.
 std::vector<int> activate(fixture& f, const shmbox::filter_fn& filter, std::size_t count, std::uint64_t dropped) {
   f.owner.active(filter);
@@ -128,15 +135,9 @@ TEST_CASE("states: filter_skip (one message per delivery)") {
     f.owner.notify();  // data already there: due at once
     shmbox::delivery d;
     REQUIRE(f.owner.wait(d, 0ns) == owner_event::notified);
-    auto take_one = [] {
-      int state = 0;  // threaded through the calls of one delivery
-      return shmbox::filter_fn([state](std::string&) mutable {
-        return state++ == 0 ? filter_verdict::deliver : filter_verdict::skip;
-      });
-    };
     std::vector<int> got;
     for (int i = 0; i < 3; ++i) {
-      const auto one = activate(f, take_one(), 1, 0);
+      const auto one = activate(f, first_then(filter_verdict::skip), 1, 0);
       REQUIRE(one.size() == 1);
       got.push_back(one[0]);
     }
@@ -150,15 +151,9 @@ TEST_CASE("states: filter_drop (keep the first, drop the rest)") {
     CAPTURE(shmbox::to_string(p));
     fixture f(p);
     post(f, 1, 3);
-    auto keep_first = [] {
-      int state = 0;
-      return shmbox::filter_fn([state](std::string&) mutable {
-        return state++ == 0 ? filter_verdict::deliver : filter_verdict::drop;
-      });
-    };
-    const auto first = activate(f, keep_first(), 1, 2);  // 1 delivered, 2 dropped
+    const auto first = activate(f, first_then(filter_verdict::drop), 1, 2);  // 1 delivered, 2 dropped
     post(f, 4, 4);
-    const auto extra = activate(f, keep_first(), 1, 0);
+    const auto extra = activate(f, first_then(filter_verdict::drop), 1, 0);
     std::vector<int> all = first;
     all.insert(all.end(), extra.begin(), extra.end());
     CHECK(all == (p == policy::lifo ? std::vector<int>{3, 4} : std::vector<int>{1, 4}));
@@ -172,24 +167,12 @@ TEST_CASE("states: filters on a lease box (the fenced take/commit path)") {
     CAPTURE(shmbox::to_string(p));
     fixture f(p, 60s);
     post(f, 1, 3);
-    auto keep_first = [] {
-      int state = 0;
-      return shmbox::filter_fn([state](std::string&) mutable {
-        return state++ == 0 ? filter_verdict::deliver : filter_verdict::drop;
-      });
-    };
-    const auto first = activate(f, keep_first(), 1, 2);
+    const auto first = activate(f, first_then(filter_verdict::drop), 1, 2);
     CHECK(first == (p == policy::lifo ? std::vector<int>{3} : std::vector<int>{1}));
     post(f, 4, 6);
-    auto take_one = [] {
-      int state = 0;
-      return shmbox::filter_fn([state](std::string&) mutable {
-        return state++ == 0 ? filter_verdict::deliver : filter_verdict::skip;
-      });
-    };
     std::vector<int> got;
     for (int i = 0; i < 3; ++i) {
-      const auto one = activate(f, take_one(), 1, 0);
+      const auto one = activate(f, first_then(filter_verdict::skip), 1, 0);
       REQUIRE(one.size() == 1);
       got.push_back(one[0]);
     }
