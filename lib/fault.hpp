@@ -11,7 +11,14 @@
 //   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
 //   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
 //   owner.after_take         owner: slots taken for reading, nothing committed
+//   owner.mid_commit         owner (read/commit, lease boxes): slots marked done, not yet counted
 //   owner.after_commit       owner: delivered counted, slots not yet freed
+//   takeover.after_cas       new owner: owner key CASed to itself, epoch not yet bumped
+//   takeover.after_record    new owner: epoch bumped, transfer record written, heirs not signalled
+//   takeover.mid_recovery    new owner: one gone owner's in-flight slot adopted, others not yet
+//   give_away.after_offer    giver: offer posted and dest signalled, not yet taken or withdrawn
+//   give_away.after_accept   dest: offer accepted (CAS), ownership not yet taken
+//   give_away.before_clear   dest: ownership taken, the accepted offer not yet cleared
 #pragma once
 
 #if defined(SHMBOX_FAULT_INJECTION)

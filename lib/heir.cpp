@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "errors.hpp"
+#include "fault.hpp"
 #include "lease.hpp"
 #include "process.hpp"
 #include "ring.hpp"
@@ -80,10 +81,12 @@ struct Heir::state {
       // Accept (exclusive against the giver's withdrawal), then take.
       if (rec->offer_key.compare_exchange_strong(expected, key | detail::kOfferAccepted, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed)) {
+        SHMBOX_FAULT("give_away.after_accept");
         const std::string gift(reinterpret_cast<const char*>(rec->offer_data),
                                std::min<std::uint64_t>(rec->offer_data_len.load(std::memory_order_relaxed), detail::kHeirDataMax));
         const std::uint64_t giver = rec->key.load(std::memory_order_acquire);
         const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift);
+        SHMBOX_FAULT("give_away.before_clear");
         rec->offer_key.store(0, std::memory_order_release);
         if (epoch != 0) return epoch;
       }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fault.hpp"
 #include "futex.hpp"
 #include "process.hpp"
 
@@ -136,6 +137,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   std::uint64_t expected = from_key;
   // acq_rel: acquire the previous owner's record and slots; release our key.
   if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_acq_rel, std::memory_order_relaxed)) return 0;
+  SHMBOX_FAULT("takeover.after_cas");
   const std::uint64_t epoch = rec->epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   // From a released box (key 0), the previous owner is the one that released it.
   const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
@@ -159,6 +161,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     rec->tr_data_len.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
     rec->tr_epoch.store(epoch, std::memory_order_release);
   }
+  SHMBOX_FAULT("takeover.after_record");
   // An heir that inherits leaves the heir table; a listener too. (An heir that
   // was given the box keeps its place: give_away leaves the table unchanged.)
   for (std::uint32_t i = 0; i < kHeirSlots; ++i) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "errors.hpp"
+#include "fault.hpp"
 #include "futex.hpp"
 #include "lease.hpp"
 #include "process.hpp"
@@ -642,12 +643,18 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   rec->offer_epoch.store(o.epoch, std::memory_order_relaxed);
   rec->offer_key.store(dest, std::memory_order_release);
   detail::signal_waiters(m, dest);
+  SHMBOX_FAULT("give_away.after_offer");
   detail::lazy_deadline deadline{to_ns(timeout)};
+  // An accepted offer whose dest died before taking the box is void at once.
+  auto accepted_by_dead_dest = [&] {
+    return rec->offer_key.load(std::memory_order_acquire) == (dest | detail::kOfferAccepted) && s_->still_owner() &&
+           !detail::process_alive(dest);
+  };
   for (;;) {
     if (!s_->still_owner()) return true;  // dest took the box
     const std::uint32_t seen = rec->transfer_seq.load(std::memory_order_acquire);
     const std::uint64_t now = detail::mono_ns();
-    if (now >= deadline.get()) break;
+    if (now >= deadline.get() || accepted_by_dead_dest()) break;
     if (!s_->still_owner()) return true;
     detail::futex_wait(&rec->transfer_seq, seen, std::min(deadline.get(), now + 10'000'000));
   }
@@ -665,6 +672,8 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   }
   if (!s_->still_owner()) return true;
   rec->offer_key.store(0, std::memory_order_release);  // dest accepted and died: the offer is void
+  o.last_error = detail::fail(errc::invalid_argument, who + ": pid " + std::to_string(dest_pid) +
+                                                 " accepted the box and died before taking it; this process still owns it");
   return false;
 }
 

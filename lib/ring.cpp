@@ -1420,6 +1420,7 @@ void owner_recover(owner_ctx& o) noexcept {
       // R4 (FIFO slots re-taken by us are found again at or after the head).
       if (adopt_gone_owner_slot(o, L, s, L.is_lifo() ? i : seq_pos(seen), seen) == 1 && L.is_lifo())
         o.lifo_redeliver[l].push_back(static_cast<std::uint32_t>(i));
+      SHMBOX_FAULT("takeover.mid_recovery");
     }
     o.stuck_since_ns[l] = 0;
     owner_clear_sleep(o, l);  // a previous owner may have died asleep: no stray wake-ups

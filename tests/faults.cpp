@@ -1,0 +1,397 @@
+// The fault matrix: a separate process is killed (SIGKILL, from SHMBOX_FAULT)
+// at every named crash point of the producer, owner, takeover and give-away
+// paths, for every overflow policy. Afterwards: the box is usable, nothing
+// stored was lost, every counter adds up, and no process waited forever (every
+// wait below has a timeout; a child that outlives it is killed and the check
+// fails).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checks.hpp"
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::policy;
+using shmtest::child;
+
+namespace {
+
+const policy kPolicies[] = {policy::reject, policy::drop_newest, policy::drop_oldest, policy::lifo, policy::block};
+
+struct seen_msg {
+  std::uint64_t id = 0, seq = 0;
+  bool redelivered = false;
+};
+
+seen_msg decode(const std::string& data, bool redelivered) {
+  seen_msg m;
+  m.redelivered = redelivered;
+  if (data.size() >= 16) {
+    std::memcpy(&m.id, data.data(), 8);
+    std::memcpy(&m.seq, data.data() + 8, 8);
+  }
+  return m;
+}
+
+// Receives until `idle` passes without a message.
+std::vector<seen_msg> drain(shmbox::Owner& o, std::chrono::milliseconds idle = 300ms) {
+  std::vector<shmbox::message> got;
+  while (o.receive_batch(got, 4096, idle) == shmbox::recv_status::ok) {
+  }
+  std::vector<seen_msg> out;
+  for (const auto& m : got) out.push_back(decode(m.data, m.redelivered));
+  return out;
+}
+
+std::vector<std::uint64_t> seqs_of(const std::vector<seen_msg>& v, std::uint64_t id) {
+  std::vector<std::uint64_t> s;
+  for (const auto& m : v)
+    if (m.id == id) s.push_back(m.seq);
+  return s;
+}
+
+std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {  // [from, to)
+  std::vector<std::uint64_t> v;
+  for (std::uint64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+std::vector<std::uint64_t> reversed(std::vector<std::uint64_t> v) {
+  std::reverse(v.begin(), v.end());
+  return v;
+}
+
+// "m <id> <seq> <redelivered>" lines a serve helper printed.
+std::vector<seen_msg> parse_served(const std::string& out) {
+  std::vector<seen_msg> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string tag;
+    seen_msg m;
+    int r = 0;
+    if (l >> tag && tag == "m" && l >> m.id >> m.seq >> r) {
+      m.redelivered = r != 0;
+      v.push_back(m);
+    }
+  }
+  return v;
+}
+
+// Posts `count` messages as producer `id` from a separate process, to completion.
+void produce(const std::string& box, int id, int count) {
+  child p({shmtest::helper_path(), "produce", box, std::to_string(id), std::to_string(count), "--no-wait"});
+  CHECK(shmtest::exited_with(p.wait(30s), 0));
+}
+
+// The box takes a post and gives it back.
+void check_usable(const shmbox::Box& box, shmbox::Owner& owner) {
+  auto p = shmbox::Producer::attach(box);
+  REQUIRE(p);
+  CHECK(p->post("still usable") == shmbox::post_status::stored);
+  shmbox::message m;
+  CHECK(owner.receive(m, 5s) == shmbox::recv_status::ok);
+  CHECK(m.data == "still usable");
+}
+
+// Handshake with a child that stops itself (SIGSTOP fault action), bounded.
+bool wait_until_stopped(const child& c) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (shmtest::process_state(c.pid()) != 'T' && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  return shmtest::process_state(c.pid()) == 'T';
+}
+
+std::string field(const std::string& line, const std::string& key) {
+  std::istringstream in(line);
+  std::string w;
+  while (in >> w)
+    if (w.rfind(key + "=", 0) == 0) return w.substr(key.size() + 1);
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+// Producer points
+// ---------------------------------------------------------------------------
+
+struct producer_point {
+  const char* point;
+  bool fifo;  // on the path of reject, drop_newest, drop_oldest, block
+  bool lifo;
+  bool evict_only;  // only drop_oldest evicts
+  bool abandons;    // leaves a claimed slot for the owner to skip
+};
+
+const producer_point kProducerPoints[] = {
+    {"producer.after_announce", true, false, false, false},
+    {"producer.after_claim", true, false, false, true},
+    {"producer.mid_payload", true, true, false, true},
+    {"producer.before_publish", true, false, false, true},
+    {"producer.mid_evict", false, false, true, false},
+    {"producer.lifo_mid_write", false, true, false, true},
+};
+
+bool reaches(const producer_point& pp, policy p) {
+  if (pp.evict_only) return p == policy::drop_oldest;
+  return p == policy::lifo ? pp.lifo : pp.fifo;
+}
+
+}  // namespace
+
+TEST_CASE("fault matrix: a producer killed at every producer point, for every policy") {
+  int covered = 0;
+  for (const producer_point& pp : kProducerPoints) {
+    for (const policy pol : kPolicies) {
+      if (!reaches(pp, pol)) continue;
+      const std::string point_name = pp.point;
+      CAPTURE(point_name);
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("fprod"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 64, .overflow = pol, .block_timeout = 100ms});
+      REQUIRE(box);
+      // The victim posts 12 into 8 slots with nobody receiving; it dies at the
+      // 3rd pass of its point (the 3rd post, or the 3rd eviction).
+      child victim({shmtest::helper_path(), "produce", g.name, "1", "12", "--no-wait"},
+                   {shmtest::cat("SHMBOX_FAULT=", pp.point, ":3")});
+      REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+      ++covered;
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      const auto first = drain(*owner);  // skips the abandoned slot, if any
+      produce(g.name, 2, 4);             // a healthy producer afterwards
+      const auto second = drain(*owner);
+      // Nothing stored was lost, nothing repeated, order kept.
+      const auto v = seqs_of(first, 1);
+      if (pp.evict_only) CHECK(v == range(3, 10));  // 0..9 stored, 0..2 evicted (the 3rd by the victim, finished by a repairer)
+      else if (pol == policy::lifo) CHECK(v == reversed(range(0, 2)));
+      else CHECK(v == range(0, 2));
+      CHECK(seqs_of(second, 2) == (pol == policy::lifo ? reversed(range(0, 4)) : range(0, 4)));
+      CHECK(seqs_of(second, 1).empty());
+      const shmbox::counters c = box->read_counters();
+      CHECK(c.abandoned == (pp.abandons ? 1u : 0u));
+      CHECK(c.dropped_oldest == (pp.evict_only ? 3u : 0u));
+      CHECK(c.delivered == first.size() + second.size());
+      shmtest::check_invariant(*box);
+      check_usable(*box, *owner);
+      shmtest::check_invariant(*box);
+    }
+  }
+  CHECK(covered == 4 * 4 + 2 + 1);  // 4 FIFO points x 4 FIFO policies, 2 lifo points, 1 eviction point
+}
+
+// ---------------------------------------------------------------------------
+// Owner points: killed while receiving (plain receive, two-phase read/commit,
+// and the fenced receive of a lease box)
+// ---------------------------------------------------------------------------
+
+TEST_CASE("fault matrix: an owner killed at every owner point, for every policy and receive path") {
+  struct path {
+    const char* name;
+    bool two_phase;
+    bool lease;
+  };
+  const path paths[] = {{"receive_batch", false, false}, {"read+commit", true, false}, {"lease (fenced)", false, true}};
+  struct owner_point {
+    const char* spec;
+    bool hold_only;  // only on the read/commit and fenced paths
+  };
+  const owner_point points[] = {{"owner.after_take:2", false}, {"owner.mid_commit:1", true}, {"owner.after_commit:1", false}};
+  int covered = 0;
+  for (const path& pa : paths) {
+    for (const owner_point& op : points) {
+      if (op.hold_only && !pa.two_phase && !pa.lease) continue;
+      for (const policy pol : kPolicies) {
+        const std::string path_name = pa.name, spec = op.spec;
+        CAPTURE(path_name);
+        CAPTURE(spec);
+        CAPTURE(shmbox::to_string(pol));
+        shmtest::segment_guard g(shmtest::unique_name("fown"));
+        auto box = shmbox::Box::create(
+            g.name, {.capacity = 16, .slot_size = 64, .overflow = pol, .lease = pa.lease ? 30'000ms : 0ms});
+        REQUIRE(box);
+        produce(g.name, 1, 10);
+        std::vector<std::string> argv{shmtest::helper_path(), "serve", g.name, "--batch", "4", "--idle-ms", "5000"};
+        if (pa.two_phase) argv.push_back("--two-phase");
+        child victim(argv, {shmtest::cat("SHMBOX_FAULT=", op.spec)});
+        REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+        ++covered;
+        const auto printed = parse_served(victim.read_all(5s));  // what its application saw
+        auto owner = shmbox::Owner::acquire(*box);
+        REQUIRE(owner);
+        // Committed by the dead owner (a commit it had begun is finished by the
+        // takeover's recovery, counted once).
+        const std::uint64_t committed = box->read_counters().delivered;
+        CHECK(owner->transfer().reason == shmbox::transfer_reason::owner_died);
+        const auto got = drain(*owner);
+        // At least once across the crash, exactly once otherwise: the next
+        // owner gets every message the dead one did not commit, each once, and
+        // a message the dead one's application saw comes again only flagged.
+        std::set<std::uint64_t> again;
+        for (const auto& m : got) {
+          CHECK(again.insert(m.seq).second);  // no duplicates
+          const bool was_printed =
+              std::any_of(printed.begin(), printed.end(), [&](const seen_msg& p) { return p.seq == m.seq; });
+          if (was_printed) CHECK(m.redelivered);
+        }
+        CHECK(got.size() + committed == 10);
+        const shmbox::counters c = box->read_counters();
+        CHECK(c.delivered == 10);
+        CHECK(c.abandoned == 0);
+        CHECK(box->info().depth == 0);
+        shmtest::check_invariant(*box);
+        check_usable(*box, *owner);
+      }
+    }
+  }
+  CHECK(covered == (2 + 3 + 3) * 5);
+}
+
+// ---------------------------------------------------------------------------
+// Takeover points: the first heir dies half-way through taking over a box
+// whose owner died holding messages; the second heir takes over.
+// ---------------------------------------------------------------------------
+
+TEST_CASE("fault matrix: an heir killed at every takeover point, for every policy") {
+  const char* const points[] = {"takeover.after_cas", "takeover.after_record", "takeover.mid_recovery"};
+  for (const char* point : points) {
+    for (const policy pol : kPolicies) {
+      const std::string point_name = point;
+      CAPTURE(point_name);
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("ftake"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .overflow = pol});
+      REQUIRE(box);
+      produce(g.name, 1, 6);
+      // The owner reads a batch two-phase and stops holding 2 messages; two
+      // heirs enlist; then the owner is killed.
+      child a({shmtest::helper_path(), "serve", g.name, "--two-phase", "--batch", "4", "--idle-ms", "20000"},
+              {"SHMBOX_FAULT=owner.after_take:2:stop"});
+      REQUIRE(a.read_line().value_or("").rfind("owner epoch=1", 0) == 0);
+      REQUIRE(wait_until_stopped(a));
+      child h1({shmtest::helper_path(), "serve", g.name, "--heir", "--idle-ms", "2000"}, {shmtest::cat("SHMBOX_FAULT=", point)});
+      REQUIRE(h1.read_line().value_or("") == "enlisted 0");
+      child h2({shmtest::helper_path(), "serve", g.name, "--heir", "--idle-ms", "500"});
+      REQUIRE(h2.read_line().value_or("") == "enlisted 1");
+      a.kill(SIGKILL);
+      REQUIRE(shmtest::killed_by(a.wait(30s), SIGKILL));
+      REQUIRE(shmtest::killed_by(h1.wait(30s), SIGKILL));
+      const auto head = h2.read_line();
+      REQUIRE(head.has_value());
+      CAPTURE(*head);
+      // An heir that died before bumping the epoch never operated under one.
+      CHECK(field(*head, "epoch") == (std::string(point) == "takeover.after_cas" ? "2" : "3"));
+      CHECK(field(*head, "reason") == "owner-died");
+      CHECK(field(*head, "from") == std::to_string(h1.pid()));
+      const std::string rest = h2.read_all(30s);
+      CHECK(shmtest::exited_with(h2.wait(30s), 0));
+      const auto got = parse_served(rest);
+      CHECK(rest.find("done 6") != std::string::npos);
+      std::set<std::uint64_t> seqs;
+      int flagged = 0;
+      for (const auto& m : got) {
+        CHECK(seqs.insert(m.seq).second);
+        flagged += m.redelivered ? 1 : 0;
+      }
+      CHECK(seqs == std::set<std::uint64_t>{0, 1, 2, 3, 4, 5});
+      CHECK(flagged == 2);  // the two the first owner held
+      const shmbox::counters c = box->read_counters();
+      CHECK(c.delivered == 6);
+      CHECK(c.redelivered == 2);
+      shmtest::check_invariant(*box);
+      // The dead heir is skipped and removed; the box is usable.
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      CHECK(box->info().heirs.empty());
+      check_usable(*box, *owner);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Give-away points: the giver dies after offering; the destination dies after
+// accepting; the destination dies after taking the box.
+// ---------------------------------------------------------------------------
+
+TEST_CASE("fault matrix: give-away with the giver or the destination killed at every give-away point, for every policy") {
+  for (const policy pol : kPolicies) {
+    CAPTURE(shmbox::to_string(pol));
+    SUBCASE("give_away.after_offer: the giver dies; the destination still takes the box with its messages") {
+      shmtest::segment_guard g(shmtest::unique_name("fgive"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .overflow = pol});
+      REQUIRE(box);
+      produce(g.name, 1, 6);
+      child dest({shmtest::helper_path(), "serve", g.name, "--listen", "--idle-ms", "500"});
+      REQUIRE(dest.read_line().value_or("").rfind("enlisted", 0) == 0);
+      child giver({shmtest::helper_path(), "serve", g.name, "--give-to", std::to_string(dest.pid())},
+                  {"SHMBOX_FAULT=give_away.after_offer"});
+      REQUIRE(shmtest::killed_by(giver.wait(30s), SIGKILL));
+      const auto head = dest.read_line();
+      REQUIRE(head.has_value());
+      CHECK(field(*head, "epoch") == "2");
+      CHECK(field(*head, "reason") == "give-away");
+      CHECK(field(*head, "from") == std::to_string(giver.pid()));
+      const std::string rest = dest.read_all(30s);
+      CHECK(shmtest::exited_with(dest.wait(30s), 0));
+      CHECK(parse_served(rest).size() == 6);
+      CHECK(box->read_counters().delivered == 6);
+      shmtest::check_invariant(*box);
+    }
+    SUBCASE("give_away.after_accept: the destination dies; the giver keeps the box at once") {
+      shmtest::segment_guard g(shmtest::unique_name("fgive"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .overflow = pol});
+      REQUIRE(box);
+      produce(g.name, 1, 6);
+      child dest({shmtest::helper_path(), "serve", g.name, "--listen"}, {"SHMBOX_FAULT=give_away.after_accept"});
+      REQUIRE(dest.read_line().value_or("").rfind("enlisted", 0) == 0);
+      child giver({shmtest::helper_path(), "serve", g.name, "--give-to", std::to_string(dest.pid())}, {}, true);
+      REQUIRE(giver.read_line().value_or("").rfind("owner epoch=1", 0) == 0);
+      REQUIRE(shmtest::killed_by(dest.wait(30s), SIGKILL));
+      // Well before give_away's own 10 s timeout: a dead acceptor voids the offer.
+      CHECK(giver.read_line(5s).value_or("") == "gave 0");
+      giver.close_stdin();
+      CHECK(giver.read_line(5s).value_or("") == "after ok");  // still the owner
+      CHECK(shmtest::exited_with(giver.wait(30s), 0));
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      CHECK(owner->epoch() == 2);
+      CHECK(drain(*owner).size() == 5);
+      CHECK(box->read_counters().delivered == 6);
+      shmtest::check_invariant(*box);
+      check_usable(*box, *owner);
+    }
+    SUBCASE("give_away.before_clear: the destination dies owning the box; the next claimant gets the messages") {
+      shmtest::segment_guard g(shmtest::unique_name("fgive"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .overflow = pol});
+      REQUIRE(box);
+      produce(g.name, 1, 6);
+      child dest({shmtest::helper_path(), "serve", g.name, "--listen"}, {"SHMBOX_FAULT=give_away.before_clear"});
+      REQUIRE(dest.read_line().value_or("").rfind("enlisted", 0) == 0);
+      child giver({shmtest::helper_path(), "serve", g.name, "--give-to", std::to_string(dest.pid())}, {}, true);
+      REQUIRE(giver.read_line().value_or("").rfind("owner epoch=1", 0) == 0);
+      REQUIRE(shmtest::killed_by(dest.wait(30s), SIGKILL));
+      CHECK(giver.read_line(5s).value_or("") == "gave 1");
+      giver.close_stdin();
+      CHECK(giver.read_line(5s).value_or("") == "after not-owner");
+      CHECK(shmtest::exited_with(giver.wait(30s), 0));
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      CHECK(owner->epoch() == 3);
+      CHECK(owner->transfer().reason == shmbox::transfer_reason::owner_died);
+      CHECK(owner->transfer().from_pid == static_cast<std::uint32_t>(dest.pid()));
+      CHECK(drain(*owner).size() == 6);
+      shmtest::check_invariant(*box);
+      check_usable(*box, *owner);
+    }
+  }
+}
