@@ -353,8 +353,12 @@ recv_status Owner::commit(std::size_t* lost) {
   if (!s_) return recv_status::not_owner;
   if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
   if (!s_->still_owner()) {
+    // Our application has seen these: they stay TAKEN by our (stale) actor,
+    // and the new owner adopts them as redeliveries, flagged (ring.cpp R4 and
+    // the take loops). Putting them back as they were would deliver them
+    // again unflagged.
     const std::size_t n = s_->ctx.pending.size();
-    detail::owner_give_back(s_->ctx);  // the new owner delivers them (again)
+    s_->ctx.pending.clear();
     if (lost != nullptr) *lost = n;
     s_->ctx.last_error = detail::fail(errc::not_owner, "box '" + s_->m->name + "': taken over while " +
                                                            std::to_string(n) + " read messages were uncommitted");
@@ -381,6 +385,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
+  if (hold) SHMBOX_FAULT("owner.before_read");
   detail::renew_lease(m);
   // Lease boxes (fenced): take into a staging batch, commit, and hand out
   // only what committed: a stale owner never returns a message.

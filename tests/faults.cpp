@@ -395,3 +395,45 @@ TEST_CASE("fault matrix: give-away with the giver or the destination killed at e
     }
   }
 }
+
+TEST_CASE("a stale owner whose read raced a takeover: the new owner gets those messages again, flagged") {
+  shmtest::segment_guard g(shmtest::unique_name("fstale"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .lease = 200ms});
+  REQUIRE(box);
+  produce(g.name, 1, 6);
+  // The owner checks it still owns the box, then stops before taking anything.
+  child stale({shmtest::helper_path(), "serve", g.name, "--two-phase", "--batch", "4", "--idle-ms", "500"},
+              {"SHMBOX_FAULT=owner.before_read:1:stop"});
+  REQUIRE(stale.read_line().value_or("").rfind("owner epoch=1", 0) == 0);
+  REQUIRE(wait_until_stopped(stale));
+  // Its lease runs out; the heir takes over (recovery finds nothing taken) and holds.
+  child heir({shmtest::helper_path(), "serve", g.name, "--heir", "--hold", "--idle-ms", "500"}, {}, true);
+  REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
+  const auto head = heir.read_line(30s);
+  REQUIRE(head.has_value());
+  CHECK(field(*head, "reason") == "lease-expired");
+  // The stale owner resumes: its read takes 4 messages and its application
+  // sees them; its commit fails.
+  stale.kill(SIGCONT);
+  const std::string stale_out = stale.read_all(30s);
+  CHECK(shmtest::exited_with(stale.wait(30s), 0));
+  const auto seen_by_stale = parse_served(stale_out);
+  CHECK(seen_by_stale.size() == 4);
+  CHECK(stale_out.find("not-owner") != std::string::npos);
+  heir.write_stdin("go\n");
+  const auto got = parse_served(heir.read_all(30s));
+  CHECK(shmtest::exited_with(heir.wait(30s), 0));
+  REQUIRE(got.size() == 6);
+  int flagged = 0;
+  for (const auto& m : got) {
+    const bool seen_before = std::any_of(seen_by_stale.begin(), seen_by_stale.end(),
+                                         [&](const seen_msg& s) { return s.seq == m.seq; });
+    CHECK(m.redelivered == seen_before);  // again only flagged; flagged only if seen
+    flagged += m.redelivered ? 1 : 0;
+  }
+  CHECK(flagged == 4);
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == 6);
+  CHECK(c.redelivered == 4);
+  shmtest::check_invariant(*box);
+}

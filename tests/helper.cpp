@@ -14,10 +14,11 @@
 //   wait-one NAME TIMEOUT_MS
 //       acquire, print "owned", block in receive; print "got <n bytes>" or "timeout".
 //   serve NAME [--heir|--listen] [--data D] [--two-phase] [--batch N] [--max N] [--idle-ms MS]
-//             [--give-to PID] [--give-data D] [--give-when-told]
+//             [--give-to PID] [--give-data D] [--give-when-told] [--hold]
 //       becomes the owner (acquire; or enlist as heir / listen and await a
 //       transfer, printing "enlisted <position>" first), prints
-//       "owner epoch=E reason=R from=P data=D", then either gives the box away
+//       "owner epoch=E reason=R from=P data=D" (--hold: then waits for a line on
+//       stdin), then either gives the box away
 //       (after a line on stdin with --give-when-told; "gave 1|0", then waits for stdin to close and prints "after <status>"
 //       of one more receive), or receives and prints "m <id> <seq> <0|1 redelivered>"
 //       per message (two-phase: print and flush a batch, then commit it) until
@@ -241,6 +242,10 @@ int serve(int argc, char** argv) {
   const shmbox::transfer_record& t = owner->transfer();
   say("owner epoch=" + std::to_string(owner->epoch()) + " reason=" + std::string(shmbox::to_string(t.reason)) +
       " from=" + std::to_string(t.from_pid) + " data=" + t.data);
+  if (has_flag(argc, argv, "--hold")) {  // owns the box, receives only after a line on stdin
+    std::string go;
+    std::getline(std::cin, go);
+  }
   if (give_to != 0) {
     if (has_flag(argc, argv, "--give-when-told")) {
       std::string go;
