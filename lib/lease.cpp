@@ -30,7 +30,10 @@ void poke_eventfd(std::uint64_t key, std::int32_t fd) noexcept {
   // The pidfd refers to whatever process has this pid now: check it is ours.
   if (key_of_pid(key_pid(key)) == key) {
     const long theirs = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), fd, 0);
-    if (theirs >= 0) {
+    // The number came from shared memory: write only to an eventfd.
+    if (theirs >= 0 && !is_eventfd(static_cast<int>(theirs))) {
+      ::close(static_cast<int>(theirs));
+    } else if (theirs >= 0) {
       const std::uint64_t one = 1;
       [[maybe_unused]] const ssize_t n = ::write(static_cast<int>(theirs), &one, sizeof one);
       ::close(static_cast<int>(theirs));

@@ -49,6 +49,16 @@ std::uint64_t read_key(std::uint32_t pid) noexcept {
 
 std::uint64_t key_of_pid(std::uint32_t pid) noexcept { return read_key(pid); }
 
+bool is_eventfd(int fd) noexcept {
+  if (fd < 0) return false;
+  char path[48], target[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(path, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
 std::uint64_t self_key() noexcept {
   static thread_local std::uint32_t cached_pid = 0;
   static thread_local std::uint64_t cached_key = 0;

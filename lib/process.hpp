@@ -30,6 +30,12 @@ std::uint64_t key_of_pid(std::uint32_t pid) noexcept;
 // zombie, pid not reused). A slow or stopped process is alive.
 bool process_alive(std::uint64_t key) noexcept;
 
+// True when `fd` (a descriptor of this process) is an eventfd. Descriptor
+// numbers read from shared memory are checked with this before anything is
+// written to a descriptor copied from another process (pidfd_getfd): a
+// scribbled number must not make us write into one of its files.
+bool is_eventfd(int fd) noexcept;
+
 // Monotonic and wall clocks in nanoseconds.
 std::uint64_t mono_ns() noexcept;
 std::uint64_t unix_ns() noexcept;

@@ -252,7 +252,9 @@ int owner_eventfd(producer_ctx& p) noexcept {
   if (pidfd < 0) return -1;
   if (key_of_pid(key_pid(key)) == key) {
     const long fd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), static_cast<int>(num - 1), 0);
-    if (fd >= 0) p.owner_fd = static_cast<int>(fd);
+    // The number came from shared memory: write only to an eventfd.
+    if (fd >= 0 && is_eventfd(static_cast<int>(fd))) p.owner_fd = static_cast<int>(fd);
+    else if (fd >= 0) ::close(static_cast<int>(fd));
   }
   ::close(static_cast<int>(pidfd));
   return p.owner_fd;

@@ -1,16 +1,21 @@
 // tests/helper.cpp - shmbox-test-helper: the separate program that multi-process
 // tests start (fork + exec) as a producer or as an owner.
 //
-//   produce NAME ID COUNT [--size B] [--retry] [--no-wait] [--lane L]
+//   produce NAME ID COUNT [--size B] [--retry] [--no-wait] [--lane L] [--pause-us US]
 //       attach, print "ready", wait for a line on stdin (unless --no-wait),
 //       post COUNT messages [id, seq, padding], print "done <tallies>".
 //       --retry: post the same message again until it is stored.
+//       --pause-us: sleep that long after each message (a steady trickle).
+//       --max-call-ms: exit 4 ("late: ...") if one post call takes longer.
+//       --stop-on-timeout: stop after the first post that timed out.
 //   consume NAME TOTAL IDLE_MS [--batch N] [--lifo]
 //       acquire, print "owned <epoch>", receive until TOTAL messages or
 //       IDLE_MS without any, checking every payload against its pattern and
 //       (unless --lifo) per-producer order; print a summary.
 //   own NAME
 //       acquire, print "owned <epoch>", then wait until stdin closes.
+//   map NAME
+//       opens the box (maps it) without any role, prints "mapped", waits until stdin closes.
 //   wait-one NAME TIMEOUT_MS
 //       acquire, print "owned", block in receive; print "got <n bytes>" or "timeout".
 //   serve NAME [--heir|--listen] [--data D] [--two-phase] [--batch N] [--max N] [--idle-ms MS]
@@ -24,8 +29,15 @@
 //       per message (two-phase: print and flush a batch, then commit it) until
 //       --max messages, --idle-ms without any ("idle"), or not_owner ("not-owner");
 //       last line "done <count>".
+//   scribble NAME REGION SEED COUNT PAUSE_US
+//       maps the segment raw and writes COUNT runs of 1..16 random bytes at
+//       random offsets of REGION (header, owner, heirs, lanes, producers, ring,
+//       all), pausing PAUSE_US between writes; prints "scribbled <count>".
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -34,9 +46,11 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "layout.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -72,6 +86,9 @@ int produce(int argc, char** argv) {
   const auto size = static_cast<std::size_t>(flag_value(argc, argv, "--size", 64));
   const bool retry = has_flag(argc, argv, "--retry");
   const auto lane = static_cast<std::uint32_t>(flag_value(argc, argv, "--lane", 0));
+  const auto pause_us = static_cast<useconds_t>(flag_value(argc, argv, "--pause-us", 0));
+  const long max_call_ms = flag_value(argc, argv, "--max-call-ms", 0);
+  const bool stop_on_timeout = has_flag(argc, argv, "--stop-on-timeout");
   auto p = shmbox::Producer::attach(name);
   if (!p) {
     std::printf("error %s\n", shmbox::explain(p.error()).c_str());
@@ -90,7 +107,13 @@ int produce(int argc, char** argv) {
     std::memcpy(buf.data() + 8, &seq, 8);
     for (std::size_t i = 16; i < size; ++i) buf[i] = pattern_byte(id, seq, i);
     for (;;) {
+      const auto t0 = std::chrono::steady_clock::now();
       const shmbox::post_status st = p->post_to(lane, buf.data(), size);
+      const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+      if (max_call_ms > 0 && took.count() > max_call_ms) {
+        std::printf("late: one post took %lld ms\n", static_cast<long long>(took.count()));
+        return 4;
+      }
       ++tally[st];
       if (st == shmbox::post_status::error) {
         std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());
@@ -98,6 +121,8 @@ int produce(int argc, char** argv) {
       }
       if (shmbox::is_stored(st) || !retry) break;
     }
+    if (stop_on_timeout && tally[shmbox::post_status::timeout] != 0) break;
+    if (pause_us != 0) ::usleep(pause_us);
   }
   std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
               " too_large=%" PRIu64 "\n",
@@ -214,6 +239,20 @@ void say(const std::string& line) {
   [[maybe_unused]] const ssize_t n = ::write(1, l.data(), l.size());
 }
 
+int map_only(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto box = shmbox::Box::open(argv[2]);
+  if (!box) {
+    say("error " + shmbox::explain(box.error()));
+    return 1;
+  }
+  say("mapped");
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
 int serve(int argc, char** argv) {
   if (argc < 3) return usage();
   const std::string name = argv[2];
@@ -302,6 +341,58 @@ int serve(int argc, char** argv) {
   return 0;
 }
 
+int scribble(int argc, char** argv) {
+  if (argc < 7) return usage();
+  const std::string path = std::string("/shmbox.") + argv[2], region = argv[3];
+  std::mt19937_64 rng(std::strtoull(argv[4], nullptr, 10));
+  const long count = std::strtol(argv[5], nullptr, 10), pause_us = std::strtol(argv[6], nullptr, 10);
+  const int fd = ::shm_open(path.c_str(), O_RDWR, 0);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(shmbox::detail::segment_header))) {
+    say("error cannot open " + path);
+    return 1;
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  auto* base = static_cast<unsigned char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ::close(fd);
+  if (base == MAP_FAILED) return 1;
+  // The regions, from the header as it is now (before we scribble on it).
+  using H = shmbox::detail::segment_header;
+  struct {
+    std::uint64_t owner_offset, heirs_offset, lanes_offset, producers_offset;
+    std::uint32_t max_producers, producer_stride;
+  } h{};
+  std::memcpy(&h.owner_offset, base + offsetof(H, owner_offset), 8);
+  std::memcpy(&h.heirs_offset, base + offsetof(H, heirs_offset), 8);
+  std::memcpy(&h.lanes_offset, base + offsetof(H, lanes_offset), 8);
+  std::memcpy(&h.producers_offset, base + offsetof(H, producers_offset), 8);
+  std::memcpy(&h.max_producers, base + offsetof(H, max_producers), 4);
+  std::memcpy(&h.producer_stride, base + offsetof(H, producer_stride), 4);
+  auto clamp = [&](std::uint64_t v) { return std::min<std::uint64_t>(v, size); };
+  std::uint64_t lo = 0, hi = size;
+  if (region == "header") hi = sizeof(H);
+  else if (region == "owner") lo = clamp(h.owner_offset), hi = clamp(h.heirs_offset);
+  else if (region == "heirs") lo = clamp(h.heirs_offset), hi = clamp(h.lanes_offset);
+  else if (region == "lanes") lo = clamp(h.lanes_offset), hi = clamp(h.producers_offset);
+  else if (region == "producers") lo = clamp(h.producers_offset), hi = clamp(h.producers_offset + std::uint64_t{h.max_producers} * h.producer_stride);
+  else if (region == "ring") lo = clamp(h.producers_offset + std::uint64_t{h.max_producers} * h.producer_stride);
+  else if (region != "all") return usage();
+  if (hi <= lo) {
+    say("error empty region");
+    return 1;
+  }
+  long n = 0;
+  for (; n < count; ++n) {
+    const std::uint64_t at = lo + rng() % (hi - lo);
+    const std::uint64_t len = std::min<std::uint64_t>(1 + rng() % 16, hi - at);
+    for (std::uint64_t i = 0; i < len; ++i) base[at + i] = static_cast<unsigned char>(rng());
+    if (pause_us > 0) ::usleep(static_cast<useconds_t>(pause_us));
+  }
+  ::munmap(base, size);
+  say("scribbled " + std::to_string(n));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -312,5 +403,7 @@ int main(int argc, char** argv) {
   if (cmd == "own") return own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
+  if (cmd == "scribble") return scribble(argc, argv);
+  if (cmd == "map") return map_only(argc, argv);
   return usage();
 }

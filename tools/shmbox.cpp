@@ -15,12 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
 
+using namespace shmbox_cli;
 using json = nlohmann::ordered_json;
-constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2, kExitRefused = 3;
 
 int fail(const std::error_code& ec) {
   std::cerr << "shmbox: " << shmbox::explain(ec) << "\n";
@@ -116,20 +117,6 @@ std::string transfer_text(const shmbox::transfer_record& t) {
 }
 
 // ---- create ---------------------------------------------------------------
-struct create_args {
-  std::string name;
-  std::uint32_t capacity = 1024;
-  std::uint32_t slot_size = 256;
-  std::string policy = "reject";
-  std::string mode = "0600";
-  std::uint32_t max_producers = 64;
-  std::uint32_t block_timeout_ms = 1000;
-  std::uint32_t lease_ms = 0;
-  std::uint32_t lanes = 1;
-  std::vector<std::string> lane_capacity;  // "L=N"
-  std::vector<std::string> lane_policy;    // "L=POLICY"
-  std::string dead_letters;
-};
 
 // "L=VALUE" -> (L, VALUE); validated by the option's check.
 std::pair<std::uint32_t, std::string> lane_pair(const std::string& s) {
@@ -175,12 +162,6 @@ int cmd_create(const create_args& a) {
 }
 
 // ---- post -----------------------------------------------------------------
-struct post_args {
-  std::string name;
-  std::vector<std::string> messages;
-  long long timeout_ms = -1;  // -1: the box's block timeout
-  std::uint32_t lane = 0;
-};
 
 int cmd_post(const post_args& a) {
   auto producer = shmbox::Producer::attach(a.name);
@@ -226,16 +207,6 @@ int cmd_post(const post_args& a) {
 }
 
 // ---- recv -----------------------------------------------------------------
-struct recv_args {
-  std::string name;
-  std::size_t max = 1;
-  bool all = false;
-  bool follow = false;
-  bool heir = false;
-  std::string data;
-  long long timeout_ms = 0;
-  bool verbose = false;
-};
 
 volatile sig_atomic_t g_stop = 0;
 void on_stop_signal(int) { g_stop = 1; }
@@ -409,147 +380,62 @@ int cmd_rm(const std::string& name) {
   return kExitOk;
 }
 
+// ---- verify / gc -------------------------------------------------------------
+int cmd_verify(const std::string& name, bool as_json) {
+  auto r = shmbox::Box::verify(name);
+  if (!r) return fail(r.error());
+  if (as_json) {
+    std::cout << json{{"box", r->box},
+                      {"ok", r->ok},
+                      {"problems", r->problems},
+                      {"checked", json{{"slots", r->slots}, {"producers", r->producers}, {"heirs", r->heirs}}}}
+                     .dump(2)
+              << "\n";
+  } else if (r->ok) {
+    std::cout << "box '" << name << "': ok (" << r->slots << " slots, " << r->producers << " producers, " << r->heirs
+              << " heirs checked)\n";
+  } else {
+    std::cout << "box '" << name << "': CORRUPT, " << r->problems.size() << " problem(s):\n";
+    for (const auto& p : r->problems) std::cout << "  " << p << "\n";
+    std::cout << "Its processes report errors instead of using the damaged parts; to start over, remove it with 'shmbox rm "
+              << name << "' and create it again.\n";
+  }
+  return r->ok ? kExitOk : kExitFail;
+}
+
+int cmd_gc(const parsed& a) {
+  auto r = shmbox::Box::collect({.dry_run = a.dry_run, .include_nonempty = a.include_nonempty, .prefix = a.prefix});
+  if (!r) return fail(r.error());
+  if (a.json) {
+    json all = json::array();
+    for (const auto& c : *r) all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run}});
+    std::cout << all.dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const auto& c : *r)
+    std::cout << (a.dry_run ? "would remove " : "removed ") << c.name << " (" << c.why
+              << (c.depth != 0 ? ", " + std::to_string(c.depth) + " messages lost" : std::string()) << ")\n";
+  if (r->empty()) std::cout << "nothing to collect\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shmbox: bounded mailboxes in POSIX shared memory.\n"
-               "Many producer processes post into a box; one owner process receives from it."};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("shmbox 0.1.0"));
-
-  auto check_name = CLI::Validator(
-      [](std::string& s) -> std::string {
-        auto r = shmbox::Box::validate_name(s);
-        return r ? std::string() : shmbox::explain(r.error());
-      },
-      "NAME");
-  auto check_policy = CLI::Validator(
-      [](std::string& s) -> std::string {
-        return shmbox::parse_policy(s) ? std::string()
-                                       : "unknown policy '" + s + "' (use reject, drop-newest, drop-oldest, lifo or block)";
-      },
-      "POLICY");
-  auto check_mode = CLI::Validator(
-      [](std::string& s) -> std::string {
-        if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
-          return "mode '" + s + "' is not an octal permission such as 0600 or 0660";
-        if ((std::stoul(s, nullptr, 8) & 0600u) != 0600u) return "mode " + s + " must include 0600 (owner read and write)";
-        return {};
-      },
-      "OCTAL");
-
-  create_args ca;
-  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
-  create->add_option("NAME", ca.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(check_name);
-  create->add_option("--capacity", ca.capacity, "messages the box holds (a power of two is fastest)")
-      ->check(CLI::Range(1u, shmbox::kMaxCapacity))
-      ->capture_default_str();
-  create->add_option("--slot-size", ca.slot_size, "largest message in bytes")
-      ->check(CLI::Range(1u, shmbox::kMaxSlotSize))
-      ->capture_default_str();
-  create->add_option("--policy", ca.policy, "when full: reject|drop-newest|drop-oldest|lifo|block")
-      ->check(check_policy)
-      ->capture_default_str();
-  create->add_option("--mode", ca.mode, "file mode of the segment, octal")->check(check_mode)->capture_default_str();
-  create->add_option("--max-producers", ca.max_producers, "producer handles attached at once")
-      ->check(CLI::Range(1u, shmbox::kMaxProducers))
-      ->capture_default_str();
-  create->add_option("--block-timeout", ca.block_timeout_ms, "policy block: default wait of a post, in ms")
-      ->check(CLI::Range(0u, 86'400'000u))
-      ->capture_default_str();
-  auto check_lane_pair = [](bool policy_value) {
-    return CLI::Validator(
-        [policy_value](std::string& v) -> std::string {
-          const auto eq = v.find('=');
-          if (eq == std::string::npos || eq == 0 || v.find_first_not_of("0123456789") < eq)
-            return "'" + v + "' is not LANE=VALUE (e.g. 1=256)";
-          if (std::stoul(v.substr(0, eq)) >= shmbox::kMaxLanes) return "lane in '" + v + "' is not 0..7";
-          const std::string val = v.substr(eq + 1);
-          if (policy_value) return shmbox::parse_policy(val) ? std::string() : "unknown policy in '" + v + "'";
-          if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos || val.size() > 9 ||
-              std::stoul(val) < 1 || std::stoul(val) > shmbox::kMaxCapacity)
-            return "capacity in '" + v + "' is not 1.." + std::to_string(shmbox::kMaxCapacity);
-          return {};
-        },
-        policy_value ? "LANE=POLICY" : "LANE=N");
-  };
-  create->add_option("--lanes", ca.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number")
-      ->check(CLI::Range(1u, shmbox::kMaxLanes))
-      ->capture_default_str();
-  create->add_option("--lane-capacity", ca.lane_capacity, "capacity of one lane (repeatable); default --capacity")
-      ->check(check_lane_pair(false));
-  create->add_option("--lane-policy", ca.lane_policy, "policy of one lane (repeatable); default --policy")
-      ->check(check_lane_pair(true));
-  create->add_option("--dead-letters", ca.dead_letters,
-                     "a box that receives, with their origin, the messages this one drops or evicts")
-      ->check(check_name);
-  create->add_option("--lease-ms", ca.lease_ms,
-                     "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
-      ->check(CLI::Range(0u, 86'400'000u))
-      ->capture_default_str();
-
-  post_args pa;
-  auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
-  post->add_option("NAME", pa.name, "box name")->required()->check(check_name);
-  post->add_option("MESSAGE", pa.messages, "messages to post");
-  post->add_option("--timeout", pa.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
-      ->check(CLI::Range(0LL, 86'400'000LL));
-  post->add_option("--lane", pa.lane, "the lane to post into (0: control lane)")->check(CLI::Range(0u, shmbox::kMaxLanes - 1));
-
-  recv_args ra;
-  auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
-  recv->add_option("NAME", ra.name, "box name")->required()->check(check_name);
-  auto* max_opt = recv->add_option("--max", ra.max, "receive at most N messages")->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))->capture_default_str();
-  auto* all_opt = recv->add_flag("--all", ra.all, "receive every message in the box")->excludes(max_opt);
-  recv->add_option("--timeout", ra.timeout_ms, "wait up to MS for messages")->check(CLI::Range(0LL, 86'400'000LL))->capture_default_str();
-  recv->add_flag("--follow", ra.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
-      ->excludes(max_opt)
-      ->excludes(all_opt);
-  recv->add_flag("--verbose", ra.verbose, "print each message's lane and redelivered flag before it");
-  auto* heir_opt = recv->add_flag("--heir", ra.heir, "register as heir, wait until given the box, then receive as owner");
-  recv->add_option("--data", ra.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
-      CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));
-
-  std::string stat_name;
-  bool stat_json = false;
-  auto* stat = app.add_subcommand("stat", "Show a box: geometry, depth, owner and every counter");
-  stat->add_option("NAME", stat_name, "box name")->required()->check(check_name);
-  stat->add_flag("--json", stat_json, "one JSON object");
-
-  bool ls_json = false;
-  auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
-  ls->add_flag("--json", ls_json, "a JSON array");
-
-  std::string heirs_name;
-  bool heirs_json_flag = false;
-  auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
-  heirs->add_option("NAME", heirs_name, "box name")->required()->check(check_name);
-  heirs->add_flag("--json", heirs_json_flag, "a JSON array");
-
-  std::string rm_name;
-  auto* rm = app.add_subcommand("rm", "Remove a box (processes that have it open keep using it)");
-  rm->add_option("NAME", rm_name, "box name")->required()->check(check_name);
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    std::cerr << "shmbox: " << what << " (run 'shmbox --help')\n";
-    return kExitUsage;
+  parsed a;
+  const int early = parse_args(argc, argv, a);
+  if (early >= 0) return early;
+  switch (a.cmd) {
+    case command::create: return cmd_create(a.create);
+    case command::post: return cmd_post(a.post);
+    case command::recv: return cmd_recv(a.recv);
+    case command::stat: return cmd_stat(a.name, a.json);
+    case command::ls: return cmd_ls(a.json);
+    case command::heirs: return cmd_heirs(a.name, a.json);
+    case command::rm: return cmd_rm(a.name);
+    case command::verify: return cmd_verify(a.name, a.json);
+    case command::gc: return cmd_gc(a);
+    case command::none: break;
   }
-
-  if (create->parsed()) return cmd_create(ca);
-  if (post->parsed()) return cmd_post(pa);
-  if (recv->parsed()) return cmd_recv(ra);
-  if (stat->parsed()) return cmd_stat(stat_name, stat_json);
-  if (ls->parsed()) return cmd_ls(ls_json);
-  if (heirs->parsed()) return cmd_heirs(heirs_name, heirs_json_flag);
-  if (rm->parsed()) return cmd_rm(rm_name);
   return kExitUsage;
 }

@@ -153,6 +153,30 @@ struct box_info {
   counters count;                 // all lanes
 };
 
+// What Box::verify found. A box in use is checked without stopping anyone:
+// every check holds at any instant of the protocol, so a problem is real.
+struct verify_report {
+  std::string box;
+  bool ok = true;                     // no problem found
+  std::vector<std::string> problems;  // one sentence each: what is wrong and where
+  std::uint64_t slots = 0;            // how many of each were checked
+  std::uint32_t producers = 0;
+  std::uint32_t heirs = 0;
+};
+
+// Why Box::collect removed (or, dry run, would remove) a box.
+struct collected_box {
+  std::string name;
+  std::uint64_t depth = 0;  // messages it held
+  std::string why;          // "owner, heirs and producers are dead", ...
+};
+
+struct collect_options {
+  bool dry_run = false;           // report, remove nothing
+  bool include_nonempty = false;  // also boxes that still hold messages
+  std::string prefix{};           // only boxes whose names start with this
+};
+
 class Box {
  public:
   // Creates /dev/shm/shmbox.<name> and initialises it; fails with errc::exists if
@@ -166,6 +190,17 @@ class Box {
   static result<void> remove(std::string_view name);
   // Names of every shmbox segment in /dev/shm (valid or not).
   static result<std::vector<std::string>> list();
+  // Checks the segment's invariants: header, owner record, heir and producer
+  // tables, every slot of every lane, counters. A segment that cannot be
+  // opened as a box (foreign, truncated, corrupt header) is a report with
+  // ok = false; errors are only for what stops us looking (not_found,
+  // permission_denied, invalid_name).
+  static result<verify_report> verify(std::string_view name);
+  // Removes boxes nobody uses: no live owner, heir or listener, no live
+  // producer, no live process mapping the segment (as far as /proc shows),
+  // and empty unless include_nonempty; also half-created segments whose
+  // creator died. Never a box with a live process attached.
+  static result<std::vector<collected_box>> collect(const collect_options& opts = {});
   // Checks a name against the rules (1..128 of [A-Za-z0-9._-], not starting with '.').
   static result<void> validate_name(std::string_view name);
 

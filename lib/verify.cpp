@@ -1,0 +1,262 @@
+// lib/verify.cpp - Box::verify: the invariants of a segment, checked while it
+// may be in use. Every check below holds at every instant of the protocol
+// (ring.cpp, lease.cpp), so what it reports is damage, not a race; values
+// that move (tails, counters) are read so that a concurrent step cannot make
+// a healthy box look broken.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "errors.hpp"
+#include "layout.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "shmbox/box.hpp"
+
+namespace shmbox {
+namespace {
+
+using namespace detail;
+
+struct checker {
+  const mapped_box& m;
+  verify_report& r;
+  void problem(std::string what) {
+    r.ok = false;
+    if (r.problems.size() < 64) r.problems.push_back(std::move(what));
+    else if (r.problems.size() == 64) r.problems.push_back("(more problems not listed)");
+  }
+
+  bool valid_op(std::uint64_t op) const {
+    return op == 0 || (op_kind_of(op) <= op_kind::filter_drop && op_lane(op) < m.lane_count());
+  }
+  bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
+
+  void owner_record() {
+    const detail::owner_record* o = m.owner();
+    const std::uint64_t key = o->key.load(std::memory_order_acquire);
+    const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
+    if (key != 0 && key_pid(key) == 0) problem("owner record: key " + std::to_string(key) + " names pid 0");
+    const std::uint32_t state = o->state.load(std::memory_order_relaxed);
+    if (state > static_cast<std::uint32_t>(owner_state::active))
+      problem("owner record: state " + std::to_string(state) + " is not passive, notify or active");
+    if (o->lease_ms != m.lease_ms())
+      problem("owner record: lease " + std::to_string(o->lease_ms) + " ms disagrees with the header's " + std::to_string(m.lease_ms()));
+    const std::uint32_t reason = o->tr_reason.load(std::memory_order_relaxed);
+    if (reason > static_cast<std::uint32_t>(detail::transfer_reason::lease_expired))
+      problem("owner record: transfer reason " + std::to_string(reason) + " is unknown");
+    if (o->tr_data_len.load(std::memory_order_relaxed) > kHeirDataMax)
+      problem("owner record: transfer data length " + std::to_string(o->tr_data_len.load()) + " exceeds " + std::to_string(kHeirDataMax));
+    // tr_epoch and offer_epoch are written after the epoch they name.
+    const std::uint64_t epoch_after = o->epoch.load(std::memory_order_acquire);
+    if (o->tr_epoch.load(std::memory_order_acquire) > epoch_after)
+      problem("owner record: last transfer at epoch " + std::to_string(o->tr_epoch.load()) + ", after the current epoch " + std::to_string(epoch_after));
+    if (o->offer_data_len.load(std::memory_order_relaxed) > kHeirDataMax)
+      problem("owner record: give-away data length " + std::to_string(o->offer_data_len.load()) + " exceeds " + std::to_string(kHeirDataMax));
+    if (o->offer_key.load(std::memory_order_relaxed) != 0 && o->offer_epoch.load(std::memory_order_relaxed) > epoch_after)
+      problem("owner record: a give-away offer made at epoch " + std::to_string(o->offer_epoch.load()) + ", after the current epoch");
+    if (o->fd_fallback.load(std::memory_order_relaxed) > 1)
+      problem("owner record: fd_fallback is " + std::to_string(o->fd_fallback.load()) + " (0 or 1)");
+    if (o->notify_fd_plus1.load(std::memory_order_relaxed) > (1u << 24))
+      problem("owner record: notify descriptor " + std::to_string(o->notify_fd_plus1.load() - 1) + " is out of range");
+    (void)epoch;
+    for (std::uint32_t i = 0; i < kOwnerActors; ++i) {
+      const owner_actor* a = m.actor(i);
+      const std::uint64_t op = a->op.load(std::memory_order_relaxed);
+      if (!valid_op(op)) problem("owner actor " + std::to_string(i) + ": pending op " + std::to_string(op) + " is invalid");
+      const std::uint64_t ae = a->epoch.load(std::memory_order_relaxed);
+      // (a new owner stores its key before its epoch: epoch 0 may still show)
+      if (a->key.load(std::memory_order_relaxed) != 0 && ae != 0 && ae % kOwnerActors != i)
+        problem("owner actor " + std::to_string(i) + " holds epoch " + std::to_string(ae) + ", which belongs to actor " +
+                std::to_string(ae % kOwnerActors));
+    }
+  }
+
+  void heirs() {
+    const std::uint64_t heir_seq = m.owner()->heir_seq.load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
+      const heir_entry* e = m.heir(i);
+      const std::uint64_t key = e->key.load(std::memory_order_acquire);
+      if (key == 0) continue;
+      ++r.heirs;
+      const std::string where = "heir entry " + std::to_string(i);
+      if (key_pid(key) == 0) problem(where + ": key names pid 0");
+      const std::uint64_t seq = e->seq.load(std::memory_order_acquire);
+      // seq is taken from heir_seq before it is stored; re-read heir_seq after.
+      if (seq > std::max(heir_seq, m.owner()->heir_seq.load(std::memory_order_acquire)))
+        problem(where + ": registration number " + std::to_string(seq) + " was never handed out");
+      if ((e->flags.load(std::memory_order_relaxed) & ~kHeirListenerOnly) != 0)
+        problem(where + ": unknown flags " + std::to_string(e->flags.load()));
+      if (e->data_len.load(std::memory_order_relaxed) > kHeirDataMax)
+        problem(where + ": data length " + std::to_string(e->data_len.load()) + " exceeds " + std::to_string(kHeirDataMax));
+    }
+  }
+
+  void producers() {
+    for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
+      const producer_entry* pe = m.producer(i);
+      const std::uint64_t key = pe->key.load(std::memory_order_acquire);
+      if (key != 0) ++r.producers;
+      if (key != 0 && key_pid(key) == 0) problem("producer entry " + std::to_string(i) + ": key names pid 0");
+      const std::uint64_t op = pe->op.load(std::memory_order_relaxed);
+      if (!valid_op(op)) problem("producer entry " + std::to_string(i) + ": pending op " + std::to_string(op) + " is invalid");
+    }
+  }
+
+  void slot_actor(const std::string& where, slot_state st, std::uint32_t actor) {
+    const bool ok = [&] {
+      switch (st) {
+        case slot_state::empty:
+        case slot_state::free: return actor == kActorNone;
+        case slot_state::full:
+        case slot_state::writing: return producer_actor(actor);
+        case slot_state::taken: return producer_actor(actor) || is_owner_actor(actor);
+        case slot_state::done:
+        case slot_state::dropped: return is_owner_actor(actor);
+      }
+      return false;
+    }();
+    if (!ok) problem(where + ": actor " + std::to_string(actor) + " cannot hold a slot in this state");
+  }
+
+  void length(const std::string& where, const lane_view& L, const slot_header* s, slot_state st) {
+    if (st == slot_state::empty || st == slot_state::free || st == slot_state::writing) return;
+    const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+    if (len > L.payload) problem(where + ": message length " + std::to_string(len) + " exceeds the slot size " + std::to_string(L.payload));
+  }
+
+  void fifo_lane(const lane_view& L) {
+    const std::string lane = "lane " + std::to_string(L.index);
+    // head is read before the tail: the owner only moves head up to a tail
+    // it has seen, so head <= tail holds for these two loads.
+    const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
+    const std::uint64_t t0 = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+    if (h > t0) problem(lane + ": head " + std::to_string(h) + " is past the tail " + std::to_string(t0));
+    else if (t0 - h > L.capacity)
+      problem(lane + ": " + std::to_string(t0 - h) + " positions between head and tail, more than the capacity " + std::to_string(L.capacity));
+    std::vector<std::uint64_t> seqs(L.capacity);
+    for (std::uint32_t i = 0; i < L.capacity; ++i) seqs[i] = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    const std::uint64_t t1 = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      ++r.slots;
+      const std::string where = lane + " slot " + std::to_string(i);
+      const std::uint64_t s = seqs[i];
+      const slot_state st = seq_state(s);
+      if (st == slot_state::writing || st == slot_state::free || static_cast<std::uint32_t>(st) > 6) {
+        problem(where + ": state " + std::to_string(static_cast<std::uint32_t>(st)) + " does not exist in a FIFO lane");
+        continue;
+      }
+      // Every slot holds a position of the last lap or the next: within one
+      // capacity of the tail, and in its own slot.
+      const std::int64_t lo = pos_diff(seq_pos(s), t0), hi = pos_diff(seq_pos(s), t1);
+      if (lo < -static_cast<std::int64_t>(L.capacity) || hi > static_cast<std::int64_t>(L.capacity)) {
+        problem(where + ": position " + std::to_string(seq_pos(s)) + " is too far from the tail " + std::to_string(t1));
+        continue;
+      }
+      const std::uint64_t full_pos = static_cast<std::uint64_t>(static_cast<std::int64_t>(t1) + hi);
+      if (L.slot_index(full_pos) != i) {
+        problem(where + ": holds position " + std::to_string(full_pos) + ", which belongs to slot " + std::to_string(L.slot_index(full_pos)));
+        continue;
+      }
+      if (st != slot_state::empty && hi >= 0)
+        problem(where + ": position " + std::to_string(full_pos) + " is not claimed yet but the slot is not empty");
+      slot_actor(where, st, seq_actor(s));
+      length(where, L, L.slot_at_index(i), st);
+    }
+  }
+
+  void lifo_lane(const lane_view& L) {
+    const std::string lane = "lane " + std::to_string(L.index);
+    std::vector<std::uint64_t> seqs(L.capacity);
+    for (std::uint32_t i = 0; i < L.capacity; ++i) seqs[i] = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+    // Stamps are taken from lifo_stamp before a slot shows them: read it after.
+    const std::uint64_t next = L.hdr->lifo_stamp.load(std::memory_order_acquire) >> 1;
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      ++r.slots;
+      const std::string where = lane + " slot " + std::to_string(i);
+      const std::uint64_t s = seqs[i];
+      const slot_state st = seq_state(s);
+      if (st == slot_state::empty || static_cast<std::uint32_t>(st) > 6) {
+        problem(where + ": state " + std::to_string(static_cast<std::uint32_t>(st)) + " does not exist in a lifo lane");
+        continue;
+      }
+      if (st != slot_state::free && pos_diff(seq_pos(s), next) > 0)
+        problem(where + ": stamp " + std::to_string(seq_pos(s)) + " was never handed out (next is " + std::to_string(next) + ")");
+      slot_actor(where, st, seq_actor(s));
+      length(where, L, L.slot_at_index(i), st);
+    }
+  }
+
+  // posted = delivered + refused + dropped + filtered + abandoned + depth.
+  // The two sides move at slightly different moments while posts and
+  // receives are in flight (at most one op per producer entry, and an owner
+  // batch of at most the capacity), so a busy box is checked against that
+  // bound; a quiet one (or one of the snapshots) must match exactly.
+  void counters(const Box& box) {
+    std::uint64_t best = UINT64_MAX, posted = 0, accounted = 0;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      const shmbox::counters c = box.read_counters();
+      std::uint64_t depth = 0;
+      for (std::uint32_t l = 0; l < m.lane_count(); ++l) depth += lane_depth_scan(m, l);
+      const std::uint64_t out = c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
+                                c.filtered + c.abandoned + depth;
+      const std::uint64_t diff = c.posted > out ? c.posted - out : out - c.posted;
+      if (diff == 0) return;
+      if (diff < best) {
+        best = diff;
+        posted = c.posted;
+        accounted = out;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // Busy: a live owner or producer, or an operation a dead one left for the
+    // next process to finish (ring.cpp R1-R4: repairs count it then).
+    bool busy = process_alive(m.owner()->key.load(std::memory_order_acquire));
+    for (std::uint32_t i = 0; i < m.max_producers() && !busy; ++i)
+      busy = m.producer(i)->op.load(std::memory_order_relaxed) != 0 ||
+             process_alive(m.producer(i)->key.load(std::memory_order_acquire));
+    for (std::uint32_t i = 0; i < kOwnerActors && !busy; ++i) busy = m.actor(i)->op.load(std::memory_order_relaxed) != 0;
+    std::uint64_t capacity = 0;
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l) capacity += m.lanes[l].capacity;
+    if (busy && best <= capacity + m.max_producers()) return;  // in flight, not lost
+    problem("counters: posted " + std::to_string(posted) + " but delivered + refused + dropped + filtered + abandoned + depth = " +
+            std::to_string(accounted));
+  }
+};
+
+}  // namespace
+
+result<verify_report> Box::verify(std::string_view name) {
+  verify_report r;
+  r.box = std::string(name);
+  auto m = detail::open_segment(name, true);
+  if (!m) {
+    switch (static_cast<errc>(m.error().value())) {
+      case errc::not_a_box:
+      case errc::version_mismatch:
+      case errc::truncated:
+      case errc::corrupt:
+      case errc::incomplete:
+        r.ok = false;
+        r.problems.push_back(explain(m.error()));
+        return r;
+      default:
+        return m.error();
+    }
+  }
+  const Box box(*m);
+  checker c{**m, r};
+  c.owner_record();
+  c.heirs();
+  c.producers();
+  for (std::uint32_t l = 0; l < (*m)->lane_count(); ++l) {
+    const lane_view& L = (*m)->lanes[l];
+    if (L.is_lifo()) c.lifo_lane(L);
+    else c.fifo_lane(L);
+  }
+  c.counters(box);
+  return r;
+}
+
+}  // namespace shmbox

@@ -1,0 +1,454 @@
+/*
+ * model/lease.pml - ownership of a lease box (lib/lease.cpp, lib/heir.cpp,
+ * lib/owner.cpp) with the two-phase receive of lib/ring.cpp: TAKE/HOLD (H1),
+ * COMMIT C1-C4, give-back, recovery at acquire (R4, finish_dead_commit,
+ * adopt_gone_owner_slot), with every process able to die at any step and
+ * (LEASE) the owner able to lose its lease at any moment while it runs on.
+ *
+ * Processes: 1 = the owner at the start (epoch 1), 2 = heir H1 (registered
+ * first), 3 = heir H2. The lane holds M messages at positions 0..M-1 (CAP
+ * slots, tail = M, no producer: a box whose producers are gone). Each owner
+ * loops on Owner::receive of a lease box: take (hold) a batch, check it is
+ * still the owner (else give back), commit, return what it committed.
+ *
+ * Same conventions as ring.pml: one atomic step per access of a shared word
+ * (words only a repairer of a dead process reads share a neighbouring step,
+ * with death points between), DIE_OR = may die instead of the step.
+ *
+ * Switches:
+ *   LEASE=1 (default) an heir may take over from a live owner whose lease
+ *           expired (time abstracted: at any moment); LEASE=0 deaths only
+ *   M CAP MAXDEAD BATCH   sizes
+ *   STRICT_FENCE   assert that no commit (C2) succeeds after the owner's
+ *                  epoch has ended (the doc's "its commit fails by epoch")
+ *   READ_MODE      the app sees a message when it is read (Owner::read),
+ *                  not when it is committed: a second sighting must be
+ *                  flagged redelivered
+ *   MUTANT_NO_EPOCH_CHECK  the owner commits without the still_owner check
+ *   MUTANT_C2_STORE        C2 is a plain store (no CAS TAKEN -> DONE)
+ *   MUTANT_NO_ADOPT        recovery (R4) does not re-take a gone owner's slots
+ *   FIX_STALE_ADOPT        a proposed fix for KNOWN ISSUE 2 (README), not in the
+ *                          C++: the take loop never adopts a newer owner's slot
+ */
+
+#ifndef M
+#define M 2
+#endif
+#ifndef CAP
+#define CAP 2
+#endif
+#ifndef MAXDEAD
+#define MAXDEAD 2
+#endif
+#ifndef BATCH
+#define BATCH 2
+#endif
+#ifndef LEASE
+#define LEASE 1
+#endif
+
+#define EMPTY 0
+#define FULL 1
+#define TAKEN 2
+#define DONE 5
+
+#define NOACT 0
+#define WRITER 1                    /* the (gone) producer that posted */
+#define ACT(e) (1 + (e))            /* owner actor of epoch e (e = 1..3) */
+#define EP_OF(a) ((a) - 1)
+#define IS_OWNER_ACT(a) ((a) >= 2)
+#define NEP 4                       /* epochs 1..3 */
+#define NPROC 4                     /* processes 1..3 */
+
+#define OP_NONE 0
+#define OP_COMMIT 8
+
+/* ---- the segment ---- */
+byte spos[CAP]; byte sst[CAP]; byte sact[CAP];
+byte payload[CAP];
+byte head;                          /* lane.head */
+byte okey;                          /* owner.key: process 1..3, 0 none */
+byte epoch;                         /* owner.epoch */
+bool heir_reg[NPROC];               /* heir table entry registered (key, seq != 0) */
+byte aproc[NEP];                    /* owner_actor[e].key */
+byte opk[NEP]; byte opb[NEP];       /* owner_actor[e].op, op_before */
+byte deliv[NEP];                    /* owner_lane_counters[e].delivered */
+
+bool dead[NPROC];
+byte ndead;
+
+/* ---- ghosts ---- */
+bool committed[M];                  /* C2 succeeded for it (the commit point) */
+bool seen_app[M];                   /* READ_MODE: an app has read it */
+byte ncounted;                      /* commits counted in some deliv[] */
+byte maxep;                         /* highest epoch an owner got */
+bool acting[NPROC];                 /* process is the owner of its epoch (after take_ownership) */
+
+#define SLOT(p) ((p) % CAP)
+#define SEEN_IS(p, a, b, c) (spos[SLOT(p)] == (a) && sst[SLOT(p)] == (b) && sact[SLOT(p)] == (c))
+#define STILL_OWNER (okey == me && epoch == myep)
+
+#define LOCALS byte myep, hp, first, n, i, k, h, sp, ss, sa, before, cnt, rp, marks, e2; \
+               byte pp[BATCH], pst[BATCH], pact[BATCH]; bool pred[BATCH], kept[BATCH]; \
+               byte fs[CAP]
+#define RESET myep = 0; hp = 0; first = 0; n = 0; i = 0; k = 0; h = 0; sp = 0; ss = 0; sa = 0; \
+              before = 0; cnt = 0; rp = 0; marks = 0; e2 = 0; \
+              for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 } \
+              for (i : 0 .. CAP - 1) { fs[i] = 0 } i = 0; acting[me] = 0
+
+#define CAN_DIE (ndead < MAXDEAD)
+#define DIE_OR if :: CAN_DIE -> dead[me] = 1; ndead++; RESET; goto died :: true fi;
+
+/* first_live_heir() == me (heirs in registration order, dead ones skipped,
+ * never the current owner) */
+#define FIRST_LIVE_HEIR(x) (heir_reg[x] && \
+                            ((x) == 2 || !(heir_reg[2] && !dead[2] && okey != 2)))
+/* view_owner + owner_gone: no owner, a dead one, or (lease) an expired one */
+#if LEASE
+#define OWNER_GONE (1)
+#else
+#define OWNER_GONE (okey == 0 || dead[okey])
+#endif
+
+proctype Owner(byte me)
+{
+  LOCALS;
+
+  if
+  :: me == 1 -> myep = 1; acting[me] = 1; goto CALL     /* acquired at the start */
+  :: else
+  fi;
+
+  /* ---- an heir: Heir::await_transfer / try_take ---- */
+WAIT:
+end_wait:
+  atomic {
+    (OWNER_GONE && FIRST_LIVE_HEIR(me) && okey != me) ->              /* view_owner, first_live_heir */
+    DIE_OR
+    k = okey
+  }
+  atomic {                                                            /* take_ownership: CAS key */
+    DIE_OR
+    if
+    :: okey == k -> okey = me
+    :: else -> k = 0; goto WAIT
+    fi
+  }
+  atomic {                                                            /* epoch + 1 (fetch_add) */
+    DIE_OR
+    epoch = epoch + 1; myep = epoch;
+    assert(myep > maxep); maxep = myep;   /* strictly increases, never reused */
+    acting[me] = 1; k = 0
+  }
+  atomic { DIE_OR heir_reg[me] = 0 }                                  /* withdraw our heir entry */
+
+  /* ---- Owner::adopt -> owner_recover ---- */
+  atomic { DIE_OR aproc[myep] = me; opk[myep] = OP_NONE }              /* our actor record */
+  atomic {                                                            /* tail (= M), head */
+    DIE_OR
+    h = head;
+    if :: h > M -> h = M :: else fi;
+    if :: M - h > CAP -> h = M - CAP :: else fi;
+    hp = h; k = h
+  }
+  /* committed-but-unfreed slots of gone owners first: which actors */
+RSCAN1:
+  atomic {
+    DIE_OR
+    if
+    :: k >= M -> k = h; goto RFDC
+    :: else
+    fi;
+    sp = spos[SLOT(k)]; ss = sst[SLOT(k)]; sa = sact[SLOT(k)];
+    if
+    :: ss == DONE && IS_OWNER_ACT(sa) && sa != ACT(myep) -> marks = marks | (1 << EP_OF(sa))
+    :: else
+    fi;
+    k++; sp = 0; ss = 0; sa = 0; goto RSCAN1
+  }
+RFDC:
+  atomic {
+    if
+    :: marks == 0 -> goto RSCAN2
+    :: (marks & 2) -> e2 = 1; marks = marks & ~2
+    :: !(marks & 2) && (marks & 4) -> e2 = 2; marks = marks & ~4
+    :: !(marks & 6) && (marks & 8) -> e2 = 3; marks = marks & ~8
+    fi;
+    rp = 1; goto FDC                       /* finish_dead_commit(ACT(e2)), back to RFDC */
+  }
+  /* R4: every slot TAKEN by a gone owner actor: adopt it */
+RSCAN2:
+  atomic {
+    DIE_OR
+    if
+    :: k >= M -> k = 0; h = 0; goto CALL
+    :: else
+    fi;
+    sp = spos[SLOT(k)]; ss = sst[SLOT(k)]; sa = sact[SLOT(k)];
+    if
+    :: ss == TAKEN && IS_OWNER_ACT(sa) && sa != ACT(myep) -> skip
+    :: else -> k++; goto RSCAN2
+    fi
+  }
+  /* adopt_gone_owner_slot: dead_owner_op says "uncommitted" (a hold-mode
+   * owner's op is none or commit): CAS to TAKEN by us, deliver again */
+  atomic {
+    DIE_OR
+#ifndef MUTANT_NO_ADOPT
+    if
+    :: SEEN_IS(k, sp, ss, sa) -> sact[SLOT(k)] = ACT(myep)
+    :: else
+    fi;
+#endif
+    k++; sp = 0; ss = 0; sa = 0; goto RSCAN2
+  }
+
+  /* ---- Owner::receive (lease box: take, hold, commit, return) ---- */
+CALL:
+  atomic {
+    DIE_OR
+    if :: !STILL_OWNER -> goto LEAVE :: else fi;                      /* still_owner() */
+    n = 0; first = hp; cnt = 0
+  }
+T1:
+  atomic {
+    DIE_OR
+    sp = spos[SLOT(hp)]; ss = sst[SLOT(hp)]; sa = sact[SLOT(hp)];     /* T1 (acquire) */
+    if
+    :: sp > hp -> hp = (M > hp + CAP -> M - CAP : hp + 1); goto T1    /* reused: jump (tail = M) */
+    :: sp + CAP == hp -> goto ENDTAKE
+    :: sp == hp && (ss == FULL || (ss == TAKEN && sa == ACT(myep))) -> goto TAKE
+    :: sp == hp && ss == TAKEN && IS_OWNER_ACT(sa) && sa != ACT(myep) -> goto ADOPT
+    :: sp == hp && ss == DONE && IS_OWNER_ACT(sa) && sa != ACT(myep) && n == 0 ->
+       e2 = EP_OF(sa); rp = 2; goto FDC                               /* finish_dead_commit, skip p */
+    :: sp == hp && ss == DONE && !(IS_OWNER_ACT(sa) && sa != ACT(myep) && n == 0) -> hp++; goto T1
+    :: sp == hp && ss == EMPTY -> goto ENDTAKE                        /* tail = M <= hp: empty */
+    :: else -> assert(false)
+    fi
+  }
+TAKE:       /* take_one, hold mode: CAS FULL -> TAKEN(p, us) (not if ours to redeliver), copy */
+  atomic {
+    DIE_OR
+    if
+    :: ss == FULL ->
+       if
+       :: SEEN_IS(hp, sp, ss, sa) -> sst[SLOT(hp)] = TAKEN; sact[SLOT(hp)] = ACT(myep)
+       :: else -> goto T1                                             /* lost the race */
+       fi
+    :: else
+    fi;
+    assert(payload[SLOT(hp)] == hp);                                  /* copy */
+#ifdef READ_MODE
+    assert(!seen_app[hp] || ss == TAKEN);   /* seen before: flagged redelivered */
+    seen_app[hp] = 1;
+#endif
+    pp[n] = hp; pst[n] = ss; pact[n] = sa; pred[n] = (ss == TAKEN);   /* o.pending */
+    n++; hp++;
+    if :: n < BATCH -> goto T1 :: else -> goto ENDTAKE fi
+  }
+ADOPT:      /* adopt_gone_owner_slot (a take loop meeting another owner's TAKEN slot) */
+  atomic {
+    DIE_OR
+#ifdef FIX_STALE_ADOPT
+    /* proposed fix (not in the C++): a slot of a NEWER owner actor (its
+     * actor record's epoch is above ours) means we are stale: stop here */
+    if :: EP_OF(sa) > myep -> goto ENDTAKE :: else fi;
+#endif
+    if
+    :: SEEN_IS(hp, sp, ss, sa) -> sact[SLOT(hp)] = ACT(myep)
+    :: else
+    fi;
+    goto T1                                                           /* look again */
+  }
+ENDTAKE:    /* publish_head if the cursor moved: the first position not finished */
+  atomic {
+    DIE_OR
+    if
+    :: hp != first -> head = ((n > 0 && pp[0] < hp) -> pp[0] : hp)
+    :: else
+    fi;
+    first = 0;
+    if :: n == 0 -> goto IDLE :: else fi
+  }
+  /* a stale owner gives back what it took instead of committing it */
+  atomic {
+    DIE_OR
+#ifndef MUTANT_NO_EPOCH_CHECK
+    if :: !STILL_OWNER -> i = 0; goto GIVEBACK :: else fi;
+#endif
+    before = deliv[myep]; opb[myep] = before; opk[myep] = OP_COMMIT;  /* C1 announce */
+    i = 0
+  }
+C2:
+  atomic {
+    DIE_OR
+#ifdef MUTANT_C2_STORE
+    sst[SLOT(pp[i])] = DONE; sact[SLOT(pp[i])] = ACT(myep); kept[i] = 1;
+#else
+    if                                                                /* C2: CAS TAKEN -> DONE */
+    :: SEEN_IS(pp[i], pp[i], TAKEN, ACT(myep)) -> sst[SLOT(pp[i])] = DONE; kept[i] = 1
+    :: else -> kept[i] = 0                                            /* lost: a newer owner has it */
+    fi;
+#endif
+    if
+    :: kept[i] ->
+#ifdef STRICT_FENCE
+       assert(STILL_OWNER);
+#endif
+       assert(!committed[pp[i]]); committed[pp[i]] = 1; cnt++
+    :: else
+    fi;
+    i++;
+    if :: i < n -> goto C2 :: else -> i = 0 fi
+  }
+  atomic { DIE_OR deliv[myep] = before + cnt; ncounted = ncounted + cnt }   /* C3 count */
+C4:
+  atomic {
+    DIE_OR
+    if                                                                /* C4: CAS DONE -> free */
+    :: kept[i] && SEEN_IS(pp[i], pp[i], DONE, ACT(myep)) ->
+       spos[SLOT(pp[i])] = pp[i] + CAP; sst[SLOT(pp[i])] = EMPTY; sact[SLOT(pp[i])] = NOACT
+    :: else
+    fi;
+    i++;
+    if :: i < n -> goto C4 :: else -> i = 0 fi
+  }
+  atomic {
+    DIE_OR
+    opk[myep] = OP_NONE;
+    DIE_OR
+    head = hp;                                                        /* publish_head */
+    /* the receive returns the committed messages; next call */
+    for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 }
+    i = 0; n = 0; cnt = 0; before = 0;
+    goto CALL
+  }
+
+GIVEBACK:   /* owner_give_back: CAS TAKEN(p, us) -> as it was */
+  atomic {
+    DIE_OR
+    if
+    :: SEEN_IS(pp[i], pp[i], TAKEN, ACT(myep)) ->
+       sst[SLOT(pp[i])] = pst[i]; sact[SLOT(pp[i])] = pact[i]
+    :: else
+    fi;
+    i++;
+    if :: i < n -> goto GIVEBACK :: else -> goto LEAVE fi
+  }
+
+IDLE:       /* nothing to take: sleep (waking every lease/2) until something changes */
+end_idle:
+  (!SEEN_IS(hp, sp, ss, sa) || !STILL_OWNER);
+  goto CALL;
+
+  /* ---- finish_dead_commit(ACT(e2)); returns to rp (1: recovery, 2: take) ---- */
+FDC:
+  atomic {
+    DIE_OR
+    if
+    :: !dead[aproc[e2]] -> goto FDC_RET        /* alive (stale): it finishes its own */
+    :: else
+    fi;
+    cnt = 0; i = 0
+  }
+FDC_SCAN:   /* every slot of the lane */
+  atomic {
+    DIE_OR
+    if
+    :: sst[i] == DONE && sact[i] == ACT(e2) -> fs[i] = spos[i] + 1; cnt++
+    :: else -> fs[i] = 0
+    fi;
+    i++;
+    if :: i < CAP -> goto FDC_SCAN :: else -> i = 0 fi;
+    if :: cnt == 0 -> goto FDC_RET :: else fi
+  }
+  atomic { DIE_OR k = opk[e2] }                                       /* its op */
+  atomic {
+    DIE_OR
+    if
+    :: k == OP_COMMIT ->                       /* count them once: CAS from op_before */
+       before = opb[e2];
+       if
+       :: deliv[e2] == before -> deliv[e2] = before + cnt; ncounted = ncounted + cnt
+       :: else
+       fi
+    :: else
+    fi;
+    k = 0; before = 0
+  }
+FDC_FREE:
+  atomic {
+    DIE_OR
+    if
+    :: fs[i] != 0 && spos[i] == fs[i] - 1 && sst[i] == DONE && sact[i] == ACT(e2) ->
+       assert(committed[fs[i] - 1]);
+       spos[i] = fs[i] - 1 + CAP; sst[i] = EMPTY; sact[i] = NOACT
+    :: else
+    fi;
+    fs[i] = 0; i++;
+    if :: i < CAP -> goto FDC_FREE :: else -> i = 0 fi
+  }
+FDC_RET:
+  atomic {
+    cnt = 0; e2 = 0;
+    if
+    :: rp == 1 -> rp = 0; goto RFDC
+    :: rp == 2 -> rp = 0; hp++; goto T1
+    fi
+  }
+
+LEAVE:      /* receive returned not_owner: this handle is done */
+  atomic { RESET }
+died:
+  skip
+}
+
+/* Quiescence: nothing can move any more. */
+active proctype checker()
+{
+  byte p, sum;
+  timeout ->
+  d_step {
+    /* a box with a live heir does not stay ownerless */
+    assert(!(okey == 0 || dead[okey]) ||
+           !((heir_reg[2] && !dead[2]) || (heir_reg[3] && !dead[3])));
+    p = 0;
+    do
+    :: p < M ->
+       if
+       :: !committed[p] ->
+          /* not lost: still in its slot, at or after the published head
+           * (where the next owner's recovery starts), and not held DONE */
+          assert(spos[SLOT(p)] == p && sst[SLOT(p)] != DONE && p >= head);
+          /* a live owner acting for the current epoch has received it */
+          assert(!(okey != 0 && !dead[okey] && acting[okey]))
+       :: else
+       fi;
+       p++
+    :: else -> break
+    od;
+    /* counted at most once each (uncounted: a dead owner's DONE slots) */
+    sum = deliv[1] + deliv[2] + deliv[3];
+    assert(sum == ncounted);
+    p = 0; sum = 0;
+    do
+    :: p < M -> sum = sum + committed[p]; p++
+    :: else -> break
+    od;
+    assert(ncounted <= sum)
+  }
+}
+
+init {
+  byte i;
+  atomic {
+    for (i : 0 .. CAP - 1) { spos[i] = i; }
+    for (i : 0 .. M - 1) { spos[SLOT(i)] = i; sst[SLOT(i)] = FULL; sact[SLOT(i)] = WRITER; payload[SLOT(i)] = i }
+    i = 0;
+    okey = 1; epoch = 1; maxep = 1; aproc[1] = 1;
+    heir_reg[2] = 1; heir_reg[3] = 1;
+    run Owner(1);
+    run Owner(2);
+    run Owner(3)
+  }
+}

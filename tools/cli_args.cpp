@@ -1,0 +1,156 @@
+// tools/cli_args.cpp - the shmbox command line's parser (CLI11).
+#include "cli_args.hpp"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <limits>
+#include <utility>
+
+#include "shmbox/shmbox.hpp"
+
+namespace shmbox_cli {
+
+int parse_args(int argc, char** argv, parsed& out) {
+  CLI::App app{"shmbox: bounded mailboxes in POSIX shared memory.\n"
+               "Many producer processes post into a box; one owner process receives from it."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("shmbox 0.1.0"));
+
+  auto check_name = CLI::Validator(
+      [](std::string& s) -> std::string {
+        auto r = shmbox::Box::validate_name(s);
+        return r ? std::string() : shmbox::explain(r.error());
+      },
+      "NAME");
+  auto check_policy = CLI::Validator(
+      [](std::string& s) -> std::string {
+        return shmbox::parse_policy(s) ? std::string()
+                                       : "unknown policy '" + s + "' (use reject, drop-newest, drop-oldest, lifo or block)";
+      },
+      "POLICY");
+  auto check_mode = CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
+          return "mode '" + s + "' is not an octal permission such as 0600 or 0660";
+        if ((std::stoul(s, nullptr, 8) & 0600u) != 0600u) return "mode " + s + " must include 0600 (owner read and write)";
+        return {};
+      },
+      "OCTAL");
+
+  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
+  create->add_option("NAME", out.create.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(check_name);
+  create->add_option("--capacity", out.create.capacity, "messages the box holds (a power of two is fastest)")
+      ->check(CLI::Range(1u, shmbox::kMaxCapacity))
+      ->capture_default_str();
+  create->add_option("--slot-size", out.create.slot_size, "largest message in bytes")
+      ->check(CLI::Range(1u, shmbox::kMaxSlotSize))
+      ->capture_default_str();
+  create->add_option("--policy", out.create.policy, "when full: reject|drop-newest|drop-oldest|lifo|block")
+      ->check(check_policy)
+      ->capture_default_str();
+  create->add_option("--mode", out.create.mode, "file mode of the segment, octal")->check(check_mode)->capture_default_str();
+  create->add_option("--max-producers", out.create.max_producers, "producer handles attached at once")
+      ->check(CLI::Range(1u, shmbox::kMaxProducers))
+      ->capture_default_str();
+  create->add_option("--block-timeout", out.create.block_timeout_ms, "policy block: default wait of a post, in ms")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
+  auto check_lane_pair = [](bool policy_value) {
+    return CLI::Validator(
+        [policy_value](std::string& v) -> std::string {
+          const auto eq = v.find('=');
+          if (eq == std::string::npos || eq == 0 || eq > 3 || v.find_first_not_of("0123456789") < eq)
+            return "'" + v + "' is not LANE=VALUE (e.g. 1=256)";
+          if (std::stoul(v.substr(0, eq)) >= shmbox::kMaxLanes) return "lane in '" + v + "' is not 0..7";
+          const std::string val = v.substr(eq + 1);
+          if (policy_value) return shmbox::parse_policy(val) ? std::string() : "unknown policy in '" + v + "'";
+          if (val.empty() || val.find_first_not_of("0123456789") != std::string::npos || val.size() > 9 ||
+              std::stoul(val) < 1 || std::stoul(val) > shmbox::kMaxCapacity)
+            return "capacity in '" + v + "' is not 1.." + std::to_string(shmbox::kMaxCapacity);
+          return {};
+        },
+        policy_value ? "LANE=POLICY" : "LANE=N");
+  };
+  create->add_option("--lanes", out.create.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number")
+      ->check(CLI::Range(1u, shmbox::kMaxLanes))
+      ->capture_default_str();
+  create->add_option("--lane-capacity", out.create.lane_capacity, "capacity of one lane (repeatable); default --capacity")
+      ->check(check_lane_pair(false));
+  create->add_option("--lane-policy", out.create.lane_policy, "policy of one lane (repeatable); default --policy")
+      ->check(check_lane_pair(true));
+  create->add_option("--dead-letters", out.create.dead_letters,
+                     "a box that receives, with their origin, the messages this one drops or evicts")
+      ->check(check_name);
+  create->add_option("--lease-ms", out.create.lease_ms,
+                     "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
+
+  auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
+  post->add_option("NAME", out.post.name, "box name")->required()->check(check_name);
+  post->add_option("MESSAGE", out.post.messages, "messages to post");
+  post->add_option("--timeout", out.post.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
+      ->check(CLI::Range(0LL, 86'400'000LL));
+  post->add_option("--lane", out.post.lane, "the lane to post into (0: control lane)")->check(CLI::Range(0u, shmbox::kMaxLanes - 1));
+
+  auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
+  recv->add_option("NAME", out.recv.name, "box name")->required()->check(check_name);
+  auto* max_opt = recv->add_option("--max", out.recv.max, "receive at most N messages")->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))->capture_default_str();
+  auto* all_opt = recv->add_flag("--all", out.recv.all, "receive every message in the box")->excludes(max_opt);
+  recv->add_option("--timeout", out.recv.timeout_ms, "wait up to MS for messages")->check(CLI::Range(0LL, 86'400'000LL))->capture_default_str();
+  recv->add_flag("--follow", out.recv.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
+      ->excludes(max_opt)
+      ->excludes(all_opt);
+  recv->add_flag("--verbose", out.recv.verbose, "print each message's lane and redelivered flag before it");
+  auto* heir_opt = recv->add_flag("--heir", out.recv.heir, "register as heir, wait until given the box, then receive as owner");
+  recv->add_option("--data", out.recv.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
+      CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));
+
+  auto* stat = app.add_subcommand("stat", "Show a box: geometry, depth, owner and every counter");
+  stat->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  stat->add_flag("--json", out.json, "one JSON object");
+
+  auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
+  ls->add_flag("--json", out.json, "a JSON array");
+
+  auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
+  heirs->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  heirs->add_flag("--json", out.json, "a JSON array");
+
+  auto* rm = app.add_subcommand("rm", "Remove a box (processes that have it open keep using it)");
+  rm->add_option("NAME", out.name, "box name")->required()->check(check_name);
+
+  auto* verify = app.add_subcommand("verify", "Check a box's segment against every invariant; exit 1 with the reasons when broken");
+  verify->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  verify->add_flag("--json", out.json, "one JSON object");
+
+  auto* gc = app.add_subcommand("gc", "Remove boxes nobody uses: owner, heirs and producers all dead, and empty");
+  gc->add_flag("--dry-run", out.dry_run, "only say what would be removed");
+  gc->add_flag("--include-nonempty", out.include_nonempty, "also boxes that still hold messages (they are lost)");
+  gc->add_option("--prefix", out.prefix, "only boxes whose names start with PREFIX");
+  gc->add_flag("--json", out.json, "a JSON array of the boxes removed");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::cerr << "shmbox: " << what << " (run 'shmbox --help')\n";
+    return kExitUsage;
+  }
+
+
+  const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv},
+                                                   {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},
+                                                   {rm, command::rm},         {verify, command::verify}, {gc, command::gc}};
+  for (const auto& [sub, cmd] : commands)
+    if (sub->parsed()) out.cmd = cmd;
+  return out.cmd == command::none ? kExitUsage : -1;
+}
+
+}  // namespace shmbox_cli

@@ -1,0 +1,66 @@
+// tools/cli_args.hpp - the shmbox command line's arguments, parsed apart from
+// running them (so the parser can be fuzzed without touching /dev/shm).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shmbox_cli {
+
+constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2, kExitRefused = 3;
+
+struct create_args {
+  std::string name;
+  std::uint32_t capacity = 1024;
+  std::uint32_t slot_size = 256;
+  std::string policy = "reject";
+  std::string mode = "0600";
+  std::uint32_t max_producers = 64;
+  std::uint32_t block_timeout_ms = 1000;
+  std::uint32_t lease_ms = 0;
+  std::uint32_t lanes = 1;
+  std::vector<std::string> lane_capacity;  // "L=N"
+  std::vector<std::string> lane_policy;    // "L=POLICY"
+  std::string dead_letters;
+};
+
+struct post_args {
+  std::string name;
+  std::vector<std::string> messages;
+  long long timeout_ms = -1;  // -1: the box's block timeout
+  std::uint32_t lane = 0;
+};
+
+struct recv_args {
+  std::string name;
+  std::size_t max = 1;
+  bool all = false;
+  bool follow = false;
+  bool heir = false;
+  std::string data;
+  long long timeout_ms = 0;
+  bool verbose = false;
+};
+
+enum class command { none, create, post, recv, stat, ls, heirs, rm, verify, gc };
+
+struct parsed {
+  command cmd = command::none;
+  create_args create;
+  post_args post;
+  recv_args recv;
+  std::string name;  // stat, heirs, rm, verify
+  bool json = false;
+  bool dry_run = false;           // gc
+  bool include_nonempty = false;  // gc
+  std::string prefix;             // gc
+};
+
+// Parses argv into `out`. Returns -1 when `out` holds a command to run;
+// otherwise the exit code to leave with: 0 after --help or --version, 2 after
+// a usage error (one line on stderr).
+int parse_args(int argc, char** argv, parsed& out);
+
+}  // namespace shmbox_cli
