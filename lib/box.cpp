@@ -45,8 +45,8 @@ result<Box> Box::create(std::string_view name, const options& opts) {
   return Box(std::move(*m));
 }
 
-result<Box> Box::open(std::string_view name) {
-  auto m = detail::open_segment(name, false);
+result<Box> Box::open(std::string_view name, const open_options& opts) {
+  auto m = detail::open_segment(name, false, opts.any_owner);
   if (!m) return m.error();
   return Box(std::move(*m));
 }

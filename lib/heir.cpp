@@ -82,8 +82,7 @@ struct Heir::state {
       if (rec->offer_key.compare_exchange_strong(expected, key | detail::kOfferAccepted, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed)) {
         SHMBOX_FAULT("give_away.after_accept");
-        const std::string gift(reinterpret_cast<const char*>(rec->offer_data),
-                               std::min<std::uint64_t>(rec->offer_data_len.load(std::memory_order_relaxed), detail::kHeirDataMax));
+        const std::string gift = detail::load_data(rec->offer_data, rec->offer_data_len.load(std::memory_order_relaxed));
         const std::uint64_t giver = rec->key.load(std::memory_order_acquire);
         const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift);
         SHMBOX_FAULT("give_away.before_clear");
@@ -133,17 +132,26 @@ Heir::Heir(Heir&&) noexcept = default;
 Heir& Heir::operator=(Heir&&) noexcept = default;
 Heir::~Heir() = default;
 
-result<Heir> Heir::enlist(std::string_view box, std::string_view data) { return make(box, data, false); }
-result<Heir> Heir::listen(std::string_view box) { return make(box, {}, true); }
+result<Heir> Heir::enlist(std::string_view box, std::string_view data) {
+  auto m = detail::open_segment(box, false);
+  if (!m) return m.error();
+  return make(std::move(*m), data, false);
+}
+result<Heir> Heir::listen(std::string_view box) {
+  auto m = detail::open_segment(box, false);
+  if (!m) return m.error();
+  return make(std::move(*m), {}, true);
+}
+result<Heir> Heir::enlist(const Box& box, std::string_view data) { return make(box.m_, data, false); }
+result<Heir> Heir::listen(const Box& box) { return make(box.m_, {}, true); }
 
-result<Heir> Heir::make(std::string_view name, std::string_view data, bool listener) {
-  auto box = detail::open_segment(name, false);
-  if (!box) return box.error();
-  const std::string who = "box '" + std::string(name) + "'";
+result<Heir> Heir::make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener) {
+  const std::string who = "box '" + box->name + "'";
+  if (box->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to be its heir");
   if (data.size() > detail::kHeirDataMax)
     return detail::fail(errc::invalid_argument, who + ": heir data of " + std::to_string(data.size()) + " bytes; at most 64");
   auto s = std::make_unique<state>();
-  s->m = std::move(*box);
+  s->m = std::move(box);
   s->index = detail::kHeirSlots;  // nothing to withdraw until enlisted
   s->key = detail::self_key();
   s->listener = listener;

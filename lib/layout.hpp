@@ -231,7 +231,7 @@ struct alignas(kCacheLine) owner_record {
   a64 offer_data_len;    // bytes in offer_data (<= kHeirDataMax)
   a64 reserved4[3];
   // line 3: give_away data
-  alignas(kCacheLine) std::uint8_t offer_data[kHeirDataMax];
+  alignas(kCacheLine) a64 offer_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
   // line 4: the last transfer (written by the new owner; tr_epoch last, with release)
   alignas(kCacheLine) a64 tr_epoch;  // epoch the transfer created; 0 = no transfer yet
   a64 tr_from_key;       // previous owner
@@ -241,7 +241,7 @@ struct alignas(kCacheLine) owner_record {
   a32 tr_data_len;       // bytes in tr_data (<= kHeirDataMax)
   a64 reserved5[3];
   // line 5: transfer data (the heir's registered data, or the give_away data)
-  alignas(kCacheLine) std::uint8_t tr_data[kHeirDataMax];
+  alignas(kCacheLine) a64 tr_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
 };
 static_assert(sizeof(owner_record) == 6 * kCacheLine);
 static_assert(offsetof(owner_record, key) == 0);
@@ -318,7 +318,7 @@ struct alignas(kCacheLine) heir_entry {
   a32 data_len;          // bytes in data (<= kHeirDataMax)
   a32 reserved0;
   a64 reserved1[3];
-  std::uint8_t data[kHeirDataMax];
+  a64 data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words
 };
 static_assert(sizeof(heir_entry) == 2 * kCacheLine);
 static_assert(offsetof(heir_entry, key) == 0);

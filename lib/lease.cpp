@@ -15,10 +15,6 @@
 namespace shmbox::detail {
 namespace {
 
-// Copies `len` (bounded) bytes of a shared byte array.
-std::string copy_bytes(const std::uint8_t* src, std::uint64_t len) {
-  return std::string(reinterpret_cast<const char*>(src), static_cast<std::size_t>(std::min<std::uint64_t>(len, kHeirDataMax)));
-}
 
 // Writes one to the eventfd `fd` of process `key` (pidfd_getfd; needs the
 // same user or CAP_SYS_PTRACE). Best effort: waiters also wake on the
@@ -43,6 +39,24 @@ void poke_eventfd(std::uint64_t key, std::int32_t fd) noexcept {
 }
 
 }  // namespace
+
+void store_data(a64* words, std::string_view bytes) noexcept {
+  const std::size_t n = std::min<std::size_t>(bytes.size(), kHeirDataMax);
+  for (std::size_t i = 0; i < kHeirDataMax / 8; ++i) {
+    std::uint64_t w = 0;
+    if (8 * i < n) std::memcpy(&w, bytes.data() + 8 * i, std::min<std::size_t>(8, n - 8 * i));
+    words[i].store(w, std::memory_order_relaxed);
+  }
+}
+
+std::string load_data(const a64* words, std::uint64_t len) {
+  char buf[kHeirDataMax];
+  for (std::size_t i = 0; i < kHeirDataMax / 8; ++i) {
+    const std::uint64_t w = words[i].load(std::memory_order_relaxed);
+    std::memcpy(buf + 8 * i, &w, 8);
+  }
+  return std::string(buf, static_cast<std::size_t>(std::min<std::uint64_t>(len, kHeirDataMax)));
+}
 
 owner_view view_owner(const mapped_box& m) noexcept {
   const owner_record* rec = m.owner();
@@ -79,7 +93,10 @@ std::vector<heir_view> list_heirs(const mapped_box& m, bool prune) noexcept {
     h.listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
     h.wake_fd = e->wake_fd.load(std::memory_order_relaxed);
     h.registered_unix_ns = e->registered_unix_ns.load(std::memory_order_relaxed);
-    h.data = copy_bytes(e->data, e->data_len.load(std::memory_order_relaxed));
+    h.data = load_data(e->data, e->data_len.load(std::memory_order_relaxed));
+    // Re-registered while we copied (enlist zeroes seq first, stores it last)?
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e->seq.load(std::memory_order_relaxed) != seq || e->key.load(std::memory_order_relaxed) != key) continue;
     if (!h.alive && prune) {
       // Dead heirs are skipped and removed.
       std::uint64_t expected = key;
@@ -113,7 +130,7 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
       e->flags.store(listener ? kHeirListenerOnly : 0, std::memory_order_relaxed);
       e->wake_fd.store(wake_fd, std::memory_order_relaxed);
       e->registered_unix_ns.store(unix_ns(), std::memory_order_relaxed);
-      if (!data.empty()) std::memcpy(e->data, data.data(), data.size());  // (data() may be null when empty)
+      store_data(e->data, data);
       e->data_len.store(static_cast<std::uint32_t>(data.size()), std::memory_order_relaxed);
       const std::uint64_t seq = m.owner()->heir_seq.fetch_add(1, std::memory_order_relaxed) + 1;
       e->seq.store(seq, std::memory_order_release);  // release: the entry is complete
@@ -160,7 +177,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
     rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);
     const std::size_t n = std::min<std::size_t>(data.size(), kHeirDataMax);
-    if (n != 0) std::memcpy(rec->tr_data, data.data(), n);
+    store_data(rec->tr_data, data.substr(0, n));
     rec->tr_data_len.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
     rec->tr_epoch.store(epoch, std::memory_order_release);
   }
@@ -199,7 +216,7 @@ transfer_view read_transfer(const mapped_box& m) noexcept {
     const std::uint32_t r = rec->tr_reason.load(std::memory_order_relaxed);
     t.reason = r <= static_cast<std::uint32_t>(transfer_reason::lease_expired) ? static_cast<transfer_reason>(r)
                                                                               : transfer_reason::none;
-    t.data = copy_bytes(rec->tr_data, rec->tr_data_len.load(std::memory_order_relaxed));
+    t.data = load_data(rec->tr_data, rec->tr_data_len.load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
     if (rec->tr_epoch.load(std::memory_order_relaxed) == e) return t;
   }

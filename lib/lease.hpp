@@ -23,6 +23,12 @@
 
 namespace shmbox::detail {
 
+// Up to kHeirDataMax bytes kept in shared memory as relaxed atomic words, so
+// that a reader racing a writer (seqlock style: it re-checks a sequence word
+// after copying) reads torn data it then discards, never a data race.
+void store_data(a64* words, std::string_view bytes) noexcept;
+std::string load_data(const a64* words, std::uint64_t len);
+
 struct owner_view {
   std::uint64_t key = 0;
   std::uint64_t epoch = 0;

@@ -643,7 +643,7 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
     return false;
   }
   // The offer: data first, then the key (release) that makes it visible.
-  if (!data.empty()) std::memcpy(rec->offer_data, data.data(), data.size());
+  detail::store_data(rec->offer_data, data);
   rec->offer_data_len.store(data.size(), std::memory_order_relaxed);
   rec->offer_epoch.store(o.epoch, std::memory_order_relaxed);
   rec->offer_key.store(dest, std::memory_order_release);

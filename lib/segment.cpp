@@ -232,7 +232,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   return m;
 }
 
-result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only) {
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner) {
   if (auto r = validate_box_name(name); !r) return r.error();
   const std::string who = quote(name);
   const std::string path = shm_path(name);
@@ -254,6 +254,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
     if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
+    if (!read_only && !any_owner && st.st_uid != ::geteuid())
+      return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                               ", not to this user (uid " + std::to_string(::geteuid()) +
+                                               "); open a box of another user only on purpose: Box::open(name, {.any_owner = true}), or --any-owner");
     // Only an empty file can be a box whose creator has not sized it yet.
     if (st.st_size != 0 || mono_ns() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

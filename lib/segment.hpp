@@ -85,7 +85,9 @@ struct mapped_box {
 std::string shm_path(std::string_view name);
 
 result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& opts);
-result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only);
+// Read-write opens refuse a segment owned by another user unless any_owner
+// (someone else could have planted it to read what we post, or to feed us).
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false);
 result<void> validate_box_name(std::string_view name);
 
 }  // namespace shmbox::detail

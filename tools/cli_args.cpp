@@ -91,6 +91,7 @@ int parse_args(int argc, char** argv, parsed& out) {
   post->add_option("MESSAGE", out.post.messages, "messages to post");
   post->add_option("--timeout", out.post.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
       ->check(CLI::Range(0LL, 86'400'000LL));
+  post->add_flag("--any-owner", out.post.any_owner, "post into a box whose segment belongs to another user");
   post->add_option("--lane", out.post.lane, "the lane to post into (0: control lane)")->check(CLI::Range(0u, shmbox::kMaxLanes - 1));
 
   auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
@@ -101,6 +102,7 @@ int parse_args(int argc, char** argv, parsed& out) {
   recv->add_flag("--follow", out.recv.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
       ->excludes(max_opt)
       ->excludes(all_opt);
+  recv->add_flag("--any-owner", out.recv.any_owner, "receive from a box whose segment belongs to another user");
   recv->add_flag("--verbose", out.recv.verbose, "print each message's lane and redelivered flag before it");
   auto* heir_opt = recv->add_flag("--heir", out.recv.heir, "register as heir, wait until given the box, then receive as owner");
   recv->add_option("--data", out.recv.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(

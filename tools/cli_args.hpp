@@ -31,6 +31,7 @@ struct post_args {
   std::vector<std::string> messages;
   long long timeout_ms = -1;  // -1: the box's block timeout
   std::uint32_t lane = 0;
+  bool any_owner = false;
 };
 
 struct recv_args {
@@ -42,6 +43,7 @@ struct recv_args {
   std::string data;
   long long timeout_ms = 0;
   bool verbose = false;
+  bool any_owner = false;
 };
 
 enum class command { none, create, post, recv, stat, ls, heirs, rm, verify, gc };

@@ -164,7 +164,9 @@ int cmd_create(const create_args& a) {
 // ---- post -----------------------------------------------------------------
 
 int cmd_post(const post_args& a) {
-  auto producer = shmbox::Producer::attach(a.name);
+  auto box = shmbox::Box::open(a.name, {.any_owner = a.any_owner});
+  if (!box) return fail(box.error());
+  auto producer = shmbox::Producer::attach(*box);
   if (!producer) return fail(producer.error());
   int worst = kExitOk;
   std::size_t index = 0;
@@ -255,7 +257,9 @@ int cmd_recv(const recv_args& a) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   if (a.heir) {
-    auto heir = shmbox::Heir::enlist(a.name, a.data);
+    auto box = shmbox::Box::open(a.name, {.any_owner = a.any_owner});
+    if (!box) return fail(box.error());
+    auto heir = shmbox::Heir::enlist(*box, a.data);
     if (!heir) return fail(heir.error());
     std::cerr << "shmbox: waiting as heir of box '" << a.name << "' (position " << heir->position() << ")\n";
     for (;;) {
@@ -268,7 +272,9 @@ int cmd_recv(const recv_args& a) {
       if (g_stop != 0) return kExitRefused;  // interrupted before being given the box
     }
   }
-  auto owner = shmbox::Owner::acquire(a.name);
+  auto box = shmbox::Box::open(a.name, {.any_owner = a.any_owner});
+  if (!box) return fail(box.error());
+  auto owner = shmbox::Owner::acquire(*box);
   if (!owner) return fail(owner.error());
   return receive_and_print(*owner, a);
 }

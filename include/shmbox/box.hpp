@@ -177,13 +177,20 @@ struct collect_options {
   std::string prefix{};           // only boxes whose names start with this
 };
 
+struct open_options {
+  // Open a box whose segment belongs to another user. Off by default: such a
+  // segment may have been planted to read what we post or to feed us.
+  bool any_owner = false;
+};
+
 class Box {
  public:
   // Creates /dev/shm/shmbox.<name> and initialises it; fails with errc::exists if
   // it is there already. Any process may call it.
   static result<Box> create(std::string_view name, const options& opts = {});
-  // Opens an existing box for posting and receiving (read-write).
-  static result<Box> open(std::string_view name);
+  // Opens an existing box for posting and receiving (read-write). A segment
+  // owned by another user is refused (permission_denied) unless any_owner.
+  static result<Box> open(std::string_view name, const open_options& opts = {});
   // Opens an existing box read-only, for inspection (stat, ls).
   static result<Box> inspect(std::string_view name);
   // Unlinks the segment. Processes that have it mapped keep working on it.
@@ -225,6 +232,7 @@ class Box {
   std::shared_ptr<detail::mapped_box> m_;
   friend class Producer;
   friend class Owner;
+  friend class Heir;
 };
 
 }  // namespace shmbox

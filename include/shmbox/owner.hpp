@@ -212,8 +212,10 @@ class Heir {
   // Registers this process as an heir of `box`; `data` (up to 64 bytes) is
   // handed to it in the transfer record.
   static result<Heir> enlist(std::string_view box, std::string_view data = {});
+  static result<Heir> enlist(const Box& box, std::string_view data = {});
   // Waits only for give_away offers to this process.
   static result<Heir> listen(std::string_view box);
+  static result<Heir> listen(const Box& box);
 
   Heir(Heir&&) noexcept;
   Heir& operator=(Heir&&) noexcept;
@@ -231,7 +233,7 @@ class Heir {
 
  private:
   struct state;
-  static result<Heir> make(std::string_view box, std::string_view data, bool listener);
+  static result<Heir> make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener);
   explicit Heir(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };

@@ -1,0 +1,107 @@
+// Permissions and identity, with a real second uid (nobody, via setpriv):
+// a 0600 box keeps other users out; --mode 0660 lets the group in; a
+// read-write open refuses a segment of another user unless asked
+// (--any-owner / Box::open(name, {.any_owner = true})). Needs root (CI runs
+// as root); otherwise each case says it was skipped.
+#include <doctest/doctest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+namespace {
+
+constexpr const char* kSetpriv = "/usr/bin/setpriv";
+
+// Runs the CLI as user nobody with primary group `gid` and no other groups.
+shmtest::run_result as_nobody(unsigned gid, std::vector<std::string> args) {
+  const passwd* pw = ::getpwnam("nobody");
+  std::vector<std::string> argv{kSetpriv, "--reuid=" + std::to_string(pw->pw_uid), "--regid=" + std::to_string(gid),
+                                "--clear-groups", "--", shmtest::cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return shmtest::run(argv);
+}
+
+// Whether nobody can run the CLI at all here (the build tree must be readable).
+bool usable() {
+  if (::geteuid() != 0 || ::access(kSetpriv, X_OK) != 0 || ::getpwnam("nobody") == nullptr) {
+    MESSAGE("skipped: needs root, setpriv and a 'nobody' user");
+    return false;
+  }
+  const auto r = as_nobody(65534, {"--version"});
+  if (r.code != 0) {
+    MESSAGE("skipped: nobody cannot run " << shmtest::cli_path() << ": " << r.err);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("permissions: another user cannot open a 0600 box, to post, receive or read it") {
+  if (!usable()) return;
+  shmtest::segment_guard g(shmtest::unique_name("perm600"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 8});
+  REQUIRE(box);
+  CHECK(box->info().mode == 0600);
+  for (const std::vector<std::string>& cmd : {std::vector<std::string>{"post", g.name, "x"}, {"recv", g.name, "--all"},
+                                              {"stat", g.name}, {"verify", g.name}}) {
+    CAPTURE(cmd[0]);
+    const auto r = as_nobody(0, cmd);  // even with root's group: 0600 has no group bits
+    CHECK(r.code == 1);
+    CHECK(r.err.find("permission denied") != std::string::npos);
+  }
+  CHECK(box->read_counters().posted == 0);
+}
+
+TEST_CASE("permissions: --mode 0660 lets the group in; a box of another user is opened only when asked") {
+  if (!usable()) return;
+  shmtest::segment_guard g(shmtest::unique_name("perm660"));
+  const auto created = shmtest::run({shmtest::cli_path(), "create", g.name, "--capacity", "8", "--mode", "0660"});
+  REQUIRE(created.code == 0);
+  struct stat st {};
+  REQUIRE(::stat(("/dev/shm/shmbox." + g.name).c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0660);
+  // Not in the group: out.
+  const auto outsider = as_nobody(65534, {"post", "--any-owner", g.name, "x"});
+  CHECK(outsider.code == 1);
+  CHECK(outsider.err.find("permission denied") != std::string::npos);
+  // In the group, but the segment belongs to another user: refused unless asked.
+  const auto unasked = as_nobody(st.st_gid, {"post", g.name, "x"});
+  CHECK(unasked.code == 1);
+  CHECK(unasked.err.find("belongs to uid 0") != std::string::npos);
+  CHECK(unasked.err.find("--any-owner") != std::string::npos);
+  const auto asked = as_nobody(st.st_gid, {"post", "--any-owner", g.name, "x"});
+  CHECK(asked.code == 0);
+  // Reading (stat) needs no asking: it changes nothing.
+  CHECK(as_nobody(st.st_gid, {"stat", g.name}).code == 0);
+  auto box = shmbox::Box::inspect(g.name);
+  REQUIRE(box);
+  CHECK(box->read_counters().stored == 1);
+}
+
+TEST_CASE("permissions: the library refuses another user's segment for read-write unless any_owner") {
+  if (!usable()) return;
+  shmtest::segment_guard g(shmtest::unique_name("permlib"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 8}));
+  const passwd* pw = ::getpwnam("nobody");
+  REQUIRE(::chown(("/dev/shm/shmbox." + g.name).c_str(), pw->pw_uid, pw->pw_gid) == 0);  // as if nobody had made it
+  auto refused = shmbox::Box::open(g.name);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == shmbox::errc::permission_denied);
+  CHECK(shmbox::explain(refused.error()).find("belongs to uid " + std::to_string(pw->pw_uid)) != std::string::npos);
+  CHECK_FALSE(shmbox::Producer::attach(g.name));
+  CHECK_FALSE(shmbox::Owner::acquire(g.name));
+  CHECK_FALSE(shmbox::Heir::enlist(g.name));
+  auto asked = shmbox::Box::open(g.name, {.any_owner = true});
+  REQUIRE(asked);
+  auto p = shmbox::Producer::attach(*asked);
+  REQUIRE(p);
+  CHECK(p->post("ok") == shmbox::post_status::stored);
+  CHECK(shmbox::Box::inspect(g.name));  // read-only inspection is not refused
+}
