@@ -10,6 +10,7 @@
 //   producer.before_publish  payload and length written, sequence not stored
 //   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
 //   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
+//   producer.before_wake     message published, the sleeping owner not yet woken (P6)
 //   owner.before_read        owner (read): ownership checked, nothing taken yet
 //   owner.after_take         owner: slots taken for reading, nothing committed
 //   owner.mid_commit         owner (read/commit, lease boxes): slots marked done, not yet counted

@@ -155,10 +155,24 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   const std::uint64_t me = self_key();
   if (me == 0) return 0;
   std::uint64_t expected = from_key;
-  // acq_rel: acquire the previous owner's record and slots; release our key.
-  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_acq_rel, std::memory_order_relaxed)) return 0;
+  // seq_cst (acquires the previous owner's record and slots, releases our
+  // key): the epoch step below reasons about the order of key and epoch.
+  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_seq_cst, std::memory_order_relaxed)) return 0;
   SHMBOX_FAULT("takeover.after_cas");
-  const std::uint64_t epoch = rec->epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  // The epoch goes up by one only while the key is still ours. Until it does,
+  // the lease still looks expired, so another heir may take the key from us
+  // (we could be stopped right here). A plain fetch_add would then hand us
+  // an epoch after the new key holder's, and neither of us would be the
+  // owner (found by model/lease.pml). With the check before each CAS (all
+  // seq_cst): if a later key holder K read the epoch after our key check, our
+  // CAS either came first (K gets the next epoch) or fails on the value K
+  // wrote, and we see the key is gone.
+  std::uint64_t cur = rec->epoch.load(std::memory_order_seq_cst);
+  for (;;) {
+    if (rec->key.load(std::memory_order_seq_cst) != me) return 0;  // taken from us before we had an epoch
+    if (rec->epoch.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst, std::memory_order_seq_cst)) break;
+  }
+  const std::uint64_t epoch = cur + 1;
   // From a released box (key 0), the previous owner is the one that released it.
   const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
   rec->last_owner_key.store(previous, std::memory_order_relaxed);

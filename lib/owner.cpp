@@ -28,6 +28,11 @@ namespace {
 // that a busy producer/owner pair hands over without system calls; an idle
 // owner then sleeps and uses no CPU.
 constexpr std::uint64_t kSpinBeforeSleepNs = 50'000;
+// A sleeping owner looks at its lanes at least this often. A producer that
+// published a message and died before its wake-up (P5-P6 in ring.cpp) leaves
+// the owner asleep with a message in the box; nothing else would wake it
+// (found by model/ring.pml). An idle owner pays one short wake-up per slice.
+constexpr std::uint64_t kLostWakeSliceNs = 250'000'000;
 
 // Waiting for a writer that claimed a slot and has not published it yet (or
 // died: the take repairs that after a grace period): pause, then yield, then
@@ -474,7 +479,11 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     bool armed = true;
     for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
-    if (armed) detail::futex_wait(&rec->wake_seq, w, lease_ns != 0 ? std::min(deadline.get(), now + lease_ns / 2) : deadline.get());
+    if (armed) {
+      std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
+      if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
+      detail::futex_wait(&rec->wake_seq, w, until);
+    }
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
     // Not armed: a slot is claimed and not yet published (a slow or stopped
     // writer): back off instead of polling hot.
@@ -582,7 +591,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     if (now >= deadline.get()) {
       return owner_event::none;  // still armed: a later wait, or the fd, picks it up
     }
-    detail::futex_wait(&rec->wake_seq, w, deadline.get());
+    detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
   }
 }
 
@@ -597,7 +606,21 @@ int Owner::notify_fd() {
   state* st = s_.get();
   st->waker = std::thread([st] {
     detail::owner_record* rec = st->m->owner();
+    std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
     while (!st->stop_waker.load(std::memory_order_acquire)) {
+      // Every second: armed (notify/active) with messages in the box means a
+      // wake-up was lost (a producer died between publishing and waking us):
+      // make the fd readable. Reads only shared words, never the owner's
+      // private state; a spurious poke just makes wait() look again.
+      if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
+        next_look = now + kLostWakeSliceNs * 4;
+        const std::uint32_t mode = rec->state.load(std::memory_order_acquire);
+        if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
+          std::uint64_t depth = 0;
+          for (std::uint32_t l = 0; l < st->m->lane_count() && depth == 0; ++l) depth += detail::lane_depth_scan(*st->m, l);
+          if (depth != 0) st->poke_fd();
+        }
+      }
       // Producers write the eventfd themselves; until one says it cannot
       // (fd_fallback), this thread just sleeps.
       if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {

@@ -264,6 +264,7 @@ int owner_eventfd(producer_ctx& p) noexcept {
 // an event loop wakes without a thread hop), then the futex. A producer that
 // cannot write the eventfd (another user) turns the owner's waker thread on.
 void wake_owner(producer_ctx& p) noexcept {
+  SHMBOX_FAULT("producer.before_wake");  // published, owner asleep: its slice or waker thread finds it
   owner_record* o = p.m->owner();
   if (o->notify_fd_plus1.load(std::memory_order_acquire) != 0) {
     const int fd = owner_eventfd(p);
@@ -862,12 +863,19 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
 // A slot TAKEN by another owner actor: that owner is gone (we own the box).
 // Committed (fast path) or being repaired: finish it. Otherwise take it over
 // for redelivery. Returns 1 if it is now TAKEN by us, 0 if it was finished
-// (freed), -1 if the slot changed under us. Used at acquire (R4) and by the
+// (freed), -1 if the slot changed under us, 2 if it belongs to a newer owner
+// (we are stale: leave it). Used at acquire (R4) and by the
 // take loops, which meet slots a stale owner took after our recovery ran.
 int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t target,
                           std::uint64_t seen) noexcept {
   mapped_box& m = *o.m;
   const std::uint32_t actor = seq_actor(seen);
+  // A NEWER owner's slot (its actor record holds a later epoch than ours):
+  // we are a stale owner whose lease expired while it ran on. That slot is
+  // not ours to adopt: re-taking it would make the newer owner's commit fail
+  // and, once we fail our own commit, leave the message TAKEN by an actor
+  // whose successor has already moved past it (found by model/lease.pml).
+  if (m.actor(owner_actor_index(actor))->epoch.load(std::memory_order_acquire) > o.epoch) return 2;
   const int verdict = dead_owner_op(m, L, target & kTargetMask, actor);
   if (verdict == 1) finish_dead_owner_repair(m, L, actor);
   if (verdict == 1 || verdict == 2)
@@ -1024,7 +1032,9 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
     }
     if (st == slot_state::taken && is_owner_actor(actor)) {
       // Taken by another owner, which is gone: adopt it (redelivered) or finish it.
-      if (adopt_gone_owner_slot(o, L, s, p, seen) != 0) continue;  // look again
+      const int adopted = adopt_gone_owner_slot(o, L, s, p, seen);
+      if (adopted == 2) break;  // a newer owner's: we are stale, take nothing more
+      if (adopted != 0) continue;  // look again
       ++p;
       continue;
     }
@@ -1387,10 +1397,16 @@ void owner_recover(owner_ctx& o) noexcept {
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     const lane_view& L = m.lanes[l];
     o.lifo_redeliver[l].clear();
-    // Which slots can hold a gone owner's TAKEN/DONE: in a FIFO lane only the
-    // positions between the last published head and the tail (the head never
-    // passes a position its owner still holds); in a lifo lane any slot.
-    // So a takeover costs O(messages in flight), not O(capacity).
+    // Which slots can hold a gone owner's TAKEN/DONE: in a FIFO lane without
+    // a lease only the positions between the last published head and the
+    // tail (the head's only writer is the one owner, and it never publishes
+    // past a position it still holds); in a lifo lane any slot. So a takeover
+    // costs O(messages in flight), not O(capacity).
+    // With a lease, a stale owner (lease expired, still running) may publish
+    // its own cursor after its successor took positions below it; should the
+    // successor die, those would sit below the head (found by
+    // model/lease.pml). So a lease box's new owner scans the whole lane
+    // [tail - cap, tail) and starts its cursor at the lowest slot it adopts.
     std::uint64_t first = 0, count = L.capacity;
     if (!L.is_lifo()) {
       const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
@@ -1398,8 +1414,8 @@ void owner_recover(owner_ctx& o) noexcept {
       if (h > t) h = t;
       if (t - h > L.capacity) h = t - L.capacity;
       o.head[l] = h;
-      first = h;
-      count = t - h;
+      first = o.fenced ? (t > L.capacity ? t - L.capacity : 0) : h;
+      count = t - first;
     }
     auto slot_no = [&](std::uint64_t k) { return L.is_lifo() ? k : L.slot_index(first + k); };
     // Committed-but-unfreed slots of dead owners first (counted once per actor).
@@ -1419,9 +1435,13 @@ void owner_recover(owner_ctx& o) noexcept {
       const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;
-      // R4 (FIFO slots re-taken by us are found again at or after the head).
-      if (adopt_gone_owner_slot(o, L, s, L.is_lifo() ? i : seq_pos(seen), seen) == 1 && L.is_lifo())
-        o.lifo_redeliver[l].push_back(static_cast<std::uint32_t>(i));
+      // R4. FIFO slots re-taken by us are found again by the take loop from
+      // the cursor, which must not be above them.
+      const std::uint64_t where = L.is_lifo() ? i : seq_pos(seen);
+      if (adopt_gone_owner_slot(o, L, s, where, seen) == 1) {
+        if (L.is_lifo()) o.lifo_redeliver[l].push_back(static_cast<std::uint32_t>(i));
+        else if (pos_diff(where, o.head[l]) < 0) o.head[l] -= static_cast<std::uint64_t>(-pos_diff(where, o.head[l]));
+      }
       SHMBOX_FAULT("takeover.mid_recovery");
     }
     o.stuck_since_ns[l] = 0;
