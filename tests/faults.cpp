@@ -559,3 +559,51 @@ TEST_CASE("lease box: an heir stopped mid-takeover loses the box to the next hei
   CHECK(c.delivered == 4);
   shmtest::check_invariant(*box);
 }
+
+// ---------------------------------------------------------------------------
+// Resource limits: a full producer table is a clear error (library and CLI),
+// and the entries of producers killed with SIGKILL are reclaimed.
+// ---------------------------------------------------------------------------
+
+TEST_CASE("producer table full: a clear error while 4 live producers hold it; their entries come back once killed") {
+  shmtest::segment_guard g(shmtest::unique_name("ftable"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 64, .slot_size = 64, .overflow = policy::drop_oldest, .max_producers = 4});
+  REQUIRE(box);
+  std::vector<std::unique_ptr<child>> ps;
+  for (int i = 0; i < 4; ++i)  // each posts slowly: attached for minutes
+    ps.push_back(std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "produce", g.name,
+                                                                  std::to_string(i + 1), "100000", "--no-wait",
+                                                                  "--pause-us", "100000"}));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (box->info().producers_attached < 4 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(box->info().producers_attached == 4);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE_FALSE(p);
+  CHECK(p.error() == shmbox::errc::producer_table_full);
+  const std::string why = shmbox::explain(p.error());
+  CAPTURE(why);
+  CHECK(why.find("--max-producers") != std::string::npos);
+  const auto r = shmtest::run({shmtest::cli_path(), "post", g.name, "hello"});
+  CAPTURE(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("producer") != std::string::npos);
+  CHECK(r.err.find("--max-producers") != std::string::npos);
+  for (auto& c : ps) c->kill(SIGKILL);
+  for (auto& c : ps) CHECK(shmtest::killed_by(c->wait(30s), SIGKILL));
+  // Dead holders' entries are taken over by the next attach (no cleanup step).
+  std::vector<shmbox::Producer> fresh;
+  for (int i = 0; i < 4; ++i) {
+    auto q = shmbox::Producer::attach(*box);
+    REQUIRE(q);
+    CHECK(q->post("after") == shmbox::post_status::stored);
+    fresh.push_back(std::move(*q));
+  }
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  std::vector<shmbox::message> got;
+  while (owner->receive_batch(got, 4096, 300ms) == shmbox::recv_status::ok) {
+  }
+  CHECK(std::count_if(got.begin(), got.end(), [](const shmbox::message& m) { return m.data == "after"; }) == 4);
+  shmtest::check_invariant(*box);
+}
