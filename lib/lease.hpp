@@ -2,8 +2,10 @@
 //
 // THE RULE: ownership changes only by a CAS on owner.key performed by the
 // process that becomes the owner (from a dead, expired or released owner, or
-// from a giver that offered it the box). It then bumps the epoch, writes the
-// transfer record and runs recovery (ring.cpp, R4). No process ever hands the
+// from a giver that offered it the box). It then bumps the epoch by a CAS,
+// only while the key is still its own (otherwise another heir took the key
+// from it meanwhile, e.g. while it was stopped: it returns 0 and waits
+// again), writes the transfer record and runs recovery (ring.cpp, R4). No process ever hands the
 // box to another by writing its key, so a process that dies half-way through a
 // change of owner never leaves an ambiguous state: either the key is still the
 // old one, or it is the new owner's, who is alive and finishes, or dead and is

@@ -678,12 +678,22 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
     return rec->offer_key.load(std::memory_order_acquire) == (dest | detail::kOfferAccepted) && s_->still_owner() &&
            !detail::process_alive(dest);
   };
+  // No longer the owner: dest took the box (true), or, on a lease box whose
+  // deadline passed anyway, an heir did (false, not_owner).
+  auto given = [&] {
+    const std::uint64_t k = rec->key.load(std::memory_order_acquire);
+    if (k == dest) return true;
+    o.last_error = detail::fail(errc::not_owner, who + ": lost the box during give_away to pid " +
+                                                     std::to_string(detail::key_pid(k)) + ", not pid " + std::to_string(dest_pid));
+    return false;
+  };
   for (;;) {
-    if (!s_->still_owner()) return true;  // dest took the box
+    if (!s_->still_owner()) return given();
+    detail::renew_lease(m);  // a giver is alive and busy: its heirs must not take over meanwhile
     const std::uint32_t seen = rec->transfer_seq.load(std::memory_order_acquire);
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get() || accepted_by_dead_dest()) break;
-    if (!s_->still_owner()) return true;
+    if (!s_->still_owner()) return given();
     detail::futex_wait(&rec->transfer_seq, seen, std::min(deadline.get(), now + 10'000'000));
   }
   // Withdraw the offer; if dest accepted it just now, let it finish.
@@ -694,11 +704,11 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   }
   const std::uint64_t give_up = detail::mono_ns() + 1'000'000'000;
   while (detail::mono_ns() < give_up) {
-    if (!s_->still_owner()) return true;
+    if (!s_->still_owner()) return given();
     if (!detail::process_alive(dest)) break;
     ::sched_yield();
   }
-  if (!s_->still_owner()) return true;
+  if (!s_->still_owner()) return given();
   rec->offer_key.store(0, std::memory_order_release);  // dest accepted and died: the offer is void
   o.last_error = detail::fail(errc::invalid_argument, who + ": pid " + std::to_string(dest_pid) +
                                                  " accepted the box and died before taking it; this process still owns it");

@@ -50,6 +50,11 @@
 //       take the wake-up with it; the next post wakes the owner, which then
 //       repairs the dead claim (R1). If no post follows, there is nothing to
 //       deliver and the hole is repaired when the owner next looks.
+//       dies between P5 and P6 (fault point producer.before_wake) with the
+//       owner asleep and no post following: the owner's sleep is cut into
+//       250 ms slices, after each of which it looks at its lanes (and an
+//       event-loop owner's waker thread makes notify_fd readable when the
+//       armed box holds messages). Found by model/ring.pml.
 //  Full (s == FULL(t-cap) or busy): reject -> full, drop_newest -> dropped,
 //  block -> sleep on lane.space_seq (SYNC POINT A) and retry, drop_oldest ->
 //  EVICT. Busy (TAKEN(t-cap) or EMPTY(t-cap) being written): reject/drop_newest
@@ -111,8 +116,12 @@
 //  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
 //  hands out a message the heir delivers. A lease box's receive commits the
 //  held messages before returning them, and returns only those it committed.
-//  The published head never passes a held position, so the next owner finds
-//  held slots at or after the head it starts from.
+//  An owner never publishes a head past a position it still holds. But with a
+//  lease, a stale owner still running may publish its own cursor past
+//  positions its successor holds; so a lease box's new owner recovers over
+//  the whole lane [tail - cap, tail), not from the head (R4). And a take loop
+//  that meets a NEWER owner's TAKEN slot stops: it is the stale one
+//  (adopt_gone_owner_slot). Both found by model/lease.pml.
 
 // REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
 //  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
@@ -130,7 +139,8 @@
 //     producer that needs the slot looks at the owner's op: committed
 //     (delivered != op_before) -> just free it; repair(q) -> finish that
 //     repair; otherwise evict it (E1-E4, counted as dropped_oldest).
-//  R4 At acquire, the new owner scans every slot. DONE(_, old owner) whose
+//  R4 At acquire, the new owner scans [head, tail) (lease box: [tail - cap,
+//     tail); lifo lane: every slot). DONE(_, old owner) whose
 //     process is dead: committed; counted once for all of them (op_before of
 //     the old actor), then freed (a stale owner that still runs finishes its
 //     own). TAKEN(_, old owner): committed by the fast path (its recv op and
@@ -147,7 +157,8 @@
 //  (A producer must never clear it: it could clear the owner's next arming,
 //  and a claimant that cleared it and died would take the wake-up along.)
 //  Both sides use the RMW they already do, so a post makes no system call
-//  and no extra fence when nobody sleeps.
+//  and no extra fence when nobody sleeps. A wake-up lost with a producer that
+//  died before P6 costs at most one sleep slice (250 ms).
 //  Producers waiting for space: SYNC POINT A (producer: space_wanted = 1,
 //  fence, re-check slot) pairs with SYNC POINT B (owner: free slots, fence,
 //  read space_wanted): one of the two sees the other's store.
