@@ -7,28 +7,54 @@
  *
  * Processes: 1 = the owner at the start (epoch 1), 2 = heir H1 (registered
  * first), 3 = heir H2. The lane holds M messages at positions 0..M-1 (CAP
- * slots, tail = M, no producer: a box whose producers are gone). Each owner
- * loops on Owner::receive of a lease box: take (hold) a batch, check it is
- * still the owner (else give back), commit, return what it committed.
+ * slots, tail = M, no producer: a box whose producers are gone). An heir
+ * waits until the owner is gone (dead, or LEASE: expired) and it is the
+ * first live heir, then take_ownership: CAS the key, read the epoch, and
+ * (loop) check the key is still ours, CAS the epoch up by one; recovery;
+ * then it is an owner. Each owner loops on Owner::receive of a lease box:
+ * take (hold) a batch, check it is still the owner (else give back),
+ * commit, return what it committed (READ_MODE: Owner::read, then
+ * Owner::commit).
  *
  * Same conventions as ring.pml: one atomic step per access of a shared word
  * (words only a repairer of a dead process reads share a neighbouring step,
  * with death points between), DIE_OR = may die instead of the step.
  *
  * Switches:
- *   LEASE=1 (default) an heir may take over from a live owner whose lease
- *           expired (time abstracted: at any moment); LEASE=0 deaths only
- *   M CAP MAXDEAD BATCH   sizes
+ *   LEASE=1   an heir may also take over from a live owner whose lease
+ *             expired (time abstracted: at any moment); LEASE=0 (default):
+ *             ownership changes only when the owner's process is dead
+ *   HEIRS=1|2 (default 2), M CAP MAXDEAD BATCH   sizes (M <= CAP)
+ *   CHECK_ADOPT    assert that a take loop only ever adopts an older owner's
+ *                  slot (pinpoints MUTANT_STALE_ADOPT)
+ *   CHECK_HEAD     assert that the published head never passes a held
+ *                  position (true without a lease; with a lease a stale
+ *                  owner's head may, which the whole-lane recovery covers)
  *   STRICT_FENCE   assert that no commit (C2) succeeds after the owner's
- *                  epoch has ended (the doc's "its commit fails by epoch")
+ *                  epoch has ended (the doc's "its commit fails by epoch"):
+ *                  does NOT hold, see README ("known" runs)
  *   READ_MODE      the app sees a message when it is read (Owner::read),
  *                  not when it is committed: a second sighting must be
- *                  flagged redelivered
- *   MUTANT_NO_EPOCH_CHECK  the owner commits without the still_owner check
+ *                  flagged redelivered; a stale owner's Owner::commit leaves
+ *                  its reads TAKEN (the next owner adopts them, flagged)
+ * Mutants (spin must find an error; README):
  *   MUTANT_C2_STORE        C2 is a plain store (no CAS TAKEN -> DONE)
  *   MUTANT_NO_ADOPT        recovery (R4) does not re-take a gone owner's slots
- *   FIX_STALE_ADOPT        a proposed fix for KNOWN ISSUE 2 (README), not in the
- *                          C++: the take loop never adopts a newer owner's slot
+ *                          (found with LEASE=1 only: without a lease the take
+ *                          loop adopts them from the head anyway)
+ *   MUTANT_HEAD_NOMIN      publish_head ignores the held (pending) positions
+ *   MUTANT_FDC_NOCAS       finish_dead_commit counts with a plain add, not CAS
+ *   MUTANT_STALE_ADOPT     (the C++ before the fix of problem 2, README) a stale
+ *                          owner adopts a newer owner's TAKEN slot
+ *   MUTANT_STALE_HEAD      (before the fix of problem 3) a lease box's
+ *                          recovery scans [head, tail) and starts at the head
+ *   MUTANT_EPOCH_FETCH_ADD (before the fix of problem 4) take_ownership
+ *                          bumps the epoch with a fetch_add after the key CAS
+ *   MUTANT_READ_GIVEBACK   (before commit 221f5f8) a stale owner's
+ *                          Owner::commit gives its reads back unflagged
+ *   MUTANT_NO_EPOCH_CHECK  the owner commits without the still_owner check:
+ *                          NOT an error (the C2 CAS is the fence; the check
+ *                          only saves work), so not in check.sh
  */
 
 #ifndef M
@@ -44,7 +70,10 @@
 #define BATCH 2
 #endif
 #ifndef LEASE
-#define LEASE 1
+#define LEASE 0
+#endif
+#ifndef HEIRS
+#define HEIRS 2                     /* 1: only H1 */
 #endif
 
 #define EMPTY 0
@@ -83,10 +112,26 @@ bool seen_app[M];                   /* READ_MODE: an app has read it */
 byte ncounted;                      /* commits counted in some deliv[] */
 byte maxep;                         /* highest epoch an owner got */
 bool acting[NPROC];                 /* process is the owner of its epoch (after take_ownership) */
+bool taking[NPROC];                 /* process holds the key it CASed, no epoch yet */
+byte gotep[NPROC];                  /* the epoch take_ownership gave the process */
 
 #define SLOT(p) ((p) % CAP)
+/* CHECK_HEAD: "the published head never passes a held position" */
+#ifdef CHECK_HEAD
+#define HELD_BELOW_HEAD(p) ((p) < M && head > (p) && spos[SLOT(p)] == (p) && sst[SLOT(p)] == TAKEN)
+#define HEAD_CHECK ; assert(!HELD_BELOW_HEAD(0) && !HELD_BELOW_HEAD(1) && !HELD_BELOW_HEAD(2))
+#else
+#define HEAD_CHECK
+#endif
 #define SEEN_IS(p, a, b, c) (spos[SLOT(p)] == (a) && sst[SLOT(p)] == (b) && sact[SLOT(p)] == (c))
 #define STILL_OWNER (okey == me && epoch == myep)
+/* Where the next owner's recovery looks for a gone owner's slots: a lease
+ * box's, the whole lane [tail - cap, tail); otherwise [head, tail). */
+#if LEASE && !defined(MUTANT_STALE_HEAD)
+#define RECOVERY_START (M > CAP -> M - CAP : 0)
+#else
+#define RECOVERY_START head
+#endif
 
 #define LOCALS byte myep, hp, first, n, i, k, h, sp, ss, sa, before, cnt, rp, marks, e2; \
                byte pp[BATCH], pst[BATCH], pact[BATCH]; bool pred[BATCH], kept[BATCH]; \
@@ -94,10 +139,11 @@ bool acting[NPROC];                 /* process is the owner of its epoch (after 
 #define RESET myep = 0; hp = 0; first = 0; n = 0; i = 0; k = 0; h = 0; sp = 0; ss = 0; sa = 0; \
               before = 0; cnt = 0; rp = 0; marks = 0; e2 = 0; \
               for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 } \
-              for (i : 0 .. CAP - 1) { fs[i] = 0 } i = 0; acting[me] = 0
+              for (i : 0 .. CAP - 1) { fs[i] = 0 } i = 0; acting[me] = 0; taking[me] = 0; gotep[me] = 0
 
 #define CAN_DIE (ndead < MAXDEAD)
-#define DIE_OR if :: CAN_DIE -> dead[me] = 1; ndead++; RESET; goto died :: true fi;
+/* (the dead process forgets its locals at `died`) */
+#define DIE_OR if :: CAN_DIE -> dead[me] = 1; ndead++; goto died :: true fi;
 
 /* first_live_heir() == me (heirs in registration order, dead ones skipped,
  * never the current owner) */
@@ -130,16 +176,42 @@ end_wait:
   atomic {                                                            /* take_ownership: CAS key */
     DIE_OR
     if
-    :: okey == k -> okey = me
+    :: okey == k -> okey = me; taking[me] = 1
     :: else -> k = 0; goto WAIT
     fi
   }
-  atomic {                                                            /* epoch + 1 (fetch_add) */
+  /* The epoch goes up by one only while the key is still ours. When we get
+   * an epoch, the key holder is us, or one that has yet to get its own
+   * (it then gets a later one), or dead: never one that already got its
+   * epoch (it would then not be the owner, and nobody would be). */
+#define GOT_EPOCH \
+    assert(myep > maxep); maxep = myep;   /* strictly increases, never reused */ \
+    assert(okey == me || taking[okey] || dead[okey]); \
+    taking[me] = 0; gotep[me] = myep; acting[me] = 1; k = 0
+#ifdef MUTANT_EPOCH_FETCH_ADD
+  atomic {                                                            /* epoch.fetch_add(1) + 1 */
     DIE_OR
     epoch = epoch + 1; myep = epoch;
-    assert(myep > maxep); maxep = myep;   /* strictly increases, never reused */
-    acting[me] = 1; k = 0
+    GOT_EPOCH
   }
+#else
+  atomic { DIE_OR k = epoch }                                         /* cur = epoch */
+EPOCH_CAS:
+  atomic {                                                            /* key still ours? */
+    DIE_OR
+    if
+    :: okey != me -> k = 0; taking[me] = 0; goto WAIT                 /* taken from us: wait again */
+    :: else
+    fi
+  }
+  atomic {                                                            /* CAS epoch cur -> cur + 1 */
+    DIE_OR
+    if
+    :: epoch == k -> epoch = k + 1; myep = epoch; GOT_EPOCH
+    :: else -> k = epoch; goto EPOCH_CAS                              /* cur reloaded */
+    fi
+  }
+#endif
   atomic { DIE_OR heir_reg[me] = 0 }                                  /* withdraw our heir entry */
 
   /* ---- Owner::adopt -> owner_recover ---- */
@@ -149,14 +221,20 @@ end_wait:
     h = head;
     if :: h > M -> h = M :: else fi;
     if :: M - h > CAP -> h = M - CAP :: else fi;
-    hp = h; k = h
+    hp = h;                                /* o.head: our cursor */
+#if LEASE && !defined(MUTANT_STALE_HEAD)
+    first = RECOVERY_START;                /* lease box: scan [tail - cap, tail) */
+#else
+    first = h;                             /* scan [head, tail) */
+#endif
+    k = first
   }
   /* committed-but-unfreed slots of gone owners first: which actors */
 RSCAN1:
   atomic {
     DIE_OR
     if
-    :: k >= M -> k = h; goto RFDC
+    :: k >= M -> k = first; goto RFDC
     :: else
     fi;
     sp = spos[SLOT(k)]; ss = sst[SLOT(k)]; sa = sact[SLOT(k)];
@@ -181,7 +259,7 @@ RSCAN2:
   atomic {
     DIE_OR
     if
-    :: k >= M -> k = 0; h = 0; goto CALL
+    :: k >= M -> k = 0; h = 0; first = 0; goto CALL
     :: else
     fi;
     sp = spos[SLOT(k)]; ss = sst[SLOT(k)]; sa = sact[SLOT(k)];
@@ -190,16 +268,25 @@ RSCAN2:
     :: else -> k++; goto RSCAN2
     fi
   }
-  /* adopt_gone_owner_slot: dead_owner_op says "uncommitted" (a hold-mode
-   * owner's op is none or commit): CAS to TAKEN by us, deliver again */
+  /* adopt_gone_owner_slot: a newer owner's slot (its actor record's epoch
+   * is above ours: we are already stale) is left alone; else dead_owner_op
+   * says "uncommitted" (a hold-mode owner's op is none or commit): CAS to
+   * TAKEN by us, deliver again; our cursor goes down to it if need be.
+   * (The actor record's epoch never changes here: reading it in the step
+   * of the CAS is the same as reading it just before.) */
   atomic {
     DIE_OR
+#ifndef MUTANT_STALE_ADOPT
+    if :: EP_OF(sa) > myep -> goto RSCAN2_NEXT :: else fi;
+#endif
 #ifndef MUTANT_NO_ADOPT
     if
-    :: SEEN_IS(k, sp, ss, sa) -> sact[SLOT(k)] = ACT(myep)
+    :: SEEN_IS(k, sp, ss, sa) -> sact[SLOT(k)] = ACT(myep);
+       if :: sp < hp -> hp = sp :: else fi
     :: else
     fi;
 #endif
+RSCAN2_NEXT:
     k++; sp = 0; ss = 0; sa = 0; goto RSCAN2
   }
 
@@ -249,10 +336,13 @@ TAKE:       /* take_one, hold mode: CAS FULL -> TAKEN(p, us) (not if ours to red
 ADOPT:      /* adopt_gone_owner_slot (a take loop meeting another owner's TAKEN slot) */
   atomic {
     DIE_OR
-#ifdef FIX_STALE_ADOPT
-    /* proposed fix (not in the C++): a slot of a NEWER owner actor (its
-     * actor record's epoch is above ours) means we are stale: stop here */
+#ifndef MUTANT_STALE_ADOPT
+    /* a NEWER owner's slot (its actor record's epoch is above ours): we
+     * are stale; take nothing more (returns 2: break, publish_head) */
     if :: EP_OF(sa) > myep -> goto ENDTAKE :: else fi;
+#endif
+#ifdef CHECK_ADOPT
+    assert(EP_OF(sa) < myep);   /* only a gone (older) owner's slot */
 #endif
     if
     :: SEEN_IS(hp, sp, ss, sa) -> sact[SLOT(hp)] = ACT(myep)
@@ -264,7 +354,11 @@ ENDTAKE:    /* publish_head if the cursor moved: the first position not finished
   atomic {
     DIE_OR
     if
-    :: hp != first -> head = ((n > 0 && pp[0] < hp) -> pp[0] : hp)
+#ifdef MUTANT_HEAD_NOMIN
+    :: hp != first -> head = hp
+#else
+    :: hp != first -> head = ((n > 0 && pp[0] < hp) -> pp[0] : hp); HEAD_CHECK
+#endif
     :: else
     fi;
     first = 0;
@@ -274,7 +368,18 @@ ENDTAKE:    /* publish_head if the cursor moved: the first position not finished
   atomic {
     DIE_OR
 #ifndef MUTANT_NO_EPOCH_CHECK
-    if :: !STILL_OWNER -> i = 0; goto GIVEBACK :: else fi;
+    if
+    :: !STILL_OWNER ->
+#if defined(READ_MODE) && !defined(MUTANT_READ_GIVEBACK)
+       /* Owner::commit of a stale owner: the app has seen them; they stay
+        * TAKEN by our actor, the next owner adopts them (flagged) */
+       goto LEAVE
+#else
+       /* receive (staged): the app has seen nothing: give them back */
+       i = 0; goto GIVEBACK
+#endif
+    :: else
+    fi;
 #endif
     before = deliv[myep]; opb[myep] = before; opk[myep] = OP_COMMIT;  /* C1 announce */
     i = 0
@@ -317,7 +422,7 @@ C4:
     DIE_OR
     opk[myep] = OP_NONE;
     DIE_OR
-    head = hp;                                                        /* publish_head */
+    head = hp; HEAD_CHECK                                             /* publish_head */
     /* the receive returns the committed messages; next call */
     for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 }
     i = 0; n = 0; cnt = 0; before = 0;
@@ -368,10 +473,14 @@ FDC_SCAN:   /* every slot of the lane */
     if
     :: k == OP_COMMIT ->                       /* count them once: CAS from op_before */
        before = opb[e2];
+#ifdef MUTANT_FDC_NOCAS
+       deliv[e2] = deliv[e2] + cnt; ncounted = ncounted + cnt
+#else
        if
        :: deliv[e2] == before -> deliv[e2] = before + cnt; ncounted = ncounted + cnt
        :: else
        fi
+#endif
     :: else
     fi;
     k = 0; before = 0
@@ -398,9 +507,9 @@ FDC_RET:
   }
 
 LEAVE:      /* receive returned not_owner: this handle is done */
-  atomic { RESET }
+  atomic { skip;          /* a `goto died` enters this atomic step in the middle */
 died:
-  skip
+    RESET }
 }
 
 /* Quiescence: nothing can move any more. */
@@ -412,14 +521,16 @@ active proctype checker()
     /* a box with a live heir does not stay ownerless */
     assert(!(okey == 0 || dead[okey]) ||
            !((heir_reg[2] && !dead[2]) || (heir_reg[3] && !dead[3])));
+    /* a live key holder is the owner: it got the current epoch */
+    assert(okey == 0 || dead[okey] || gotep[okey] == epoch);
     p = 0;
     do
     :: p < M ->
        if
        :: !committed[p] ->
-          /* not lost: still in its slot, at or after the published head
-           * (where the next owner's recovery starts), and not held DONE */
-          assert(spos[SLOT(p)] == p && sst[SLOT(p)] != DONE && p >= head);
+          /* not lost: still in its slot, not DONE, and where the next
+           * owner's recovery looks (from the published head) */
+          assert(spos[SLOT(p)] == p && sst[SLOT(p)] != DONE && p >= RECOVERY_START);
           /* a live owner acting for the current epoch has received it */
           assert(!(okey != 0 && !dead[okey] && acting[okey]))
        :: else
@@ -445,10 +556,12 @@ init {
     for (i : 0 .. CAP - 1) { spos[i] = i; }
     for (i : 0 .. M - 1) { spos[SLOT(i)] = i; sst[SLOT(i)] = FULL; sact[SLOT(i)] = WRITER; payload[SLOT(i)] = i }
     i = 0;
-    okey = 1; epoch = 1; maxep = 1; aproc[1] = 1;
-    heir_reg[2] = 1; heir_reg[3] = 1;
+    okey = 1; epoch = 1; maxep = 1; aproc[1] = 1; gotep[1] = 1;
+    heir_reg[2] = 1; heir_reg[3] = (HEIRS > 1);
     run Owner(1);
     run Owner(2);
+#if HEIRS > 1
     run Owner(3)
+#endif
   }
 }

@@ -4,8 +4,9 @@
  * without a lease), the repairs R1-R3 and the owner's sleep / wake handshake,
  * with every process able to die at any step.
  *
- * One lane of CAP slots; producers 1 and 2 post N1 and N2 messages; one owner
- * receives forever. See model/README.md for the mapping and the abstractions.
+ * One lane of CAP slots; producers 1 and 2 (and 3) post N1 and N2 (and N3)
+ * messages; one owner receives forever. See model/README.md for the mapping
+ * and the abstractions.
  *
  * Granularity. Every load, store or CAS of a word that another LIVE process
  * can read is its own atomic step of the model. Writes that only a repairer
@@ -22,15 +23,27 @@
  *
  * Waiting. Poll loops of the real code (the owner's backoff on a claimed
  * slot, a drop_oldest producer waiting for space) are blocking waits for
- * "what I poll changed, or a repair could act now"; the owner's futex sleep
- * (no timeout) waits for wake_seq to change. So a live process that would
- * poll or sleep forever is an invalid end state (deadlock) for spin, and the
- * `checker` runs exactly at quiescence (`timeout`: nothing can move).
+ * "what I poll changed, or a repair could act now". The owner's futex sleep
+ * ends when wake_seq changes (P6) or when its slice ends (kLostWakeSliceNs,
+ * lib/owner.cpp: the owner looks at its lanes again at least every 250 ms).
+ * Time is abstracted: the slice is spin's `timeout`, which is enabled only
+ * when no other statement of any process is: "the slice expires, at the
+ * latest once nothing else happens". It is further limited to the slices
+ * that find something (the tail moved since the owner armed its sleep): a
+ * slice that finds the lane as it left it re-arms and sleeps again, a
+ * stutter that changes nothing, and leaving it out keeps the model free of
+ * the idle wake-sleep loop (which -DNP would report as a non-progress
+ * cycle). So a live process that would poll or sleep forever while work is
+ * waiting is an invalid end state (deadlock) or a failed assertion of the
+ * `checker`, which runs at quiescence (`timeout`, once the owner's slice
+ * has nothing more to find).
  *
  * Switches (spin -D...):
  *   POLICY=0 reject, POLICY=1 drop_oldest (default)
- *   CAP N1 N2 MAXDEAD BATCH      sizes
- *   STRICT_WAKE          do not tolerate KNOWN ISSUE 1 (README): must fail
+ *   CAP N1 N2 N3 MAXDEAD BATCH   sizes
+ *   MUTANT_NO_SLICE      the owner's sleep has no slice (the C++ before the
+ *                        fix of problem 1 in README): a producer that dies
+ *                        between P5 and P6 leaves the owner asleep forever
  *   MUTANT_R1_NOCOUNT    R1 frees a dead writer's claimed slot without counting
  *   MUTANT_T3_STORE      drop_oldest owner takes with a plain store, not a CAS
  *   MUTANT_R2_NOCAS      R2 counts with a plain increment, not CAS(before)
@@ -113,7 +126,7 @@ byte ndead;
 /* ---- ghosts (not in the segment) ---- */
 byte fate[MAXP];                /* F_*: set in the step that bumps the counter */
 bool pub[MAXP];                 /* P5 done: the post completed as "stored"  */
-bool nowake[MAXP];              /* P5 done with the sleeping bit seen, P6 not yet */
+byte slept_at;                  /* owner asleep (futex): its cursor + 1; else 0 */
 
 #define SLOT(p) ((p) % CAP)
 #define SEEN_IS(p, a, b, c) (spos[SLOT(p)] == (a) && sst[SLOT(p)] == (b) && sact[SLOT(p)] == (c))
@@ -125,7 +138,8 @@ bool nowake[MAXP];              /* P5 done with the sleeping bit seen, P6 not ye
 
 #define CAN_DIE (ndead < MAXDEAD)
 /* die instead of the step that follows (inside an atomic) */
-#define DIE_OR if :: CAN_DIE -> dead[me] = 1; ndead++; RESET; goto died :: true fi;
+/* (the dead process forgets its locals at `died`) */
+#define DIE_OR if :: CAN_DIE -> dead[me] = 1; ndead++; goto died :: true fi;
 
 /* Every counted fate: at most one per position; "abandoned" never for a
  * message that was published. */
@@ -370,13 +384,13 @@ P2:
     assert(SEEN_IS(t, t, EMPTY, NOACT));    /* nobody touched our claimed slot */
     sst[SLOT(t)] = FULL; sact[SLOT(t)] = me; pub[t] = 1;                /* P5: publish */
     if
-    :: (w & 1) -> nowake[t] = 1
+    :: (w & 1) -> skip                         /* the owner may sleep: wake it */
     :: else -> NEXT_POST
     fi
   }
   atomic {
     DIE_OR
-    wake_seq = wake_seq + 1; nowake[t] = 0;                             /* P6: wake the owner */
+    wake_seq = wake_seq + 1;                                            /* P6: wake the owner */
     NEXT_POST
   }
 
@@ -410,13 +424,15 @@ BUSY:       /* the slot still holds t - cap: TAKEN, or EMPTY (being written) */
 STALE:      /* our tail is stale; if it did not move, the lane is corrupt */
   atomic { DIE_OR assert(tailw != w); goto P1 }
 
+  atomic { skip;          /* a `goto died` enters this atomic step in the middle */
 died:
-  skip
+    RESET }
 }
 
 /* ------------------------------------------------------------------------
  * The owner: receive calls (fifo_take, commit_each) forever; when the lane
- * is empty it arms the sleeping bit and sleeps on wake_seq (no timeout).
+ * is empty it arms the sleeping bit and sleeps on wake_seq, for at most one
+ * slice (kLostWakeSliceNs) at a time.
  */
 
 proctype Owner()
@@ -502,34 +518,58 @@ SLEEP:
     t = tailw;
     if
     :: (t >> 1) != hp -> goto CLEAR            /* something claimed: not armed */
-    :: (t >> 1) == hp && (t & 1) -> goto ARMED
+    :: (t >> 1) == hp && (t & 1) -> slept_at = hp + 1; goto ARMED
     :: else
     fi
   }
   atomic {
     DIE_OR
     if
-    :: tailw == t -> tailw = t | 1; DIE_OR goto ARMED
+    :: tailw == t -> tailw = t | 1; DIE_OR slept_at = hp + 1; goto ARMED
     :: else -> goto CLEAR
     fi
   }
 ARMED:
 end_sleep:
-  (wake_seq != w);                                                      /* futex_wait */
+  if                                                                    /* futex_wait */
+  :: (wake_seq != w)                           /* woken (P6) */
+#ifndef MUTANT_NO_SLICE
+  :: timeout && (tailw >> 1) != hp             /* the slice ends (see "Waiting" above) */
+#endif
+  fi;
 CLEAR:                                                                  /* owner_clear_sleep */
-  atomic { DIE_OR t = tailw; if :: !(t & 1) -> goto CALL :: else fi }
+  atomic { DIE_OR slept_at = 0; t = tailw; if :: !(t & 1) -> goto CALL :: else fi }
   atomic { DIE_OR if :: tailw == t -> tailw = t & 254 :: else fi; goto CLEAR }
 
+  atomic { skip;          /* a `goto died` enters this atomic step in the middle */
 died:
-  skip
+    RESET }
 }
 
-/* Quiescence: nothing can move any more. Check the accounting. */
+/* Quiescence: nothing can move any more (and the owner's slice, if it
+ * sleeps, would find nothing new). Check the accounting. */
 active proctype checker()
 {
   byte p, nd, ne, na, inbox, rej;
+#ifdef MUTANT_NO_SLICE
   timeout ->
+#else
+  timeout && (dead[OWN] || slept_at == 0 || (tailw >> 1) == slept_at - 1) ->
+#endif
   d_step {
+    /* 1. Nothing lost: with a live owner, every message whose post completed
+     * as stored is delivered or evicted (dropped_oldest), never abandoned or
+     * left behind (a dead evictor's: R2 counts it when a producer next
+     * needs the slot). (Delivered at most once: FATE, at each count.) */
+    p = 0;
+    do
+    :: p < MAXP && p < (tailw >> 1) && !dead[OWN] ->
+       assert(!pub[p] || fate[p] == F_DELIVERED || fate[p] == F_EVICTED ||
+              (PENDING_R2(p) && opk[sact[SLOT(p)]] == OP_EVICT));
+       p++
+    :: else -> break
+    od;
+    /* 2. The accounting. */
     p = 0;
     do
     :: p < MAXP ->
@@ -544,32 +584,18 @@ active proctype checker()
           /* claimed: counted once, or still in its slot (never freed uncounted) */
           assert(fate[p] != F_NONE || spos[SLOT(p)] == p);
           if :: fate[p] == F_NONE -> inbox++ :: else fi;
-          if
-          :: !dead[OWN] ->
-             /* A live owner has drained the lane: every claimed position is
-              * delivered, evicted or abandoned; or held by a dead evictor /
-              * repairer (R2 counts it when a producer next needs the slot);
-              * or a hole a writer claimed and died in while the owner slept
-              * (nothing to deliver: repaired when the owner next looks). */
-             assert(fate[p] != F_NONE || PENDING_R2(p) ||
-                    (spos[SLOT(p)] == p && sst[SLOT(p)] == EMPTY && !pub[p] && NO_LIVE_CLAIMANT(p)) ||
-                    (nowake[p] && sst[SLOT(p)] == FULL));
-             /* every message whose post completed as stored is delivered
-              * or evicted (dropped_oldest), never abandoned or left behind */
-#ifndef STRICT_WAKE
-             /* KNOWN ISSUE 1 (README): its writer died between P5 and P6
-              * while the owner slept: nobody wakes the owner. */
-             if
-             :: !(nowake[p] && sst[SLOT(p)] == FULL && spos[SLOT(p)] == p) ->
+          /* A live owner has drained the lane: every claimed position is
+           * delivered, evicted or abandoned (a hole whose writer died is
+           * repaired: R1), or held by a dead evictor / repairer. */
+#ifdef MUTANT_NO_SLICE
+          /* (without the slice, a hole whose writer died while the owner
+           * slept waits for the next post: tolerated here, so that spin
+           * reports the lost wake-up of check 1) */
+          assert(dead[OWN] || fate[p] != F_NONE || PENDING_R2(p) ||
+                 (spos[SLOT(p)] == p && sst[SLOT(p)] == EMPTY && !pub[p] && NO_LIVE_CLAIMANT(p)))
+#else
+          assert(dead[OWN] || fate[p] != F_NONE || PENDING_R2(p))
 #endif
-                assert(!pub[p] || fate[p] == F_DELIVERED || fate[p] == F_EVICTED ||
-                       (PENDING_R2(p) && opk[sact[SLOT(p)]] == OP_EVICT))
-#ifndef STRICT_WAKE
-             :: else
-             fi
-#endif
-          :: else
-          fi
        :: else -> assert(fate[p] == F_NONE && !pub[p])
        fi;
        p++
