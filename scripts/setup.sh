@@ -28,4 +28,6 @@ if [ ! -f "$build/build.ninja" ]; then
 elif [ $# -gt 0 ]; then
   meson configure "$build" "$@" >/dev/null
 fi
-ninja -C "$build" >/dev/null
+# SHMBOX_TARGETS: build only these ninja targets (default: everything)
+# shellcheck disable=SC2086
+ninja -C "$build" ${SHMBOX_TARGETS:-} >/dev/null

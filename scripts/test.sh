@@ -6,11 +6,13 @@ cd "$(dirname "$0")/.."
 build="${1:-build}"
 shift || true
 bash scripts/setup.sh "$build" "$@"
-before=$(ls /dev/shm | grep -c '^shmbox\.' || true)
+# Every test and the demo must leave /dev/shm as they found it.
+before=$(ls /dev/shm | grep '^shmbox\.' | sort || true)
 meson test -C "$build" --print-errorlogs --num-processes 2
-after=$(ls /dev/shm | grep -c '^shmbox\.' || true)
-if [ "$after" -gt "$before" ]; then
-  echo "test: the tests left $((after - before)) segment(s) in /dev/shm:" >&2
-  ls /dev/shm | grep '^shmbox\.' >&2
+after=$(ls /dev/shm | grep '^shmbox\.' | sort || true)
+left=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep . || true)
+if [ -n "$left" ]; then
+  echo "test: the tests left segment(s) in /dev/shm:" >&2
+  echo "$left" >&2
   exit 1
 fi
