@@ -990,8 +990,20 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
   std::uint64_t p = o.head[L.index];
   const std::uint64_t first = p;
   std::size_t n = 0;
+  // A healthy lane is walked in at most about 2 x cap steps per call (cap
+  // positions to take or skip, plus retries after lost races). Only a
+  // scribbled segment (a tail or slot positions far off) could make the walk
+  // go on and on: after this many steps, stop and report it (found by
+  // fuzz/segment_fuzz).
+  std::uint64_t budget = 4 * cap + 1024;
 
   while (n < sink.max) {
+    if (budget-- == 0) {
+      res.corrupt = true;
+      o.last_error = fail(errc::corrupt, "box '" + o.m->name + "': lane " + std::to_string(L.index) +
+                                             ": the owner's cursor cannot advance (corrupt tail or slot positions)");
+      break;
+    }
     slot_header* s = L.slot_for(p);
     const std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
     const std::int64_t d = pos_diff(seq_pos(seen), p);
@@ -999,6 +1011,11 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       // p's fate was decided by someone else (evicted, repaired) and the slot
       // reused. Every position below tail - cap is finished: jump there.
       const std::uint64_t t = h->tail.load(std::memory_order_acquire) >> 1;
+      if (p >= t) {  // a position ahead of the tail: only a scribbled slot says so
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "holds a position ahead of the tail"));
+        break;
+      }
       p = t > p + cap ? t - cap : p + 1;
       continue;
     }

@@ -154,7 +154,7 @@ struct checker {
         problem(where + ": position " + std::to_string(seq_pos(s)) + " is too far from the tail " + std::to_string(t1));
         continue;
       }
-      const std::uint64_t full_pos = static_cast<std::uint64_t>(static_cast<std::int64_t>(t1) + hi);
+      const std::uint64_t full_pos = t1 + static_cast<std::uint64_t>(hi);  // modulo 2^64: a scribbled tail may be anything
       if (L.slot_index(full_pos) != i) {
         problem(where + ": holds position " + std::to_string(full_pos) + ", which belongs to slot " + std::to_string(L.slot_index(full_pos)));
         continue;

@@ -223,13 +223,18 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
   while (got < want && g_stop == 0) {
     batch.clear();
     std::chrono::nanoseconds left;
+    bool sliced = false;  // waiting in slices of 200 ms, to notice SIGINT/SIGTERM
     if (a.follow) {
-      left = std::chrono::milliseconds(200);  // wake now and then to notice a signal
+      left = std::chrono::milliseconds(200);
     } else {
       // Wait (up to the deadline) only while nothing has arrived; with --all,
       // stop once the box is empty after the first message.
       left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() < 0 || (a.all && got > 0)) left = std::chrono::nanoseconds(0);
+      if (left > std::chrono::milliseconds(200)) {
+        left = std::chrono::milliseconds(200);
+        sliced = true;
+      }
     }
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
     const shmbox::recv_status st = owner.receive_batch(batch, chunk, left);
@@ -242,7 +247,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     got += batch.size();
     if (st == shmbox::recv_status::ok) continue;
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) {
-      if (a.follow) continue;
+      if (a.follow || sliced) continue;
       break;
     }
     return fail(owner.last_error());
