@@ -15,21 +15,9 @@ secs="${1:-60}"
 build="${2:-build-fuzz}"
 case "$secs" in '' | *[!0-9]*) echo "fuzz: SECONDS must be a number, not '$secs'" >&2; exit 2 ;; esac
 
-packages=(meson ninja-build g++ pkg-config python3 libcli11-dev nlohmann-json3-dev clang libclang-rt-14-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing ${missing[*]}" >&2
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
-    echo "fuzz: missing packages (${missing[*]}); run as root: apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=packages.sh
+source scripts/packages.sh
+install_missing fuzz meson ninja-build g++ pkg-config python3 libcli11-dev nlohmann-json3-dev clang libclang-rt-14-dev
 
 fuzz_opts=(-Dfuzz=true -Dtests=false -Dbench=false -Dfault_injection=false -Dbuildtype=debugoptimized
            -Db_sanitize=address,undefined -Db_lundef=false)

@@ -5,21 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(meson ninja-build g++ pkg-config python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}" >&2
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
-    echo "setup: missing packages (${missing[*]}); run as root: apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=packages.sh
+source scripts/packages.sh
+install_missing setup meson ninja-build g++ pkg-config python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace
 
 build="${1:-build}"
 shift || true

@@ -467,25 +467,13 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
                            << obs.space_wake_calls() << " inspections " << inspections);
 }
 
-TEST_CASE("threads: reject, 4 producer threads and an owner thread") {
-  SUBCASE("receive_batch") { run_policy(policy::reject, recv_mode::batch); }
-  SUBCASE("read/commit") { run_policy(policy::reject, recv_mode::two_phase); }
-}
-TEST_CASE("threads: drop_newest, 4 producer threads and an owner thread") {
-  SUBCASE("receive_batch") { run_policy(policy::drop_newest, recv_mode::batch); }
-  SUBCASE("read/commit") { run_policy(policy::drop_newest, recv_mode::two_phase); }
-}
-TEST_CASE("threads: drop_oldest, 4 producer threads and an owner thread") {
-  SUBCASE("receive_batch") { run_policy(policy::drop_oldest, recv_mode::batch); }
-  SUBCASE("read/commit") { run_policy(policy::drop_oldest, recv_mode::two_phase); }
-}
-TEST_CASE("threads: lifo, 4 producer threads and an owner thread") {
-  SUBCASE("receive_batch") { run_policy(policy::lifo, recv_mode::batch); }
-  SUBCASE("read/commit") { run_policy(policy::lifo, recv_mode::two_phase); }
-}
-TEST_CASE("threads: block, 4 producer threads and an owner thread") {
-  SUBCASE("receive_batch") { run_policy(policy::block, recv_mode::batch); }
-  SUBCASE("read/commit") { run_policy(policy::block, recv_mode::two_phase); }
+TEST_CASE("threads: every policy, 4 producer threads and an owner thread (receive_batch and read/commit)") {
+  for (const policy pol : {policy::reject, policy::drop_newest, policy::drop_oldest, policy::lifo, policy::block})
+    for (const recv_mode mode : {recv_mode::batch, recv_mode::two_phase}) {
+      CAPTURE(shmbox::to_string(pol));
+      CAPTURE(mode == recv_mode::batch ? "receive_batch" : "read/commit");
+      run_policy(pol, mode);
+    }
 }
 TEST_CASE("threads: lease box (fenced take/commit path), 4 producer threads and an owner thread") {
   SUBCASE("block, receive_batch") { run_policy(policy::block, recv_mode::batch, 10s); }
