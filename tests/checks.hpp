@@ -10,6 +10,7 @@
 #include <string>
 
 #include "shmbox/shmbox.hpp"
+#include "support.hpp"
 
 namespace shmtest {
 
@@ -23,14 +24,6 @@ inline void check_invariant(const shmbox::Box& box) {
                         c.filtered + c.abandoned + depth);
   CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + depth +
                         (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : 0));
-}
-
-// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' ...), '?' if gone.
-inline char process_state(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto close = all.rfind(')');
-  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
 }
 
 // utime + stime of a process, in clock ticks (/proc/<pid>/stat fields 14, 15).

@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <string>
@@ -126,15 +124,6 @@ TEST_CASE("cli: recv refuses when another live process owns the box") {
   CHECK(r.out.find(shmtest::cat("pid ", std::to_string(owner.pid()), " (alive)")) != std::string::npos);
 }
 
-namespace {
-char proc_state(pid_t pid) {  // the state letter of /proc/<pid>/stat
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto close = all.rfind(')');
-  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
-}
-}  // namespace
-
 TEST_CASE("cli: recv waiting on an empty box stops at SIGTERM, long before its timeout") {
   shmtest::segment_guard g(shmtest::unique_name("clisig"));
   REQUIRE(cli({"create", g.name}).code == 0);
@@ -143,7 +132,7 @@ TEST_CASE("cli: recv waiting on an empty box stops at SIGTERM, long before its t
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until &&
          (cli({"stat", g.name}).out.find(shmtest::cat("pid ", std::to_string(r.pid()), " (alive)")) == std::string::npos ||
-          proc_state(r.pid()) != 'S'))
+          shmtest::process_state(r.pid()) != 'S'))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   r.kill(SIGTERM);
   const int st = r.wait(std::chrono::seconds(10));  // a child that outlives this is killed: the check fails

@@ -106,12 +106,7 @@ void check_usable(const shmbox::Box& box, shmbox::Owner& owner) {
 }
 
 // Handshake with a child that stops itself (SIGSTOP fault action), bounded.
-bool wait_until_stopped(const child& c) {
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (shmtest::process_state(c.pid()) != 'T' && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  return shmtest::process_state(c.pid()) == 'T';
-}
+bool wait_until_stopped(const child& c) { return shmtest::wait_for_state(c.pid(), 'T', 30s); }
 
 std::string field(const std::string& line, const std::string& key) {
   std::istringstream in(line);
@@ -448,12 +443,7 @@ TEST_CASE("a stale owner whose read raced a takeover: the new owner gets those m
 namespace {
 // Blocks until thread `tid` sleeps (state 'S'), bounded: the handshake that
 // the owner has armed its sleeping bit and gone to sleep.
-bool wait_until_sleeping(pid_t tid) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (shmtest::process_state(tid) != 'S' && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  return shmtest::process_state(tid) == 'S';
-}
+bool wait_until_sleeping(pid_t tid) { return shmtest::wait_for_state(tid, 'S', 10s); }
 }  // namespace
 
 TEST_CASE("a producer killed before waking the sleeping owner: the owner gets the message anyway, every policy") {
@@ -538,9 +528,7 @@ TEST_CASE("lease box: an heir stopped mid-takeover loses the box to the next hei
   CHECK(field(*head2, "from") == std::to_string(h1.pid()));
   h1.kill(SIGCONT);
   // Handshake: h1 ran on and is waiting again (or, without the fix, serving).
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (shmtest::process_state(h1.pid()) != 'S' && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
+  shmtest::wait_for_state(h1.pid(), 'S', 10s);
   produce(g.name, 1, 4);
   const std::string rest2 = h2.read_all(30s);
   CHECK(shmtest::exited_with(h2.wait(30s), 0));

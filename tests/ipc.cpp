@@ -54,12 +54,7 @@ std::vector<shmbox::message> drain(shmbox::Owner& o, std::size_t expect, std::ch
 }
 
 // Handshake with a child that stops itself (SIGSTOP fault action), bounded.
-bool wait_until_stopped(const child& c) {
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (shmtest::process_state(c.pid()) != 'T' && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  return shmtest::process_state(c.pid()) == 'T';
-}
+bool wait_until_stopped(const child& c) { return shmtest::wait_for_state(c.pid(), 'T', 30s); }
 
 // A box of 10 messages from producer 1, whose first owner was killed at the
 // fault point `point` (e.g. "owner.after_take:4") while receiving them.

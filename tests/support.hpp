@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -21,6 +23,25 @@
 #include <vector>
 
 namespace shmtest {
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' ...), '?' if gone.
+inline char process_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+}
+
+// Handshake with a process or thread (tid): waits, bounded, until its
+// /proc state is `state` ('T' stopped, 'S' asleep in the kernel). Returns
+// whether it got there.
+inline bool wait_for_state(pid_t pid, char state, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (process_state(pid) != state && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return process_state(pid) == state;
+}
+
 
 // Concatenates strings. (GCC 12 warns falsely, PR105329, on "literal" + std::string.)
 template <class... Parts>

@@ -277,6 +277,17 @@ void check_producer_logs(const std::vector<producer_log>& logs) {
 
 // A box for the tests: 64-byte slots (payloads are 16..56 bytes), room for
 // the producer threads, and a block timeout no test should ever reach.
+// n producer handles on `box`, one per producer thread.
+std::vector<shmbox::Producer> attach_producers(const shmbox::Box& box, std::uint32_t n) {
+  std::vector<shmbox::Producer> producers;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto p = shmbox::Producer::attach(box);
+    REQUIRE(p);
+    producers.push_back(std::move(*p));
+  }
+  return producers;
+}
+
 shmbox::options small_box(policy pol, std::uint32_t cap) {
   shmbox::options o;
   o.capacity = cap;
@@ -379,12 +390,7 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
   o.lease = lease;
   auto box = shmbox::Box::create(g.name, o);
   REQUIRE(box);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   observer obs(g.name);
@@ -502,12 +508,7 @@ void run_dead_letters(policy pol) {
   o.dead_letters = gd.name;
   auto box = shmbox::Box::create(g.name, o);
   REQUIRE(box);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   const auto deadline = clk::now() + 120s;
@@ -579,12 +580,7 @@ TEST_CASE("threads: an owner sleeping in receive (futex) is woken by producer th
   REQUIRE(box);
   observer obs(g.name);
   constexpr std::uint32_t P = 3, K = 24;
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   const std::uint64_t wakes_before = obs.wake_calls();
@@ -658,12 +654,7 @@ TEST_CASE("threads: block producers sleeping for space are woken by the owner th
   observer obs(g.name);
   constexpr std::uint32_t P = 3;
   const std::uint32_t M = std::max<std::uint32_t>(60, static_cast<std::uint32_t>(msgs_per_producer()) / 8);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   const auto deadline = clk::now() + 60s;
@@ -718,12 +709,7 @@ void run_states(bool use_fd) {
   REQUIRE(box);
   observer obs(g.name);
   constexpr std::uint32_t P = 2, K = 16;
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   owner_log olog;
@@ -833,12 +819,7 @@ TEST_CASE("threads: lanes from several producer threads; lane 0 first in every c
   REQUIRE(box);
   constexpr std::uint32_t P = 3;
   const std::uint32_t N = std::max<std::uint32_t>(90, static_cast<std::uint32_t>(msgs_per_producer()) / 2);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
 
@@ -912,12 +893,7 @@ TEST_CASE("threads: owner threads release and acquire in turn while producer thr
   constexpr std::uint32_t P = 4, G = 6;
   const auto N = static_cast<std::uint32_t>(msgs_per_producer());
   const std::size_t quota = std::size_t{P} * N / (G + 2);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   const auto deadline = clk::now() + 120s;
   std::atomic<int> producing{static_cast<int>(P)};
   std::atomic<std::uint32_t> generation{0};  // relaxed: numbers the owners in the order they owned the box
@@ -1048,12 +1024,7 @@ TEST_CASE("threads: an heir thread takes over when the owner thread releases, wh
   constexpr std::uint32_t P = 3, N = 300;
   auto box = shmbox::Box::create(g.name, small_box(policy::block, 1024));  // >= P * N: never wraps
   REQUIRE(box);
-  std::vector<shmbox::Producer> producers;
-  for (std::uint32_t i = 0; i < P; ++i) {
-    auto p = shmbox::Producer::attach(*box);
-    REQUIRE(p);
-    producers.push_back(std::move(*p));
-  }
+  std::vector<shmbox::Producer> producers = attach_producers(*box, P);
   // Acquire first: an acquire by a process that is itself a registered heir
   // takes the box as that heir (and withdraws the entry).
   auto first = shmbox::Owner::acquire(*box);
