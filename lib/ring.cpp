@@ -1468,7 +1468,7 @@ void owner_recover(owner_ctx& o) noexcept {
       const std::uint64_t where = L.is_lifo() ? i : seq_pos(seen);
       if (adopt_gone_owner_slot(o, L, s, where, seen) == 1) {
         if (L.is_lifo()) o.lifo_redeliver[l].push_back(static_cast<std::uint32_t>(i));
-        else if (pos_diff(where, o.head[l]) < 0) o.head[l] -= static_cast<std::uint64_t>(-pos_diff(where, o.head[l]));
+        else if (const std::int64_t below = pos_diff(where, o.head[l]); below < 0) o.head[l] -= static_cast<std::uint64_t>(-below);
       }
       SHMBOX_FAULT("takeover.mid_recovery");
     }
