@@ -120,6 +120,7 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
     c.dead_lettered += pc->dead_lettered.load(std::memory_order_relaxed);
     c.dead_letter_failed += pc->dead_letter_failed.load(std::memory_order_relaxed);
+    c.aborted += pc->aborted.load(std::memory_order_relaxed);
     stored += pc->stored.load(std::memory_order_relaxed);
     rejected += pc->rejected.load(std::memory_order_relaxed);
     dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
@@ -161,6 +162,7 @@ void add(counters& sum, const counters& c) {
   sum.dropped_oldest += c.dropped_oldest;
   sum.filtered += c.filtered;
   sum.abandoned += c.abandoned;
+  sum.aborted += c.aborted;
   sum.redelivered += c.redelivered;
   sum.dead_lettered += c.dead_lettered;
   sum.dead_letter_failed += c.dead_letter_failed;
@@ -199,6 +201,7 @@ box_info Box::info() const {
     i.lanes.push_back(li);
   }
   i.lease = std::chrono::milliseconds(m.lease_ms());
+  i.spin = std::chrono::nanoseconds(m.spin_ns);
   i.dead_letters = m.dead_letters;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);

@@ -11,6 +11,9 @@
 //   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
 //   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
 //   producer.before_wake     message published, the sleeping owner not yet woken (P6)
+//   producer.loan_open       loan: slot claimed and handed to the caller, nothing written
+//   producer.mid_abort       loan abort: abort announced, slot not yet taken back
+//   producer.mid_run         post_batch: first message of a run published, the rest not
 //   owner.before_read        owner (read): ownership checked, nothing taken yet
 //   owner.after_take         owner: slots taken for reading, nothing committed
 //   owner.mid_commit         owner (read/commit, lease boxes): slots marked done, not yet counted

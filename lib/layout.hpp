@@ -120,7 +120,16 @@ enum class op_kind : std::uint32_t {
   lifo_pop = 7,      // owner: reading lifo slot `target` (committed by the delivered counter)
   commit = 8,        // owner: committing its TAKEN slots of lane `lane` (TAKEN -> DONE/DROPPED -> freed)
   filter_drop = 9,   // owner: dropping FIFO position / lifo slot `target` by its filter (committed by filtered)
+  abort = 10,        // producer: giving back its loaned FIFO position / lifo slot `target` (counted aborted)
+  claim_run = 11,    // producer: about to CAS the tail for the run of positions in run_target (post_batch)
 };
+// claim_run's target: the first position (low 48 bits) and the run length - 1 (8 bits).
+constexpr std::uint32_t kMaxClaimRun = 256;
+constexpr std::uint64_t run_target(std::uint64_t first, std::uint32_t n) noexcept {
+  return (first & ((1ull << 48) - 1)) | (std::uint64_t{(n - 1) & 0xFFu} << 48);
+}
+constexpr std::uint64_t run_first(std::uint64_t target) noexcept { return target & ((1ull << 48) - 1); }
+constexpr std::uint32_t run_length(std::uint64_t target) noexcept { return static_cast<std::uint32_t>((target >> 48) & 0xFFu) + 1; }
 constexpr std::uint64_t make_op(op_kind k, std::uint32_t lane, std::uint64_t target) noexcept {
   return (target << 8) | (std::uint64_t{lane & 0xFu} << 4) | static_cast<std::uint64_t>(k);
 }
@@ -155,7 +164,8 @@ struct segment_header {
   std::uint64_t heirs_offset;      // offset of heir_entry[0]
   std::uint32_t actor_stride;      // bytes per owner actor incl. its lane counters
   std::uint64_t config_offset;     // offset of box_config
-  std::uint8_t reserved[kSegmentHeaderBytes - 160];
+  std::uint32_t spin_ns;           // adaptive wait: poll this long before sleeping (options::spin)
+  std::uint8_t reserved[kSegmentHeaderBytes - 164];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -180,7 +190,8 @@ static_assert(offsetof(segment_header, actors_offset) == 128);
 static_assert(offsetof(segment_header, heirs_offset) == 136);
 static_assert(offsetof(segment_header, actor_stride) == 144);
 static_assert(offsetof(segment_header, config_offset) == 152);
-static_assert(offsetof(segment_header, reserved) == 160);
+static_assert(offsetof(segment_header, spin_ns) == 160);
+static_assert(offsetof(segment_header, reserved) == 164);
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.
@@ -399,7 +410,8 @@ struct alignas(kCacheLine) producer_lane_counters {
   // line 2
   a64 dead_lettered;      // dropped/evicted/replaced messages this entry forwarded to the dead-letter box
   a64 dead_letter_failed; // ... that the dead-letter box did not store (its policy, size, or it is gone)
-  a64 reserved[6];
+  a64 aborted;            // loans this entry gave back without a message (slot_loan::abort)
+  a64 reserved[5];
 };
 static_assert(sizeof(producer_lane_counters) == 2 * kCacheLine);
 static_assert(offsetof(producer_lane_counters, stored) == 0);
@@ -412,6 +424,7 @@ static_assert(offsetof(producer_lane_counters, too_large) == 48);
 static_assert(offsetof(producer_lane_counters, abandoned) == 56);
 static_assert(offsetof(producer_lane_counters, dead_lettered) == 64);
 static_assert(offsetof(producer_lane_counters, dead_letter_failed) == 72);
+static_assert(offsetof(producer_lane_counters, aborted) == 80);
 
 // ---------------------------------------------------------------------------
 // A slot: sequence word, length, writer, then the payload.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "errors.hpp"
@@ -24,10 +25,6 @@
 namespace shmbox {
 namespace {
 
-// An empty owner keeps polling this long before it sleeps on the futex, so
-// that a busy producer/owner pair hands over without system calls; an idle
-// owner then sleeps and uses no CPU.
-constexpr std::uint64_t kSpinBeforeSleepNs = 50'000;
 // A sleeping owner looks at its lanes at least this often. A producer that
 // published a message and died before its wake-up (P5-P6 in ring.cpp) leaves
 // the owner asleep with a message in the box; nothing else would wake it
@@ -95,6 +92,27 @@ struct batch_sink final : detail::owner_sink {
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
     out->append(data, size, redelivered, lane);
     ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
+// Zero-copy: hands each message to the caller's function in place (the slot
+// is TAKEN by us meanwhile, so no producer or evictor writes it), and it is
+// committed when the function returns. An exception from the function ends
+// the call: that message counts as delivered (the function saw it), the
+// rest stay in the box, and the exception is rethrown once the take is done.
+struct view_sink final : detail::owner_sink {
+  void (*fn)(void*, const message_view&);
+  void* ctx;
+  std::exception_ptr thrown;
+  view_sink(void (*f)(void*, const message_view&), void* c) : fn(f), ctx(c) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    if (thrown) return detail::take_verdict::skip;
+    ++appended;
+    try {
+      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane});
+    } catch (...) {
+      thrown = std::current_exception();
+    }
     return detail::take_verdict::deliver;
   }
 };
@@ -353,6 +371,45 @@ recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds ti
   return receive_into(sink, max, timeout, true);
 }
 
+recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
+  batch_sink sink(out);
+  return receive_into(sink, max, timeout, true, nullptr, nullptr, &w);
+}
+
+recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w) {
+  std::vector<message> one;
+  vector_sink sink(one);
+  const recv_status st = receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
+  if (st == recv_status::ok) out = std::move(one.front());
+  return st;
+}
+
+recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
+  batch_sink sink(out);
+  return receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
+}
+
+recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
+                                         std::chrono::nanoseconds timeout, const wait_options& w) {
+  view_sink sink(fn, ctx);
+  if (s_ && s_->ctx.fenced) {
+    // A lease box commits before it hands anything out: one message per
+    // commit, so that an exception from fn cannot hide committed messages.
+    recv_status st = recv_status::empty;
+    for (std::size_t n = 0; n < max; ++n) {
+      const recv_status one = receive_into(sink, 1, n == 0 ? timeout : std::chrono::nanoseconds(0), false, nullptr,
+                                           nullptr, &w);
+      if (sink.thrown) std::rethrow_exception(sink.thrown);
+      if (one != recv_status::ok) return n == 0 ? one : recv_status::ok;  // a later call reports what ended it
+      st = recv_status::ok;
+    }
+    return st;
+  }
+  const recv_status st = receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
+  if (sink.thrown) std::rethrow_exception(sink.thrown);
+  return st;
+}
+
 recv_status Owner::commit(std::size_t* lost) {
   if (lost != nullptr) *lost = 0;
   if (!s_) return recv_status::not_owner;
@@ -379,7 +436,7 @@ recv_status Owner::commit(std::size_t* lost) {
 }
 
 recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
-                                const filter_fn* filter, std::uint64_t* filter_drops) {
+                                const filter_fn* filter, std::uint64_t* filter_drops, const wait_options* w) {
   if (!s_) return recv_status::not_owner;
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
@@ -410,6 +467,13 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
   unsigned busy_rounds = 0, polls = 0;
   std::uint64_t spin_until = 0;
+  // The adaptive wait: an empty owner keeps polling this long before it
+  // sleeps on the futex, so that a busy producer/owner pair hands over
+  // without system calls; an idle owner then sleeps and uses no CPU.
+  const std::uint64_t spin_ns =
+      w != nullptr && w->spin
+          ? static_cast<std::uint64_t>(std::clamp(*w->spin, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
+          : m.spin_ns;
   for (;;) {
     bool busy = false, corrupt = false;
     if (staged) {
@@ -464,7 +528,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       backoff(busy_rounds, deadline, now);
       continue;
     }
-    if (spin_until == 0) spin_until = now + kSpinBeforeSleepNs;
+    if (spin_until == 0) spin_until = now + spin_ns;
     if (now < spin_until) {
       for (int i = 0; i < 16; ++i) {  // a short pause between polls of the lanes
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,6 +1,10 @@
 #include "shmbox/producer.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "errors.hpp"
+#include "fault.hpp"
 #include "layout.hpp"
 #include "process.hpp"
 #include "ring.hpp"
@@ -39,18 +43,53 @@ struct Producer::state {
   }
   static void a64_bump(detail::a64& v) noexcept { v.store(v.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
-  post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns) noexcept {
-    const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
-    if (!ctx.capture) return st;
+  // An open loan holds this entry's claim (its op word): no other post until it is closed.
+  bool loan_blocks() noexcept {
+    if (!ctx.loan_open) return false;
+    ctx.last_error = detail::fail(errc::invalid_argument, "box '" + m->name +
+                                                              "': this Producer has an open loan; commit or abort it first");
+    return true;
+  }
+
+  void set_spin(const wait_options& w) noexcept {
+    ctx.spin_ns = w.spin ? static_cast<std::uint64_t>(std::clamp(*w.spin, std::chrono::nanoseconds(0),
+                                                                 std::chrono::nanoseconds(kMaxSpin)).count())
+                         : m->spin_ns;
+  }
+
+  // Forwards what this handle's last claim evicted or replaced (dead letters).
+  void forward_captured(std::uint32_t lane) noexcept {
     const policy pol = m->lanes[lane].pol;
-    if (st == post_status::dropped)
-      forward(lane, "dropped-newest", std::string_view(static_cast<const char*>(data), size));
     for (const std::string& lost : ctx.captured)
       forward(lane, pol == policy::lifo ? "replaced" : "dropped-oldest", lost);
     ctx.captured.clear();
+  }
+
+  post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns) noexcept {
+    if (loan_blocks()) return post_status::error;
+    const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
+    if (!ctx.capture) return st;
+    if (st == post_status::dropped)
+      forward(lane, "dropped-newest", std::string_view(static_cast<const char*>(data), size));
+    forward_captured(lane);
     return st;
   }
+
+  bool valid_lane(std::uint32_t lane) noexcept {
+    if (lane < m->lane_count()) return true;
+    ctx.last_error = detail::fail(errc::invalid_argument, "box '" + m->name + "' has " + std::to_string(m->lane_count()) +
+                                                              " lanes; no lane " + std::to_string(lane));
+    return false;
+  }
 };
+
+namespace {
+std::uint64_t timeout_to_ns(std::chrono::nanoseconds timeout) noexcept {
+  return timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
+         : timeout.count() < 0                     ? 0
+                                                   : static_cast<std::uint64_t>(timeout.count());
+}
+}  // namespace
 
 std::string_view to_string(post_status s) noexcept {
   switch (s) {
@@ -91,15 +130,19 @@ result<Producer> Producer::attach(const Box& box) {
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
+  s_->set_spin({});
   return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000);
 }
 
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
+  return post(data, size, timeout, wait_options{});
+}
+
+post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout,
+                           const wait_options& w) noexcept {
   if (!s_) return post_status::error;
-  const std::uint64_t timeout_ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
-                                   : timeout.count() < 0                     ? 0
-                                                                             : static_cast<std::uint64_t>(timeout.count());
-  return s_->post(0, data, size, timeout_ns);
+  s_->set_spin(w);
+  return s_->post(0, data, size, timeout_to_ns(timeout));
 }
 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
@@ -110,16 +153,144 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size,
                               std::chrono::nanoseconds timeout) noexcept {
   if (!s_) return post_status::error;
-  if (lane >= s_->m->lane_count()) {
-    s_->ctx.last_error = detail::fail(errc::invalid_argument, "box '" + s_->m->name + "' has " +
-                                                                  std::to_string(s_->m->lane_count()) + " lanes; no lane " +
-                                                                  std::to_string(lane));
-    return post_status::error;
+  if (!s_->valid_lane(lane)) return post_status::error;
+  s_->set_spin({});
+  return s_->post(lane, data, size, timeout_to_ns(timeout));
+}
+
+// ---------------------------------------------------------------------------
+// Loans (zero-copy posts)
+// ---------------------------------------------------------------------------
+
+slot_loan Producer::loan() noexcept {
+  if (!s_) return {};
+  return loan_to(0, std::chrono::milliseconds(s_->m->block_timeout_ms));
+}
+
+slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  return loan_to(0, timeout, w);
+}
+
+slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  slot_loan l;
+  if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) return l;
+  s_->set_spin(w);
+  detail::slot_claim k;
+  l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
+  if (s_->ctx.capture) {
+    if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
+    s_->forward_captured(lane);
   }
-  const std::uint64_t timeout_ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
-                                   : timeout.count() < 0                     ? 0
-                                                                             : static_cast<std::uint64_t>(timeout.count());
-  return s_->post(lane, data, size, timeout_ns);
+  if (!is_stored(l.status_)) return l;
+  SHMBOX_FAULT("producer.loan_open");
+  s_->ctx.loan_open = true;
+  l.ctx_ = &s_->ctx;
+  l.data_ = detail::lane_view::payload_of(k.slot);
+  l.capacity_ = s_->m->lanes[lane].payload;
+  l.lane_ = lane;
+  l.where_ = k.where;
+  l.stamp_ = k.stamp;
+  l.wake_ = k.wake;
+  return l;
+}
+
+namespace {
+detail::slot_claim claim_of(const detail::producer_ctx& ctx, std::uint32_t lane, std::uint64_t where,
+                            std::uint64_t stamp, bool wake) noexcept {
+  const detail::lane_view& L = ctx.m->lanes[lane];
+  return {L.is_lifo() ? L.slot_at_index(static_cast<std::uint32_t>(where)) : L.slot_for(where), lane, where, stamp, wake};
+}
+}  // namespace
+
+slot_loan::slot_loan(slot_loan&& o) noexcept
+    : ctx_(std::exchange(o.ctx_, nullptr)),
+      data_(o.data_),
+      capacity_(o.capacity_),
+      lane_(o.lane_),
+      where_(o.where_),
+      stamp_(o.stamp_),
+      wake_(o.wake_),
+      status_(o.status_) {}
+
+slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
+  if (this != &o) {
+    abort();
+    ctx_ = std::exchange(o.ctx_, nullptr);
+    data_ = o.data_;
+    capacity_ = o.capacity_;
+    lane_ = o.lane_;
+    where_ = o.where_;
+    stamp_ = o.stamp_;
+    wake_ = o.wake_;
+    status_ = o.status_;
+  }
+  return *this;
+}
+
+slot_loan::~slot_loan() { abort(); }
+
+post_status slot_loan::commit(std::size_t size) noexcept {
+  if (ctx_ == nullptr) return post_status::error;
+  if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
+  detail::publish_slot(*ctx_, claim_of(*ctx_, lane_, where_, stamp_, wake_), size);
+  ctx_->loan_open = false;
+  ctx_ = nullptr;
+  data_ = nullptr;
+  return status_;
+}
+
+void slot_loan::abort() noexcept {
+  if (ctx_ == nullptr) return;
+  detail::abort_slot(*ctx_, claim_of(*ctx_, lane_, where_, stamp_, wake_));
+  ctx_->loan_open = false;
+  ctx_ = nullptr;
+  data_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Batches
+// ---------------------------------------------------------------------------
+
+std::size_t Producer::post_batch(std::span<const std::string_view> msgs, post_status* last) noexcept {
+  if (!s_) return 0;
+  return post_batch_to(0, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
+}
+
+std::size_t Producer::post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
+                                 post_status* last, const wait_options& w) noexcept {
+  return post_batch_to(0, msgs, timeout, last, w);
+}
+
+std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,
+                                    std::chrono::nanoseconds timeout, post_status* last,
+                                    const wait_options& w) noexcept {
+  post_status st = post_status::stored;
+  std::size_t i = 0;
+  if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) {
+    st = post_status::error;
+  } else {
+    s_->set_spin(w);
+    const std::uint32_t payload = s_->m->lanes[lane].payload;
+    const std::uint64_t timeout_ns = timeout_to_ns(timeout);
+    while (i < msgs.size()) {
+      // The run of messages that fit, from i: claimed together when there is room.
+      std::size_t fit = 0;
+      while (i + fit < msgs.size() && fit < detail::kMaxClaimRun && msgs[i + fit].size() <= payload) ++fit;
+      if (fit > 0) {
+        if (const std::size_t k = detail::post_run(s_->ctx, lane, msgs.data() + i, fit); k > 0) {
+          st = post_status::stored;
+          i += k;
+          continue;
+        }
+      }
+      // No room for a run (full, busy, lifo) or too large: this one as post() does it.
+      st = s_->post(lane, msgs[i].data(), msgs[i].size(), timeout_ns);
+      if (!is_stored(st)) break;
+      ++i;
+    }
+  }
+  if (last != nullptr) *last = st;
+  return i;
 }
 
 std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }

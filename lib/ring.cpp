@@ -209,7 +209,6 @@ namespace shmbox::detail {
 namespace {
 
 constexpr std::uint64_t kTargetMask = (1ull << 56) - 1;  // op targets hold 56 bits
-constexpr std::uint64_t kSpaceSpinNs = 20'000;  // a full lane: poll this long before sleeping
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -321,13 +320,21 @@ enum class claim_verdict { live, dead, none };
 // R1: who announced a claim of FIFO position q in `lane`? The caller has
 // loaded the tail (seq_cst) and seen it past q, so every claimant's op store,
 // which precedes its tail CAS, is visible here.
+// A claim is op claim(q), a run claim_run covering q (post_batch), or
+// abort(q) (a loan being given back, not yet taken back by its CAS).
+bool op_claims(std::uint64_t op, std::uint32_t lane, std::uint64_t q) noexcept {
+  if (op == make_op(op_kind::claim, lane, q) || op == make_op(op_kind::abort, lane, q)) return true;
+  if (op_kind_of(op) != op_kind::claim_run || op_lane(op) != lane) return false;
+  // Positions modulo 2^48, as slots store them.
+  return ((q - run_first(op_target(op))) & kPosMask) < run_length(op_target(op));
+}
+
 claim_verdict claimants_of(const mapped_box& m, std::uint32_t lane, std::uint64_t q, std::int64_t exclude) noexcept {
-  const std::uint64_t want = make_op(op_kind::claim, lane, q);
   bool any = false;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     if (static_cast<std::int64_t>(i) == exclude) continue;
     const producer_entry* pe = m.producer(i);
-    if (pe->op.load(std::memory_order_acquire) != want) continue;
+    if (!op_claims(pe->op.load(std::memory_order_acquire), lane, q)) continue;
     if (process_alive(pe->key.load(std::memory_order_acquire))) return claim_verdict::live;
     any = true;
   }
@@ -394,8 +401,9 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   const slot_state st = seq_state(seen);
   slot_header* s = L.is_lifo() ? L.slot_at_index(idx) : L.slot_for(pos);
 
-  if (st == slot_state::taken && mine && (op_kind_of(op) == op_kind::evict || op_kind_of(op) == op_kind::repair)) {
-    finish_count(op_kind_of(op) == op_kind::evict ? pc->evicted : pc->abandoned, before_a);
+  const op_kind kind = op_kind_of(op);
+  if (st == slot_state::taken && mine && (kind == op_kind::evict || kind == op_kind::repair || kind == op_kind::abort)) {
+    finish_count(kind == op_kind::evict ? pc->evicted : kind == op_kind::abort ? pc->aborted : pc->abandoned, before_a);
     std::uint64_t expected = seen;
     return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
                                           std::memory_order_relaxed);
@@ -556,12 +564,14 @@ void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q,
 struct space_wait {
   unsigned spins = 0;
   std::uint64_t started_ns = 0;
+  std::uint64_t spin_ns = 0;  // poll this long before sleeping (the adaptive wait)
 };
 
 // Waits for the slot of position t to be freed. false: the deadline passed.
 // First spins briefly (the holder is usually mid-copy), then polls for up to
-// kSpaceSpinNs (an owner draining a busy box frees a slot within
-// microseconds), then sleeps on the lane's futex in 10 ms slices.
+// w.spin_ns (the box's or the call's adaptive wait: an owner draining a busy
+// box frees a slot within microseconds), then sleeps on the lane's futex in
+// 10 ms slices.
 bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, lazy_deadline& deadline,
                     space_wait& w) noexcept {
   if (deadline.timeout_ns == 0) return false;  // no wait at all
@@ -573,7 +583,7 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
   const std::uint64_t now = mono_ns();
   if (now >= deadline.get()) return false;
   if (w.started_ns == 0) w.started_ns = now;
-  if (now - w.started_ns < kSpaceSpinNs) {
+  if (now - w.started_ns < w.spin_ns) {
     for (int i = 0; i < 16; ++i) cpu_relax();
     return true;
   }
@@ -591,13 +601,16 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
   return true;
 }
 
-post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
-                      std::size_t size, lazy_deadline& deadline) noexcept {
+// P1-P4 without the payload: claims position t for one message. stored /
+// stored_evicted with `out` filled, or the outcome a post gets (counted).
+post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counters* c, lazy_deadline& deadline,
+                       slot_claim& out) noexcept {
   lane_header* h = L.hdr;
   const std::uint64_t cap = L.capacity;
   bool evicted = false;
   std::uint64_t stuck_since = 0;
   space_wait waiting;
+  waiting.spin_ns = p.spin_ns;
   auto give_up = [&](a64& counter, post_status st) {
     p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim
     bump(counter);
@@ -627,13 +640,10 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
         continue;
       bump(c->stored);  // P4
       SHMBOX_FAULT("producer.after_claim");
-      write_payload(s, data, size);
-      s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
-      s->writer.store(p.entry, std::memory_order_relaxed);
-      SHMBOX_FAULT("producer.before_publish");
-      // P5 release: publishes payload and length; pairs with the acquire in T1.
-      s->seq.store(make_seq(t, slot_state::full, p.rep.actor), std::memory_order_release);
-      if (w & 1) wake_owner(p);  // P6
+      out.slot = s;
+      out.lane = L.index;
+      out.where = t;
+      out.wake = (w & 1) != 0;
       return evicted ? post_status::stored_evicted : post_status::stored;
     }
     if (d == -static_cast<std::int64_t>(cap)) {
@@ -679,11 +689,19 @@ post_status fifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
   }
 }
 
-// L1-L2: write and publish a lifo slot we hold WRITING, then wake a sleeping owner.
-void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint64_t stamp, const void* data,
-                  std::size_t size) noexcept {
-  SHMBOX_FAULT("producer.lifo_mid_write");
-  write_payload(s, data, size);
+// P4's length, then P5-P6: publishes a claimed FIFO slot whose payload is written.
+void fifo_publish(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept {
+  slot_header* s = k.slot;
+  s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
+  s->writer.store(p.entry, std::memory_order_relaxed);
+  SHMBOX_FAULT("producer.before_publish");
+  // P5 release: publishes payload and length; pairs with the acquire in T1.
+  s->seq.store(make_seq(k.where, slot_state::full, p.rep.actor), std::memory_order_release);
+  if (k.wake) wake_owner(p);  // P6
+}
+
+// L1-L2's publish: a lifo slot we hold WRITING, its payload written; then wake a sleeping owner.
+void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint64_t stamp, std::size_t size) noexcept {
   s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by the exchange
   s->writer.store(p.entry, std::memory_order_relaxed);
   // SYNC POINT C: the publishing exchange (seq_cst), then the load of the
@@ -716,8 +734,9 @@ void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64
   }
 }
 
-post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counters* c, const void* data,
-                      std::size_t size, lazy_deadline& deadline) noexcept {
+// L1-L2 up to the payload: holds a lifo slot WRITING for one message.
+post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counters* c, lazy_deadline& deadline,
+                       slot_claim& out) noexcept {
   lane_header* h = L.hdr;
   const std::uint32_t cap = L.capacity;
   // relaxed: a unique number is all we need; the slot CAS orders the rest.
@@ -740,7 +759,7 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
         continue;
       c->stored.store(stored + 1, std::memory_order_relaxed);
       p.lifo_hint = (i + 1) % cap;
-      lifo_publish(p, L, s, stamp, data, size);
+      out = {s, L.index, i, stamp, false};
       return post_status::stored;
     }
     // L2: full: replace the newest message (largest stamp).
@@ -780,7 +799,7 @@ post_status lifo_post(producer_ctx& p, const lane_view& L, producer_lane_counter
       }
       c->stored.store(stored + 1, std::memory_order_relaxed);
       c->replaced.store(replaced + 1, std::memory_order_relaxed);
-      lifo_publish(p, L, s, stamp, data, size);
+      out = {s, L.index, best, stamp, false};
       return post_status::stored_evicted;
     }
     p.pe->op.store(0, std::memory_order_relaxed);
@@ -1228,8 +1247,8 @@ std::uint64_t lazy_deadline::get() noexcept {
   return at;
 }
 
-post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
-                         std::uint64_t timeout_ns) noexcept {
+post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, std::uint64_t timeout_ns,
+                       slot_claim& out) noexcept {
   const lane_view& L = p.m->lanes[lane];
   producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
   if (size > L.payload) {
@@ -1237,7 +1256,106 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
     return post_status::too_large;
   }
   lazy_deadline deadline{timeout_ns};
-  return L.is_lifo() ? lifo_post(p, L, c, data, size, deadline) : fifo_post(p, L, c, data, size, deadline);
+  return L.is_lifo() ? lifo_claim(p, L, c, deadline, out) : fifo_claim(p, L, c, deadline, out);
+}
+
+void publish_slot(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept {
+  const lane_view& L = p.m->lanes[k.lane];
+  if (L.is_lifo()) lifo_publish(p, L, k.slot, k.stamp, size);
+  else fifo_publish(p, k, size);
+}
+
+// ABORT (a loan given back): the producer takes back its own claimed slot
+// the way R1 abandons a dead writer's (op_before = aborted, op = abort,
+// CAS -> TAKEN(_, P), aborted++, free), counting it as aborted. Dies before
+// the CAS: the slot is still claimed (R1 and finish_dead_entry read abort(q)
+// as a claim; a lifo WRITING slot is abandoned by R2): counted abandoned
+// instead, once. Dies after the CAS: R2 finishes the count from the op.
+void abort_slot(producer_ctx& p, const slot_claim& k) noexcept {
+  const lane_view& L = p.m->lanes[k.lane];
+  a64& counter = p.m->producer_counters(p.entry, k.lane)->aborted;
+  slot_header* s = k.slot;
+  const std::uint64_t before = counter.load(std::memory_order_relaxed);
+  std::uint64_t seen, next;
+  if (L.is_lifo()) {
+    // The op (lifo_push / lifo_replace) still describes the claim with its
+    // own before-values: clear it before they are overwritten (a repairer
+    // that sees no op abandons our WRITING slot; its counts are already done).
+    p.pe->op.store(0, std::memory_order_relaxed);
+    seen = make_seq(k.stamp, slot_state::writing, p.rep.actor);
+    next = make_seq(k.stamp, slot_state::free, kActorNone);
+  } else {
+    seen = make_seq(k.where, slot_state::empty, kActorNone);
+    next = make_seq(k.where + L.capacity, slot_state::empty, kActorNone);
+  }
+  p.pe->op_before_a.store(before, std::memory_order_relaxed);
+  // relaxed: published by the seq_cst CAS (R1 loads the tail, which our
+  // claim CAS already moved, and then the op with acquire)
+  p.pe->op.store(make_op(op_kind::abort, k.lane, L.is_lifo() ? k.where : (k.where & kTargetMask)),
+                 std::memory_order_relaxed);
+  SHMBOX_FAULT("producer.mid_abort");
+  std::uint64_t expected = seen;
+  if (s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, p.rep.actor),
+                                     std::memory_order_seq_cst, std::memory_order_relaxed)) {
+    counter.store(before + 1, std::memory_order_relaxed);
+    // release: pairs with the acquire of the next claimant of the slot
+    s->seq.store(next, std::memory_order_release);
+  }
+  p.pe->op.store(0, std::memory_order_relaxed);
+  if (!L.is_lifo()) wake_space_waiters(L);  // the slot is free for the next lap
+}
+
+post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
+                         std::uint64_t timeout_ns) noexcept {
+  slot_claim k;
+  const post_status st = claim_slot(p, lane, size, timeout_ns, k);
+  if (!is_stored(st)) return st;
+  if (p.m->lanes[lane].is_lifo()) SHMBOX_FAULT("producer.lifo_mid_write");
+  write_payload(k.slot, data, size);
+  publish_slot(p, k, size);
+  return st;
+}
+
+// RUN (post_batch): P1-P6 for n consecutive positions with ONE tail CAS.
+// The slots t..t+k-1 must all be EMPTY(t+i) (free for this lap); only the
+// claimant of a position writes its slot, so they stay free until the CAS
+// decides. op = claim_run(t, k) names the whole run for R1: a writer that
+// dies mid-run leaves the rest claimed by a dead entry, repaired (abandoned)
+// one by one. The payloads are published in order, each with its own
+// release store; a sleeping owner is woken once, after the last.
+std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view* msgs, std::size_t n) noexcept {
+  const lane_view& L = p.m->lanes[lane];
+  if (L.is_lifo() || n == 0) return 0;
+  lane_header* h = L.hdr;
+  producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
+  n = std::min<std::size_t>({n, kMaxClaimRun, L.capacity});
+  for (;;) {
+    const std::uint64_t w = h->tail.load(std::memory_order_relaxed);
+    const std::uint64_t t = w >> 1;
+    std::size_t k = 0;
+    // acquire: pairs with the release that freed each slot (T6, E4, R1)
+    while (k < n && L.slot_for(t + k)->seq.load(std::memory_order_acquire) ==
+                        make_seq(t + k, slot_state::empty, kActorNone))
+      ++k;
+    if (k == 0) return 0;  // full, busy or a stale tail: the caller posts one message the usual way
+    p.pe->op.store(k == 1 ? make_op(op_kind::claim, lane, t) : make_op(op_kind::claim_run, lane, run_target(t, static_cast<std::uint32_t>(k))),
+                   std::memory_order_relaxed);  // relaxed: published by the seq_cst CAS (as P2)
+    std::uint64_t expected = w;
+    if (!h->tail.compare_exchange_weak(expected, ((t + k) << 1) | (w & 1), std::memory_order_seq_cst,
+                                       std::memory_order_relaxed))
+      continue;
+    bump(c->stored, k);
+    for (std::size_t i = 0; i < k; ++i) {
+      slot_header* s = L.slot_for(t + i);
+      write_payload(s, msgs[i].data(), msgs[i].size());
+      s->length.store(static_cast<std::uint32_t>(msgs[i].size()), std::memory_order_relaxed);
+      s->writer.store(p.entry, std::memory_order_relaxed);
+      s->seq.store(make_seq(t + i, slot_state::full, p.rep.actor), std::memory_order_release);  // P5
+      if (i == 0 && k > 1) SHMBOX_FAULT("producer.mid_run");
+    }
+    if (w & 1) wake_owner(p);  // P6, once
+    return k;
+  }
 }
 
 namespace {
@@ -1271,17 +1389,21 @@ void finish_dead_entry(producer_ctx& p) noexcept {
     }
   } else {
     const std::uint64_t t = L.hdr->tail.load(std::memory_order_seq_cst) >> 1;
-    const std::uint64_t q = unfold_target(op_target(op), t);
+    const bool run = op_kind_of(op) == op_kind::claim_run;
+    const std::uint64_t first = run ? t - ((t - run_first(op_target(op))) & kPosMask) : unfold_target(op_target(op), t);
+    const std::uint32_t count = run ? run_length(op_target(op)) : 1;
+    for (std::uint64_t q = first; q != first + count && q < t; ++q) {
     const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
     if (pos_diff(seq_pos(seen), q) == 0) {
       const slot_state st = seq_state(seen);
-      if (op_kind_of(op) == op_kind::claim && st == slot_state::empty && t > q) {
+      if ((run || op_kind_of(op) == op_kind::claim || op_kind_of(op) == op_kind::abort) && st == slot_state::empty && t > q) {
         // The dead holder may have claimed q and never published it; if no
         // other live producer claims q, abandon it (R1, excluding this entry).
         if (claimants_of(m, lane, q, p.entry) != claim_verdict::live) abandon_fifo(L, q, seen, p.rep);
       } else if (st == slot_state::taken && seq_actor(seen) == p.rep.actor) {
         complete_dead_producer(m, L, q, 0, seen, p.rep.actor, p.rep);
       }
+    }
     }
   }
   p.pe->op.store(0, std::memory_order_relaxed);

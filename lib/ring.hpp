@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -53,13 +54,39 @@ struct producer_ctx {
   int owner_fd = -1;
   std::uint64_t owner_fd_key = 0;
   std::uint32_t owner_fd_num = 0;
+  std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
+  bool loan_open = false;     // a slot_loan holds this entry's claim
   ~producer_ctx();
+};
+
+// A slot claimed for one message, not yet published.
+struct slot_claim {
+  slot_header* slot = nullptr;
+  std::uint32_t lane = 0;
+  std::uint64_t where = 0;  // FIFO position, or lifo slot index
+  std::uint64_t stamp = 0;  // lifo: the stamp it is published with
+  bool wake = false;        // FIFO: the owner's sleeping bit was set at the claim
 };
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)
 // at most `timeout_ns` (UINT64_MAX: forever).
 post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, std::size_t size,
                          std::uint64_t timeout_ns) noexcept;
+
+// The three steps of post_message, for loans (zero-copy posts): claims a slot
+// for a message of up to `size` bytes (stored / stored_evicted with `out`
+// filled, else the outcome a post gets, counted); publishes it once `size`
+// bytes are written at its payload; or gives it back (counted aborted).
+post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, std::uint64_t timeout_ns,
+                       slot_claim& out) noexcept;
+void publish_slot(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept;
+void abort_slot(producer_ctx& p, const slot_claim& k) noexcept;
+
+// Posts msgs[0..k) with one claim of k consecutive free positions (FIFO
+// lanes; k <= n, kMaxClaimRun). Returns k; 0 when the first position is not
+// free (full, busy, lifo): post that message with post_message. Every
+// message must fit the slot.
+std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view* msgs, std::size_t n) noexcept;
 
 // Takes a producer entry (free, or held by a dead process whose pending op is
 // completed first). Returns false when every entry is held by a live process.

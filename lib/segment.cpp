@@ -114,6 +114,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return fail(errc::invalid_argument, who + ": block timeout must be 0 ms to 1 day");
   if (o.lease.count() < 0 || o.lease.count() > 86'400'000)
     return fail(errc::invalid_argument, who + ": lease must be 0 (none) to 1 day in ms");
+  if (o.spin.count() < 0 || o.spin > kMaxSpin)
+    return fail(errc::invalid_argument, who + ": spin must be 0 (sleep at once) to 1 s");
   if (!o.dead_letters.empty()) {
     if (auto r = validate_box_name(o.dead_letters); !r)
       return fail(errc::invalid_name, who + ": dead-letter box: " + explain(r.error()));
@@ -180,6 +182,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   m->mode = o.mode;
   m->uid = static_cast<std::uint32_t>(::geteuid());
   m->lease_ms_ = static_cast<std::uint32_t>(o.lease.count());
+  m->spin_ns = static_cast<std::uint32_t>(o.spin.count());
 
   // The pages are fresh from fallocate and read as zero: every counter, key
   // and op word starts at 0 (none). Only non-zero initial values are written.
@@ -195,6 +198,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->slot_stride = g.slot_stride;
   h->default_policy = static_cast<std::uint32_t>(o.overflow);
   h->block_timeout_ms = m->block_timeout_ms;
+  h->spin_ns = m->spin_ns;
   h->owner_offset = g.owner_offset;
   h->lanes_offset = g.lanes_offset;
   h->producers_offset = g.producers_offset;
@@ -324,6 +328,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   m->default_policy = static_cast<policy>(h.default_policy);
   m->block_timeout_ms = h.block_timeout_ms;
   m->lease_ms_ = h.lease_ms;
+  // The spin comes from shared memory: bounded before use.
+  m->spin_ns = std::min<std::uint32_t>(h.spin_ns, static_cast<std::uint32_t>(std::chrono::nanoseconds(kMaxSpin).count()));
   {
     box_config cfg;
     std::memcpy(static_cast<void*>(&cfg), m->base + g.config_offset, sizeof cfg);

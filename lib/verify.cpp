@@ -29,7 +29,7 @@ struct checker {
   }
 
   bool valid_op(std::uint64_t op) const {
-    return op == 0 || (op_kind_of(op) <= op_kind::filter_drop && op_lane(op) < m.lane_count());
+    return op == 0 || (op_kind_of(op) <= op_kind::claim_run && op_lane(op) < m.lane_count());
   }
   bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
 
@@ -188,7 +188,7 @@ struct checker {
     }
   }
 
-  // posted = delivered + refused + dropped + filtered + abandoned + depth.
+  // posted = delivered + refused + dropped + filtered + abandoned + aborted + depth.
   // The two sides move at slightly different moments while posts and
   // receives are in flight (at most one op per producer entry, and an owner
   // batch of at most the capacity), so a busy box is checked against that
@@ -200,7 +200,7 @@ struct checker {
       std::uint64_t depth = 0;
       for (std::uint32_t l = 0; l < m.lane_count(); ++l) depth += lane_depth_scan(m, l);
       const std::uint64_t out = c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                                c.filtered + c.abandoned + depth;
+                                c.filtered + c.abandoned + c.aborted + depth;
       const std::uint64_t diff = c.posted > out ? c.posted - out : out - c.posted;
       if (diff == 0) return;
       if (diff < best) {

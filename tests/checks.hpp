@@ -15,14 +15,14 @@
 namespace shmtest {
 
 // Every posted message is in exactly one counter or still in the box:
-//   posted = delivered + rejected + too_large + timeouts + dropped + abandoned + depth
-//   stored = delivered + dropped_oldest + abandoned + depth (+ replaced tops, lifo)
+//   posted = delivered + rejected + too_large + timeouts + dropped + abandoned + aborted + depth
+//   stored = delivered + dropped_oldest + abandoned + aborted + depth (+ replaced tops, lifo)
 inline void check_invariant(const shmbox::Box& box) {
   const shmbox::counters c = box.read_counters();
   const std::uint64_t depth = box.info().depth;
   CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                        c.filtered + c.abandoned + depth);
-  CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + depth +
+                        c.filtered + c.abandoned + c.aborted + depth);
+  CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + c.aborted + depth +
                         (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : 0));
 }
 

@@ -185,6 +185,63 @@ TEST_CASE("fault matrix: a producer killed at every producer point, for every po
   CHECK(covered == 4 * 4 + 2 + 1);  // 4 FIFO points x 4 FIFO policies, 2 lifo points, 1 eviction point
 }
 
+TEST_CASE("fault matrix: a producer killed holding a loan, mid-abort and mid-run (post_batch)") {
+  struct loan_point {
+    const char* point;
+    std::vector<std::string> args;  // how the victim posts
+    bool lifo;                      // reached in a lifo box too (runs are FIFO only)
+    std::uint64_t delivered;        // seqs 0..delivered-1 reach the owner
+    std::uint64_t abandoned;        // positions the repair counts
+    std::uint64_t aborted;
+  };
+  const loan_point points[] = {
+      // the 3rd loan (seq 2) is held when it dies
+      {"producer.loan_open", {"--loan"}, true, 2, 1, 0},
+      // seq 0: a loan aborted, then posted; seq 1: dies announcing the abort of its first loan
+      {"producer.mid_abort", {"--loan", "--abort-every", "1"}, true, 1, 1, 1},
+      // batches of 4: run 0..3, then 4 published and 5..7 claimed when it dies
+      {"producer.mid_run", {"--batch", "4"}, false, 5, 3, 0},
+  };
+  int covered = 0;
+  for (const loan_point& lp : points) {
+    for (const policy pol : kPolicies) {
+      if (pol == policy::lifo && !lp.lifo) continue;
+      const std::string point_name = lp.point;
+      CAPTURE(point_name);
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("floan"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .overflow = pol, .block_timeout = 100ms});
+      REQUIRE(box);
+      std::vector<std::string> argv = {shmtest::helper_path(), "produce", g.name, "1", "12", "--no-wait"};
+      argv.insert(argv.end(), lp.args.begin(), lp.args.end());
+      const std::string nth = point_name == "producer.loan_open" ? "3" : "2";
+      child victim(argv, {shmtest::cat("SHMBOX_FAULT=", lp.point, ":", nth)});
+      REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+      ++covered;
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      const auto first = drain(*owner);  // skips (and repairs) what the victim held
+      produce(g.name, 2, 4);
+      const auto second = drain(*owner);
+      const auto want = range(0, lp.delivered);
+      std::string got_text;
+      for (const auto& m : first) got_text += std::to_string(m.id) + ":" + std::to_string(m.seq) + " ";
+      INFO(got_text);
+      CHECK(seqs_of(first, 1) == (pol == policy::lifo ? reversed(want) : want));
+      CHECK(seqs_of(second, 2) == (pol == policy::lifo ? reversed(range(0, 4)) : range(0, 4)));
+      for (const auto& m : first) CHECK(!m.redelivered);
+      const shmbox::counters c = box->read_counters();
+      CHECK(c.abandoned == lp.abandoned);
+      CHECK(c.aborted == lp.aborted);
+      CHECK(c.delivered == first.size() + second.size());
+      shmtest::check_invariant(*box);
+      check_usable(*box, *owner);
+      shmtest::check_invariant(*box);
+    }
+  }
+  CHECK(covered == 5 + 5 + 4);
+}
+
 // ---------------------------------------------------------------------------
 // Owner points: killed while receiving (plain receive, two-phase read/commit,
 // and the fenced receive of a lease box)

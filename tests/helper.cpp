@@ -8,10 +8,18 @@
 //       --pause-us: sleep that long after each message (a steady trickle).
 //       --max-call-ms: exit 4 ("late: ...") if one post call takes longer.
 //       --stop-on-timeout: stop after the first post that timed out.
-//   consume NAME TOTAL IDLE_MS [--batch N] [--lifo]
+//       --loan: zero-copy: loan a slot, write the message in place, commit.
+//       --abort-every K (with --loan): every K-th message first takes a loan
+//         and aborts it, then posts the message with a new loan.
+//       --timeout-ms T: the wait of a loan or batch on a full block box (default 100).
+//       --batch N: post_batch in chunks of N; what a batch did not store (a
+//         suffix) is posted again (--retry) or skipped one message at a time
+//         (its outcome tallied). stored_evicted counts as stored here.
+//   consume NAME TOTAL IDLE_MS [--batch N] [--lifo] [--in-place]
 //       acquire, print "owned <epoch>", receive until TOTAL messages or
 //       IDLE_MS without any, checking every payload against its pattern and
-//       (unless --lifo) per-producer order; print a summary.
+//       (unless --lifo) per-producer order; print a summary. --in-place:
+//       receive with receive_in_place (zero-copy).
 //   own NAME
 //       acquire, print "owned <epoch>", then wait until stdin closes.
 //   map NAME
@@ -102,13 +110,67 @@ int produce(int argc, char** argv) {
   }
   std::vector<char> buf(std::max<std::size_t>(size, 16), 'x');
   std::map<shmbox::post_status, std::uint64_t> tally;
+  const bool use_loan = has_flag(argc, argv, "--loan");
+  const long abort_every = flag_value(argc, argv, "--abort-every", 0);
+  const auto batch = static_cast<std::size_t>(flag_value(argc, argv, "--batch", 0));
+  const auto timeout = std::chrono::milliseconds(flag_value(argc, argv, "--timeout-ms", 100));
+  auto fill = [&](std::vector<char>& b, std::uint64_t seq) {
+    std::memcpy(b.data(), &id, 8);
+    std::memcpy(b.data() + 8, &seq, 8);
+    for (std::size_t i = 16; i < size; ++i) b[i] = pattern_byte(id, seq, i);
+  };
+  auto post_one = [&](std::uint64_t seq) {
+    if (!use_loan) return p->post_to(lane, buf.data(), size);
+    if (abort_every > 0 && seq % static_cast<std::uint64_t>(abort_every) == 0) {
+      shmbox::slot_loan a = p->loan_to(lane, timeout);
+      if (a) std::memset(a.data(), 0xEE, a.capacity());  // scribble: an aborted loan must never be delivered
+      a.abort();
+    }
+    shmbox::slot_loan l = p->loan_to(lane, timeout);
+    if (!l) return l.status();
+    std::memcpy(l.data(), buf.data(), size);
+    return l.commit(size);
+  };
+  if (batch > 0) {
+    // Chunks of `batch` messages through post_batch.
+    std::vector<std::vector<char>> bufs(batch, std::vector<char>(std::max<std::size_t>(size, 16)));
+    std::vector<std::string_view> views(batch);
+    for (std::uint64_t first = 0; first < count; first += batch) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(batch, count - first));
+      for (std::size_t i = 0; i < n; ++i) {
+        fill(bufs[i], first + i);
+        views[i] = std::string_view(bufs[i].data(), size);
+      }
+      // Stored messages are always a prefix: the rest is retried (--retry),
+      // in order, or skipped over one at a time (its outcome tallied).
+      std::span<const std::string_view> left(views.data(), n);
+      while (!left.empty()) {
+        shmbox::post_status why = shmbox::post_status::stored;
+        const std::size_t k = p->post_batch_to(lane, left, timeout, &why);
+        tally[shmbox::post_status::stored] += k;
+        left = left.subspan(k);
+        if (left.empty()) break;
+        if (why == shmbox::post_status::error) {
+          std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());
+          return 1;
+        }
+        ++tally[why];
+        if (!retry) left = left.subspan(1);
+      }
+      if (pause_us != 0) ::usleep(pause_us);
+    }
+    std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
+                " too_large=%" PRIu64 "\n",
+                tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
+                tally[shmbox::post_status::full], tally[shmbox::post_status::dropped],
+                tally[shmbox::post_status::timeout], tally[shmbox::post_status::too_large]);
+    return 0;
+  }
   for (std::uint64_t seq = 0; seq < count; ++seq) {
-    std::memcpy(buf.data(), &id, 8);
-    std::memcpy(buf.data() + 8, &seq, 8);
-    for (std::size_t i = 16; i < size; ++i) buf[i] = pattern_byte(id, seq, i);
+    fill(buf, seq);
     for (;;) {
       const auto t0 = std::chrono::steady_clock::now();
-      const shmbox::post_status st = p->post_to(lane, buf.data(), size);
+      const shmbox::post_status st = post_one(seq);
       const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
       if (max_call_ms > 0 && took.count() > max_call_ms) {
         std::printf("late: one post took %lld ms\n", static_cast<long long>(took.count()));
@@ -151,42 +213,46 @@ int consume(int argc, char** argv) {
   std::uint64_t dups = 0;
   const bool lifo = has_flag(argc, argv, "--lifo");  // newest first: order is not checked
   std::uint64_t got = 0, order_errors = 0, redelivered = 0, short_msgs = 0, torn = 0;
+  const bool in_place = has_flag(argc, argv, "--in-place");
+  auto check = [&](std::string_view data, bool was_redelivered) {
+    ++got;
+    redelivered += was_redelivered ? 1 : 0;
+    if (data.size() < 16) {
+      ++short_msgs;
+      return;
+    }
+    std::uint64_t id = 0, seq = 0;
+    std::memcpy(&id, data.data(), 8);
+    std::memcpy(&seq, data.data() + 8, 8);
+    ++per[id];
+    for (std::size_t i = 16; i < data.size(); ++i)
+      if (data[i] != pattern_byte(id, seq, i)) {
+        ++torn;
+        break;
+      }
+    auto& bits = seen[id];
+    if (seq < (1u << 24)) {
+      if (bits.size() <= seq) bits.resize(seq + 1);
+      if (bits[seq]) ++dups;
+      bits[seq] = true;
+    }
+    if (lifo) return;
+    auto it = next.find(id);
+    if (it != next.end() && seq < it->second) ++order_errors;  // a duplicate or out of order
+    next[id] = seq + 1;
+  };
   std::vector<shmbox::message> msgs;
   while (got < total) {
     msgs.clear();
-    const shmbox::recv_status st = o->receive_batch(msgs, batch, idle);
+    const shmbox::recv_status st =
+        in_place ? o->receive_in_place([&](const shmbox::message_view& v) { check(v.data, v.redelivered); }, batch, idle)
+                 : o->receive_batch(msgs, batch, idle);
     if (st == shmbox::recv_status::timeout) break;
     if (st != shmbox::recv_status::ok) {
       std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
       return 1;
     }
-    for (const auto& m : msgs) {
-      ++got;
-      redelivered += m.redelivered ? 1 : 0;
-      if (m.data.size() < 16) {
-        ++short_msgs;
-        continue;
-      }
-      std::uint64_t id = 0, seq = 0;
-      std::memcpy(&id, m.data.data(), 8);
-      std::memcpy(&seq, m.data.data() + 8, 8);
-      ++per[id];
-      for (std::size_t i = 16; i < m.data.size(); ++i)
-        if (m.data[i] != pattern_byte(id, seq, i)) {
-          ++torn;
-          break;
-        }
-      auto& bits = seen[id];
-      if (seq < (1u << 24)) {
-        if (bits.size() <= seq) bits.resize(seq + 1);
-        if (bits[seq]) ++dups;
-        bits[seq] = true;
-      }
-      if (lifo) continue;
-      auto it = next.find(id);
-      if (it != next.end() && seq < it->second) ++order_errors;  // a duplicate or out of order
-      next[id] = seq + 1;
-    }
+    for (const auto& m : msgs) check(m.data, m.redelivered);
   }
   std::printf("done got=%" PRIu64 " order_errors=%" PRIu64 " redelivered=%" PRIu64 " short=%" PRIu64 " torn=%" PRIu64 " dups=%" PRIu64,
               got, order_errors, redelivered, short_msgs, torn, dups);

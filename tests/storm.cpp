@@ -388,7 +388,7 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     fail(t, phase, "the ledger holds " + std::to_string(distinct) + " delivered messages, the counters " + std::to_string(c.delivered));
   if (info.depth != 0) fail(t, phase, std::to_string(info.depth) + " messages left in the box after the drain");
   const std::uint64_t out = c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
-                            c.filtered + c.abandoned + info.depth;
+                            c.filtered + c.abandoned + c.aborted + info.depth;
   if (c.posted != out)
     fail(t, phase, "posted " + std::to_string(c.posted) + " != delivered + refused + dropped + abandoned + depth = " + std::to_string(out));
   if (L->late_waits.load() != 0)

@@ -85,6 +85,10 @@ int parse_args(int argc, char** argv, parsed& out) {
                      "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
       ->check(CLI::Range(0u, 86'400'000u))
       ->capture_default_str();
+  create->add_option("--spin-us", out.create.spin_us,
+                     "adaptive wait: a blocking receive or post polls this long before it sleeps (0: sleep at once)")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->capture_default_str();
 
   auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
   post->add_option("NAME", out.post.name, "box name")->required()->check(check_name);

@@ -20,6 +20,7 @@ struct create_args {
   std::uint32_t max_producers = 64;
   std::uint32_t block_timeout_ms = 1000;
   std::uint32_t lease_ms = 0;
+  std::uint32_t spin_us = 50;
   std::uint32_t lanes = 1;
   std::vector<std::string> lane_capacity;  // "L=N"
   std::vector<std::string> lane_policy;    // "L=POLICY"

@@ -45,6 +45,7 @@ json counters_json(const shmbox::counters& c) {
               {"dropped_newest", c.dropped_newest},
               {"dropped_oldest", c.dropped_oldest},
               {"abandoned", c.abandoned},
+              {"aborted", c.aborted},
               {"redelivered", c.redelivered},
               {"dead_lettered", c.dead_lettered},
               {"dead_letter_failed", c.dead_letter_failed}};
@@ -90,6 +91,7 @@ json info_json(const shmbox::box_info& i) {
                              {"lease_expired", i.owner.expired}}},
               {"orphaned", i.orphaned},
               {"lease_ms", i.lease.count()},
+              {"spin_ns", i.spin.count()},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
@@ -133,6 +135,7 @@ int cmd_create(const create_args& a) {
   o.max_producers = a.max_producers;
   o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
   o.lease = std::chrono::milliseconds(a.lease_ms);
+  o.spin = std::chrono::microseconds(a.spin_us);
   o.dead_letters = a.dead_letters;
   if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
     o.lanes.resize(a.lanes);
@@ -301,6 +304,7 @@ int cmd_stat(const std::string& name, bool as_json) {
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
+            << "spin         " << i.spin.count() / 1000 << " us before sleeping (adaptive wait)\n"
             << "heirs        " << i.heirs.size() << "\n"
             << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
             << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +
@@ -320,6 +324,7 @@ int cmd_stat(const std::string& name, bool as_json) {
             << "dropped_oldest " << c.dropped_oldest << "\n"
             << "filtered     " << c.filtered << "\n"
             << "abandoned    " << c.abandoned << "\n"
+            << "aborted      " << c.aborted << " (loans given back)\n"
             << "redelivered  " << c.redelivered << "\n";
   if (i.lanes.size() > 1) {
     std::printf("%-5s %-12s %12s %10s %10s %10s %10s %10s\n", "LANE", "POLICY", "DEPTH/CAP", "POSTED", "DELIVERED",

@@ -64,11 +64,26 @@ struct options {
                                        // long loses the box to its heir; 0: only death ends a lease
   std::vector<lane_options> lanes{};   // 1..kMaxLanes lanes; empty: one lane of `capacity` and `overflow`
   std::string dead_letters{};          // a box that receives what this one drops or evicts ("": none)
+  // Adaptive wait: a blocking receive that finds nothing, and a blocking post
+  // that finds no space, poll the box this long before they sleep on a futex.
+  // A busy pair then hands over without system calls; an idle owner sleeps
+  // and uses no CPU. 0: sleep at once. At most kMaxSpin. Per call: wait_options.
+  std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+};
+
+inline constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::seconds(1);
+
+// How one blocking call waits (receive, receive_batch, read, receive_in_place,
+// post with a timeout, loan): poll for `spin`, then sleep on the futex.
+// Unset: the box's options::spin.
+struct wait_options {
+  std::optional<std::chrono::nanoseconds> spin{};
 };
 
 // Every message that is posted ends in exactly one of these counters or in the box:
 //   posted = delivered + rejected + too_large + timeouts + dropped_newest
-//          + dropped_oldest + filtered + abandoned + depth
+//          + dropped_oldest + filtered + abandoned + aborted + depth
+// (a loan counts as posted when it claims its slot)
 struct counters {
   std::uint64_t posted = 0;          // post calls (each message of a batch counts once)
   std::uint64_t stored = 0;          // messages that entered the box
@@ -80,6 +95,7 @@ struct counters {
   std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages
   std::uint64_t filtered = 0;        // dropped by the owner's filter
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
+  std::uint64_t aborted = 0;         // loans given back unposted (slot_loan::abort)
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
   std::uint64_t dead_lettered = 0;   // dropped/evicted messages stored in the dead-letter box
   std::uint64_t dead_letter_failed = 0;  // ... that the dead-letter box did not take
@@ -144,6 +160,7 @@ struct box_info {
   std::uint32_t uid = 0;
   std::chrono::milliseconds block_timeout{0};
   std::chrono::milliseconds lease{0};  // 0: only death ends a lease
+  std::chrono::nanoseconds spin{0};    // options::spin
   owner_info owner;
   bool orphaned = false;         // the owner died (or expired) and no live heir is waiting
   std::vector<heir_info> heirs;  // in order

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "shmbox/box.hpp"
@@ -33,6 +34,14 @@ std::string_view to_string(recv_status s) noexcept;
 struct message {
   std::string data;          // the bytes, exactly as posted
   bool redelivered = false;  // a previous owner read it and died before committing
+  std::uint32_t lane = 0;
+};
+
+// One message seen in place (zero-copy receive): `data` points into the
+// box's shared memory and is valid only inside the callback.
+struct message_view {
+  std::string_view data;
+  bool redelivered = false;
   std::uint32_t lane = 0;
 };
 
@@ -141,11 +150,30 @@ class Owner {
   // The same into a reusable batch (appends; call out.clear() to reuse it).
   recv_status receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
 
+  // The same with the adaptive wait of this call (wait_options::spin).
+  recv_status receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w);
+  recv_status receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w);
+
+  // Zero-copy receive: calls fn(const message_view&) for each of up to `max`
+  // messages (waiting up to `timeout` for the first), in place in the box;
+  // each message is committed and its slot released when fn returns. fn
+  // must not keep the view, and must not call this Owner. If the process
+  // dies inside fn, that message is delivered again (flagged) to the next
+  // owner. A lease box copies each message once before fn (it commits before
+  // it hands anything out; see read()). Returns ok if fn was called.
+  template <class F>
+  recv_status receive_in_place(F&& fn, std::size_t max, std::chrono::nanoseconds timeout,
+                               const wait_options& w = {}) {
+    auto thunk = [](void* f, const message_view& v) { (*static_cast<std::remove_reference_t<F>*>(f))(v); };
+    return receive_in_place_impl(thunk, static_cast<void*>(&fn), max, timeout, w);
+  }
+
   // Two-phase receive: takes up to `max` messages (waiting up to `timeout` for
   // the first) without committing them: they stay in the box, pinned, until
   // commit(). If this owner dies first, the next owner receives them again,
   // flagged redelivered. Owner only.
   recv_status read(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
+  recv_status read(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w);
   // Commits everything read since the last commit. Returns ok, or not_owner
   // when the box was taken away meanwhile (lease expired): `*lost` (if given)
   // says how many of them went back to the new owner.
@@ -195,7 +223,10 @@ class Owner {
  private:
   struct state;
   recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
-                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr);
+                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
+                           const wait_options* w = nullptr);
+  recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
+                                    std::chrono::nanoseconds timeout, const wait_options& w);
   // The handle of this process after it took the box with `epoch` (runs recovery).
   static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch);
   explicit Owner(std::unique_ptr<state> s);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "shmbox/box.hpp"
@@ -31,6 +32,52 @@ std::string_view to_string(post_status s) noexcept;
 constexpr bool is_stored(post_status s) noexcept {
   return s == post_status::stored || s == post_status::stored_evicted;
 }
+
+namespace detail {
+struct producer_ctx;
+}
+
+// A slot claimed for one message that the producer writes in place (zero
+// copy): Producer::loan() claims it, the caller writes up to capacity() bytes
+// at data(), then commit(size) publishes them (one release store) or abort()
+// gives the slot back without a message (counted as `aborted`). A loan that
+// is destroyed uncommitted is aborted. While a loan is open its slot holds
+// back the delivery of messages posted after it (FIFO order), so keep loans
+// short; if the process dies holding one, the slot is repaired and counted
+// `abandoned`, like any post cut short. One open loan per Producer handle;
+// the handle's post calls fail (error, invalid_argument) until it is closed.
+class slot_loan {
+ public:
+  slot_loan() = default;
+  slot_loan(slot_loan&& o) noexcept;
+  slot_loan& operator=(slot_loan&& o) noexcept;
+  ~slot_loan();
+
+  // stored / stored_evicted: the slot is yours. Otherwise why there is none
+  // (full, dropped, timeout, error; counted like a post with that outcome).
+  post_status status() const noexcept { return status_; }
+  explicit operator bool() const noexcept { return ctx_ != nullptr; }
+  // The slot's payload bytes (capacity() of them), in shared memory.
+  void* data() const noexcept { return data_; }
+  std::uint32_t capacity() const noexcept { return capacity_; }
+  // Publishes the first `size` bytes of data(). Returns status(), or
+  // too_large (size > capacity(): the loan stays open, write less) or error
+  // (no open loan).
+  post_status commit(std::size_t size) noexcept;
+  // Gives the slot back without a message.
+  void abort() noexcept;
+
+ private:
+  friend class Producer;
+  detail::producer_ctx* ctx_ = nullptr;
+  void* data_ = nullptr;
+  std::uint32_t capacity_ = 0;
+  std::uint32_t lane_ = 0;
+  std::uint64_t where_ = 0;  // FIFO position or lifo slot index
+  std::uint64_t stamp_ = 0;  // lifo stamp
+  bool wake_ = false;        // FIFO: the owner was asleep when we claimed
+  post_status status_ = post_status::error;
+};
 
 // A producer handle: one entry in the box's producer table, used by one thread
 // at a time. Any number of processes (and threads, each with its own handle)
@@ -62,6 +109,33 @@ class Producer {
   post_status post_to(std::uint32_t lane, std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
     return post_to(lane, msg.data(), msg.size(), timeout);
   }
+
+  // Zero-copy post: claims a slot in lane 0 (`loan_to`: in `lane`) for a
+  // message written in place; see slot_loan. A full box answers as post does
+  // (reject: full, drop_newest: dropped, drop_oldest: evicts, lifo: replaces
+  // the top, block: waits up to `timeout`, default the box's block_timeout).
+  slot_loan loan() noexcept;
+  slot_loan loan(std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
+  slot_loan loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
+
+  // Posts `msgs` in order into lane 0 (`post_batch_to`: into `lane`), each
+  // as post() would, until one is not stored; returns how many were stored:
+  // always a prefix of msgs, so msgs.subspan(n) is what is left (retrying it
+  // keeps the order). `last` (if given) gets the outcome of msgs[n] (full,
+  // dropped, timeout, too_large, error), or of the last message when all
+  // were stored (stored / stored_evicted). Each run of free slots is claimed
+  // with one atomic operation, and a sleeping owner is woken once per run.
+  // A `block` box waits up to `timeout` (default the box's block_timeout)
+  // for a message that finds no space.
+  std::size_t post_batch(std::span<const std::string_view> msgs, post_status* last = nullptr) noexcept;
+  std::size_t post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
+                         post_status* last = nullptr, const wait_options& w = {}) noexcept;
+  std::size_t post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,
+                            std::chrono::nanoseconds timeout, post_status* last = nullptr,
+                            const wait_options& w = {}) noexcept;
+
+  // post() with the adaptive wait of this call (a full `block` box).
+  post_status post(const void* data, std::size_t size, std::chrono::nanoseconds timeout, const wait_options& w) noexcept;
 
   // The largest message this box takes, in bytes.
   std::uint32_t max_message_size() const noexcept;

@@ -1,0 +1,59 @@
+// bench/rows.hpp - how every benchmark reports its measurements, so that
+// bench/run.sh can put them into one table (bench/table.cpp).
+//
+// One line per measurement on stdout, fields separated by tabs:
+//   row  <group> <mechanism> <metric> <median> <min> <max> <unit> <note>
+//   skip <group> <mechanism> <why>
+// Groups: tput-64-1p, tput-64-4p, tput-1k-1p, tput-1k-4p (metric "rate",
+// unit "Mmsg/s"), rtt-busy-64, rtt-busy-1k, rtt-sleep-64 (metrics "p50",
+// "p99", "p99.9", unit "us"), wake, failover (metrics "p50", "p99", unit
+// "us"), memory (metric "bytes", unit "B", mechanism = the configuration).
+// Human-readable output goes to stderr.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shmbench {
+
+inline void print_row(std::string_view group, std::string_view mech, std::string_view metric, double median,
+                      double min, double max, std::string_view unit, std::string_view note = {}) {
+  std::printf("row\t%.*s\t%.*s\t%.*s\t%.6g\t%.6g\t%.6g\t%.*s\t%.*s\n", int(group.size()), group.data(),
+              int(mech.size()), mech.data(), int(metric.size()), metric.data(), median, min, max, int(unit.size()),
+              unit.data(), int(note.size()), note.data());
+  std::fflush(stdout);
+}
+
+inline void print_skip(std::string_view group, std::string_view mech, std::string_view why) {
+  std::printf("skip\t%.*s\t%.*s\t%.*s\n", int(group.size()), group.data(), int(mech.size()), mech.data(),
+              int(why.size()), why.data());
+  std::fflush(stdout);
+}
+
+// Median, min and max of repeated measurements (v is sorted in place).
+struct summary {
+  double median = 0, min = 0, max = 0;
+};
+inline summary summarize(std::vector<double>& v) {
+  summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+// The q-quantile (0..1) of sorted samples (nearest rank).
+inline double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  std::size_t i = static_cast<std::size_t>(q * static_cast<double>(sorted.size()));
+  if (i >= sorted.size()) i = sorted.size() - 1;
+  return sorted[i];
+}
+
+}  // namespace shmbench
