@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -99,9 +100,8 @@ std::int64_t one_run(const std::string& name, std::uint32_t capacity) {
     auto p = shmbox::Producer::attach(*box);
     if (!p || p->post("first") != shmbox::post_status::stored) return -1;
   }
-  // The heir is blocked in epoll_wait once it has armed its pidfd; it enlisted
-  // (handshake above), and arms right after, so give the scheduler a moment.
-  ::usleep(2000);
+  // Handshake: the heir sleeps in the kernel (epoll_wait on the owner's pidfd).
+  if (!shmbench::wait_until_sleeping(heir)) return -1;
   const std::int64_t t0 = now_ns();
   ::kill(owner, SIGKILL);
   std::int64_t t1 = -1;
@@ -135,8 +135,12 @@ int main(int argc, char** argv) {
   }
   std::sort(us.begin(), us.end());
   auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(us.size())))]; };
-  std::printf("# owner kill -9 -> heir has received its first message; box of %u slots; %d runs\n", capacity, runs);
-  std::printf("failover  median %.0f us   p99 %.0f us   min %.0f us   max %.0f us\n", pct(0.5), pct(0.99), us.front(),
-              us.back());
+  std::fprintf(stderr, "# owner kill -9 -> heir has received its first message; box of %u slots; %d runs\n", capacity,
+               runs);
+  std::fprintf(stderr, "failover  median %.0f us   p99 %.0f us   min %.0f us   max %.0f us\n", pct(0.5), pct(0.99),
+               us.front(), us.back());
+  const std::string note = std::to_string(runs) + " kills, " + std::to_string(capacity) + " slots";
+  shmbench::print_row("failover", "shmbox-heir", "p50", pct(0.5), pct(0.5), pct(0.5), "us", note);
+  shmbench::print_row("failover", "shmbox-heir", "p99", pct(0.99), pct(0.99), pct(0.99), "us", note);
   return 0;
 }

@@ -11,8 +11,14 @@
 // Human-readable output goes to stderr.
 #pragma once
 
+#include <sched.h>
+#include <sys/types.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +27,7 @@ namespace shmbench {
 
 inline void print_row(std::string_view group, std::string_view mech, std::string_view metric, double median,
                       double min, double max, std::string_view unit, std::string_view note = {}) {
-  std::printf("row\t%.*s\t%.*s\t%.*s\t%.6g\t%.6g\t%.6g\t%.*s\t%.*s\n", int(group.size()), group.data(),
+  std::printf("row\t%.*s\t%.*s\t%.*s\t%.10g\t%.10g\t%.10g\t%.*s\t%.*s\n", int(group.size()), group.data(),
               int(mech.size()), mech.data(), int(metric.size()), metric.data(), median, min, max, int(unit.size()),
               unit.data(), int(note.size()), note.data());
   std::fflush(stdout);
@@ -54,6 +60,24 @@ inline double quantile(const std::vector<double>& sorted, double q) {
   std::size_t i = static_cast<std::size_t>(q * static_cast<double>(sorted.size()));
   if (i >= sorted.size()) i = sorted.size() - 1;
   return sorted[i];
+}
+
+// Handshake: waits until process `pid` sleeps in the kernel (state S in
+// /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
+inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto close = all.rfind(')');
+    if (close == std::string::npos || close + 2 >= all.size()) return false;
+    if (all[close + 2] == 'S') return true;
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1'000'000'000L + (now.tv_nsec - start.tv_nsec) > timeout_ns) return false;
+    sched_yield();
+  }
 }
 
 }  // namespace shmbench

@@ -5,8 +5,9 @@
 //       thread turns the futex wake into an eventfd write).
 // The owner is a forked process; the parent posts. For each run the owner
 // arms, reports "ready" through a pipe and goes to sleep; the parent gives it
-// 5 ms to get into the kernel (setup, not synchronisation: a late sleeper only
-// measures as faster), reads CLOCK_MONOTONIC (t0) and posts; the owner reads
+// waits until the owner process sleeps in the kernel (state S in /proc: after
+// its adaptive spin it is in the futex or epoll_wait), reads CLOCK_MONOTONIC
+// (t0) and posts; the owner reads
 // CLOCK_MONOTONIC (t1) once it holds the message and reports it. Median and
 // p99 over --runs runs (default 200) per mode, both in the same run.
 #include <sys/epoll.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -100,7 +102,7 @@ std::vector<double> measure(bool use_fd, int runs) {
     char go = 1;
     std::int64_t ready = 0, t1 = 0;
     if (!io(down[1], &go, 1, true) || !io(up[0], &ready, sizeof ready, false)) break;
-    ::usleep(5000);  // let the owner get to sleep in the kernel
+    if (!shmbench::wait_until_sleeping(pid)) break;  // handshake: the owner sleeps in the kernel
     const std::int64_t t0 = now_ns();
     if (producer->post("wake up") != shmbox::post_status::stored) break;
     if (!io(up[0], &t1, sizeof t1, false) || t1 < 0) break;
@@ -120,8 +122,8 @@ int main(int argc, char** argv) {
   int runs = 200;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--runs") == 0) runs = std::atoi(argv[i + 1]);
-  std::printf("# post -> a sleeping owner holds the message; %d runs each, separate processes\n", runs);
-  std::printf("%-34s %10s %10s %10s\n", "owner sleeps in", "median us", "p99 us", "max us");
+  std::fprintf(stderr, "# post -> a sleeping owner holds the message; %d runs each, separate processes\n", runs);
+  std::fprintf(stderr, "%-34s %10s %10s %10s\n", "owner sleeps in", "median us", "p99 us", "max us");
   double median[2] = {0, 0};
   for (int mode = 0; mode < 2; ++mode) {
     const std::vector<double> us = measure(mode == 1, runs);
@@ -131,9 +133,13 @@ int main(int argc, char** argv) {
     }
     auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(us.size())))]; };
     median[mode] = pct(0.5);
-    std::printf("%-34s %10.1f %10.1f %10.1f\n", mode == 0 ? "receive (futex)" : "epoll on notify_fd (active)", pct(0.5),
-                pct(0.99), us.back());
+    std::fprintf(stderr, "%-34s %10.1f %10.1f %10.1f\n", mode == 0 ? "receive (futex)" : "epoll on notify_fd (active)",
+                 pct(0.5), pct(0.99), us.back());
+    const char* mech = mode == 0 ? "shmbox-futex" : "shmbox-notify-fd";
+    const std::string note = std::to_string(runs) + " wake-ups";
+    shmbench::print_row("wake", mech, "p50", pct(0.5), pct(0.5), pct(0.5), "us", note);
+    shmbench::print_row("wake", mech, "p99", pct(0.99), pct(0.99), pct(0.99), "us", note);
   }
-  std::printf("notify_fd / futex (median): %.2fx\n", median[1] / median[0]);
+  std::fprintf(stderr, "notify_fd / futex (median): %.2fx\n", median[1] / median[0]);
   return 0;
 }

@@ -30,6 +30,10 @@ namespace {
 // the owner asleep with a message in the box; nothing else would wake it
 // (found by model/ring.pml). An idle owner pays one short wake-up per slice.
 constexpr std::uint64_t kLostWakeSliceNs = 250'000'000;
+// While it spins (the adaptive wait), an owner yields its CPU this often, so
+// that a producer on the same CPU gets to post (on a 2-core machine under
+// load both often share one).
+constexpr std::uint64_t kSpinYieldNs = 5'000;
 
 // Waiting for a writer that claimed a slot and has not published it yet (or
 // died: the take repairs that after a grace period): pause, then yield, then
@@ -466,7 +470,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   detail::lazy_deadline deadline{to_ns(timeout)};
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
   unsigned busy_rounds = 0, polls = 0;
-  std::uint64_t spin_until = 0;
+  std::uint64_t spin_until = 0, next_yield = 0;
   // The adaptive wait: an empty owner keeps polling this long before it
   // sleeps on the futex, so that a busy producer/owner pair hands over
   // without system calls; an idle owner then sleeps and uses no CPU.
@@ -528,12 +532,21 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       backoff(busy_rounds, deadline, now);
       continue;
     }
-    if (spin_until == 0) spin_until = now + spin_ns;
+    if (spin_until == 0) {
+      spin_until = now + spin_ns;
+      next_yield = now + kSpinYieldNs;
+    }
     if (now < spin_until) {
       for (int i = 0; i < 16; ++i) {  // a short pause between polls of the lanes
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+      }
+      // A producer that shares our CPU cannot post while we spin: give it
+      // the CPU now and then (a yield with nothing else to run returns at once).
+      if (now >= next_yield) {
+        ::sched_yield();
+        next_yield = now + kSpinYieldNs;
       }
       continue;
     }

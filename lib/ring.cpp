@@ -565,6 +565,7 @@ struct space_wait {
   unsigned spins = 0;
   std::uint64_t started_ns = 0;
   std::uint64_t spin_ns = 0;  // poll this long before sleeping (the adaptive wait)
+  std::uint64_t next_yield_ns = 0;
 };
 
 // Waits for the slot of position t to be freed. false: the deadline passed.
@@ -582,9 +583,16 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
   }
   const std::uint64_t now = mono_ns();
   if (now >= deadline.get()) return false;
-  if (w.started_ns == 0) w.started_ns = now;
+  if (w.started_ns == 0) {
+    w.started_ns = now;
+    w.next_yield_ns = now + 5'000;
+  }
   if (now - w.started_ns < w.spin_ns) {
     for (int i = 0; i < 16; ++i) cpu_relax();
+    if (now >= w.next_yield_ns) {  // the owner may share our CPU: let it run now and then
+      ::sched_yield();
+      w.next_yield_ns = now + 5'000;
+    }
     return true;
   }
   lane_header* h = L.hdr;

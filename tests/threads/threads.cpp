@@ -51,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -169,6 +170,7 @@ struct producer_log {
   std::uint64_t post_calls = 0;
   std::uint64_t evicting = 0;  // stored_evicted
   std::uint64_t not_stored = 0;
+  std::uint64_t aborted = 0;  // loans given back (each counts as posted)
   std::uint64_t errors = 0;
   std::string first_error;
   void error(std::string what) {
@@ -298,13 +300,41 @@ shmbox::options small_box(policy pol, std::uint32_t cap) {
   return o;
 }
 
+// How a producer thread posts (run_policy mixes them).
+enum class post_style { copy, loan, batch };
+
+// A zero-copy post: a loan, written in place and committed. Every 5th
+// message first takes a loan, scribbles over it and aborts it.
+post_status loan_post(shmbox::Producer& p, producer_log& log, std::uint32_t seq, std::uint32_t lane,
+                      std::string_view msg) {
+  if (seq % 5 == 0) {
+    shmbox::slot_loan a = p.loan_to(lane, 30s);
+    if (a) {
+      std::memset(a.data(), 0x5A, a.capacity());
+      a.abort();
+      ++log.aborted;
+      ++log.post_calls;
+    } else if (a.status() != post_status::full && a.status() != post_status::dropped) {
+      log.error("loan: " + std::string(to_string(a.status())));
+    } else {
+      ++log.post_calls;  // refused: counted like a post
+    }
+  }
+  shmbox::slot_loan l = p.loan_to(lane, 30s);
+  if (!l) return l.status();
+  if (l.capacity() < msg.size()) return post_status::too_large;
+  std::memcpy(l.data(), msg.data(), msg.size());
+  return l.commit(msg.size());
+}
+
 // One post; reject retries on full (yielding) so that every message gets in.
 void post_one(shmbox::Producer& p, producer_log& log, std::uint32_t id, std::uint32_t seq, policy pol,
-              clk::time_point deadline, std::uint32_t lane = 0) {
+              clk::time_point deadline, std::uint32_t lane = 0, post_style style = post_style::copy) {
   const std::string msg = make_payload(id, seq, lane);
   for (;;) {
     ++log.post_calls;
-    const post_status st = p.post_to(lane, msg.data(), msg.size());
+    const post_status st =
+        style == post_style::loan ? loan_post(p, log, seq, lane, msg) : p.post_to(lane, msg.data(), msg.size());
     if (shmbox::is_stored(st)) {
       log.stored.push_back(seq);
       if (st == post_status::stored_evicted) ++log.evicting;
@@ -321,6 +351,33 @@ void post_one(shmbox::Producer& p, producer_log& log, std::uint32_t id, std::uin
       log.error("post " + std::to_string(seq) + ": " + std::string(to_string(st)) + " (" +
                 shmbox::explain(p.last_error()) + ")");
     return;
+  }
+}
+
+// Messages first..first+n-1 through post_batch: what it stored is a prefix;
+// a reject refusal is retried (in order), a drop_newest drop is skipped.
+void post_chunk(shmbox::Producer& p, producer_log& log, std::uint32_t id, std::uint32_t first, std::uint32_t n,
+                policy pol, clk::time_point deadline) {
+  std::vector<std::string> msgs;
+  for (std::uint32_t s = first; s < first + n; ++s) msgs.push_back(make_payload(id, s, 0));
+  const std::vector<std::string_view> views(msgs.begin(), msgs.end());
+  std::size_t i = 0;
+  while (i < n) {
+    post_status why = post_status::error;
+    const std::size_t k = p.post_batch(std::span<const std::string_view>(views).subspan(i), 30s, &why);
+    for (std::size_t j = i; j < i + k; ++j) log.stored.push_back(first + static_cast<std::uint32_t>(j));
+    log.post_calls += k;
+    i += k;
+    if (i == n) return;
+    ++log.post_calls;  // the one that stopped the batch was tried
+    if (why == post_status::full && pol == policy::reject && clk::now() < deadline) {
+      std::this_thread::yield();
+      continue;
+    }
+    ++log.not_stored;
+    if (!(why == post_status::full && pol == policy::reject) && !(why == post_status::dropped && pol == policy::drop_newest))
+      log.error("post_batch at " + std::to_string(first + i) + ": " + std::string(to_string(why)));
+    ++i;  // skipped
   }
 }
 
@@ -345,7 +402,13 @@ void owner_loop(shmbox::Owner& owner, recv_mode mode, const std::atomic<int>& pr
         if (owner.commit(&lost) != recv_status::ok) ++log.commit_failures;
       }
     } else {
-      switch (round++ % 3) {
+      switch (round++ % 4) {
+        case 3: {  // zero-copy: the views point into the segment
+          std::uint32_t last = 0;
+          st = owner.receive_in_place(
+              [&](const shmbox::message_view& m) { log.add(m.data, m.redelivered, m.lane, last); }, 16, 20ms);
+          break;
+        }
         case 0:
           v.clear();
           st = owner.receive_batch(v, 16, 20ms);
@@ -413,9 +476,15 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
     }
   });
   std::vector<std::thread> pts;
+  // Producers 0 and 1 copy, 2 posts through loans (aborting some), 3 in batches of 8.
   for (std::uint32_t i = 0; i < P; ++i)
     pts.emplace_back([&, i] {
-      for (std::uint32_t s = 0; s < N; ++s) post_one(producers[i], plogs[i], i, s, pol, deadline);
+      if (i == 3) {
+        for (std::uint32_t s = 0; s < N; s += 8) post_chunk(producers[i], plogs[i], i, s, std::min(8u, N - s), pol, deadline);
+      } else {
+        for (std::uint32_t s = 0; s < N; ++s)
+          post_one(producers[i], plogs[i], i, s, pol, deadline, 0, i == 2 ? post_style::loan : post_style::copy);
+      }
       producing.fetch_sub(1, rlx);
     });
   for (auto& t : pts) t.join();
@@ -428,12 +497,13 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
   check_producer_logs(plogs);
   CHECK(inspections > 0);
   const auto delivered = by_producer(olog.msgs);
-  std::uint64_t stored_total = 0, calls = 0;
+  std::uint64_t stored_total = 0, calls = 0, aborted = 0;
   for (std::uint32_t i = 0; i < P; ++i) {
     INFO("producer " << i);
     const std::vector<std::uint32_t>& stored = plogs[i].stored;
-    stored_total += stored.size();
+    stored_total += stored.size() + plogs[i].aborted;
     calls += plogs[i].post_calls;
+    aborted += plogs[i].aborted;
     const auto it2 = delivered.find(i);
     const std::vector<std::uint32_t> mine = it2 == delivered.end() ? std::vector<std::uint32_t>{} : it2->second;
     CHECK(no_duplicates(mine));
@@ -457,12 +527,14 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
   const shmbox::counters c = box->read_counters();
   CHECK(c.posted == calls);
   CHECK(c.stored == stored_total);
+  CHECK(c.aborted == aborted);
+  if (pol != policy::reject && pol != policy::drop_newest) CHECK(aborted > 0);  // (those may refuse every abort loan)
   CHECK(c.delivered == olog.msgs.size());
   CHECK(c.abandoned == 0);
   CHECK(c.redelivered == 0);
   CHECK(c.timeouts == 0);
-  if (pol == policy::drop_oldest) CHECK(c.dropped_oldest == stored_total - olog.msgs.size());
-  if (pol == policy::lifo) CHECK(c.dropped_newest == stored_total - olog.msgs.size());
+  if (pol == policy::drop_oldest) CHECK(c.dropped_oldest == stored_total - aborted - olog.msgs.size());
+  if (pol == policy::lifo) CHECK(c.dropped_newest == stored_total - aborted - olog.msgs.size());
   CHECK(box->info().depth == 0);
   shmtest::check_invariant(*box);
   if (verbose())

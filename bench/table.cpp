@@ -1,0 +1,304 @@
+// bench/table.cpp - shmbox-bench-table: reads the rows every benchmark of the
+// suite printed (bench/rows.hpp) on stdin and prints them as one table, with
+// the ratios the performance targets are stated in and a PASS/MISS line per
+// target. It measures nothing itself. A mechanism that was skipped shows its
+// reason; a missing row shows "-" (and its target says "not measured").
+//
+//   shmbox-bench-table [--title TEXT] < rows.tsv
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+struct value {
+  double median = 0, min = 0, max = 0;
+  std::string unit, note;
+};
+
+std::map<std::tuple<std::string, std::string, std::string>, value> g_rows;  // (group, mechanism, metric)
+std::map<std::pair<std::string, std::string>, std::string> g_skips;          // (group, mechanism) -> why
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> f;
+  std::string cur;
+  for (char c : line) {
+    if (c == '\t') {
+      f.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  f.push_back(cur);
+  return f;
+}
+
+std::optional<value> get(const std::string& group, const std::string& mech, const std::string& metric) {
+  auto it = g_rows.find({group, mech, metric});
+  if (it == g_rows.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string skip_of(const std::string& group, const std::string& mech) {
+  auto it = g_skips.find({group, mech});
+  return it == g_skips.end() ? std::string() : it->second;
+}
+
+std::string num(double v) {
+  char b[32];
+  if (v >= 100) std::snprintf(b, sizeof b, "%.0f", v);
+  else if (v >= 10) std::snprintf(b, sizeof b, "%.1f", v);
+  else std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+std::string pad(std::string s, std::size_t w) {
+  // Width in characters (UTF-8 continuation bytes do not count).
+  std::size_t chars = 0;
+  for (unsigned char c : s) chars += (c & 0xC0) != 0x80;
+  if (chars < w) s.append(w - chars, ' ');
+  return s;
+}
+
+// "40.1 (38.2-41.0)", "skipped: why" or "-".
+std::string cell(const std::string& group, const std::string& mech, const std::string& metric = "rate") {
+  if (auto v = get(group, mech, metric)) {
+    if (v->min == v->max) return num(v->median);
+    return num(v->median) + " (" + num(v->min) + "-" + num(v->max) + ")";
+  }
+  const std::string why = skip_of(group, mech);
+  return why.empty() ? "-" : "skipped: " + why;
+}
+
+std::string ratio_text(std::optional<value> a, std::optional<value> b, bool lower_is_better = false) {
+  if (!a || !b || a->median <= 0 || b->median <= 0) return "-";
+  char t[32];
+  std::snprintf(t, sizeof t, "%.2fx", lower_is_better ? a->median / b->median : a->median / b->median);
+  return t;
+}
+
+struct target {
+  std::string what;
+  std::optional<bool> pass;  // nullopt: not measured
+  std::string detail;
+};
+std::vector<target> g_targets;
+
+void check(const std::string& what, std::optional<double> measured, double limit, bool at_least,
+           const std::string& detail) {
+  target t{what, std::nullopt, detail};
+  if (measured) t.pass = at_least ? *measured >= limit : *measured <= limit;
+  g_targets.push_back(t);
+}
+
+std::optional<double> ratio(const std::string& g1, const std::string& m1, const std::string& k1, const std::string& g2,
+                            const std::string& m2, const std::string& k2) {
+  auto a = get(g1, m1, k1);
+  auto b = get(g2, m2, k2);
+  if (!a || !b || b->median <= 0) return std::nullopt;
+  return a->median / b->median;
+}
+
+std::string fx(std::optional<double> r) {
+  if (!r) return "not measured";
+  char t[32];
+  std::snprintf(t, sizeof t, "%.2fx", *r);
+  return t;
+}
+
+const std::vector<std::string> kShmbox = {"shmbox-copy", "shmbox-zero-copy", "shmbox-batch"};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string title = "shmbox benchmark suite";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--title" && i + 1 < argc) title = argv[++i];
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const auto f = split_tabs(line);
+    if (f.size() >= 9 && f[0] == "row") {
+      value v;
+      v.median = std::strtod(f[4].c_str(), nullptr);
+      v.min = std::strtod(f[5].c_str(), nullptr);
+      v.max = std::strtod(f[6].c_str(), nullptr);
+      v.unit = f[7];
+      v.note = f[8];
+      g_rows[{f[1], f[2], f[3]}] = v;
+    } else if (f.size() >= 4 && f[0] == "skip") {
+      g_skips[{f[1], f[2]}] = f[3];
+    }
+  }
+
+  std::printf("%s\n\n", title.c_str());
+
+  // --- Throughput
+  const std::vector<std::string> tput_mechs = {"shmbox-copy", "shmbox-zero-copy", "shmbox-batch", "iceoryx",
+                                               "spin-ring",   "lockfree-spsc",    "boost-mq",     "posix-mq",
+                                               "pipe",        "unix-socket"};
+  const std::vector<std::pair<std::string, std::string>> tput_groups = {
+      {"tput-64-1p", "64 B, 1 producer"}, {"tput-64-4p", "64 B, 4 producers"},
+      {"tput-1k-1p", "1 KiB, 1 producer"}, {"tput-1k-4p", "1 KiB, 4 producers"}};
+  std::printf("THROUGHPUT, million messages per second: median (min-max)\n");
+  std::printf("%s", pad("mechanism", 20).c_str());
+  for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(label, 30).c_str());
+  std::printf("\n");
+  for (const auto& m : tput_mechs) {
+    std::printf("%s", pad(m, 20).c_str());
+    for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(cell(g, m), 30).c_str());
+    std::printf("\n");
+  }
+  std::printf("%s", pad("  shmbox / ...", 20).c_str());
+  for (const auto& [g, label] : tput_groups) {
+    const bool one = g.back() == '1' || g.find("-1p") != std::string::npos;
+    const std::string ref = one ? "spin-ring" : "boost-mq";
+    std::string t = "vs ";  // (built by appends: g++ 12 warns falsely (-Wrestrict) on "lit" + str + "lit")
+    t += ref;
+    t += ':';
+    for (const auto& s : kShmbox) {
+      t += ' ';
+      t += ratio_text(get(g, s, "rate"), get(g, ref, "rate"));
+    }
+    std::printf("| %s", pad(t, 30).c_str());
+  }
+  std::printf("\n  (ratios: copy, zero-copy, batch; 1 KiB rate x 1024 = bytes per second)\n\n");
+
+  // --- Round trips
+  std::printf("ROUND TRIP (ping-pong between two processes), microseconds: p50 (min-max over runs) / p99 / p99.9\n");
+  const std::vector<std::pair<std::string, std::string>> rtt_groups = {
+      {"rtt-busy-64", "busy-polling, 64 B"}, {"rtt-busy-1k", "busy-polling, 1 KiB"}, {"rtt-sleep-64", "sleeping, 64 B"}};
+  const std::vector<std::string> rtt_mechs = {"shmbox-copy",     "shmbox-zero-copy", "shmbox-adaptive", "shmbox-futex",
+                                              "iceoryx",         "iceoryx-waitset",  "spin-ring",       "lockfree-spsc",
+                                              "boost-mq",        "posix-mq",         "pipe",            "unix-socket"};
+  std::printf("%s", pad("mechanism", 20).c_str());
+  for (const auto& [g, label] : rtt_groups) std::printf("| %s", pad(label, 30).c_str());
+  std::printf("\n");
+  for (const auto& m : rtt_mechs) {
+    bool any = false;
+    for (const auto& [g, label] : rtt_groups) any |= get(g, m, "p50").has_value() || !skip_of(g, m).empty();
+    if (!any) continue;
+    std::printf("%s", pad(m, 20).c_str());
+    for (const auto& [g, label] : rtt_groups) {
+      std::string c;
+      if (get(g, m, "p50")) {
+        c = cell(g, m, "p50") + " / " + cell(g, m, "p99") + " / " + cell(g, m, "p99.9");
+      } else {
+        const std::string why = skip_of(g, m);
+        c = why.empty() ? "" : "skipped: " + why;
+      }
+      std::printf("| %s", pad(c, 30).c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("\n");
+
+  // --- Wake-up, failover, idle
+  std::printf("WAKE-UP (post -> a sleeping owner holds it), FAILOVER (kill -9 owner -> heir received), IDLE OWNER CPU\n");
+  for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"wake", "shmbox-futex", "wake-up, owner in receive (futex)"},
+           {"wake", "shmbox-notify-fd", "wake-up, owner in epoll on notify_fd"},
+           {"failover", "shmbox-heir", "failover to the first heir"}}) {
+    std::printf("%s| p50 %s us, p99 %s us\n", pad(label, 40).c_str(), cell(g, m, "p50").c_str(), cell(g, m, "p99").c_str());
+  }
+  std::printf("%s| %s ms CPU per second (control, a try_receive loop: %s)\n",
+              pad("idle owner blocked in receive", 40).c_str(), cell("idle", "shmbox-receive", "cpu").c_str(),
+              cell("idle", "shmbox-try-receive-loop", "cpu").c_str());
+  std::printf("\n");
+
+  // --- Memory
+  std::printf("MEMORY: shared memory per box, KiB (capacity x slot size; 64 producer entries, 1 lane)\n");
+  const std::vector<int> caps = {64, 1024, 16384, 65536}, slots = {64, 256, 1024, 4096};
+  std::printf("%s", pad("capacity \\ slot", 20).c_str());
+  for (int s : slots) std::printf("| %s", pad(std::to_string(s) + " B", 22).c_str());
+  std::printf("\n");
+  for (int c : caps) {
+    std::printf("%s", pad(std::to_string(c), 20).c_str());
+    for (int s : slots) {
+      const std::string mech = "cap=" + std::to_string(c) + " slot=" + std::to_string(s);
+      std::string t = "-";
+      if (auto v = get("memory", mech, "bytes")) {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.0f (%s)", v->median / 1024, v->note.substr(0, v->note.find(' ')).c_str());
+        t = b;
+      }
+      std::printf("| %s", pad(t, 22).c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("  (in brackets: segment bytes / payload bytes)\n\n");
+
+  // --- Targets
+  for (const auto& s : kShmbox)
+    check("64 B, 1 producer: " + s + " >= 0.7x spin-ring", ratio("tput-64-1p", s, "rate", "tput-64-1p", "spin-ring", "rate"),
+          0.7, true, fx(ratio("tput-64-1p", s, "rate", "tput-64-1p", "spin-ring", "rate")));
+  for (const auto& s : kShmbox)
+    check("64 B, 4 producers: " + s + " >= 5x boost-mq", ratio("tput-64-4p", s, "rate", "tput-64-4p", "boost-mq", "rate"),
+          5, true, fx(ratio("tput-64-4p", s, "rate", "tput-64-4p", "boost-mq", "rate")));
+  for (const auto& s : kShmbox)
+    check("1 KiB, 1 producer: " + s + " >= 0.7x spin-ring bytes/s",
+          ratio("tput-1k-1p", s, "rate", "tput-1k-1p", "spin-ring", "rate"), 0.7, true,
+          fx(ratio("tput-1k-1p", s, "rate", "tput-1k-1p", "spin-ring", "rate")));
+  // Ahead of iceoryx on every row where both are measured.
+  for (const auto& [g, label] : tput_groups) {
+    if (!get(g, "iceoryx", "rate")) continue;
+    for (const auto& s : kShmbox)
+      check(label + ": " + s + " ahead of iceoryx", ratio(g, s, "rate", g, "iceoryx", "rate"), 1.0, true,
+            fx(ratio(g, s, "rate", g, "iceoryx", "rate")));
+  }
+  for (const auto& g : {std::string("rtt-busy-64"), std::string("rtt-busy-1k")})
+    for (const auto& s : {std::string("shmbox-copy"), std::string("shmbox-zero-copy")})
+      if (get(g, "iceoryx", "p50"))
+        for (const auto& k : {std::string("p50"), std::string("p99"), std::string("p99.9")})
+          check(g + " " + k + ": " + s + " ahead of iceoryx (lower)", ratio(g, s, k, g, "iceoryx", k), 1.0, false,
+                fx(ratio(g, s, k, g, "iceoryx", k)));
+  if (get("rtt-sleep-64", "iceoryx-waitset", "p50"))
+    for (const auto& k : {std::string("p50"), std::string("p99"), std::string("p99.9")})
+      check("rtt-sleep-64 " + k + ": shmbox-futex ahead of iceoryx-waitset (lower)",
+            ratio("rtt-sleep-64", "shmbox-futex", k, "rtt-sleep-64", "iceoryx-waitset", k), 1.0, false,
+            fx(ratio("rtt-sleep-64", "shmbox-futex", k, "rtt-sleep-64", "iceoryx-waitset", k)));
+  for (const auto& s : {std::string("shmbox-copy"), std::string("shmbox-zero-copy")})
+    check("busy round trip p50: " + s + " <= 1.3x spin-ring", ratio("rtt-busy-64", s, "p50", "rtt-busy-64", "spin-ring", "p50"),
+          1.3, false, fx(ratio("rtt-busy-64", s, "p50", "rtt-busy-64", "spin-ring", "p50")));
+  check("adaptive-wait round trip p50: shmbox-adaptive <= 1.5x spin-ring",
+        ratio("rtt-sleep-64", "shmbox-adaptive", "p50", "rtt-busy-64", "spin-ring", "p50"), 1.5, false,
+        fx(ratio("rtt-sleep-64", "shmbox-adaptive", "p50", "rtt-busy-64", "spin-ring", "p50")));
+  {
+    std::optional<double> best;
+    std::string best_name;
+    for (const auto& m : {"boost-mq", "posix-mq", "pipe"})
+      if (auto v = get("rtt-sleep-64", m, "p50"); v && (!best || v->median < *best)) {
+        best = v->median;
+        best_name = m;
+      }
+    auto f = get("rtt-sleep-64", "shmbox-futex", "p50");
+    std::optional<double> r;
+    if (f && best) r = f->median / *best;
+    check("no-spin round trip p50: shmbox-futex <= best of boost-mq, posix-mq, pipe (" + best_name + ")", r, 1.0, false,
+          fx(r));
+  }
+  if (auto v = get("idle", "shmbox-receive", "cpu"))
+    check("an idle owner blocked in receive uses no CPU", v->median, 0.5, false, num(v->median) + " ms/s");
+  else
+    check("an idle owner blocked in receive uses no CPU", std::nullopt, 0, false, "not measured");
+
+  std::printf("TARGETS (same run)\n");
+  int pass = 0, miss = 0, unmeasured = 0;
+  for (const auto& t : g_targets) {
+    const char* verdict = !t.pass ? "----" : *t.pass ? "PASS" : "MISS";
+    if (!t.pass) ++unmeasured;
+    else if (*t.pass) ++pass;
+    else ++miss;
+    std::printf("  %s  %s  (%s)\n", verdict, pad(t.what, 72).c_str(), t.detail.c_str());
+  }
+  std::printf("  %d passed, %d missed, %d not measured\n", pass, miss, unmeasured);
+  return 0;
+}
