@@ -90,6 +90,19 @@ struct vector_sink final : detail::owner_sink {
     return detail::take_verdict::deliver;
   }
 };
+// One message into the caller's `message` (its string keeps its memory, so
+// a loop of receives allocates nothing once it has grown).
+struct message_sink final : detail::owner_sink {
+  message* out;
+  explicit message_sink(message& m) : out(&m) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    out->data.assign(reinterpret_cast<const char*>(data), size);
+    out->redelivered = redelivered;
+    out->lane = lane;
+    ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
 struct batch_sink final : detail::owner_sink {
   batch* out;
   explicit batch_sink(batch& b) : out(&b) {}
@@ -347,17 +360,14 @@ void Owner::renew() noexcept {
 }
 
 recv_status Owner::try_receive(message& out) {
-  std::vector<message> one;
-  const recv_status st = receive_batch(one, 1, std::chrono::nanoseconds(0));
-  if (st == recv_status::ok) out = std::move(one.front());
+  message_sink sink(out);
+  const recv_status st = receive_into(sink, 1, std::chrono::nanoseconds(0), false);
   return st == recv_status::timeout ? recv_status::empty : st;
 }
 
 recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
-  std::vector<message> one;
-  const recv_status st = receive_batch(one, 1, timeout);
-  if (st == recv_status::ok) out = std::move(one.front());
-  return st;
+  message_sink sink(out);
+  return receive_into(sink, 1, timeout, false);
 }
 
 recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std::chrono::nanoseconds timeout) {
@@ -381,11 +391,8 @@ recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds ti
 }
 
 recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w) {
-  std::vector<message> one;
-  vector_sink sink(one);
-  const recv_status st = receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
-  if (st == recv_status::ok) out = std::move(one.front());
-  return st;
+  message_sink sink(out);
+  return receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
 }
 
 recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
@@ -469,7 +476,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   // message makes no clock call.
   detail::lazy_deadline deadline{to_ns(timeout)};
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
-  unsigned busy_rounds = 0, polls = 0;
+  unsigned busy_rounds = 0;
   std::uint64_t spin_until = 0, next_yield = 0;
   // The adaptive wait: an empty owner keeps polling this long before it
   // sleeps on the futex, so that a busy producer/owner pair hands over
@@ -486,9 +493,12 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       staging_sink.appended = 0;
       filtering.appended = 0;
     }
-    // Every 64th empty poll (and the first) also reads the tails, to notice
-    // a claimed-but-unpublished slot (slow or dead writer).
-    into.look_at_tail = (polls++ & 63) == 0;
+    // Every 64th poll also reads the tails, to notice a claimed-but-
+    // unpublished slot (slow or dead writer). The count runs across calls: a
+    // loop of try_receive on an empty box must not pull the producers'
+    // hottest line (the tail) to the owner on every call. (Before it sleeps
+    // the owner reads every tail anyway: owner_arm_sleep.)
+    into.look_at_tail = (o.polls++ & 63) == 0;
     bool skipped = false;
     for (std::uint32_t l = 0; l < m.lane_count() && into.appended < max && !skipped; ++l) {
       into.max = max - into.appended;

@@ -119,6 +119,7 @@ struct owner_ctx {
   std::uint64_t stuck_since_ns[kMaxLanes] = {};
   std::uint64_t next_check_ns[kMaxLanes] = {};
   std::error_code last_error;
+  std::uint32_t polls = 0;  // receive polls, for reading the tails only every 64th (owner.cpp)
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
