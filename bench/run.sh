@@ -1,14 +1,88 @@
 #!/usr/bin/env bash
-# bench/run.sh - builds shmbox with the benchmarks enabled and runs the
-# throughput benchmark; arguments are passed through, e.g.
-#   bench/run.sh --messages 4000000 --reps 7
+# bench/run.sh - the whole benchmark suite in one command: installs what it
+# needs (Debian packages, only what is missing), builds shmbox with the
+# benchmarks, runs every benchmark (separate processes, every mechanism in
+# the same run) and prints one table (bench/table.cpp), with the targets of
+# the performance issue checked in the last section.
+#
+#   bash bench/run.sh            # the full suite (about 10 minutes on 2 cores)
+#   bash bench/run.sh --quick    # every benchmark, tiny counts: a smoke test (CI)
+#   bash bench/run.sh --reps 7   # more repetitions
+#
+# The raw rows go to $build/bench-rows.tsv, the benchmarks' own logs to
+# $build/bench-log.txt, the table to $build/bench-table.txt (and stdout).
 # The build directory is $SHMBOX_BUILD_DIR, or build/ at the top of the tree.
+# A mechanism that cannot be measured here (iceoryx not installable, say)
+# appears as "skipped: why" in the table; it is never left out silently.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SHMBOX_BUILD_DIR:-$root/build}"
+quick=0
+reps=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --reps) reps="$2"; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
-# Installs what is missing (apt-get), configures with the benchmarks on, builds.
+# shellcheck source=../scripts/packages.sh
+source "$root/scripts/packages.sh"
+# iceoryx is a baseline: if it cannot be installed, its rows say so.
+iceoryx_note=""
+if ! install_missing bench cmake iceoryx libiceoryx-posh-dev; then
+  iceoryx_note="not installed (apt-get install iceoryx libiceoryx-posh-dev cmake failed)"
+fi
 bash "$root/scripts/setup.sh" "$build" -Dbench=true
 
-exec "$build/bench/shmbox-bench-throughput" "$@"
+rows="$build/bench-rows.tsv"
+log="$build/bench-log.txt"
+: >"$rows"
+: >"$log"
+b="$build/bench"
+common=()
+[ "$quick" = 1 ] && common+=(--quick)
+[ -n "$reps" ] && common+=(--reps "$reps")
+
+run() {  # run NAME COMMAND...: rows to $rows, its own output to $log
+  local name="$1"
+  shift
+  echo "bench: $name ..." >&2
+  local start=$SECONDS
+  if ! "$@" >>"$rows" 2>>"$log"; then
+    echo "bench: $name FAILED (see $log)" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+  echo "bench: $name done in $((SECONDS - start)) s" >&2
+}
+
+run throughput "$b/shmbox-bench-throughput" "${common[@]}"
+run "round trips" "$b/shmbox-bench-rtt" "${common[@]}"
+if [ -x "$b/shmbox-bench-iceoryx" ]; then
+  run iceoryx "$b/shmbox-bench-iceoryx" "${common[@]}"
+else
+  why="${iceoryx_note:-not built (its development files were not found at configure time)}"
+  for g in tput-64-1p tput-64-4p tput-1k-1p tput-1k-4p rtt-busy-64 rtt-busy-1k; do
+    printf 'skip\t%s\ticeoryx\t%s\n' "$g" "$why" >>"$rows"
+  done
+  printf 'skip\trtt-sleep-64\ticeoryx-waitset\t%s\n' "$why" >>"$rows"
+fi
+if [ "$quick" = 1 ]; then
+  run wake "$b/shmbox-bench-wake" --runs 20
+  run failover "$b/shmbox-bench-failover" --runs 10
+  run memory "$b/shmbox-bench-memory" --quick
+else
+  run wake "$b/shmbox-bench-wake" --runs 200
+  run failover "$b/shmbox-bench-failover" --runs 100
+  run memory "$b/shmbox-bench-memory"
+fi
+
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+title="shmbox benchmark suite, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($cpu), Linux $(uname -r)"
+[ "$quick" = 1 ] && title="$title -- QUICK SMOKE RUN: figures are not meaningful"
+"$b/shmbox-bench-table" --title "$title" <"$rows" | tee "$build/bench-table.txt"

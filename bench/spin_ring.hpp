@@ -4,18 +4,26 @@
 // WHAT IT IS FOR
 // The throughput benchmark compares shmbox with this ring to show how far
 // shmbox is from the fastest simple way to move fixed 64-byte messages from
-// one process to another through shared memory. It is NOT a usable mailbox:
+// one process to another through shared memory; the round-trip benchmark
+// (rtt.cpp) uses a pair of them, with 64-byte and 1 KiB messages. It is NOT a usable mailbox:
 // exactly one producer and one consumer, no blocking (both sides burn a CPU
 // while they wait), no crash recovery, no message lengths, no counters, no
 // owner, no validation of the segment. Everything shmbox does beyond moving
 // bytes is missing here, so "shmbox / spin ring" is the price of those
 // features (plus any inefficiency).
 //
+// PAYLOAD SIZE
+//   BasicSpinRing<Payload> moves fixed messages of Payload bytes; SpinRing is
+//   BasicSpinRing<64> (the original 64-byte ring, unchanged). The payload
+//   size is recorded in the header, and open() refuses a ring made with
+//   another size.
+//
 // LAYOUT (one segment, /dev/shm/<name>)
-//   header  (128 bytes): magic, capacity
-//   slot[capacity]: an 8-byte sequence word + a 64-byte payload, aligned and
-//                   padded to 128 bytes (two cache lines, so that the adjacent
-//                   line prefetcher does not couple neighbouring slots).
+//   header  (128 bytes): magic, capacity, payload size
+//   slot[capacity]: an 8-byte sequence word + the payload, aligned and padded
+//                   to a multiple of 128 bytes (64 B payload: 128 bytes = two
+//                   cache lines, so that the adjacent line prefetcher does
+//                   not couple neighbouring slots; 1 KiB payload: 1152 bytes).
 //   capacity is a power of two: position p lives in slot p & (capacity - 1).
 //
 // PROTOCOL (Vyukov-style per-slot sequence numbers; positions never wrap)
@@ -80,13 +88,15 @@ inline void spin_wait(std::uint32_t& spins) noexcept {
   }
 }
 
-class SpinRing {
+template <std::size_t Payload>
+class BasicSpinRing {
  public:
-  static constexpr std::size_t kPayload = 64;
+  static_assert(Payload > 0, "a spin ring moves at least one byte");
+  static constexpr std::size_t kPayload = Payload;
   static constexpr std::uint64_t kMagic = 0x676e69726e697073ull;  // "spinring"
 
   // Creates /dev/shm/<name> (fails if it exists) with `capacity` slots.
-  static SpinRing create(const std::string& name, std::uint32_t capacity) {
+  static BasicSpinRing create(const std::string& name, std::uint32_t capacity) {
     if (capacity == 0 || (capacity & (capacity - 1)) != 0)
       throw std::invalid_argument("spin ring capacity must be a power of two");
     const int fd = ::shm_open(shm_name(name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -98,9 +108,10 @@ class SpinRing {
       ::shm_unlink(shm_name(name).c_str());
       throw std::system_error(e, std::generic_category(), "ftruncate " + name);
     }
-    SpinRing r(fd, bytes, name);
+    BasicSpinRing r(fd, bytes, name);
     for (std::uint32_t i = 0; i < capacity; ++i) ::new (&r.slots_[i].seq) std::atomic<std::uint64_t>(i);
     r.hdr_->capacity = capacity;
+    r.hdr_->payload = kPayload;
     // release: a process that maps the ring later sees initialised slots
     // (shm_open + mmap in another process is ordered by the kernel anyway).
     std::atomic_ref<std::uint64_t>(r.hdr_->magic).store(kMagic, std::memory_order_release);
@@ -109,7 +120,7 @@ class SpinRing {
   }
 
   // Maps an existing ring created by create().
-  static SpinRing open(const std::string& name) {
+  static BasicSpinRing open(const std::string& name) {
     const int fd = ::shm_open(shm_name(name).c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) throw std::system_error(errno, std::generic_category(), "shm_open " + name);
     struct stat st {};
@@ -117,10 +128,13 @@ class SpinRing {
       ::close(fd);
       throw std::runtime_error("spin ring " + name + " is too small");
     }
-    SpinRing r(fd, static_cast<std::size_t>(st.st_size), name);
+    BasicSpinRing r(fd, static_cast<std::size_t>(st.st_size), name);
     if (std::atomic_ref<std::uint64_t>(r.hdr_->magic).load(std::memory_order_acquire) != kMagic ||
         sizeof(header) + r.hdr_->capacity * sizeof(slot) > r.bytes_)
       throw std::runtime_error("spin ring " + name + " is not initialised");
+    if (r.hdr_->payload != kPayload)
+      throw std::runtime_error("spin ring " + name + " has " + std::to_string(r.hdr_->payload) +
+                               "-byte messages, this handle " + std::to_string(kPayload));
     r.mask_ = r.hdr_->capacity - 1;
     return r;
   }
@@ -128,13 +142,13 @@ class SpinRing {
   // Unlinks /dev/shm/<name>; mappings stay valid. No error if it is gone.
   static void remove(const std::string& name) noexcept { ::shm_unlink(shm_name(name).c_str()); }
 
-  SpinRing(SpinRing&& o) noexcept
+  BasicSpinRing(BasicSpinRing&& o) noexcept
       : base_(std::exchange(o.base_, nullptr)), bytes_(o.bytes_), hdr_(o.hdr_), slots_(o.slots_), mask_(o.mask_),
         pos_(o.pos_) {}
-  SpinRing& operator=(SpinRing&&) = delete;
-  SpinRing(const SpinRing&) = delete;
-  SpinRing& operator=(const SpinRing&) = delete;
-  ~SpinRing() {
+  BasicSpinRing& operator=(BasicSpinRing&&) = delete;
+  BasicSpinRing(const BasicSpinRing&) = delete;
+  BasicSpinRing& operator=(const BasicSpinRing&) = delete;
+  ~BasicSpinRing() {
     if (base_ != nullptr) ::munmap(base_, bytes_);
   }
 
@@ -170,19 +184,21 @@ class SpinRing {
   struct alignas(128) header {
     std::uint64_t magic;
     std::uint64_t capacity;
+    std::uint64_t payload;  // kPayload of the creator
   };
   struct alignas(128) slot {
     std::atomic<std::uint64_t> seq;
     unsigned char payload[kPayload];
   };
   static_assert(sizeof(header) == 128);
-  static_assert(sizeof(slot) == 128);
+  static_assert(sizeof(slot) % 128 == 0 && sizeof(slot) < sizeof(std::uint64_t) + kPayload + 128);
+  static_assert(kPayload != 64 || sizeof(slot) == 128, "the 64-byte ring keeps its two-cache-line slots");
   // Cross-process atomics must not hide a lock in process-local memory.
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
   static std::string shm_name(const std::string& name) { return "/" + name; }
 
-  SpinRing(int fd, std::size_t bytes, const std::string& name) : bytes_(bytes) {
+  BasicSpinRing(int fd, std::size_t bytes, const std::string& name) : bytes_(bytes) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;
     ::close(fd);
@@ -199,5 +215,8 @@ class SpinRing {
   std::uint64_t mask_ = 0;
   std::uint64_t pos_ = 0;  // this handle's private position (producer's or consumer's)
 };
+
+// The original ring: 64-byte messages (throughput.cpp, rtt.cpp).
+using SpinRing = BasicSpinRing<64>;
 
 }  // namespace shmbench
