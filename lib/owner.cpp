@@ -547,11 +547,9 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
       next_yield = now + kSpinYieldNs;
     }
     if (now < spin_until) {
-      for (int i = 0; i < 16; ++i) {  // a short pause between polls of the lanes
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+      __builtin_ia32_pause();  // one pause between polls: a poll costs more than a pause already
 #endif
-      }
       // A producer that shares our CPU cannot post while we spin: give it
       // the CPU now and then (a yield with nothing else to run returns at once).
       if (now >= next_yield) {

@@ -8,6 +8,7 @@
 #include "layout.hpp"
 #include "process.hpp"
 #include "ring.hpp"
+#include "ring_fast.hpp"
 #include "segment.hpp"
 
 namespace shmbox {
@@ -65,7 +66,15 @@ struct Producer::state {
     ctx.captured.clear();
   }
 
+  // The common case (a FIFO lane with room, a message that fits, no loan
+  // open): detail::post_fast, without the general path's machinery.
+  bool try_fast(std::uint32_t lane, const void* data, std::size_t size) noexcept {
+    const detail::lane_view& L = m->lanes[lane];
+    return !ctx.loan_open && size <= L.payload && !L.is_lifo() && detail::post_fast(ctx, L, data, size);
+  }
+
   post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns) noexcept {
+    if (try_fast(lane, data, size)) return post_status::stored;
     if (loan_blocks()) return post_status::error;
     const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
     if (!ctx.capture) return st;
@@ -130,6 +139,7 @@ result<Producer> Producer::attach(const Box& box) {
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
+  if (s_->try_fast(0, data, size)) return post_status::stored;
   s_->set_spin({});
   return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000);
 }
@@ -141,6 +151,7 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout,
                            const wait_options& w) noexcept {
   if (!s_) return post_status::error;
+  if (s_->try_fast(0, data, size)) return post_status::stored;
   s_->set_spin(w);
   return s_->post(0, data, size, timeout_to_ns(timeout));
 }
@@ -173,15 +184,22 @@ slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w
 
 slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
   slot_loan l;
-  if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) return l;
-  s_->set_spin(w);
+  if (!s_) return l;
   detail::slot_claim k;
-  l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
-  if (s_->ctx.capture) {
-    if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
-    s_->forward_captured(lane);
+  // The fast path (see try_fast): checks inline, the errors below.
+  if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
+      detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k)) {
+    l.status_ = post_status::stored;
+  } else {
+    if (!s_->valid_lane(lane) || s_->loan_blocks()) return l;
+    s_->set_spin(w);
+    l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
+    if (s_->ctx.capture) {
+      if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
+      s_->forward_captured(lane);
+    }
+    if (!is_stored(l.status_)) return l;
   }
-  if (!is_stored(l.status_)) return l;
   SHMBOX_FAULT("producer.loan_open");
   s_->ctx.loan_open = true;
   l.ctx_ = &s_->ctx;
@@ -189,7 +207,7 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
   l.capacity_ = s_->m->lanes[lane].payload;
   l.lane_ = lane;
   l.where_ = k.where;
-  l.stamp_ = k.stamp;
+  l.stamp_ = s_->m->lanes[lane].is_lifo() ? k.stamp : slot_loan::kNotLifo;
   l.wake_ = k.wake;
   return l;
 }
@@ -232,7 +250,10 @@ slot_loan::~slot_loan() { abort(); }
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
-  detail::publish_slot(*ctx_, claim_of(*ctx_, lane_, where_, stamp_, wake_), size);
+  const detail::slot_claim k{reinterpret_cast<detail::slot_header*>(static_cast<std::byte*>(data_) - sizeof(detail::slot_header)),
+                             lane_, where_, stamp_, wake_};
+  if (stamp_ != kNotLifo) detail::publish_slot(*ctx_, k, size);
+  else detail::fifo_publish_inline(*ctx_, k, size);
   ctx_->loan_open = false;
   ctx_ = nullptr;
   data_ = nullptr;

@@ -189,6 +189,7 @@
 //  to be small ("keep the latest N").
 // ===========================================================================
 #include "ring.hpp"
+#include "ring_fast.hpp"
 
 #include <sched.h>
 #include <sys/syscall.h>
@@ -697,16 +698,13 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
   }
 }
 
-// P4's length, then P5-P6: publishes a claimed FIFO slot whose payload is written.
-void fifo_publish(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept {
-  slot_header* s = k.slot;
-  s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
-  s->writer.store(p.entry, std::memory_order_relaxed);
-  SHMBOX_FAULT("producer.before_publish");
-  // P5 release: publishes payload and length; pairs with the acquire in T1.
-  s->seq.store(make_seq(k.where, slot_state::full, p.rep.actor), std::memory_order_release);
-  if (k.wake) wake_owner(p);  // P6
-}
+}  // namespace
+
+// P4's length, then P5-P6 (ring_fast.hpp).
+void wake_owner_now(producer_ctx& p) noexcept { wake_owner(p); }
+void fifo_publish(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept { fifo_publish_inline(p, k, size); }
+
+namespace {
 
 // L1-L2's publish: a lifo slot we hold WRITING, its payload written; then wake a sleeping owner.
 void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint64_t stamp, std::size_t size) noexcept {
@@ -936,7 +934,7 @@ enum class took { yes, lost_race, skipped };
 // (hold) remember it in o.pending. `seen` is FULL, or TAKEN by us (redeliver).
 // The sink's verdict decides: deliver (counted delivered), drop (counted
 // filtered), skip (the slot is put back as it was; stop).
-took take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t where, std::uint64_t seen,
+__attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_view& L, slot_header* s, std::uint64_t where, std::uint64_t seen,
               std::uint32_t len, bool redeliver, take_sink& sink, take_mode mode) noexcept {
   owner_lane_counters* oc = o.counters(L.index);
   const std::uint64_t pos_or_stamp = seq_pos(seen);
@@ -1253,6 +1251,17 @@ producer_ctx::~producer_ctx() {
 std::uint64_t lazy_deadline::get() noexcept {
   if (at == 0) at = timeout_ns == UINT64_MAX ? UINT64_MAX : mono_ns() + timeout_ns;
   return at;
+}
+
+// The fast path of a FIFO post: ring_fast.hpp.
+bool claim_fast(producer_ctx& p, const lane_view& L, slot_claim& out) noexcept { return claim_fast_inline(p, L, out); }
+
+__attribute__((hot)) bool post_fast(producer_ctx& p, const lane_view& L, const void* data, std::size_t size) noexcept {
+  slot_claim k;
+  if (!claim_fast_inline(p, L, k)) return false;
+  write_payload(k.slot, data, size);
+  fifo_publish_inline(p, k, size);
+  return true;
 }
 
 post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, std::uint64_t timeout_ns,

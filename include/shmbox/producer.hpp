@@ -74,7 +74,8 @@ class slot_loan {
   std::uint32_t capacity_ = 0;
   std::uint32_t lane_ = 0;
   std::uint64_t where_ = 0;  // FIFO position or lifo slot index
-  std::uint64_t stamp_ = 0;  // lifo stamp
+  static constexpr std::uint64_t kNotLifo = UINT64_MAX;
+  std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
   bool wake_ = false;        // FIFO: the owner was asleep when we claimed
   post_status status_ = post_status::error;
 };

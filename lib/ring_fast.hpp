@@ -1,0 +1,77 @@
+// lib/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.cpp P1-P6), inline
+// so that Producer::post, loan and slot_loan::commit run it without calls.
+// It handles only the common case: the slot at the tail is free for it
+// (EMPTY(t)). Anything else (full, busy, a lost CAS) returns false having
+// claimed nothing, and the caller takes the general path (ring.cpp:
+// fifo_claim), which decides it. Same steps, same order, same memory orders,
+// same fault points as there.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "fault.hpp"
+#include "layout.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
+namespace shmbox::detail {
+
+// P6 (ring.cpp): the eventfd of an owner in an event loop, then the futex.
+void wake_owner_now(producer_ctx& p) noexcept;
+
+// PREFETCHW: fetch a line in exclusive state, ready for our stores (x86-64:
+// every AMD CPU, Intel since Broadwell; older Intel CPUs execute it as a
+// NOP). GCC emits it for __builtin_prefetch(p, 1) only with -mprfchw.
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+// P1-P4 without the payload.
+__attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, const lane_view& L,
+                                                             slot_claim& out) noexcept {
+  lane_header* h = L.hdr;
+  const std::uint64_t w = h->tail.load(std::memory_order_relaxed);  // relaxed: see fifo_claim
+  const std::uint64_t t = w >> 1;
+  slot_header* s = L.slot_for(t);
+  // acquire: pairs with the release that freed the slot (T6, E4, R1)
+  if (s->seq.load(std::memory_order_acquire) != make_seq(t, slot_state::empty, kActorNone)) return false;
+  // Ask for the slot's lines in exclusive state now: the tail CAS below
+  // drains the store buffer, and stores still waiting for their lines would
+  // make every post wait for the previous one's cache misses.
+  prefetch_for_write(s);
+  prefetch_for_write(reinterpret_cast<const std::byte*>(s) + 64);
+  p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);  // P2
+  SHMBOX_FAULT("producer.after_announce");
+  std::uint64_t expected = w;
+  if (!h->tail.compare_exchange_strong(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
+                                       std::memory_order_relaxed))  // P3
+    return false;
+  a64& stored = p.m->producer_counters(p.entry, L.index)->stored;  // P4 (a single-writer counter: see bump)
+  stored.store(stored.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  SHMBOX_FAULT("producer.after_claim");
+  out.slot = s;
+  out.lane = L.index;
+  out.where = t;
+  out.wake = (w & 1) != 0;
+  return true;
+}
+
+// P4's length, then P5-P6: publishes a claimed FIFO slot whose payload is written.
+__attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, const slot_claim& k,
+                                                               std::size_t size) noexcept {
+  slot_header* s = k.slot;
+  s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
+  s->writer.store(p.entry, std::memory_order_relaxed);
+  SHMBOX_FAULT("producer.before_publish");
+  // P5 release: publishes payload and length; pairs with the acquire in T1.
+  s->seq.store(make_seq(k.where, slot_state::full, p.rep.actor), std::memory_order_release);
+  if (k.wake) wake_owner_now(p);  // P6
+}
+
+}  // namespace shmbox::detail
