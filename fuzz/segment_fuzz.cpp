@@ -398,6 +398,9 @@ void owner_calls(sb::Owner& own, const plan& pl) {
   b.clear();
   (void)own.receive_batch(b, 2, 0ns);
   (void)own.receive(m, pl.wait);
+  (void)own.receive(m, pl.wait, sb::wait_options{0ns});
+  std::size_t seen = 0;  // zero-copy: the views point into the (scribbled) segment
+  (void)own.receive_in_place([&seen](const sb::message_view& v) { seen += v.data.size(); }, 4, pl.wait);
   sb::delivery d;
   int n = 0;
   (void)own.deliver(d, 4, [&n](std::string& s) {
@@ -432,6 +435,23 @@ void producer_calls(const sb::Box& box, const plan& pl) {
     }
   }
   (void)p->post("", pl.wait);
+  // Zero-copy posts: one committed, one aborted, one too large to commit.
+  for (std::uint32_t lane = 0; lane <= box.lane_count(); ++lane) {
+    sb::slot_loan l = p->loan_to(lane, pl.wait);
+    if (l) {
+      const std::size_t n = std::min<std::size_t>(l.capacity(), 5);
+      std::memcpy(l.data(), "loans", n);
+      (void)l.commit(static_cast<std::size_t>(l.capacity()) + 1);  // too large: still open
+      (void)l.commit(n);
+    }
+    sb::slot_loan a = p->loan_to(lane, pl.wait);
+    a.abort();
+  }
+  // A batch through runs of free slots (and past the end of the box's lanes).
+  const std::string_view batch[] = {"b0", "b1", "b2", "b3", "b4", std::string_view(big.data(), big.size())};
+  sb::post_status why{};
+  (void)p->post_batch(batch, pl.wait, &why);
+  (void)p->post_batch_to(box.lane_count(), batch, pl.wait, &why);
   (void)p->last_error();
 }
 
