@@ -150,11 +150,11 @@ int main(int argc, char** argv) {
       {"tput-1k-1p", "1 KiB, 1 producer"}, {"tput-1k-4p", "1 KiB, 4 producers"}};
   std::printf("THROUGHPUT, million messages per second: median (min-max)\n");
   std::printf("%s", pad("mechanism", 20).c_str());
-  for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(label, 30).c_str());
+  for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(label, 31).c_str());
   std::printf("\n");
   for (const auto& m : tput_mechs) {
     std::printf("%s", pad(m, 20).c_str());
-    for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(cell(g, m), 30).c_str());
+    for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(cell(g, m), 31).c_str());
     std::printf("\n");
   }
   std::printf("%s", pad("  shmbox / ...", 20).c_str());
@@ -168,19 +168,19 @@ int main(int argc, char** argv) {
       t += ' ';
       t += ratio_text(get(g, s, "rate"), get(g, ref, "rate"));
     }
-    std::printf("| %s", pad(t, 30).c_str());
+    std::printf("| %s", pad(t, 31).c_str());
   }
   std::printf("\n  (ratios: copy, zero-copy, batch; 1 KiB rate x 1024 = bytes per second)\n\n");
 
   // --- Round trips
-  std::printf("ROUND TRIP (ping-pong between two processes), microseconds: p50 (min-max over runs) / p99 / p99.9\n");
+  std::printf("ROUND TRIP (ping-pong between two processes), microseconds: p50 (min-max over runs) / p99 / p99.9 (medians)\n");
   const std::vector<std::pair<std::string, std::string>> rtt_groups = {
       {"rtt-busy-64", "busy-polling, 64 B"}, {"rtt-busy-1k", "busy-polling, 1 KiB"}, {"rtt-sleep-64", "sleeping, 64 B"}};
   const std::vector<std::string> rtt_mechs = {"shmbox-copy",     "shmbox-zero-copy", "shmbox-adaptive", "shmbox-futex",
                                               "iceoryx",         "iceoryx-waitset",  "spin-ring",       "lockfree-spsc",
                                               "boost-mq",        "posix-mq",         "pipe",            "unix-socket"};
   std::printf("%s", pad("mechanism", 20).c_str());
-  for (const auto& [g, label] : rtt_groups) std::printf("| %s", pad(label, 30).c_str());
+  for (const auto& [g, label] : rtt_groups) std::printf("| %s", pad(label, 46).c_str());
   std::printf("\n");
   for (const auto& m : rtt_mechs) {
     bool any = false;
@@ -190,12 +190,16 @@ int main(int argc, char** argv) {
     for (const auto& [g, label] : rtt_groups) {
       std::string c;
       if (get(g, m, "p50")) {
-        c = cell(g, m, "p50") + " / " + cell(g, m, "p99") + " / " + cell(g, m, "p99.9");
+        c = cell(g, m, "p50");
+        c += " / ";
+        c += num(get(g, m, "p99")->median);
+        c += " / ";
+        c += get(g, m, "p99.9") ? num(get(g, m, "p99.9")->median) : std::string("-");
       } else {
         const std::string why = skip_of(g, m);
         c = why.empty() ? "" : "skipped: " + why;
       }
-      std::printf("| %s", pad(c, 30).c_str());
+      std::printf("| %s", pad(c, 46).c_str());
     }
     std::printf("\n");
   }
