@@ -37,6 +37,10 @@ iceoryx_note=""
 if ! install_missing bench cmake iceoryx libiceoryx-posh-dev; then
   iceoryx_note="not installed (apt-get install iceoryx libiceoryx-posh-dev cmake failed)"
 fi
+# A build configured before iceoryx was installed has not looked for it.
+if [ -z "$iceoryx_note" ] && [ -f "$build/build.ninja" ] && [ ! -x "$build/bench/shmbox-bench-iceoryx" ]; then
+  meson setup --reconfigure "$build" >/dev/null
+fi
 bash "$root/scripts/setup.sh" "$build" -Dbench=true
 
 rows="$build/bench-rows.tsv"
