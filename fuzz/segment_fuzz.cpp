@@ -364,9 +364,13 @@ void do_inspect() {
   (void)box->depth_approx();
   (void)box->read_counters();
   touch_info(box->info());
-  // Read-only handles must refuse to own or post, whatever the segment says.
+  std::size_t bytes = 0;  // shmbox dump: lengths and positions come from the segment
+  for (const auto& m : box->peek(64)) bytes += m.data.size() + m.lane;
+  (void)bytes;
+  // Read-only handles must refuse to own, post or ask for a give-away, whatever the segment says.
   (void)sb::Owner::acquire(*box);
   (void)sb::Producer::attach(*box);
+  (void)box->request_give_away(static_cast<std::uint32_t>(::getpid()), 0ns);
 }
 
 // Options from the high bits of byte 0.
@@ -415,6 +419,9 @@ void owner_calls(sb::Owner& own, const plan& pl) {
   own.passive();
   own.renew();
   (void)own.give_away(static_cast<std::uint32_t>(::getpid()), "self", 0ns);  // refused at once: we are the owner
+  own.accept_give_away_requests(true);  // a request the segment may hold is served by the next receive
+  (void)own.try_receive(m);
+  own.accept_give_away_requests(false);
   (void)own.last_error();
   (void)own.usage();
   own.notify();  // armed while the producer posts: producers wake us (futex, eventfd)
@@ -453,6 +460,7 @@ void producer_calls(const sb::Box& box, const plan& pl) {
   (void)p->post_batch(batch, pl.wait, &why);
   (void)p->post_batch_to(box.lane_count(), batch, pl.wait, &why);
   (void)p->last_error();
+  (void)box.request_give_away(static_cast<std::uint32_t>(::getpid()), 0ns);  // owner and heirs from the segment
 }
 
 // Heirs enlist first, then an owner receives while a producer posts; the

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "errors.hpp"
+#include "futex.hpp"
 #include "lease.hpp"
 #include "process.hpp"
 #include "ring.hpp"
@@ -169,6 +170,108 @@ void add(counters& sum, const counters& c) {
 }
 }  // namespace
 
+std::vector<peeked_message> Box::peek(std::size_t max) const {
+  const detail::mapped_box& m = *m_;
+  std::vector<peeked_message> out;
+  std::string bytes;
+  // Copies one slot if it holds a published message, and keeps the copy only
+  // if the slot still holds that message afterwards (a seqlock read: the
+  // sequence word changes whenever a slot is taken, evicted or reused).
+  auto copy_if_stable = [&](const detail::lane_view& L, detail::slot_header* s, std::uint64_t seen) -> bool {
+    const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
+    bytes.resize(len);
+    const auto* src = detail::lane_view::payload_of(s);
+    // A producer may rewrite these bytes while we copy (the slot was taken,
+    // freed and reused): copy through volatile (one read of each byte, never
+    // re-read) and keep the copy only if the sequence word did not change.
+    for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return s->seq.load(std::memory_order_relaxed) == seen;
+  };
+  for (std::uint32_t l = 0; l < m.lane_count() && out.size() < max; ++l) {
+    const detail::lane_view& L = m.lanes[l];
+    if (L.is_lifo()) {
+      std::vector<std::pair<std::uint64_t, std::uint32_t>> full;  // (stamp, slot), newest first
+      for (std::uint32_t i = 0; i < L.capacity; ++i) {
+        const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+        if (detail::seq_state(seen) == detail::slot_state::full) full.emplace_back(detail::seq_pos(seen), i);
+      }
+      std::sort(full.begin(), full.end(), std::greater<>());
+      for (const auto& [stamp, i] : full) {
+        if (out.size() >= max) break;
+        detail::slot_header* s = L.slot_at_index(i);
+        const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+        if (detail::seq_state(seen) != detail::slot_state::full || detail::seq_pos(seen) != stamp) continue;
+        if (copy_if_stable(L, s, seen)) out.push_back({l, stamp, bytes});
+      }
+      continue;
+    }
+    const std::uint64_t tail = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+    const std::uint64_t head = L.hdr->head.load(std::memory_order_acquire);
+    // The head is published once per receive call and may lag; never look
+    // further back than one lap.
+    std::uint64_t p = tail > L.capacity ? std::max(head, tail - L.capacity) : head;
+    if (p > tail) p = tail;  // a scribbled head
+    for (; p < tail && out.size() < max; ++p) {
+      detail::slot_header* s = L.slot_for(p);
+      const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+      if (detail::seq_state(seen) != detail::slot_state::full || detail::pos_diff(detail::seq_pos(seen), p) != 0) continue;
+      if (copy_if_stable(L, s, seen)) out.push_back({l, p, bytes});
+    }
+  }
+  return out;
+}
+
+result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const {
+  detail::mapped_box& m = *m_;
+  const std::string who = "box '" + m.name + "'";
+  if (m.read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open");
+  detail::owner_record* rec = m.owner();
+  const detail::owner_view v = detail::view_owner(m);
+  if (v.key == 0 || !v.alive)
+    return detail::fail(errc::not_owner, who + " has no live owner: a waiting heir takes it over by itself");
+  if (rec->requests_allowed.load(std::memory_order_acquire) != v.epoch)
+    return detail::fail(errc::refused, who + ": its owner (pid " + std::to_string(detail::key_pid(v.key)) +
+                                           ") does not accept give-away requests (it must call "
+                                           "Owner::accept_give_away_requests, or run shmbox recv --follow --accept-give-away)");
+  bool waiting = false;
+  for (const detail::heir_view& h : detail::list_heirs(m, false)) waiting |= h.alive && detail::key_pid(h.key) == pid;
+  if (!waiting)
+    return detail::fail(errc::invalid_argument, who + ": process " + std::to_string(pid) +
+                                                    " is not waiting for it: make it an heir or listener first "
+                                                    "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)");
+  std::uint64_t none = 0;
+  if (!rec->request_pid.compare_exchange_strong(none, pid, std::memory_order_acq_rel, std::memory_order_acquire))
+    return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " + std::to_string(none) +
+                                                    ") is pending; try again when it is served");
+  // Wake the owner wherever it sleeps in receive or wait (the futex), then
+  // watch the owner record.
+  rec->wake_seq.fetch_add(1, std::memory_order_release);
+  detail::futex_wake(&rec->wake_seq);
+  const std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  for (;;) {
+    const detail::owner_view now = detail::view_owner(m);
+    if (now.alive && detail::key_pid(now.key) == pid && now.epoch != v.epoch) return {};
+    const std::uint64_t pending = rec->request_pid.load(std::memory_order_acquire);
+    if (pending != pid || now.epoch != v.epoch) {
+      // Served without a transfer to pid (the destination did not take it, or
+      // the box changed owner another way).
+      if (now.epoch != v.epoch && detail::key_pid(now.key) == pid) return {};
+      return detail::fail(errc::refused, who + ": the owner did not hand the box to pid " + std::to_string(pid) +
+                                             (now.epoch != v.epoch ? " (the box changed owner meanwhile)"
+                                                                   : " (it was not taken in time)"));
+    }
+    if (detail::mono_ns() >= deadline) {
+      std::uint64_t mine = pid;
+      rec->request_pid.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);  // withdrawn
+      return detail::fail(errc::timed_out, who + ": the owner did not serve the request in time (it serves requests "
+                                                 "when it receives or waits)");
+    }
+    const std::uint32_t seq = rec->transfer_seq.load(std::memory_order_acquire);
+    detail::futex_wait(&rec->transfer_seq, seq, std::min(deadline, detail::mono_ns() + 10'000'000));
+  }
+}
+
 counters Box::read_counters() const {
   counters total;
   for (std::uint32_t l = 0; l < m_->lane_count(); ++l) add(total, lane_counters(*m_, l));
@@ -189,7 +292,20 @@ box_info Box::info() const {
   i.block_timeout = std::chrono::milliseconds(m.block_timeout_ms);
   for (std::uint32_t p = 0; p < m.max_producers(); ++p) {
     const std::uint64_t k = m.producer(p)->key.load(std::memory_order_acquire);
-    if (k != 0 && detail::process_alive(k)) ++i.producers_attached;
+    if (k == 0) continue;
+    producer_info pi;
+    pi.entry = p;
+    pi.pid = detail::key_pid(k);
+    pi.alive = detail::process_alive(k);
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+      const detail::producer_lane_counters* pc = m.producer_counters(p, l);
+      pi.stored += pc->stored.load(std::memory_order_relaxed);
+      pi.refused += pc->rejected.load(std::memory_order_relaxed) + pc->dropped_new.load(std::memory_order_relaxed) +
+                    pc->timeouts.load(std::memory_order_relaxed) + pc->too_large.load(std::memory_order_relaxed);
+      pi.aborted += pc->aborted.load(std::memory_order_relaxed);
+    }
+    if (pi.alive) ++i.producers_attached;
+    i.producers.push_back(pi);
   }
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     lane_info li;
@@ -208,6 +324,7 @@ box_info Box::info() const {
   i.owner.alive = v.alive;
   i.owner.expired = v.expired;
   i.owner.epoch = v.epoch;
+  i.accepts_requests = v.alive && v.epoch != 0 && m.owner()->requests_allowed.load(std::memory_order_acquire) == v.epoch;
   switch (static_cast<detail::owner_state>(m.owner()->state.load(std::memory_order_relaxed))) {
     case detail::owner_state::notify: i.owner.state = "notify"; break;
     case detail::owner_state::active: i.owner.state = "active"; break;

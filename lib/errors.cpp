@@ -41,6 +41,7 @@ class shmbox_category final : public std::error_category {
       case errc::heir_table_full: return "every heir entry is held by a live process: withdraw an heir first";
       case errc::timed_out: return "timed out: nothing happened before the timeout";
       case errc::system_error: return "unexpected system error";
+      case errc::refused: return "refused: the owner does not do what was asked (see shmbox stat NAME)";
     }
     return "unknown shmbox error";
   }

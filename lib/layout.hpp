@@ -240,7 +240,9 @@ struct alignas(kCacheLine) owner_record {
   a64 offer_key;         // give_away: destination key (| kOfferAccepted once accepted); 0 = none
   a64 offer_epoch;       // the giver's epoch when it made the offer
   a64 offer_data_len;    // bytes in offer_data (<= kHeirDataMax)
-  a64 reserved4[3];
+  a64 requests_allowed;  // give-away requests: the epoch of the owner that accepts them (0: not accepted)
+  a64 request_pid;       // a pending give-away request: hand the box to this pid (0: none)
+  a64 reserved4;
   // line 3: give_away data
   alignas(kCacheLine) a64 offer_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
   // line 4: the last transfer (written by the new owner; tr_epoch last, with release)
@@ -272,6 +274,8 @@ static_assert(offsetof(owner_record, heir_seq) == 136);
 static_assert(offsetof(owner_record, offer_key) == 144);
 static_assert(offsetof(owner_record, offer_epoch) == 152);
 static_assert(offsetof(owner_record, offer_data_len) == 160);
+static_assert(offsetof(owner_record, requests_allowed) == 168);
+static_assert(offsetof(owner_record, request_pid) == 176);
 static_assert(offsetof(owner_record, offer_data) == 192);
 static_assert(offsetof(owner_record, tr_epoch) == 256);
 static_assert(offsetof(owner_record, tr_from_key) == 264);

@@ -359,6 +359,28 @@ void Owner::renew() noexcept {
   if (s_ && s_->still_owner()) detail::renew_lease(*s_->m);
 }
 
+void Owner::accept_give_away_requests(bool accept) noexcept {
+  if (!s_ || !s_->still_owner()) return;
+  s_->m->owner()->requests_allowed.store(accept ? s_->ctx.epoch : 0, std::memory_order_release);
+}
+
+// A give-away request (Box::request_give_away) pending for an owner that
+// accepts them: hand the box over. The request stays set while it is served,
+// so the requester can tell "being served" from "refused". Returns true when
+// the box was given away (this handle is no longer the owner).
+bool Owner::serve_request() {
+  detail::owner_record* rec = s_->m->owner();
+  if (rec->requests_allowed.load(std::memory_order_relaxed) != s_->ctx.epoch) return false;
+  std::uint64_t pid = rec->request_pid.load(std::memory_order_acquire);
+  if (pid == 0) return false;
+  const bool given = pid <= UINT32_MAX && s_->ctx.pending.empty() &&
+                     give_away(static_cast<std::uint32_t>(pid), "requested", std::chrono::seconds(1));
+  rec->request_pid.compare_exchange_strong(pid, 0, std::memory_order_acq_rel);
+  rec->transfer_seq.fetch_add(1, std::memory_order_release);  // the requester watches it
+  detail::futex_wake(&rec->transfer_seq);
+  return given;
+}
+
 recv_status Owner::try_receive(message& out) {
   message_sink sink(out);
   const recv_status st = receive_into(sink, 1, std::chrono::nanoseconds(0), false);
@@ -458,6 +480,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
+  if (serve_request()) return recv_status::not_owner;  // given away on request
   if (hold) SHMBOX_FAULT("owner.before_read");
   detail::renew_lease(m);
   // Lease boxes (fenced): take into a staging batch, commit, and hand out
@@ -537,6 +560,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get()) return recv_status::timeout;
     if (!s_->still_owner()) return recv_status::not_owner;
+    if (serve_request()) return recv_status::not_owner;  // given away on request
     detail::renew_lease(m);
     if (busy) {
       backoff(busy_rounds, deadline, now);
@@ -644,6 +668,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
   detail::lazy_deadline deadline{to_ns(timeout)};
   for (;;) {
     if (!s_->still_owner()) return owner_event::not_owner;
+    if (serve_request()) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
     const owner_mode mode = this->mode();
     if (mode == owner_mode::passive && !s_->due) return owner_event::none;  // nothing armed

@@ -15,6 +15,9 @@ int parse_args(int argc, char** argv, parsed& out) {
                "Many producer processes post into a box; one owner process receives from it."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("shmbox 0.1.0"));
+  app.footer("Run 'shmbox COMMAND --help' for a command's options; the manual is shmbox(1).\n"
+             "Exit status: 0 success, 1 failure (one line on stderr says why), 2 usage error,\n"
+             "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused).");
 
   auto check_name = CLI::Validator(
       [](std::string& s) -> std::string {
@@ -112,9 +115,43 @@ int parse_args(int argc, char** argv, parsed& out) {
   recv->add_option("--data", out.recv.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
       CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));
 
-  auto* stat = app.add_subcommand("stat", "Show a box: geometry, depth, owner and every counter");
+  recv->add_flag("--accept-give-away", out.recv.accept_give_away,
+                 "while receiving, hand the box over when 'shmbox give-away NAME PID' asks for it");
+
+  auto* stat = app.add_subcommand("stat", "Show a box: geometry, lanes, counters, owner, heirs, producers, last transfer");
   stat->add_option("NAME", out.name, "box name")->required()->check(check_name);
-  stat->add_flag("--json", out.json, "one JSON object");
+  auto* stat_json = stat->add_flag("--json", out.json, "one JSON object");
+  stat->add_flag("--prometheus", out.prometheus,
+                 "the counters in the Prometheus text exposition format, labelled by box and lane")
+      ->excludes(stat_json);
+
+  auto* watch = app.add_subcommand("watch", "A live view of a box: depth per lane, rates, owner and heirs (q or Ctrl-C quits)");
+  watch->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  watch->add_option("--interval", out.watch.interval_ms, "refresh every MS milliseconds")
+      ->check(CLI::Range(50u, 3'600'000u))
+      ->capture_default_str();
+  watch->add_option("--count", out.watch.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
+      ->capture_default_str();
+  watch->add_flag("--plain", out.watch.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+
+  auto* dump = app.add_subcommand("dump", "Show the messages in a box without taking them (the owner is not disturbed)");
+  dump->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  dump->add_option("--max", out.dump.max, "show at most N messages")
+      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()))
+      ->capture_default_str();
+  auto* dump_hex = dump->add_flag("--hex", out.dump.hex, "hexdump each message");
+  dump->add_flag("--json", out.json, "a JSON array: lane, position, size, text (base16 for bytes that are not UTF-8)")
+      ->excludes(dump_hex);
+
+  auto* give = app.add_subcommand("give-away", "Ask a box's owner to hand the box to a waiting process (if the owner accepts requests)");
+  give->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  give->add_option("PID", out.give_away.pid, "the process to hand it to: an heir or listener of the box")
+      ->required()
+      ->check(CLI::Range(1u, 4'194'304u));
+  give->add_option("--timeout", out.give_away.timeout_ms, "wait up to MS for the owner to hand it over")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
+  give->add_flag("--any-owner", out.give_away.any_owner, "a box whose segment belongs to another user");
 
   auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
   ls->add_flag("--json", out.json, "a JSON array");
@@ -136,6 +173,24 @@ int parse_args(int argc, char** argv, parsed& out) {
   gc->add_option("--prefix", out.prefix, "only boxes whose names start with PREFIX");
   gc->add_flag("--json", out.json, "a JSON array of the boxes removed");
 
+  // Examples, shown at the end of each command's --help.
+  const std::pair<CLI::App*, const char*> examples[] = {
+      {create, "Example: shmbox create jobs --capacity 4096 --slot-size 512 --policy drop-oldest"},
+      {post, "Example: shmbox post jobs 'hello'    printf 'a\\nb\\n' | shmbox post jobs"},
+      {recv, "Example: shmbox recv jobs --follow --accept-give-away    shmbox recv jobs --heir --data backup --follow"},
+      {stat, "Example: shmbox stat jobs --json | jq .counters    shmbox stat jobs --prometheus > jobs.prom"},
+      {watch, "Example: shmbox watch jobs --interval 500    shmbox watch jobs --count 10 > jobs.log"},
+      {dump, "Example: shmbox dump jobs --max 10 --hex"},
+      {give, "Example: shmbox give-away jobs 4242    (4242 runs 'shmbox recv jobs --heir'; the owner runs\n"
+             "         'shmbox recv jobs --follow --accept-give-away'). Exit 3 when the owner refuses."},
+      {ls, "Example: shmbox ls    shmbox ls --json | jq '.[].name'"},
+      {heirs, "Example: shmbox heirs jobs --json"},
+      {rm, "Example: shmbox rm jobs"},
+      {verify, "Example: shmbox verify jobs || echo broken"},
+      {gc, "Example: shmbox gc --dry-run --prefix test-"},
+  };
+  for (const auto& [sub, text] : examples) sub->footer(text);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -153,7 +208,8 @@ int parse_args(int argc, char** argv, parsed& out) {
 
   const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv},
                                                    {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},
-                                                   {rm, command::rm},         {verify, command::verify}, {gc, command::gc}};
+                                                   {rm, command::rm},         {verify, command::verify}, {gc, command::gc},
+                                                   {watch, command::watch},   {dump, command::dump},   {give, command::give_away}};
   for (const auto& [sub, cmd] : commands)
     if (sub->parsed()) out.cmd = cmd;
   return out.cmd == command::none ? kExitUsage : -1;

@@ -45,17 +45,39 @@ struct recv_args {
   long long timeout_ms = 0;
   bool verbose = false;
   bool any_owner = false;
+  bool accept_give_away = false;  // serve `shmbox give-away` requests while receiving
 };
 
-enum class command { none, create, post, recv, stat, ls, heirs, rm, verify, gc };
+struct watch_args {
+  std::uint32_t interval_ms = 1000;
+  std::uint64_t count = 0;  // refreshes before it stops by itself (0: until q, Ctrl-C or SIGTERM)
+  bool plain = false;       // a line per interval even on a terminal
+};
+
+struct dump_args {
+  std::size_t max = 100;
+  bool hex = false;
+};
+
+struct give_away_args {
+  std::uint32_t pid = 0;
+  std::uint32_t timeout_ms = 5000;
+  bool any_owner = false;
+};
+
+enum class command { none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away };
 
 struct parsed {
   command cmd = command::none;
   create_args create;
   post_args post;
   recv_args recv;
-  std::string name;  // stat, heirs, rm, verify
+  watch_args watch;
+  dump_args dump;
+  give_away_args give_away;
+  std::string name;  // stat, heirs, rm, verify, watch, dump, give-away
   bool json = false;
+  bool prometheus = false;        // stat
   bool dry_run = false;           // gc
   bool include_nonempty = false;  // gc
   std::string prefix;             // gc

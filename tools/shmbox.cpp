@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli_args.hpp"
+#include "commands.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -78,6 +79,18 @@ json transfer_json(const shmbox::transfer_record& t) {
               {"epoch", t.epoch}};
 }
 
+json producers_json(const shmbox::box_info& i) {
+  json producers = json::array();
+  for (const auto& p : i.producers)
+    producers.push_back(json{{"entry", p.entry},
+                             {"pid", p.pid},
+                             {"alive", p.alive},
+                             {"stored", p.stored},
+                             {"refused", p.refused},
+                             {"aborted", p.aborted}});
+  return producers;
+}
+
 json info_json(const shmbox::box_info& i) {
   return json{{"name", i.name},
               {"capacity", i.capacity},
@@ -88,7 +101,8 @@ json info_json(const shmbox::box_info& i) {
                              {"alive", i.owner.alive},
                              {"epoch", i.owner.epoch},
                              {"state", i.owner.state},
-                             {"lease_expired", i.owner.expired}}},
+                             {"lease_expired", i.owner.expired},
+                             {"accepts_requests", i.accepts_requests}}},
               {"orphaned", i.orphaned},
               {"lease_ms", i.lease.count()},
               {"spin_ns", i.spin.count()},
@@ -96,6 +110,7 @@ json info_json(const shmbox::box_info& i) {
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
+              {"producers", producers_json(i)},
               {"max_producers", i.max_producers},
               {"block_timeout_ms", i.block_timeout.count()},
               {"segment_bytes", i.segment_bytes},
@@ -219,6 +234,7 @@ void on_stop_signal(int) { g_stop = 1; }
 // Prints messages as the owner: --max/--all as asked, or (--follow) until a
 // signal. Returns the exit code.
 int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
+  if (a.accept_give_away) owner.accept_give_away_requests(true);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
   const std::size_t want = (a.all || a.follow) ? std::numeric_limits<std::size_t>::max() : a.max;
   std::size_t got = 0;
@@ -252,6 +268,11 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) {
       if (a.follow || sliced) continue;
       break;
+    }
+    if (st == shmbox::recv_status::not_owner && a.accept_give_away) {
+      // Given away on request (shmbox give-away): done, not a failure.
+      std::cerr << "shmbox: box '" << a.name << "' was given away on request\n";
+      return kExitOk;
     }
     return fail(owner.last_error());
   }
@@ -288,12 +309,18 @@ int cmd_recv(const recv_args& a) {
 }
 
 // ---- stat / ls / rm ---------------------------------------------------------
-int cmd_stat(const std::string& name, bool as_json) {
+int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
   const shmbox::box_info i = box->info();
+  if (prometheus) {
+    std::cout << prometheus_text(i);
+    return kExitOk;
+  }
   if (as_json) {
-    std::cout << info_json(i).dump(2) << "\n";
+    // Strings from the segment (heir data, transfer data) may be any bytes:
+    // what is not UTF-8 becomes U+FFFD instead of an exception.
+    std::cout << info_json(i).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   const auto& c = i.count;
@@ -303,6 +330,11 @@ int cmd_stat(const std::string& name, bool as_json) {
             << "depth        " << i.depth << " / " << i.capacity << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
+            << "give-away    "
+            << (!i.owner.alive ? "no live owner to ask"
+                : i.accepts_requests ? "the owner hands the box over on request (shmbox give-away " + i.name + " PID)"
+                                     : std::string("the owner does not accept requests"))
+            << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
             << "spin         " << i.spin.count() / 1000 << " us before sleeping (adaptive wait)\n"
             << "heirs        " << i.heirs.size() << "\n"
@@ -340,33 +372,160 @@ int cmd_stat(const std::string& name, bool as_json) {
                   static_cast<unsigned long long>(li.count.abandoned));
     }
   }
+  if (!i.producers.empty()) {
+    // The producer table: entries held by live processes, and by dead ones
+    // until a new producer reuses the entry.
+    std::printf("%-6s %-8s %-6s %12s %12s %12s\n", "ENTRY", "PID", "ALIVE", "STORED", "REFUSED", "ABORTED");
+    for (const auto& p : i.producers)
+      std::printf("%-6u %-8u %-6s %12llu %12llu %12llu\n", p.entry, p.pid, p.alive ? "yes" : "no",
+                  static_cast<unsigned long long>(p.stored), static_cast<unsigned long long>(p.refused),
+                  static_cast<unsigned long long>(p.aborted));
+  }
+  std::fflush(stdout);
   return kExitOk;
+}
+
+// ---- ls ----------------------------------------------------------------------
+// One row per segment. DROPS counts every posted message that will never be
+// delivered from this box: rejected + too_large + timeouts + dropped_newest +
+// dropped_oldest + filtered + abandoned (so posted = delivered + depth +
+// aborted + DROPS; dead-lettered messages are among the drops too). MARKS:
+// ORPHANED (owner dead or expired, no live heir), FOREIGN (the segment belongs
+// to another uid). A segment that cannot be opened as a box gets a mark
+// (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE) and a short reason instead of
+// the columns.
+
+std::uint64_t drops_of(const shmbox::counters& c) {
+  return c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest + c.filtered + c.abandoned;
+}
+
+// A mark and a short reason for a segment Box::inspect cannot open.
+std::pair<std::string, std::string> unusable_reason(const std::error_code& ec) {
+  if (ec.category() == shmbox::category()) {
+    switch (static_cast<shmbox::errc>(ec.value())) {
+      case shmbox::errc::not_a_box: return {"CORRUPT", "not a shmbox segment (wrong magic)"};
+      case shmbox::errc::version_mismatch: return {"CORRUPT", "made by an incompatible layout version"};
+      case shmbox::errc::truncated: return {"CORRUPT", "truncated (smaller than its header says)"};
+      case shmbox::errc::corrupt: return {"CORRUPT", "header breaks an invariant"};
+      case shmbox::errc::incomplete: return {"INCOMPLETE", "being created, or its creator died half-way"};
+      case shmbox::errc::permission_denied: return {"NO-ACCESS", "permission denied"};
+      case shmbox::errc::invalid_name: return {"UNUSABLE", "not a valid box name"};
+      default: break;
+    }
+  }
+  return {"UNUSABLE", ec.message()};
+}
+
+// "[####......]": the fill of a box, 10 characters, rounded up so that a
+// box holding anything shows at least one '#'.
+std::string fill_bar(std::uint64_t depth, std::uint64_t capacity) {
+  constexpr std::uint64_t kWidth = 10;
+  std::uint64_t n = 0;
+  if (capacity != 0) n = std::min<std::uint64_t>(kWidth, (depth * kWidth + capacity - 1) / capacity);
+  return "[" + std::string(n, '#') + std::string(kWidth - n, '.') + "]";
+}
+
+std::string owner_cell(const shmbox::owner_info& o) {
+  if (o.pid == 0) return "none";
+  return std::to_string(o.pid) + (o.expired ? " expired" : o.alive ? " alive" : " dead");
 }
 
 int cmd_ls(bool as_json) {
   auto names = shmbox::Box::list();
   if (!names) return fail(names.error());
+  const std::uint32_t my_uid = ::geteuid();
   json all = json::array();
-  if (!as_json && !names->empty())
-    std::printf("%-24s %-12s %15s %-26s %s\n", "NAME", "POLICY", "DEPTH/CAP", "OWNER", "DROPPED");
+  struct row {
+    std::string name;
+    std::vector<std::string> cells;  // the columns after NAME; empty for an unusable segment
+    std::string marks;
+  };
+  std::vector<row> rows;
   for (const auto& n : *names) {
     auto box = shmbox::Box::inspect(n);
     if (!box) {
-      if (as_json) all.push_back(json{{"name", n}, {"error", shmbox::explain(box.error())}});
-      else std::printf("%-24s %s\n", n.c_str(), ("unusable: " + shmbox::explain(box.error())).c_str());
+      if (box.error() == shmbox::errc::not_found) continue;  // removed since list()
+      auto [mark, reason] = unusable_reason(box.error());
+      // A corrupt header: the library's sentence (when it is about this
+      // segment) says which part, e.g. "header offsets disagree with its geometry".
+      const std::string said = shmbox::explain(box.error()), prefix = "box '" + n + "': ";
+      if (box.error() == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
+        reason = said.substr(prefix.size());
+      if (as_json) {
+        std::string status = mark;  // "corrupt", "incomplete", "no_access", "unusable"
+        for (auto& ch : status) ch = ch == '-' ? '_' : static_cast<char>(ch - 'A' + 'a');
+        all.push_back(json{{"name", n}, {"error", shmbox::explain(box.error())}, {"status", status}, {"reason", reason}});
+      } else {
+        rows.push_back({n, {}, mark + "  unusable: " + reason});
+      }
       continue;
     }
     const shmbox::box_info i = box->info();
+    const bool foreign = i.uid != my_uid;
     if (as_json) {
-      all.push_back(info_json(i));
+      json j = info_json(i);
+      j["status"] = "ok";
+      j["drops"] = drops_of(i.count);
+      j["foreign"] = foreign;
+      all.push_back(std::move(j));
       continue;
     }
-    const std::string depth = std::to_string(i.depth) + "/" + std::to_string(i.capacity);
-    const std::uint64_t dropped = i.count.dropped_newest + i.count.dropped_oldest + i.count.rejected + i.count.timeouts;
-    std::printf("%-24s %-12s %15s %-26s %llu\n", n.c_str(), std::string(shmbox::to_string(i.overflow)).c_str(),
-                depth.c_str(), owner_text(i.owner).c_str(), static_cast<unsigned long long>(dropped));
+    std::string marks;
+    if (i.orphaned) marks += "ORPHANED";
+    if (foreign) marks += std::string(marks.empty() ? "" : " ") + "FOREIGN";
+    rows.push_back({n,
+                    {std::string(shmbox::to_string(i.overflow)), std::to_string(i.depth) + "/" + std::to_string(i.capacity),
+                     fill_bar(i.depth, i.capacity), owner_cell(i.owner), i.owner.pid == 0 ? "-" : i.owner.state,
+                     std::to_string(i.heirs.size()), std::to_string(drops_of(i.count))},
+                    marks});
   }
-  if (as_json) std::cout << all.dump(2) << "\n";
+  if (as_json) {
+    std::cout << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";  // as in stat --json
+    return kExitOk;
+  }
+  if (rows.empty()) return kExitOk;
+  // Column widths from the content; NAME gets what is left of 100 columns
+  // (a longer name goes on a line of its own, its row below it).
+  const std::vector<std::string> heads = {"POLICY", "DEPTH/CAP", "FILL", "OWNER", "STATE", "HEIRS", "DROPS"};
+  const std::vector<bool> right = {false, true, false, false, false, true, true};
+  std::vector<std::size_t> width(heads.size());
+  for (std::size_t c = 0; c < heads.size(); ++c) width[c] = heads[c].size();
+  std::size_t marks_width = 0, name_width = 4;
+  for (const auto& r : rows) {
+    name_width = std::max(name_width, r.name.size());
+    if (r.cells.empty()) continue;
+    for (std::size_t c = 0; c < heads.size(); ++c) width[c] = std::max(width[c], r.cells[c].size());
+    marks_width = std::max(marks_width, r.marks.size());
+  }
+  std::size_t rest = 0;
+  for (const std::size_t w : width) rest += w + 1;
+  if (marks_width != 0) rest += marks_width + 1;
+  constexpr std::size_t kColumns = 100;
+  name_width = std::min(name_width, kColumns > rest + 12 ? kColumns - rest - 1 : std::size_t{12});
+  auto pad = [](const std::string& s, std::size_t w, bool to_right) {
+    if (s.size() >= w) return s;
+    return to_right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+  };
+  auto print_line = [&](const std::string& name, const std::vector<std::string>& cells, const std::string& marks) {
+    std::string line = pad(name, name_width, false);
+    for (std::size_t c = 0; c < cells.size(); ++c) line += " " + pad(cells[c], width[c], right[c]);
+    if (!marks.empty()) line += " " + marks;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  };
+  print_line("NAME", heads, marks_width != 0 ? "MARKS" : "");
+  for (const auto& r : rows) {
+    if (r.cells.empty()) {  // unusable: the name in full, then the mark and reason
+      std::cout << pad(r.name, name_width, false) << " " << r.marks << "\n";
+      continue;
+    }
+    if (r.name.size() > name_width) {
+      std::cout << r.name << "\n";
+      print_line("", r.cells, r.marks);
+    } else {
+      print_line(r.name, r.cells, r.marks);
+    }
+  }
   return kExitOk;
 }
 
@@ -375,7 +534,7 @@ int cmd_heirs(const std::string& name, bool as_json) {
   if (!box) return fail(box.error());
   const shmbox::box_info i = box->info();
   if (as_json) {
-    std::cout << heirs_json(i).dump(2) << "\n";
+    std::cout << heirs_json(i).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   if (i.heirs.empty()) {
@@ -405,7 +564,7 @@ int cmd_verify(const std::string& name, bool as_json) {
                       {"ok", r->ok},
                       {"problems", r->problems},
                       {"checked", json{{"slots", r->slots}, {"producers", r->producers}, {"heirs", r->heirs}}}}
-                     .dump(2)
+                     .dump(2, ' ', false, json::error_handler_t::replace)
               << "\n";
   } else if (r->ok) {
     std::cout << "box '" << name << "': ok (" << r->slots << " slots, " << r->producers << " producers, " << r->heirs
@@ -425,7 +584,7 @@ int cmd_gc(const parsed& a) {
   if (a.json) {
     json all = json::array();
     for (const auto& c : *r) all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run}});
-    std::cout << all.dump(2) << "\n";
+    std::cout << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   for (const auto& c : *r)
@@ -437,6 +596,98 @@ int cmd_gc(const parsed& a) {
 
 }  // namespace
 
+// ---- dump / give-away -------------------------------------------------------
+// The bytes of a message as a hexdump: offset, 16 bytes in hex, the printable ones.
+void print_hex(std::string_view data) {
+  for (std::size_t off = 0; off < data.size(); off += 16) {
+    std::printf("  %08zx  ", off);
+    for (std::size_t i = 0; i < 16; ++i) {
+      if (off + i < data.size()) std::printf("%02x ", static_cast<unsigned char>(data[off + i]));
+      else std::printf("   ");
+      if (i == 7) std::printf(" ");
+    }
+    std::printf(" |");
+    for (std::size_t i = 0; i < 16 && off + i < data.size(); ++i) {
+      const auto c = static_cast<unsigned char>(data[off + i]);
+      std::putchar(c >= 0x20 && c < 0x7f ? c : '.');
+    }
+    std::printf("|\n");
+  }
+}
+
+std::string to_hex(std::string_view data) {
+  static const char* digits = "0123456789abcdef";
+  std::string h;
+  h.reserve(data.size() * 2);
+  for (const char c : data) {
+    h += digits[static_cast<unsigned char>(c) >> 4];
+    h += digits[static_cast<unsigned char>(c) & 0xF];
+  }
+  return h;
+}
+
+// Messages as they lie in the box, read-only: the owner and the producers
+// are not disturbed (Box::peek writes nothing).
+int cmd_dump(const parsed& a) {
+  auto box = shmbox::Box::inspect(a.name);
+  if (!box) return fail(box.error());
+  const std::vector<shmbox::peeked_message> msgs = box->peek(a.dump.max);
+  if (a.json) {
+    json out = json::array();
+    for (const auto& m : msgs) {
+      // JSON strings must be UTF-8: bytes that are not go as base16.
+      json one{{"lane", m.lane}, {"position", m.position}, {"size", m.data.size()}};
+      try {
+        (void)json(m.data).dump();  // throws on bytes that are not UTF-8
+        one["text"] = m.data;
+      } catch (const json::exception&) {
+        one["base16"] = to_hex(m.data);
+      }
+      out.push_back(std::move(one));
+    }
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  const std::uint64_t depth = box->info().depth;
+  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << depth
+            << " message(s), oldest first per lane (lifo lanes: newest first)\n";
+  for (const auto& m : msgs) {
+    std::printf("lane %u  #%llu  %zu bytes%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
+                a.dump.hex ? "\n" : "  ");
+    if (a.dump.hex) {
+      print_hex(m.data);
+    } else {
+      // One line per message: unprintable bytes escaped, so a message never breaks the listing.
+      std::string line;
+      for (const char ch : m.data) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '\\') line += "\\\\";
+        else if (c >= 0x20 && c < 0x7f) line += ch;
+        else {
+          char esc[8];
+          std::snprintf(esc, sizeof esc, "\\x%02x", c);
+          line += esc;
+        }
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+int cmd_give_away(const parsed& a) {
+  auto box = shmbox::Box::open(a.name, {.any_owner = a.give_away.any_owner});
+  if (!box) return fail(box.error());
+  const std::uint32_t from = box->info().owner.pid;
+  const auto r = box->request_give_away(a.give_away.pid, std::chrono::milliseconds(a.give_away.timeout_ms));
+  if (!r) {
+    std::cerr << "shmbox: " << shmbox::explain(r.error()) << "\n";
+    return r.error() == shmbox::errc::refused || r.error() == shmbox::errc::timed_out ? kExitRefused : kExitFail;
+  }
+  std::cout << "box '" << a.name << "' given by pid " << from << " to pid " << a.give_away.pid << "\n";
+  return kExitOk;
+}
+
 int main(int argc, char** argv) {
   parsed a;
   const int early = parse_args(argc, argv, a);
@@ -445,12 +696,15 @@ int main(int argc, char** argv) {
     case command::create: return cmd_create(a.create);
     case command::post: return cmd_post(a.post);
     case command::recv: return cmd_recv(a.recv);
-    case command::stat: return cmd_stat(a.name, a.json);
+    case command::stat: return cmd_stat(a.name, a.json, a.prometheus);
     case command::ls: return cmd_ls(a.json);
     case command::heirs: return cmd_heirs(a.name, a.json);
     case command::rm: return cmd_rm(a.name);
     case command::verify: return cmd_verify(a.name, a.json);
     case command::gc: return cmd_gc(a);
+    case command::watch: return cmd_watch(a);
+    case command::dump: return cmd_dump(a);
+    case command::give_away: return cmd_give_away(a);
     case command::none: break;
   }
   return kExitUsage;

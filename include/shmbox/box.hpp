@@ -138,6 +138,23 @@ struct heir_info {
   std::string data;
 };
 
+// One entry of the producer table held by a process (live or dead).
+struct producer_info {
+  std::uint32_t entry = 0;  // index in the producer table
+  std::uint32_t pid = 0;
+  bool alive = false;
+  std::uint64_t stored = 0;   // slots this entry claimed, all lanes: its messages, and its loans (also aborted ones)
+  std::uint64_t refused = 0;  // rejected + dropped_newest + timeouts + too_large of this entry
+  std::uint64_t aborted = 0;  // loans it gave back
+};
+
+// A message seen by Box::peek, in delivery order, without taking it.
+struct peeked_message {
+  std::uint32_t lane = 0;
+  std::uint64_t position = 0;  // FIFO position, or lifo stamp
+  std::string data;
+};
+
 // One lane, as seen by anyone.
 struct lane_info {
   std::uint32_t capacity = 0;
@@ -154,6 +171,7 @@ struct box_info {
   policy overflow = policy::reject;
   std::uint32_t max_producers = 0;
   std::uint32_t producers_attached = 0;  // entries held by live processes
+  std::vector<producer_info> producers;  // entries held (by live or dead processes), in table order
   std::uint64_t depth = 0;               // messages in the box (exact scan)
   std::uint64_t segment_bytes = 0;
   std::uint32_t mode = 0;
@@ -162,6 +180,7 @@ struct box_info {
   std::chrono::milliseconds lease{0};  // 0: only death ends a lease
   std::chrono::nanoseconds spin{0};    // options::spin
   owner_info owner;
+  bool accepts_requests = false;  // the owner accepts give-away requests (Box::request_give_away)
   bool orphaned = false;         // the owner died (or expired) and no live heir is waiting
   std::vector<heir_info> heirs;  // in order
   transfer_record last_transfer; // epoch 0: none yet
@@ -243,6 +262,22 @@ class Box {
   shmbox::counters read_counters() const;
   // Everything above plus the owner record and an exact depth.
   box_info info() const;
+  // Up to `max` messages in delivery order (lane 0 first; FIFO lanes oldest
+  // first, lifo lanes newest first), copied out WITHOUT taking them: the
+  // owner and the producers are not disturbed (nothing in the segment is
+  // written). A message taken, evicted or overwritten while it is being
+  // copied is left out; so the list is a snapshot of a moving box. Works on
+  // a box opened with inspect().
+  std::vector<peeked_message> peek(std::size_t max) const;
+  // Asks the box's owner to hand the box to process `pid`, which must be
+  // waiting for it (an heir or listener: Heir::enlist / listen, or
+  // `shmbox recv --heir`). Only an owner that accepts requests
+  // (Owner::accept_give_away_requests) does it, the next time it receives or
+  // waits. Returns once `pid` owns the box; errors: refused (the owner does
+  // not accept requests, or did not hand the box over: see the message),
+  // not_owner (no live owner), invalid_argument (pid is not waiting for the
+  // box, or another request is pending), timed_out.
+  result<void> request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const;
 
  private:
   explicit Box(std::shared_ptr<detail::mapped_box> m);

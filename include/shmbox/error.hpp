@@ -34,6 +34,7 @@ enum class errc : int {
   heir_table_full,      // every heir entry is held by a live process
   timed_out,            // nothing happened before the timeout (await_transfer)
   system_error,         // an unexpected errno from the kernel (see the log line)
+  refused,              // the owner does not do what was asked (give-away requests: see the message)
 };
 
 // The category of errc; name() is "shmbox".

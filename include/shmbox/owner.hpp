@@ -186,6 +186,12 @@ class Owner {
   // box within `timeout`, when this handle is not the owner, or when data is
   // longer than 64 bytes or reads are uncommitted. Owner only.
   bool give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout);
+  // Lets operators and scripts ask for the box (Box::request_give_away,
+  // `shmbox give-away NAME PID`): while accepted, a request is served the
+  // next time this owner receives or waits, by give_away(pid, "requested").
+  // The call that served it returns not_owner once the box is given. Off by
+  // default; a new owner starts with it off.
+  void accept_give_away_requests(bool accept) noexcept;
   // Renews the lease of a box created with a lease (receiving renews it).
   void renew() noexcept;
   // Depth and capacity per lane and in total, and the drops since the last delivery.
@@ -227,6 +233,7 @@ class Owner {
                            const wait_options* w = nullptr);
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                     std::chrono::nanoseconds timeout, const wait_options& w);
+  bool serve_request();
   // The handle of this process after it took the box with `epoch` (runs recovery).
   static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch);
   explicit Owner(std::unique_ptr<state> s);

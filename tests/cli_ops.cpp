@@ -1,0 +1,285 @@
+// The operator commands that act on a live box without being its owner:
+// `shmbox dump` (read the messages without taking them) and `shmbox
+// give-away NAME PID` (ask the owner to hand the box over), driven as a user
+// drives them, on boxes in every state: idle, busy with 4 producers and an
+// owner, orphaned, corrupt, mid-failover.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
+  args.insert(args.begin(), shmtest::cli_path());
+  return shmtest::run(args, input);
+}
+
+nlohmann::json json_of(const shmtest::run_result& r) {
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+// Bounded polling of a condition on the box (a handshake, not a sleep).
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 30s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+std::uint64_t owner_pid(const std::string& box) {
+  return json_of(cli({"stat", box, "--json"}))["owner"]["pid"].get<std::uint64_t>();
+}
+
+bool has_heir(const std::string& box, pid_t pid) {
+  for (const auto& h : json_of(cli({"heirs", box, "--json"})))
+    if (h["pid"] == pid && h["alive"] == true) return true;
+  return false;
+}
+
+// The helper's messages: (id, seq) then bytes that are a function of both.
+bool well_formed(const std::string& m) {
+  if (m.size() < 16) return false;
+  std::uint64_t id = 0, seq = 0;
+  std::memcpy(&id, m.data(), 8);
+  std::memcpy(&seq, m.data() + 8, 8);
+  for (std::size_t i = 16; i < m.size(); ++i)
+    if (m[i] != static_cast<char>((id * 131 + seq * 7 + i) & 0xFF)) return false;
+  return true;
+}
+
+std::string unhex(const std::string& h) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dump shows the messages in delivery order without taking them") {
+  shmtest::segment_guard g(shmtest::unique_name("dump"));
+  REQUIRE(cli({"create", g.name, "--capacity", "8", "--slot-size", "64"}).code == 0);
+  REQUIRE(cli({"post", g.name, "one", "two", "tab\there", "back\\slash"}).code == 0);
+  auto r = cli({"dump", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out ==
+        "lane 0  #0  3 bytes  one\n"
+        "lane 0  #1  3 bytes  two\n"
+        "lane 0  #2  8 bytes  tab\\x09here\n"
+        "lane 0  #3  10 bytes  back\\\\slash\n");
+  CHECK(r.err.find("showing 4 of 4") != std::string::npos);
+  r = cli({"dump", g.name, "--max", "1", "--hex"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "lane 0  #0  3 bytes\n  00000000  6f 6e 65 " + std::string(13 * 3 + 1, ' ') + " |one|\n");
+  // Nothing was taken: the owner still gets all four, and nothing was counted.
+  const auto c = json_of(cli({"stat", g.name, "--json"}))["counters"];
+  CHECK(c["delivered"] == 0);
+  r = cli({"recv", g.name, "--all"});
+  CHECK(r.out == "one\ntwo\ntab\there\nback\\slash\n");
+  r = cli({"dump", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("showing 0 of 0") != std::string::npos);
+}
+
+TEST_CASE("dump: lanes in order, lifo newest first, JSON with base16 for bytes that are not UTF-8") {
+  shmtest::segment_guard g(shmtest::unique_name("dumpl"));
+  REQUIRE(cli({"create", g.name, "--capacity", "8", "--lanes", "2", "--lane-policy", "1=lifo"}).code == 0);
+  REQUIRE(cli({"post", g.name, "--lane", "1", "old", "new"}).code == 0);
+  REQUIRE(cli({"post", g.name, "--lane", "0", "ctl"}).code == 0);
+  const auto j = json_of(cli({"dump", g.name, "--json"}));
+  REQUIRE(j.size() == 3);
+  CHECK(j[0]["lane"] == 0);
+  CHECK(j[0]["text"] == "ctl");
+  CHECK(j[1]["text"] == "new");  // lifo: newest first, as the owner receives them
+  CHECK(j[2]["text"] == "old");
+  // A message that is not UTF-8 (a producer's raw bytes) comes out as base16.
+  shmtest::segment_guard g2(shmtest::unique_name("dumpb"));
+  REQUIRE(cli({"create", g2.name}).code == 0);
+  REQUIRE(cli({"post", g2.name}, std::string("\xff\xfe", 2) + "\n").code == 0);
+  const auto b = json_of(cli({"dump", g2.name, "--json"}));
+  REQUIRE(b.size() == 1);
+  CHECK_FALSE(b[0].contains("text"));
+  CHECK(b[0]["base16"] == "fffe");
+}
+
+TEST_CASE("dump on a busy box (4 producers, an owner) shows only whole messages, and disturbs nobody") {
+  shmtest::segment_guard g(shmtest::unique_name("dumpbusy"));
+  REQUIRE(cli({"create", g.name, "--capacity", "64", "--slot-size", "200", "--policy", "drop-oldest"}).code == 0);
+  const int per = 20000;  // at a steady pace (--pause-us), so that the box is busy while we dump
+  shmtest::child owner({shmtest::helper_path(), "consume", g.name, "1000000", "2000", "--lifo"});
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  std::vector<std::unique_ptr<shmtest::child>> producers;
+  for (int id = 1; id <= 4; ++id)
+    producers.push_back(std::make_unique<shmtest::child>(std::vector<std::string>{
+        shmtest::helper_path(), "produce", g.name, std::to_string(id), std::to_string(per), "--no-wait", "--size", "200",
+        "--pause-us", "20"}));
+  int dumps = 0, seen = 0;
+  while (dumps < 200) {
+    const auto j = json_of(cli({"dump", g.name, "--json", "--max", "64"}));
+    ++dumps;
+    for (const auto& m : j) {
+      const std::string bytes = m.contains("base16") ? unhex(m["base16"].get<std::string>()) : m["text"].get<std::string>();
+      CHECK_MESSAGE(well_formed(bytes), "a torn or mixed-up message in the dump");
+      ++seen;
+    }
+  }
+  for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(60s), 0));
+  const std::string out = owner.read_all(60s);
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  INFO(out);
+  CHECK(out.find("torn=0") != std::string::npos);
+  CHECK(out.find("dups=0") != std::string::npos);
+  CHECK(out.find("redelivered=0") != std::string::npos);  // the dumps took nothing
+  CHECK(seen > 0);  // the dumps did see messages (how many depends on the machine's load)
+  MESSAGE(dumps << " dumps saw " << seen << " messages");
+}
+
+TEST_CASE("dump on an orphaned box shows its messages; on a corrupt segment it fails with one line") {
+  shmtest::segment_guard g(shmtest::unique_name("dumporph"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  REQUIRE(cli({"post", g.name, "kept"}).code == 0);
+  owner.kill(SIGKILL);
+  owner.wait();
+  CHECK(json_of(cli({"stat", g.name, "--json"}))["orphaned"] == true);
+  auto r = cli({"dump", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out == "lane 0  #0  4 bytes  kept\n");
+
+  shmtest::segment_guard bad(shmtest::unique_name("dumpbad"));
+  {
+    const int fd = ::shm_open(("/shmbox." + bad.name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    const std::string junk(8192, 'x');
+    REQUIRE(::write(fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+  }
+  r = cli({"dump", bad.name});
+  CHECK(r.code == 1);
+  CHECK(r.err.rfind("shmbox: ", 0) == 0);
+  CHECK(r.err.find("not a shmbox") != std::string::npos);
+  r = cli({"dump", shmtest::unique_name("nosuch")});
+  CHECK(r.code == 1);
+}
+
+TEST_CASE("give-away: an owner that accepts requests hands the box to a waiting heir") {
+  shmtest::segment_guard g(shmtest::unique_name("give"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::cli_path(), "recv", g.name, "--follow", "--accept-give-away"}, {}, false, true);
+  REQUIRE(eventually([&] { return owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()); }));
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  CHECK(json_of(cli({"stat", g.name, "--json"}))["owner"]["accepts_requests"] == true);
+
+  REQUIRE(cli({"post", g.name, "before"}).code == 0);
+  CHECK(owner.read_line().value_or("") == "before");
+  auto r = cli({"give-away", g.name, std::to_string(heir.pid())});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("to pid " + std::to_string(heir.pid())) != std::string::npos);
+  // The old owner stops by itself, exit 0; the heir owns the box and receives.
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  CHECK(owner.read_stderr().find("given away on request") != std::string::npos);
+  const auto st = json_of(cli({"stat", g.name, "--json"}));
+  CHECK(st["owner"]["pid"] == heir.pid());
+  CHECK(st["owner"]["epoch"] == 2);
+  CHECK(st["last_transfer"]["reason"] == "give-away");
+  CHECK(st["last_transfer"]["from"] == owner.pid());
+  CHECK(st["last_transfer"]["data"] == "requested");
+  CHECK(st["owner"]["accepts_requests"] == false);  // a new owner starts with requests off
+  REQUIRE(cli({"post", g.name, "after"}).code == 0);
+  CHECK(heir.read_line().value_or("") == "after");
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
+TEST_CASE("give-away is refused with a reason: owner does not accept, pid not waiting, no owner") {
+  shmtest::segment_guard g(shmtest::unique_name("giveno"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  // No owner at all.
+  auto r = cli({"give-away", g.name, "1"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("no live owner") != std::string::npos);
+
+  shmtest::child owner({shmtest::cli_path(), "recv", g.name, "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()); }));
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  r = cli({"give-away", g.name, std::to_string(heir.pid())});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("does not accept give-away requests") != std::string::npos);
+  CHECK(r.err.find("--accept-give-away") != std::string::npos);
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()));  // nothing changed
+  owner.kill(SIGTERM);
+  CHECK(shmtest::exited_with(owner.wait(), 0));
+  // The heir took the box over when the owner left; it does not accept requests.
+  REQUIRE(eventually([&] { return owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()); }));
+
+  shmtest::segment_guard g2(shmtest::unique_name("givenw"));
+  REQUIRE(cli({"create", g2.name}).code == 0);
+  shmtest::child owner2({shmtest::cli_path(), "recv", g2.name, "--follow", "--accept-give-away"}, {}, false, true);
+  REQUIRE(eventually([&] { return owner_pid(g2.name) == static_cast<std::uint64_t>(owner2.pid()); }));
+  r = cli({"give-away", g2.name, std::to_string(heir.pid())});  // alive, but not waiting for this box
+  CHECK(r.code == 1);
+  CHECK(r.err.find("is not waiting for it") != std::string::npos);
+  CHECK(owner_pid(g2.name) == static_cast<std::uint64_t>(owner2.pid()));
+  r = cli({"give-away", g2.name, "0"});
+  CHECK(r.code == 2);  // usage: PID out of range
+  heir.kill(SIGTERM);
+  owner2.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+  CHECK(shmtest::exited_with(owner2.wait(), 0));
+}
+
+TEST_CASE("the manual page documents every command and every option that --help shows") {
+  const char* path = std::getenv("SHMBOX_MANPAGE");
+  REQUIRE_MESSAGE(path != nullptr, "SHMBOX_MANPAGE is set by tests/meson.build");
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::string man((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // roff writes a dash as "\-".
+  for (std::size_t p = man.find("\\-"); p != std::string::npos; p = man.find("\\-", p)) man.replace(p, 2, "-");
+  const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
+                                             "give-away", "ls", "heirs", "rm", "verify", "gc"};
+  const auto top = cli({"--help"});
+  CHECK(top.code == 0);
+  for (const std::string& c : commands) {
+    CAPTURE(c);
+    CHECK(top.out.find("  " + c + " ") != std::string::npos);  // listed by shmbox --help
+    CHECK(man.find("shmbox " + c) != std::string::npos);     // in the synopsis
+    const auto h = cli({c, "--help"});
+    CHECK(h.code == 0);
+    CHECK(h.out.find("Example: shmbox " + c) != std::string::npos);
+    // Every long option of the command's --help is documented.
+    const std::string& text = h.out;
+    for (std::size_t p = text.find("--"); p != std::string::npos; p = text.find("--", p + 2)) {
+      std::size_t e = p + 2;
+      while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '-')) ++e;
+      const std::string opt = text.substr(p, e - p);
+      if (opt == "--help" || opt.size() <= 2) continue;
+      CAPTURE(opt);
+      CHECK(man.find(opt) != std::string::npos);
+    }
+  }
+}

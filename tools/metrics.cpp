@@ -1,0 +1,224 @@
+// tools/metrics.cpp - `shmbox stat NAME --prometheus`: a box's figures in the
+// Prometheus text exposition format, version 0.0.4
+// (https://prometheus.io/docs/instrumenting/exposition_formats/).
+//
+// Every metric family is written once: a `# HELP` line, a `# TYPE` line, then
+// its samples. Names are `shmbox_<what>` in base units (bytes, seconds,
+// messages); counters end in `_total`. Every sample carries box="NAME";
+// per-lane figures (every counter, depth, capacity, lane policy) also carry
+// lane="L", one sample per lane and no box-wide sum beside them (sum them
+// with `sum by (box)`: the box's counters are exactly the lanes' sums).
+// Label values are escaped (\\, \", \n), and so is HELP text (\\, \n).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "commands.hpp"
+
+namespace shmbox_cli {
+namespace {
+
+// The length of the well-formed UTF-8 sequence at v[i] (0: none there).
+std::size_t utf8_length(std::string_view v, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(v[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else return 0;
+  if (i + n > v.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+// A label value between double quotes: backslash, double quote and line feed
+// escaped; bytes that are not UTF-8 (label values must be) become U+FFFD.
+// (Box names are [A-Za-z0-9._-]; the dead-letter name comes from the segment.)
+std::string escape_label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size();) {
+    const char c = v[i];
+    const std::size_t n = utf8_length(v, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out.append(v.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// HELP text: backslash and line feed escaped.
+std::string escape_help(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// `count` units of 10^-decimals as an exact decimal ("1.5", "0.00005", "0").
+std::string fixed_point(std::uint64_t count, int decimals) {
+  std::uint64_t scale = 1;
+  for (int d = 0; d < decimals; ++d) scale *= 10;
+  std::string s = std::to_string(count / scale);
+  std::string frac = std::to_string(count % scale);
+  if (count % scale == 0) return s;
+  frac.insert(0, static_cast<std::size_t>(decimals) - frac.size(), '0');
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return s + "." + frac;
+}
+
+std::string seconds_from_ms(std::int64_t ms) { return fixed_point(ms < 0 ? 0 : static_cast<std::uint64_t>(ms), 3); }
+std::string seconds_from_ns(std::int64_t ns) { return fixed_point(ns < 0 ? 0 : static_cast<std::uint64_t>(ns), 9); }
+
+class exposition {
+ public:
+  explicit exposition(std::string_view box) : box_(escape_label_value(box)) {}
+
+  // Starts a family: its HELP and TYPE lines.
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += escape_help(help);
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+
+  // One sample: name{box="...",<extra>} value. `extra` is `,k="v",...` (values escaped).
+  void sample(std::string_view name, const std::string& value, const std::string& extra = {}) {
+    out_ += name;
+    out_ += "{box=\"";
+    out_ += box_;
+    out_ += '"';
+    out_ += extra;
+    out_ += "} ";
+    out_ += value;
+    out_ += '\n';
+  }
+
+  // A family with a single sample labelled by box only.
+  void single(std::string_view name, std::string_view type, std::string_view help, const std::string& value) {
+    family(name, type, help);
+    sample(name, value);
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string box_;
+  std::string out_;
+};
+
+std::string label(std::string_view key, std::string_view value) {
+  return std::string(",") + std::string(key) + "=\"" + escape_label_value(value) + "\"";
+}
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+std::string flag(bool b) { return b ? "1" : "0"; }
+
+// One counter family, one sample per lane.
+struct counter_family {
+  const char* name;
+  const char* help;
+  std::uint64_t shmbox::counters::*field;
+};
+
+constexpr counter_family kCounters[] = {
+    {"shmbox_posted_total", "Messages posted to the lane (each message of a batch counts once; a loan when it claims its slot).",
+     &shmbox::counters::posted},
+    {"shmbox_stored_total", "Messages that entered the lane.", &shmbox::counters::stored},
+    {"shmbox_delivered_total", "Messages the owner received and committed.", &shmbox::counters::delivered},
+    {"shmbox_rejected_total", "Messages refused because the lane was full (policy reject).", &shmbox::counters::rejected},
+    {"shmbox_too_large_total", "Messages refused because they were larger than the slot size.",
+     &shmbox::counters::too_large},
+    {"shmbox_timeouts_total", "Posts that found no space before their timeout (policy block).",
+     &shmbox::counters::timeouts},
+    {"shmbox_dropped_newest_total", "New messages discarded on a full lane (drop-newest), or lifo tops replaced.",
+     &shmbox::counters::dropped_newest},
+    {"shmbox_dropped_oldest_total", "Messages evicted to make room (drop-oldest).", &shmbox::counters::dropped_oldest},
+    {"shmbox_filtered_total", "Messages dropped by the owner's filter.", &shmbox::counters::filtered},
+    {"shmbox_abandoned_total", "Messages lost because their producer died between claiming a slot and publishing it.",
+     &shmbox::counters::abandoned},
+    {"shmbox_aborted_total", "Loans given back unposted.", &shmbox::counters::aborted},
+    {"shmbox_redelivered_total", "Messages delivered again after an owner died before committing them.",
+     &shmbox::counters::redelivered},
+    {"shmbox_dead_lettered_total", "Dropped or evicted messages stored in the dead-letter box.",
+     &shmbox::counters::dead_lettered},
+    {"shmbox_dead_letter_failed_total", "Dropped or evicted messages the dead-letter box did not take.",
+     &shmbox::counters::dead_letter_failed},
+};
+
+}  // namespace
+
+std::string prometheus_text(const shmbox::box_info& i) {
+  exposition e(i.name);
+  const auto lane_label = [](std::size_t l) { return label("lane", std::to_string(l)); };
+
+  e.family("shmbox_box_info", "gauge", "Constant 1; the labels tell the box's default policy and dead-letter box (\"\": none).");
+  e.sample("shmbox_box_info", "1",
+           label("policy", shmbox::to_string(i.overflow)) + label("dead_letters", i.dead_letters));
+
+  e.single("shmbox_lanes", "gauge", "Lanes of the box (lane 0 is the control lane).", num(i.lanes.size()));
+
+  e.family("shmbox_lane_info", "gauge", "Constant 1 per lane; the policy label tells the lane's overflow policy.");
+  for (std::size_t l = 0; l < i.lanes.size(); ++l)
+    e.sample("shmbox_lane_info", "1", lane_label(l) + label("policy", shmbox::to_string(i.lanes[l].overflow)));
+
+  e.family("shmbox_capacity_messages", "gauge", "Messages the lane holds at most.");
+  for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample("shmbox_capacity_messages", num(i.lanes[l].capacity), lane_label(l));
+
+  e.family("shmbox_depth_messages", "gauge", "Messages in the lane now.");
+  for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample("shmbox_depth_messages", num(i.lanes[l].depth), lane_label(l));
+
+  e.single("shmbox_slot_size_bytes", "gauge", "Largest message the box takes.", num(i.slot_size));
+  e.single("shmbox_segment_bytes", "gauge", "Size of the shared-memory segment.", num(i.segment_bytes));
+  e.single("shmbox_producers_attached", "gauge", "Producer entries held by live processes.", num(i.producers_attached));
+  e.single("shmbox_producers_max", "gauge", "Producer entries of the box (live producers at once, at most).",
+           num(i.max_producers));
+  e.single("shmbox_owner_pid", "gauge", "Process id of the owner (0: none).", num(i.owner.pid));
+  e.single("shmbox_owner_alive", "gauge", "1 if the owner process is alive.", flag(i.owner.alive));
+  e.single("shmbox_owner_lease_expired", "gauge", "1 if the owner is alive but its lease expired without renewal.",
+           flag(i.owner.expired));
+  e.single("shmbox_owner_epoch", "gauge", "Owner epoch: +1 on every change of owner.", num(i.owner.epoch));
+
+  e.family("shmbox_owner_state", "gauge", "1 for the owner's current state, 0 for the others.");
+  for (const char* s : {"passive", "notify", "active"})
+    e.sample("shmbox_owner_state", flag(i.owner.state == s), label("state", s));
+
+  e.single("shmbox_owner_accepts_requests", "gauge", "1 if the owner hands the box over on request (shmbox give-away).",
+           flag(i.accepts_requests));
+  e.single("shmbox_heirs", "gauge", "Entries of the heir table (heirs and listeners, live or dead).", num(i.heirs.size()));
+  e.single("shmbox_orphaned", "gauge", "1 if the owner died (or its lease expired) and no live heir is waiting.",
+           flag(i.orphaned));
+  e.single("shmbox_lease_seconds", "gauge", "Lease of an owner that does not receive (0: only death ends a lease).",
+           seconds_from_ms(i.lease.count()));
+  e.single("shmbox_block_timeout_seconds", "gauge", "Default wait of a post on a full block lane.",
+           seconds_from_ms(i.block_timeout.count()));
+  e.single("shmbox_spin_seconds", "gauge", "How long a blocking call polls before it sleeps (adaptive wait).",
+           seconds_from_ns(i.spin.count()));
+
+  for (const counter_family& c : kCounters) {
+    e.family(c.name, "counter", c.help);
+    for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample(c.name, num(i.lanes[l].count.*c.field), lane_label(l));
+  }
+  return e.take();
+}
+
+}  // namespace shmbox_cli
