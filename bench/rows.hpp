@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -60,6 +61,28 @@ inline double quantile(const std::vector<double>& sorted, double q) {
   std::size_t i = static_cast<std::size_t>(q * static_cast<double>(sorted.size()));
   if (i >= sorted.size()) i = sorted.size() - 1;
   return sorted[i];
+}
+
+// The metrics of the round-trip groups: p50, p99 and p99.9 of one run's
+// samples (nearest rank).
+inline constexpr const char* kPercentileMetric[3] = {"p50", "p99", "p99.9"};
+inline std::array<double, 3> percentiles(std::vector<double>& samples) {  // sorts `samples`
+  std::sort(samples.begin(), samples.end());
+  return {quantile(samples, 0.50), quantile(samples, 0.99), quantile(samples, 0.999)};
+}
+
+// The rows of a round-trip configuration: for each percentile, the median
+// over the repetitions and their min and max (reps[k]: the k-th percentile
+// of every repetition; sorted in place). Returns the three summaries.
+inline std::array<summary, 3> print_percentile_rows(std::string_view group, std::string_view mech,
+                                                    std::array<std::vector<double>, 3>& reps,
+                                                    std::string_view note) {
+  std::array<summary, 3> s;
+  for (std::size_t k = 0; k < 3; ++k) {
+    s[k] = summarize(reps[k]);
+    print_row(group, mech, kPercentileMetric[k], s[k].median, s[k].min, s[k].max, "us", note);
+  }
+  return s;
 }
 
 // Handshake: waits until process `pid` sleeps in the kernel (state S in

@@ -88,40 +88,34 @@
 //   mounted). The parent removes every segment/queue after each run (RAII),
 //   also when the run fails (children are killed and reaped first), and on
 //   SIGINT/SIGTERM/SIGHUP/SIGQUIT. Children die with the parent (PDEATHSIG).
-#include <dirent.h>
+//
+// The harness (children, pipes, barriers, watchdog, cleanup) is
+// bench/harness.hpp, shared with throughput.cpp and iceoryx.cpp; this file
+// has the links (one per mechanism), the two roles and the table.
 #include <fcntl.h>
 #include <mqueue.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "harness.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 #include "spin_ring.hpp"
@@ -136,19 +130,12 @@
 
 namespace {
 
-using bench_clock = std::chrono::steady_clock;
+using namespace shmbench;
 
 constexpr std::uint32_t kCapacity = 1024;  // messages per queue (shared-memory mechanisms, message_queue)
 constexpr long kPosixMqDepth = 8;          // POSIX queues: at most this (and at most msg_max)
 constexpr std::string_view kMarker = "shmbench-rtt-";  // in every name we create
 constexpr const char* kProg = "shmbox-bench-rtt";
-
-// Any failure of the benchmark itself (not a usage error).
-struct bench_failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string errno_text(const char* what, int e = errno) { return std::string(what) + ": " + std::strerror(e); }
 
 // ===========================================================================
 // Mechanisms and configurations
@@ -199,12 +186,9 @@ const std::vector<Config>& all_configs() {
 // Command line
 // ===========================================================================
 
-struct Args {
+struct Args : CommonArgs {
   std::uint64_t count = 20'000;  // measured round trips per run
   std::uint64_t warmup = 2'000;  // round trips before them, not recorded
-  int reps = 5;
-  int timeout_s = 120;  // watchdog per run
-  bool verbose = false;
   std::vector<std::string> only;  // mechanism (or group) names; empty: all
 };
 
@@ -226,12 +210,6 @@ void usage(std::FILE* to) {
                "Rows (rows.hpp) go to stdout, the readable table to stderr.\n");
 }
 
-template <class T>
-bool parse_number(std::string_view s, T& out) {
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
 bool known_name(std::string_view n) {
   for (const Config& c : all_configs())
     if (n == c.mech_name || n == c.group) return true;
@@ -240,69 +218,40 @@ bool known_name(std::string_view n) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool quick = false, have_count = false, have_warmup = false, have_reps = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto take_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    bool ok = true;
-    if (arg == "-h" || arg == "--help") {
-      usage(stdout);
-      std::exit(0);
-    } else if (arg == "--count") {
-      ok = take_value() && parse_number(value, a.count) && a.count >= 1 && a.count <= 100'000'000;
+  bool have_count = false, have_warmup = false;
+  const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
+    const std::string_view arg = w.name();
+    if (arg == "--count") {
       have_count = true;
-    } else if (arg == "--warmup") {
-      ok = take_value() && parse_number(value, a.warmup) && a.warmup <= 100'000'000;
+      return w.number(a.count, 1, 100'000'000);
+    }
+    if (arg == "--warmup") {
       have_warmup = true;
-    } else if (arg == "--reps") {
-      ok = take_value() && parse_number(value, a.reps) && a.reps >= 1 && a.reps <= 1000;
-      have_reps = true;
-    } else if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--timeout") {
-      ok = take_value() && parse_number(value, a.timeout_s) && a.timeout_s >= 1;
-    } else if (arg == "--only") {
-      ok = take_value();
-      std::string_view rest = value;
-      while (ok && !rest.empty()) {
+      return w.number(a.warmup, 0, 100'000'000);
+    }
+    if (arg == "--only") {
+      std::string_view rest;
+      if (!w.value(rest)) return false;
+      while (!rest.empty()) {  // empty items are skipped
         const auto comma = rest.find(',');
         const std::string_view item = rest.substr(0, comma);
         rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
         if (item.empty()) continue;
         if (!known_name(item)) {
           std::fprintf(stderr, "%s: unknown mechanism '%.*s'\n", kProg, int(item.size()), item.data());
-          ok = false;
+          return false;
         }
         a.only.emplace_back(item);
       }
-      if (ok && a.only.empty()) ok = false;
-    } else if (arg == "--verbose" || arg == "-v") {
-      a.verbose = true;
-    } else {
-      ok = false;
+      return !a.only.empty();
     }
-    if (!ok) {
-      std::fprintf(stderr, "%s: bad argument '%s'\n", kProg, argv[i]);
-      usage(stderr);
-      return std::nullopt;
-    }
-  }
-  if (quick) {
+    return false;
+  });
+  if (!ok) return std::nullopt;
+  if (a.quick) {
     if (!have_count) a.count = 200;
     if (!have_warmup) a.warmup = 20;
-    if (!have_reps) a.reps = 2;
+    if (!a.reps_given) a.reps = 2;
   }
   return a;
 }
@@ -314,231 +263,8 @@ bool selected(const Args& a, const Config& c) {
   return false;
 }
 
-// ===========================================================================
-// Cleanup on fatal signals (everything here is async-signal-safe)
-// ===========================================================================
-// The RAII guards below register the /dev/shm paths and POSIX queue names they
-// own, and the parent registers its children, so that SIGINT/SIGTERM/SIGHUP/
-// SIGQUIT still kill the children and remove the segments and queues
-// (unlink(2) and the mq_unlink system call are async-signal-safe; on Linux
-// shm_unlink(name) is unlink("/dev/shm/name")).
-
-constexpr int kMaxTracked = 8;
-constexpr int kMaxChildren = 4;
-char g_tracked_path[kMaxTracked][256];
-volatile std::sig_atomic_t g_tracked_used[kMaxTracked];
-char g_tracked_mq[kMaxTracked][128];  // without the leading '/' (the system call's form)
-volatile std::sig_atomic_t g_tracked_mq_used[kMaxTracked];
-volatile std::sig_atomic_t g_child_pid[kMaxChildren];
-
-extern "C" void on_fatal_signal(int sig) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] > 0) ::kill(static_cast<pid_t>(g_child_pid[i]), SIGKILL);
-  for (int i = 0; i < kMaxChildren; ++i)  // reap them: no zombies left to init
-    if (g_child_pid[i] > 0) ::waitpid(static_cast<pid_t>(g_child_pid[i]), nullptr, 0);
-  for (int i = 0; i < kMaxTracked; ++i)
-    if (g_tracked_used[i] != 0) ::unlink(g_tracked_path[i]);
-  for (int i = 0; i < kMaxTracked; ++i)
-    if (g_tracked_mq_used[i] != 0) ::syscall(SYS_mq_unlink, g_tracked_mq[i]);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-constexpr int kFatalSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-
-void install_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int s : kFatalSignals) ::sigaction(s, &sa, nullptr);
-}
-
-void reset_signal_handlers() {
-  for (int s : kFatalSignals) ::signal(s, SIG_DFL);
-}
-
-// Registers `text` in the first free entry of a signal-handler table.
-int track_in(char (*table)[256], volatile std::sig_atomic_t* used, const std::string& text) {
-  for (int i = 0; i < kMaxTracked; ++i) {
-    if (used[i] != 0) continue;
-    std::snprintf(table[i], 256, "%s", text.c_str());
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // the text is complete before it is used
-    used[i] = 1;
-    return i;
-  }
-  return -1;
-}
-
-// Owns a path in /dev/shm: unlinks it when created (a stale one of the same
-// name), on destruction, and from the signal handler while it exists.
-class TrackedPath {
- public:
-  explicit TrackedPath(const std::string& path) : path_(path) {
-    ::unlink(path_.c_str());
-    slot_ = track_in(g_tracked_path, g_tracked_used, path_);
-  }
-  ~TrackedPath() {
-    ::unlink(path_.c_str());
-    if (slot_ >= 0) g_tracked_used[slot_] = 0;
-  }
-  TrackedPath(const TrackedPath&) = delete;
-  TrackedPath& operator=(const TrackedPath&) = delete;
-
- private:
-  std::string path_;
-  int slot_ = -1;
-};
-
-// The same for a POSIX message queue name ("/name").
-class TrackedMq {
- public:
-  explicit TrackedMq(const std::string& name) : name_(name) {
-    ::mq_unlink(name_.c_str());
-    for (int i = 0; i < kMaxTracked; ++i) {
-      if (g_tracked_mq_used[i] != 0) continue;
-      std::snprintf(g_tracked_mq[i], sizeof g_tracked_mq[i], "%s", name_.c_str() + 1);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      g_tracked_mq_used[i] = 1;
-      slot_ = i;
-      break;
-    }
-  }
-  ~TrackedMq() {
-    ::mq_unlink(name_.c_str());
-    if (slot_ >= 0) g_tracked_mq_used[slot_] = 0;
-  }
-  TrackedMq(const TrackedMq&) = delete;
-  TrackedMq& operator=(const TrackedMq&) = delete;
-
- private:
-  std::string name_;
-  int slot_ = -1;
-};
-
-// The pid after our marker in a name, or 0.
-long marker_pid(std::string_view n) {
-  const auto at = n.find(kMarker);
-  if (at == std::string_view::npos) return 0;
-  const std::string_view rest = n.substr(at + kMarker.size());
-  long pid = 0;
-  const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-  if (ec != std::errc{} || p == rest.data() || pid <= 0) return 0;
-  return pid;
-}
-
-// Removes entries with our marker in `dir` left by benchmark processes that no
-// longer exist (killed with SIGKILL, for instance).
-void remove_stale_in(const char* dir) {
-  DIR* d = ::opendir(dir);
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const long pid = marker_pid(e->d_name);
-    if (pid == 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // its process still exists
-    stale.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  for (const auto& n : stale) {
-    const std::string path = std::string(dir) + "/" + n;
-    if (::unlink(path.c_str()) == 0) std::fprintf(stderr, "%s: removed stale %s\n", kProg, path.c_str());
-  }
-}
-
-void remove_stale_segments() {
-  remove_stale_in("/dev/shm");
-  remove_stale_in("/dev/mqueue");  // only if mqueue is mounted there; otherwise nothing to list
-}
-
-// ===========================================================================
-// File descriptors and the records children send to the parent
-// ===========================================================================
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      close();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~Fd() { close(); }
-  int get() const noexcept { return fd_; }
-  void close() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  Fd r, w;
-  Pipe() {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) throw bench_failure(errno_text("pipe2"));
-    r = Fd(p[0]);
-    w = Fd(p[1]);
-  }
-};
-
-enum class rec_kind : std::int32_t { ready = 1, result = 2, echoed = 3, failed = 4 };
-
 constexpr std::int32_t kPinger = 0;  // A: sends pings, measures
 constexpr std::int32_t kEchoer = 1;  // B: echoes
-
-// One report from a child. Smaller than PIPE_BUF, so every write() of a record
-// is atomic and records of the two children never interleave.
-struct Record {
-  rec_kind kind{};
-  std::int32_t who = 0;    // kPinger or kEchoer
-  std::uint64_t n = 0;     // result: samples; echoed: messages echoed
-  double us[6] = {};       // result: p50, p99, p99.9, min, max, mean (microseconds)
-  char text[200] = {};     // failed: what went wrong
-};
-static_assert(sizeof(Record) <= PIPE_BUF);
-
-void write_all(int fd, const void* p, std::size_t n, const char* what) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text(what));
-    }
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-void send_record(int fd, const Record& r) { write_all(fd, &r, sizeof r, "write to the parent"); }
-
-void send_simple(int fd, rec_kind kind, std::int32_t who, std::uint64_t n = 0, const std::string& text = {}) {
-  Record r;
-  r.kind = kind;
-  r.who = who;
-  r.n = n;
-  const std::size_t len = std::min(text.size(), sizeof r.text - 1);
-  if (len > 0) std::memcpy(r.text, text.data(), len);
-  send_record(fd, r);
-}
-
-// Blocks until the write end of `fd`'s pipe is closed everywhere (the
-// parent's broadcast: nobody ever writes to these pipes, they only close).
-void wait_for_eof(int fd) {
-  char c;
-  for (;;) {
-    const ssize_t n = ::read(fd, &c, 1);
-    if (n == 0) return;
-    if (n < 0 && errno == EINTR) continue;
-    throw bench_failure(n < 0 ? errno_text("read of the barrier pipe") : "unexpected byte on a barrier pipe");
-  }
-}
 
 // ===========================================================================
 // Messages and their check
@@ -619,8 +345,7 @@ struct ChildCtx {
   std::string tx_name, rx_name;  // the queue this child sends on / receives from
   int tx_fd = -1, rx_fd = -1;    // pipe and socket mechanisms
   std::uint64_t warmup = 0, count = 0;
-  int report_fd = -1;  // write: records to the parent
-  int go_fd = -1;      // read: EOF = start
+  ChildEnds ends;  // its ends of the run's pipes (the "done" barrier is not used)
 };
 
 // --- spin ring (busy) ---------------------------------------------------------
@@ -694,19 +419,30 @@ class LockfreeLink {
 
 // --- shmbox with copies: busy (try_receive) or blocking (receive) --------------
 
-// How a shmbox link receives.
-enum class ShmboxRecv { busy, adaptive, futex };
-
-class ShmboxLink {
- public:
-  static constexpr bool kZeroCopy = false;
-  ShmboxLink(const ChildCtx& c, ShmboxRecv how) : how_(how), size_(c.size) {
+// What both shmbox links hold: a Producer of the box this child sends on,
+// the Owner of the box it receives from.
+class ShmboxEnds {
+ protected:
+  explicit ShmboxEnds(const ChildCtx& c) : size_(c.size) {
     auto p = shmbox::Producer::attach(c.tx_name);
     if (!p) throw bench_failure("Producer::attach " + c.tx_name + ": " + shmbox::explain(p.error()));
     tx_.emplace(std::move(*p));
     auto o = shmbox::Owner::acquire(c.rx_name);
     if (!o) throw bench_failure("Owner::acquire " + c.rx_name + ": " + shmbox::explain(o.error()));
     rx_.emplace(std::move(*o));
+  }
+  std::size_t size_;
+  std::optional<shmbox::Producer> tx_;
+  std::optional<shmbox::Owner> rx_;
+};
+
+// How a shmbox link receives.
+enum class ShmboxRecv { busy, adaptive, futex };
+
+class ShmboxLink : ShmboxEnds {
+ public:
+  static constexpr bool kZeroCopy = false;
+  ShmboxLink(const ChildCtx& c, ShmboxRecv how) : ShmboxEnds(c), how_(how) {
     m_.data.reserve(size_);
     if (how_ == ShmboxRecv::futex) wait_.spin = std::chrono::nanoseconds(0);  // adaptive: unset = the box's spin
   }
@@ -735,26 +471,16 @@ class ShmboxLink {
 
  private:
   ShmboxRecv how_;
-  std::size_t size_;
-  std::optional<shmbox::Producer> tx_;
-  std::optional<shmbox::Owner> rx_;
   shmbox::message m_;  // reused: its string keeps its memory
   shmbox::wait_options wait_{};
 };
 
 // --- shmbox zero-copy (busy): loan / receive_in_place --------------------------
 
-class ShmboxZeroCopyLink {
+class ShmboxZeroCopyLink : ShmboxEnds {
  public:
   static constexpr bool kZeroCopy = true;
-  explicit ShmboxZeroCopyLink(const ChildCtx& c) : size_(c.size) {
-    auto p = shmbox::Producer::attach(c.tx_name);
-    if (!p) throw bench_failure("Producer::attach " + c.tx_name + ": " + shmbox::explain(p.error()));
-    tx_.emplace(std::move(*p));
-    auto o = shmbox::Owner::acquire(c.rx_name);
-    if (!o) throw bench_failure("Owner::acquire " + c.rx_name + ": " + shmbox::explain(o.error()));
-    rx_.emplace(std::move(*o));
-  }
+  explicit ShmboxZeroCopyLink(const ChildCtx& c) : ShmboxEnds(c) {}
 
   // Claims a slot, writes the message into it, publishes it.
   void send(const unsigned char* m) {
@@ -815,9 +541,6 @@ class ShmboxZeroCopyLink {
     if (!error_.empty()) throw bench_failure(error_);
   }
 
-  std::size_t size_;
-  std::optional<shmbox::Producer> tx_;
-  std::optional<shmbox::Owner> rx_;
   std::string error_;
 };
 
@@ -865,9 +588,9 @@ class PosixMqLink {
   static constexpr bool kZeroCopy = false;
   explicit PosixMqLink(const ChildCtx& c) {
     tx_ = ::mq_open(c.tx_name.c_str(), O_WRONLY | O_CLOEXEC);
-    if (tx_ == mqd_t(-1)) throw bench_failure(errno_text(("mq_open " + c.tx_name).c_str()));
+    if (tx_ == mqd_t(-1)) throw bench_failure(errno_text("mq_open " + c.tx_name));
     rx_ = ::mq_open(c.rx_name.c_str(), O_RDONLY | O_CLOEXEC);
-    if (rx_ == mqd_t(-1)) throw bench_failure(errno_text(("mq_open " + c.rx_name).c_str()));
+    if (rx_ == mqd_t(-1)) throw bench_failure(errno_text("mq_open " + c.rx_name));
   }
   ~PosixMqLink() {
     if (tx_ != mqd_t(-1)) ::mq_close(tx_);
@@ -956,8 +679,7 @@ void pinger(const ChildCtx& c, Link& link) {
   Msg<S> msg;
   SeqCheck check("echo", S);
   std::vector<std::int64_t> ns(c.count, 0);  // allocated and touched before the start
-  send_simple(c.report_fd, rec_kind::ready, kPinger);
-  wait_for_eof(c.go_fd);
+  c.ends.ready_and_wait(kPinger);
 
   const std::uint64_t total = c.warmup + c.count;
   for (std::uint64_t i = 0; i < total; ++i) {
@@ -976,26 +698,20 @@ void pinger(const ChildCtx& c, Link& link) {
   std::vector<double> us(ns.size());
   double sum = 0;
   for (std::size_t i = 0; i < ns.size(); ++i) sum += us[i] = static_cast<double>(ns[i]) / 1000.0;
-  std::sort(us.begin(), us.end());
-  Record r;
-  r.kind = rec_kind::result;
-  r.who = kPinger;
-  r.n = us.size();
-  r.us[0] = shmbench::quantile(us, 0.50);
-  r.us[1] = shmbench::quantile(us, 0.99);
-  r.us[2] = shmbench::quantile(us, 0.999);
+  const std::array<double, 3> p = shmbench::percentiles(us);  // sorts us
+  Record r = make_record(rec_kind::result, kPinger, us.size());
+  std::copy(p.begin(), p.end(), r.us);
   r.us[3] = us.front();
   r.us[4] = us.back();
   r.us[5] = sum / static_cast<double>(us.size());
-  send_record(c.report_fd, r);
+  c.ends.send(r);
 }
 
 // B: echoes every ping after checking it.
 template <std::size_t S, class Link>
 void echoer(const ChildCtx& c, Link& link) {
   SeqCheck check("ping", S);
-  send_simple(c.report_fd, rec_kind::ready, kEchoer);
-  wait_for_eof(c.go_fd);
+  c.ends.ready_and_wait(kEchoer);
 
   const std::uint64_t total = c.warmup + c.count;
   for (std::uint64_t i = 0; i < total; ++i) {
@@ -1009,11 +725,14 @@ void echoer(const ChildCtx& c, Link& link) {
       link.send(m.data());
     }
   }
-  send_simple(c.report_fd, rec_kind::echoed, kEchoer, check.seen());
+  c.ends.send(rec_kind::produced, kEchoer, check.seen());  // the number of messages echoed
 }
 
-template <std::size_t S, class Link>
-void play(const ChildCtx& c, Link& link) {
+// Opens c's link of type Link (its constructor takes c and `more`) and plays
+// c's role on it.
+template <std::size_t S, class Link, class... More>
+void play(const ChildCtx& c, More... more) {
+  Link link(c, more...);
   if (c.who == kPinger)
     pinger<S>(c, link);
   else
@@ -1023,55 +742,32 @@ void play(const ChildCtx& c, Link& link) {
 template <std::size_t S>
 void child_sized(const ChildCtx& c) {
   switch (c.mech) {
-    case Mech::spin_ring: {
-      SpinRingLink<S> l(c);
-      return play<S>(c, l);
-    }
-    case Mech::lockfree_spsc: {
+    case Mech::spin_ring: return play<S, SpinRingLink<S>>(c);
+    case Mech::lockfree_spsc:
 #if defined(SHMBOX_HAVE_BOOST)
-      LockfreeLink<S> l(c);
-      return play<S>(c, l);
+      return play<S, LockfreeLink<S>>(c);
 #else
       throw bench_failure("built without Boost");
 #endif
-    }
-    case Mech::shmbox_copy:
-    case Mech::shmbox_adaptive:
-    case Mech::shmbox_futex: {
-      ShmboxLink l(c, c.mech == Mech::shmbox_copy       ? ShmboxRecv::busy
-                      : c.mech == Mech::shmbox_adaptive ? ShmboxRecv::adaptive
-                                                        : ShmboxRecv::futex);
-      return play<S>(c, l);
-    }
-    case Mech::shmbox_zero_copy: {
-      ShmboxZeroCopyLink l(c);
-      return play<S>(c, l);
-    }
-    case Mech::boost_mq: {
+    case Mech::shmbox_copy: return play<S, ShmboxLink>(c, ShmboxRecv::busy);
+    case Mech::shmbox_adaptive: return play<S, ShmboxLink>(c, ShmboxRecv::adaptive);
+    case Mech::shmbox_futex: return play<S, ShmboxLink>(c, ShmboxRecv::futex);
+    case Mech::shmbox_zero_copy: return play<S, ShmboxZeroCopyLink>(c);
+    case Mech::boost_mq:
 #if defined(SHMBOX_HAVE_BOOST)
-      BoostMqLink<S> l(c);
-      return play<S>(c, l);
+      return play<S, BoostMqLink<S>>(c);
 #else
       throw bench_failure("built without Boost");
 #endif
-    }
-    case Mech::posix_mq: {
-      PosixMqLink<S> l(c);
-      return play<S>(c, l);
-    }
-    case Mech::pipe: {
-      PipeLink<S> l(c);
-      return play<S>(c, l);
-    }
-    case Mech::unix_socket: {
-      SocketLink<S> l(c);
-      return play<S>(c, l);
-    }
+    case Mech::posix_mq: return play<S, PosixMqLink<S>>(c);
+    case Mech::pipe: return play<S, PipeLink<S>>(c);
+    case Mech::unix_socket: return play<S, SocketLink<S>>(c);
   }
   throw bench_failure("unknown mechanism");
 }
 
 void child_main(const ChildCtx& c) {
+  ::signal(SIGPIPE, SIG_IGN);  // a write to a dead peer's pipe/socket is an error (EPIPE), not a silent death
   if (c.size == 64) return child_sized<64>(c);
   if (c.size == 1024) return child_sized<1024>(c);
   throw bench_failure("unsupported message size " + std::to_string(c.size));
@@ -1117,7 +813,7 @@ class SpinRingResource final : public Resource {
   }
 
  private:
-  TrackedPath t_ping_, t_pong_;
+  TrackedName t_ping_, t_pong_;
 };
 
 #if defined(SHMBOX_HAVE_BOOST)
@@ -1148,7 +844,7 @@ class LockfreeResource final : public Resource {
   }
 
  private:
-  TrackedPath t_ping_, t_pong_;
+  TrackedName t_ping_, t_pong_;
   std::optional<bip::managed_shared_memory> seg_[2];  // stays mapped in the parent for verify()
   LfQueue<S>* q_[2] = {nullptr, nullptr};
 };
@@ -1188,7 +884,7 @@ class ShmboxResource final : public Resource {
   }
 
  private:
-  TrackedPath t_ping_, t_pong_;
+  TrackedName t_ping_, t_pong_;
   std::vector<shmbox::Box> boxes_;
 };
 
@@ -1221,28 +917,17 @@ class BoostMqResource final : public Resource {
   }
 
  private:
-  TrackedPath t_ping_, t_pong_;
+  TrackedName t_ping_, t_pong_;
 };
 #endif
-
-// Creates a POSIX queue (fails if it exists); returns errno or 0.
-int create_posix_mq(const std::string& name, long depth, std::size_t size) {
-  mq_attr attr{};
-  attr.mq_maxmsg = depth;
-  attr.mq_msgsize = static_cast<long>(size);
-  const mqd_t q = ::mq_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600, &attr);
-  if (q == mqd_t(-1)) return errno;
-  ::mq_close(q);
-  return 0;
-}
 
 class PosixMqResource final : public Resource {
  public:
   PosixMqResource(const std::string& base, std::size_t size, long depth)
-      : Resource("/" + base), t_ping_(ping), t_pong_(pong) {
+      : Resource("/" + base), t_ping_(ping, TrackedName::mqueue), t_pong_(pong, TrackedName::mqueue) {
     for (const std::string* n : {&ping, &pong})
       if (const int e = create_posix_mq(*n, depth, size); e != 0)
-        throw bench_failure(errno_text(("mq_open(create) " + *n).c_str(), e));
+        throw bench_failure(errno_text("mq_open(create) " + *n, e));
   }
   ~PosixMqResource() override {
     ::mq_unlink(ping.c_str());
@@ -1251,7 +936,7 @@ class PosixMqResource final : public Resource {
   void verify(std::uint64_t) override {
     for (const std::string* n : {&ping, &pong}) {
       const mqd_t q = ::mq_open(n->c_str(), O_RDONLY | O_CLOEXEC);
-      if (q == mqd_t(-1)) throw bench_failure(errno_text(("mq_open " + *n).c_str()));
+      if (q == mqd_t(-1)) throw bench_failure(errno_text("mq_open " + *n));
       mq_attr a{};
       const int rc = ::mq_getattr(q, &a);
       ::mq_close(q);
@@ -1260,7 +945,7 @@ class PosixMqResource final : public Resource {
   }
 
  private:
-  TrackedMq t_ping_, t_pong_;
+  TrackedName t_ping_, t_pong_;
 };
 
 class PipeResource final : public Resource {
@@ -1361,155 +1046,11 @@ std::unique_ptr<Resource> make_resource(const Config& cfg, long mq_depth) {
   throw bench_failure("unknown mechanism");
 }
 
-// The children of one run. The destructor kills and reaps every child that
-// has not been reaped, so a failing run leaves no process behind.
-class Children {
- public:
-  Children() = default;
-  Children(const Children&) = delete;
-  Children& operator=(const Children&) = delete;
-  ~Children() {
-    for (auto& k : kids_)
-      if (!k.reaped) ::kill(k.pid, SIGKILL);
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      while (::waitpid(k.pid, &st, 0) < 0 && errno == EINTR) {
-      }
-      k.reaped = true;
-    }
-    for (auto& k : kids_) untrack(k.pid);
-  }
-
-  // Forks a child that closes `close_in_child` and runs body(); it reports
-  // exceptions as a `failed` record and never returns into the parent's code
-  // (it ends with _exit).
-  template <class Body>
-  void spawn(std::string role, int report_fd, const std::vector<int>& close_in_child, std::int32_t who, Body body) {
-    std::fflush(nullptr);  // nothing buffered may be written twice
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      ::signal(SIGPIPE, SIG_IGN);  // a write to a dead peer's pipe/socket is an error (EPIPE), not a silent death
-      for (int fd : close_in_child) ::close(fd);
-      int rc = 0;
-      try {
-        body();
-      } catch (const std::exception& e) {
-        rc = 1;
-        try {
-          send_simple(report_fd, rec_kind::failed, who, 0, role + ": " + e.what());
-        } catch (...) {
-        }
-      } catch (...) {
-        rc = 1;
-      }
-      ::_exit(rc);  // no atexit handlers, no destructors of the parent's objects
-    }
-    kids_.push_back({pid, std::move(role), false});
-    track(pid);
-  }
-
-  // Reaps children that have exited; throws if one died abnormally.
-  void check() {
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      const pid_t r = ::waitpid(k.pid, &st, WNOHANG);
-      if (r != k.pid) continue;
-      k.reaped = true;
-      untrack(k.pid);
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
-    }
-  }
-
-  // Waits for every child; throws if one did not exit with status 0.
-  void reap_all() {
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      pid_t r;
-      while ((r = ::waitpid(k.pid, &st, 0)) < 0 && errno == EINTR) {
-      }
-      k.reaped = true;
-      untrack(k.pid);
-      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
-    }
-  }
-
- private:
-  struct Kid {
-    pid_t pid;
-    std::string role;
-    bool reaped;
-  };
-  static std::string describe(int st) {
-    if (WIFSIGNALED(st))
-      return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
-    return "exited with status " + std::to_string(WEXITSTATUS(st));
-  }
-  static void track(pid_t pid) {
-    for (int i = 0; i < kMaxChildren; ++i)
-      if (g_child_pid[i] == 0) {
-        g_child_pid[i] = pid;
-        return;
-      }
-  }
-  static void untrack(pid_t pid) {
-    for (int i = 0; i < kMaxChildren; ++i)
-      if (g_child_pid[i] == pid) g_child_pid[i] = 0;
-  }
-  std::vector<Kid> kids_;
-};
-
-// Reads one record from the report pipe. Returns false at EOF (both children
-// have closed their ends, i.e. exited). Throws at the deadline, or when a
-// child died without reporting. The 250 ms poll slices are only for the
-// watchdog.
-bool read_record(int fd, Record& r, bench_clock::time_point deadline, Children& kids) {
-  char* p = reinterpret_cast<char*>(&r);
-  std::size_t got = 0;
-  while (got < sizeof r) {
-    const auto now = bench_clock::now();
-    if (now >= deadline) throw bench_failure("watchdog: the run did not finish in time (see --timeout)");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    pollfd pfd{fd, POLLIN, 0};
-    const int rc = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(250, left + 1)));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text("poll"));
-    }
-    if (rc == 0) {
-      kids.check();
-      continue;
-    }
-    const ssize_t n = ::read(fd, p + got, sizeof r - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text("read of the report pipe"));
-    }
-    if (n == 0) {
-      if (got == 0) return false;
-      throw bench_failure("truncated report from a child");
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  if (r.kind == rec_kind::failed) {
-    r.text[sizeof r.text - 1] = '\0';
-    throw bench_failure(r.text);
-  }
-  return true;
-}
-
-// One measured run: fresh queues, two children, the pinger's percentiles.
+// One measured run (harness.hpp, ONE RUN): fresh queues, the pinger and the
+// echoer; the pinger's percentiles.
 Record run_once(const Config& cfg, const Args& args, long mq_depth) {
   const std::unique_ptr<Resource> res = make_resource(cfg, mq_depth);
-  Pipe report, go;
-  Children kids;  // declared after the resource: children die before it is removed
+  Run run;  // declared after the resource: children die before it is removed
 
   for (const std::int32_t who : {kPinger, kEchoer}) {
     ChildCtx c;
@@ -1521,73 +1062,33 @@ Record run_once(const Config& cfg, const Args& args, long mq_depth) {
     std::tie(c.tx_fd, c.rx_fd) = res->fds(who);
     c.warmup = args.warmup;
     c.count = args.count;
-    c.report_fd = report.w.get();
-    c.go_fd = go.r.get();
-    std::vector<int> close_in_child = {report.r.get(), go.w.get()};
+    c.ends = run.child_ends();
+    std::vector<int> not_its_own;
     for (int fd : res->all_fds())
-      if (fd != c.tx_fd && fd != c.rx_fd) close_in_child.push_back(fd);
-    kids.spawn(who == kPinger ? "pinger" : "echoer", report.w.get(), close_in_child, who, [c] { child_main(c); });
+      if (fd != c.tx_fd && fd != c.rx_fd) not_its_own.push_back(fd);
+    run.spawn(who == kPinger ? "pinger" : "echoer", who, [c] { child_main(c); }, not_its_own);
   }
-  // Only the children keep these ends: EOF on the report pipe means both
-  // exited, EOF on a pipe/socket of the mechanism means the peer is gone.
-  report.w.close();
-  go.r.close();
-  res->close_fds();
-
-  const auto deadline = bench_clock::now() + std::chrono::seconds(args.timeout_s);
-  Record rec;
-  // 1. Set-up handshake: both children have opened/attached/mapped everything.
-  for (int ready = 0; ready < 2; ++ready) {
-    if (!read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("children exited during set-up");
-    if (rec.kind != rec_kind::ready) throw bench_failure("unexpected report during set-up");
-  }
-  // 2. Start: both children wake on EOF of "go".
-  go.w.close();
-  // 3. The pinger's result and the echoer's count, in either order.
-  std::optional<Record> result;
-  std::optional<std::uint64_t> echoed;
-  while (!result || !echoed) {
-    if (!read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("children exited before reporting");
-    if (rec.kind == rec_kind::result && !result)
-      result = rec;
-    else if (rec.kind == rec_kind::echoed && !echoed)
-      echoed = rec.n;
-    else
-      throw bench_failure("unexpected report during the run");
-  }
-  // 4. Both exit (EOF on the report pipe) with status 0.
-  while (read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("unexpected report after the run");
-  kids.reap_all();
+  run.watch(args.timeout_s);
+  res->close_fds();  // only the children keep these: EOF on a pipe/socket means the peer is gone
+  run.wait_ready(2);  // both children have opened/attached/mapped everything
+  run.release();
+  const Run::Finished f = run.wait_finished(1);  // the echoer's count and the pinger's result
+  run.wait_exit();
 
   const std::uint64_t total = args.warmup + args.count;
-  if (*echoed != total || result->n != args.count)
-    throw bench_failure("count mismatch: echoed " + std::to_string(*echoed) + " of " + std::to_string(total) +
-                        ", measured " + std::to_string(result->n) + " of " + std::to_string(args.count));
+  if (f.sent != total || f.result.a != args.count)
+    throw bench_failure("count mismatch: echoed " + std::to_string(f.sent) + " of " + std::to_string(total) +
+                        ", measured " + std::to_string(f.result.a) + " of " + std::to_string(args.count));
   res->verify(total);
-  return *result;
+  return f.result;
 }
 
 // ===========================================================================
 // Availability, repetitions, output
 // ===========================================================================
 
-constexpr bool kHaveBoost =
-#if defined(SHMBOX_HAVE_BOOST)
-    true;
-#else
-    false;
-#endif
-
 // The POSIX queue depth we may use: min(kPosixMqDepth, msg_max).
-long posix_mq_depth() {
-  long depth = kPosixMqDepth;
-  if (std::FILE* f = std::fopen("/proc/sys/fs/mqueue/msg_max", "r")) {
-    long max = 0;
-    if (std::fscanf(f, "%ld", &max) == 1 && max >= 1) depth = std::min(depth, max);
-    std::fclose(f);
-  }
-  return depth;
-}
+long posix_mq_depth() { return std::min<long>(kPosixMqDepth, posix_mq_msg_max()); }
 
 // Why a configuration cannot be measured here ("" if it can).
 std::string unavailable(const Config& c, long mq_depth) {
@@ -1595,7 +1096,7 @@ std::string unavailable(const Config& c, long mq_depth) {
     return "built without Boost (Boost.Interprocess/Boost.Lockfree)";
   if (c.mech == Mech::posix_mq) {
     const std::string probe = "/" + std::string(kMarker) + std::to_string(::getpid()) + "-probe";
-    TrackedMq track(probe);
+    TrackedName track(probe, TrackedName::mqueue);
     if (const int e = create_posix_mq(probe, mq_depth, c.size); e != 0)
       return "POSIX message queues unavailable: " + errno_text("mq_open", e);
   }
@@ -1615,7 +1116,8 @@ std::string fmt_us(double v) {
 
 int run(const Args& args) {
   install_signal_handlers();
-  remove_stale_segments();
+  remove_stale(kProg, "/dev/shm", kMarker);
+  remove_stale(kProg, "/dev/mqueue", kMarker);  // only there when the mqueue file system is mounted
 
   const std::vector<Config>& configs = all_configs();
   const long mq_depth = posix_mq_depth();
@@ -1656,7 +1158,6 @@ int run(const Args& args) {
   char note[96];
   std::snprintf(note, sizeof note, "%llu round trips x %d reps", static_cast<unsigned long long>(args.count),
                 args.reps);
-  static constexpr const char* kMetric[3] = {"p50", "p99", "p99.9"};
   std::fprintf(stderr, "\n%-13s %-17s %-24s %-24s %-24s\n", "group", "mechanism", "p50 us (min..max)",
                "p99 us (min..max)", "p99.9 us (min..max)");
   for (std::size_t i = 0; i < configs.size(); ++i) {
@@ -1668,9 +1169,7 @@ int run(const Args& args) {
       continue;
     }
     std::string line;
-    for (std::size_t k = 0; k < 3; ++k) {
-      const shmbench::summary s = shmbench::summarize(pct[i][k]);
-      shmbench::print_row(c.group, c.mech_name, kMetric[k], s.median, s.min, s.max, "us", note);
+    for (const shmbench::summary& s : shmbench::print_percentile_rows(c.group, c.mech_name, pct[i], note)) {
       char cell[64];
       std::snprintf(cell, sizeof cell, "%s (%s..%s)", fmt_us(s.median).c_str(), fmt_us(s.min).c_str(),
                     fmt_us(s.max).c_str());
@@ -1685,14 +1184,4 @@ int run(const Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::optional<Args> args = parse_args(argc, argv);
-  if (!args) return 2;
-  try {
-    return run(*args);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s: FAILED: %s\n", kProg, e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return shmbench::bench_main(kProg, argc, argv, parse_args, run); }

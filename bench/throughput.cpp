@@ -87,25 +87,23 @@
 //   (RAII), also when the run fails (children are killed and reaped first),
 //   and on SIGINT/SIGTERM/SIGHUP/SIGQUIT. The socket is in the abstract
 //   namespace (it leaves no file). Children die with the parent (PDEATHSIG).
-#include <dirent.h>
+//
+// The harness (children, pipes, barriers, watchdog, cleanup, the message
+// check) is bench/harness.hpp, shared with rtt.cpp and iceoryx.cpp; this file
+// has the mechanisms, the configurations and the table.
 #include <fcntl.h>
 #include <mqueue.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <csignal>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -114,13 +112,12 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "harness.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 #include "spin_ring.hpp"
@@ -135,34 +132,15 @@
 
 namespace {
 
-using bench_clock = std::chrono::steady_clock;
+using namespace shmbench;
 
-constexpr std::uint32_t kCapacity = 1024;   // messages each queue holds (where the system allows)
-constexpr std::size_t kMaxMsgSize = 1024;   // the largest message size this benchmark knows
-constexpr std::size_t kHeader = 16;         // (producer id, sequence) at the start of every message
-constexpr std::size_t kBatch = 256;         // most messages a consumer takes per call
-constexpr std::size_t kPostBatch = 32;      // shmbox-batch: messages per post_batch
+constexpr std::string_view kProg = "shmbox-bench-throughput";
+constexpr std::uint32_t kCapacity = 1024;      // messages each queue holds (where the system allows)
+constexpr std::size_t kBatch = 256;            // most messages a consumer takes per call
+constexpr std::size_t kPostBatch = 32;         // shmbox-batch: messages per post_batch
 constexpr std::size_t kPipeChunk = 64 * 1024;  // pipe consumer: bytes per read
 constexpr std::string_view kMarker = "shmbench-tp-";  // in every name we create
 static_assert(kMaxMsgSize <= PIPE_BUF, "pipe writes of one message must be atomic");
-
-// Any failure of the benchmark itself (not a usage error).
-struct bench_failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(bench_clock::now().time_since_epoch()).count();
-}
-
-constexpr bool kHaveBoost =
-#if defined(SHMBOX_HAVE_BOOST)
-    true;
-#else
-    false;
-#endif
 
 // ===========================================================================
 // Mechanisms
@@ -210,12 +188,8 @@ const MechInfo& info_of(Mech m) {
 // Command line
 // ===========================================================================
 
-struct Args {
+struct Args : CommonArgs {
   std::uint64_t messages = 4'000'000;  // per 64-byte run, split across the producers
-  int reps = 5;
-  int timeout_s = 120;  // watchdog per run
-  bool quick = false;
-  bool verbose = false;
   std::vector<Mech> only;  // empty: every mechanism
   std::vector<std::size_t> sizes = {64, 1024};
   std::vector<int> producers = {1, 4};
@@ -244,20 +218,19 @@ void usage(std::FILE* to) {
                "failed (lost, duplicated, reordered or corrupted message, watchdog, error).\n");
 }
 
-template <class T>
-bool parse_number(std::string_view s, T& out) {
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
-// Splits "a,b,c"; empty items are an error (returns false).
-bool split_list(std::string_view s, std::vector<std::string_view>& out) {
+// The items of the option's value "a,b,c", each through parse(item, out):
+// false for an empty item or one parse() refuses. Duplicates are dropped.
+template <class T, class Parse>
+bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
+  std::string_view s;
+  if (!w.value(s)) return false;
   out.clear();
   while (true) {
     const auto comma = s.find(',');
     const std::string_view item = s.substr(0, comma);
-    if (item.empty()) return false;
-    out.push_back(item);
+    T v{};
+    if (item.empty() || !parse(item, v)) return false;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
     if (comma == std::string_view::npos) return true;
     s.remove_prefix(comma + 1);
   }
@@ -265,375 +238,67 @@ bool split_list(std::string_view s, std::vector<std::string_view>& out) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool messages_given = false, reps_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto take_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    std::vector<std::string_view> items;
-    bool ok = true;
-    if (arg == "-h" || arg == "--help") {
-      usage(stdout);
-      std::exit(0);
-    } else if (arg == "--messages") {
-      ok = take_value() && parse_number(value, a.messages) && a.messages >= 1;
+  bool messages_given = false;
+  const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
+    const std::string_view arg = w.name();
+    if (arg == "--messages") {
       messages_given = true;
-    } else if (arg == "--reps") {
-      ok = take_value() && parse_number(value, a.reps) && a.reps >= 1 && a.reps <= 1000;
-      reps_given = true;
-    } else if (arg == "--timeout") {
-      ok = take_value() && parse_number(value, a.timeout_s) && a.timeout_s >= 1;
-    } else if (arg == "--quick") {
-      a.quick = true;
-    } else if (arg == "--only") {
-      ok = take_value() && split_list(value, items);
-      a.only.clear();
-      for (std::size_t k = 0; ok && k < items.size(); ++k) {
+      return w.number(a.messages, 1);
+    }
+    if (arg == "--only")
+      return parse_list(w, a.only, [](std::string_view item, Mech& m) {
         const auto it = std::find_if(std::begin(kMechs), std::end(kMechs),
-                                     [&](const MechInfo& m) { return m.name == items[k]; });
-        ok = it != std::end(kMechs);
-        if (ok && std::find(a.only.begin(), a.only.end(), it->mech) == a.only.end()) a.only.push_back(it->mech);
-      }
-    } else if (arg == "--sizes") {
-      ok = take_value() && split_list(value, items);
-      a.sizes.clear();
-      for (std::size_t k = 0; ok && k < items.size(); ++k) {
-        std::size_t s = 0;
-        ok = parse_number(items[k], s) && (s == 64 || s == 1024);
-        if (ok && std::find(a.sizes.begin(), a.sizes.end(), s) == a.sizes.end()) a.sizes.push_back(s);
-      }
-    } else if (arg == "--producers") {
-      ok = take_value() && split_list(value, items);
-      a.producers.clear();
-      for (std::size_t k = 0; ok && k < items.size(); ++k) {
-        int p = 0;
-        ok = parse_number(items[k], p) && p >= 1 && p <= 8;
-        if (ok && std::find(a.producers.begin(), a.producers.end(), p) == a.producers.end()) a.producers.push_back(p);
-      }
-    } else if (arg == "--verbose" || arg == "-v") {
-      a.verbose = true;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "shmbox-bench-throughput: bad argument '%s'\n", argv[i]);
-      usage(stderr);
-      return std::nullopt;
-    }
-  }
+                                     [&](const MechInfo& i) { return i.name == item; });
+        if (it != std::end(kMechs)) m = it->mech;
+        return it != std::end(kMechs);
+      });
+    if (arg == "--sizes")
+      return parse_list(w, a.sizes, [](std::string_view item, std::size_t& s) {
+        return parse_number(item, s) && (s == 64 || s == 1024);
+      });
+    if (arg == "--producers")
+      return parse_list(w, a.producers,
+                        [](std::string_view item, int& p) { return parse_number(item, p) && p >= 1 && p <= 8; });
+    return false;
+  });
+  if (!ok) return std::nullopt;
   if (a.quick) {
     if (!messages_given) a.messages = 20'000;
-    if (!reps_given) a.reps = 1;
+    if (!a.reps_given) a.reps = 1;
   }
   return a;
-}
-
-// ===========================================================================
-// Cleanup on fatal signals (everything here is async-signal-safe)
-// ===========================================================================
-// The RAII guards below register the names they own and the parent registers
-// its children, so that SIGINT/SIGTERM/SIGHUP/SIGQUIT still kill the children
-// and unlink the segments and queues (unlink(2) is async-signal-safe; on
-// Linux shm_unlink(name) is unlink("/dev/shm/name"), and mq_unlink is the
-// mq_unlink system call).
-
-constexpr int kMaxTracked = 4;
-constexpr int kMaxChildren = 16;
-char g_tracked_name[kMaxTracked][256];
-volatile std::sig_atomic_t g_tracked_kind[kMaxTracked];  // 0: unused, 1: a path, 2: a POSIX mq name
-volatile std::sig_atomic_t g_child_pid[kMaxChildren];
-
-void unlink_tracked(int kind, const char* name) {
-  if (kind == 1) ::unlink(name);
-  if (kind == 2) ::mq_unlink(name);
-}
-
-extern "C" void on_fatal_signal(int sig) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] > 0) ::kill(static_cast<pid_t>(g_child_pid[i]), SIGKILL);
-  for (int i = 0; i < kMaxChildren; ++i)  // reap them: no zombies left to init
-    if (g_child_pid[i] > 0) ::waitpid(static_cast<pid_t>(g_child_pid[i]), nullptr, 0);
-  for (int i = 0; i < kMaxTracked; ++i) unlink_tracked(g_tracked_kind[i], g_tracked_name[i]);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-constexpr int kFatalSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-
-void install_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int s : kFatalSignals) ::sigaction(s, &sa, nullptr);
-}
-
-void reset_signal_handlers() {
-  for (int s : kFatalSignals) ::signal(s, SIG_DFL);
-}
-
-// Owns a name: a path (in /dev/shm) or a POSIX message queue name ("/x").
-// Unlinks it when created (a stale one of the same name), on destruction,
-// and from the signal handler while it exists.
-class TrackedName {
- public:
-  enum kind_t { path = 1, mqueue = 2 };
-  TrackedName(const std::string& name, kind_t kind) : name_(name), kind_(kind) {
-    unlink_tracked(kind_, name_.c_str());
-    for (int i = 0; i < kMaxTracked; ++i) {
-      if (g_tracked_kind[i] != 0) continue;
-      std::snprintf(g_tracked_name[i], sizeof g_tracked_name[i], "%s", name_.c_str());
-      std::atomic_signal_fence(std::memory_order_seq_cst);  // the name is complete before it is used
-      g_tracked_kind[i] = kind_;
-      slot_ = i;
-      break;
-    }
-  }
-  ~TrackedName() {
-    unlink_tracked(kind_, name_.c_str());
-    if (slot_ >= 0) g_tracked_kind[slot_] = 0;
-  }
-  TrackedName(const TrackedName&) = delete;
-  TrackedName& operator=(const TrackedName&) = delete;
-
- private:
-  std::string name_;
-  int kind_;
-  int slot_ = -1;
-};
-
-// Removes entries with our marker in `dir` left by benchmark processes that
-// no longer exist (killed with SIGKILL, for instance). /dev/mqueue is only
-// there when the mqueue file system is mounted.
-void remove_stale_in(const char* dir, bool mqueue) {
-  DIR* d = ::opendir(dir);
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    const auto at = n.find(kMarker);
-    if (at == std::string_view::npos) continue;
-    const std::string_view rest = n.substr(at + kMarker.size());
-    long pid = 0;
-    const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (ec != std::errc{} || p == rest.data() || pid <= 0) continue;
-    if (pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // its process still exists
-    stale.emplace_back(n);
-  }
-  ::closedir(d);
-  for (const auto& n : stale) {
-    const int rc = mqueue ? ::mq_unlink(("/" + n).c_str()) : ::unlink((std::string(dir) + "/" + n).c_str());
-    if (rc == 0) std::fprintf(stderr, "shmbox-bench-throughput: removed stale %s/%s\n", dir, n.c_str());
-  }
-}
-
-void remove_stale_names() {
-  remove_stale_in("/dev/shm", false);
-  remove_stale_in("/dev/mqueue", true);
-}
-
-// ===========================================================================
-// File descriptors and the records children send to the parent
-// ===========================================================================
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      close();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~Fd() { close(); }
-  int get() const noexcept { return fd_; }
-  void close() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  Fd r, w;
-  Pipe() {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) throw bench_failure(errno_text("pipe2"));
-    r = Fd(p[0]);
-    w = Fd(p[1]);
-  }
-};
-
-enum class rec_kind : std::int32_t { ready = 1, produced = 2, result = 3, failed = 4 };
-
-// One report from a child. Smaller than PIPE_BUF, so every write() of a record
-// is atomic and records of different children never interleave.
-struct Record {
-  rec_kind kind{};
-  std::int32_t who = 0;   // producer id, or -1 for the consumer
-  std::uint64_t a = 0;    // produced: messages posted; result: messages received
-  std::uint64_t b = 0;    // produced: retries (timeouts, re-posts); result: unused
-  std::int64_t t_ns = 0;  // result: steady_clock time of the last message
-  char text[200] = {};    // failed: what went wrong
-};
-static_assert(sizeof(Record) <= PIPE_BUF);
-
-void write_all(int fd, const void* p, std::size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text("write to the parent"));
-    }
-    c += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-void send_record(int fd, rec_kind kind, std::int32_t who, std::uint64_t a = 0, std::uint64_t b = 0,
-                 std::int64_t t_ns = 0, const std::string& text = {}) {
-  Record r;
-  r.kind = kind;
-  r.who = who;
-  r.a = a;
-  r.b = b;
-  r.t_ns = t_ns;
-  const std::size_t n = std::min(text.size(), sizeof r.text - 1);
-  if (n > 0) std::memcpy(r.text, text.data(), n);
-  write_all(fd, &r, sizeof r);
-}
-
-// Blocks until the write end of `fd`'s pipe is closed everywhere (the
-// parent's broadcast: nobody ever writes to these pipes, they only close).
-void wait_for_eof(int fd) {
-  char c;
-  for (;;) {
-    const ssize_t n = ::read(fd, &c, 1);
-    if (n == 0) return;
-    if (n < 0 && errno == EINTR) continue;
-    throw bench_failure(n < 0 ? errno_text("read of the barrier pipe") : "unexpected byte on a barrier pipe");
-  }
 }
 
 // ===========================================================================
 // What the children do
 // ===========================================================================
 
-// What a child needs to know; the fds are its ends of the pipes.
+// What a child needs to know.
 struct ChildCtx {
   Mech mech{};
   std::string name;                         // of the segment/queue/socket
   std::size_t size = 0;                     // bytes per message
   int id = -1;                              // producer id; -1: the consumer
   std::vector<std::uint64_t> per_producer;  // messages each producer posts
-  int report_fd = -1;                       // write: records to the parent
-  int go_fd = -1;                           // read: EOF = start
-  int done_fd = -1;                         // read: EOF = every producer has finished
+  ChildEnds ends;                           // its ends of the run's pipes
   int data_r = -1, data_w = -1;             // pipe: its two ends; unix-socket: data_r = the bound socket
 };
 
-unsigned char pattern_of(std::uint64_t id) noexcept { return static_cast<unsigned char>(0xA0 + (id & 0xF)); }
-
-// Writes the message of producer `id` (sequence 0) into p[0..size).
-void fill_message(unsigned char* p, std::size_t size, std::uint64_t id) noexcept {
-  std::memset(p, pattern_of(id), size);
-  std::memcpy(p, &id, sizeof id);
-  const std::uint64_t seq = 0;
-  std::memcpy(p + 8, &seq, sizeof seq);
-}
-void set_seq(unsigned char* p, std::uint64_t seq) noexcept { std::memcpy(p + 8, &seq, sizeof seq); }
-
-// One producer's message template; set_seq() before each send.
-struct MessageBuffer {
-  alignas(64) unsigned char bytes[kMaxMsgSize];
-  std::size_t size;
-  MessageBuffer(std::uint64_t id, std::size_t sz) : size(sz) { fill_message(bytes, size, id); }
-  void set_seq(std::uint64_t seq) noexcept { ::set_seq(bytes, seq); }
-};
-
-// The consumer's check of every message: its size, producer id, exactly the
-// next sequence number of that producer, and its producer's pattern in its
-// last 8 bytes.
-class Checker {
- public:
-  Checker(const std::vector<std::uint64_t>& per_producer, std::size_t size)
-      : expected_(per_producer), next_(per_producer.size(), 0), size_(size) {
-    for (auto n : per_producer) total_ += n;
-    for (std::size_t i = 0; i < per_producer.size(); ++i) {
-      std::uint64_t w;
-      std::memset(&w, pattern_of(i), sizeof w);
-      tail_.push_back(w);
-    }
+// Every producer after its set-up: reports "ready", waits for "go", sends its
+// messages in order with send(msg), which returns how often it had to retry
+// (a post or loan that timed out on the full box), and reports the count.
+template <class Send>
+void produce(const ChildCtx& c, Send&& send) {
+  const auto id = static_cast<std::uint64_t>(c.id);
+  const std::uint64_t count = c.per_producer[id];
+  MessageBuffer msg(id, c.size);
+  c.ends.ready_and_wait(c.id);
+  std::uint64_t retries = 0;
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    msg.set_seq(seq);
+    retries += send(msg);
   }
-  void on(const void* data, std::size_t size) {
-    if (size != size_) fail("message of " + std::to_string(size) + " bytes, expected " + std::to_string(size_));
-    const auto* p = static_cast<const unsigned char*>(data);
-    std::uint64_t id = 0, seq = 0, tail = 0;
-    std::memcpy(&id, p, sizeof id);
-    std::memcpy(&seq, p + 8, sizeof seq);
-    if (id >= next_.size()) fail("message from unknown producer id " + std::to_string(id));
-    if (seq != next_[id] || seq >= expected_[id])
-      fail("producer " + std::to_string(id) + ": got sequence " + std::to_string(seq) + ", expected " +
-           std::to_string(next_[id]) + " of " + std::to_string(expected_[id]) +
-           " (a message was lost, duplicated, reordered or is extra)");
-    std::memcpy(&tail, p + size - sizeof tail, sizeof tail);
-    if (tail != tail_[id])
-      fail("producer " + std::to_string(id) + ", sequence " + std::to_string(seq) +
-           ": the last bytes are not the producer's pattern (a torn or corrupted message)");
-    ++next_[id];
-    ++received_;
-  }
-  bool complete() const noexcept { return received_ == total_; }
-  std::uint64_t received() const noexcept { return received_; }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw bench_failure("after " + std::to_string(received_) + " of " + std::to_string(total_) +
-                        " messages: " + what);
-  }
-
- private:
-  std::vector<std::uint64_t> expected_;
-  std::vector<std::uint64_t> next_;
-  std::vector<std::uint64_t> tail_;
-  std::size_t size_;
-  std::uint64_t received_ = 0;
-  std::uint64_t total_ = 0;
-};
-
-// Every child: after its set-up, reports "ready" and waits for "go".
-void ready_and_wait(const ChildCtx& c) {
-  send_record(c.report_fd, rec_kind::ready, c.id);
-  wait_for_eof(c.go_fd);
-}
-
-void report_produced(const ChildCtx& c, std::uint64_t count, std::uint64_t retries) {
-  send_record(c.report_fd, rec_kind::produced, c.id, count, retries);
-}
-
-// The consumer's end: the time of the last message, then (once every
-// producer has finished) the check that nothing more arrives.
-template <class NothingMore>
-void finish_consumer(const ChildCtx& c, const Checker& check, NothingMore&& nothing_more) {
-  const std::int64_t t_end = now_ns();
-  wait_for_eof(c.done_fd);  // every producer has posted its last message
-  if (!nothing_more()) check.fail("messages arrived after the last expected one");
-  send_record(c.report_fd, rec_kind::result, -1, check.received(), 0, t_end);
+  c.ends.send(rec_kind::produced, c.id, count, retries);
 }
 
 // --- shmbox -----------------------------------------------------------------
@@ -652,38 +317,23 @@ shmbox::Producer attach_producer(const ChildCtx& c) {
 // shmbox-copy: post(data, size); a post that times out on the full box is retried.
 void shmbox_copy_producer(const ChildCtx& c) {
   shmbox::Producer p = attach_producer(c);
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, c.size);
-  ready_and_wait(c);
-  std::uint64_t retries = 0;
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
-    for (;;) {
+  produce(c, [&](const MessageBuffer& msg) {
+    for (std::uint64_t retries = 0;; ++retries) {
       const shmbox::post_status st = p.post(msg.bytes, msg.size);  // block: waits (spin, then futex) while full
-      if (shmbox::is_stored(st)) break;
+      if (shmbox::is_stored(st)) return retries;
       if (st != shmbox::post_status::timeout) post_failed("post", st, p);
-      ++retries;
     }
-  }
-  report_produced(c, count, retries);
+  });
 }
 
 // shmbox-zero-copy: loan a slot, write the message in place, commit.
 void shmbox_zero_copy_producer(const ChildCtx& c) {
   shmbox::Producer p = attach_producer(c);
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, c.size);
-  ready_and_wait(c);
-  std::uint64_t retries = 0;
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
-    for (;;) {
+  produce(c, [&](const MessageBuffer& msg) {
+    for (std::uint64_t retries = 0;; ++retries) {
       shmbox::slot_loan l = p.loan();  // block: waits while full, up to the box's block_timeout
       if (!shmbox::is_stored(l.status())) {
         if (l.status() != shmbox::post_status::timeout) post_failed("loan", l.status(), p);
-        ++retries;
         continue;
       }
       if (!l || l.data() == nullptr || l.capacity() < msg.size)
@@ -691,10 +341,9 @@ void shmbox_zero_copy_producer(const ChildCtx& c) {
       std::memcpy(l.data(), msg.bytes, msg.size);  // the message, written into the slot
       const shmbox::post_status st = l.commit(msg.size);
       if (!shmbox::is_stored(st)) post_failed("slot_loan::commit", st, p);
-      break;
+      return retries;
     }
-  }
-  report_produced(c, count, retries);
+  });
 }
 
 // shmbox-batch: post_batch of kPostBatch messages; what a full box did not
@@ -710,7 +359,7 @@ void shmbox_batch_producer(const ChildCtx& c) {
     fill_message(m, c.size, id);
     views[k] = std::string_view(reinterpret_cast<const char*>(m), c.size);
   }
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   std::uint64_t retries = 0;
   std::array<shmbox::post_status, kPostBatch> status{};
   for (std::uint64_t seq = 0; seq < count;) {
@@ -737,7 +386,7 @@ void shmbox_batch_producer(const ChildCtx& c) {
     }
     seq += n;
   }
-  report_produced(c, count, retries);
+  c.ends.send(rec_kind::produced, c.id, count, retries);
 }
 
 shmbox::Owner acquire_owner(const ChildCtx& c) {
@@ -751,7 +400,7 @@ void shmbox_copy_consumer(const ChildCtx& c) {
   shmbox::Owner owner = acquire_owner(c);
   Checker check(c.per_producer, c.size);
   shmbox::batch batch;  // reusable: a steady stream allocates nothing
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   auto receive = [&](std::chrono::nanoseconds timeout) {
     batch.clear();  // keeps its memory
     const shmbox::recv_status st = owner.receive_batch(batch, kBatch, timeout);
@@ -766,14 +415,14 @@ void shmbox_copy_consumer(const ChildCtx& c) {
   };
   // A timeout only loops: a hang is caught by the parent's watchdog.
   while (!check.complete()) receive(std::chrono::seconds(1));
-  finish_consumer(c, check, [&] { return !receive(std::chrono::nanoseconds(0)); });
+  finish_consumer(c.ends, check, [&] { return !receive(std::chrono::nanoseconds(0)); });
 }
 
 // shmbox-zero-copy: receive_in_place, every message checked in the box.
 void shmbox_in_place_consumer(const ChildCtx& c) {
   shmbox::Owner owner = acquire_owner(c);
   Checker check(c.per_producer, c.size);
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   std::string failure;  // the callback must not throw into the library: it records, we throw after
   std::size_t seen = 0;
   auto on_message = [&](const shmbox::message_view& v) {
@@ -799,7 +448,7 @@ void shmbox_in_place_consumer(const ChildCtx& c) {
     return seen > 0;
   };
   while (!check.complete()) receive(std::chrono::seconds(1));
-  finish_consumer(c, check, [&] { return !receive(std::chrono::nanoseconds(0)); });
+  finish_consumer(c.ends, check, [&] { return !receive(std::chrono::nanoseconds(0)); });
 }
 
 // --- Boost.Interprocess message_queue and boost::lockfree::spsc_queue -------
@@ -810,15 +459,10 @@ namespace bip = boost::interprocess;
 void boost_mq_producer(const ChildCtx& c) {
   try {
     bip::message_queue mq(bip::open_only, c.name.c_str());
-    const auto id = static_cast<std::uint64_t>(c.id);
-    const std::uint64_t count = c.per_producer[id];
-    MessageBuffer msg(id, c.size);
-    ready_and_wait(c);
-    for (std::uint64_t seq = 0; seq < count; ++seq) {
-      msg.set_seq(seq);
+    produce(c, [&](const MessageBuffer& msg) {
       mq.send(msg.bytes, msg.size, 0);  // blocks (condition variable) while full
-    }
-    report_produced(c, count, 0);
+      return 0;
+    });
   } catch (const bip::interprocess_exception& e) {
     throw bench_failure(std::string("boost message_queue (producer): ") + e.what());
   }
@@ -831,12 +475,12 @@ void boost_mq_consumer(const ChildCtx& c) {
     alignas(64) unsigned char buf[kMaxMsgSize];
     bip::message_queue::size_type got = 0;
     unsigned prio = 0;
-    ready_and_wait(c);
+    c.ends.ready_and_wait(c.id);
     while (!check.complete()) {
       mq.receive(buf, c.size, got, prio);  // blocks while empty; the watchdog catches hangs
       check.on(buf, got);
     }
-    finish_consumer(c, check, [&] { return !mq.try_receive(buf, c.size, got, prio); });
+    finish_consumer(c.ends, check, [&] { return !mq.try_receive(buf, c.size, got, prio); });
   } catch (const bip::interprocess_exception& e) {
     throw bench_failure(std::string("boost message_queue (consumer): ") + e.what());
   }
@@ -859,6 +503,7 @@ spsc_queue<S>& find_spsc(bip::managed_shared_memory& seg, const std::string& nam
   return *q;
 }
 
+// The message is written straight into the queue's element type (push copies it in).
 template <std::size_t S>
 void spsc_producer(const ChildCtx& c) {
   bip::managed_shared_memory seg(bip::open_only, c.name.c_str());
@@ -867,12 +512,12 @@ void spsc_producer(const ChildCtx& c) {
   const std::uint64_t count = c.per_producer[id];
   fixed_message<S> msg;
   fill_message(msg.bytes, S, id);
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   for (std::uint64_t seq = 0; seq < count; ++seq) {
     set_seq(msg.bytes, seq);
     for (std::uint32_t spins = 0; !q.push(msg);) shmbench::spin_wait(spins);  // busy-polls while full
   }
-  report_produced(c, count, 0);
+  c.ends.send(rec_kind::produced, c.id, count);
 }
 
 template <std::size_t S>
@@ -881,12 +526,12 @@ void spsc_consumer(const ChildCtx& c) {
   spsc_queue<S>& q = find_spsc<S>(seg, c.name);
   Checker check(c.per_producer, c.size);
   fixed_message<S> msg;
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   while (!check.complete()) {
     for (std::uint32_t spins = 0; !q.pop(msg);) shmbench::spin_wait(spins);  // busy-polls while empty
     check.on(msg.bytes, S);
   }
-  finish_consumer(c, check, [&] { return !q.pop(msg); });
+  finish_consumer(c.ends, check, [&] { return !q.pop(msg); });
 }
 #endif
 
@@ -900,23 +545,18 @@ mqd_t open_posix_mq(const ChildCtx& c, int flags) {
 
 void posix_mq_producer(const ChildCtx& c) {
   const mqd_t q = open_posix_mq(c, O_WRONLY);
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, c.size);
-  ready_and_wait(c);
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
+  produce(c, [&](const MessageBuffer& msg) {
     while (::mq_send(q, reinterpret_cast<const char*>(msg.bytes), msg.size, 0) != 0)  // blocks while full
       if (errno != EINTR) throw bench_failure(errno_text("mq_send"));
-  }
-  report_produced(c, count, 0);
+    return 0;
+  });
 }
 
 void posix_mq_consumer(const ChildCtx& c) {
   const mqd_t q = open_posix_mq(c, O_RDONLY);
   Checker check(c.per_producer, c.size);
   alignas(64) char buf[kMaxMsgSize];  // mq_msgsize is the message size
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   while (!check.complete()) {
     const ssize_t n = ::mq_receive(q, buf, c.size, nullptr);  // blocks while empty
     if (n < 0) {
@@ -925,7 +565,7 @@ void posix_mq_consumer(const ChildCtx& c) {
     }
     check.on(buf, static_cast<std::size_t>(n));
   }
-  finish_consumer(c, check, [&] {
+  finish_consumer(c.ends, check, [&] {
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);  // an absolute time that has passed: do not wait
     const ssize_t n = ::mq_timedreceive(q, buf, c.size, nullptr, &now);
@@ -938,21 +578,15 @@ void posix_mq_consumer(const ChildCtx& c) {
 
 void pipe_producer(const ChildCtx& c) {
   ::close(c.data_r);  // producers only write
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, c.size);
-  ready_and_wait(c);
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
+  produce(c, [&](const MessageBuffer& msg) {
     for (;;) {  // <= PIPE_BUF bytes: all of it or nothing (blocks while the pipe is full)
       const ssize_t w = ::write(c.data_w, msg.bytes, msg.size);
-      if (w == static_cast<ssize_t>(msg.size)) break;
+      if (w == static_cast<ssize_t>(msg.size)) return 0;
       if (w < 0 && errno == EINTR) continue;
       throw bench_failure(w < 0 ? errno_text("write to the data pipe")
                                 : "short write of " + std::to_string(w) + " bytes to the data pipe");
     }
-  }
-  report_produced(c, count, 0);
+  });
 }
 
 void pipe_consumer(const ChildCtx& c) {
@@ -960,7 +594,7 @@ void pipe_consumer(const ChildCtx& c) {
   Checker check(c.per_producer, c.size);
   std::vector<unsigned char> buf(kPipeChunk + c.size);
   std::size_t have = 0;  // bytes in buf: whole messages are checked, a partial one waits for its rest
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   while (!check.complete()) {
     const ssize_t n = ::read(c.data_r, buf.data() + have, kPipeChunk);  // blocks while empty
     if (n < 0) {
@@ -974,7 +608,7 @@ void pipe_consumer(const ChildCtx& c) {
     if (at > 0 && at < have) std::memmove(buf.data(), buf.data() + at, have - at);
     have -= at;
   }
-  finish_consumer(c, check, [&] {
+  finish_consumer(c.ends, check, [&] {
     pollfd pfd{c.data_r, POLLIN, 0};
     return have == 0 && ::poll(&pfd, 1, 0) == 0;
   });
@@ -1001,20 +635,14 @@ void socket_producer(const ChildCtx& c) {
   // Connected: send() blocks while the consumer's queue is full (nothing is dropped).
   if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&to), len) != 0)
     throw bench_failure(errno_text("connect to the consumer's socket"));
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, c.size);
-  ready_and_wait(c);
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
+  produce(c, [&](const MessageBuffer& msg) {
     for (;;) {
       const ssize_t w = ::send(s.get(), msg.bytes, msg.size, 0);
-      if (w == static_cast<ssize_t>(msg.size)) break;
+      if (w == static_cast<ssize_t>(msg.size)) return 0;
       if (w < 0 && errno == EINTR) continue;
       throw bench_failure(w < 0 ? errno_text("send") : "short send of " + std::to_string(w) + " bytes");
     }
-  }
-  report_produced(c, count, 0);
+  });
 }
 
 void socket_consumer(const ChildCtx& c) {
@@ -1031,7 +659,7 @@ void socket_consumer(const ChildCtx& c) {
       msgs[i].msg_hdr.msg_iovlen = 1;
     }
   };
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   while (!check.complete()) {
     reset();
     // Waits for the first datagram, then takes what is there, up to kBatch.
@@ -1045,7 +673,7 @@ void socket_consumer(const ChildCtx& c) {
       check.on(iov[i].iov_base, msgs[i].msg_len);
     }
   }
-  finish_consumer(c, check, [&] {
+  finish_consumer(c.ends, check, [&] {
     unsigned char b[1];
     const ssize_t n = ::recv(c.data_r, b, sizeof b, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) check.fail(errno_text("recv"));
@@ -1058,15 +686,10 @@ void socket_consumer(const ChildCtx& c) {
 template <std::size_t S>
 void ring_producer(const ChildCtx& c) {
   auto ring = shmbench::BasicSpinRing<S>::open(c.name);
-  const auto id = static_cast<std::uint64_t>(c.id);
-  const std::uint64_t count = c.per_producer[id];
-  MessageBuffer msg(id, S);
-  ready_and_wait(c);
-  for (std::uint64_t seq = 0; seq < count; ++seq) {
-    msg.set_seq(seq);
+  produce(c, [&](const MessageBuffer& msg) {
     ring.push(msg.bytes);  // spins while full
-  }
-  report_produced(c, count, 0);
+    return 0;
+  });
 }
 
 template <std::size_t S>
@@ -1074,12 +697,12 @@ void ring_consumer(const ChildCtx& c) {
   auto ring = shmbench::BasicSpinRing<S>::open(c.name);
   Checker check(c.per_producer, c.size);
   alignas(64) unsigned char buf[S];
-  ready_and_wait(c);
+  c.ends.ready_and_wait(c.id);
   while (!check.complete()) {
     ring.pop(buf);  // spins while empty
     check.on(buf, sizeof buf);
   }
-  finish_consumer(c, check, [&] { return !ring.try_pop(buf); });
+  finish_consumer(c.ends, check, [&] { return !ring.try_pop(buf); });
 }
 
 void child_main(const ChildCtx& c) {
@@ -1110,22 +733,12 @@ void child_main(const ChildCtx& c) {
 }
 
 // ===========================================================================
-// The parent: segments, queues, children, one run
+// The parent: segments, queues, one run
 // ===========================================================================
 
 // What the system allows a POSIX message queue and a unix datagram socket to
 // hold (the benchmark never changes system settings).
-std::uint32_t read_proc_number(const char* path, std::uint32_t fallback) {
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return fallback;
-  unsigned long v = 0;
-  const bool ok = std::fscanf(f, "%lu", &v) == 1;
-  std::fclose(f);
-  return ok && v > 0 ? static_cast<std::uint32_t>(std::min<unsigned long>(v, UINT32_MAX)) : fallback;
-}
-std::uint32_t posix_mq_depth() {
-  return std::min(kCapacity, read_proc_number("/proc/sys/fs/mqueue/msg_max", 10));
-}
+std::uint32_t posix_mq_depth() { return std::min(kCapacity, posix_mq_msg_max()); }
 std::uint32_t dgram_queue_length() { return read_proc_number("/proc/sys/net/unix/max_dgram_qlen", 10); }
 
 // A fresh segment/queue/pipe/socket for one run; removed when the object goes away.
@@ -1142,8 +755,7 @@ class Resource {
 
 class ShmboxResource final : public Resource {
  public:
-  ShmboxResource(const std::string& name, std::size_t size)
-      : name_(name), track_("/dev/shm/shmbox." + name, TrackedName::path) {
+  ShmboxResource(const std::string& name, std::size_t size) : name_(name), track_("/dev/shm/shmbox." + name) {
     shmbox::options o;  // the box's defaults otherwise (block_timeout 1 s, spin 50 us, 64 producers)
     o.capacity = kCapacity;
     o.slot_size = static_cast<std::uint32_t>(size);
@@ -1174,7 +786,7 @@ class ShmboxResource final : public Resource {
 #if defined(SHMBOX_HAVE_BOOST)
 class BoostMqResource final : public Resource {
  public:
-  BoostMqResource(const std::string& name, std::size_t size) : name_(name), track_("/dev/shm/" + name, TrackedName::path) {
+  BoostMqResource(const std::string& name, std::size_t size) : name_(name), track_("/dev/shm/" + name) {
     try {
       bip::message_queue::remove(name_.c_str());
       bip::message_queue mq(bip::create_only, name_.c_str(), kCapacity, size);  // the queue outlives the handle
@@ -1192,7 +804,7 @@ class BoostMqResource final : public Resource {
 template <std::size_t S>
 class SpscResource final : public Resource {
  public:
-  explicit SpscResource(const std::string& name) : name_(name), track_("/dev/shm/" + name, TrackedName::path) {
+  explicit SpscResource(const std::string& name) : name_(name), track_("/dev/shm/" + name) {
     try {
       bip::shared_memory_object::remove(name_.c_str());
       bip::managed_shared_memory seg(bip::create_only, name_.c_str(), sizeof(spsc_queue<S>) + 64 * 1024);
@@ -1212,14 +824,11 @@ class SpscResource final : public Resource {
 class PosixMqResource final : public Resource {
  public:
   PosixMqResource(const std::string& name, std::size_t size) : name_(name), track_(name, TrackedName::mqueue) {
-    mq_attr attr{};
-    attr.mq_maxmsg = posix_mq_depth();
-    attr.mq_msgsize = static_cast<long>(size);
-    const mqd_t q = ::mq_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600, &attr);
-    if (q == static_cast<mqd_t>(-1))
-      throw bench_failure(errno_text("mq_open(create) " + name + " (depth " + std::to_string(attr.mq_maxmsg) +
-                                     ", message size " + std::to_string(size) + ")"));
-    ::mq_close(q);  // the queue outlives the descriptor until mq_unlink
+    const long depth = posix_mq_depth();
+    if (const int e = create_posix_mq(name, depth, size); e != 0)  // lives on until mq_unlink
+      throw bench_failure(errno_text("mq_open(create) " + name + " (depth " + std::to_string(depth) +
+                                         ", message size " + std::to_string(size) + ")",
+                                     e));
   }
   // Every child has the queue open: unlink the name now, so that nothing is
   // left even if this process is killed with SIGKILL (the queue lives on
@@ -1235,21 +844,17 @@ class PosixMqResource final : public Resource {
 class PipeResource final : public Resource {
  public:
   explicit PipeResource(std::size_t size) {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) throw bench_failure(errno_text("pipe2 (data)"));
-    r_ = Fd(p[0]);
-    w_ = Fd(p[1]);
     // Room for kCapacity messages, like the other queues (pipe-max-size is 1 MiB by default).
-    if (::fcntl(w_.get(), F_SETPIPE_SZ, static_cast<int>(kCapacity * size)) < 0)
+    if (::fcntl(p_.w.get(), F_SETPIPE_SZ, static_cast<int>(kCapacity * size)) < 0)
       throw bench_failure(errno_text("F_SETPIPE_SZ " + std::to_string(kCapacity * size)));
   }
   void prepare(ChildCtx& c) override {
-    c.data_r = r_.get();
-    c.data_w = w_.get();
+    c.data_r = p_.r.get();
+    c.data_w = p_.w.get();
   }
 
  private:
-  Fd r_, w_;
+  Pipe p_;
 };
 
 class SocketResource final : public Resource {
@@ -1270,7 +875,7 @@ class SocketResource final : public Resource {
 template <std::size_t S>
 class RingResource final : public Resource {
  public:
-  explicit RingResource(const std::string& name) : name_(name), track_("/dev/shm/" + name, TrackedName::path) {
+  explicit RingResource(const std::string& name) : name_(name), track_("/dev/shm/" + name) {
     shmbench::BasicSpinRing<S>::remove(name_);
     (void)shmbench::BasicSpinRing<S>::create(name_, kCapacity);  // the segment outlives the handle
   }
@@ -1324,146 +929,6 @@ std::unique_ptr<Resource> make_resource(Mech m, const std::string& name, std::si
   throw bench_failure("unknown mechanism");
 }
 
-// The children of one run. The destructor kills and reaps every child that
-// has not been reaped, so a failing run leaves no process behind.
-class Children {
- public:
-  Children() = default;
-  Children(const Children&) = delete;
-  Children& operator=(const Children&) = delete;
-  ~Children() {
-    for (auto& k : kids_)
-      if (!k.reaped) ::kill(k.pid, SIGKILL);
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      while (::waitpid(k.pid, &st, 0) < 0 && errno == EINTR) {
-      }
-      k.reaped = true;
-    }
-    for (auto& k : kids_) untrack(k.pid);
-  }
-
-  // Forks a child that runs body(); it reports exceptions as a `failed`
-  // record and never returns into the parent's code (it ends with _exit).
-  template <class Body>
-  void spawn(std::string role, int report_fd, std::initializer_list<int> close_in_child, std::int32_t who, Body body) {
-    std::fflush(nullptr);  // nothing buffered may be written twice
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      for (int fd : close_in_child) ::close(fd);
-      int rc = 0;
-      try {
-        body();
-      } catch (const std::exception& e) {
-        rc = 1;
-        try {
-          send_record(report_fd, rec_kind::failed, who, 0, 0, 0, role + ": " + e.what());
-        } catch (...) {
-        }
-      } catch (...) {
-        rc = 1;
-      }
-      ::_exit(rc);  // no atexit handlers, no destructors of the parent's objects
-    }
-    kids_.push_back({pid, std::move(role), false});
-    track(pid);
-  }
-
-  // Reaps children that have exited; throws if one died abnormally.
-  void check() {
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      const pid_t r = ::waitpid(k.pid, &st, WNOHANG);
-      if (r != k.pid) continue;
-      k.reaped = true;
-      untrack(k.pid);
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
-    }
-  }
-
-  // Waits for every child; throws if one did not exit with status 0.
-  void reap_all() {
-    for (auto& k : kids_) {
-      if (k.reaped) continue;
-      int st = 0;
-      pid_t r;
-      while ((r = ::waitpid(k.pid, &st, 0)) < 0 && errno == EINTR) {
-      }
-      k.reaped = true;
-      untrack(k.pid);
-      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
-    }
-  }
-
- private:
-  struct Kid {
-    pid_t pid;
-    std::string role;
-    bool reaped;
-  };
-  static std::string describe(int st) {
-    if (WIFSIGNALED(st)) return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
-    return "exited with status " + std::to_string(WEXITSTATUS(st));
-  }
-  static void track(pid_t pid) {
-    for (int i = 0; i < kMaxChildren; ++i)
-      if (g_child_pid[i] == 0) {
-        g_child_pid[i] = pid;
-        return;
-      }
-  }
-  static void untrack(pid_t pid) {
-    for (int i = 0; i < kMaxChildren; ++i)
-      if (g_child_pid[i] == pid) g_child_pid[i] = 0;
-  }
-  std::vector<Kid> kids_;
-};
-
-// Reads one record from the report pipe. Returns false at EOF (every child
-// has closed its end, i.e. exited). Throws at the deadline, or when a child
-// died without reporting. The 250 ms poll slices are only for the watchdog.
-bool read_record(int fd, Record& r, bench_clock::time_point deadline, Children& kids) {
-  char* p = reinterpret_cast<char*>(&r);
-  std::size_t got = 0;
-  while (got < sizeof r) {
-    const auto now = bench_clock::now();
-    if (now >= deadline) throw bench_failure("watchdog: the run did not finish in time (see --timeout)");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    pollfd pfd{fd, POLLIN, 0};
-    const int rc = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(250, left + 1)));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text("poll"));
-    }
-    if (rc == 0) {
-      kids.check();
-      continue;
-    }
-    const ssize_t n = ::read(fd, p + got, sizeof r - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw bench_failure(errno_text("read of the report pipe"));
-    }
-    if (n == 0) {
-      if (got == 0) return false;
-      throw bench_failure("truncated report from a child");
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  if (r.kind == rec_kind::failed) {
-    r.text[sizeof r.text - 1] = '\0';
-    throw bench_failure(r.text);
-  }
-  return true;
-}
-
 // One measured configuration: a mechanism, a message size, a producer count.
 struct Config {
   Mech mech;
@@ -1480,80 +945,43 @@ struct RunResult {
   std::uint64_t retries = 0;  // shmbox: posts/loans that timed out and were repeated, messages re-posted
 };
 
+// One run (harness.hpp, ONE RUN): a fresh resource, the consumer and the
+// producers; the time from the release to the consumer's last message.
 RunResult run_once(const Config& cfg, const Args& args) {
   const std::string name = resource_name(cfg.mech);
   const std::unique_ptr<Resource> resource = make_resource(cfg.mech, name, cfg.size);
-
-  std::vector<std::uint64_t> per_producer(static_cast<std::size_t>(cfg.producers));
-  const auto np = static_cast<std::uint64_t>(cfg.producers);
-  for (std::uint64_t i = 0; i < np; ++i) per_producer[i] = cfg.messages / np + (i < cfg.messages % np ? 1 : 0);
-
-  Pipe report, go, done;
-  Children kids;  // declared after the resource: children die before it is removed
+  Run run;  // declared after the resource: children die before it is removed
   ChildCtx base;
   base.mech = cfg.mech;
   base.name = name;
   base.size = cfg.size;
-  base.per_producer = per_producer;
-  base.report_fd = report.w.get();
-  base.go_fd = go.r.get();
-  base.done_fd = done.r.get();
+  base.per_producer = split_evenly(cfg.messages, cfg.producers);
+  base.ends = run.child_ends();
   resource->prepare(base);
-  const std::initializer_list<int> parent_ends = {report.r.get(), go.w.get(), done.w.get()};
 
-  kids.spawn("consumer", report.w.get(), parent_ends, -1, [&] { child_main(base); });
+  run.spawn("consumer", -1, [&] { child_main(base); });
   for (int i = 0; i < cfg.producers; ++i) {
-    kids.spawn("producer " + std::to_string(i), report.w.get(), parent_ends, i, [&] {
+    run.spawn("producer " + std::to_string(i), i, [&] {
       ChildCtx c = base;
       c.id = i;
       child_main(c);
     });
   }
-  // Only the children keep these ends: EOF on the report pipe means they all exited.
-  report.w.close();
-  go.r.close();
-  done.r.close();
-
-  const auto deadline = bench_clock::now() + std::chrono::seconds(args.timeout_s);
-  Record rec;
-  // 1. Set-up handshake: every child is attached and mapped.
-  for (int ready = 0; ready < cfg.producers + 1;) {
-    if (!read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("children exited during set-up");
-    if (rec.kind != rec_kind::ready) throw bench_failure("unexpected report during set-up");
-    ++ready;
-  }
+  run.watch(args.timeout_s);
+  run.wait_ready(cfg.producers + 1);  // every child is attached and mapped
   resource->children_ready();
-  // 2. Release: the clock starts, then every child wakes on EOF of "go".
-  const std::int64_t t_release = now_ns();
-  go.w.close();
-  // 3. Producers report when they have posted everything; then the consumer
-  //    may check that nothing more arrives, and reports its time.
-  RunResult out;
-  int produced = 0;
-  std::optional<Record> result;
-  std::uint64_t posted = 0;
-  while (produced < cfg.producers || !result) {
-    if (!read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("children exited before reporting");
-    if (rec.kind == rec_kind::produced) {
-      posted += rec.a;
-      out.retries += rec.b;
-      if (++produced == cfg.producers) done.w.close();
-    } else if (rec.kind == rec_kind::result) {
-      result = rec;
-    } else {
-      throw bench_failure("unexpected report during the run");
-    }
-  }
-  // 4. Every child exits (EOF on the report pipe) with status 0.
-  while (read_record(report.r.get(), rec, deadline, kids)) throw bench_failure("unexpected report after the run");
-  kids.reap_all();
+  const std::int64_t t_release = run.release();
+  const Run::Finished f = run.wait_finished(cfg.producers);
+  run.wait_exit();
 
-  if (posted != cfg.messages || result->a != cfg.messages)
-    throw bench_failure("count mismatch: posted " + std::to_string(posted) + ", received " + std::to_string(result->a) +
-                        ", expected " + std::to_string(cfg.messages));
+  if (f.sent != cfg.messages || f.result.a != cfg.messages)
+    throw bench_failure("count mismatch: posted " + std::to_string(f.sent) + ", received " +
+                        std::to_string(f.result.a) + ", expected " + std::to_string(cfg.messages));
   resource->verify(cfg.messages);
-  if (result->t_ns <= t_release) throw bench_failure("consumer reported a time before the release");
-  out.seconds = static_cast<double>(result->t_ns - t_release) / 1e9;
+  if (f.result.t_ns <= t_release) throw bench_failure("consumer reported a time before the release");
+  RunResult out;
+  out.seconds = static_cast<double>(f.result.t_ns - t_release) / 1e9;
+  out.retries = f.retries;
   return out;
 }
 
@@ -1615,7 +1043,8 @@ std::string load_average() {
 
 int run(const Args& args) {
   install_signal_handlers();
-  remove_stale_names();
+  remove_stale(kProg, "/dev/shm", kMarker);
+  remove_stale(kProg, "/dev/mqueue", kMarker);  // only there when the mqueue file system is mounted
   const std::string load_before = load_average();
 
   const std::vector<Config> configs = make_configs(args);
@@ -1701,14 +1130,4 @@ int run(const Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::optional<Args> args = parse_args(argc, argv);
-  if (!args) return 2;
-  try {
-    return run(*args);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "shmbox-bench-throughput: FAILED: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return shmbench::bench_main(kProg, argc, argv, parse_args, run); }

@@ -258,9 +258,12 @@ TEST_CASE("the manual page documents every command and every option that --help 
   REQUIRE_MESSAGE(path != nullptr, "SHMBOX_MANPAGE is set by tests/meson.build");
   std::ifstream f(path);
   REQUIRE(f.good());
-  std::string man((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  // roff writes a dash as "\-".
-  for (std::size_t p = man.find("\\-"); p != std::string::npos; p = man.find("\\-", p)) man.replace(p, 2, "-");
+  const std::string roff((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string man;  // roff writes a dash as "\-"
+  for (std::size_t p = 0; p < roff.size(); ++p) {
+    if (roff[p] == '\\' && p + 1 < roff.size() && roff[p + 1] == '-') ++p;
+    man += roff[p];
+  }
   const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
                                              "give-away", "ls", "heirs", "rm", "verify", "gc"};
   const auto top = cli({"--help"});
@@ -314,7 +317,7 @@ void every_reader_answers(const std::string& name, const std::string& state, boo
     } else {
       CHECK(r.code == 0);
     }
-    if (c.size() > 2 && c[2] == "--json" && r.code == 0) CHECK_NOTHROW((void)nlohmann::json::parse(r.out));
+    if (c.size() > 2 && c[2] == "--json" && r.code == 0) CHECK(nlohmann::json::accept(r.out));
   }
 }
 }  // namespace

@@ -32,6 +32,13 @@ std::vector<std::string> drain(shmbox::Owner& o) {
   return out;
 }
 
+// "m7" (built by appends: g++ 12 warns falsely (-Wrestrict) on "m" + std::to_string(7)).
+std::string numbered(char tag, int i) {
+  std::string s(1, tag);
+  s += std::to_string(i);
+  return s;
+}
+
 post_status loan_post(shmbox::Producer& p, std::string_view msg, std::chrono::nanoseconds timeout = 20ms) {
   shmbox::slot_loan l = p.loan(timeout);
   if (!l) return l.status();
@@ -187,7 +194,7 @@ TEST_CASE("post_batch stores a prefix and says why it stopped, for every policy"
     auto p = shmbox::Producer::attach(*box);
     REQUIRE(p);
     std::vector<std::string> msgs;
-    for (int i = 0; i < 12; ++i) msgs.push_back("m" + std::to_string(i));
+    for (int i = 0; i < 12; ++i) msgs.push_back(numbered('m', i));
     msgs[5] = std::string(17, 'x');  // too large, in the middle
     std::vector<std::string_view> views(msgs.begin(), msgs.end());
     std::span<const std::string_view> left(views);
@@ -264,7 +271,7 @@ TEST_CASE("receive_in_place shows messages in place, commits them, and survives 
     auto o = shmbox::Owner::acquire(*box);
     REQUIRE(p);
     REQUIRE(o);
-    for (int i = 0; i < 6; ++i) CHECK(p->post("v" + std::to_string(i)) == post_status::stored);
+    for (int i = 0; i < 6; ++i) CHECK(p->post(numbered('v', i)) == post_status::stored);
     std::vector<std::string> seen;
     CHECK(o->receive_in_place([&](const shmbox::message_view& v) { seen.emplace_back(v.data); }, 2, 0ns) ==
           recv_status::ok);
