@@ -186,10 +186,7 @@ TEST_CASE("cli: ls lists boxes, marks an unusable segment, and --json parses") {
   shmtest::segment_guard junk(shmtest::unique_name("clijunk"));
   REQUIRE(cli({"create", a.name, "--policy", "lifo", "--capacity", "16"}).code == 0);
   REQUIRE(cli({"post", a.name, "x"}).code == 0);
-  const int fd = ::shm_open(("/shmbox." + junk.name).c_str(), O_RDWR | O_CREAT, 0600);
-  REQUIRE(fd >= 0);
-  REQUIRE(::write(fd, std::string(4096, 'z').data(), 4096) == 4096);
-  ::close(fd);
+  shmtest::write_raw_segment(junk.name, std::string(4096, 'z'));
   auto r = cli({"ls"});
   CHECK(r.code == 0);
   CHECK(r.out.find(a.name) != std::string::npos);

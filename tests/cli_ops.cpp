@@ -170,13 +170,7 @@ TEST_CASE("dump on an orphaned box shows its messages; on a corrupt segment it f
   CHECK(r.out == "lane 0  #0  4 bytes  kept\n");
 
   shmtest::segment_guard bad(shmtest::unique_name("dumpbad"));
-  {
-    const int fd = ::shm_open(("/shmbox." + bad.name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    REQUIRE(fd >= 0);
-    const std::string junk(8192, 'x');
-    REQUIRE(::write(fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
-    ::close(fd);
-  }
+  shmtest::write_raw_segment(bad.name, std::string(8192, 'x'));
   r = cli({"dump", bad.name});
   CHECK(r.code == 1);
   CHECK(r.err.rfind("shmbox: ", 0) == 0);
@@ -325,13 +319,7 @@ void every_reader_answers(const std::string& name, const std::string& state, boo
 TEST_CASE("every reading command answers on a box in every state") {
   // Garbage, empty and truncated segments.
   shmtest::segment_guard junk(shmtest::unique_name("anyjunk"));
-  {
-    const int fd = ::shm_open(("/shmbox." + junk.name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    REQUIRE(fd >= 0);
-    const std::string bytes(4096, '\x5a');
-    REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-    ::close(fd);
-  }
+  shmtest::write_raw_segment(junk.name, std::string(4096, '\x5a'));
   every_reader_answers(junk.name, "garbage segment", true);
 
   shmtest::segment_guard cut(shmtest::unique_name("anycut"));

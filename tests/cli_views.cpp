@@ -68,12 +68,6 @@ std::vector<std::string> fields(const std::string& l) {
 }
 
 // A segment named shmbox.<name> in /dev/shm holding `bytes` (nothing: size 0).
-void write_segment(const std::string& name, const std::string& bytes) {
-  const int fd = ::shm_open(("/shmbox." + name).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  REQUIRE(fd >= 0);
-  if (!bytes.empty()) REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-  ::close(fd);
-}
 
 // A process that acquires the box, then dies (SIGKILL): the box is owned by a dead process.
 void own_then_die(const std::string& name) {
@@ -591,8 +585,8 @@ TEST_CASE("cli views: ls shows a normal box, an orphaned box and corrupt segment
   own_then_die(orphan.name);
   std::string garbage;
   for (int i = 0; i < 8192; ++i) garbage += static_cast<char>((i * 37 + 11) & 0xFF);
-  write_segment(junk.name, garbage);
-  write_segment(empty.name, "");
+  shmtest::write_raw_segment(junk.name, garbage);
+  shmtest::write_raw_segment(empty.name, "");
 
   const auto r = cli({"ls"});
   CHECK(r.code == 0);

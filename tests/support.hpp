@@ -51,6 +51,17 @@ std::string cat(const Parts&... parts) {
   return s;
 }
 
+// A segment /dev/shm/shmbox.<name> holding exactly `bytes` (garbage, a
+// foreign file, an empty one): what a box name may point to when it is not
+// a box. Throws when it cannot be written.
+inline void write_raw_segment(const std::string& name, const std::string& bytes) {
+  const int fd = ::shm_open(("/shmbox." + name).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) throw std::runtime_error("shm_open " + name + ": " + std::strerror(errno));
+  const bool ok = bytes.empty() || ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  if (!ok) throw std::runtime_error("write " + name);
+}
+
 // A name no other test (or concurrent test run) uses.
 inline std::string unique_name(const std::string& what) {
   static std::atomic<int> counter{0};

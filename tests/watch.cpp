@@ -489,11 +489,7 @@ TEST_CASE("watch: a box that does not exist, and segments that are not boxes: ex
   for (const std::size_t size : {std::size_t{4096}, std::size_t{0}, std::size_t{100}}) {
     CAPTURE(size);
     shmtest::segment_guard junk(shmtest::unique_name("watchjunk"));
-    const int fd = ::shm_open(("/shmbox." + junk.name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    REQUIRE(fd >= 0);
-    const std::string garbage(size, 'z');
-    REQUIRE(::write(fd, garbage.data(), garbage.size()) == static_cast<ssize_t>(garbage.size()));
-    ::close(fd);
+    shmtest::write_raw_segment(junk.name, std::string(size, 'z'));
     r = cli({"watch", junk.name, "--count", "1"});
     CAPTURE(r.err);
     CHECK(WIFEXITED(r.status));  // no crash
