@@ -251,12 +251,11 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
   const std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
     const detail::owner_view now = detail::view_owner(m);
-    if (now.alive && detail::key_pid(now.key) == pid && now.epoch != v.epoch) return {};
+    if (detail::key_pid(now.key) == pid && now.epoch != v.epoch) return {};  // given
     const std::uint64_t pending = rec->request_pid.load(std::memory_order_acquire);
     if (pending != pid || now.epoch != v.epoch) {
       // Served without a transfer to pid (the destination did not take it, or
       // the box changed owner another way).
-      if (now.epoch != v.epoch && detail::key_pid(now.key) == pid) return {};
       return detail::fail(errc::refused, who + ": the owner did not hand the box to pid " + std::to_string(pid) +
                                              (now.epoch != v.epoch ? " (the box changed owner meanwhile)"
                                                                    : " (it was not taken in time)"));

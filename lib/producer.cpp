@@ -73,9 +73,12 @@ struct Producer::state {
     return !ctx.loan_open && size <= L.payload && !L.is_lifo() && detail::post_fast(ctx, L, data, size);
   }
 
-  post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns) noexcept {
+  // Every post: the fast path, else the general one with this call's wait.
+  post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns,
+                   const wait_options& w) noexcept {
     if (try_fast(lane, data, size)) return post_status::stored;
     if (loan_blocks()) return post_status::error;
+    set_spin(w);
     const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
     if (!ctx.capture) return st;
     if (st == post_status::dropped)
@@ -139,9 +142,7 @@ result<Producer> Producer::attach(const Box& box) {
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
-  if (s_->try_fast(0, data, size)) return post_status::stored;
-  s_->set_spin({});
-  return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000);
+  return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
 }
 
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
@@ -151,9 +152,7 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout,
                            const wait_options& w) noexcept {
   if (!s_) return post_status::error;
-  if (s_->try_fast(0, data, size)) return post_status::stored;
-  s_->set_spin(w);
-  return s_->post(0, data, size, timeout_to_ns(timeout));
+  return s_->post(0, data, size, timeout_to_ns(timeout), w);
 }
 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
@@ -165,8 +164,7 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
                               std::chrono::nanoseconds timeout) noexcept {
   if (!s_) return post_status::error;
   if (!s_->valid_lane(lane)) return post_status::error;
-  s_->set_spin({});
-  return s_->post(lane, data, size, timeout_to_ns(timeout));
+  return s_->post(lane, data, size, timeout_to_ns(timeout), {});
 }
 
 // ---------------------------------------------------------------------------
@@ -213,10 +211,10 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
 }
 
 namespace {
-detail::slot_claim claim_of(const detail::producer_ctx& ctx, std::uint32_t lane, std::uint64_t where,
-                            std::uint64_t stamp, bool wake) noexcept {
-  const detail::lane_view& L = ctx.m->lanes[lane];
-  return {L.is_lifo() ? L.slot_at_index(static_cast<std::uint32_t>(where)) : L.slot_for(where), lane, where, stamp, wake};
+// The claim a loan holds: its slot is the header in front of its payload.
+detail::slot_claim claim_of(void* data, std::uint32_t lane, std::uint64_t where, std::uint64_t stamp, bool wake) noexcept {
+  return {reinterpret_cast<detail::slot_header*>(static_cast<std::byte*>(data) - sizeof(detail::slot_header)), lane, where,
+          stamp, wake};
 }
 }  // namespace
 
@@ -250,8 +248,7 @@ slot_loan::~slot_loan() { abort(); }
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
-  const detail::slot_claim k{reinterpret_cast<detail::slot_header*>(static_cast<std::byte*>(data_) - sizeof(detail::slot_header)),
-                             lane_, where_, stamp_, wake_};
+  const detail::slot_claim k = claim_of(data_, lane_, where_, stamp_, wake_);
   if (stamp_ != kNotLifo) detail::publish_slot(*ctx_, k, size);
   else detail::fifo_publish_inline(*ctx_, k, size);
   ctx_->loan_open = false;
@@ -262,7 +259,7 @@ post_status slot_loan::commit(std::size_t size) noexcept {
 
 void slot_loan::abort() noexcept {
   if (ctx_ == nullptr) return;
-  detail::abort_slot(*ctx_, claim_of(*ctx_, lane_, where_, stamp_, wake_));
+  detail::abort_slot(*ctx_, claim_of(data_, lane_, where_, stamp_, wake_));
   ctx_->loan_open = false;
   ctx_ = nullptr;
   data_ = nullptr;
@@ -290,7 +287,6 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
   if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) {
     st = post_status::error;
   } else {
-    s_->set_spin(w);
     const std::uint32_t payload = s_->m->lanes[lane].payload;
     const std::uint64_t timeout_ns = timeout_to_ns(timeout);
     while (i < msgs.size()) {
@@ -305,7 +301,7 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
         }
       }
       // No room for a run (full, busy, lifo) or too large: this one as post() does it.
-      st = s_->post(lane, msgs[i].data(), msgs[i].size(), timeout_ns);
+      st = s_->post(lane, msgs[i].data(), msgs[i].size(), timeout_ns, w);
       if (!is_stored(st)) break;
       ++i;
     }

@@ -700,9 +700,8 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
 
 }  // namespace
 
-// P4's length, then P5-P6 (ring_fast.hpp).
+// P6 for the inline fast path (ring_fast.hpp).
 void wake_owner_now(producer_ctx& p) noexcept { wake_owner(p); }
-void fifo_publish(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept { fifo_publish_inline(p, k, size); }
 
 namespace {
 
@@ -1254,7 +1253,6 @@ std::uint64_t lazy_deadline::get() noexcept {
 }
 
 // The fast path of a FIFO post: ring_fast.hpp.
-bool claim_fast(producer_ctx& p, const lane_view& L, slot_claim& out) noexcept { return claim_fast_inline(p, L, out); }
 
 __attribute__((hot)) bool post_fast(producer_ctx& p, const lane_view& L, const void* data, std::size_t size) noexcept {
   slot_claim k;
@@ -1279,7 +1277,7 @@ post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, st
 void publish_slot(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept {
   const lane_view& L = p.m->lanes[k.lane];
   if (L.is_lifo()) lifo_publish(p, L, k.slot, k.stamp, size);
-  else fifo_publish(p, k, size);
+  else fifo_publish_inline(p, k, size);
 }
 
 // ABORT (a loan given back): the producer takes back its own claimed slot

@@ -80,14 +80,10 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
 post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, std::uint64_t timeout_ns,
                        slot_claim& out) noexcept;
 void publish_slot(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept;
-// The fast path of a FIFO lane (see ring.cpp): claims the slot at the tail
-// if it is free for it, else returns false having claimed nothing (the
-// caller then takes claim_slot / post_message, which decide everything else).
-bool claim_fast(producer_ctx& p, const lane_view& L, slot_claim& out) noexcept;
-// claim_fast + payload + publish.
+// The fast path of a post into a FIFO lane (claim_fast_inline, payload,
+// fifo_publish_inline: ring_fast.hpp); false, having claimed nothing, when
+// the slot at the tail is not free for it: then post_message decides.
 bool post_fast(producer_ctx& p, const lane_view& L, const void* data, std::size_t size) noexcept;
-// P5-P6 of a FIFO slot claimed by claim_fast / claim_slot.
-void fifo_publish(producer_ctx& p, const slot_claim& k, std::size_t size) noexcept;
 void abort_slot(producer_ctx& p, const slot_claim& k) noexcept;
 
 // Posts msgs[0..k) with one claim of k consecutive free positions (FIFO
