@@ -234,6 +234,8 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
     return detail::fail(errc::refused, who + ": its owner (pid " + std::to_string(detail::key_pid(v.key)) +
                                            ") does not accept give-away requests (it must call "
                                            "Owner::accept_give_away_requests, or run shmbox recv --follow --accept-give-away)");
+  if (detail::key_pid(v.key) == pid)
+    return detail::fail(errc::invalid_argument, who + ": process " + std::to_string(pid) + " already owns it");
   bool waiting = false;
   for (const detail::heir_view& h : detail::list_heirs(m, false)) waiting |= h.alive && detail::key_pid(h.key) == pid;
   if (!waiting)
@@ -250,21 +252,29 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
   detail::futex_wake(&rec->wake_seq);
   const std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
-    const detail::owner_view now = detail::view_owner(m);
-    if (detail::key_pid(now.key) == pid && now.epoch != v.epoch) return {};  // given
+    // The request first, then the owner: the owner clears the request only
+    // after it saw the key move, so a cleared request read here means the
+    // owner record read next shows that move (acquire/release chain).
     const std::uint64_t pending = rec->request_pid.load(std::memory_order_acquire);
-    if (pending != pid || now.epoch != v.epoch) {
+    const detail::owner_view now = detail::view_owner(m);
+    // A new owner stores its key, then steps the epoch: the key alone already
+    // says where the box went; it is given once the epoch has moved too.
+    const bool to_dest = now.key != v.key && detail::key_pid(now.key) == pid;
+    if (to_dest && now.epoch != v.epoch) return {};  // given
+    if (!to_dest && (pending != pid || now.key != v.key || now.epoch != v.epoch)) {
       // Served without a transfer to pid (the destination did not take it, or
       // the box changed owner another way).
       return detail::fail(errc::refused, who + ": the owner did not hand the box to pid " + std::to_string(pid) +
-                                             (now.epoch != v.epoch ? " (the box changed owner meanwhile)"
-                                                                   : " (it was not taken in time)"));
+                                             (now.key != v.key || now.epoch != v.epoch ? " (the box changed owner meanwhile)"
+                                                                                       : " (it was not taken in time)"));
     }
     if (detail::mono_ns() >= deadline) {
       std::uint64_t mine = pid;
       rec->request_pid.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);  // withdrawn
-      return detail::fail(errc::timed_out, who + ": the owner did not serve the request in time (it serves requests "
-                                                 "when it receives or waits)");
+      return detail::fail(errc::timed_out, who + (to_dest ? ": pid " + std::to_string(pid) +
+                                                              " started taking the box over but had not finished in time"
+                                                        : std::string(": the owner did not serve the request in time (it "
+                                                                      "serves requests when it receives or waits)")));
     }
     const std::uint32_t seq = rec->transfer_seq.load(std::memory_order_acquire);
     detail::futex_wait(&rec->transfer_seq, seq, std::min(deadline, detail::mono_ns() + 10'000'000));

@@ -191,6 +191,7 @@ TEST_CASE("give-away: an owner that accepts requests hands the box to a waiting 
   REQUIRE(cli({"post", g.name, "before"}).code == 0);
   CHECK(owner.read_line().value_or("") == "before");
   auto r = cli({"give-away", g.name, std::to_string(heir.pid())});
+  INFO("give-away said: ", r.err);
   CHECK(r.code == 0);
   CHECK(r.out.find("to pid " + std::to_string(heir.pid())) != std::string::npos);
   // The old owner stops by itself, exit 0; the heir owns the box and receives.
@@ -205,6 +206,39 @@ TEST_CASE("give-away: an owner that accepts requests hands the box to a waiting 
   CHECK(st["owner"]["accepts_requests"] == false);  // a new owner starts with requests off
   REQUIRE(cli({"post", g.name, "after"}).code == 0);
   CHECK(heir.read_line().value_or("") == "after");
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
+// The destination stores its key, then steps the epoch. The old owner sees
+// its key go and clears the request; a requester that looked at that moment
+// saw "request cleared, epoch unchanged" and said refused although the box
+// was given (CI, 2026-11-21). Stop the destination in between to hold that
+// moment open.
+TEST_CASE("give-away: the requester waits for a destination stopped between taking the key and stepping the epoch") {
+  shmtest::segment_guard g(shmtest::unique_name("givestop"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::cli_path(), "recv", g.name, "--follow", "--accept-give-away"}, {}, false, true);
+  REQUIRE(eventually([&] { return owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()); }));
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {"SHMBOX_FAULT=takeover.after_cas:1:stop"},
+                      false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  shmtest::child give({shmtest::cli_path(), "give-away", g.name, std::to_string(heir.pid()), "--timeout", "30000"}, {}, false,
+                      true);
+  REQUIRE(shmtest::wait_for_state(heir.pid(), 'T', 30s));  // holds the key, epoch not stepped
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));       // the old owner saw its key go and served the request
+  // Give the requester time to look (it wakes when the request is served):
+  // it must keep waiting, not answer.
+  CHECK_FALSE(shmtest::wait_for_state(give.pid(), 'Z', 300ms));
+  heir.kill(SIGCONT);
+  const int st = give.wait(30s);
+  INFO("give-away said: ", give.read_stderr());
+  CHECK(shmtest::exited_with(st, 0));
+  CHECK(give.read_all(5s).find("to pid " + std::to_string(heir.pid())) != std::string::npos);
+  const auto info = json_of(cli({"stat", g.name, "--json"}));
+  CHECK(info["owner"]["pid"] == heir.pid());
+  CHECK(info["owner"]["epoch"] == 2);
+  CHECK(info["last_transfer"]["reason"] == "give-away");
   heir.kill(SIGTERM);
   CHECK(shmtest::exited_with(heir.wait(), 0));
 }
@@ -239,6 +273,9 @@ TEST_CASE("give-away is refused with a reason: owner does not accept, pid not wa
   CHECK(r.code == 1);
   CHECK(r.err.find("is not waiting for it") != std::string::npos);
   CHECK(owner_pid(g2.name) == static_cast<std::uint64_t>(owner2.pid()));
+  r = cli({"give-away", g2.name, std::to_string(owner2.pid())});  // to its own owner
+  CHECK(r.code == 1);
+  CHECK(r.err.find("already owns it") != std::string::npos);
   r = cli({"give-away", g2.name, "0"});
   CHECK(r.code == 2);  // usage: PID out of range
   heir.kill(SIGTERM);

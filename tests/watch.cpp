@@ -209,9 +209,15 @@ class pty_watch {
     std::vector<char*> a;
     for (auto& s : argv) a.push_back(s.data());
     a.push_back(nullptr);
+    // The child waits for a byte on `go` before it runs watch, so the
+    // terminal's settings are read before watch can change them.
+    int go[2];
+    REQUIRE(::pipe2(go, O_CLOEXEC) == 0);
     pid_ = ::forkpty(&master_, nullptr, nullptr, &ws);
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      char c;
+      if (::read(go[0], &c, 1) != 1) ::_exit(126);
       if (stdin_devnull) {
         const int fd = ::open("/dev/null", O_RDONLY);
         ::dup2(fd, 0);
@@ -219,6 +225,10 @@ class pty_watch {
       ::execv(a[0], a.data());
       ::_exit(127);
     }
+    ::close(go[0]);
+    initial_ = settings();
+    REQUIRE(::write(go[1], "g", 1) == 1);
+    ::close(go[1]);
   }
   ~pty_watch() {
     if (!status_) {
@@ -251,6 +261,8 @@ class pty_watch {
     }
   }
   void type(const std::string& keys) { REQUIRE(::write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size())); }
+  // The terminal's settings before watch started.
+  const termios& initial_settings() const { return initial_; }
   termios settings() const {
     termios t{};
     ::tcgetattr(master_, &t);
@@ -283,6 +295,7 @@ class pty_watch {
   }
   pid_t pid_ = -1;
   int master_ = -1;
+  termios initial_{};
   std::string out_;
   std::optional<int> status_;
 };
@@ -612,7 +625,7 @@ TEST_CASE("watch: on a terminal (forkpty): no echo while it runs, the terminal s
   for (const std::string how : {"q", "Q", "sigterm", "sighup"}) {
     CAPTURE(how);
     pty_watch w({g.name, "--interval", "60000"}, 80, 24);
-    const termios before = w.settings();
+    const termios before = w.initial_settings();
     REQUIRE((before.c_lflag & ECHO) != 0);
     REQUIRE((before.c_lflag & ICANON) != 0);
     REQUIRE(w.read_until("TRANSFER"));  // the first frame is drawn
