@@ -119,12 +119,16 @@ int produce(int argc, char** argv) {
     std::memcpy(b.data() + 8, &seq, 8);
     for (std::size_t i = 16; i < size; ++i) b[i] = pattern_byte(id, seq, i);
   };
+  std::uint64_t aborted = 0;  // loans taken and aborted (--abort-every)
   auto post_one = [&](std::uint64_t seq) {
     if (!use_loan) return p->post_to(lane, buf.data(), size);
     if (abort_every > 0 && seq % static_cast<std::uint64_t>(abort_every) == 0) {
       shmbox::slot_loan a = p->loan_to(lane, timeout);
-      if (a) std::memset(a.data(), 0xEE, a.capacity());  // scribble: an aborted loan must never be delivered
-      a.abort();
+      if (a) {
+        std::memset(a.data(), 0xEE, a.capacity());  // scribble: an aborted loan must never be delivered
+        a.abort();
+        ++aborted;
+      }
     }
     shmbox::slot_loan l = p->loan_to(lane, timeout);
     if (!l) return l.status();
@@ -187,10 +191,10 @@ int produce(int argc, char** argv) {
     if (pause_us != 0) ::usleep(pause_us);
   }
   std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
-              " too_large=%" PRIu64 "\n",
+              " too_large=%" PRIu64 " aborted=%" PRIu64 "\n",
               tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
               tally[shmbox::post_status::full], tally[shmbox::post_status::dropped], tally[shmbox::post_status::timeout],
-              tally[shmbox::post_status::too_large]);
+              tally[shmbox::post_status::too_large], aborted);
   return 0;
 }
 
