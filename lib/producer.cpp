@@ -171,33 +171,9 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 // Loans (zero-copy posts)
 // ---------------------------------------------------------------------------
 
-slot_loan Producer::loan() noexcept {
-  if (!s_) return {};
-  return loan_to(0, std::chrono::milliseconds(s_->m->block_timeout_ms));
-}
-
-slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  return loan_to(0, timeout, w);
-}
-
-slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  slot_loan l;
-  if (!s_) return l;
-  detail::slot_claim k;
-  // The fast path (see try_fast): checks inline, the errors below.
-  if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
-      detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k)) {
-    l.status_ = post_status::stored;
-  } else {
-    if (!s_->valid_lane(lane) || s_->loan_blocks()) return l;
-    s_->set_spin(w);
-    l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
-    if (s_->ctx.capture) {
-      if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
-      s_->forward_captured(lane);
-    }
-    if (!is_stored(l.status_)) return l;
-  }
+// Hands the claimed slot to `l`.
+__attribute__((always_inline)) inline void Producer::open_loan(std::uint32_t lane, const detail::slot_claim& k,
+                                                               slot_loan& l) noexcept {
   SHMBOX_FAULT("producer.loan_open");
   s_->ctx.loan_open = true;
   l.ctx_ = &s_->ctx;
@@ -207,23 +183,66 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
   l.where_ = k.where;
   l.stamp_ = s_->m->lanes[lane].is_lifo() ? k.stamp : slot_loan::kNotLifo;
   l.wake_ = k.wake;
+}
+
+// The fast path (see try_fast): a FIFO lane whose tail slot is free. false:
+// nothing claimed, loan_slow decides (and reports errors).
+__attribute__((always_inline)) inline bool Producer::loan_fast(std::uint32_t lane, slot_loan& l) noexcept {
+  detail::slot_claim k;
+  if (lane >= s_->m->lane_count() || s_->ctx.loan_open || s_->m->lanes[lane].is_lifo() ||
+      !detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k))
+    return false;
+  l.status_ = post_status::stored;
+  open_loan(lane, k, l);
+  return true;
+}
+
+void Producer::loan_slow(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w,
+                         slot_loan& l) noexcept {
+  if (!s_->valid_lane(lane) || s_->loan_blocks()) return;
+  s_->set_spin(w);
+  detail::slot_claim k;
+  l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
+  if (s_->ctx.capture) {
+    if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
+    s_->forward_captured(lane);
+  }
+  if (is_stored(l.status_)) open_loan(lane, k, l);
+}
+
+slot_loan Producer::loan() noexcept {
+  slot_loan l;
+  if (s_ && !loan_fast(0, l)) loan_slow(0, std::chrono::milliseconds(s_->m->block_timeout_ms), {}, l);
+  return l;
+}
+
+slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  return loan_to(0, timeout, w);
+}
+
+slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  slot_loan l;
+  if (s_ && !loan_fast(lane, l)) loan_slow(lane, timeout, w, l);
   return l;
 }
 
 namespace {
-// The claim a loan holds: its slot is the header in front of its payload.
+// A loan's slot: the header in front of its payload.
+detail::slot_header* slot_of(void* data) noexcept {
+  return reinterpret_cast<detail::slot_header*>(static_cast<std::byte*>(data) - sizeof(detail::slot_header));
+}
+// The claim a loan holds.
 detail::slot_claim claim_of(void* data, std::uint32_t lane, std::uint64_t where, std::uint64_t stamp, bool wake) noexcept {
-  return {reinterpret_cast<detail::slot_header*>(static_cast<std::byte*>(data) - sizeof(detail::slot_header)), lane, where,
-          stamp, wake};
+  return {slot_of(data), lane, where, stamp, wake};
 }
 }  // namespace
 
 slot_loan::slot_loan(slot_loan&& o) noexcept
     : ctx_(std::exchange(o.ctx_, nullptr)),
       data_(o.data_),
+      where_(o.where_),
       capacity_(o.capacity_),
       lane_(o.lane_),
-      where_(o.where_),
       stamp_(o.stamp_),
       wake_(o.wake_),
       status_(o.status_) {}
@@ -243,14 +262,13 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
   return *this;
 }
 
-slot_loan::~slot_loan() { abort(); }
-
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
-  const detail::slot_claim k = claim_of(data_, lane_, where_, stamp_, wake_);
-  if (stamp_ != kNotLifo) detail::publish_slot(*ctx_, k, size);
-  else detail::fifo_publish_inline(*ctx_, k, size);
+  // FIFO: from the fields, not through a slot_claim copied from them (that
+  // copy's wide loads of fields stored one by one stalled store forwarding).
+  if (stamp_ == kNotLifo) detail::fifo_publish_inline(*ctx_, slot_of(data_), where_, wake_, size);
+  else detail::publish_slot(*ctx_, claim_of(data_, lane_, where_, stamp_, wake_), size);
   ctx_->loan_open = false;
   ctx_ = nullptr;
   data_ = nullptr;

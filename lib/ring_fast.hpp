@@ -62,16 +62,20 @@ __attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, co
   return true;
 }
 
-// P4's length, then P5-P6: publishes a claimed FIFO slot whose payload is written.
-__attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, const slot_claim& k,
-                                                               std::size_t size) noexcept {
-  slot_header* s = k.slot;
+// P4's length, then P5-P6: publishes claimed FIFO slot `s` (position `t`)
+// whose payload is written; `wake`: the owner was asleep at the claim.
+__attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, slot_header* s, std::uint64_t t,
+                                                               bool wake, std::size_t size) noexcept {
   s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by P5
   s->writer.store(p.entry, std::memory_order_relaxed);
   SHMBOX_FAULT("producer.before_publish");
   // P5 release: publishes payload and length; pairs with the acquire in T1.
-  s->seq.store(make_seq(k.where, slot_state::full, p.rep.actor), std::memory_order_release);
-  if (k.wake) wake_owner_now(p);  // P6
+  s->seq.store(make_seq(t, slot_state::full, p.rep.actor), std::memory_order_release);
+  if (wake) wake_owner_now(p);  // P6
+}
+__attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, const slot_claim& k,
+                                                               std::size_t size) noexcept {
+  fifo_publish_inline(p, k.slot, k.where, k.wake, size);
 }
 
 }  // namespace shmbox::detail

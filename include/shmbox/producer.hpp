@@ -35,6 +35,7 @@ constexpr bool is_stored(post_status s) noexcept {
 
 namespace detail {
 struct producer_ctx;
+struct slot_claim;
 }
 
 // A slot claimed for one message that the producer writes in place (zero
@@ -51,7 +52,9 @@ class slot_loan {
   slot_loan() = default;
   slot_loan(slot_loan&& o) noexcept;
   slot_loan& operator=(slot_loan&& o) noexcept;
-  ~slot_loan();
+  ~slot_loan() {
+    if (ctx_ != nullptr) abort();  // an open loan destroyed without commit is aborted
+  }
 
   // stored / stored_evicted: the slot is yours. Otherwise why there is none
   // (full, dropped, timeout, error; counted like a post with that outcome).
@@ -69,11 +72,14 @@ class slot_loan {
 
  private:
   friend class Producer;
+  // where_ and stamp_ are not next to each other: commit would load them with
+  // one 16-byte load, which cannot be forwarded from loan_to's two 8-byte
+  // stores (a store-forwarding stall on every zero-copy post).
   detail::producer_ctx* ctx_ = nullptr;
   void* data_ = nullptr;
+  std::uint64_t where_ = 0;  // FIFO position or lifo slot index
   std::uint32_t capacity_ = 0;
   std::uint32_t lane_ = 0;
-  std::uint64_t where_ = 0;  // FIFO position or lifo slot index
   static constexpr std::uint64_t kNotLifo = UINT64_MAX;
   std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
   bool wake_ = false;        // FIFO: the owner was asleep when we claimed
@@ -148,6 +154,10 @@ class Producer {
  private:
   struct state;
   explicit Producer(std::unique_ptr<state> s);
+  // A loan: the common case inline (loan_fast), the rest (loan_slow).
+  bool loan_fast(std::uint32_t lane, slot_loan& l) noexcept;
+  void loan_slow(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w, slot_loan& l) noexcept;
+  void open_loan(std::uint32_t lane, const detail::slot_claim& k, slot_loan& l) noexcept;
   std::unique_ptr<state> s_;
 };
 
