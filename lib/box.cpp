@@ -246,10 +246,13 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
   if (!rec->request_pid.compare_exchange_strong(none, pid, std::memory_order_acq_rel, std::memory_order_acquire))
     return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " + std::to_string(none) +
                                                     ") is pending; try again when it is served");
-  // Wake the owner wherever it sleeps in receive or wait (the futex), then
-  // watch the owner record.
+  // Wake the owner wherever it sleeps: in receive or wait (the futex), or in
+  // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
+  // fallback mode, on wake_seq, and makes the fd readable). Then watch the
+  // owner record.
   rec->wake_seq.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&rec->wake_seq);
+  detail::futex_wake(&rec->fd_fallback);
   const std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
     // The request first, then the owner: the owner clears the request only

@@ -717,7 +717,16 @@ int Owner::notify_fd() {
   st->waker = std::thread([st] {
     detail::owner_record* rec = st->m->owner();
     std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
+    std::uint64_t request_seen = 0;
     while (!st->stop_waker.load(std::memory_order_acquire)) {
+      // A give-away request (Box::request_give_away wakes this thread) for
+      // an owner that accepts them: make the fd readable once per request, so
+      // that an event loop calls wait(), which serves it.
+      const std::uint64_t request = rec->request_pid.load(std::memory_order_acquire);
+      if (request != request_seen) {
+        request_seen = request;
+        if (request != 0 && rec->requests_allowed.load(std::memory_order_acquire) == st->ctx.epoch) st->poke_fd();
+      }
       // Every second: armed (notify/active) with messages in the box means a
       // wake-up was lost (a producer died between publishing and waking us):
       // make the fd readable. Reads only shared words, never the owner's

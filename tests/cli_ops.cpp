@@ -243,6 +243,30 @@ TEST_CASE("give-away: the requester waits for a destination stopped between taki
   CHECK(shmtest::exited_with(heir.wait(), 0));
 }
 
+// An owner in an event loop sleeps in poll(2) on notify_fd, not on the
+// futex: the request must make that fd readable (the owner's notify_fd
+// thread does), or it is served only when something else wakes the loop.
+TEST_CASE("give-away: an owner in an event loop (poll on notify_fd) serves the request") {
+  shmtest::segment_guard g(shmtest::unique_name("giveloop"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "event-loop", g.name});
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  REQUIRE(cli({"post", g.name, "wakes the loop"}).code == 0);  // the loop works: a post makes the fd readable
+  CHECK(owner.read_line().value_or("") == "notified");
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  // Nothing is posted now: only the request can wake the loop, and the
+  // helper polls for up to 60 s, longer than this request waits.
+  const auto r = cli({"give-away", g.name, std::to_string(heir.pid()), "--timeout", "20000"});
+  INFO("give-away said: ", r.err);
+  CHECK(r.code == 0);
+  CHECK(owner.read_line().value_or("") == "given-away");
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()));
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
 TEST_CASE("give-away is refused with a reason: owner does not accept, pid not waiting, no owner") {
   shmtest::segment_guard g(shmtest::unique_name("giveno"));
   REQUIRE(cli({"create", g.name}).code == 0);

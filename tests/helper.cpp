@@ -22,6 +22,12 @@
 //       receive with receive_in_place (zero-copy).
 //   own NAME
 //       acquire, print "owned <epoch>", then wait until stdin closes.
+//   event-loop NAME
+//       acquire, accept give-away requests, arm notify, print "owned <epoch>",
+//       then sleep in poll(2) on notify_fd only (up to 60 s per poll): on
+//       each readable fd call wait(out, 0); print "notified" (and take what
+//       is there, then re-arm) or, once the box was given away, "given-away"
+//       and exit 0.
 //   map NAME
 //       opens the box (maps it) without any role, prints "mapped", waits until stdin closes.
 //   wait-one NAME TIMEOUT_MS
@@ -44,6 +50,7 @@
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -281,6 +288,46 @@ int own(int argc, char** argv) {
   return 0;
 }
 
+int event_loop(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto o = shmbox::Owner::acquire(argv[2]);
+  if (!o) {
+    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
+    return 1;
+  }
+  o->accept_give_away_requests(true);
+  const int fd = o->notify_fd();
+  if (fd < 0) {
+    std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
+    return 1;
+  }
+  o->notify();
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 60'000);
+    if (r == 0) {
+      std::printf("poll timeout\n");
+      return 1;
+    }
+    if (r < 0) continue;  // EINTR
+    shmbox::delivery d;
+    const shmbox::owner_event ev = o->wait(d, std::chrono::nanoseconds(0));
+    if (ev == shmbox::owner_event::not_owner) {
+      std::printf("given-away\n");
+      return 0;
+    }
+    if (ev == shmbox::owner_event::notified) {
+      std::printf("notified\n");
+      std::fflush(stdout);
+      std::vector<shmbox::message> got;
+      o->receive_batch(got, 1024, std::chrono::nanoseconds(0));
+      o->notify();
+    }
+  }
+}
+
 int wait_one(int argc, char** argv) {
   if (argc < 4) return usage();
   auto o = shmbox::Owner::acquire(argv[2]);
@@ -472,6 +519,7 @@ int main(int argc, char** argv) {
   if (cmd == "consume") return consume(argc, argv);
   if (cmd == "own") return own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
+  if (cmd == "event-loop") return event_loop(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);

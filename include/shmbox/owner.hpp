@@ -189,8 +189,9 @@ class Owner {
   // Lets operators and scripts ask for the box (Box::request_give_away,
   // `shmbox give-away NAME PID`): while accepted, a request is served the
   // next time this owner receives or waits, by give_away(pid, "requested").
-  // The call that served it returns not_owner once the box is given. Off by
-  // default; a new owner starts with it off.
+  // The call that served it returns not_owner once the box is given. A
+  // request makes notify_fd (if this handle has one) readable, so an event
+  // loop's next wait() serves it. Off by default; a new owner starts with it off.
   void accept_give_away_requests(bool accept) noexcept;
   // Renews the lease of a box created with a lease (receiving renews it).
   void renew() noexcept;
