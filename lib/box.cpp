@@ -1,6 +1,7 @@
 #include "shmbox/box.hpp"
 
 #include <dirent.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -242,10 +243,17 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
     return detail::fail(errc::invalid_argument, who + ": process " + std::to_string(pid) +
                                                     " is not waiting for it: make it an heir or listener first "
                                                     "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)");
-  std::uint64_t none = 0;
-  if (!rec->request_pid.compare_exchange_strong(none, pid, std::memory_order_acq_rel, std::memory_order_acquire))
-    return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " + std::to_string(none) +
+  // One request at a time. One whose asker is gone (killed while it waited)
+  // and that the owner is not serving is void: take its place.
+  const std::uint64_t req = detail::make_request(pid, static_cast<std::uint32_t>(::getpid()));
+  for (std::uint64_t cur = 0;;) {
+    if (rec->request_pid.compare_exchange_strong(cur, req, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+    if ((cur & detail::kRequestServing) == 0 && detail::key_of_pid(detail::request_from(cur)) == 0) continue;
+    return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " +
+                                                    std::to_string(detail::request_dest(cur)) + ", asked by pid " +
+                                                    std::to_string(detail::request_from(cur)) +
                                                     ") is pending; try again when it is served");
+  }
   // Wake the owner wherever it sleeps: in receive or wait (the futex), or in
   // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
   // fallback mode, on wake_seq, and makes the fd readable). Then watch the
@@ -253,7 +261,8 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
   rec->wake_seq.fetch_add(1, std::memory_order_release);
   detail::futex_wake(&rec->wake_seq);
   detail::futex_wake(&rec->fd_fallback);
-  const std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
+  bool extended = false;
   for (;;) {
     // The request first, then the owner: the owner clears the request only
     // after it saw the key move, so a cleared request read here means the
@@ -264,20 +273,32 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
     // says where the box went; it is given once the epoch has moved too.
     const bool to_dest = now.key != v.key && detail::key_pid(now.key) == pid;
     if (to_dest && now.epoch != v.epoch) return {};  // given
-    if (!to_dest && (pending != pid || now.key != v.key || now.epoch != v.epoch)) {
-      // Served without a transfer to pid (the destination did not take it, or
-      // the box changed owner another way).
+    const bool ours = (pending & ~detail::kRequestServing) == req;
+    if (!to_dest && (!ours || now.key != v.key || now.epoch != v.epoch)) {
+      // Answered without a transfer to pid (the destination did not take
+      // it, or the box changed owner another way).
       return detail::fail(errc::refused, who + ": the owner did not hand the box to pid " + std::to_string(pid) +
                                              (now.key != v.key || now.epoch != v.epoch ? " (the box changed owner meanwhile)"
                                                                                        : " (it was not taken in time)"));
     }
     if (detail::mono_ns() >= deadline) {
-      std::uint64_t mine = pid;
-      rec->request_pid.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);  // withdrawn
-      return detail::fail(errc::timed_out, who + (to_dest ? ": pid " + std::to_string(pid) +
-                                                              " started taking the box over but had not finished in time"
-                                                        : std::string(": the owner did not serve the request in time (it "
-                                                                      "serves requests when it receives or waits)")));
+      if (to_dest)
+        return detail::fail(errc::timed_out, who + ": pid " + std::to_string(pid) +
+                                                 " started taking the box over but had not finished in time");
+      std::uint64_t mine = req;
+      if (rec->request_pid.compare_exchange_strong(mine, 0, std::memory_order_acq_rel, std::memory_order_acquire))
+        return detail::fail(errc::timed_out, who + ": the owner did not serve the request in time (it serves requests "
+                                                   "when it receives or waits); the request is withdrawn");
+      if (mine != (req | detail::kRequestServing)) continue;  // answered just now: look at the answer
+      // The owner is handing the box over right now: its offer waits at most
+      // 1 s for pid, so wait for the answer a little longer, once.
+      if (!extended) {
+        extended = true;
+        deadline = detail::mono_ns() + 2'000'000'000;
+        continue;
+      }
+      return detail::fail(errc::timed_out, who + ": the owner was still handing the box to pid " + std::to_string(pid) +
+                                                 " when the time ran out; it may still be given");
     }
     const std::uint32_t seq = rec->transfer_seq.load(std::memory_order_acquire);
     detail::futex_wait(&rec->transfer_seq, seq, std::min(deadline, detail::mono_ns() + 10'000'000));

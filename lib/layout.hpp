@@ -241,7 +241,8 @@ struct alignas(kCacheLine) owner_record {
   a64 offer_epoch;       // the giver's epoch when it made the offer
   a64 offer_data_len;    // bytes in offer_data (<= kHeirDataMax)
   a64 requests_allowed;  // give-away requests: the epoch of the owner that accepts them (0: not accepted)
-  a64 request_pid;       // a pending give-away request: hand the box to this pid (0: none)
+  a64 request_pid;       // a pending give-away request (0: none): make_request(destination pid,
+                         // requesting pid), | kRequestServing while the owner serves it
   a64 reserved4;
   // line 3: give_away data
   alignas(kCacheLine) a64 offer_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
@@ -257,6 +258,16 @@ struct alignas(kCacheLine) owner_record {
   alignas(kCacheLine) a64 tr_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
 };
 static_assert(sizeof(owner_record) == 6 * kCacheLine);
+
+// owner_record::request_pid: bits 0-31 the destination pid, bits 32-62 the
+// pid of the process that asked (it waits for the answer; a request whose
+// asker is gone is void), bit 63 set while the owner serves it.
+inline constexpr std::uint64_t kRequestServing = std::uint64_t{1} << 63;
+constexpr std::uint64_t make_request(std::uint32_t dest, std::uint32_t from) noexcept {
+  return dest | (std::uint64_t{from & 0x7fffffffu} << 32);
+}
+constexpr std::uint32_t request_dest(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r); }
+constexpr std::uint32_t request_from(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r >> 32) & 0x7fffffffu; }
 static_assert(offsetof(owner_record, key) == 0);
 static_assert(offsetof(owner_record, epoch) == 8);
 static_assert(offsetof(owner_record, acquired_unix_ns) == 16);

@@ -365,19 +365,34 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
 }
 
 // A give-away request (Box::request_give_away) pending for an owner that
-// accepts them: hand the box over. The request stays set while it is served,
-// so the requester can tell "being served" from "refused". Returns true when
-// the box was given away (this handle is no longer the owner).
+// accepts them: hand the box over. The request is marked as being served
+// (kRequestServing) first, so that its asker can tell "being served" from
+// "withdrawn in time", and cleared after. Returns true when the box was
+// given away (this handle is no longer the owner).
 bool Owner::serve_request() {
   detail::owner_record* rec = s_->m->owner();
   if (rec->requests_allowed.load(std::memory_order_relaxed) != s_->ctx.epoch) return false;
-  std::uint64_t pid = rec->request_pid.load(std::memory_order_acquire);
-  if (pid == 0) return false;
-  const bool given = pid <= UINT32_MAX && s_->ctx.pending.empty() &&
-                     give_away(static_cast<std::uint32_t>(pid), "requested", std::chrono::seconds(1));
-  rec->request_pid.compare_exchange_strong(pid, 0, std::memory_order_acq_rel);
-  rec->transfer_seq.fetch_add(1, std::memory_order_release);  // the requester watches it
-  detail::futex_wake(&rec->transfer_seq);
+  const std::uint64_t req = rec->request_pid.load(std::memory_order_acquire);
+  if (req == 0) return false;
+  auto answered = [&](std::uint64_t expected) {
+    rec->request_pid.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    rec->transfer_seq.fetch_add(1, std::memory_order_release);  // the asker watches it
+    detail::futex_wake(&rec->transfer_seq);
+  };
+  // Only this handle serves requests (one thread), so a request marked as
+  // being served was left by an owner that died serving it; one whose asker
+  // is gone (killed while it waited, e.g. Ctrl-C) was cancelled. Both are void.
+  if ((req & detail::kRequestServing) != 0 || detail::key_of_pid(detail::request_from(req)) == 0) {
+    answered(req);
+    return false;
+  }
+  std::uint64_t expected = req;
+  if (!rec->request_pid.compare_exchange_strong(expected, req | detail::kRequestServing, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed))
+    return false;  // withdrawn or replaced meanwhile: the next call looks again
+  const std::uint32_t dest = detail::request_dest(req);
+  const bool given = dest != 0 && s_->ctx.pending.empty() && give_away(dest, "requested", std::chrono::seconds(1));
+  answered(req | detail::kRequestServing);
   return given;
 }
 

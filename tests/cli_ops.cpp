@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "layout.hpp"
+#include "segment.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -263,6 +265,64 @@ TEST_CASE("give-away: an owner in an event loop (poll on notify_fd) serves the r
   CHECK(owner.read_line().value_or("") == "given-away");
   CHECK(shmtest::exited_with(owner.wait(10s), 0));
   CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()));
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
+// The request word in the owner record (0: none pending).
+std::uint64_t request_word(const std::string& box) {
+  auto seg = shmbox::detail::open_segment(box, true);
+  REQUIRE(seg);
+  return (*seg)->owner()->request_pid.load();
+}
+
+// A give-away whose asker is killed while it waits (Ctrl-C) must not hand the
+// box over later, nor block the next request.
+TEST_CASE("give-away: a request whose asker was killed is void; the next request replaces it") {
+  shmtest::segment_guard g(shmtest::unique_name("givedead"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  // An owner that accepts requests but serves them only when told ("serve").
+  shmtest::child owner({shmtest::helper_path(), "own", g.name, "--accept-requests"}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  const std::string heir_pid = std::to_string(heir.pid());
+
+  shmtest::child asker({shmtest::cli_path(), "give-away", g.name, heir_pid, "--timeout", "60000"}, {}, false, true);
+  REQUIRE(eventually([&] { return request_word(g.name) != 0; }));
+  asker.kill(SIGKILL);
+  CHECK(shmtest::killed_by(asker.wait(), SIGKILL));
+  CHECK(request_word(g.name) != 0);  // left behind
+
+  // A new request takes the dead one's place (no "another request is
+  // pending"), then times out, withdrawn, because the owner serves nothing.
+  auto r = cli({"give-away", g.name, heir_pid, "--timeout", "200"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("another give-away request") == std::string::npos);
+  CHECK(r.err.find("withdrawn") != std::string::npos);
+  CHECK(request_word(g.name) == 0);
+
+  // Killed again; this time the owner comes round first: it drops the dead
+  // asker's request and keeps the box.
+  shmtest::child asker2({shmtest::cli_path(), "give-away", g.name, heir_pid, "--timeout", "60000"}, {}, false, true);
+  REQUIRE(eventually([&] { return request_word(g.name) != 0; }));
+  asker2.kill(SIGKILL);
+  CHECK(shmtest::killed_by(asker2.wait(), SIGKILL));
+  owner.write_stdin("serve\n");
+  CHECK(owner.read_line().value_or("") == "empty");
+  CHECK(request_word(g.name) == 0);
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()));
+
+  // A live asker is served.
+  shmtest::child asker3({shmtest::cli_path(), "give-away", g.name, heir_pid, "--timeout", "60000"}, {}, false, true);
+  REQUIRE(eventually([&] { return request_word(g.name) != 0; }));
+  owner.write_stdin("serve\n");
+  CHECK(owner.read_line().value_or("") == "not-owner");
+  CHECK(shmtest::exited_with(asker3.wait(30s), 0));
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()));
+  CHECK(request_word(g.name) == 0);
+  owner.close_stdin();
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
   heir.kill(SIGTERM);
   CHECK(shmtest::exited_with(heir.wait(), 0));
 }

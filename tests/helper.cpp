@@ -20,8 +20,11 @@
 //       IDLE_MS without any, checking every payload against its pattern and
 //       (unless --lifo) per-producer order; print a summary. --in-place:
 //       receive with receive_in_place (zero-copy).
-//   own NAME
+//   own NAME [--accept-requests]
 //       acquire, print "owned <epoch>", then wait until stdin closes.
+//       --accept-requests: accept give-away requests; each line "serve" on
+//       stdin makes one try_receive (which serves a pending request) and
+//       prints its status (e.g. "empty", or "not-owner" once given away).
 //   event-loop NAME
 //       acquire, accept give-away requests, arm notify, print "owned <epoch>",
 //       then sleep in poll(2) on notify_fd only (up to 60 s per poll): on
@@ -280,10 +283,15 @@ int own(int argc, char** argv) {
     std::fflush(stdout);
     return 1;
   }
+  if (has_flag(argc, argv, "--accept-requests")) o->accept_give_away_requests(true);
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
+    if (line != "serve") continue;
+    shmbox::message m;
+    std::printf("%s\n", std::string(shmbox::to_string(o->try_receive(m))).c_str());
+    std::fflush(stdout);
   }
   return 0;
 }
