@@ -64,6 +64,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -208,17 +209,25 @@ int produce(int argc, char** argv) {
   return 0;
 }
 
+// Acquires the box as owner; on failure prints "error <why>" and returns nothing.
+std::optional<shmbox::Owner> acquire_or_say(const std::string& name) {
+  auto o = shmbox::Owner::acquire(name);
+  if (!o) {
+    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
+    std::fflush(stdout);
+    return std::nullopt;
+  }
+  return std::move(*o);
+}
+
 int consume(int argc, char** argv) {
   if (argc < 5) return usage();
   const std::string name = argv[2];
   const std::uint64_t total = std::strtoull(argv[3], nullptr, 10);
   const auto idle = std::chrono::milliseconds(std::strtol(argv[4], nullptr, 10));
   const auto batch = static_cast<std::size_t>(flag_value(argc, argv, "--batch", 256));
-  auto o = shmbox::Owner::acquire(name);
-  if (!o) {
-    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
-    return 1;
-  }
+  auto o = acquire_or_say(name);
+  if (!o) return 1;
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   std::map<std::uint64_t, std::uint64_t> next;  // producer id -> next expected seq (or more)
@@ -277,12 +286,8 @@ int consume(int argc, char** argv) {
 
 int own(int argc, char** argv) {
   if (argc < 3) return usage();
-  auto o = shmbox::Owner::acquire(argv[2]);
-  if (!o) {
-    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
-    std::fflush(stdout);
-    return 1;
-  }
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
   if (has_flag(argc, argv, "--accept-requests")) o->accept_give_away_requests(true);
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
@@ -298,11 +303,8 @@ int own(int argc, char** argv) {
 
 int event_loop(int argc, char** argv) {
   if (argc < 3) return usage();
-  auto o = shmbox::Owner::acquire(argv[2]);
-  if (!o) {
-    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
-    return 1;
-  }
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
   o->accept_give_away_requests(true);
   const int fd = o->notify_fd();
   if (fd < 0) {
@@ -338,11 +340,8 @@ int event_loop(int argc, char** argv) {
 
 int wait_one(int argc, char** argv) {
   if (argc < 4) return usage();
-  auto o = shmbox::Owner::acquire(argv[2]);
-  if (!o) {
-    std::printf("error %s\n", shmbox::explain(o.error()).c_str());
-    return 1;
-  }
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   shmbox::message m;
