@@ -171,9 +171,33 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 // Loans (zero-copy posts)
 // ---------------------------------------------------------------------------
 
-// Hands the claimed slot to `l`.
-__attribute__((always_inline)) inline void Producer::open_loan(std::uint32_t lane, const detail::slot_claim& k,
-                                                               slot_loan& l) noexcept {
+slot_loan Producer::loan() noexcept {
+  if (!s_) return {};
+  return loan_to(0, std::chrono::milliseconds(s_->m->block_timeout_ms));
+}
+
+slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  return loan_to(0, timeout, w);
+}
+
+slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+  slot_loan l;
+  if (!s_) return l;
+  detail::slot_claim k;
+  // The fast path (see try_fast): checks inline, the errors below.
+  if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
+      detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k)) {
+    l.status_ = post_status::stored;
+  } else {
+    if (!s_->valid_lane(lane) || s_->loan_blocks()) return l;
+    s_->set_spin(w);
+    l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
+    if (s_->ctx.capture) {
+      if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
+      s_->forward_captured(lane);
+    }
+    if (!is_stored(l.status_)) return l;
+  }
   SHMBOX_FAULT("producer.loan_open");
   s_->ctx.loan_open = true;
   l.ctx_ = &s_->ctx;
@@ -183,46 +207,6 @@ __attribute__((always_inline)) inline void Producer::open_loan(std::uint32_t lan
   l.where_ = k.where;
   l.stamp_ = s_->m->lanes[lane].is_lifo() ? k.stamp : slot_loan::kNotLifo;
   l.wake_ = k.wake;
-}
-
-// The fast path (see try_fast): a FIFO lane whose tail slot is free. false:
-// nothing claimed, loan_slow decides (and reports errors).
-__attribute__((always_inline)) inline bool Producer::loan_fast(std::uint32_t lane, slot_loan& l) noexcept {
-  detail::slot_claim k;
-  if (lane >= s_->m->lane_count() || s_->ctx.loan_open || s_->m->lanes[lane].is_lifo() ||
-      !detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k))
-    return false;
-  l.status_ = post_status::stored;
-  open_loan(lane, k, l);
-  return true;
-}
-
-void Producer::loan_slow(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w,
-                         slot_loan& l) noexcept {
-  if (!s_->valid_lane(lane) || s_->loan_blocks()) return;
-  s_->set_spin(w);
-  detail::slot_claim k;
-  l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
-  if (s_->ctx.capture) {
-    if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
-    s_->forward_captured(lane);
-  }
-  if (is_stored(l.status_)) open_loan(lane, k, l);
-}
-
-slot_loan Producer::loan() noexcept {
-  slot_loan l;
-  if (s_ && !loan_fast(0, l)) loan_slow(0, std::chrono::milliseconds(s_->m->block_timeout_ms), {}, l);
-  return l;
-}
-
-slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  return loan_to(0, timeout, w);
-}
-
-slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  slot_loan l;
-  if (s_ && !loan_fast(lane, l)) loan_slow(lane, timeout, w, l);
   return l;
 }
 

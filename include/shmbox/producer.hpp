@@ -35,7 +35,6 @@ constexpr bool is_stored(post_status s) noexcept {
 
 namespace detail {
 struct producer_ctx;
-struct slot_claim;
 }
 
 // A slot claimed for one message that the producer writes in place (zero
@@ -154,10 +153,6 @@ class Producer {
  private:
   struct state;
   explicit Producer(std::unique_ptr<state> s);
-  // A loan: the common case inline (loan_fast), the rest (loan_slow).
-  bool loan_fast(std::uint32_t lane, slot_loan& l) noexcept;
-  void loan_slow(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w, slot_loan& l) noexcept;
-  void open_loan(std::uint32_t lane, const detail::slot_claim& k, slot_loan& l) noexcept;
   std::unique_ptr<state> s_;
 };
 
