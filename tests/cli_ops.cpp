@@ -327,6 +327,47 @@ TEST_CASE("give-away: a request whose asker was killed is void; the next request
   CHECK(shmtest::exited_with(heir.wait(), 0));
 }
 
+// The requester's time runs out while the owner is in the middle of handing
+// the box over: it must not say "not served, withdrawn"; it waits once more
+// for the answer and then says the box may still be given. The owner stops
+// right after posting its offer (give_away.after_offer), the heir is stopped
+// so it cannot take the offer meanwhile.
+TEST_CASE("give-away: time runs out while the owner is handing over: the requester says it may still be given") {
+  shmtest::segment_guard g(shmtest::unique_name("givemid"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "own", g.name, "--accept-requests"},
+                       {"SHMBOX_FAULT=give_away.after_offer:1:stop"}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  heir.kill(SIGSTOP);
+  REQUIRE(shmtest::wait_for_state(heir.pid(), 'T', 30s));
+  shmtest::child asker({shmtest::cli_path(), "give-away", g.name, std::to_string(heir.pid()), "--timeout", "300"}, {},
+                       false, true);
+  REQUIRE(eventually([&] { return request_word(g.name) != 0; }));
+  owner.write_stdin("serve\n");
+  REQUIRE(shmtest::wait_for_state(owner.pid(), 'T', 30s));  // offer posted, request marked as being served
+  CHECK((request_word(g.name) & shmbox::detail::kRequestServing) != 0);
+  const auto serving_since = std::chrono::steady_clock::now();
+  const int st = asker.wait(30s);
+  const std::string err = asker.read_stderr();
+  INFO("give-away said: ", err);
+  CHECK(shmtest::exited_with(st, 3));
+  CHECK(err.find("may still be given") != std::string::npos);
+  // It waited the extra 2 s for the answer (a lower bound: not a speed check).
+  CHECK(std::chrono::steady_clock::now() - serving_since >= 1500ms);
+  // Let both go on: the heir takes the offer, the owner sees the box given.
+  heir.kill(SIGCONT);
+  owner.kill(SIGCONT);
+  CHECK(owner.read_line().value_or("") == "not-owner");
+  REQUIRE(eventually([&] { return owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()); }));
+  CHECK(request_word(g.name) == 0);
+  owner.close_stdin();
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
 TEST_CASE("give-away is refused with a reason: owner does not accept, pid not waiting, no owner") {
   shmtest::segment_guard g(shmtest::unique_name("giveno"));
   REQUIRE(cli({"create", g.name}).code == 0);
