@@ -11,6 +11,7 @@
 #include "errors.hpp"
 #include "futex.hpp"
 #include "lease.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -223,36 +224,83 @@ std::vector<peeked_message> Box::peek(std::size_t max) const {
   return out;
 }
 
+namespace {
+// What every give-away request needs first: a live owner that accepts them.
+result<void> owner_takes_requests(const detail::mapped_box& m) {
+  const std::string who = "box '" + m.name + "'";
+  const detail::owner_view v = detail::view_owner(m);
+  if (v.key == 0 || !v.alive)
+    return detail::fail(errc::not_owner, who + " has no live owner: a waiting heir takes it over by itself");
+  if (m.owner()->requests_allowed.load(std::memory_order_acquire) != v.epoch)
+    return detail::fail(errc::refused, who + ": its owner (pid " + std::to_string(detail::key_pid(v.key)) +
+                                           ") does not accept give-away requests (it must call "
+                                           "Owner::accept_give_away_requests, or run shmbox recv --follow --accept-give-away)");
+  return {};
+}
+}  // namespace
+
 result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const {
+  const detail::mapped_box& m = *m_;
+  if (m.read_only) return detail::fail(errc::permission_denied, "box '" + m.name + "' was opened read-only; open it with Box::open");
+  if (auto ok = owner_takes_requests(m); !ok) return ok.error();
+  // A pid names a process of the caller's pid namespace: its key (which
+  // carries the namespace) must be an heir entry's.
+  const std::uint64_t key = detail::key_of_pid(pid);
+  if (key != 0)
+    for (const detail::heir_view& h : detail::list_heirs(m, false))
+      if (h.alive && h.key == key) return request_give_away_to_heir(h.index, timeout);
+  if (key != 0 && key == m.owner()->key.load(std::memory_order_acquire))
+    return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) + " already owns it");
+  bool elsewhere = false;
+  for (const detail::heir_view& h : detail::list_heirs(m, false))
+    elsewhere |= h.alive && detail::key_pid(h.key) == pid && h.pid_ns != detail::self_pid_ns();
+  if (elsewhere)
+    return detail::fail(errc::invalid_argument,
+                        "box '" + m.name + "': process " + std::to_string(pid) +
+                            " is not in this pid namespace; an heir with that pid runs in another one: name it by its "
+                            "heir entry (shmbox heirs " + m.name + "; shmbox give-away " + m.name +
+                            " --heir N; Box::request_give_away_to_heir)");
+  return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) +
+                                                  (key == 0 ? " is not running in this pid namespace"
+                                                            : " is not waiting for it: make it an heir or listener first "
+                                                              "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)"));
+}
+
+result<void> Box::request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const {
   detail::mapped_box& m = *m_;
   const std::string who = "box '" + m.name + "'";
   if (m.read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open");
   detail::owner_record* rec = m.owner();
+  if (auto ok = owner_takes_requests(m); !ok) return ok.error();
   const detail::owner_view v = detail::view_owner(m);
-  if (v.key == 0 || !v.alive)
-    return detail::fail(errc::not_owner, who + " has no live owner: a waiting heir takes it over by itself");
-  if (rec->requests_allowed.load(std::memory_order_acquire) != v.epoch)
-    return detail::fail(errc::refused, who + ": its owner (pid " + std::to_string(detail::key_pid(v.key)) +
-                                           ") does not accept give-away requests (it must call "
-                                           "Owner::accept_give_away_requests, or run shmbox recv --follow --accept-give-away)");
-  if (detail::key_pid(v.key) == pid)
-    return detail::fail(errc::invalid_argument, who + ": process " + std::to_string(pid) + " already owns it");
-  bool waiting = false;
-  for (const detail::heir_view& h : detail::list_heirs(m, false)) waiting |= h.alive && detail::key_pid(h.key) == pid;
-  if (!waiting)
-    return detail::fail(errc::invalid_argument, who + ": process " + std::to_string(pid) +
-                                                    " is not waiting for it: make it an heir or listener first "
+  if (entry >= detail::kHeirSlots)
+    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) + " does not exist (entries are 0.." +
+                                                    std::to_string(detail::kHeirSlots - 1) + ")");
+  const std::uint64_t dest = m.heir(entry)->key.load(std::memory_order_acquire);
+  const std::uint32_t pid = detail::key_pid(dest);
+  if (dest == v.key)
+    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) + " (pid " +
+                                                    std::to_string(pid) + ") already owns it");
+  if (!detail::role_alive(m, detail::heir_byte(m, entry), dest))
+    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
+                                                    " holds no live heir or listener: make the process an heir or listener first "
                                                     "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)");
-  // One request at a time. One whose asker is gone (killed while it waited)
-  // and that the owner is not serving is void: take its place.
-  const std::uint64_t req = detail::make_request(pid, static_cast<std::uint32_t>(::getpid()));
-  for (std::uint64_t cur = 0;;) {
+  // One request at a time. The asker holds the request's byte while it
+  // waits (liveness.hpp L1): a pending request whose byte nobody holds and
+  // that the owner is not serving was left by an asker that is gone (killed
+  // while it waited, in any pid namespace): take its place.
+  const std::uint64_t req = detail::make_request(entry, dest, static_cast<std::uint32_t>(::getpid()));
+  detail::role_lock asking;
+  for (std::uint64_t cur = rec->request_pid.load(std::memory_order_acquire);;) {
+    const bool void_request = cur != 0 && (cur & detail::kRequestServing) == 0 && !detail::lock_held(m, detail::request_byte(m));
+    if (cur != 0 && !void_request)
+      return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " +
+                                                      std::to_string(detail::request_dest(cur)) + ", asked by pid " +
+                                                      std::to_string(detail::request_from(cur)) +
+                                                      ") is pending; try again when it is served");
+    if (!asking.lock(m, detail::request_byte(m))) return detail::fail_errno(errno, who + ": cannot lock the request");
     if (rec->request_pid.compare_exchange_strong(cur, req, std::memory_order_acq_rel, std::memory_order_acquire)) break;
-    if ((cur & detail::kRequestServing) == 0 && detail::key_of_pid(detail::request_from(cur)) == 0) continue;
-    return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " +
-                                                    std::to_string(detail::request_dest(cur)) + ", asked by pid " +
-                                                    std::to_string(detail::request_from(cur)) +
-                                                    ") is pending; try again when it is served");
+    asking.reset();  // changed meanwhile: look again
   }
   // Wake the owner wherever it sleeps: in receive or wait (the futex), or in
   // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
@@ -271,7 +319,7 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
     const detail::owner_view now = detail::view_owner(m);
     // A new owner stores its key, then steps the epoch: the key alone already
     // says where the box went; it is given once the epoch has moved too.
-    const bool to_dest = now.key != v.key && detail::key_pid(now.key) == pid;
+    const bool to_dest = now.key != v.key && now.key == dest;
     if (to_dest && now.epoch != v.epoch) return {};  // given
     const bool ours = (pending & ~detail::kRequestServing) == req;
     if (!to_dest && (!ours || now.key != v.key || now.epoch != v.epoch)) {
@@ -329,7 +377,9 @@ box_info Box::info() const {
     producer_info pi;
     pi.entry = p;
     pi.pid = detail::key_pid(k);
-    pi.alive = detail::process_alive(k);
+    pi.alive = detail::role_alive(m, detail::producer_byte(m, p), k);
+    pi.pid_ns = m.producer(p)->pid_ns.load(std::memory_order_relaxed);
+    pi.same_namespace = pi.pid_ns == detail::self_pid_ns();
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
       const detail::producer_lane_counters* pc = m.producer_counters(p, l);
       pi.stored += pc->stored.load(std::memory_order_relaxed);
@@ -354,6 +404,8 @@ box_info Box::info() const {
   i.dead_letters = m.dead_letters;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
+  i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;
+  i.owner.same_namespace = v.key != 0 && v.pid_ns == detail::self_pid_ns();
   i.owner.alive = v.alive;
   i.owner.expired = v.expired;
   i.owner.epoch = v.epoch;
@@ -365,7 +417,15 @@ box_info Box::info() const {
   }
   bool live_heir = false;
   for (const detail::heir_view& h : detail::list_heirs(m, false)) {
-    i.heirs.push_back({detail::key_pid(h.key), h.alive, h.listener, h.data});
+    heir_info hi;
+    hi.entry = h.index;
+    hi.pid = detail::key_pid(h.key);
+    hi.pid_ns = h.pid_ns;
+    hi.same_namespace = h.pid_ns == detail::self_pid_ns();
+    hi.alive = h.alive;
+    hi.listener = h.listener;
+    hi.data = h.data;
+    i.heirs.push_back(std::move(hi));
     live_heir |= h.alive && !h.listener && h.key != v.key;
   }
   i.orphaned = v.key != 0 && (!v.alive || v.expired) && !live_heir;
@@ -375,6 +435,8 @@ box_info Box::info() const {
     i.last_transfer.epoch = t.epoch;
     i.last_transfer.from_pid = detail::key_pid(t.from_key);
     i.last_transfer.to_pid = detail::key_pid(t.to_key);
+    i.last_transfer.from_pid_ns = t.from_ns;
+    i.last_transfer.to_pid_ns = t.to_ns;
     i.last_transfer.data = t.data;
     i.last_transfer.reason = static_cast<transfer_reason>(static_cast<std::uint8_t>(t.reason));
   }

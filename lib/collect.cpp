@@ -1,12 +1,11 @@
 // lib/collect.cpp - Box::collect ('shmbox gc'): removes boxes nobody uses.
 //
-// A box is in use while any of these is alive: its owner (even one whose
-// lease expired: it may resume), an heir or listener, a producer entry's
-// holder, or any process that has the segment mapped (/proc/*/maps; processes
-// whose maps we may not read are judged by the tables alone). The check and
-// the unlink are not atomic: a process that opens the box in between keeps a
-// working mapping of a segment that no longer has a name. The mapping scan is
-// repeated just before each unlink to keep that window small.
+// A box is in use while any process has it mapped: its owner (even one whose
+// lease expired: it may resume), an heir or listener, a producer, or anyone
+// else who opened it. The kernel says so, in any pid namespace: every such
+// process holds the attach byte of the segment (liveness.hpp L3), and gc
+// checks and unlinks while holding that byte exclusively, so "nobody uses
+// it" and the unlink are one step as far as any opener can tell.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -22,6 +21,7 @@
 #include "errors.hpp"
 #include "layout.hpp"
 #include "lease.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/box.hpp"
@@ -31,34 +31,10 @@ namespace {
 
 using namespace detail;
 
-// Names of shmbox segments that some other process has mapped.
-std::set<std::string> mapped_by_others() {
-  std::set<std::string> names;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return names;
-  const std::string self = std::to_string(::getpid());
-  constexpr std::string_view marker = "/dev/shm/shmbox.";
-  while (const dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9' || self == e->d_name) continue;
-    std::ifstream maps(std::string("/proc/") + e->d_name + "/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      const auto at = line.find(marker);
-      if (at == std::string::npos) continue;
-      std::string n = line.substr(at + marker.size());
-      if (const auto sp = n.find(' '); sp != std::string::npos) n.resize(sp);  // " (deleted)"
-      names.insert(n);
-    }
-  }
-  ::closedir(d);
-  return names;
-}
-
-// A segment that never became ready: collectable once its creator is dead
-// (or, with no creator recorded, once it is older than a creation can take).
-bool abandoned_creation(const std::string& name, std::string& why) {
-  const int fd = ::shm_open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return false;
+// A segment that never became ready: collectable once its creator is gone
+// (it holds the creator byte until ready, liveness.hpp L4; with no creator
+// recorded, once it is older than a creation can take).
+bool abandoned_creation(int fd, std::string& why) {
   struct stat st {};
   segment_header h{};
   bool dead = false;
@@ -66,15 +42,21 @@ bool abandoned_creation(const std::string& name, std::string& why) {
     const bool old = ::time(nullptr) - st.st_mtime > 10;
     if (static_cast<std::size_t>(st.st_size) >= sizeof h && ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
         h.magic == kMagic) {
-      dead = h.creator_key != 0 ? !process_alive(h.creator_key) : old;
+      dead = h.creator_key != 0 ? !lock_held_fd(fd, kCreatorByte) : old;
     } else {
-      dead = st.st_size == 0 && old;  // created, never sized
+      dead = st.st_size == 0 && old && !lock_held_fd(fd, kCreatorByte);  // created, never sized
     }
   }
-  ::close(fd);
   if (dead) why = "half-created: its creator died before it was ready";
   return dead;
 }
+
+struct fd_closer {
+  int fd;
+  ~fd_closer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 }  // namespace
 
@@ -82,18 +64,29 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
   auto names = list();
   if (!names) return names.error();
   std::vector<collected_box> out;
-  const std::set<std::string> mapped = mapped_by_others();
   for (const std::string& name : *names) {
-    if (name.compare(0, opts.prefix.size(), opts.prefix) != 0 || mapped.count(name) != 0) continue;
+    if (name.compare(0, opts.prefix.size(), opts.prefix) != 0) continue;
+    // liveness.hpp L3: exclusive on the attach byte while we look and unlink.
+    // Every process that has the box mapped holds it shared (in whatever pid
+    // namespace): if we get it, nobody uses the box, and nobody can start to
+    // before we let go; an opener that comes after the unlink sees the file
+    // gone (st_nlink 0) and says so, so a post never lands in a removed box.
+    const std::string path = shm_path(name);
+    fd_closer fd{::shm_open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0)};
+    if (fd.fd < 0) continue;  // gone, or not ours to remove: for a person to judge
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (!try_lock_byte(fd.fd, kAttachByte, true)) continue;  // in use
     collected_box c;
     c.name = name;
-    auto m = open_segment(name, true);
+    auto m = open_segment(name, true, false, /*attach=*/false);
     if (!m) {
       // Foreign and corrupt segments are for a person to judge ('shmbox verify', 'shmbox rm').
-      if (m.error() != errc::incomplete || !abandoned_creation(name, c.why)) continue;
+      if (m.error() != errc::incomplete || !abandoned_creation(fd.fd, c.why)) continue;
     } else {
       const Box box(*m);
       const box_info i = box.info();
+      // Every role holder has the box mapped, so this only confirms L3.
       bool live = i.owner.alive || i.producers_attached != 0;
       for (const heir_info& h : i.heirs) live |= h.alive;
       if (live) continue;
@@ -102,10 +95,12 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
       c.why = i.owner.pid != 0 ? "owner, heirs and producers are dead" : "never owned; no live heir or producer";
     }
     if (!opts.dry_run) {
-      if (mapped_by_others().count(name) != 0) continue;  // someone opened it meanwhile
-      if (::shm_unlink(shm_path(name).c_str()) != 0) {
+      struct stat now {};
+      // Still the file we locked (not removed and created anew meanwhile)?
+      if (::stat(("/dev/shm" + path).c_str(), &now) == 0 && (now.st_ino != st.st_ino || now.st_dev != st.st_dev)) continue;
+      if (::shm_unlink(path.c_str()) != 0) {
         if (errno == ENOENT) continue;  // someone else removed it
-        return fail_errno(errno, "box '" + name + "': cannot remove /dev/shm" + shm_path(name));
+        return fail_errno(errno, "box '" + name + "': cannot remove /dev/shm" + path);
       }
     }
     out.push_back(std::move(c));

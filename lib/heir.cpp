@@ -4,9 +4,13 @@
 //  * a pidfd of the process it depends on: the owner while it lives, else the
 //    first live heir ahead of it (which is about to take the box over). A
 //    pidfd becomes readable the moment that process dies: death is seen at
-//    once, not by polling;
+//    once, not by polling. A pidfd names a process of our own pid namespace
+//    only: for one in another namespace (another container), a death_watch
+//    thread waits on that role's lock in the segment (liveness.hpp L5) and
+//    writes our eventfd the moment the kernel drops it;
 //  * its own eventfd, which a releasing owner, a giver, or a process that
-//    found the box's owner gone writes through pidfd_getfd (same user).
+//    found the box's owner gone writes through pidfd_getfd (same user and
+//    namespace), and the death_watch thread.
 // Where pidfd_getfd is not allowed, waiters still wake within kFallbackSliceNs
 // through owner.transfer_seq. A lease deadline bounds the wait as well: an
 // owner that stops renewing loses the box to the first live heir.
@@ -21,6 +25,7 @@
 #include "errors.hpp"
 #include "fault.hpp"
 #include "lease.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -41,34 +46,48 @@ struct Heir::state {
   std::string data;
   int efd = -1;     // our eventfd
   int ep = -1;      // epoll over efd and pidfd
-  int pidfd = -1;   // pidfd of `target`
+  int pidfd = -1;   // pidfd of `target` (same pid namespace)
+  detail::death_watch lock_watch;  // or a thread on `target`'s lock (another namespace)
   std::uint64_t target = 0;
+  std::uint64_t target_byte = UINT64_MAX;
+  detail::role_lock entry_lock;  // holds our heir entry (liveness.hpp L1)
+  detail::role_lock taking;      // the owner's role lock, while we take the box over
 
   ~state() {
-    detail::withdraw(*m, index, key);
+    detail::withdraw(*m, index, key, &entry_lock);
+    lock_watch.stop();  // before efd closes: the thread writes it
     if (pidfd >= 0) ::close(pidfd);
     if (ep >= 0) ::close(ep);
     if (efd >= 0) ::close(efd);
   }
 
-  // Points the pidfd at process `k` (0: none).
-  void watch(std::uint64_t k) {
-    if (k == target) return;
+  // Watches process `k`, which holds role byte `byte`, for its death (0: nothing).
+  void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX) {
+    if (k == target && byte == target_byte && !lock_watch.fired()) return;
     if (pidfd >= 0) {
       ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
       ::close(pidfd);
       pidfd = -1;
     }
+    lock_watch.stop();
     target = k;
+    target_byte = byte;
     if (k == 0) return;
-    const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(detail::key_pid(k)), 0);
-    if (fd < 0) return;  // already gone: the next try_take sees it
-    pidfd = static_cast<int>(fd);
-    if (detail::key_of_pid(detail::key_pid(k)) != k) return;  // pid reused: leave it readable-or-not, re-checked
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u32 = kTagPidfd;
-    ::epoll_ctl(ep, EPOLL_CTL_ADD, pidfd, &ev);
+    if (detail::same_ns_alive(k)) {
+      const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(detail::key_pid(k)), 0);
+      if (fd >= 0) {
+        pidfd = static_cast<int>(fd);
+        // pid reused meanwhile: leave it readable-or-not, re-checked at the next try_take
+        if (detail::key_of_pid(detail::key_pid(k)) != k) return;
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u32 = kTagPidfd;
+        ::epoll_ctl(ep, EPOLL_CTL_ADD, pidfd, &ev);
+        return;
+      }
+    }
+    // Another pid namespace (or no pidfd): the kernel's lock says when it goes.
+    if (byte != UINT64_MAX) lock_watch.start(*m, byte, efd);
   }
 
   // Takes the box if it is ours to take now: an offer to us, or the owner is
@@ -84,7 +103,7 @@ struct Heir::state {
         SHMBOX_FAULT("give_away.after_accept");
         const std::string gift = detail::load_data(rec->offer_data, rec->offer_data_len.load(std::memory_order_relaxed));
         const std::uint64_t giver = rec->key.load(std::memory_order_acquire);
-        const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift);
+        const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift, taking);
         SHMBOX_FAULT("give_away.before_clear");
         rec->offer_key.store(0, std::memory_order_release);
         if (epoch != 0) return epoch;
@@ -99,7 +118,7 @@ struct Heir::state {
     const detail::transfer_reason why = v.expired                     ? detail::transfer_reason::lease_expired
                                         : v.key == 0 && v.epoch == 0 ? detail::transfer_reason::none
                                                                       : detail::transfer_reason::owner_died;
-    return detail::take_ownership(*m, v.key, why, data);
+    return detail::take_ownership(*m, v.key, why, data, taking);
   }
 
   // Whom to watch, and until when (CLOCK_MONOTONIC ns).
@@ -107,13 +126,15 @@ struct Heir::state {
     const detail::owner_view v = detail::view_owner(*m);
     std::uint64_t until = detail::mono_ns() + kFallbackSliceNs;
     if (!detail::owner_gone(v)) {
-      watch(v.key);
+      watch(v.key, detail::owner_byte(*m));
       // Wake just after the owner's lease would expire (no lease: no deadline).
       const std::uint64_t lease_end = detail::lease_deadline_ns(*m);
       if (!listener && lease_end != UINT64_MAX) until = std::min(until, lease_end + 1'000'000);
     } else if (!listener) {
       const auto first = detail::first_live_heir(*m);
-      watch(first ? first->key : 0);  // it takes the box over next; if it dies, we might be next
+      // it takes the box over next; if it dies, we might be next
+      if (first) watch(first->key, detail::heir_byte(*m, first->index));
+      else watch(0);
     } else {
       watch(0);
     }
@@ -163,7 +184,7 @@ result<Heir> Heir::make(std::shared_ptr<detail::mapped_box> box, std::string_vie
   ev.events = EPOLLIN;
   ev.data.u32 = kTagEventfd;
   ::epoll_ctl(s->ep, EPOLL_CTL_ADD, s->efd, &ev);
-  if (!detail::enlist(*s->m, data, listener, s->efd, s->index))
+  if (!detail::enlist(*s->m, data, listener, s->efd, s->index, s->entry_lock))
     return detail::fail(errc::heir_table_full, who + ": all " + std::to_string(detail::kHeirSlots) +
                                                    " heir entries are held by live processes");
   s->arm();
@@ -179,7 +200,7 @@ result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
     s_->drain_eventfd();
     if (const std::uint64_t epoch = s_->try_take(); epoch != 0) {
       s_->watch(0);
-      return Owner::adopt(s_->m, epoch);
+      return Owner::adopt(s_->m, epoch, std::move(s_->taking));
     }
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline)

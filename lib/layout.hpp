@@ -32,7 +32,7 @@ namespace shmbox::detail {
 constexpr std::size_t kCacheLine = 64;
 // "SHMBOX" + two version-independent bytes; never changes.
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
-constexpr std::uint32_t kLayoutVersion = 3;
+constexpr std::uint32_t kLayoutVersion = 4;  // 4: keys carry the pid namespace; roles record it; role locks
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
 constexpr std::uint32_t kMaxLanes = 8;
 constexpr std::uint32_t kOwnerActors = 16;  // owner actor records, one per epoch % 16
@@ -223,7 +223,7 @@ struct alignas(kCacheLine) owner_record {
   a32 state;             // owner_state
   std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
   a64 drops_baseline;    // overflow drops counted when the last delivery was made
-  a64 reserved0;
+  a64 owner_pid_ns;      // inode of the owner's pid namespace (display: liveness is its lock, liveness.hpp)
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
   a32 notify_fd_plus1;   // the owner's notify eventfd number + 1 (0: none); producers that wake the
@@ -241,8 +241,9 @@ struct alignas(kCacheLine) owner_record {
   a64 offer_epoch;       // the giver's epoch when it made the offer
   a64 offer_data_len;    // bytes in offer_data (<= kHeirDataMax)
   a64 requests_allowed;  // give-away requests: the epoch of the owner that accepts them (0: not accepted)
-  a64 request_pid;       // a pending give-away request (0: none): make_request(destination pid,
-                         // requesting pid), | kRequestServing while the owner serves it
+  a64 request_pid;       // a pending give-away request (0: none): make_request(...) below,
+                         // | kRequestServing while the owner serves it. Its asker holds this
+                         // word's byte locked while it waits (liveness.hpp): no lock, no asker
   a64 reserved4;
   // line 3: give_away data
   alignas(kCacheLine) a64 offer_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
@@ -253,21 +254,36 @@ struct alignas(kCacheLine) owner_record {
   a64 tr_unix_ns;
   a32 tr_reason;         // transfer_reason
   a32 tr_data_len;       // bytes in tr_data (<= kHeirDataMax)
-  a64 reserved5[3];
+  a64 tr_from_ns;        // pid namespace inodes of the previous and the new owner
+  a64 tr_to_ns;
+  a64 reserved5;
   // line 5: transfer data (the heir's registered data, or the give_away data)
   alignas(kCacheLine) a64 tr_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
 };
 static_assert(sizeof(owner_record) == 6 * kCacheLine);
 
-// owner_record::request_pid: bits 0-31 the destination pid, bits 32-62 the
-// pid of the process that asked (it waits for the answer; a request whose
-// asker is gone is void), bit 63 set while the owner serves it.
+// owner_record::request_pid: the destination is an heir-table entry (which
+// holds its key, valid in any pid namespace); its pid and the asker's pid,
+// each as seen in its own namespace, are kept for messages only.
+//   bits 0..4   destination heir entry + 1 (never 0 in a request)
+//   bits 5..26  destination pid
+//   bits 27..48 asking pid
+//   bits 49..62 bits 22..35 of the destination's key (its incarnation): an
+//               entry registered anew meanwhile does not match
+//   bit 63      set while the owner serves it
 inline constexpr std::uint64_t kRequestServing = std::uint64_t{1} << 63;
-constexpr std::uint64_t make_request(std::uint32_t dest, std::uint32_t from) noexcept {
-  return dest | (std::uint64_t{from & 0x7fffffffu} << 32);
+constexpr std::uint64_t make_request(std::uint32_t dest_entry, std::uint64_t dest_key, std::uint32_t from_pid) noexcept {
+  return (std::uint64_t{dest_entry + 1} & 0x1Fu) | ((dest_key & 0x3FFFFFu) << 5) |
+         (std::uint64_t{from_pid & 0x3FFFFFu} << 27) | (((dest_key >> 22) & 0x3FFFu) << 49);
 }
-constexpr std::uint32_t request_dest(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r); }
-constexpr std::uint32_t request_from(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r >> 32) & 0x7fffffffu; }
+constexpr std::uint32_t request_entry(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r & 0x1Fu) - 1; }
+constexpr std::uint32_t request_dest(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r >> 5) & 0x3FFFFFu; }
+constexpr std::uint32_t request_from(std::uint64_t r) noexcept { return static_cast<std::uint32_t>(r >> 27) & 0x3FFFFFu; }
+// The request names this key (pid and incarnation bits agree).
+constexpr bool request_names(std::uint64_t r, std::uint64_t key) noexcept {
+  return key != 0 && request_dest(r) == (key & 0x3FFFFFu) && ((r >> 49) & 0x3FFFu) == ((key >> 22) & 0x3FFFu);
+}
+static_assert(kHeirSlots < 0x1F, "request_pid keeps the heir entry in 5 bits");
 static_assert(offsetof(owner_record, key) == 0);
 static_assert(offsetof(owner_record, epoch) == 8);
 static_assert(offsetof(owner_record, acquired_unix_ns) == 16);
@@ -276,6 +292,7 @@ static_assert(offsetof(owner_record, last_owner_key) == 32);
 static_assert(offsetof(owner_record, state) == 40);
 static_assert(offsetof(owner_record, lease_ms) == 44);
 static_assert(offsetof(owner_record, drops_baseline) == 48);
+static_assert(offsetof(owner_record, owner_pid_ns) == 56);
 static_assert(offsetof(owner_record, wake_seq) == 64);
 static_assert(offsetof(owner_record, notify_fd_plus1) == 68);
 static_assert(offsetof(owner_record, wake_calls) == 72);
@@ -294,6 +311,8 @@ static_assert(offsetof(owner_record, tr_to_key) == 272);
 static_assert(offsetof(owner_record, tr_unix_ns) == 280);
 static_assert(offsetof(owner_record, tr_reason) == 288);
 static_assert(offsetof(owner_record, tr_data_len) == 292);
+static_assert(offsetof(owner_record, tr_from_ns) == 296);
+static_assert(offsetof(owner_record, tr_to_ns) == 304);
 static_assert(offsetof(owner_record, tr_data) == 320);
 
 // One per owner actor (epoch % 16): the op words and counters of the owner
@@ -343,7 +362,8 @@ struct alignas(kCacheLine) heir_entry {
   a32 wake_fd;           // the heir's eventfd number (givers signal it via pidfd_getfd); -1 none
   a32 data_len;          // bytes in data (<= kHeirDataMax)
   a32 reserved0;
-  a64 reserved1[3];
+  a64 pid_ns;            // inode of the heir's pid namespace (display)
+  a64 reserved1[2];
   a64 data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words
 };
 static_assert(sizeof(heir_entry) == 2 * kCacheLine);
@@ -353,6 +373,7 @@ static_assert(offsetof(heir_entry, registered_unix_ns) == 16);
 static_assert(offsetof(heir_entry, flags) == 24);
 static_assert(offsetof(heir_entry, wake_fd) == 28);
 static_assert(offsetof(heir_entry, data_len) == 32);
+static_assert(offsetof(heir_entry, pid_ns) == 40);
 static_assert(offsetof(heir_entry, data) == 64);
 
 // ---------------------------------------------------------------------------
@@ -401,7 +422,8 @@ struct alignas(kCacheLine) producer_entry {
   a64 op_before_b;   // second counter before op (lifo_replace: replaced)
   a64 attached_unix_ns;
   a64 posted_base;   // lane-0 posted total when the holder attached (for per-process stats)
-  a64 reserved[2];
+  a64 pid_ns;        // inode of the holder's pid namespace (display)
+  a64 reserved;
 };
 static_assert(sizeof(producer_entry) == kCacheLine);
 static_assert(offsetof(producer_entry, key) == 0);
@@ -410,6 +432,7 @@ static_assert(offsetof(producer_entry, op_before_a) == 16);
 static_assert(offsetof(producer_entry, op_before_b) == 24);
 static_assert(offsetof(producer_entry, attached_unix_ns) == 32);
 static_assert(offsetof(producer_entry, posted_base) == 40);
+static_assert(offsetof(producer_entry, pid_ns) == 48);
 
 // Per-lane counters of one producer entry. They outlive the holder: a new
 // holder of the entry continues them, so sums over entries stay exact.

@@ -18,9 +18,12 @@ namespace {
 
 // Writes one to the eventfd `fd` of process `key` (pidfd_getfd; needs the
 // same user or CAP_SYS_PTRACE). Best effort: waiters also wake on the
-// transfer_seq futex within their fallback slice.
-void poke_eventfd(std::uint64_t key, std::int32_t fd) noexcept {
-  if (fd < 0) return;
+// transfer_seq futex within their fallback slice (and on their death_watch).
+// Only a process of our pid namespace (its key says so) that maps this very
+// segment: the heir table is writable by every user the box lets in, so an
+// entry may name any process and any of its descriptors.
+void poke_eventfd(const mapped_box& m, std::uint64_t key, std::int32_t fd) noexcept {
+  if (fd < 0 || !same_ns_alive(key) || !process_maps_file(key_pid(key), m.dev, m.ino)) return;
   const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
   if (pidfd < 0) return;
   // The pidfd refers to whatever process has this pid now: check it is ours.
@@ -63,7 +66,8 @@ owner_view view_owner(const mapped_box& m) noexcept {
   owner_view v;
   v.key = rec->key.load(std::memory_order_acquire);  // acquire: pairs with the CAS in take_ownership
   v.epoch = rec->epoch.load(std::memory_order_acquire);
-  v.alive = v.key != 0 && process_alive(v.key);
+  v.pid_ns = rec->owner_pid_ns.load(std::memory_order_relaxed);
+  v.alive = role_alive(m, owner_byte(m), v.key);
   v.expired = v.alive && mono_ns() > lease_deadline_ns(m);
   return v;
 }
@@ -89,7 +93,8 @@ std::vector<heir_view> list_heirs(const mapped_box& m, bool prune) noexcept {
     h.index = i;
     h.key = key;
     h.seq = seq;
-    h.alive = process_alive(key);
+    h.alive = role_alive(m, heir_byte(m, i), key);
+    h.pid_ns = e->pid_ns.load(std::memory_order_relaxed);
     h.listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
     h.wake_fd = e->wake_fd.load(std::memory_order_relaxed);
     h.registered_unix_ns = e->registered_unix_ns.load(std::memory_order_relaxed);
@@ -117,16 +122,23 @@ std::optional<heir_view> first_live_heir(const mapped_box& m) noexcept {
   return std::nullopt;
 }
 
-bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index) noexcept {
+bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index,
+            role_lock& lock) noexcept {
   const std::uint64_t me = self_key();
   if (me == 0 || data.size() > kHeirDataMax) return false;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
       heir_entry* e = m.heir(i);
       std::uint64_t k = e->key.load(std::memory_order_acquire);
-      if (pass == 0 ? k != 0 : (k == 0 || process_alive(k))) continue;
-      if (!e->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+      if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, heir_byte(m, i)))) continue;
+      // L1: the byte first, then the key.
+      if (!lock.lock(m, heir_byte(m, i))) return false;
+      if (!e->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        lock.unlock(heir_byte(m, i));
+        continue;
+      }
       e->seq.store(0, std::memory_order_relaxed);
+      e->pid_ns.store(self_pid_ns(), std::memory_order_relaxed);
       e->flags.store(listener ? kHeirListenerOnly : 0, std::memory_order_relaxed);
       e->wake_fd.store(wake_fd, std::memory_order_relaxed);
       e->registered_unix_ns.store(unix_ns(), std::memory_order_relaxed);
@@ -141,23 +153,35 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
   return false;
 }
 
-void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key) noexcept {
+void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key, role_lock* lock) noexcept {
   if (index >= kHeirSlots) return;
   heir_entry* e = m.heir(index);
-  if (e->key.load(std::memory_order_acquire) != key) return;
-  e->seq.store(0, std::memory_order_relaxed);
-  std::uint64_t expected = key;
-  e->key.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+  if (e->key.load(std::memory_order_acquire) == key) {
+    e->seq.store(0, std::memory_order_relaxed);
+    std::uint64_t expected = key;
+    e->key.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
+  }
+  if (lock != nullptr) lock->unlock(heir_byte(m, index));  // L1: after the key is cleared
 }
 
-std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data) noexcept {
+std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data,
+                             role_lock& lock) noexcept {
   owner_record* rec = m.owner();
   const std::uint64_t me = self_key();
   if (me == 0) return 0;
+  // L1: the owner byte before the key, so that a live new owner is never
+  // seen without its lock.
+  if (!lock.lock(m, owner_byte(m))) return 0;
+  auto lost = [&] {
+    lock.unlock(owner_byte(m));
+    return std::uint64_t{0};
+  };
   std::uint64_t expected = from_key;
   // seq_cst (acquires the previous owner's record and slots, releases our
   // key): the epoch step below reasons about the order of key and epoch.
-  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_seq_cst, std::memory_order_relaxed)) return 0;
+  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_seq_cst, std::memory_order_relaxed)) return lost();
+  // display only: the namespace of the previous owner goes to the transfer record
+  const std::uint64_t previous_ns = rec->owner_pid_ns.exchange(self_pid_ns(), std::memory_order_relaxed);
   SHMBOX_FAULT("takeover.after_cas");
   // The epoch goes up by one only while the key is still ours. Until it does,
   // the lease still looks expired, so another heir may take the key from us
@@ -169,10 +193,13 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   // wrote, and we see the key is gone.
   std::uint64_t cur = rec->epoch.load(std::memory_order_seq_cst);
   for (;;) {
-    if (rec->key.load(std::memory_order_seq_cst) != me) return 0;  // taken from us before we had an epoch
+    if (rec->key.load(std::memory_order_seq_cst) != me) return lost();  // taken from us before we had an epoch
     if (rec->epoch.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst, std::memory_order_seq_cst)) break;
   }
   const std::uint64_t epoch = cur + 1;
+  // The actor of this epoch is ours from here (before any slot is touched as
+  // that actor): a later owner's recovery asks this byte whether we live.
+  lock.lock(m, actor_byte(m, owner_actor_index(owner_actor_id(epoch))));
   // From a released box (key 0), the previous owner is the one that released it.
   const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
   rec->last_owner_key.store(previous, std::memory_order_relaxed);
@@ -188,6 +215,8 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     std::atomic_thread_fence(std::memory_order_release);
     rec->tr_from_key.store(previous, std::memory_order_relaxed);
     rec->tr_to_key.store(me, std::memory_order_relaxed);
+    rec->tr_from_ns.store(previous_ns, std::memory_order_relaxed);
+    rec->tr_to_ns.store(self_pid_ns(), std::memory_order_relaxed);
     rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
     rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);
     const std::size_t n = std::min<std::size_t>(data.size(), kHeirDataMax);
@@ -202,7 +231,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     heir_entry* e = m.heir(i);
     if (e->key.load(std::memory_order_acquire) != me) continue;
     const bool listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
-    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);
+    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);  // its byte: the Heir handle's lock
   }
   rec->transfer_seq.fetch_add(1, std::memory_order_release);
   futex_wake(&rec->transfer_seq);
@@ -214,7 +243,7 @@ void signal_waiters(mapped_box& m, std::uint64_t only_key) noexcept {
   rec->transfer_seq.fetch_add(1, std::memory_order_release);  // release: what we changed is visible to waiters
   futex_wake(&rec->transfer_seq);
   for (const heir_view& h : list_heirs(m, false))
-    if (h.alive && (only_key == 0 || h.key == only_key)) poke_eventfd(h.key, h.wake_fd);
+    if (h.alive && (only_key == 0 || h.key == only_key)) poke_eventfd(m, h.key, h.wake_fd);
 }
 
 transfer_view read_transfer(const mapped_box& m) noexcept {
@@ -226,6 +255,8 @@ transfer_view read_transfer(const mapped_box& m) noexcept {
     t.epoch = e;
     t.from_key = rec->tr_from_key.load(std::memory_order_relaxed);
     t.to_key = rec->tr_to_key.load(std::memory_order_relaxed);
+    t.from_ns = rec->tr_from_ns.load(std::memory_order_relaxed);
+    t.to_ns = rec->tr_to_ns.load(std::memory_order_relaxed);
     t.unix_ns = rec->tr_unix_ns.load(std::memory_order_relaxed);
     const std::uint32_t r = rec->tr_reason.load(std::memory_order_relaxed);
     t.reason = r <= static_cast<std::uint32_t>(transfer_reason::lease_expired) ? static_cast<transfer_reason>(r)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "layout.hpp"
+#include "liveness.hpp"
 #include "segment.hpp"
 
 namespace shmbox::detail {
@@ -34,7 +35,8 @@ std::string load_data(const a64* words, std::uint64_t len);
 struct owner_view {
   std::uint64_t key = 0;
   std::uint64_t epoch = 0;
-  bool alive = false;    // key names a running process
+  std::uint64_t pid_ns = 0;  // the owner's pid namespace (display)
+  bool alive = false;    // key set and the owner byte held (liveness.hpp L1)
   bool expired = false;  // alive, but its lease deadline passed without renewal
 };
 owner_view view_owner(const mapped_box& m) noexcept;
@@ -48,7 +50,8 @@ struct heir_view {
   std::uint32_t index = 0;
   std::uint64_t key = 0;
   std::uint64_t seq = 0;
-  bool alive = false;
+  std::uint64_t pid_ns = 0;  // the heir's pid namespace (display)
+  bool alive = false;       // its entry's byte is held (liveness.hpp L1)
   bool listener = false;  // waits only for give_away, not an heir
   std::int32_t wake_fd = -1;
   std::uint64_t registered_unix_ns = 0;
@@ -60,22 +63,31 @@ std::vector<heir_view> list_heirs(const mapped_box& m, bool prune) noexcept;
 // The first live heir that is not the current owner (listeners never inherit).
 std::optional<heir_view> first_live_heir(const mapped_box& m) noexcept;
 
-// Takes a free (or dead holder's) entry of the heir table. false: table full.
-bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index) noexcept;
-void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key) noexcept;
+// Takes a free (or dead holder's) entry of the heir table, its byte locked
+// through `lock` first (L1). false: table full.
+bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, std::uint32_t& index,
+            role_lock& lock) noexcept;
+// Clears entry `index` if `key` still holds it, then drops its byte (when `lock` is given).
+void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key, role_lock* lock = nullptr) noexcept;
 
-// This process becomes the owner: CAS key from_key -> self, epoch + 1,
+// This process becomes the owner: owner byte locked through `lock` (L1),
+// CAS key from_key -> self, epoch + 1, the epoch's actor byte locked,
 // transfer record (unless why is none), own heir/listener entry handled,
-// others signalled. Returns the new epoch, or 0 when the CAS lost.
-std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data) noexcept;
+// others signalled. Returns the new epoch, or 0 when the CAS lost (then the
+// owner byte is unlocked again). The caller's Owner keeps `lock`.
+std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data,
+                             role_lock& lock) noexcept;
 
 // Wakes processes waiting for a transfer: bumps owner.transfer_seq (futex)
-// and writes the eventfd of every live heir/listener (or only `only_key`'s).
+// and writes the eventfd of every live heir/listener (or only `only_key`'s)
+// that is in this pid namespace and really maps this box (never an fd of a
+// process outside the box: a writer of the heir table could name any).
 void signal_waiters(mapped_box& m, std::uint64_t only_key = 0) noexcept;
 
 struct transfer_view {
   std::uint64_t epoch = 0;  // 0: none recorded
   std::uint64_t from_key = 0, to_key = 0, unix_ns = 0;
+  std::uint64_t from_ns = 0, to_ns = 0;  // pid namespaces (display)
   transfer_reason reason = transfer_reason::none;
   std::string data;
 };

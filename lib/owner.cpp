@@ -18,6 +18,7 @@
 #include "fault.hpp"
 #include "futex.hpp"
 #include "lease.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -183,10 +184,19 @@ struct Owner::state {
   std::thread waker;
   std::atomic<bool> stop_waker{false};
   std::atomic<std::uint32_t> served_wake{0};  // wake_seq when wait() last drained the fd
+  // liveness.hpp L1: the owner byte while this handle owns the box, and its
+  // epoch's actor byte until the handle goes (a stale owner still finishes
+  // the commits it started: a later owner's recovery must see it alive).
+  mutable detail::role_lock lease;
 
   bool still_owner() const noexcept {
     const detail::owner_record* rec = m->owner();
-    return rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
+    const bool mine =
+        rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
+    // No longer the owner (for good: epochs only grow): let go of the owner
+    // byte, so that the byte speaks only for the owner that holds the key.
+    if (!mine) lease.unlock(detail::owner_byte(*m));
+    return mine;
   }
 
   void set_mode(owner_mode mode) noexcept {
@@ -239,6 +249,7 @@ struct Owner::state {
     m->owner()->last_owner_key.store(me, std::memory_order_relaxed);  // for the heir's transfer record
     if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
       detail::signal_waiters(*m);
+    lease.reset();  // L1: after the key is cleared
   }
 };
 
@@ -268,10 +279,11 @@ Owner::Owner(Owner&&) noexcept = default;
 Owner& Owner::operator=(Owner&&) noexcept = default;
 Owner::~Owner() = default;
 
-Owner Owner::adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch) {
+Owner Owner::adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease) {
   using namespace detail;
   auto s = std::make_unique<Owner::state>();
   s->m = std::move(m);
+  s->lease = std::move(lease);
   s->ctx.m = s->m.get();
   s->ctx.key = self_key();
   s->ctx.epoch = epoch;
@@ -279,8 +291,10 @@ Owner Owner::adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch) {
   const transfer_view t = read_transfer(*s->m);
   s->transfer.box = s->m->name;
   s->transfer.to_pid = key_pid(s->ctx.key);
+  s->transfer.to_pid_ns = self_pid_ns();
   if (t.epoch == epoch) {
     s->transfer.from_pid = key_pid(t.from_key);
+    s->transfer.from_pid_ns = t.from_ns;
     s->transfer.reason = public_reason(t.reason);
     s->transfer.data = t.data;
     s->transfer.epoch = t.epoch;
@@ -306,6 +320,7 @@ result<Owner> Owner::acquire(const Box& box) {
                                                                   std::to_string(detail::key_pid(me)) + "): use its Owner handle");
     if (!detail::owner_gone(v))
       return detail::fail(errc::not_owner, who + " is owned by live process " + std::to_string(detail::key_pid(v.key)) +
+                                               (v.pid_ns != 0 && v.pid_ns != detail::self_pid_ns() ? " (of another pid namespace)" : "") +
                                                "; only one owner at a time (it must exit or release the box first)");
     // A box whose owner is gone belongs to its first live heir.
     const auto heir = detail::first_live_heir(*m);
@@ -319,9 +334,10 @@ result<Owner> Owner::acquire(const Box& box) {
     detail::transfer_reason why = detail::transfer_reason::none;
     if (v.expired) why = detail::transfer_reason::lease_expired;
     else if (v.key != 0 || heir) why = detail::transfer_reason::owner_died;
-    const std::uint64_t epoch = detail::take_ownership(*m, v.key, why, heir ? std::string_view(heir->data) : "");
+    detail::role_lock lease;
+    const std::uint64_t epoch = detail::take_ownership(*m, v.key, why, heir ? std::string_view(heir->data) : "", lease);
     if (epoch == 0) continue;  // someone else changed the owner meanwhile: look again
-    return adopt(m, epoch);
+    return adopt(m, epoch, std::move(lease));
   }
 }
 
@@ -381,8 +397,10 @@ bool Owner::serve_request() {
   };
   // Only this handle serves requests (one thread), so a request marked as
   // being served was left by an owner that died serving it; one whose asker
-  // is gone (killed while it waited, e.g. Ctrl-C) was cancelled. Both are void.
-  if ((req & detail::kRequestServing) != 0 || detail::key_of_pid(detail::request_from(req)) == 0) {
+  // is gone (killed while it waited, e.g. Ctrl-C: it no longer holds the
+  // request's byte, liveness.hpp L1, in whatever pid namespace it ran) was
+  // cancelled. Both are void.
+  if ((req & detail::kRequestServing) != 0 || !detail::lock_held(*s_->m, detail::request_byte(*s_->m))) {
     answered(req);
     return false;
   }
@@ -390,8 +408,15 @@ bool Owner::serve_request() {
   if (!rec->request_pid.compare_exchange_strong(expected, req | detail::kRequestServing, std::memory_order_acq_rel,
                                                 std::memory_order_relaxed))
     return false;  // withdrawn or replaced meanwhile: the next call looks again
-  const std::uint32_t dest = detail::request_dest(req);
-  const bool given = dest != 0 && s_->ctx.pending.empty() && give_away(dest, "requested", std::chrono::seconds(1));
+  // The destination is an heir entry; an entry registered anew since the
+  // request (another key) is not what was asked for.
+  const std::uint32_t entry = detail::request_entry(req);
+  const std::uint64_t dest =
+      entry < detail::kHeirSlots ? s_->m->heir(entry)->key.load(std::memory_order_acquire) : std::uint64_t{0};
+  const bool given = detail::request_names(req, dest) && s_->ctx.pending.empty() &&
+                     give_away_key(dest, "heir entry " + std::to_string(entry) + " (pid " +
+                                             std::to_string(detail::key_pid(dest)) + ")",
+                                   "requested", std::chrono::seconds(1));
   answered(req | detail::kRequestServing);
   return given;
 }
@@ -781,6 +806,40 @@ int Owner::notify_fd() {
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
   if (!s_) return false;
+  // A pid means a process of this pid namespace only.
+  const std::uint64_t dest = detail::key_of_pid(dest_pid);
+  if (dest == 0) {
+    s_->ctx.last_error = detail::fail(
+        errc::invalid_argument, "box '" + s_->m->name + "': give_away to pid " + std::to_string(dest_pid) +
+                                    ", which is not running in this pid namespace (for an heir in another container, "
+                                    "name its heir entry: Owner::give_away_to_heir, shmbox give-away NAME --heir N)");
+    return false;
+  }
+  return give_away_key(dest, "pid " + std::to_string(dest_pid), data, timeout);
+}
+
+bool Owner::give_away_to_heir(std::uint32_t entry, std::string_view data, std::chrono::nanoseconds timeout) {
+  if (!s_) return false;
+  const std::string who = "box '" + s_->m->name + "'";
+  if (entry >= detail::kHeirSlots) {
+    s_->ctx.last_error = detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
+                                                                  " does not exist (entries are 0.." +
+                                                                  std::to_string(detail::kHeirSlots - 1) + ")");
+    return false;
+  }
+  const std::uint64_t dest = s_->m->heir(entry)->key.load(std::memory_order_acquire);
+  if (!detail::role_alive(*s_->m, detail::heir_byte(*s_->m, entry), dest)) {
+    s_->ctx.last_error = detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
+                                                                  " holds no live heir or listener (see shmbox heirs " +
+                                                                  s_->m->name + ")");
+    return false;
+  }
+  return give_away_key(dest, "heir entry " + std::to_string(entry) + " (pid " + std::to_string(detail::key_pid(dest)) + ")",
+                       data, timeout);
+}
+
+bool Owner::give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
+                          std::chrono::nanoseconds timeout) {
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
   detail::owner_record* rec = m.owner();
@@ -793,10 +852,22 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
     o.last_error = detail::fail(errc::invalid_argument, who + ": give_away needs data of at most 64 bytes and no uncommitted reads");
     return false;
   }
-  const std::uint64_t dest = detail::key_of_pid(dest_pid);
-  if (dest == 0 || dest == o.key) {
-    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to pid " + std::to_string(dest_pid) +
-                                                            (dest == 0 ? ", which is not running" : ", which is the owner"));
+  if (dest == o.key) {
+    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to " + dest_name + ", which is the owner");
+    return false;
+  }
+  // dest is alive while it holds its heir entry (waiting) or the owner byte
+  // (taking the box), liveness.hpp L1, in any pid namespace.
+  auto dest_alive = [&] {
+    if (rec->key.load(std::memory_order_acquire) == dest && detail::lock_held(m, detail::owner_byte(m))) return true;
+    for (std::uint32_t i = 0; i < detail::kHeirSlots; ++i)
+      if (m.heir(i)->key.load(std::memory_order_acquire) == dest && detail::lock_held(m, detail::heir_byte(m, i)))
+        return true;
+    return false;
+  };
+  if (!dest_alive()) {
+    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to " + dest_name +
+                                                            ", which is not waiting for the box (make it an heir or listener first)");
     return false;
   }
   // The offer: data first, then the key (release) that makes it visible.
@@ -810,15 +881,15 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   // An accepted offer whose dest died before taking the box is void at once.
   auto accepted_by_dead_dest = [&] {
     return rec->offer_key.load(std::memory_order_acquire) == (dest | detail::kOfferAccepted) && s_->still_owner() &&
-           !detail::process_alive(dest);
+           !dest_alive();
   };
   // No longer the owner: dest took the box (true), or, on a lease box whose
   // deadline passed anyway, an heir did (false, not_owner).
   auto given = [&] {
     const std::uint64_t k = rec->key.load(std::memory_order_acquire);
     if (k == dest) return true;
-    o.last_error = detail::fail(errc::not_owner, who + ": lost the box during give_away to pid " +
-                                                     std::to_string(detail::key_pid(k)) + ", not pid " + std::to_string(dest_pid));
+    o.last_error = detail::fail(errc::not_owner, who + ": lost the box during give_away: pid " +
+                                                     std::to_string(detail::key_pid(k)) + " took it, not " + dest_name);
     return false;
   };
   for (;;) {
@@ -833,24 +904,21 @@ bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono
   // Withdraw the offer; if dest accepted it just now, let it finish.
   std::uint64_t expected = dest;
   if (rec->offer_key.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-    o.last_error = detail::fail(errc::timed_out, who + ": pid " + std::to_string(dest_pid) + " did not take the box in time");
+    o.last_error = detail::fail(errc::timed_out, who + ": " + dest_name + " did not take the box in time");
     return false;  // withdrawn before dest accepted: nothing changed
   }
   const std::uint64_t give_up = detail::mono_ns() + 1'000'000'000;
   while (detail::mono_ns() < give_up) {
     if (!s_->still_owner()) return given();
-    if (!detail::process_alive(dest)) break;
+    if (!dest_alive()) break;
     ::sched_yield();
   }
   if (!s_->still_owner()) return given();
   rec->offer_key.store(0, std::memory_order_release);  // dest accepted and died: the offer is void
-  o.last_error = detail::fail(errc::invalid_argument, who + ": pid " + std::to_string(dest_pid) +
+  o.last_error = detail::fail(errc::invalid_argument, who + ": " + dest_name +
                                                  " accepted the box and died before taking it; this process still owns it");
   return false;
 }
 
-// ---------------------------------------------------------------------------
-// Heir
-// ---------------------------------------------------------------------------
 
 }  // namespace shmbox

@@ -1,6 +1,8 @@
 #include "process.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,13 +13,21 @@
 namespace shmbox::detail {
 namespace {
 
-// Reads /proc/<pid>/stat and returns the process key, or 0 when the process is
-// gone or a zombie. Field 2 (comm) may hold spaces and ')', so parsing starts
-// after the last ')'.
-std::uint64_t read_key(std::uint32_t pid) noexcept {
-  if (pid == 0 || pid > kPidMask) return 0;
+// The inode of the pid namespace of /proc/<who>/ns/pid ("self" or a pid), 0 if unknown.
+std::uint64_t pid_ns_of(const char* who) noexcept {
   char path[48];
-  std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  std::snprintf(path, sizeof path, "/proc/%s/ns/pid", who);
+  struct stat st {};
+  if (::stat(path, &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+// The start time (clock ticks after boot) of /proc/<who>/stat, or 0 when the
+// process is gone or a zombie. Field 2 (comm) may hold spaces and ')', so
+// parsing starts after the last ')'.
+std::uint64_t start_ticks(const char* who) noexcept {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%s/stat", who);
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[1024];
@@ -42,12 +52,63 @@ std::uint64_t read_key(std::uint32_t pid) noexcept {
   if (field != 22) return 0;
   std::uint64_t start = 0;
   while (*p >= '0' && *p <= '9') start = start * 10 + static_cast<std::uint64_t>(*p++ - '0');
-  return (start << 22) | pid;
+  return start;
+}
+
+// pid + incarnation (start time mixed with the namespace inode), never 0.
+std::uint64_t make_key(std::uint32_t pid, std::uint64_t start, std::uint64_t ns) noexcept {
+  if (pid == 0 || pid > kPidMask || start == 0) return 0;
+  // splitmix64 finaliser: a 42-bit incarnation in which start time and
+  // namespace both matter.
+  std::uint64_t z = start + 0x9E37'79B9'7F4A'7C15ull * (ns + 1);
+  z = (z ^ (z >> 30)) * 0xBF58'476D'1CE4'E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D0'49BB'1331'11EBull;
+  z ^= z >> 31;
+  std::uint64_t inc = z & ((1ull << 42) - 1);
+  if (inc == 0) inc = 1;
+  return (inc << 22) | pid;
 }
 
 }  // namespace
 
-std::uint64_t key_of_pid(std::uint32_t pid) noexcept { return read_key(pid); }
+std::uint64_t self_pid_ns() noexcept {
+  // A process never changes its pid namespace, but a fork child may be in a
+  // new one (unshare(CLONE_NEWPID) then fork): cached per pid.
+  static thread_local std::uint32_t cached_pid = 0;
+  static thread_local std::uint64_t cached_ns = 0;
+  const auto pid = static_cast<std::uint32_t>(::getpid());
+  if (pid != cached_pid) {
+    cached_ns = pid_ns_of("self");
+    cached_pid = pid;
+  }
+  return cached_ns;
+}
+
+std::uint64_t key_of_pid(std::uint32_t pid) noexcept {
+  if (pid == 0 || pid > kPidMask) return 0;
+  char who[16];
+  std::snprintf(who, sizeof who, "%u", pid);
+  return make_key(pid, start_ticks(who), self_pid_ns());
+}
+
+bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) noexcept {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%u/maps", pid);
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char line[512];
+  bool found = false;
+  const unsigned want_major = static_cast<unsigned>(::major(dev)), want_minor = static_cast<unsigned>(::minor(dev));
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    // address perms offset major:minor inode path
+    unsigned maj = 0, min = 0;
+    unsigned long long inode = 0;
+    if (std::sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &inode) == 3)
+      found = inode == ino && maj == want_major && min == want_minor;
+  }
+  std::fclose(f);
+  return found;
+}
 
 bool is_eventfd(int fd) noexcept {
   if (fd < 0) return false;
@@ -64,15 +125,17 @@ std::uint64_t self_key() noexcept {
   static thread_local std::uint64_t cached_key = 0;
   const auto pid = static_cast<std::uint32_t>(::getpid());
   if (pid != cached_pid || cached_key == 0) {
-    cached_key = read_key(pid);
+    // /proc/self, not /proc/<getpid()>: under a /proc of a parent pid
+    // namespace (unshare --pid without --mount-proc) the two differ.
+    cached_key = make_key(pid, start_ticks("self"), self_pid_ns());
     cached_pid = pid;
   }
   return cached_key;
 }
 
-bool process_alive(std::uint64_t key) noexcept {
+bool same_ns_alive(std::uint64_t key) noexcept {
   if (key == 0) return false;
-  return read_key(key_pid(key)) == key;
+  return key_of_pid(key_pid(key)) == key;
 }
 
 std::uint64_t mono_ns() noexcept {

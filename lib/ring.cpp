@@ -204,6 +204,7 @@
 #include "errors.hpp"
 #include "fault.hpp"
 #include "futex.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 
 namespace shmbox::detail {
@@ -254,11 +255,15 @@ int owner_eventfd(producer_ctx& p) noexcept {
   const std::uint32_t num = o->notify_fd_plus1.load(std::memory_order_acquire);
   const std::uint64_t key = o->key.load(std::memory_order_acquire);
   if (num == 0 || key == 0) return -1;
-  if (p.owner_fd >= 0 && p.owner_fd_key == key && p.owner_fd_num == num) return p.owner_fd;
+  // Had (or refused) for this owner and descriptor already.
+  if (p.owner_fd_key == key && p.owner_fd_num == num) return p.owner_fd;
   if (p.owner_fd >= 0) ::close(p.owner_fd);
   p.owner_fd = -1;
   p.owner_fd_key = key;
   p.owner_fd_num = num;
+  // Only an owner of our pid namespace (its key says so) that maps this very
+  // segment: the owner record is writable by every user the box lets in.
+  if (!same_ns_alive(key) || !process_maps_file(key_pid(key), p.m->dev, p.m->ino)) return -1;
   const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
   if (pidfd < 0) return -1;
   if (key_of_pid(key_pid(key)) == key) {
@@ -300,7 +305,9 @@ enum class holder { alive, dead, invalid };
 holder actor_state(const mapped_box& m, std::uint32_t actor) noexcept {
   if (actor >= 1 && actor <= m.max_producers()) {
     // acquire: pairs with the CAS that installed the key
-    return process_alive(m.producer(actor - 1)->key.load(std::memory_order_acquire)) ? holder::alive : holder::dead;
+    return role_alive(m, producer_byte(m, actor - 1), m.producer(actor - 1)->key.load(std::memory_order_acquire))
+               ? holder::alive
+               : holder::dead;
   }
   if (is_owner_actor(actor)) {
     const owner_record* o = m.owner();
@@ -311,7 +318,7 @@ holder actor_state(const mapped_box& m, std::uint32_t actor) noexcept {
     // During a takeover (key changed, epoch not yet) this errs towards
     // "alive": a short wait.
     if (owner_actor_id(epoch) != actor) return holder::dead;
-    return process_alive(key) ? holder::alive : holder::dead;
+    return role_alive(m, owner_byte(m), key) ? holder::alive : holder::dead;
   }
   return holder::invalid;
 }
@@ -336,7 +343,7 @@ claim_verdict claimants_of(const mapped_box& m, std::uint32_t lane, std::uint64_
     if (static_cast<std::int64_t>(i) == exclude) continue;
     const producer_entry* pe = m.producer(i);
     if (!op_claims(pe->op.load(std::memory_order_acquire), lane, q)) continue;
-    if (process_alive(pe->key.load(std::memory_order_acquire))) return claim_verdict::live;
+    if (role_alive(m, producer_byte(m, i), pe->key.load(std::memory_order_acquire))) return claim_verdict::live;
     any = true;
   }
   return any ? claim_verdict::dead : claim_verdict::none;
@@ -867,7 +874,8 @@ bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::u
 bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
   const std::uint32_t idx = owner_actor_index(actor);
   const owner_actor* ar = m.actor(idx);
-  if (process_alive(ar->key.load(std::memory_order_acquire))) return false;  // a stale owner finishes its own
+  // a stale owner finishes its own (it holds its actor's byte until its handle goes)
+  if (role_alive(m, actor_byte(m, idx), ar->key.load(std::memory_order_acquire))) return false;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> done;
   std::uint64_t delivered = 0, dropped = 0;
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
@@ -1433,9 +1441,15 @@ bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
     for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
       producer_entry* pe = m.producer(i);
       std::uint64_t k = pe->key.load(std::memory_order_acquire);
-      if (pass == 0 ? k != 0 : (k == 0 || process_alive(k))) continue;
+      if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, producer_byte(m, i)))) continue;
+      // liveness.hpp L1: the entry's byte first, then the key.
+      if (!out.lock.lock(m, producer_byte(m, i))) return false;
       // acq_rel: acquire the dead holder's op and counters; release our key
-      if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+      if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        out.lock.unlock(producer_byte(m, i));
+        continue;
+      }
+      pe->pid_ns.store(self_pid_ns(), std::memory_order_relaxed);  // display only
       out.m = &m;
       out.entry = i;
       out.pe = pe;
@@ -1455,6 +1469,7 @@ void release_producer_entry(producer_ctx& p) noexcept {
   std::uint64_t me = self_key();
   // release: our last slot writes and counters happen before the entry is free
   p.pe->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed);
+  p.lock.reset();  // liveness.hpp L1: after the key is cleared
   p.pe = nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "layout.hpp"
+#include "liveness.hpp"
 #include "segment.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/producer.hpp"
@@ -50,12 +51,17 @@ struct producer_ctx {
   bool capture = false;
   std::vector<std::string> captured;
   // The owner's notify eventfd, duplicated into this process (pidfd_getfd)
-  // for the owner key it belongs to; -1 none.
+  // for the owner key and descriptor number it belongs to; -1 none, also
+  // when that owner's descriptor could not be had (another pid namespace or
+  // user, pidfd_getfd refused by seccomp or Yama): remembered, so that a
+  // refused producer does not try again on every wake (it wakes the owner's
+  // waker thread instead).
   int owner_fd = -1;
   std::uint64_t owner_fd_key = 0;
   std::uint32_t owner_fd_num = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
   bool loan_open = false;     // a slot_loan holds this entry's claim
+  role_lock lock;             // holds the entry's byte (liveness.hpp L1)
   ~producer_ctx();
 };
 

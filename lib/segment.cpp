@@ -19,8 +19,10 @@
 #include <cstring>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "errors.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 
 namespace shmbox::detail {
@@ -66,6 +68,7 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
 
 mapped_box::~mapped_box() {
   if (base != nullptr) ::munmap(base, mapped_bytes);
+  if (fd >= 0) ::close(fd);  // drops the attach lock
 }
 
 std::string shm_path(std::string_view name) { return "/shmbox." + std::string(name); }
@@ -158,6 +161,9 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     ::shm_unlink(path.c_str());
     return ec;
   };
+  // liveness.hpp L3, L4: attached, and creating, until `ready` is stored.
+  if (!try_lock_byte(fd.fd, kAttachByte, false) || !try_lock_byte(fd.fd, kCreatorByte, false))
+    return unlink_and(fail_errno(errno, who + ": cannot lock /dev/shm" + path + " (open file description locks)"));
   if (::fchmod(fd.fd, o.mode) != 0) return unlink_and(fail_errno(errno, who + ": fchmod"));
   // posix_fallocate returns the error instead of setting errno.
   if (const int rc = ::posix_fallocate(fd.fd, 0, static_cast<off_t>(g.total_bytes)); rc != 0) {
@@ -176,6 +182,14 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   m->name = std::string(name);
   m->base = static_cast<std::byte*>(addr);
   m->mapped_bytes = g.total_bytes;
+  {
+    struct stat st {};
+    if (::fstat(fd.fd, &st) == 0) {
+      m->dev = static_cast<std::uint64_t>(st.st_dev);
+      m->ino = static_cast<std::uint64_t>(st.st_ino);
+    }
+  }
+  m->fd = std::exchange(fd.fd, -1);
   m->geo = g;
   m->default_policy = o.overflow;
   m->block_timeout_ms = static_cast<std::uint32_t>(o.block_timeout.count());
@@ -233,10 +247,11 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   // release: publishes every store above; pairs with the acquire load of
   // `ready` in open_segment.
   h->ready.store(kReady, std::memory_order_release);
+  unlock_byte(m->fd, kCreatorByte);
   return m;
 }
 
-result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner) {
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner, bool attach) {
   if (auto r = validate_box_name(name); !r) return r.error();
   const std::string who = quote(name);
   const std::string path = shm_path(name);
@@ -252,12 +267,25 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     return fail_errno(errno, who + ": cannot open /dev/shm" + path);
   }
 
+  const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
+  // liveness.hpp L3: attached before anything is read. gc holds the byte
+  // exclusively only while it checks and unlinks (no waiting inside): wait
+  // it out, but not forever (a process that holds it on purpose).
+  while (attach && !try_lock_byte(fd.fd, kAttachByte, false)) {
+    if (errno != EAGAIN && errno != EACCES)
+      return fail_errno(errno, who + ": cannot lock /dev/shm" + path + " (open file description locks)");
+    if (mono_ns() > give_up)
+      return fail(errc::system_error, who + ": /dev/shm" + path + " is held by 'shmbox gc' or another process that is removing it; retry");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   // A creator sizes the segment right after creating it; wait briefly for that.
   struct stat st {};
-  const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
     if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
+    // Unlinked (by gc or rm) between our shm_open and our attach lock.
+    if (st.st_nlink == 0)
+      return fail(errc::not_found, who + " was removed while it was being opened (by 'shmbox gc' or 'shmbox rm'): create it again");
     if (!read_only && !any_owner && st.st_uid != ::geteuid())
       return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
                                                ", not to this user (uid " + std::to_string(::geteuid()) +
@@ -281,6 +309,9 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   m->base = static_cast<std::byte*>(addr);
   m->mapped_bytes = bytes;
   m->read_only = read_only;
+  m->dev = static_cast<std::uint64_t>(st.st_dev);
+  m->ino = static_cast<std::uint64_t>(st.st_ino);
+  m->fd = std::exchange(fd.fd, -1);
   m->mode = st.st_mode & 07777;
   m->uid = st.st_uid;
 
@@ -290,7 +321,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     const std::uint64_t magic = live->magic;
     if (magic != 0 && magic != kMagic) break;  // foreign: reported below
     const std::uint64_t creator = live->creator_key;
-    if (creator != 0 && !process_alive(creator))
+    // L4: the creator holds its byte until `ready`; it took it before sizing.
+    if (creator != 0 && !lock_held(*m, kCreatorByte))
       return fail(errc::incomplete, who + ": its creator (pid " + std::to_string(key_pid(creator)) +
                                         ") died before finishing it; remove it with 'shmbox rm " + std::string(name) + "'");
     if (mono_ns() > give_up) {

@@ -49,6 +49,10 @@ struct mapped_box {
   std::uint32_t lease_ms_ = 0;  // validated copy of the header's lease_ms
   std::uint32_t spin_ns = 0;    // bounded copy of the header's spin_ns (options::spin)
   std::string dead_letters;     // validated copy of the config's dead-letter box name ("" none)
+  // The mapping's open file description, kept open: it holds the attach lock
+  // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).
+  int fd = -1;
+  std::uint64_t dev = 0, ino = 0;  // the segment file, to recognise it again
   std::uint32_t mode = 0;  // st_mode & 07777 at open
   std::uint32_t uid = 0;
   lane_view lanes[kMaxLanes];
@@ -88,7 +92,10 @@ std::string shm_path(std::string_view name);
 result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& opts);
 // Read-write opens refuse a segment owned by another user unless any_owner
 // (someone else could have planted it to read what we post, or to feed us).
-result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false);
+// `attach`: take the attach lock (liveness.hpp L3); only gc, which holds the
+// byte exclusively while it looks, opens without it.
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false,
+                                                 bool attach = true);
 result<void> validate_box_name(std::string_view name);
 
 }  // namespace shmbox::detail

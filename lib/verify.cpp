@@ -9,6 +9,7 @@
 
 #include "errors.hpp"
 #include "layout.hpp"
+#include "liveness.hpp"
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -212,10 +213,10 @@ struct checker {
     }
     // Busy: a live owner or producer, or an operation a dead one left for the
     // next process to finish (ring.cpp R1-R4: repairs count it then).
-    bool busy = process_alive(m.owner()->key.load(std::memory_order_acquire));
+    bool busy = role_alive(m, owner_byte(m), m.owner()->key.load(std::memory_order_acquire));
     for (std::uint32_t i = 0; i < m.max_producers() && !busy; ++i)
       busy = m.producer(i)->op.load(std::memory_order_relaxed) != 0 ||
-             process_alive(m.producer(i)->key.load(std::memory_order_acquire));
+             role_alive(m, producer_byte(m, i), m.producer(i)->key.load(std::memory_order_acquire));
     for (std::uint32_t i = 0; i < kOwnerActors && !busy; ++i) busy = m.actor(i)->op.load(std::memory_order_relaxed) != 0;
     std::uint64_t capacity = 0;
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) capacity += m.lanes[l].capacity;

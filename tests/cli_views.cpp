@@ -756,12 +756,14 @@ TEST_CASE("cli views: stat shows the producers of live and dead processes, and w
   CHECK(text.find("ENTRY") != std::string::npos);
   CHECK(text.find("REFUSED") != std::string::npos);
   const auto ra = fields(table_row(a->pid())), rb = fields(table_row(b->pid())), rc = fields(table_row(c->pid()));
-  REQUIRE(ra.size() == 6);
-  REQUIRE(rb.size() == 6);
-  REQUIRE(rc.size() == 6);
-  CHECK(ra == std::vector<std::string>{pa["entry"].dump(), std::to_string(a->pid()), "no", "1", "0", "0"});
-  CHECK(rb == std::vector<std::string>{pb["entry"].dump(), std::to_string(b->pid()), "yes", "0", "1", "0"});
-  CHECK(rc == std::vector<std::string>{pc["entry"].dump(), std::to_string(c->pid()), "yes", pc["stored"].dump(), "0", "1"});
+  REQUIRE(ra.size() == 7);
+  REQUIRE(rb.size() == 7);
+  REQUIRE(rc.size() == 7);
+  // The last column: the pid namespace ("this": the CLI's own).
+  CHECK(ra == std::vector<std::string>{pa["entry"].dump(), std::to_string(a->pid()), "no", "1", "0", "0", "this"});
+  CHECK(rb == std::vector<std::string>{pb["entry"].dump(), std::to_string(b->pid()), "yes", "0", "1", "0", "this"});
+  CHECK(rc == std::vector<std::string>{pc["entry"].dump(), std::to_string(c->pid()), "yes", pc["stored"].dump(), "0", "1",
+                                       "this"});
 
   // An owner that does not take give-away requests, then one that does.
   {

@@ -8,6 +8,7 @@
 //       --pause-us: sleep that long after each message (a steady trickle).
 //       --max-call-ms: exit 4 ("late: ...") if one post call takes longer.
 //       --stop-on-timeout: stop after the first post that timed out.
+//       --any-owner: the box may belong to another user.
 //       --loan: zero-copy: loan a slot, write the message in place, commit.
 //       --abort-every K (with --loan): every K-th message first takes a loan
 //         and aborts it, then posts the message with a new loan.
@@ -20,8 +21,10 @@
 //       IDLE_MS without any, checking every payload against its pattern and
 //       (unless --lifo) per-producer order; print a summary. --in-place:
 //       receive with receive_in_place (zero-copy).
-//   own NAME [--accept-requests]
+//   own NAME [--accept-requests] [--fork-child]
 //       acquire, print "owned <epoch>", then wait until stdin closes.
+//       --fork-child: first fork a child (no exec) that waits for stdin to
+//       close too, and print "child <pid>".
 //       --accept-requests: accept give-away requests; each line "serve" on
 //       stdin makes one try_receive (which serves a pending request) and
 //       prints its status (e.g. "empty", or "not-owner" once given away).
@@ -108,7 +111,8 @@ int produce(int argc, char** argv) {
   const auto pause_us = static_cast<useconds_t>(flag_value(argc, argv, "--pause-us", 0));
   const long max_call_ms = flag_value(argc, argv, "--max-call-ms", 0);
   const bool stop_on_timeout = has_flag(argc, argv, "--stop-on-timeout");
-  auto p = shmbox::Producer::attach(name);
+  auto box = shmbox::Box::open(name, {.any_owner = has_flag(argc, argv, "--any-owner")});
+  auto p = box ? shmbox::Producer::attach(*box) : shmbox::result<shmbox::Producer>(box.error());
   if (!p) {
     std::printf("error %s\n", shmbox::explain(p.error()).c_str());
     return 1;
@@ -289,6 +293,20 @@ int own(int argc, char** argv) {
   auto o = acquire_or_say(argv[2]);
   if (!o) return 1;
   if (has_flag(argc, argv, "--accept-requests")) o->accept_give_away_requests(true);
+  if (has_flag(argc, argv, "--fork-child")) {
+    // A child that inherits every descriptor (no exec) and outlives us:
+    // it must not keep the owner's role alive (liveness.hpp L6).
+    std::fflush(stdout);
+    const pid_t kid = ::fork();
+    if (kid < 0) return 1;
+    if (kid == 0) {
+      std::string ignored;
+      while (std::getline(std::cin, ignored)) {
+      }
+      ::_exit(0);
+    }
+    std::printf("child %d\n", static_cast<int>(kid));
+  }
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   std::string line;

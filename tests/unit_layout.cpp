@@ -9,7 +9,7 @@
 using namespace shmbox::detail;
 
 TEST_CASE("layout: version, magic and structure sizes") {
-  CHECK(kLayoutVersion == 3);
+  CHECK(kLayoutVersion == 4);
   CHECK(kMagic == 0x01584F424D485301ULL);
   CHECK(sizeof(segment_header) == 256);
   CHECK(sizeof(owner_record) == 384);
@@ -111,13 +111,15 @@ TEST_CASE("geometry: offsets, strides and limits") {
   CHECK_FALSE(compute_geometry(bad, g));
 }
 
-TEST_CASE("process keys: this process is alive, a made-up key is not") {
+TEST_CASE("process keys: this process is alive, a made-up key is not; the key carries the pid namespace") {
   const std::uint64_t me = self_key();
   REQUIRE(me != 0);
   CHECK(key_pid(me) == static_cast<std::uint32_t>(::getpid()));
-  CHECK(process_alive(me));
+  CHECK(same_ns_alive(me));
   CHECK(key_of_pid(key_pid(me)) == me);
-  // Same pid, another start time: a reused pid must not look alive.
-  CHECK_FALSE(process_alive(me + (1ull << 22)));
-  CHECK_FALSE(process_alive(0));
+  // Same pid, another incarnation (start time or namespace): a reused pid,
+  // or the same pid in another container, must not look like this process.
+  CHECK_FALSE(same_ns_alive(me + (1ull << 22)));
+  CHECK_FALSE(same_ns_alive(0));
+  CHECK(self_pid_ns() != 0);
 }

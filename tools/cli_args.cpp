@@ -145,9 +145,18 @@ int parse_args(int argc, char** argv, parsed& out) {
 
   auto* give = app.add_subcommand("give-away", "Ask a box's owner to hand the box to a waiting process (if the owner accepts requests)");
   give->add_option("NAME", out.name, "box name")->required()->check(check_name);
-  give->add_option("PID", out.give_away.pid, "the process to hand it to: an heir or listener of the box")
-      ->required()
-      ->check(CLI::Range(1u, 4'194'304u));
+  auto* give_pid = give->add_option("PID", out.give_away.pid,
+                                    "the process to hand it to: an heir or listener of the box, by its pid in this pid namespace")
+                       ->check(CLI::Range(1u, 4'194'304u));
+  auto* give_heir = give->add_option("--heir", out.give_away.heir,
+                                     "the heir or listener in heir-table entry N (the ENTRY column of 'shmbox heirs'), "
+                                     "in any pid namespace (another container)")
+                        ->check(CLI::Range(0, 15))
+                        ->excludes(give_pid);
+  give->callback([give_pid, give_heir] {
+    if (give_pid->count() == 0 && give_heir->count() == 0)
+      throw CLI::RequiredError("PID or --heir N (the process to hand the box to)");
+  });
   give->add_option("--timeout", out.give_away.timeout_ms, "wait up to MS for the owner to hand it over")
       ->check(CLI::Range(0u, 86'400'000u))
       ->capture_default_str();

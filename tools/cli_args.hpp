@@ -60,7 +60,8 @@ struct dump_args {
 };
 
 struct give_away_args {
-  std::uint32_t pid = 0;
+  std::uint32_t pid = 0;    // a process of the caller's pid namespace, or
+  std::int64_t heir = -1;   // an heir-table entry (--heir N), in any namespace
   std::uint32_t timeout_ms = 5000;
   bool any_owner = false;
 };

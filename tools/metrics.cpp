@@ -193,7 +193,13 @@ std::string prometheus_text(const shmbox::box_info& i) {
   e.single("shmbox_producers_max", "gauge", "Producer entries of the box (live producers at once, at most).",
            num(i.max_producers));
   e.single("shmbox_owner_pid", "gauge", "Process id of the owner (0: none).", num(i.owner.pid));
-  e.single("shmbox_owner_alive", "gauge", "1 if the owner process is alive.", flag(i.owner.alive));
+  e.single("shmbox_owner_alive", "gauge", "1 if the owner process is alive (the kernel holds its lock, in any pid namespace).",
+           flag(i.owner.alive));
+  e.single("shmbox_owner_pid_namespace", "gauge",
+           "Inode of the owner's pid namespace (0: none or unknown); differs from the exporter's for another container.",
+           num(i.owner.pid ? i.owner.pid_ns : 0));
+  e.single("shmbox_owner_same_pid_namespace", "gauge", "1 if the owner runs in the exporter's pid namespace (its pid means it here).",
+           flag(i.owner.pid != 0 && i.owner.same_namespace));
   e.single("shmbox_owner_lease_expired", "gauge", "1 if the owner is alive but its lease expired without renewal.",
            flag(i.owner.expired));
   e.single("shmbox_owner_epoch", "gauge", "Owner epoch: +1 on every change of owner.", num(i.owner.epoch));

@@ -66,7 +66,13 @@ json lanes_json(const shmbox::box_info& i) {
 json heirs_json(const shmbox::box_info& i) {
   json heirs = json::array();
   for (const auto& h : i.heirs)
-    heirs.push_back(json{{"pid", h.pid}, {"alive", h.alive}, {"listener", h.listener}, {"data", h.data}});
+    heirs.push_back(json{{"entry", h.entry},
+                         {"pid", h.pid},
+                         {"pid_ns", h.pid_ns},
+                         {"same_namespace", h.same_namespace},
+                         {"alive", h.alive},
+                         {"listener", h.listener},
+                         {"data", h.data}});
   return heirs;
 }
 
@@ -74,6 +80,8 @@ json transfer_json(const shmbox::transfer_record& t) {
   if (t.epoch == 0) return nullptr;
   return json{{"from", t.from_pid},
               {"to", t.to_pid},
+              {"from_pid_ns", t.from_pid_ns},
+              {"to_pid_ns", t.to_pid_ns},
               {"reason", std::string(shmbox::to_string(t.reason))},
               {"data", t.data},
               {"epoch", t.epoch}};
@@ -84,6 +92,8 @@ json producers_json(const shmbox::box_info& i) {
   for (const auto& p : i.producers)
     producers.push_back(json{{"entry", p.entry},
                              {"pid", p.pid},
+                             {"pid_ns", p.pid_ns},
+                             {"same_namespace", p.same_namespace},
                              {"alive", p.alive},
                              {"stored", p.stored},
                              {"refused", p.refused},
@@ -98,6 +108,8 @@ json info_json(const shmbox::box_info& i) {
               {"policy", std::string(shmbox::to_string(i.overflow))},
               {"depth", i.depth},
               {"owner", json{{"pid", i.owner.pid},
+                             {"pid_ns", i.owner.pid_ns},
+                             {"same_namespace", i.owner.same_namespace},
                              {"alive", i.owner.alive},
                              {"epoch", i.owner.epoch},
                              {"state", i.owner.state},
@@ -120,16 +132,30 @@ json info_json(const shmbox::box_info& i) {
               {"counters", counters_json(i.count)}};
 }
 
+// The PID-NS column: "this" for the caller's pid namespace, else its inode.
+std::string ns_cell(std::uint64_t pid_ns, bool same) {
+  if (same) return "this";
+  return pid_ns == 0 ? "other" : std::to_string(pid_ns);
+}
+
+// "" for a process of this pid namespace, else ", pid namespace 4026532177"
+// (its pid means another process here, or none).
+std::string ns_note(std::uint64_t pid_ns, bool same) {
+  if (same) return "";
+  return pid_ns == 0 ? ", other pid namespace" : ", pid namespace " + std::to_string(pid_ns);
+}
+
 std::string owner_text(const shmbox::owner_info& o) {
   if (o.pid == 0) return "none";
-  return "pid " + std::to_string(o.pid) + (o.expired ? " (lease expired)" : o.alive ? " (alive)" : " (dead)") +
-         ", epoch " + std::to_string(o.epoch);
+  return "pid " + std::to_string(o.pid) + " (" + (o.expired ? "lease expired" : o.alive ? "alive" : "dead") +
+         ns_note(o.pid_ns, o.same_namespace) + "), epoch " + std::to_string(o.epoch);
 }
 
 std::string transfer_text(const shmbox::transfer_record& t) {
   if (t.epoch == 0) return "none";
   return std::string(shmbox::to_string(t.reason)) + " from pid " + std::to_string(t.from_pid) + " to pid " +
-         std::to_string(t.to_pid) + " (epoch " + std::to_string(t.epoch) + ")" +
+         std::to_string(t.to_pid) + " (epoch " + std::to_string(t.epoch) +
+         (t.to_pid_ns != t.from_pid_ns && t.from_pid != 0 ? ", across pid namespaces" : "") + ")" +
          (t.data.empty() ? std::string() : ", data '" + t.data + "'");
 }
 
@@ -375,11 +401,11 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   if (!i.producers.empty()) {
     // The producer table: entries held by live processes, and by dead ones
     // until a new producer reuses the entry.
-    std::printf("%-6s %-8s %-6s %12s %12s %12s\n", "ENTRY", "PID", "ALIVE", "STORED", "REFUSED", "ABORTED");
+    std::printf("%-6s %-8s %-6s %12s %12s %12s  %s\n", "ENTRY", "PID", "ALIVE", "STORED", "REFUSED", "ABORTED", "PID-NS");
     for (const auto& p : i.producers)
-      std::printf("%-6u %-8u %-6s %12llu %12llu %12llu\n", p.entry, p.pid, p.alive ? "yes" : "no",
+      std::printf("%-6u %-8u %-6s %12llu %12llu %12llu  %s\n", p.entry, p.pid, p.alive ? "yes" : "no",
                   static_cast<unsigned long long>(p.stored), static_cast<unsigned long long>(p.refused),
-                  static_cast<unsigned long long>(p.aborted));
+                  static_cast<unsigned long long>(p.aborted), ns_cell(p.pid_ns, p.same_namespace).c_str());
   }
   std::fflush(stdout);
   return kExitOk;
@@ -427,7 +453,7 @@ std::string fill_bar(std::uint64_t depth, std::uint64_t capacity) {
 
 std::string owner_cell(const shmbox::owner_info& o) {
   if (o.pid == 0) return "none";
-  return std::to_string(o.pid) + (o.expired ? " expired" : o.alive ? " alive" : " dead");
+  return std::to_string(o.pid) + (o.same_namespace ? "" : "*") + (o.expired ? " expired" : o.alive ? " alive" : " dead");
 }
 
 int cmd_ls(bool as_json) {
@@ -541,11 +567,11 @@ int cmd_heirs(const std::string& name, bool as_json) {
     std::cout << "box '" << name << "' has no heirs\n";
     return kExitOk;
   }
-  std::printf("%-6s %-8s %-6s %-9s %s\n", "ORDER", "PID", "ALIVE", "ROLE", "DATA");
+  std::printf("%-6s %-6s %-8s %-6s %-9s %-12s %s\n", "ORDER", "ENTRY", "PID", "ALIVE", "ROLE", "PID-NS", "DATA");
   int n = 0;
   for (const auto& h : i.heirs)
-    std::printf("%-6d %-8u %-6s %-9s %s\n", n++, h.pid, h.alive ? "yes" : "no", h.listener ? "listener" : "heir",
-                h.data.c_str());
+    std::printf("%-6d %-6u %-8u %-6s %-9s %-12s %s\n", n++, h.entry, h.pid, h.alive ? "yes" : "no",
+                h.listener ? "listener" : "heir", ns_cell(h.pid_ns, h.same_namespace).c_str(), h.data.c_str());
   return kExitOk;
 }
 
@@ -678,13 +704,20 @@ int cmd_dump(const parsed& a) {
 int cmd_give_away(const parsed& a) {
   auto box = shmbox::Box::open(a.name, {.any_owner = a.give_away.any_owner});
   if (!box) return fail(box.error());
-  const std::uint32_t from = box->info().owner.pid;
-  const auto r = box->request_give_away(a.give_away.pid, std::chrono::milliseconds(a.give_away.timeout_ms));
+  const shmbox::box_info before = box->info();
+  const auto timeout = std::chrono::milliseconds(a.give_away.timeout_ms);
+  const auto r = a.give_away.heir >= 0
+                     ? box->request_give_away_to_heir(static_cast<std::uint32_t>(a.give_away.heir), timeout)
+                     : box->request_give_away(a.give_away.pid, timeout);
   if (!r) {
     std::cerr << "shmbox: " << shmbox::explain(r.error()) << "\n";
     return r.error() == shmbox::errc::refused || r.error() == shmbox::errc::timed_out ? kExitRefused : kExitFail;
   }
-  std::cout << "box '" << a.name << "' given by pid " << from << " to pid " << a.give_away.pid << "\n";
+  std::uint32_t to = a.give_away.pid;
+  for (const auto& h : before.heirs)
+    if (a.give_away.heir >= 0 && h.entry == static_cast<std::uint32_t>(a.give_away.heir)) to = h.pid;
+  std::cout << "box '" << a.name << "' given by pid " << before.owner.pid << " to pid " << to
+            << (a.give_away.heir >= 0 ? " (heir entry " + std::to_string(a.give_away.heir) + ")" : std::string()) << "\n";
   return kExitOk;
 }
 

@@ -285,6 +285,7 @@ std::string plain_line(const sample& s, const std::optional<rates>& r) {
   kv("rejected", std::to_string(rejected_of(c)));
   kv("owner", std::to_string(i.owner.pid));
   kv("owner_status", owner_status(i.owner));
+  kv("owner_pid_ns", i.owner.same_namespace || i.owner.pid == 0 ? std::string("this") : std::to_string(i.owner.pid_ns));
   kv("epoch", std::to_string(i.owner.epoch));
   kv("state", i.owner.state);
   kv("requests", i.accepts_requests ? "yes" : "no");
@@ -435,7 +436,8 @@ std::vector<line> frame_lines(const sample& s, const std::optional<rates>& r, st
     add(format("%-10s none (epoch %llu)", "OWNER", static_cast<unsigned long long>(o.epoch)));
   } else {
     const char* st = o.alive && o.expired ? "lease EXPIRED" : o.alive ? "alive" : "DEAD";
-    add(format("%-10s pid %u  %s  epoch %llu  %s  give-away requests: %s", "OWNER", o.pid, st,
+    add(format("%-10s pid %u%s  %s  epoch %llu  %s  give-away requests: %s", "OWNER", o.pid,
+               o.same_namespace ? "" : format(" (pid ns %llu)", static_cast<unsigned long long>(o.pid_ns)).c_str(), st,
                static_cast<unsigned long long>(o.epoch), o.state.c_str(), i.accepts_requests ? "yes" : "no"));
   }
   add(format("%-10s %s", "LEASE", i.lease.count() == 0 ? "none (only death ends it)"
@@ -447,7 +449,8 @@ std::vector<line> frame_lines(const sample& s, const std::optional<rates>& r, st
     std::vector<std::string> items;
     for (std::size_t h = 0; h < i.heirs.size(); ++h) {
       const shmbox::heir_info& hi = i.heirs[h];
-      items.push_back(format("#%zu pid %u %s%s", h + 1, hi.pid, hi.alive ? "alive" : "dead", hi.listener ? " (listener)" : ""));
+      items.push_back(format("#%zu pid %u%s %s%s", h + 1, hi.pid, hi.same_namespace ? "" : " (other pid ns)",
+                             hi.alive ? "alive" : "dead", hi.listener ? " (listener)" : ""));
     }
     std::string cur = format("%-10s ", "HEIRS");
     int lines = 1;

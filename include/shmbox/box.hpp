@@ -114,8 +114,10 @@ std::string_view to_string(transfer_reason r) noexcept;
 // How an owner got its box.
 struct transfer_record {
   std::string box;
-  std::uint32_t from_pid = 0;  // the previous owner (0: none)
+  std::uint32_t from_pid = 0;  // the previous owner (0: none), as seen in its own pid namespace
   std::uint32_t to_pid = 0;    // this process
+  std::uint64_t from_pid_ns = 0;  // pid namespaces (inode of /proc/PID/ns/pid; 0: unknown)
+  std::uint64_t to_pid_ns = 0;
   transfer_reason reason = transfer_reason::none;
   std::string data;            // the heir's registered data, or the give_away data
   std::uint64_t epoch = 0;     // the epoch the transfer created
@@ -123,8 +125,10 @@ struct transfer_record {
 
 // The owner record, as seen by anyone.
 struct owner_info {
-  std::uint32_t pid = 0;    // 0: no owner
-  bool alive = false;       // pid exists and has the recorded start time
+  std::uint32_t pid = 0;    // 0: no owner; as seen in the owner's own pid namespace
+  std::uint64_t pid_ns = 0;     // the owner's pid namespace (inode of /proc/PID/ns/pid; 0: unknown)
+  bool same_namespace = false;  // pid_ns is the caller's: pid means the same process here
+  bool alive = false;       // the kernel says it holds the box (its lock in the segment), in any namespace
   bool expired = false;     // alive, but its lease deadline passed without renewal
   std::uint64_t epoch = 0;  // +1 on every change of owner
   std::string state;        // "passive", "notify" or "active"
@@ -132,8 +136,11 @@ struct owner_info {
 
 // One entry of the heir table, in table (registration) order.
 struct heir_info {
-  std::uint32_t pid = 0;
-  bool alive = false;
+  std::uint32_t entry = 0;  // index in the heir table (Owner::give_away_to_heir, give-away --heir N)
+  std::uint32_t pid = 0;    // as seen in the heir's own pid namespace
+  std::uint64_t pid_ns = 0;
+  bool same_namespace = false;
+  bool alive = false;       // holds its entry (kernel-held lock), in any namespace
   bool listener = false;  // waits only for give_away
   std::string data;
 };
@@ -141,8 +148,10 @@ struct heir_info {
 // One entry of the producer table held by a process (live or dead).
 struct producer_info {
   std::uint32_t entry = 0;  // index in the producer table
-  std::uint32_t pid = 0;
-  bool alive = false;
+  std::uint32_t pid = 0;    // as seen in the producer's own pid namespace
+  std::uint64_t pid_ns = 0;
+  bool same_namespace = false;
+  bool alive = false;       // holds its entry (kernel-held lock), in any namespace
   std::uint64_t stored = 0;   // slots this entry claimed, all lanes: its messages, and its loans (also aborted ones)
   std::uint64_t refused = 0;  // rejected + dropped_newest + timeouts + too_large of this entry
   std::uint64_t aborted = 0;  // loans it gave back
@@ -269,15 +278,17 @@ class Box {
   // copied is left out; so the list is a snapshot of a moving box. Works on
   // a box opened with inspect().
   std::vector<peeked_message> peek(std::size_t max) const;
-  // Asks the box's owner to hand the box to process `pid`, which must be
-  // waiting for it (an heir or listener: Heir::enlist / listen, or
-  // `shmbox recv --heir`). Only an owner that accepts requests
+  // Asks the box's owner to hand the box to process `pid` of the caller's pid
+  // namespace, which must be waiting for it (an heir or listener:
+  // Heir::enlist / listen, or `shmbox recv --heir`); request_give_away_to_heir
+  // names heir-table entry `entry` instead, in any namespace. Only an owner that accepts requests
   // (Owner::accept_give_away_requests) does it, the next time it receives or
   // waits. Returns once `pid` owns the box; errors: refused (the owner does
   // not accept requests, or did not hand the box over: see the message),
   // not_owner (no live owner), invalid_argument (pid is not waiting for the
   // box, or another request is pending), timed_out.
   result<void> request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const;
+  result<void> request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const;
 
  private:
   explicit Box(std::shared_ptr<detail::mapped_box> m);

@@ -18,6 +18,7 @@ namespace shmbox {
 
 namespace detail {
 struct owner_sink;
+class role_lock;
 }
 
 enum class recv_status : std::uint8_t {
@@ -179,13 +180,18 @@ class Owner {
   // says how many of them went back to the new owner.
   recv_status commit(std::size_t* lost = nullptr);
 
-  // Hands the box to process `dest_pid`, which must be waiting for it
-  // (Heir::await_transfer, as heir or listener). Returns true once dest owns
-  // the box (this handle is then no longer the owner); false, with nothing
-  // changed, when dest is dead or is this process, when it did not take the
-  // box within `timeout`, when this handle is not the owner, or when data is
-  // longer than 64 bytes or reads are uncommitted. Owner only.
+  // Hands the box to process `dest_pid` of this pid namespace, which must be
+  // waiting for it (Heir::await_transfer, as heir or listener). Returns true
+  // once dest owns the box (this handle is then no longer the owner); false,
+  // with nothing changed, when dest is not running here or not waiting, is
+  // this process, did not take the box within `timeout`, when this handle is
+  // not the owner, or when data is longer than 64 bytes or reads are
+  // uncommitted. Owner only.
   bool give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout);
+  // The same for the heir or listener in heir-table entry `entry`
+  // (heir_info::entry, `shmbox heirs`), in whatever pid namespace it runs
+  // (a pid names a process of one namespace only). Owner only.
+  bool give_away_to_heir(std::uint32_t entry, std::string_view data, std::chrono::nanoseconds timeout);
   // Lets operators and scripts ask for the box (Box::request_give_away,
   // `shmbox give-away NAME PID`): while accepted, a request is served the
   // next time this owner receives or waits, by give_away(pid, "requested").
@@ -235,8 +241,11 @@ class Owner {
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                     std::chrono::nanoseconds timeout, const wait_options& w);
   bool serve_request();
-  // The handle of this process after it took the box with `epoch` (runs recovery).
-  static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch);
+  bool give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
+                     std::chrono::nanoseconds timeout);
+  // The handle of this process after it took the box with `epoch`, holding
+  // `lease` (the owner's role lock); runs recovery.
+  static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease);
   explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
   friend class Heir;
@@ -262,7 +271,8 @@ class Heir {
 
   // Blocks until this process is given the box, at most `timeout`: returns
   // the Owner handle (see Owner::transfer()), or errc::timed_out. The owner's
-  // death is seen at once (a pidfd), not by polling.
+  // death is seen at once, not by polling: a pidfd when the owner is in this
+  // pid namespace, else a thread waiting on the owner's lock in the segment.
   result<Owner> await_transfer(std::chrono::nanoseconds timeout);
   // A descriptor for poll/epoll (asio, libuv, ...): readable when
   // await_transfer(0) may succeed.

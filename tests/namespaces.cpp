@@ -1,0 +1,422 @@
+// tests/namespaces.cpp - boxes shared between containers: roles in other pid
+// namespaces (unshare --pid --fork --mount-proc, as root), and as another
+// user, are alive exactly as long as the kernel says, and every role works
+// across them. Also: gc is exclusive against attaching (a post never lands
+// in a box gc removes). Needs root and unshare(1): skipped (a message, no
+// checks) where a pid namespace cannot be made.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include "liveness.hpp"
+#include "process.hpp"
+#include "segment.hpp"
+#include "shmbox/box.hpp"
+#include "shmbox/owner.hpp"
+#include "shmbox/producer.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmtest::child;
+
+bool namespaces_available() {
+  static const bool ok = [] {
+    const auto r = shmtest::run({"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/true"});
+    return shmtest::exited_with(r.status, 0);
+  }();
+  return ok;
+}
+
+#define REQUIRE_NAMESPACES()                                                          \
+  do {                                                                                \
+    if (!namespaces_available()) {                                                    \
+      MESSAGE("skipped: cannot make a pid namespace here (needs root and unshare)"); \
+      return;                                                                         \
+    }                                                                                 \
+  } while (0)
+
+// argv run in a new pid namespace with its own /proc (a container): a shell
+// is its pid 1 (an init, which cannot signal itself: SIGSTOP at a fault
+// point would be ignored) and runs argv as pid 2. --kill-child: the whole
+// namespace dies with the unshare process (the child guard kills that).
+std::vector<std::string> in_new_ns(std::vector<std::string> argv) {
+  std::vector<std::string> out = {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                                   "/bin/sh", "-c", "\"$@\"; exit $?", "sh"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+pid_t first_child(pid_t pid) {
+  for (int i = 0; i < 5000; ++i) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    pid_t kid = 0;
+    if (in >> kid && kid > 0) return kid;
+    std::this_thread::sleep_for(1ms);
+  }
+  return -1;
+}
+
+// The pid (in our namespace) of argv of in_new_ns (unshare -> sh -> argv).
+pid_t ns_child(pid_t unshare_pid) {
+  const pid_t init = first_child(unshare_pid);
+  return init > 0 ? first_child(init) : -1;
+}
+
+void make_box(const std::string& name, shmbox::policy pol = shmbox::policy::reject, std::uint32_t mode = 0600) {
+  auto b = shmbox::Box::create(name, {.capacity = 64, .slot_size = 64, .overflow = pol, .mode = mode});
+  REQUIRE(b);
+}
+
+// Waits (bounded) until `pred` holds.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+shmbox::box_info info_of(const std::string& name) {
+  auto b = shmbox::Box::inspect(name);
+  REQUIRE(b);
+  return b->info();
+}
+
+}  // namespace
+
+TEST_CASE("namespaces: a live owner in another pid namespace is alive, keeps the box, and its heir takes over when it dies") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-owner"));
+  make_box(g.name);
+  child owner(in_new_ns({shmtest::helper_path(), "own", g.name}), {}, true);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  const pid_t inner = ns_child(owner.pid());
+  REQUIRE(inner > 0);
+
+  // Seen from here: alive, in another namespace, with its own pid (1 there).
+  shmbox::box_info i = info_of(g.name);
+  CHECK(i.owner.alive);
+  CHECK(i.owner.pid == 2);
+  CHECK_FALSE(i.owner.same_namespace);
+  CHECK(i.owner.pid_ns != 0);
+  CHECK(i.owner.pid_ns != shmbox::detail::self_pid_ns());
+  CHECK_FALSE(i.orphaned);
+  const auto stat = shmtest::run({shmtest::cli_path(), "stat", g.name});
+  INFO("stat:\n", stat.out);
+  CHECK(stat.out.find("pid 2 (alive, pid namespace " + std::to_string(i.owner.pid_ns) + ")") != std::string::npos);
+  CHECK(stat.out.find("ORPHANED") == std::string::npos);
+  const auto js = shmtest::run({shmtest::cli_path(), "stat", g.name, "--json"});
+  CHECK(js.out.find("\"same_namespace\": false") != std::string::npos);
+  const auto prom = shmtest::run({shmtest::cli_path(), "stat", g.name, "--prometheus"});
+  CHECK(prom.out.find("shmbox_owner_same_pid_namespace{box=\"" + g.name + "\"} 0") != std::string::npos);
+  CHECK(prom.out.find("shmbox_owner_alive{box=\"" + g.name + "\"} 1") != std::string::npos);
+
+  // Nobody here may take it: not a plain acquire, not an heir.
+  auto again = shmbox::Owner::acquire(g.name);
+  REQUIRE_FALSE(again);
+  CHECK(again.error() == shmbox::errc::not_owner);
+  child heir({shmtest::helper_path(), "serve", g.name, "--heir", "--data", "standby", "--max", "1", "--idle-ms", "200"});
+  REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
+  // The heir waits; it must not depose the live owner (a bounded look).
+  CHECK_FALSE(heir.read_line(400ms).has_value());
+  CHECK(info_of(g.name).owner.epoch == 1);
+
+  // Killed from here (the container's pid 1 dies): the heir takes over.
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(inner, SIGKILL);
+  const auto line = heir.read_line(20s).value_or("");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO("heir: ", line);
+  CHECK(line.rfind("owner epoch=2 reason=owner-died", 0) == 0);
+  CHECK(line.find("data=standby") != std::string::npos);
+  MESSAGE("takeover across pid namespaces after ",
+          std::chrono::duration_cast<std::chrono::microseconds>(took).count(), " us (figures: shmbox-bench-failover)");
+  i = info_of(g.name);
+  CHECK(i.last_transfer.reason == shmbox::transfer_reason::owner_died);
+  CHECK(i.last_transfer.from_pid == 2);
+  CHECK(i.last_transfer.from_pid_ns != i.last_transfer.to_pid_ns);
+}
+
+TEST_CASE("namespaces: an heir in another pid namespace takes over at once (it waits on the owner's lock), and a chain of heirs across namespaces") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-heir"));
+  make_box(g.name);
+  child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  child heir1(in_new_ns({shmtest::helper_path(), "serve", g.name, "--heir", "--data", "first", "--max", "1", "--idle-ms",
+                         "100", "--hold"}),
+              {}, true);
+  REQUIRE(heir1.read_line().value_or("").rfind("enlisted 0", 0) == 0);
+  child heir2(in_new_ns({shmtest::helper_path(), "serve", g.name, "--heir", "--data", "second", "--max", "1", "--idle-ms",
+                         "100"}));
+  REQUIRE(heir2.read_line().value_or("").rfind("enlisted 1", 0) == 0);
+  const auto heirs = info_of(g.name).heirs;
+  REQUIRE(heirs.size() == 2);
+  for (const auto& h : heirs) {
+    CHECK(h.alive);
+    CHECK_FALSE(h.same_namespace);
+    CHECK(h.pid == 2);
+  }
+  const auto table = shmtest::run({shmtest::cli_path(), "heirs", g.name});
+  CHECK(table.out.find("PID-NS") != std::string::npos);
+  CHECK(table.out.find(std::to_string(heirs[0].pid_ns)) != std::string::npos);
+
+  // The owner (here) dies: the first heir (in its own namespace) takes over
+  // without any poke it could receive (another namespace: no pidfd_getfd).
+  owner.kill(SIGKILL);
+  owner.wait();
+  const auto l1 = heir1.read_line(20s).value_or("");
+  CHECK(l1.rfind("owner epoch=2 reason=owner-died", 0) == 0);
+  CHECK(l1.find("data=first") != std::string::npos);
+  // It holds the box (--hold); the second heir stays where it is.
+  CHECK_FALSE(heir2.read_line(300ms).has_value());
+  // The first heir's whole namespace dies: the second takes over.
+  heir1.kill(SIGKILL);
+  heir1.wait();
+  const auto l2 = heir2.read_line(20s).value_or("");
+  CHECK(l2.rfind("owner epoch=3 reason=owner-died", 0) == 0);
+  CHECK(l2.find("data=second") != std::string::npos);
+}
+
+TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is alive (its slot is not repaired); killed, it is") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-prod"));
+  make_box(g.name);
+  auto box = shmbox::Box::open(g.name);
+  REQUIRE(box);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  // It claims a slot and stops (SIGSTOP: slow, not dead) before publishing.
+  child prod(in_new_ns({shmtest::helper_path(), "produce", g.name, "7", "1", "--no-wait"}),
+             {"SHMBOX_FAULT=producer.after_claim:1:stop"});
+  REQUIRE(prod.read_line().value_or("").rfind("ready", 0) == 0);
+  const pid_t inner = ns_child(prod.pid());
+  REQUIRE(inner > 0);
+  REQUIRE(shmtest::wait_for_state(inner, 'T', 10s));
+  shmbox::box_info i = info_of(g.name);
+  REQUIRE(i.producers.size() == 1);
+  CHECK(i.producers[0].alive);
+  CHECK_FALSE(i.producers[0].same_namespace);
+  // The owner waits well past the repair grace period: nothing is abandoned.
+  shmbox::message m;
+  CHECK(owner->receive(m, 600ms) == shmbox::recv_status::timeout);
+  CHECK(box->read_counters().abandoned == 0);
+  // Going on, it publishes; the owner gets it.
+  ::kill(inner, SIGCONT);
+  CHECK(owner->receive(m, 10s) == shmbox::recv_status::ok);
+  CHECK(shmtest::exited_with(prod.wait(), 0));
+
+  // Again, but killed while it holds the claim: the owner repairs the slot.
+  child prod2(in_new_ns({shmtest::helper_path(), "produce", g.name, "8", "1", "--no-wait"}),
+              {"SHMBOX_FAULT=producer.after_claim:1:stop"});
+  REQUIRE(prod2.read_line().value_or("").rfind("ready", 0) == 0);
+  const pid_t inner2 = ns_child(prod2.pid());
+  REQUIRE(inner2 > 0);
+  REQUIRE(shmtest::wait_for_state(inner2, 'T', 10s));
+  ::kill(inner2, SIGKILL);
+  prod2.wait();
+  CHECK(eventually([&] {
+    shmbox::message x;
+    owner->receive(x, 50ms);
+    return box->read_counters().abandoned == 1;
+  }));
+  i = info_of(g.name);
+  CHECK(i.count.posted == i.count.delivered + i.count.abandoned + i.depth);
+}
+
+TEST_CASE("namespaces: gc keeps a box whose only user lives in another pid namespace (also gc run inside one), and removes it once that user is dead") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-gc"));
+  make_box(g.name);
+  {
+    // A role in another namespace: an heir, the only process of the box.
+    child heir(in_new_ns({shmtest::helper_path(), "serve", g.name, "--heir", "--max", "1"}));
+    REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
+    auto r = shmtest::run({shmtest::cli_path(), "gc", "--prefix", g.name});
+    CHECK(r.status == 0);
+    CHECK(::access(("/dev/shm/shmbox." + g.name).c_str(), F_OK) == 0);
+    // gc inside a third namespace (its /proc shows nothing of the others).
+    r = shmtest::run(in_new_ns({shmtest::cli_path(), "gc", "--prefix", g.name}));
+    CHECK(::access(("/dev/shm/shmbox." + g.name).c_str(), F_OK) == 0);
+    const pid_t inner = ns_child(heir.pid());
+    REQUIRE(inner > 0);
+    ::kill(inner, SIGKILL);
+    heir.wait();
+  }
+  const auto r = shmtest::run({shmtest::cli_path(), "gc", "--prefix", g.name});
+  INFO(r.out, r.err);
+  CHECK(r.status == 0);
+  CHECK(::access(("/dev/shm/shmbox." + g.name).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("namespaces: give-away names a pid of the caller's namespace only, or an heir entry in any") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-give"));
+  make_box(g.name);
+  child owner({shmtest::helper_path(), "own", g.name, "--accept-requests"}, {}, true);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  child heir(in_new_ns({shmtest::helper_path(), "serve", g.name, "--listen", "--max", "1", "--idle-ms", "100"}));
+  REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
+  const auto hs = info_of(g.name).heirs;
+  REQUIRE(hs.size() == 1);
+  // Its pid (2) means another process here: a clear error, nothing asked.
+  auto r = shmtest::run({shmtest::cli_path(), "give-away", g.name, std::to_string(hs[0].pid), "--timeout", "500"});
+  INFO(r.err);
+  CHECK(shmtest::exited_with(r.status, 1));
+  CHECK(r.err.find("--heir") != std::string::npos);
+  // By its heir entry: served when the owner next receives.
+  child ask({shmtest::cli_path(), "give-away", g.name, "--heir", std::to_string(hs[0].entry), "--timeout", "10000"}, {},
+            false, true);
+  // The owner serves a request when it receives: receive until it is gone
+  // (the asker may not have posted its request yet at the first tries).
+  std::string st;
+  for (int i = 0; i < 1000 && st != "not-owner"; ++i) {
+    owner.write_stdin("serve\n");
+    st = owner.read_line(5s).value_or("");
+    if (st != "not-owner") std::this_thread::sleep_for(10ms);
+  }
+  CHECK(st == "not-owner");
+  CHECK(shmtest::exited_with(ask.wait(20s), 0));
+  const auto l = heir.read_line(20s).value_or("");
+  CHECK(l.rfind("owner epoch=2 reason=give-away", 0) == 0);
+}
+
+TEST_CASE("namespaces: a fork child of the owner (no exec) does not keep the owner's role alive") {
+  shmtest::segment_guard g(shmtest::unique_name("ns-fork"));
+  make_box(g.name);
+  child owner({shmtest::helper_path(), "own", g.name, "--fork-child"}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("child ", 0) == 0);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  child heir({shmtest::helper_path(), "serve", g.name, "--heir", "--max", "1", "--idle-ms", "100"});
+  REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
+  owner.kill(SIGKILL);  // the forked child lives on (its stdin is still open)
+  owner.wait();
+  CHECK(heir.read_line(20s).value_or("").rfind("owner epoch=2 reason=owner-died", 0) == 0);
+  owner.close_stdin();
+}
+
+TEST_CASE("namespaces: roles in another namespace AND as another user (a 0666 box)") {
+  REQUIRE_NAMESPACES();
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    MESSAGE("skipped: needs root and setpriv");
+    return;
+  }
+  shmtest::segment_guard g(shmtest::unique_name("ns-uid"));
+  make_box(g.name, shmbox::policy::reject, 0666);
+  auto box = shmbox::Box::open(g.name);
+  REQUIRE(box);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                        shmtest::helper_path(), "produce", g.name, "5", "20", "--no-wait", "--any-owner"};
+  child prod(in_new_ns(as_nobody));
+  REQUIRE(prod.read_line().value_or("").rfind("ready", 0) == 0);
+  const auto done = prod.read_line(20s).value_or("");
+  INFO(done);
+  CHECK(done.rfind("done", 0) == 0);
+  std::vector<shmbox::message> got;
+  CHECK(owner->receive_batch(got, 64, 5s) == shmbox::recv_status::ok);
+  while (got.size() < 20) {
+    std::vector<shmbox::message> more;
+    if (owner->receive_batch(more, 64, 2s) != shmbox::recv_status::ok) break;
+    got.insert(got.end(), more.begin(), more.end());
+  }
+  CHECK(got.size() == 20);
+}
+
+TEST_CASE("gc is exclusive against attaching: an opener that comes after the unlink fails, it never posts into a removed box") {
+  using namespace shmbox::detail;
+  shmtest::segment_guard g(shmtest::unique_name("gc-excl"));
+  make_box(g.name);
+  // Do what gc does: hold the attach byte exclusively while checking.
+  const int fd = ::shm_open(("/shmbox." + g.name).c_str(), O_RDWR | O_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(try_lock_byte(fd, kAttachByte, true));
+  std::promise<shmbox::result<shmbox::Producer>> attached;
+  auto fut = attached.get_future();
+  std::string why;  // explain() is per thread: the attaching thread's words
+  std::thread t([&] {
+    auto r = shmbox::Producer::attach(g.name);
+    if (!r) why = shmbox::explain(r.error());
+    attached.set_value(std::move(r));
+  });
+  // Handshake: the thread has opened the segment (a second descriptor of it
+  // in this process) and now waits for the byte...
+  const auto opened_by_thread = [&] {
+    int n = 0;
+    for (int d = 0; d < 1024; ++d) {
+      char path[64], target[256];
+      std::snprintf(path, sizeof path, "/proc/self/fd/%d", d);
+      const ssize_t len = ::readlink(path, target, sizeof target - 1);
+      if (len <= 0) continue;
+      target[len] = '\0';
+      if (std::string(target) == "/dev/shm/shmbox." + g.name) ++n;
+    }
+    return n >= 2;
+  };
+  REQUIRE(eventually(opened_by_thread));
+  CHECK(fut.wait_for(50ms) == std::future_status::timeout);
+  // ...gc unlinks and lets go: the opener learns the box is gone.
+  REQUIRE(::shm_unlink(("/shmbox." + g.name).c_str()) == 0);
+  ::close(fd);
+  t.join();
+  auto p = fut.get();
+  REQUIRE_FALSE(p);
+  CHECK(p.error() == shmbox::errc::not_found);
+  INFO(why);
+  CHECK(why.find("removed while it was being opened") != std::string::npos);
+
+  // And the other way round: a box someone has open is never collected.
+  make_box(g.name);
+  auto prod = shmbox::Producer::attach(g.name);
+  REQUIRE(prod);
+  auto c = shmbox::Box::collect({.prefix = g.name});
+  REQUIRE(c);
+  CHECK(c->empty());
+}
+
+TEST_CASE("gc racing create/post/stat (issue 13's reproduction, bounded): every stored post is in a box that stays") {
+  shmtest::segment_guard g(shmtest::unique_name("gc-race"));
+  std::atomic<bool> stop{false};
+  std::thread gc([&] {
+    while (!stop.load()) (void)shmbox::Box::collect({.prefix = g.name});
+  });
+  int lost = 0, stored = 0;
+  for (int i = 0; i < 400; ++i) {
+    {
+      // The creator lets go at the end of this block: gc may collect the
+      // empty box from there on.
+      auto b = shmbox::Box::create(g.name, {.capacity = 4});
+      if (!b) continue;
+    }
+    {
+      auto p = shmbox::Producer::attach(g.name);
+      if (!p) continue;  // collected first: a clear error, nothing posted
+      if (p->post("m") != shmbox::post_status::stored) continue;
+      ++stored;
+    }
+    auto box = shmbox::Box::inspect(g.name);
+    if (!box || box->read_counters().posted != 1) ++lost;
+    ::shm_unlink(("/shmbox." + g.name).c_str());
+  }
+  stop = true;
+  gc.join();
+  MESSAGE(stored, " posts stored while gc ran in a loop");
+  CHECK(stored > 0);
+  CHECK(lost == 0);
+}
