@@ -758,6 +758,8 @@ int Owner::notify_fd() {
     detail::owner_record* rec = st->m->owner();
     std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
     std::uint64_t request_seen = 0;
+    // The last wake_seq this thread relayed (or found already served).
+    std::uint32_t relayed = rec->wake_seq.load(std::memory_order_acquire);
     while (!st->stop_waker.load(std::memory_order_acquire)) {
       // A give-away request (Box::request_give_away wakes this thread) for
       // an owner that accepts them: make the fd readable once per request, so
@@ -789,13 +791,17 @@ int Owner::notify_fd() {
         if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
         continue;
       }
-      const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
-      detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
-      if (st->stop_waker.load(std::memory_order_acquire)) break;
       // A producer woke the owner; unless the owner already handled that wake
-      // (producers write the fd themselves where they can), make the fd readable.
-      const std::uint32_t now_seq = rec->wake_seq.load(std::memory_order_acquire);
-      if (now_seq != w && st->served_wake.load(std::memory_order_acquire) != now_seq) st->poke_fd();
+      // (producers write the fd themselves where they can), make the fd
+      // readable. Compared with the last wake relayed, not with a value
+      // loaded just before sleeping: a wake that came while this thread was
+      // busy (relaying the previous one) would otherwise wait a whole slice.
+      const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);  // acquire: pairs with the producer's release bump
+      if (w != relayed) {
+        relayed = w;
+        if (st->served_wake.load(std::memory_order_acquire) != w) st->poke_fd();
+      }
+      detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
     }
   });
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.

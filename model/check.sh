@@ -152,6 +152,7 @@ add "lease-mutant-EPOCH_FETCH_ADD"  mutant lease.pml safety 20 0 "taking[okey]" 
 add "lease-mutant-READ_GIVEBACK"    mutant lease.pml safety 20 0 "seen_app" -- -DLEASE=1 -DREAD_MODE -DMUTANT_READ_GIVEBACK
 #     deliberately broken protocol steps: must fail
 add "lease-mutant-NO_ADOPT"         mutant lease.pml safety 20 0 "" -- -DLEASE=1 -DMUTANT_NO_ADOPT
+add "lease-mutant-LOCK_AFTER_CAS"   mutant lease.pml safety 20 0 "((k==0)||dead[k])" -- -DLEASE=0 -DM=2 -DCAP=2 -DMAXDEAD=3 -DMUTANT_LOCK_AFTER_CAS
 add "lease-mutant-HEAD_NOMIN"       mutant lease.pml safety 20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3 -DMUTANT_HEAD_NOMIN
 add "lease-mutant-FDC_NOCAS"        mutant lease.pml safety 20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3 -DMUTANT_FDC_NOCAS
 add "lease-mutant-C2_STORE"         mutant lease.pml safety 20 0 "" -- -DLEASE=1 -DHEIRS=1 -DM=3 -DCAP=3 -DMAXDEAD=3 -DMUTANT_C2_STORE

@@ -16,6 +16,13 @@
  * commit, return what it committed (READ_MODE: Owner::read, then
  * Owner::commit).
  *
+ * Liveness is the kernel's answer (lib/liveness.hpp): an owner is alive
+ * while some live process holds the owner byte's (shared) lock, olock[];
+ * take_ownership takes it before its key CAS and lets go when the CAS fails
+ * or the key was taken from it; a death drops it. OWNER_GONE (LEASE=0)
+ * asks exactly that, and a heir's key CAS asserts it takes the key only from
+ * nobody or from a dead process.
+ *
  * Same conventions as ring.pml: one atomic step per access of a shared word
  * (words only a repairer of a dead process reads share a neighbouring step,
  * with death points between), DIE_OR = may die instead of the step.
@@ -52,6 +59,9 @@
  *                          bumps the epoch with a fetch_add after the key CAS
  *   MUTANT_READ_GIVEBACK   (before commit 221f5f8) a stale owner's
  *                          Owner::commit gives its reads back unflagged
+ *   MUTANT_LOCK_AFTER_CAS  take_ownership locks the owner byte after its key
+ *                          CAS, not before: a live new owner can be seen
+ *                          without its lock and deposed (LEASE=0)
  *   MUTANT_NO_EPOCH_CHECK  the owner commits without the still_owner check:
  *                          NOT an error (the C2 CAS is the fence; the check
  *                          only saves work), so not in check.sh
@@ -105,6 +115,7 @@ byte deliv[NEP];                    /* owner_lane_counters[e].delivered */
 
 bool dead[NPROC];
 byte ndead;
+bool olock[NPROC];                  /* holds the owner byte's lock (liveness.hpp L1); dropped at death */
 
 /* ---- ghosts ---- */
 bool committed[M];                  /* C2 succeeded for it (the commit point) */
@@ -149,11 +160,13 @@ byte gotep[NPROC];                  /* the epoch take_ownership gave the process
  * never the current owner) */
 #define FIRST_LIVE_HEIR(x) (heir_reg[x] && \
                             ((x) == 2 || !(heir_reg[2] && !dead[2] && okey != 2)))
-/* view_owner + owner_gone: no owner, a dead one, or (lease) an expired one */
+/* view_owner + owner_gone: no owner, a dead one (nobody alive holds the
+ * owner byte), or (lease) an expired one */
+#define BYTE_HELD ((olock[1] && !dead[1]) || (olock[2] && !dead[2]) || (olock[3] && !dead[3]))
 #if LEASE
 #define OWNER_GONE (1)
 #else
-#define OWNER_GONE (okey == 0 || dead[okey])
+#define OWNER_GONE (okey == 0 || !BYTE_HELD)
 #endif
 
 proctype Owner(byte me)
@@ -173,13 +186,23 @@ end_wait:
     DIE_OR
     k = okey
   }
+#ifndef MUTANT_LOCK_AFTER_CAS
+  atomic { DIE_OR olock[me] = 1 }                                     /* lock the owner byte (L1) */
+#endif
   atomic {                                                            /* take_ownership: CAS key */
     DIE_OR
     if
-    :: okey == k -> okey = me; taking[me] = 1
-    :: else -> k = 0; goto WAIT
+    :: okey == k ->
+#if !LEASE
+       assert(k == 0 || dead[k]);     /* never from a live owner */
+#endif
+       okey = me; taking[me] = 1
+    :: else -> k = 0; olock[me] = 0; goto WAIT                       /* lost: unlock (same step: a word of ours) */
     fi
   }
+#ifdef MUTANT_LOCK_AFTER_CAS
+  atomic { DIE_OR olock[me] = 1 }
+#endif
   /* The epoch goes up by one only while the key is still ours. When we get
    * an epoch, the key holder is us, or one that has yet to get its own
    * (it then gets a later one), or dead: never one that already got its
@@ -200,7 +223,7 @@ EPOCH_CAS:
   atomic {                                                            /* key still ours? */
     DIE_OR
     if
-    :: okey != me -> k = 0; taking[me] = 0; goto WAIT                 /* taken from us: wait again */
+    :: okey != me -> k = 0; taking[me] = 0; olock[me] = 0; goto WAIT  /* taken from us: unlock, wait again */
     :: else
     fi
   }
@@ -507,7 +530,7 @@ FDC_RET:
   }
 
 LEAVE:      /* receive returned not_owner: this handle is done */
-  atomic { skip;          /* a `goto died` enters this atomic step in the middle */
+  atomic { olock[me] = 0;  /* still_owner() failed: the owner byte goes (a `goto died` enters below) */
 died:
     RESET }
 }
@@ -556,7 +579,7 @@ init {
     for (i : 0 .. CAP - 1) { spos[i] = i; }
     for (i : 0 .. M - 1) { spos[SLOT(i)] = i; sst[SLOT(i)] = FULL; sact[SLOT(i)] = WRITER; payload[SLOT(i)] = i }
     i = 0;
-    okey = 1; epoch = 1; maxep = 1; aproc[1] = 1; gotep[1] = 1;
+    okey = 1; olock[1] = 1; epoch = 1; maxep = 1; aproc[1] = 1; gotep[1] = 1;
     heir_reg[2] = 1; heir_reg[3] = (HEIRS > 1);
     run Owner(1);
     run Owner(2);

@@ -14,13 +14,19 @@
 //     abandoned + in the box) and every delivered message is counted once;
 //   - no blocking call outlived its timeout (plus a slack for a loaded
 //     machine), and every process finished once told to.
+// One producer and one owner-side process run each in a pid namespace of
+// its own (clone(CLONE_NEWPID), as in a container; needs root, else they
+// run in ours and the driver says so): liveness and takeover must hold
+// across namespaces too. --no-namespaces keeps them all in ours.
 //
 //   shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS]
 //   (the other roles, "producer" and "owner", are started by the driver)
 //
 // Exit 0 when every check held, 1 otherwise (the reasons on stderr).
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -233,12 +239,23 @@ int owner_main(const std::string& box) {
 struct proc {
   pid_t pid = -1;
   bool producer = false;
+  bool other_ns = false;  // runs in a pid namespace of its own
 };
 
 std::string g_self;
+bool g_namespaces = true;  // false: --no-namespaces, or clone(CLONE_NEWPID) is not allowed here
 
-pid_t spawn(int ledger_fd, const std::string& role, const std::string& box) {
-  const pid_t pid = ::fork();
+pid_t spawn(int ledger_fd, const std::string& role, const std::string& box, bool other_ns = false) {
+  pid_t pid = -1;
+  if (other_ns && g_namespaces) {
+    // A fork into a new pid namespace, where the child is pid 1.
+    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    if (pid < 0) {
+      std::fprintf(stderr, "shmbox-storm: no pid namespaces here (%s): every role runs in ours\n", std::strerror(errno));
+      g_namespaces = false;
+    }
+  }
+  if (pid < 0) pid = ::fork();
   if (pid == 0) {
     const std::string fd = std::to_string(ledger_fd), slack = std::to_string(g_slack_ns / 1'000'000);
     ::execl(g_self.c_str(), g_self.c_str(), role.c_str(), fd.c_str(), box.c_str(), slack.c_str(), nullptr);
@@ -302,8 +319,8 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     return;
   }
   std::vector<proc> procs;
-  for (int i = 0; i < 3; ++i) procs.push_back({spawn(fd, "owner", box), false});
-  for (int i = 0; i < 4; ++i) procs.push_back({spawn(fd, "producer", box), true});
+  for (int i = 0; i < 3; ++i) procs.push_back({spawn(fd, "owner", box, i == 1), false, i == 1});
+  for (int i = 0; i < 4; ++i) procs.push_back({spawn(fd, "producer", box, i == 0), true, i == 0});
 
   std::uint64_t kills = 0, kp = 0, ko = 0;
   const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(length.count()) * 1'000'000;
@@ -321,13 +338,13 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       fail(t, phase, "a " + std::string(victim.producer ? "producer" : "owner") + " exited with status " + std::to_string(st));
     }
-    victim.pid = spawn(fd, victim.producer ? "producer" : "owner", box);
+    victim.pid = spawn(fd, victim.producer ? "producer" : "owner", box, victim.other_ns);
     // Processes that finished on their own (a deposed owner, a producer at
     // the end of its sequence) are restarted too.
     for (proc& p : procs) {
       if (::waitpid(p.pid, &st, WNOHANG) != p.pid) continue;
       if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail(t, phase, "a process exited with status " + std::to_string(st));
-      p.pid = spawn(fd, p.producer ? "producer" : "owner", box);
+      p.pid = spawn(fd, p.producer ? "producer" : "owner", box, p.other_ns);
     }
   }
   // Stop: every process finishes within its timeouts.
@@ -434,9 +451,11 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
-      std::printf("usage: shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS]\n");
+      std::printf("usage: shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS] [--no-namespaces]\n");
       return 0;
     }
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--no-namespaces") == 0) g_namespaces = false;
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return 1;
@@ -450,8 +469,9 @@ int main(int argc, char** argv) {
                                {policy::drop_oldest, 0ms}, {policy::lifo, 1000ms},         {policy::block, 1000ms},
                                {policy::reject, 1000ms},   {policy::drop_oldest, 1000ms}, {policy::lifo, 0ms},
                                {policy::drop_newest, 0ms}};
-  std::printf("# kill storm: seed %" PRIu64 ", %ld s in phases of %ld s; 4 producers, an owner and 2 heirs per phase\n", seed,
-              seconds, phase_seconds);
+  std::printf("# kill storm: seed %" PRIu64 ", %ld s in phases of %ld s; 4 producers, an owner and 2 heirs per phase%s\n",
+              seed, seconds, phase_seconds,
+              g_namespaces ? "; one producer and one owner-side process each in a pid namespace of its own" : "");
   totals t;
   const std::uint64_t start = now_ns();
   for (std::size_t i = 0; now_ns() - start < static_cast<std::uint64_t>(seconds) * 1'000'000'000; ++i) {
