@@ -244,7 +244,7 @@ TEST_CASE("namespaces: gc keeps a box whose only user lives in another pid names
   shmtest::segment_guard g(shmtest::unique_name("ns-gc"));
   make_box(g.name);
   {
-    // A role in another namespace: an heir, the only process of the box.
+    // A role in another namespace, the only process of the box.
     child heir(in_new_ns({shmtest::helper_path(), "serve", g.name, "--heir", "--max", "1"}));
     REQUIRE(heir.read_line().value_or("").rfind("enlisted", 0) == 0);
     auto r = shmtest::run({shmtest::cli_path(), "gc", "--prefix", g.name});
@@ -253,6 +253,11 @@ TEST_CASE("namespaces: gc keeps a box whose only user lives in another pid names
     // gc inside a third namespace (its /proc shows nothing of the others).
     r = shmtest::run(in_new_ns({shmtest::cli_path(), "gc", "--prefix", g.name}));
     CHECK(::access(("/dev/shm/shmbox." + g.name).c_str(), F_OK) == 0);
+    // (An heir of a box nobody owns takes it at once: it is the owner now.)
+    // The CLI in a third namespace sees it alive, in another namespace.
+    r = shmtest::run(in_new_ns({shmtest::cli_path(), "stat", g.name}));
+    INFO(r.out);
+    CHECK(r.out.find("(alive, pid namespace ") != std::string::npos);
     const pid_t inner = ns_child(heir.pid());
     REQUIRE(inner > 0);
     ::kill(inner, SIGKILL);
@@ -419,4 +424,41 @@ TEST_CASE("gc racing create/post/stat (issue 13's reproduction, bounded): every 
   MESSAGE(stored, " posts stored while gc ran in a loop");
   CHECK(stored > 0);
   CHECK(lost == 0);
+}
+
+TEST_CASE("heir entries are no confused deputy: a forged entry naming a process outside the box never gets its eventfd written") {
+  // A victim process that is not in the box: an eventfd, and a report of
+  // whether anyone wrote it within 2 s.
+  child victim({"/usr/bin/python3", "-c",
+                "import os, select, sys\n"
+                "fd = os.eventfd(0)\n"
+                "print(fd, flush=True)\n"
+                "sys.stdin.readline()\n"
+                "r, _, _ = select.select([fd], [], [], 2.0)\n"
+                "print('poked' if r else 'quiet', flush=True)\n"},
+               {}, true);
+  const int victim_fd = std::stoi(victim.read_line().value_or("-1"));
+  REQUIRE(victim_fd >= 0);
+  shmtest::segment_guard g(shmtest::unique_name("deputy"));
+  make_box(g.name, shmbox::policy::reject, 0666);
+  child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  {
+    // What any user of a 0666 box can do: claim an heir entry (and hold its
+    // lock, so it looks alive) and write the victim's key and descriptor.
+    auto m = shmbox::detail::open_segment(g.name, false, true);
+    REQUIRE(m);
+    shmbox::detail::role_lock forged;
+    REQUIRE(forged.lock(**m, shmbox::detail::heir_byte(**m, 5)));
+    shmbox::detail::heir_entry* e = (*m)->heir(5);
+    e->key.store(shmbox::detail::key_of_pid(static_cast<std::uint32_t>(victim.pid())));
+    e->wake_fd.store(victim_fd);
+    e->seq.store(99);
+    REQUIRE(info_of(g.name).heirs.size() == 1);
+    victim.write_stdin("go\n");
+    // The owner releases the box: it wakes its heirs (signal_waiters).
+    owner.close_stdin();
+    CHECK(shmtest::exited_with(owner.wait(), 0));
+    CHECK(victim.read_line(10s).value_or("") == "quiet");
+  }
 }
