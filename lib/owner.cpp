@@ -335,6 +335,10 @@ result<Owner> Owner::acquire(const Box& box) {
     if (v.expired) why = detail::transfer_reason::lease_expired;
     else if (v.key != 0 || heir) why = detail::transfer_reason::owner_died;
     detail::role_lock lease;
+    // take_ownership locks the owner byte too (again: a no-op); a failure
+    // here is the system's (no descriptor left), not a lost race to retry.
+    if (!lease.lock(*m, detail::owner_byte(*m)))
+      return detail::fail_errno(errno, who + ": cannot lock the owner's byte of the segment (open file description lock)");
     const std::uint64_t epoch = detail::take_ownership(*m, v.key, why, heir ? std::string_view(heir->data) : "", lease);
     if (epoch == 0) continue;  // someone else changed the owner meanwhile: look again
     return adopt(m, epoch, std::move(lease));
