@@ -79,12 +79,15 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
     if (!try_lock_byte(fd.fd, kAttachByte, true)) continue;  // in use
     collected_box c;
     c.name = name;
-    auto m = open_segment(name, true, false, /*attach=*/false);
-    if (!m) {
+    // A file not yet sized: judged as is (open_segment would wait for its
+    // creator while we hold the byte its creator needs).
+    if (st.st_size < static_cast<off_t>(kSegmentHeaderBytes)) {
+      if (!abandoned_creation(fd.fd, c.why)) continue;
+    } else if (auto m = open_segment(name, true, false, /*attach=*/false); !m) {
       // Foreign and corrupt segments are for a person to judge ('shmbox verify', 'shmbox rm').
       if (m.error() != errc::incomplete || !abandoned_creation(fd.fd, c.why)) continue;
     } else {
-      const Box box(*m);
+      const Box box(*m);  // m: the open_segment result of the condition above
       const box_info i = box.info();
       // Every role holder has the box mapped, so this only confirms L3.
       bool live = i.owner.alive || i.producers_attached != 0;

@@ -41,6 +41,18 @@ std::string human_bytes(std::uint64_t b) {
   return buf;
 }
 
+// liveness.hpp L3: a shared lock on the attach byte. gc holds it exclusively
+// only while it checks and unlinks (no waiting inside): wait that out, but
+// not past `give_up_ns` (a process that holds it on purpose). false with
+// errno (EAGAIN: still held).
+bool attach_lock(int fd, std::uint64_t give_up_ns) {
+  while (!try_lock_byte(fd, kAttachByte, false)) {
+    if ((errno != EAGAIN && errno != EACCES) || mono_ns() > give_up_ns) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
 struct fd_guard {
   int fd = -1;
   ~fd_guard() {
@@ -162,7 +174,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return ec;
   };
   // liveness.hpp L3, L4: attached, and creating, until `ready` is stored.
-  if (!try_lock_byte(fd.fd, kAttachByte, false) || !try_lock_byte(fd.fd, kCreatorByte, false))
+  // A gc that found the new empty file may hold the attach byte for a moment.
+  if (!attach_lock(fd.fd, mono_ns() + kOpenWaitNs) || !try_lock_byte(fd.fd, kCreatorByte, false))
     return unlink_and(fail_errno(errno, who + ": cannot lock /dev/shm" + path + " (open file description locks)"));
   if (::fchmod(fd.fd, o.mode) != 0) return unlink_and(fail_errno(errno, who + ": fchmod"));
   // posix_fallocate returns the error instead of setting errno.
@@ -271,12 +284,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   // liveness.hpp L3: attached before anything is read. gc holds the byte
   // exclusively only while it checks and unlinks (no waiting inside): wait
   // it out, but not forever (a process that holds it on purpose).
-  while (attach && !try_lock_byte(fd.fd, kAttachByte, false)) {
+  if (attach && !attach_lock(fd.fd, give_up)) {
     if (errno != EAGAIN && errno != EACCES)
       return fail_errno(errno, who + ": cannot lock /dev/shm" + path + " (open file description locks)");
-    if (mono_ns() > give_up)
-      return fail(errc::system_error, who + ": /dev/shm" + path + " is held by 'shmbox gc' or another process that is removing it; retry");
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return fail(errc::system_error, who + ": /dev/shm" + path + " is held by 'shmbox gc' or another process that is removing it; retry");
   }
   // A creator sizes the segment right after creating it; wait briefly for that.
   struct stat st {};

@@ -39,16 +39,7 @@ nlohmann::json json_of(const shmtest::run_result& r) {
   return nlohmann::json::parse(r.out);
 }
 
-// Bounded polling of a condition on the box (a handshake, not a sleep).
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 30s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using shmtest::eventually;
 
 std::uint64_t owner_pid(const std::string& box) {
   return json_of(cli({"stat", box, "--json"}))["owner"]["pid"].get<std::uint64_t>();

@@ -80,16 +80,7 @@ void make_box(const std::string& name, shmbox::policy pol = shmbox::policy::reje
   REQUIRE(b);
 }
 
-// Waits (bounded) until `pred` holds.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
+using shmtest::eventually;
 
 shmbox::box_info info_of(const std::string& name) {
   auto b = shmbox::Box::inspect(name);
@@ -201,13 +192,18 @@ TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is a
   REQUIRE(box);
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
-  // It claims a slot and stops (SIGSTOP: slow, not dead) before publishing.
-  child prod(in_new_ns({shmtest::helper_path(), "produce", g.name, "7", "1", "--no-wait"}),
-             {"SHMBOX_FAULT=producer.after_claim:1:stop"});
-  REQUIRE(prod.read_line().value_or("").rfind("ready", 0) == 0);
-  const pid_t inner = ns_child(prod.pid());
-  REQUIRE(inner > 0);
-  REQUIRE(shmtest::wait_for_state(inner, 'T', 10s));
+  // A producer in a namespace of its own that claims a slot and stops
+  // (SIGSTOP: slow, not dead) before publishing; returns its pid here.
+  auto stopped_producer = [&](child& prod) {
+    REQUIRE(prod.read_line().value_or("").rfind("ready", 0) == 0);
+    const pid_t inner = ns_child(prod.pid());
+    REQUIRE(inner > 0);
+    REQUIRE(shmtest::wait_for_state(inner, 'T', 10s));
+    return inner;
+  };
+  const std::vector<std::string> stop_env = {"SHMBOX_FAULT=producer.after_claim:1:stop"};
+  child prod(in_new_ns({shmtest::helper_path(), "produce", g.name, "7", "1", "--no-wait"}), stop_env);
+  const pid_t inner = stopped_producer(prod);
   shmbox::box_info i = info_of(g.name);
   REQUIRE(i.producers.size() == 1);
   CHECK(i.producers[0].alive);
@@ -222,13 +218,8 @@ TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is a
   CHECK(shmtest::exited_with(prod.wait(), 0));
 
   // Again, but killed while it holds the claim: the owner repairs the slot.
-  child prod2(in_new_ns({shmtest::helper_path(), "produce", g.name, "8", "1", "--no-wait"}),
-              {"SHMBOX_FAULT=producer.after_claim:1:stop"});
-  REQUIRE(prod2.read_line().value_or("").rfind("ready", 0) == 0);
-  const pid_t inner2 = ns_child(prod2.pid());
-  REQUIRE(inner2 > 0);
-  REQUIRE(shmtest::wait_for_state(inner2, 'T', 10s));
-  ::kill(inner2, SIGKILL);
+  child prod2(in_new_ns({shmtest::helper_path(), "produce", g.name, "8", "1", "--no-wait"}), stop_env);
+  ::kill(stopped_producer(prod2), SIGKILL);
   prod2.wait();
   CHECK(eventually([&] {
     shmbox::message x;

@@ -43,6 +43,18 @@ inline bool wait_for_state(pid_t pid, char state, std::chrono::milliseconds time
 }
 
 
+// Bounded polling of a condition (a handshake on state another process
+// changes, not a sleep): true as soon as it holds, false after `limit`.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
 // Concatenates strings. (GCC 12 warns falsely, PR105329, on "literal" + std::string.)
 template <class... Parts>
 std::string cat(const Parts&... parts) {
