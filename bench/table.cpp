@@ -210,7 +210,9 @@ int main(int argc, char** argv) {
   for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"wake", "shmbox-futex", "wake-up, owner in receive (futex)"},
            {"wake", "shmbox-notify-fd", "wake-up, owner in epoll on notify_fd"},
-           {"failover", "shmbox-heir", "failover to the first heir"}}) {
+           {"wake", "shmbox-notify-fd-refused", "  the same, pidfd_getfd refused"},
+           {"failover", "shmbox-heir", "failover to the first heir"},
+           {"failover", "shmbox-heir-other-pidns", "  the same, heir in another pid namespace"}}) {
     std::printf("%s| p50 %s us, p99 %s us\n", pad(label, 40).c_str(), cell(g, m, "p50").c_str(), cell(g, m, "p99").c_str());
   }
   std::printf("%s| %s ms CPU per second (control, a try_receive loop: %s)\n",
