@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     std::vector<double>& v = us[other];
     if (v.empty()) {
       std::fprintf(stderr, "%s: skipped: a new pid namespace needs root\n", what[other]);
-      std::printf("skip\tfailover\t%s\ta new pid namespace needs root (unshare(CLONE_NEWPID))\n", what[other]);
+      shmbench::print_skip("failover", what[other], "a new pid namespace needs root (unshare(CLONE_NEWPID))");
       continue;
     }
     std::sort(v.begin(), v.end());

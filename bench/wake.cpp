@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
   for (int mode = 0; mode < 3; ++mode) {
     if (mode == 2 && !refuse_pidfd_getfd()) {
       std::fprintf(stderr, "%-34s skipped: cannot install a seccomp filter here\n", "notify_fd, pidfd_getfd refused");
-      std::printf("skip\twake\tshmbox-notify-fd-refused\tcannot install a seccomp filter here\n");
+      shmbench::print_skip("wake", "shmbox-notify-fd-refused", "cannot install a seccomp filter here");
       break;
     }
     const std::vector<double> us = measure(mode >= 1, runs);
