@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shmbox_cli {
@@ -82,6 +83,14 @@ struct parsed {
   bool include_nonempty = false;  // gc
   std::string prefix;             // gc
 };
+
+// `text` as one line of printable ASCII: control characters and bytes outside
+// 0x20..0x7e are escaped (\n, \r, \t, \x1b, \xff; a backslash doubles). Every
+// name, argument or string from a segment that the CLI prints on stderr goes
+// through it, so an error stays one line and puts no escape sequence on a terminal.
+std::string escaped(std::string_view text);
+// Writes "shmbox: " + escaped(line) + "\n" to stderr: every error line of the CLI.
+void say(std::string_view line);
 
 // Parses argv into `out`. Returns -1 when `out` holds a command to run;
 // otherwise the exit code to leave with: 0 after --help or --version, 2 after

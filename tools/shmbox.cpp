@@ -25,7 +25,7 @@ using namespace shmbox_cli;
 using json = nlohmann::ordered_json;
 
 int fail(const std::error_code& ec) {
-  std::cerr << "shmbox: " << shmbox::explain(ec) << "\n";
+  say(shmbox::explain(ec));
   return kExitFail;
 }
 
@@ -130,7 +130,7 @@ std::string transfer_text(const shmbox::transfer_record& t) {
   if (t.epoch == 0) return "none";
   return std::string(shmbox::to_string(t.reason)) + " from pid " + std::to_string(t.from_pid) + " to pid " +
          std::to_string(t.to_pid) + " (epoch " + std::to_string(t.epoch) + ")" +
-         (t.data.empty() ? std::string() : ", data '" + t.data + "'");
+         (t.data.empty() ? std::string() : ", data '" + escaped(t.data) + "'");
 }
 
 // ---- create ---------------------------------------------------------------
@@ -157,7 +157,7 @@ int cmd_create(const create_args& a) {
     for (const auto& lc : a.lane_capacity) {
       const auto [lane, v] = lane_pair(lc);
       if (lane >= a.lanes) {
-        std::cerr << "shmbox: --lane-capacity " << lc << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        say("--lane-capacity " + lc + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
         return kExitUsage;
       }
       o.lanes[lane].capacity = static_cast<std::uint32_t>(std::stoul(v));
@@ -165,7 +165,7 @@ int cmd_create(const create_args& a) {
     for (const auto& lp : a.lane_policy) {
       const auto [lane, v] = lane_pair(lp);
       if (lane >= a.lanes) {
-        std::cerr << "shmbox: --lane-policy " << lp << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        say("--lane-policy " + lp + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
         return kExitUsage;
       }
       o.lanes[lane].overflow = shmbox::parse_policy(v);
@@ -196,21 +196,21 @@ int cmd_post(const post_args& a) {
     const std::string which = "message " + std::to_string(index);
     switch (st) {
       case shmbox::post_status::full:
-        std::cerr << "shmbox: " << which << " refused: full (box '" << a.name << "' is full, policy reject)\n";
+        say(which + " refused: full (box '" + a.name + "' is full, policy reject)");
         break;
       case shmbox::post_status::dropped:
-        std::cerr << "shmbox: " << which << " refused: dropped (box '" << a.name << "' is full, policy drop-newest)\n";
+        say(which + " refused: dropped (box '" + a.name + "' is full, policy drop-newest)");
         break;
       case shmbox::post_status::timeout:
-        std::cerr << "shmbox: " << which << " refused: timeout (no space in box '" << a.name << "' before the timeout)\n";
+        say(which + " refused: timeout (no space in box '" + a.name + "' before the timeout)");
         break;
       case shmbox::post_status::too_large:
-        std::cerr << "shmbox: " << which << " refused: too large (" << msg.size() << " bytes; box '" << a.name
-                  << "' takes at most " << producer->max_message_size() << ", see --slot-size)\n";
+        say(which + " refused: too large (" + std::to_string(msg.size()) + " bytes; box '" + a.name + "' takes at most " +
+            std::to_string(producer->max_message_size()) + ", see --slot-size)");
         worst = kExitFail;
         return false;
       default:
-        std::cerr << "shmbox: " << which << ": " << shmbox::explain(producer->last_error()) << "\n";
+        say(which + ": " + shmbox::explain(producer->last_error()));
         worst = kExitFail;
         return false;
     }
@@ -271,7 +271,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     }
     if (st == shmbox::recv_status::not_owner && a.accept_give_away) {
       // Given away on request (shmbox give-away): done, not a failure.
-      std::cerr << "shmbox: box '" << a.name << "' was given away on request\n";
+      say("box '" + a.name + "' was given away on request");
       return kExitOk;
     }
     return fail(owner.last_error());
@@ -290,11 +290,11 @@ int cmd_recv(const recv_args& a) {
     if (!box) return fail(box.error());
     auto heir = shmbox::Heir::enlist(*box, a.data);
     if (!heir) return fail(heir.error());
-    std::cerr << "shmbox: waiting as heir of box '" << a.name << "' (position " << heir->position() << ")\n";
+    say("waiting as heir of box '" + a.name + "' (position " + std::to_string(heir->position()) + ")");
     for (;;) {
       auto owner = heir->await_transfer(std::chrono::milliseconds(200));
       if (owner) {
-        std::cerr << "shmbox: given box '" << a.name << "': " << transfer_text(owner->transfer()) << "\n";
+        say("given box '" + a.name + "': " + transfer_text(owner->transfer()));
         return receive_and_print(*owner, a);
       }
       if (owner.error() != shmbox::errc::timed_out) return fail(owner.error());
@@ -545,7 +545,7 @@ int cmd_heirs(const std::string& name, bool as_json) {
   int n = 0;
   for (const auto& h : i.heirs)
     std::printf("%-6d %-8u %-6s %-9s %s\n", n++, h.pid, h.alive ? "yes" : "no", h.listener ? "listener" : "heir",
-                h.data.c_str());
+                escaped(h.data).c_str());
   return kExitOk;
 }
 
@@ -681,7 +681,7 @@ int cmd_give_away(const parsed& a) {
   const std::uint32_t from = box->info().owner.pid;
   const auto r = box->request_give_away(a.give_away.pid, std::chrono::milliseconds(a.give_away.timeout_ms));
   if (!r) {
-    std::cerr << "shmbox: " << shmbox::explain(r.error()) << "\n";
+    say(shmbox::explain(r.error()));
     return r.error() == shmbox::errc::refused || r.error() == shmbox::errc::timed_out ? kExitRefused : kExitFail;
   }
   std::cout << "box '" << a.name << "' given by pid " << from << " to pid " << a.give_away.pid << "\n";
