@@ -7,6 +7,11 @@
 // the unlink are not atomic: a process that opens the box in between keeps a
 // working mapping of a segment that no longer has a name. The mapping scan is
 // repeated just before each unlink to keep that window small.
+//
+// What it cannot remove it skips and lists (collected_box::skipped): a box
+// of another user it may read but not unlink (EPERM/EACCES in the sticky
+// /dev/shm), and a file at a box path that is not a regular file (a FIFO,
+// a link). The rest is collected all the same.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -57,12 +62,14 @@ std::set<std::string> mapped_by_others() {
 // A segment that never became ready: collectable once its creator is dead
 // (or, with no creator recorded, once it is older than a creation can take).
 bool abandoned_creation(const std::string& name, std::string& why) {
-  const int fd = ::shm_open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  // O_NONBLOCK | O_NOFOLLOW: as in open_segment, a FIFO or link put here
+  // since must neither block us nor be followed.
+  const int fd = ::shm_open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
   if (fd < 0) return false;
   struct stat st {};
   segment_header h{};
   bool dead = false;
-  if (::fstat(fd, &st) == 0) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     const bool old = ::time(nullptr) - st.st_mtime > 10;
     if (static_cast<std::size_t>(st.st_size) >= sizeof h && ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
         h.magic == kMagic) {
@@ -74,6 +81,29 @@ bool abandoned_creation(const std::string& name, std::string& why) {
   ::close(fd);
   if (dead) why = "half-created: its creator died before it was ready";
   return dead;
+}
+
+// Whether /dev/shm/shmbox.<name> is there and is not a regular file (not followed if a link).
+bool not_a_regular_file(const std::string& name) {
+  struct stat st {};
+  return ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+// The uid that owns /dev/shm/shmbox.<name> (for the message), or -1 as unsigned.
+unsigned uid_of(const std::string& name) {
+  struct stat st {};
+  return ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) == 0 ? st.st_uid : static_cast<unsigned>(-1);
+}
+
+// Whether this process may unlink /dev/shm/shmbox.<name>, for a dry run (a
+// real run tries and skips on EPERM/EACCES): /dev/shm is sticky, so only
+// the file's owner, the directory's owner or root may.
+bool may_unlink(const std::string& name) {
+  const uid_t me = ::geteuid();
+  struct stat dir {}, st {};
+  if (me == 0 || ::stat("/dev/shm", &dir) != 0 || ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) != 0) return true;
+  if (::euidaccess("/dev/shm", W_OK) != 0) return false;
+  return (dir.st_mode & S_ISVTX) == 0 || st.st_uid == me || dir.st_uid == me;
 }
 
 }  // namespace
@@ -89,6 +119,14 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
     c.name = name;
     auto m = open_segment(name, true);
     if (!m) {
+      // A FIFO, link, directory... at a box path is not a box: listed as
+      // skipped (its sentence says what it is), never removed or waited on.
+      if (m.error() == errc::not_a_box && not_a_regular_file(name)) {
+        c.skipped = true;
+        c.why = explain(m.error());
+        out.push_back(std::move(c));
+        continue;
+      }
       // Foreign and corrupt segments are for a person to judge ('shmbox verify', 'shmbox rm').
       if (m.error() != errc::incomplete || !abandoned_creation(name, c.why)) continue;
     } else {
@@ -101,11 +139,23 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
       c.depth = i.depth;
       c.why = i.owner.pid != 0 ? "owner, heirs and producers are dead" : "never owned; no live heir or producer";
     }
+    if (opts.dry_run && !may_unlink(name)) {
+      c.skipped = true;
+      c.why = "unused (" + c.why + ") but would not be removed: permission denied on /dev/shm" + shm_path(name) +
+              "; its owner (uid " + std::to_string(uid_of(name)) + ") or root may remove it";
+    }
     if (!opts.dry_run) {
       if (mapped_by_others().count(name) != 0) continue;  // someone opened it meanwhile
       if (::shm_unlink(shm_path(name).c_str()) != 0) {
-        if (errno == ENOENT) continue;  // someone else removed it
-        return fail_errno(errno, "box '" + name + "': cannot remove /dev/shm" + shm_path(name));
+        const int err = errno;
+        if (err == ENOENT) continue;  // someone else removed it
+        if (err != EPERM && err != EACCES)
+          return fail_errno(err, "box '" + name + "': cannot remove /dev/shm" + shm_path(name));
+        // Readable but not ours to remove (another user's box in the sticky
+        // /dev/shm): skip it, say so, and go on with the rest.
+        c.skipped = true;
+        c.why = "unused (" + c.why + ") but not removed: permission denied on /dev/shm" + shm_path(name) +
+                "; its owner (uid " + std::to_string(uid_of(name)) + ") or root may remove it";
       }
     }
     out.push_back(std::move(c));

@@ -39,6 +39,17 @@ std::string human_bytes(std::uint64_t b) {
   return buf;
 }
 
+// What a file that is not a regular file is, for "... is not a regular file (a FIFO)".
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a file shmbox knows";
+}
+
 struct fd_guard {
   int fd = -1;
   ~fd_guard() {
@@ -241,8 +252,17 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   const std::string who = quote(name);
   const std::string path = shm_path(name);
   fd_guard fd;
-  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
+  // O_NONBLOCK: a FIFO planted at a box path would block the open (of a
+  // reader) forever; with it the open returns and fstat below refuses the
+  // FIFO. O_NOFOLLOW: a symbolic link is refused (ELOOP), never followed.
+  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
   if (fd.fd < 0) {
+    if (errno == ELOOP)
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is a symbolic link, not a box; it was not followed (remove it with 'shmbox rm " +
+                                       std::string(name) + "')");
+    if (errno == EISDIR || errno == ENXIO)  // a directory opened for writing, a socket
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + (errno == EISDIR ? "a directory" : "a socket") +
+                                       "), not a box");
     if (errno == ENOENT)
       return fail(errc::not_found, who + " does not exist (no /dev/shm" + path + "): create it with 'shmbox create " + std::string(name) + "'");
     if (errno == EACCES)
@@ -257,7 +277,9 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
-    if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
+    if (!S_ISREG(st.st_mode))
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + file_kind(st.st_mode) +
+                                       "), not a box; remove it with 'shmbox rm " + std::string(name) + "' if it is stale");
     if (!read_only && !any_owner && st.st_uid != ::geteuid())
       return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
                                                ", not to this user (uid " + std::to_string(::geteuid()) +

@@ -117,3 +117,79 @@ TEST_CASE("cli errors escape control characters: one line, no escape sequence re
   const auto r = cli({"stat", evil});
   CHECK(r.err.find("a\\nb\\x1b[31mred\\x07\\tz\\x9b") != std::string::npos);
 }
+
+TEST_CASE("a FIFO or a symbolic link at a box path: every reading command answers at once, ls and gc go on") {
+  const std::string prefix = shmtest::unique_name("hfifo") + "-";
+  shmtest::segment_guard fifo(prefix + "fifo"), link(prefix + "link"), box(prefix + "box");
+  REQUIRE(::mkfifo(("/dev/shm/shmbox." + fifo.name).c_str(), 0600) == 0);
+  REQUIRE(::symlink("/etc/passwd", ("/dev/shm/shmbox." + link.name).c_str()) == 0);
+  REQUIRE(cli({"create", box.name, "--capacity", "4"}).code == 0);
+
+  // Before the fix, opening the FIFO for reading blocked forever: each of
+  // these is given 10 s and must fail cleanly, naming what the file is.
+  for (const char* verb_text : {"stat", "verify", "dump", "heirs", "watch", "post", "recv"}) {
+    const std::string verb = verb_text;
+    std::vector<std::string> args{verb, fifo.name};
+    if (verb == "watch") args.insert(args.end(), {"--count", "1", "--plain"});
+    if (verb == "post") args.push_back("x");
+    const auto r = cli(args, {}, 10s);
+    CAPTURE(verb);
+    CAPTURE(r.err);
+    CHECK(r.code == 1);
+    if (verb == "verify") {
+      CHECK(r.out.find("is not a regular file (a FIFO)") != std::string::npos);
+    } else {
+      check_one_line_error(r);
+      CHECK(r.err.find("is not a regular file (a FIFO)") != std::string::npos);
+    }
+  }
+  // A link is refused and not followed (before: "unexpected system error").
+  auto r = cli({"stat", link.name}, {}, 10s);
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("is a symbolic link") != std::string::npos);
+  CHECK(r.err.find("not followed") != std::string::npos);
+  CHECK(r.err.find("unexpected system error") == std::string::npos);
+  r = cli({"post", link.name, "x"}, {}, 10s);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("is a symbolic link") != std::string::npos);
+
+  // ls lists both as not boxes, and the real box normally.
+  r = cli({"ls"}, {}, 10s);
+  CHECK(r.code == 0);
+  bool fifo_row = false, link_row = false, box_row = false;
+  std::size_t from = 0;
+  while (from < r.out.size()) {
+    const auto nl = r.out.find('\n', from);
+    const std::string line = r.out.substr(from, nl - from);
+    from = nl == std::string::npos ? r.out.size() : nl + 1;
+    if (line.rfind(fifo.name + " ", 0) == 0) fifo_row = line.find("NOT-A-BOX") != std::string::npos && line.find("a FIFO") != std::string::npos;
+    if (line.rfind(link.name + " ", 0) == 0) link_row = line.find("NOT-A-BOX") != std::string::npos && line.find("symbolic link") != std::string::npos;
+    if (line.rfind(box.name + " ", 0) == 0) box_row = line.find("0/4") != std::string::npos;
+  }
+  CHECK(fifo_row);
+  CHECK(link_row);
+  CHECK(box_row);
+  r = cli({"ls", "--json"}, {}, 10s);
+  REQUIRE(r.code == 0);
+  int not_boxes = 0;
+  for (const auto& e : nlohmann::json::parse(r.out))
+    if (e["name"] == fifo.name || e["name"] == link.name) not_boxes += e["status"] == "not_a_box" ? 1 : 0;
+  CHECK(not_boxes == 2);
+
+  // gc skips and lists them, removes the idle box, and says so in its status.
+  r = cli({"gc", "--prefix", prefix}, {}, 10s);
+  CAPTURE(r.out);
+  CHECK(r.code == 3);
+  CHECK(r.out.find("removed " + box.name) != std::string::npos);
+  CHECK(r.out.find("skipped " + fifo.name) != std::string::npos);
+  CHECK(r.out.find("skipped " + link.name) != std::string::npos);
+  check_one_line_error(r);
+  struct stat st {};
+  CHECK(::lstat(("/dev/shm/shmbox." + fifo.name).c_str(), &st) == 0);
+  CHECK(::lstat(("/dev/shm/shmbox." + box.name).c_str(), &st) != 0);
+  // rm removes them like any stale segment.
+  CHECK(cli({"rm", fifo.name}).code == 0);
+  CHECK(cli({"rm", link.name}).code == 0);
+  CHECK(::lstat("/etc/passwd", &st) == 0);  // the link's target is untouched
+}

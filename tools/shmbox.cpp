@@ -392,7 +392,8 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
 // aborted + DROPS; dead-lettered messages are among the drops too). MARKS:
 // ORPHANED (owner dead or expired, no live heir), FOREIGN (the segment belongs
 // to another uid). A segment that cannot be opened as a box gets a mark
-// (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE) and a short reason instead of
+// (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE; NOT-A-BOX for a FIFO, link or
+// anything else that is not a regular file) and a short reason instead of
 // the columns.
 
 std::uint64_t drops_of(const shmbox::counters& c) {
@@ -451,6 +452,16 @@ int cmd_ls(bool as_json) {
       const std::string said = shmbox::explain(box.error()), prefix = "box '" + n + "': ";
       if (box.error() == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
         reason = said.substr(prefix.size());
+      // A FIFO, link, directory... at the box path: not a box at all.
+      if (box.error() == shmbox::errc::not_a_box) {
+        if (const auto at = said.find("is not a regular file ("); at != std::string::npos) {
+          mark = "NOT-A-BOX";
+          reason = "not a regular file " + said.substr(at + 22, said.find(')', at) - at - 21);
+        } else if (said.find("is a symbolic link") != std::string::npos) {
+          mark = "NOT-A-BOX";
+          reason = "a symbolic link (not followed)";
+        }
+      }
       if (as_json) {
         std::string status = mark;  // "corrupt", "incomplete", "no_access", "unusable"
         for (auto& ch : status) ch = ch == '-' ? '_' : static_cast<char>(ch - 'A' + 'a');
@@ -581,17 +592,30 @@ int cmd_verify(const std::string& name, bool as_json) {
 int cmd_gc(const parsed& a) {
   auto r = shmbox::Box::collect({.dry_run = a.dry_run, .include_nonempty = a.include_nonempty, .prefix = a.prefix});
   if (!r) return fail(r.error());
+  // Boxes it could not remove (another user's, or not a box) are listed as
+  // skipped, the rest is collected; the exit status then is 3.
+  std::size_t skipped = 0;
+  for (const auto& c : *r) skipped += c.skipped ? 1 : 0;
+  const int code = skipped != 0 ? kExitRefused : kExitOk;
   if (a.json) {
     json all = json::array();
-    for (const auto& c : *r) all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run}});
+    for (const auto& c : *r)
+      all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run && !c.skipped}, {"skipped", c.skipped}});
     std::cout << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    return kExitOk;
+    return code;
   }
-  for (const auto& c : *r)
+  for (const auto& c : *r) {
+    if (c.skipped) {
+      std::cout << "skipped " << c.name << " (" << escaped(c.why) << ")\n";
+      continue;
+    }
     std::cout << (a.dry_run ? "would remove " : "removed ") << c.name << " (" << c.why
               << (c.depth != 0 ? ", " + std::to_string(c.depth) + " messages lost" : std::string()) << ")\n";
-  if (r->empty()) std::cout << "nothing to collect\n";
-  return kExitOk;
+  }
+  if (r->size() == skipped) std::cout << "nothing to collect\n";
+  if (skipped != 0)
+    say("gc: skipped " + std::to_string(skipped) + " box(es) it may not remove or that are not boxes (listed above); collected the rest");
+  return code;
 }
 
 }  // namespace
