@@ -68,7 +68,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   app.set_version_flag("--version", std::string("shmbox 0.1.0"));
   app.footer("Run 'shmbox COMMAND --help' for a command's options; the manual is shmbox(1).\n"
              "Exit status: 0 success, 1 failure (one line on stderr says why), 2 usage error,\n"
-             "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused).");
+             "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused;\n"
+             "gc: skipped boxes it may not remove or that are not boxes, collected the rest).");
 
   auto check_name = CLI::Validator(
       [](std::string& s) -> std::string {
@@ -243,7 +244,9 @@ int parse_args(int argc, char** argv, parsed& out) {
       {heirs, "Example: shmbox heirs jobs --json"},
       {rm, "Example: shmbox rm jobs"},
       {verify, "Example: shmbox verify jobs || echo broken"},
-      {gc, "Example: shmbox gc --dry-run --prefix test-"},
+      {gc, "Example: shmbox gc --dry-run --prefix test-\n"
+           "Exit status 3: some boxes were skipped (another user's box it may not remove, or a FIFO or link\n"
+           "at a box path: listed as 'skipped NAME (why)'); the rest was collected."},
   };
   for (const auto& [sub, text] : examples) sub->footer(text);
 
