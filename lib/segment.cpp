@@ -346,7 +346,11 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   if (h.default_policy > static_cast<std::uint32_t>(policy::block))
     return fail(errc::corrupt, who + ": unknown policy " + std::to_string(h.default_policy) + " in header");
   m->geo = g;
-  if (h.lease_ms > 86'400'000) return fail(errc::corrupt, who + ": lease of " + std::to_string(h.lease_ms) + " ms in header (corrupt)");
+  if (h.lease_ms > kMaxHeaderMs) return fail(errc::corrupt, who + ": lease of " + std::to_string(h.lease_ms) + " ms in header (corrupt)");
+  // A post on a full block box waits this long: bounded like the lease.
+  if (h.block_timeout_ms > kMaxHeaderMs)
+    return fail(errc::corrupt, who + ": block timeout of " + std::to_string(h.block_timeout_ms) +
+                                   " ms in header, more than a day (corrupt); remove and recreate the box");
   m->default_policy = static_cast<policy>(h.default_policy);
   m->block_timeout_ms = h.block_timeout_ms;
   m->lease_ms_ = h.lease_ms;

@@ -33,6 +33,22 @@ struct checker {
   }
   bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
 
+  // Every bounded field of the header, read again from the segment: open
+  // refuses the ones it cannot use (geometry, policy, lease, block timeout)
+  // and bounds the spin; this names each that is out of range.
+  void header() {
+    const segment_header* h = m.header();
+    const std::uint32_t block_ms = h->block_timeout_ms, lease_ms = h->lease_ms, spin_ns = h->spin_ns, pol = h->default_policy;
+    if (block_ms > kMaxHeaderMs)
+      problem("header: block timeout " + std::to_string(block_ms) + " ms is more than a day (" + std::to_string(kMaxHeaderMs) + " ms)");
+    if (lease_ms > kMaxHeaderMs)
+      problem("header: lease " + std::to_string(lease_ms) + " ms is more than a day (" + std::to_string(kMaxHeaderMs) + " ms)");
+    if (std::chrono::nanoseconds(spin_ns) > kMaxSpin)
+      problem("header: spin " + std::to_string(spin_ns) + " ns is more than " +
+              std::to_string(std::chrono::nanoseconds(kMaxSpin).count()) + " ns (it is bounded when used)");
+    if (pol > static_cast<std::uint32_t>(policy::block)) problem("header: policy " + std::to_string(pol) + " is unknown");
+  }
+
   void owner_record() {
     const detail::owner_record* o = m.owner();
     const std::uint64_t key = o->key.load(std::memory_order_acquire);
@@ -247,6 +263,7 @@ result<verify_report> Box::verify(std::string_view name) {
   }
   const Box box(*m);
   checker c{**m, r};
+  c.header();
   c.owner_record();
   c.heirs();
   c.producers();

@@ -193,3 +193,73 @@ TEST_CASE("a FIFO or a symbolic link at a box path: every reading command answer
   CHECK(cli({"rm", link.name}).code == 0);
   CHECK(::lstat("/etc/passwd", &st) == 0);  // the link's target is untouched
 }
+
+namespace {
+
+// Writes `value` over the 32-bit header word at `offset` of box `name`, as a
+// stray process with write access could.
+void scribble_u32(const std::string& name, std::size_t offset, std::uint32_t value) {
+  const int fd = ::shm_open(("/shmbox." + name).c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  const bool ok = ::pwrite(fd, &value, sizeof value, static_cast<off_t>(offset)) == static_cast<ssize_t>(sizeof value);
+  ::close(fd);
+  REQUIRE(ok);
+}
+
+}  // namespace
+
+TEST_CASE("a scribbled block timeout in the header: post refuses the box at once, verify names the field") {
+  using H = shmbox::detail::segment_header;
+  shmtest::segment_guard g(shmtest::unique_name("hblock"));
+  REQUIRE(cli({"create", g.name, "--capacity", "1", "--policy", "block", "--block-timeout", "50"}).code == 0);
+  REQUIRE(cli({"post", g.name, "fills it"}).code == 0);
+  CHECK(cli({"post", g.name, "waits 50 ms"}, {}, 10s).code == 3);  // the healthy box: a timeout, refused
+  CHECK(cli({"verify", g.name}).code == 0);
+
+  scribble_u32(g.name, offsetof(H, block_timeout_ms), 0xFFFFFFFFu);  // 49.7 days
+  // Before: the post waited 49.7 days (here: killed after 10 s) and verify said ok.
+  auto r = cli({"post", g.name, "would wait"}, {}, 10s);
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("block timeout of 4294967295 ms in header") != std::string::npos);
+  CHECK(r.err.find("corrupt") != std::string::npos);
+  r = cli({"verify", g.name}, {}, 10s);
+  CAPTURE(r.out);
+  CHECK(r.code == 1);
+  CHECK(r.out.find("block timeout of 4294967295 ms") != std::string::npos);
+  r = cli({"ls", "--json"}, {}, 10s);
+  bool marked = false;
+  for (const auto& e : nlohmann::json::parse(r.out))
+    if (e["name"] == g.name) marked = e["status"] == "corrupt";
+  CHECK(marked);
+
+  // One day is the most a box may have; create refuses more.
+  scribble_u32(g.name, offsetof(H, block_timeout_ms), 86'400'000u);
+  CHECK(cli({"verify", g.name}).code == 0);
+  CHECK(cli({"create", "other", "--block-timeout", "86400001"}).code == 2);
+}
+
+TEST_CASE("verify names every out-of-range header field, also the ones open bounds instead of refusing") {
+  using H = shmbox::detail::segment_header;
+  shmtest::segment_guard g(shmtest::unique_name("hspin"));
+  REQUIRE(cli({"create", g.name, "--capacity", "4"}).code == 0);
+  // The spin is bounded by open (1 s at most), so the box still works ...
+  scribble_u32(g.name, offsetof(H, spin_ns), 0xF0000000u);
+  CHECK(cli({"post", g.name, "x"}).code == 0);
+  // ... but verify says the field is out of range (before: "ok").
+  auto r = cli({"verify", g.name});
+  CAPTURE(r.out);
+  CHECK(r.code == 1);
+  CHECK(r.out.find("header: spin 4026531840 ns is more than 1000000000 ns") != std::string::npos);
+  r = cli({"verify", g.name, "--json"});
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["ok"] == false);
+  // The lease: refused by open, reported by verify.
+  scribble_u32(g.name, offsetof(H, spin_ns), 0);
+  CHECK(cli({"verify", g.name}).code == 0);
+  scribble_u32(g.name, offsetof(H, lease_ms), 90'000'000u);
+  r = cli({"verify", g.name});
+  CHECK(r.code == 1);
+  CHECK(r.out.find("lease of 90000000 ms in header") != std::string::npos);
+}
