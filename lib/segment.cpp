@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -48,6 +49,38 @@ const char* file_kind(mode_t m) {
   if (S_ISBLK(m)) return "a block device";
   if (S_ISLNK(m)) return "a symbolic link";
   return "not a file shmbox knows";
+}
+
+// The soft limit `resource` (RLIMIT_FSIZE, RLIMIT_AS) when it is below
+// `bytes`, else 0: a box that size cannot be made or mapped under it.
+std::uint64_t limit_below(int resource, std::uint64_t bytes) {
+  struct rlimit rl {};
+  if (::getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= bytes) return 0;
+  return rl.rlim_cur;
+}
+
+// The sentences for a segment larger than this process's file-size or
+// address-space limit. Under `ulimit -f`, posix_fallocate past the limit
+// would raise SIGXFSZ (which kills) before it returns EFBIG: so the limit is
+// checked before the segment is created.
+std::string fsize_sentence(const std::string& who, std::uint64_t bytes, std::uint64_t limit) {
+  return who + " needs a segment of " + human_bytes(bytes) + " but this process's file-size limit (ulimit -f, RLIMIT_FSIZE) is " +
+         human_bytes(limit) + ": raise it or lower --capacity/--slot-size";
+}
+std::string as_sentence(const std::string& who, std::uint64_t bytes, std::uint64_t limit) {
+  return who + ": cannot map " + human_bytes(bytes) + ": this process's address-space limit (ulimit -v, RLIMIT_AS) is " +
+         human_bytes(limit) + ": raise it or lower --capacity/--slot-size";
+}
+
+// mmap of a segment of `bytes` failed with `err`: ENOMEM is the address
+// space (a limit, or memory for the page tables), not room in /dev/shm.
+std::error_code mmap_failed(int err, const std::string& who, std::uint64_t bytes) {
+  if (err != ENOMEM) return fail_errno(err, who + ": mmap");
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    return fail(errc::too_large, as_sentence(who, bytes, rl.rlim_cur) + " (part of it is in use already)");
+  return fail(errc::too_large, who + ": cannot map " + human_bytes(bytes) +
+                                   ": not enough address space or memory in this process (mmap: ENOMEM); lower --capacity/--slot-size");
 }
 
 struct fd_guard {
@@ -158,6 +191,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return fail(errc::too_large, who + ": " + std::to_string(o.capacity) + " slots of " + std::to_string(o.slot_size) +
                                      " bytes exceed the segment limit of " + human_bytes(kMaxSegmentBytes));
 
+  // Limits of this process that the segment would exceed: said before anything is created.
+  if (const std::uint64_t limit = limit_below(RLIMIT_FSIZE, g.total_bytes); limit != 0)
+    return fail(errc::too_large, fsize_sentence(who, g.total_bytes, limit));
+  if (const std::uint64_t limit = limit_below(RLIMIT_AS, g.total_bytes); limit != 0)
+    return fail(errc::too_large, as_sentence(who, g.total_bytes, limit));
+
   const std::string path = shm_path(name);
   fd_guard fd;
   fd.fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -176,12 +215,17 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     struct statvfs vfs {};
     if (::statvfs("/dev/shm", &vfs) == 0)
       sentence += "; /dev/shm has " + human_bytes(std::uint64_t{vfs.f_bavail} * vfs.f_frsize) + " free";
+    if (rc == EFBIG) {  // the file-size limit (lowered since the check above), with SIGXFSZ ignored or blocked
+      struct rlimit rl {};
+      if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return unlink_and(fail(errc::too_large, fsize_sentence(who, g.total_bytes, rl.rlim_cur)));
+    }
     if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
       return unlink_and(fail(errc::no_space, sentence + ": free space in /dev/shm or lower --capacity/--slot-size"));
     return unlink_and(fail_errno(rc, sentence));
   }
   void* addr = ::mmap(nullptr, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (addr == MAP_FAILED) return unlink_and(fail_errno(errno, who + ": mmap"));
+  if (addr == MAP_FAILED) return unlink_and(mmap_failed(errno, who, g.total_bytes));
 
   auto m = std::make_shared<mapped_box>();
   m->name = std::string(name);
@@ -297,7 +341,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
 
   const auto bytes = static_cast<std::size_t>(st.st_size);
   void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (addr == MAP_FAILED) return fail_errno(errno, who + ": mmap");
+  if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
   auto m = std::make_shared<mapped_box>();
   m->name = std::string(name);
   m->base = static_cast<std::byte*>(addr);

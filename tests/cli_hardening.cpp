@@ -263,3 +263,68 @@ TEST_CASE("verify names every out-of-range header field, also the ones open boun
   CHECK(r.code == 1);
   CHECK(r.out.find("lease of 90000000 ms in header") != std::string::npos);
 }
+
+namespace {
+
+// Runs the CLI under a bash `ulimit` (e.g. "-f 1024").
+shmtest::run_result cli_under_ulimit(const std::string& ulimit, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/bin/bash", "-c", "ulimit " + ulimit + " && exec \"$0\" \"$@\"", shmtest::cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return shmtest::run(argv, {}, 30s);
+}
+
+bool segment_exists(const std::string& name) {
+  struct stat st {};
+  return ::lstat(("/dev/shm/shmbox." + name).c_str(), &st) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("create under a file-size limit (ulimit -f) fails with a sentence naming it, and leaves nothing behind") {
+  shmtest::segment_guard g(shmtest::unique_name("hfsize"));
+  // 4 slots of 1 MiB under a 1 MiB limit: before, SIGXFSZ killed create
+  // (exit 153 from bash) and left a 0-byte segment.
+  auto r = cli_under_ulimit("-f 1024", {"create", g.name, "--capacity", "4", "--slot-size", "1048576"});
+  CAPTURE(r.err);
+  CHECK_FALSE(shmtest::killed_by(r.status, SIGXFSZ));
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("file-size limit (ulimit -f, RLIMIT_FSIZE) is 1.0 MiB") != std::string::npos);
+  CHECK(r.err.find("no room in /dev/shm") == std::string::npos);
+  CHECK_FALSE(segment_exists(g.name));
+  // A box that fits under the limit is made as usual.
+  r = cli_under_ulimit("-f 1024", {"create", g.name, "--capacity", "4", "--slot-size", "1024"});
+  CHECK(r.code == 0);
+  CHECK(segment_exists(g.name));
+}
+
+TEST_CASE("create and open under an address-space limit (ulimit -v) say which limit, not 'no room in /dev/shm'") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  MESSAGE("skipped: a sanitizer's shadow memory does not run under ulimit -v");
+  return;
+#endif
+  shmtest::segment_guard g(shmtest::unique_name("has"));
+  // A box larger than the limit itself: refused before anything is made.
+  auto r = cli_under_ulimit("-v 40000", {"create", g.name, "--capacity", "64", "--slot-size", "1048576"});
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("address-space limit (ulimit -v, RLIMIT_AS)") != std::string::npos);
+  CHECK(r.err.find("no room in /dev/shm") == std::string::npos);
+  CHECK_FALSE(segment_exists(g.name));
+  // A limit just above the box: the program's own mappings leave no room
+  // for it, so mmap fails (ENOMEM): before, "no room in /dev/shm".
+  r = cli_under_ulimit("-v 66000", {"create", g.name, "--capacity", "64", "--slot-size", "1048576"});
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("address-space limit (ulimit -v, RLIMIT_AS)") != std::string::npos);
+  CHECK(r.err.find("no room in /dev/shm") == std::string::npos);
+  CHECK_FALSE(segment_exists(g.name));
+  // The same for a reader of an existing large box.
+  REQUIRE(cli({"create", g.name, "--capacity", "64", "--slot-size", "1048576"}).code == 0);
+  r = cli_under_ulimit("-v 40000", {"stat", g.name});
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("address-space limit (ulimit -v, RLIMIT_AS)") != std::string::npos);
+}
