@@ -204,7 +204,8 @@ struct checker {
     }
   }
 
-  // posted = delivered + refused + dropped + filtered + abandoned + aborted + depth.
+  // posted = delivered + rejected + too_large + timeouts + dropped_newest
+  //        + dropped_oldest + filtered + abandoned + aborted + depth (box.hpp).
   // The two sides move at slightly different moments while posts and
   // receives are in flight (at most one op per producer entry, and an owner
   // batch of at most the capacity), so a busy box is checked against that
@@ -236,7 +237,8 @@ struct checker {
     std::uint64_t capacity = 0;
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) capacity += m.lanes[l].capacity;
     if (busy && best <= capacity + m.max_producers()) return;  // in flight, not lost
-    problem("counters: posted " + std::to_string(posted) + " but delivered + refused + dropped + filtered + abandoned + depth = " +
+    problem("counters: posted " + std::to_string(posted) +
+            " but delivered + rejected + too_large + timeouts + dropped_newest + dropped_oldest + filtered + abandoned + aborted + depth = " +
             std::to_string(accounted));
   }
 };

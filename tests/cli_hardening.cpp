@@ -10,11 +10,17 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "layout.hpp"
+#include "shmbox/shmbox.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -327,4 +333,99 @@ TEST_CASE("create and open under an address-space limit (ulimit -v) say which li
   CHECK(r.code == 1);
   check_one_line_error(r);
   CHECK(r.err.find("address-space limit (ulimit -v, RLIMIT_AS)") != std::string::npos);
+}
+
+namespace {
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE_MESSAGE(f.good(), "cannot read " << path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// "a +  b\n  + c" -> "a + b + c": whitespace and line breaks (and the "//" of
+// a comment's continuation lines) as single spaces.
+std::string normalised(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    if (w == "//") continue;
+    out += (out.empty() ? "" : " ") + w;
+  }
+  return out;
+}
+
+// The terms after "posted =" in "posted = a + b + c".
+std::vector<std::string> terms_of(const std::string& identity) {
+  std::vector<std::string> terms;
+  std::istringstream in(identity.substr(identity.find('=') + 1));
+  for (std::string w; in >> w;)
+    if (w != "+") terms.push_back(w);
+  return terms;
+}
+
+}  // namespace
+
+TEST_CASE("the README's counting identity is box.hpp's, word for word, and holds on a box with loans") {
+  const std::string root = shmtest::env_or("SHMBOX_SOURCE_ROOT", "..");
+  // box.hpp: the comment lines from "//   posted =" to the line before "// (a loan".
+  const std::string header = file_text(root + "/include/shmbox/box.hpp");
+  const auto from = header.find("//   posted =");
+  REQUIRE(from != std::string::npos);
+  const std::string code_identity = normalised(header.substr(from, header.find("// (a loan", from) - from));
+  CHECK(code_identity.find("aborted") != std::string::npos);
+  // README.md: every `posted = ...` in backticks.
+  const std::string readme = file_text(root + "/README.md");
+  int found = 0;
+  for (auto at = readme.find("`posted ="); at != std::string::npos; at = readme.find("`posted =", at + 1)) {
+    const auto end = readme.find('`', at + 1);
+    REQUIRE(end != std::string::npos);
+    const std::string readme_identity = normalised(readme.substr(at + 1, end - at - 1));
+    CHECK(readme_identity == code_identity);
+    ++found;
+  }
+  CHECK(found >= 2);  // Guarantees and Reliability
+
+  // The identity on a real box: posts, a too large one, rejected ones, a
+  // committed loan, two aborted loans (one destroyed uncommitted), a receive.
+  shmtest::segment_guard g(shmtest::unique_name("hidentity"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  {
+    auto loan = p->loan();
+    REQUIRE(loan);
+    loan.abort();
+  }
+  { REQUIRE(p->loan()); }  // destroyed uncommitted: aborted
+  {
+    auto loan = p->loan();
+    REQUIRE(loan);
+    std::memcpy(loan.data(), "lent", 4);
+    CHECK(shmbox::is_stored(loan.commit(4)));
+  }
+  CHECK(p->post(std::string(17, 'x')) == shmbox::post_status::too_large);
+  for (int i = 0; i < 5; ++i) (void)p->post("m");
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  shmbox::message msg;
+  REQUIRE(owner->try_receive(msg) == shmbox::recv_status::ok);
+  const shmbox::counters c = box->read_counters();
+  const std::map<std::string, std::uint64_t> value = {
+      {"delivered", c.delivered},           {"rejected", c.rejected},     {"too_large", c.too_large},
+      {"timeouts", c.timeouts},             {"dropped_newest", c.dropped_newest}, {"dropped_oldest", c.dropped_oldest},
+      {"filtered", c.filtered},             {"abandoned", c.abandoned},   {"aborted", c.aborted},
+      {"depth", box->info().depth}};
+  std::uint64_t sum = 0;
+  for (const auto& t : terms_of(code_identity)) {
+    CAPTURE(t);
+    REQUIRE(value.count(t) == 1);
+    sum += value.at(t);
+  }
+  CHECK(c.aborted == 2);
+  CHECK(c.rejected == 2);
+  CHECK(c.posted == sum);
+  CHECK(c.posted != sum - c.aborted);  // the identity without `aborted` would not hold here
+  CHECK(cli({"verify", g.name}).code == 0);
 }

@@ -80,7 +80,8 @@ struct wait_options {
   std::optional<std::chrono::nanoseconds> spin{};
 };
 
-// Every message that is posted ends in exactly one of these counters or in the box:
+// Every message that is posted ends in exactly one of these counters or in the box
+// (the same identity, word for word, is in README.md; tests/cli_hardening.cpp checks both):
 //   posted = delivered + rejected + too_large + timeouts + dropped_newest
 //          + dropped_oldest + filtered + abandoned + aborted + depth
 // (a loan counts as posted when it claims its slot)
