@@ -54,6 +54,7 @@ struct checker {
     const std::uint64_t key = o->key.load(std::memory_order_acquire);
     const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
     if (key != 0 && key_pid(key) == 0) problem("owner record: key " + std::to_string(key) + " names pid 0");
+    if (epoch == UINT64_MAX) problem("owner record: epoch " + std::to_string(epoch) + " is the last value it can hold (no box gets there)");
     const std::uint32_t state = o->state.load(std::memory_order_relaxed);
     if (state > static_cast<std::uint32_t>(owner_state::active))
       problem("owner record: state " + std::to_string(state) + " is not passive, notify or active");

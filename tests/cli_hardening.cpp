@@ -429,3 +429,53 @@ TEST_CASE("the README's counting identity is box.hpp's, word for word, and holds
   CHECK(c.posted != sum - c.aborted);  // the identity without `aborted` would not hold here
   CHECK(cli({"verify", g.name}).code == 0);
 }
+
+TEST_CASE("recv --heir --timeout gives up waiting to be given the box, exit 3, and leaves the heir table") {
+  shmtest::segment_guard g(shmtest::unique_name("hheir"));
+  REQUIRE(cli({"create", g.name, "--capacity", "4"}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "own", g.name}, {}, true);
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  // Before: the heir waited for the owner forever (here: killed after 10 s).
+  const auto start = std::chrono::steady_clock::now();
+  auto r = cli({"recv", g.name, "--heir", "--timeout", "300"}, {}, 10s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CAPTURE(r.err);
+  CHECK(r.code == 3);
+  CHECK(took < 5s);
+  CHECK(took >= 300ms);
+  CHECK(r.err.find("was not given to this heir within 300 ms (owner: pid " + std::to_string(owner.pid()) + ", alive)") !=
+        std::string::npos);
+  CHECK(stat_json(g.name)["heirs"].empty());  // it withdrew
+  // Given the box in time, it receives as owner: the owner exits, the heir inherits.
+  REQUIRE(cli({"post", g.name, "kept"}).code == 0);
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--timeout", "20000"}, {}, false, true);
+  REQUIRE(heir.read_line(100ms) == std::nullopt);  // nothing yet: still waiting
+  owner.close_stdin();
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  CHECK(heir.read_line(10s).value_or("") == "kept");
+  CHECK(shmtest::exited_with(heir.wait(10s), 0));
+}
+
+TEST_CASE("a scribbled owner epoch: recv says the owner record is corrupt, not 'already owned by this process'") {
+  using H = shmbox::detail::segment_header;
+  shmtest::segment_guard g(shmtest::unique_name("hepoch"));
+  REQUIRE(cli({"create", g.name, "--capacity", "4"}).code == 0);
+  const int fd = ::shm_open(("/shmbox." + g.name).c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  std::uint64_t owner_offset = 0;
+  REQUIRE(::pread(fd, &owner_offset, sizeof owner_offset, offsetof(H, owner_offset)) == 8);
+  const std::uint64_t last = UINT64_MAX;
+  REQUIRE(::pwrite(fd, &last, sizeof last,
+                   static_cast<off_t>(owner_offset + offsetof(shmbox::detail::owner_record, epoch))) == 8);
+  ::close(fd);
+  auto r = cli({"recv", g.name}, {}, 10s);
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("already owned by this process") == std::string::npos);
+  CHECK(r.err.find("owner epoch") != std::string::npos);
+  CHECK(r.err.find("corrupt") != std::string::npos);
+  r = cli({"verify", g.name});
+  CHECK(r.code == 1);
+  CHECK(r.out.find("owner record: epoch 18446744073709551615") != std::string::npos);
+}

@@ -161,7 +161,10 @@ int parse_args(int argc, char** argv, parsed& out) {
   recv->add_option("NAME", out.recv.name, "box name")->required()->check(check_name);
   auto* max_opt = recv->add_option("--max", out.recv.max, "receive at most N messages")->transform(decimal(1, std::numeric_limits<std::size_t>::max()))->capture_default_str();
   auto* all_opt = recv->add_flag("--all", out.recv.all, "receive every message in the box")->excludes(max_opt);
-  recv->add_option("--timeout", out.recv.timeout_ms, "wait up to MS for messages")->transform(decimal(0, 86'400'000))->capture_default_str();
+  auto* recv_timeout = recv->add_option("--timeout", out.recv.timeout_ms,
+                                        "wait up to MS for messages (with --heir: first up to MS to be given the box, exit 3 if not)")
+                           ->transform(decimal(0, 86'400'000))
+                           ->capture_default_str();
   recv->add_flag("--follow", out.recv.follow, "keep receiving and printing until interrupted (SIGINT/SIGTERM)")
       ->excludes(max_opt)
       ->excludes(all_opt);
@@ -264,6 +267,7 @@ int parse_args(int argc, char** argv, parsed& out) {
   }
 
 
+  out.recv.timeout_given = recv_timeout->count() > 0;
   if (create->parsed() && !out.create.dead_letters.empty() && out.create.dead_letters == out.create.name) {
     say("--dead-letters " + out.create.dead_letters + ": a box cannot be its own dead-letter box (run 'shmbox create --help')");
     return kExitUsage;

@@ -44,6 +44,7 @@ struct recv_args {
   bool heir = false;
   std::string data;
   long long timeout_ms = 0;
+  bool timeout_given = false;  // --timeout was given (with --heir it bounds the wait to be given the box)
   bool verbose = false;
   bool any_owner = false;
   bool accept_give_away = false;  // serve `shmbox give-away` requests while receiving

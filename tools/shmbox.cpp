@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -291,14 +292,29 @@ int cmd_recv(const recv_args& a) {
     auto heir = shmbox::Heir::enlist(*box, a.data);
     if (!heir) return fail(heir.error());
     say("waiting as heir of box '" + a.name + "' (position " + std::to_string(heir->position()) + ")");
+    // --timeout bounds the wait to be given the box (then, as owner, the
+    // wait for messages as usual); without it the heir waits until given
+    // the box or interrupted.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
     for (;;) {
-      auto owner = heir->await_transfer(std::chrono::milliseconds(200));
+      auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::milliseconds(200));
+      if (a.timeout_given)
+        slice = std::clamp(std::chrono::duration_cast<std::chrono::nanoseconds>(give_up - std::chrono::steady_clock::now()),
+                           std::chrono::nanoseconds(0), slice);
+      auto owner = heir->await_transfer(slice);
       if (owner) {
         say("given box '" + a.name + "': " + transfer_text(owner->transfer()));
         return receive_and_print(*owner, a);
       }
       if (owner.error() != shmbox::errc::timed_out) return fail(owner.error());
       if (g_stop != 0) return kExitRefused;  // interrupted before being given the box
+      if (a.timeout_given && std::chrono::steady_clock::now() >= give_up) {
+        const shmbox::owner_info o = box->info().owner;
+        say("box '" + a.name + "' was not given to this heir within " + std::to_string(a.timeout_ms) + " ms (owner: " +
+            (o.pid == 0 ? std::string("none") : "pid " + std::to_string(o.pid) + (o.alive ? ", alive" : ", dead")) +
+            "); it withdrew; wait longer with a larger --timeout, or without one");
+        return kExitRefused;
+      }
     }
   }
   auto box = shmbox::Box::open(a.name, {.any_owner = a.any_owner});
