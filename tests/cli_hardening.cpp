@@ -479,3 +479,11 @@ TEST_CASE("a scribbled owner epoch: recv says the owner record is corrupt, not '
   CHECK(r.code == 1);
   CHECK(r.out.find("owner record: epoch 18446744073709551615") != std::string::npos);
 }
+
+TEST_CASE("test box names start with the run's prefix, which scripts/test.sh compares") {
+  // scripts/shm_names.sh looks for shmbox.t-<SHMBOX_TEST_RUN>-...
+  const char* run = std::getenv("SHMBOX_TEST_RUN");
+  const std::string expected = run != nullptr && *run != '\0' ? "t-" + std::string(run) + "-" : "t-";
+  CHECK(shmtest::test_prefix() == expected);
+  CHECK(shmtest::unique_name("x").rfind(expected + "x-", 0) == 0);
+}
