@@ -6,6 +6,11 @@
 // process holds the attach byte of the segment (liveness.hpp L3), and gc
 // checks and unlinks while holding that byte exclusively, so "nobody uses
 // it" and the unlink are one step as far as any opener can tell.
+//
+// What it cannot remove it skips and lists (collected_box::skipped): a box
+// of another user it may read but not unlink (EPERM/EACCES in the sticky
+// /dev/shm), and a file at a box path that is not a regular file (a FIFO,
+// a link). The rest is collected all the same.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -38,7 +43,7 @@ bool abandoned_creation(int fd, std::string& why) {
   struct stat st {};
   segment_header h{};
   bool dead = false;
-  if (::fstat(fd, &st) == 0) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     const bool old = ::time(nullptr) - st.st_mtime > 10;
     if (static_cast<std::size_t>(st.st_size) >= sizeof h && ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
         h.magic == kMagic) {
@@ -58,6 +63,29 @@ struct fd_closer {
   }
 };
 
+// Whether /dev/shm/shmbox.<name> is there and is not a regular file (not followed if a link).
+bool not_a_regular_file(const std::string& name) {
+  struct stat st {};
+  return ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+// The uid that owns /dev/shm/shmbox.<name> (for the message), or -1 as unsigned.
+unsigned uid_of(const std::string& name) {
+  struct stat st {};
+  return ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) == 0 ? st.st_uid : static_cast<unsigned>(-1);
+}
+
+// Whether this process may unlink /dev/shm/shmbox.<name>, for a dry run (a
+// real run tries and skips on EPERM/EACCES): /dev/shm is sticky, so only
+// the file's owner, the directory's owner or root may.
+bool may_unlink(const std::string& name) {
+  const uid_t me = ::geteuid();
+  struct stat dir {}, st {};
+  if (me == 0 || ::stat("/dev/shm", &dir) != 0 || ::lstat(("/dev/shm" + shm_path(name)).c_str(), &st) != 0) return true;
+  if (::euidaccess("/dev/shm", W_OK) != 0) return false;
+  return (dir.st_mode & S_ISVTX) == 0 || st.st_uid == me || dir.st_uid == me;
+}
+
 }  // namespace
 
 result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
@@ -66,19 +94,33 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
   std::vector<collected_box> out;
   for (const std::string& name : *names) {
     if (name.compare(0, opts.prefix.size(), opts.prefix) != 0) continue;
+    collected_box c;
+    c.name = name;
+    // A FIFO, link, directory... at a box path is not a box: listed as
+    // skipped (its sentence says what it is), never removed or waited on.
+    if (not_a_regular_file(name)) {
+      auto m = open_segment(name, true, false, /*attach=*/false);
+      c.skipped = true;
+      c.why = m ? "not a regular file" : explain(m.error());
+      out.push_back(std::move(c));
+      continue;
+    }
     // liveness.hpp L3: exclusive on the attach byte while we look and unlink.
     // Every process that has the box mapped holds it shared (in whatever pid
     // namespace): if we get it, nobody uses the box, and nobody can start to
     // before we let go; an opener that comes after the unlink sees the file
     // gone (st_nlink 0) and says so, so a post never lands in a removed box.
+    // A box we may read but not write (another user's) can only be asked:
+    // we will not be allowed to unlink it either (sticky /dev/shm).
     const std::string path = shm_path(name);
-    fd_closer fd{::shm_open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0)};
-    if (fd.fd < 0) continue;  // gone, or not ours to remove: for a person to judge
+    const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    fd_closer fd{::shm_open(path.c_str(), O_RDWR | flags, 0)};
+    const bool exclusive = fd.fd >= 0;
+    if (!exclusive) fd.fd = ::shm_open(path.c_str(), O_RDONLY | flags, 0);
+    if (fd.fd < 0) continue;  // gone, or not ours to read: for a person to judge
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (!try_lock_byte(fd.fd, kAttachByte, true)) continue;  // in use
-    collected_box c;
-    c.name = name;
+    if (exclusive ? !try_lock_byte(fd.fd, kAttachByte, true) : lock_held_fd(fd.fd, kAttachByte)) continue;  // in use
     // A file not yet sized: judged as is (open_segment would wait for its
     // creator while we hold the byte its creator needs).
     if (st.st_size < static_cast<off_t>(kSegmentHeaderBytes)) {
@@ -97,13 +139,24 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
       c.depth = i.depth;
       c.why = i.owner.pid != 0 ? "owner, heirs and producers are dead" : "never owned; no live heir or producer";
     }
+    if (opts.dry_run && !may_unlink(name)) {
+      c.skipped = true;
+      c.why = "unused (" + c.why + ") but would not be removed: permission denied on /dev/shm" + path +
+              "; its owner (uid " + std::to_string(uid_of(name)) + ") or root may remove it";
+    }
     if (!opts.dry_run) {
       struct stat now {};
       // Still the file we locked (not removed and created anew meanwhile)?
       if (::stat(("/dev/shm" + path).c_str(), &now) == 0 && (now.st_ino != st.st_ino || now.st_dev != st.st_dev)) continue;
       if (::shm_unlink(path.c_str()) != 0) {
-        if (errno == ENOENT) continue;  // someone else removed it
-        return fail_errno(errno, "box '" + name + "': cannot remove /dev/shm" + path);
+        const int err = errno;
+        if (err == ENOENT) continue;  // someone else removed it
+        if (err != EPERM && err != EACCES) return fail_errno(err, "box '" + name + "': cannot remove /dev/shm" + path);
+        // Readable but not ours to remove (another user's box in the sticky
+        // /dev/shm): skip it, say so, and go on with the rest.
+        c.skipped = true;
+        c.why = "unused (" + c.why + ") but not removed: permission denied on /dev/shm" + path + "; its owner (uid " +
+                std::to_string(uid_of(name)) + ") or root may remove it";
       }
     }
     out.push_back(std::move(c));

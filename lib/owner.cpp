@@ -318,6 +318,13 @@ result<Owner> Owner::acquire(const Box& box) {
     const detail::owner_view v = detail::view_owner(*m);
     if (v.key == me) return detail::fail(errc::already_owner, who + " is already owned by this process (pid " +
                                                                   std::to_string(detail::key_pid(me)) + "): use its Owner handle");
+    // The epoch goes up by one per change of owner and can never honestly
+    // reach its last value; from there it would wrap to 0, which
+    // take_ownership returns for "not taken" (and we would then find our own
+    // key: "already owned by this process"). Say what is wrong instead.
+    if (v.epoch == UINT64_MAX)
+      return detail::fail(errc::corrupt, who + ": its owner epoch (the count of changes of owner) is " + std::to_string(v.epoch) +
+                                             ", which no box reaches: the owner record was written over (corrupt); remove and recreate the box");
     if (!detail::owner_gone(v))
       return detail::fail(errc::not_owner, who + " is owned by live process " + std::to_string(detail::key_pid(v.key)) +
                                                (v.pid_ns != 0 && v.pid_ns != detail::self_pid_ns() ? " (of another pid namespace)" : "") +

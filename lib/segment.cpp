@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -51,6 +52,49 @@ bool attach_lock(int fd, std::uint64_t give_up_ns) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+// What a file that is not a regular file is, for "... is not a regular file (a FIFO)".
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a file shmbox knows";
+}
+
+// The soft limit `resource` (RLIMIT_FSIZE, RLIMIT_AS) when it is below
+// `bytes`, else 0: a box that size cannot be made or mapped under it.
+std::uint64_t limit_below(int resource, std::uint64_t bytes) {
+  struct rlimit rl {};
+  if (::getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= bytes) return 0;
+  return rl.rlim_cur;
+}
+
+// The sentences for a segment larger than this process's file-size or
+// address-space limit. Under `ulimit -f`, posix_fallocate past the limit
+// would raise SIGXFSZ (which kills) before it returns EFBIG: so the limit is
+// checked before the segment is created.
+std::string fsize_sentence(const std::string& who, std::uint64_t bytes, std::uint64_t limit) {
+  return who + " needs a segment of " + human_bytes(bytes) + " but this process's file-size limit (ulimit -f, RLIMIT_FSIZE) is " +
+         human_bytes(limit) + ": raise it or lower --capacity/--slot-size";
+}
+std::string as_sentence(const std::string& who, std::uint64_t bytes, std::uint64_t limit) {
+  return who + ": cannot map " + human_bytes(bytes) + ": this process's address-space limit (ulimit -v, RLIMIT_AS) is " +
+         human_bytes(limit) + ": raise it or lower --capacity/--slot-size";
+}
+
+// mmap of a segment of `bytes` failed with `err`: ENOMEM is the address
+// space (a limit, or memory for the page tables), not room in /dev/shm.
+std::error_code mmap_failed(int err, const std::string& who, std::uint64_t bytes) {
+  if (err != ENOMEM) return fail_errno(err, who + ": mmap");
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    return fail(errc::too_large, as_sentence(who, bytes, rl.rlim_cur) + " (part of it is in use already)");
+  return fail(errc::too_large, who + ": cannot map " + human_bytes(bytes) +
+                                   ": not enough address space or memory in this process (mmap: ENOMEM); lower --capacity/--slot-size");
 }
 
 struct fd_guard {
@@ -162,6 +206,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     return fail(errc::too_large, who + ": " + std::to_string(o.capacity) + " slots of " + std::to_string(o.slot_size) +
                                      " bytes exceed the segment limit of " + human_bytes(kMaxSegmentBytes));
 
+  // Limits of this process that the segment would exceed: said before anything is created.
+  if (const std::uint64_t limit = limit_below(RLIMIT_FSIZE, g.total_bytes); limit != 0)
+    return fail(errc::too_large, fsize_sentence(who, g.total_bytes, limit));
+  if (const std::uint64_t limit = limit_below(RLIMIT_AS, g.total_bytes); limit != 0)
+    return fail(errc::too_large, as_sentence(who, g.total_bytes, limit));
+
   const std::string path = shm_path(name);
   fd_guard fd;
   fd.fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -184,12 +234,17 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     struct statvfs vfs {};
     if (::statvfs("/dev/shm", &vfs) == 0)
       sentence += "; /dev/shm has " + human_bytes(std::uint64_t{vfs.f_bavail} * vfs.f_frsize) + " free";
+    if (rc == EFBIG) {  // the file-size limit (lowered since the check above), with SIGXFSZ ignored or blocked
+      struct rlimit rl {};
+      if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return unlink_and(fail(errc::too_large, fsize_sentence(who, g.total_bytes, rl.rlim_cur)));
+    }
     if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM)
       return unlink_and(fail(errc::no_space, sentence + ": free space in /dev/shm or lower --capacity/--slot-size"));
     return unlink_and(fail_errno(rc, sentence));
   }
   void* addr = ::mmap(nullptr, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (addr == MAP_FAILED) return unlink_and(fail_errno(errno, who + ": mmap"));
+  if (addr == MAP_FAILED) return unlink_and(mmap_failed(errno, who, g.total_bytes));
 
   auto m = std::make_shared<mapped_box>();
   m->name = std::string(name);
@@ -269,8 +324,17 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   const std::string who = quote(name);
   const std::string path = shm_path(name);
   fd_guard fd;
-  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
+  // O_NONBLOCK: a FIFO planted at a box path would block the open (of a
+  // reader) forever; with it the open returns and fstat below refuses the
+  // FIFO. O_NOFOLLOW: a symbolic link is refused (ELOOP), never followed.
+  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
   if (fd.fd < 0) {
+    if (errno == ELOOP)
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is a symbolic link, not a box; it was not followed (remove it with 'shmbox rm " +
+                                       std::string(name) + "')");
+    if (errno == EISDIR || errno == ENXIO)  // a directory opened for writing, a socket
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + (errno == EISDIR ? "a directory" : "a socket") +
+                                       "), not a box");
     if (errno == ENOENT)
       return fail(errc::not_found, who + " does not exist (no /dev/shm" + path + "): create it with 'shmbox create " + std::string(name) + "'");
     if (errno == EACCES)
@@ -293,7 +357,9 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   struct stat st {};
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
-    if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
+    if (!S_ISREG(st.st_mode))
+      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + file_kind(st.st_mode) +
+                                       "), not a box; remove it with 'shmbox rm " + std::string(name) + "' if it is stale");
     // Unlinked (by gc or rm) between our shm_open and our attach lock.
     if (st.st_nlink == 0)
       return fail(errc::not_found, who + " was removed while it was being opened (by 'shmbox gc' or 'shmbox rm'): create it again");
@@ -314,7 +380,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
 
   const auto bytes = static_cast<std::size_t>(st.st_size);
   void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (addr == MAP_FAILED) return fail_errno(errno, who + ": mmap");
+  if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
   auto m = std::make_shared<mapped_box>();
   m->name = std::string(name);
   m->base = static_cast<std::byte*>(addr);
@@ -367,7 +433,11 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   if (h.default_policy > static_cast<std::uint32_t>(policy::block))
     return fail(errc::corrupt, who + ": unknown policy " + std::to_string(h.default_policy) + " in header");
   m->geo = g;
-  if (h.lease_ms > 86'400'000) return fail(errc::corrupt, who + ": lease of " + std::to_string(h.lease_ms) + " ms in header (corrupt)");
+  if (h.lease_ms > kMaxHeaderMs) return fail(errc::corrupt, who + ": lease of " + std::to_string(h.lease_ms) + " ms in header (corrupt)");
+  // A post on a full block box waits this long: bounded like the lease.
+  if (h.block_timeout_ms > kMaxHeaderMs)
+    return fail(errc::corrupt, who + ": block timeout of " + std::to_string(h.block_timeout_ms) +
+                                   " ms in header, more than a day (corrupt); remove and recreate the box");
   m->default_policy = static_cast<policy>(h.default_policy);
   m->block_timeout_ms = h.block_timeout_ms;
   m->lease_ms_ = h.lease_ms;

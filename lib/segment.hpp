@@ -86,6 +86,10 @@ struct mapped_box {
   }
 };
 
+// The longest block timeout and lease a box may have (one day, in ms):
+// create refuses more, open_segment treats more in a header as corrupt.
+inline constexpr std::uint32_t kMaxHeaderMs = 86'400'000;
+
 // "/shmbox.<name>", the name given to shm_open.
 std::string shm_path(std::string_view name);
 

@@ -34,11 +34,28 @@ struct checker {
   }
   bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
 
+  // Every bounded field of the header, read again from the segment: open
+  // refuses the ones it cannot use (geometry, policy, lease, block timeout)
+  // and bounds the spin; this names each that is out of range.
+  void header() {
+    const segment_header* h = m.header();
+    const std::uint32_t block_ms = h->block_timeout_ms, lease_ms = h->lease_ms, spin_ns = h->spin_ns, pol = h->default_policy;
+    if (block_ms > kMaxHeaderMs)
+      problem("header: block timeout " + std::to_string(block_ms) + " ms is more than a day (" + std::to_string(kMaxHeaderMs) + " ms)");
+    if (lease_ms > kMaxHeaderMs)
+      problem("header: lease " + std::to_string(lease_ms) + " ms is more than a day (" + std::to_string(kMaxHeaderMs) + " ms)");
+    if (std::chrono::nanoseconds(spin_ns) > kMaxSpin)
+      problem("header: spin " + std::to_string(spin_ns) + " ns is more than " +
+              std::to_string(std::chrono::nanoseconds(kMaxSpin).count()) + " ns (it is bounded when used)");
+    if (pol > static_cast<std::uint32_t>(policy::block)) problem("header: policy " + std::to_string(pol) + " is unknown");
+  }
+
   void owner_record() {
     const detail::owner_record* o = m.owner();
     const std::uint64_t key = o->key.load(std::memory_order_acquire);
     const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
     if (key != 0 && key_pid(key) == 0) problem("owner record: key " + std::to_string(key) + " names pid 0");
+    if (epoch == UINT64_MAX) problem("owner record: epoch " + std::to_string(epoch) + " is the last value it can hold (no box gets there)");
     const std::uint32_t state = o->state.load(std::memory_order_relaxed);
     if (state > static_cast<std::uint32_t>(owner_state::active))
       problem("owner record: state " + std::to_string(state) + " is not passive, notify or active");
@@ -189,7 +206,8 @@ struct checker {
     }
   }
 
-  // posted = delivered + refused + dropped + filtered + abandoned + aborted + depth.
+  // posted = delivered + rejected + too_large + timeouts + dropped_newest
+  //        + dropped_oldest + filtered + abandoned + aborted + depth (box.hpp).
   // The two sides move at slightly different moments while posts and
   // receives are in flight (at most one op per producer entry, and an owner
   // batch of at most the capacity), so a busy box is checked against that
@@ -221,7 +239,8 @@ struct checker {
     std::uint64_t capacity = 0;
     for (std::uint32_t l = 0; l < m.lane_count(); ++l) capacity += m.lanes[l].capacity;
     if (busy && best <= capacity + m.max_producers()) return;  // in flight, not lost
-    problem("counters: posted " + std::to_string(posted) + " but delivered + refused + dropped + filtered + abandoned + depth = " +
+    problem("counters: posted " + std::to_string(posted) +
+            " but delivered + rejected + too_large + timeouts + dropped_newest + dropped_oldest + filtered + abandoned + aborted + depth = " +
             std::to_string(accounted));
   }
 };
@@ -248,6 +267,7 @@ result<verify_report> Box::verify(std::string_view name) {
   }
   const Box box(*m);
   checker c{**m, r};
+  c.header();
   c.owner_record();
   c.heirs();
   c.producers();

@@ -6,11 +6,14 @@ cd "$(dirname "$0")/.."
 build="${1:-build}"
 shift || true
 bash scripts/setup.sh "$build" "$@"
-# Every test and the demo must leave /dev/shm as they found it.
-before=$(ls /dev/shm | grep '^shmbox\.' | sort || true)
+# Every test must leave /dev/shm as it found it: this run's names only
+# (t-<run>-..., see scripts/shm_names.sh).
+# shellcheck source=shm_names.sh
+source scripts/shm_names.sh
+before=$(shm_test_names)
 meson test -C "$build" --print-errorlogs --num-processes 2
-after=$(ls /dev/shm | grep '^shmbox\.' | sort || true)
-left=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep . || true)
+after=$(shm_test_names)
+left=$(shm_left "$before" "$after")
 if [ -n "$left" ]; then
   echo "test: the tests left segment(s) in /dev/shm:" >&2
   echo "$left" >&2

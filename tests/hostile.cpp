@@ -243,7 +243,7 @@ TEST_CASE("hostile segment: random bytes over each region while an owner receive
 
 TEST_CASE("gc: removes only boxes nobody uses, and non-empty ones only when asked") {
   // A prefix of our own: gc must not touch boxes of other tests running now.
-  const std::string prefix = "t-gc-" + std::to_string(::getpid()) + "-";
+  const std::string prefix = shmtest::unique_name("gc") + "-";
   shmtest::segment_guard idle(prefix + "idle");          // nobody, empty: collected
   shmtest::segment_guard full(prefix + "full");          // nobody, 2 messages: only with include_nonempty
   shmtest::segment_guard owned(prefix + "owned");        // a live owner: never

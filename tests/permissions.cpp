@@ -105,3 +105,47 @@ TEST_CASE("permissions: the library refuses another user's segment for read-writ
   CHECK(p->post("ok") == shmbox::post_status::stored);
   CHECK(shmbox::Box::inspect(g.name));  // read-only inspection is not refused
 }
+
+TEST_CASE("permissions: gc run by another user skips a box it may read but not remove, and collects its own") {
+  if (!usable()) return;
+  const passwd* pw = ::getpwnam("nobody");
+  const std::string prefix = shmtest::unique_name("permgc") + "-";
+  // readdir order of tmpfs is not creation order: the user's boxes are made
+  // before and after root's, so one of them comes after it either way.
+  shmtest::segment_guard mine_a(prefix + "mine-a"), roots(prefix + "root"), mine_b(prefix + "mine-b");
+  REQUIRE(as_nobody(pw->pw_gid, {"create", mine_a.name, "--capacity", "4"}).code == 0);
+  REQUIRE(shmbox::Box::create(roots.name, {.capacity = 4, .mode = 0666}));
+  REQUIRE(as_nobody(pw->pw_gid, {"create", mine_b.name, "--capacity", "4"}).code == 0);
+  struct stat st {};
+
+  // A dry run says what it would skip, removes nothing.
+  auto r = as_nobody(pw->pw_gid, {"gc", "--dry-run", "--prefix", prefix});
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.code == 3);
+  CHECK(r.out.find("would remove " + mine_a.name) != std::string::npos);
+  CHECK(r.out.find("would remove " + mine_b.name) != std::string::npos);
+  CHECK(r.out.find("skipped " + roots.name) != std::string::npos);
+  CHECK(::stat(("/dev/shm/shmbox." + mine_a.name).c_str(), &st) == 0);
+
+  r = as_nobody(pw->pw_gid, {"gc", "--prefix", prefix});
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.code == 3);  // some were skipped
+  CHECK(r.out.find("removed " + mine_a.name) != std::string::npos);
+  CHECK(r.out.find("removed " + mine_b.name) != std::string::npos);
+  CHECK(r.out.find("skipped " + roots.name) != std::string::npos);
+  CHECK(r.out.find("permission denied") != std::string::npos);
+  CHECK(r.err.find("skipped 1 box(es)") != std::string::npos);
+  CHECK(::stat(("/dev/shm/shmbox." + mine_a.name).c_str(), &st) != 0);
+  CHECK(::stat(("/dev/shm/shmbox." + mine_b.name).c_str(), &st) != 0);
+  CHECK(::stat(("/dev/shm/shmbox." + roots.name).c_str(), &st) == 0);
+
+  // --json marks it too; root then removes it, status 0.
+  r = as_nobody(pw->pw_gid, {"gc", "--json", "--prefix", prefix});
+  CHECK(r.code == 3);
+  CHECK(r.out.find("\"skipped\": true") != std::string::npos);
+  r = shmtest::run({shmtest::cli_path(), "gc", "--prefix", prefix});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("removed " + roots.name) != std::string::npos);
+}

@@ -297,7 +297,10 @@ void fail(totals& t, const std::string& phase, const std::string& what) {
 
 void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt19937_64& rng, totals& t) {
   const std::string phase = std::string(shmbox::to_string(spec.pol)) + (spec.lease.count() ? " lease" : "");
-  const std::string box = "storm-" + std::to_string(::getpid()) + "-" + std::string(shmbox::to_string(spec.pol));
+  // The tests' prefix (tests/support.hpp test_prefix): "t-", "t-<run>-" under scripts/test.sh.
+  const char* run = std::getenv("SHMBOX_TEST_RUN");
+  const std::string prefix = run != nullptr && *run != '\0' ? "t-" + std::string(run) + "-" : "t-";
+  const std::string box = prefix + "storm-" + std::to_string(::getpid()) + "-" + std::string(shmbox::to_string(spec.pol));
   (void)shmbox::Box::remove(box);
   const int fd = ::memfd_create("shmbox-storm-ledger", 0);  // no CLOEXEC: the children inherit it
   if (fd < 0 || ::ftruncate(fd, sizeof(ledger)) != 0) {

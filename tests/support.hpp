@@ -74,10 +74,19 @@ inline void write_raw_segment(const std::string& name, const std::string& bytes)
   if (!ok) throw std::runtime_error("write " + name);
 }
 
-// A name no other test (or concurrent test run) uses.
+// The prefix of every box name the tests make: "t-", or "t-<run>-" when
+// SHMBOX_TEST_RUN is set (scripts/test.sh and .ci/run set it), so that the
+// check that a run left nothing in /dev/shm looks at this run's names only,
+// not at boxes of other users or of other test runs going on meanwhile.
+inline std::string test_prefix() {
+  const char* run = std::getenv("SHMBOX_TEST_RUN");
+  return run != nullptr && *run != '\0' ? "t-" + std::string(run) + "-" : "t-";
+}
+
+// A name no other test (or concurrent test run) uses; starts with test_prefix().
 inline std::string unique_name(const std::string& what) {
   static std::atomic<int> counter{0};
-  return "t-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  return test_prefix() + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
 }
 
 // Unlinks /dev/shm/shmbox.<name> when it goes out of scope.

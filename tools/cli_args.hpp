@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shmbox_cli {
@@ -43,6 +44,7 @@ struct recv_args {
   bool heir = false;
   std::string data;
   long long timeout_ms = 0;
+  bool timeout_given = false;  // --timeout was given (with --heir it bounds the wait to be given the box)
   bool verbose = false;
   bool any_owner = false;
   bool accept_give_away = false;  // serve `shmbox give-away` requests while receiving
@@ -83,6 +85,14 @@ struct parsed {
   bool include_nonempty = false;  // gc
   std::string prefix;             // gc
 };
+
+// `text` as one line of printable ASCII: control characters and bytes outside
+// 0x20..0x7e are escaped (\n, \r, \t, \x1b, \xff; a backslash doubles). Every
+// name, argument or string from a segment that the CLI prints on stderr goes
+// through it, so an error stays one line and puts no escape sequence on a terminal.
+std::string escaped(std::string_view text);
+// Writes "shmbox: " + escaped(line) + "\n" to stderr: every error line of the CLI.
+void say(std::string_view line);
 
 // Parses argv into `out`. Returns -1 when `out` holds a command to run;
 // otherwise the exit code to leave with: 0 after --help or --version, 2 after

@@ -275,7 +275,7 @@ int run_demo() {
   const shmbox::counters c = box->read_counters();
   const std::uint64_t depth = box->info().depth;
   const std::uint64_t accounted =
-      c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest + c.abandoned + depth;
+      c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest + c.filtered + c.abandoned + c.aborted + depth;
   std::printf("\nposted %" PRIu64 " = delivered %" PRIu64 " + dropped %" PRIu64 " + abandoned %" PRIu64
               " + in the box %" PRIu64 "  -> %s\n",
               c.posted, c.delivered, c.dropped_oldest + c.dropped_newest, c.abandoned, depth,

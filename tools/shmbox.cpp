@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -25,7 +26,7 @@ using namespace shmbox_cli;
 using json = nlohmann::ordered_json;
 
 int fail(const std::error_code& ec) {
-  std::cerr << "shmbox: " << shmbox::explain(ec) << "\n";
+  say(shmbox::explain(ec));
   return kExitFail;
 }
 
@@ -156,7 +157,7 @@ std::string transfer_text(const shmbox::transfer_record& t) {
   return std::string(shmbox::to_string(t.reason)) + " from pid " + std::to_string(t.from_pid) + " to pid " +
          std::to_string(t.to_pid) + " (epoch " + std::to_string(t.epoch) +
          (t.to_pid_ns != t.from_pid_ns && t.from_pid != 0 ? ", across pid namespaces" : "") + ")" +
-         (t.data.empty() ? std::string() : ", data '" + t.data + "'");
+         (t.data.empty() ? std::string() : ", data '" + escaped(t.data) + "'");
 }
 
 // ---- create ---------------------------------------------------------------
@@ -183,7 +184,7 @@ int cmd_create(const create_args& a) {
     for (const auto& lc : a.lane_capacity) {
       const auto [lane, v] = lane_pair(lc);
       if (lane >= a.lanes) {
-        std::cerr << "shmbox: --lane-capacity " << lc << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        say("--lane-capacity " + lc + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
         return kExitUsage;
       }
       o.lanes[lane].capacity = static_cast<std::uint32_t>(std::stoul(v));
@@ -191,7 +192,7 @@ int cmd_create(const create_args& a) {
     for (const auto& lp : a.lane_policy) {
       const auto [lane, v] = lane_pair(lp);
       if (lane >= a.lanes) {
-        std::cerr << "shmbox: --lane-policy " << lp << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+        say("--lane-policy " + lp + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
         return kExitUsage;
       }
       o.lanes[lane].overflow = shmbox::parse_policy(v);
@@ -222,21 +223,21 @@ int cmd_post(const post_args& a) {
     const std::string which = "message " + std::to_string(index);
     switch (st) {
       case shmbox::post_status::full:
-        std::cerr << "shmbox: " << which << " refused: full (box '" << a.name << "' is full, policy reject)\n";
+        say(which + " refused: full (box '" + a.name + "' is full, policy reject)");
         break;
       case shmbox::post_status::dropped:
-        std::cerr << "shmbox: " << which << " refused: dropped (box '" << a.name << "' is full, policy drop-newest)\n";
+        say(which + " refused: dropped (box '" + a.name + "' is full, policy drop-newest)");
         break;
       case shmbox::post_status::timeout:
-        std::cerr << "shmbox: " << which << " refused: timeout (no space in box '" << a.name << "' before the timeout)\n";
+        say(which + " refused: timeout (no space in box '" + a.name + "' before the timeout)");
         break;
       case shmbox::post_status::too_large:
-        std::cerr << "shmbox: " << which << " refused: too large (" << msg.size() << " bytes; box '" << a.name
-                  << "' takes at most " << producer->max_message_size() << ", see --slot-size)\n";
+        say(which + " refused: too large (" + std::to_string(msg.size()) + " bytes; box '" + a.name + "' takes at most " +
+            std::to_string(producer->max_message_size()) + ", see --slot-size)");
         worst = kExitFail;
         return false;
       default:
-        std::cerr << "shmbox: " << which << ": " << shmbox::explain(producer->last_error()) << "\n";
+        say(which + ": " + shmbox::explain(producer->last_error()));
         worst = kExitFail;
         return false;
     }
@@ -297,7 +298,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     }
     if (st == shmbox::recv_status::not_owner && a.accept_give_away) {
       // Given away on request (shmbox give-away): done, not a failure.
-      std::cerr << "shmbox: box '" << a.name << "' was given away on request\n";
+      say("box '" + a.name + "' was given away on request");
       return kExitOk;
     }
     return fail(owner.last_error());
@@ -316,15 +317,30 @@ int cmd_recv(const recv_args& a) {
     if (!box) return fail(box.error());
     auto heir = shmbox::Heir::enlist(*box, a.data);
     if (!heir) return fail(heir.error());
-    std::cerr << "shmbox: waiting as heir of box '" << a.name << "' (position " << heir->position() << ")\n";
+    say("waiting as heir of box '" + a.name + "' (position " + std::to_string(heir->position()) + ")");
+    // --timeout bounds the wait to be given the box (then, as owner, the
+    // wait for messages as usual); without it the heir waits until given
+    // the box or interrupted.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
     for (;;) {
-      auto owner = heir->await_transfer(std::chrono::milliseconds(200));
+      auto slice = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::milliseconds(200));
+      if (a.timeout_given)
+        slice = std::clamp(std::chrono::duration_cast<std::chrono::nanoseconds>(give_up - std::chrono::steady_clock::now()),
+                           std::chrono::nanoseconds(0), slice);
+      auto owner = heir->await_transfer(slice);
       if (owner) {
-        std::cerr << "shmbox: given box '" << a.name << "': " << transfer_text(owner->transfer()) << "\n";
+        say("given box '" + a.name + "': " + transfer_text(owner->transfer()));
         return receive_and_print(*owner, a);
       }
       if (owner.error() != shmbox::errc::timed_out) return fail(owner.error());
       if (g_stop != 0) return kExitRefused;  // interrupted before being given the box
+      if (a.timeout_given && std::chrono::steady_clock::now() >= give_up) {
+        const shmbox::owner_info o = box->info().owner;
+        say("box '" + a.name + "' was not given to this heir within " + std::to_string(a.timeout_ms) + " ms (owner: " +
+            (o.pid == 0 ? std::string("none") : "pid " + std::to_string(o.pid) + (o.alive ? ", alive" : ", dead")) +
+            "); it withdrew; wait longer with a larger --timeout, or without one");
+        return kExitRefused;
+      }
     }
   }
   auto box = shmbox::Box::open(a.name, {.any_owner = a.any_owner});
@@ -418,7 +434,8 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
 // aborted + DROPS; dead-lettered messages are among the drops too). MARKS:
 // ORPHANED (owner dead or expired, no live heir), FOREIGN (the segment belongs
 // to another uid). A segment that cannot be opened as a box gets a mark
-// (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE) and a short reason instead of
+// (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE; NOT-A-BOX for a FIFO, link or
+// anything else that is not a regular file) and a short reason instead of
 // the columns.
 
 std::uint64_t drops_of(const shmbox::counters& c) {
@@ -477,6 +494,16 @@ int cmd_ls(bool as_json) {
       const std::string said = shmbox::explain(box.error()), prefix = "box '" + n + "': ";
       if (box.error() == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
         reason = said.substr(prefix.size());
+      // A FIFO, link, directory... at the box path: not a box at all.
+      if (box.error() == shmbox::errc::not_a_box) {
+        if (const auto at = said.find("is not a regular file ("); at != std::string::npos) {
+          mark = "NOT-A-BOX";
+          reason = "not a regular file " + said.substr(at + 22, said.find(')', at) - at - 21);
+        } else if (said.find("is a symbolic link") != std::string::npos) {
+          mark = "NOT-A-BOX";
+          reason = "a symbolic link (not followed)";
+        }
+      }
       if (as_json) {
         std::string status = mark;  // "corrupt", "incomplete", "no_access", "unusable"
         for (auto& ch : status) ch = ch == '-' ? '_' : static_cast<char>(ch - 'A' + 'a');
@@ -571,7 +598,7 @@ int cmd_heirs(const std::string& name, bool as_json) {
   int n = 0;
   for (const auto& h : i.heirs)
     std::printf("%-6d %-6u %-8u %-6s %-9s %-12s %s\n", n++, h.entry, h.pid, h.alive ? "yes" : "no",
-                h.listener ? "listener" : "heir", ns_cell(h.pid_ns, h.same_namespace).c_str(), h.data.c_str());
+                h.listener ? "listener" : "heir", ns_cell(h.pid_ns, h.same_namespace).c_str(), escaped(h.data).c_str());
   return kExitOk;
 }
 
@@ -607,17 +634,30 @@ int cmd_verify(const std::string& name, bool as_json) {
 int cmd_gc(const parsed& a) {
   auto r = shmbox::Box::collect({.dry_run = a.dry_run, .include_nonempty = a.include_nonempty, .prefix = a.prefix});
   if (!r) return fail(r.error());
+  // Boxes it could not remove (another user's, or not a box) are listed as
+  // skipped, the rest is collected; the exit status then is 3.
+  std::size_t skipped = 0;
+  for (const auto& c : *r) skipped += c.skipped ? 1 : 0;
+  const int code = skipped != 0 ? kExitRefused : kExitOk;
   if (a.json) {
     json all = json::array();
-    for (const auto& c : *r) all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run}});
+    for (const auto& c : *r)
+      all.push_back(json{{"name", c.name}, {"depth", c.depth}, {"why", c.why}, {"removed", !a.dry_run && !c.skipped}, {"skipped", c.skipped}});
     std::cout << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    return kExitOk;
+    return code;
   }
-  for (const auto& c : *r)
+  for (const auto& c : *r) {
+    if (c.skipped) {
+      std::cout << "skipped " << c.name << " (" << escaped(c.why) << ")\n";
+      continue;
+    }
     std::cout << (a.dry_run ? "would remove " : "removed ") << c.name << " (" << c.why
               << (c.depth != 0 ? ", " + std::to_string(c.depth) + " messages lost" : std::string()) << ")\n";
-  if (r->empty()) std::cout << "nothing to collect\n";
-  return kExitOk;
+  }
+  if (r->size() == skipped) std::cout << "nothing to collect\n";
+  if (skipped != 0)
+    say("gc: skipped " + std::to_string(skipped) + " box(es) it may not remove or that are not boxes (listed above); collected the rest");
+  return code;
 }
 
 }  // namespace
@@ -710,7 +750,7 @@ int cmd_give_away(const parsed& a) {
                      ? box->request_give_away_to_heir(static_cast<std::uint32_t>(a.give_away.heir), timeout)
                      : box->request_give_away(a.give_away.pid, timeout);
   if (!r) {
-    std::cerr << "shmbox: " << shmbox::explain(r.error()) << "\n";
+    say(shmbox::explain(r.error()));
     return r.error() == shmbox::errc::refused || r.error() == shmbox::errc::timed_out ? kExitRefused : kExitFail;
   }
   std::uint32_t to = a.give_away.pid;

@@ -568,7 +568,7 @@ class watcher {
     const int e = errno;
     restore_terminal();
     if (e == EPIPE) return kExitOk;
-    std::cerr << "shmbox: watch: cannot write to stdout: " << std::strerror(e) << "\n";
+    say(std::string("watch: cannot write to stdout: ") + std::strerror(e));
     return kExitFail;
   }
 
@@ -628,7 +628,7 @@ class watcher {
   int poll_failed() {
     const int e = errno;
     restore_terminal();
-    std::cerr << "shmbox: watch: waiting for the next refresh failed: " << std::strerror(e) << "\n";
+    say(std::string("watch: waiting for the next refresh failed: ") + std::strerror(e));
     return kExitFail;
   }
 
@@ -709,7 +709,7 @@ class watcher {
 int cmd_watch(const parsed& a) {
   auto box = shmbox::Box::inspect(a.name);
   if (!box) {
-    std::cerr << "shmbox: " << shmbox::explain(box.error()) << "\n";
+    say(shmbox::explain(box.error()));
     return kExitFail;
   }
   const bool full_screen = !a.watch.plain && ::isatty(STDOUT_FILENO) == 1;
@@ -718,7 +718,7 @@ int cmd_watch(const parsed& a) {
     return w.run();
   } catch (const std::exception& e) {
     restore_terminal();
-    std::cerr << "shmbox: watch: " << e.what() << "\n";
+    say(std::string("watch: ") + e.what());
     return kExitFail;
   }
 }

@@ -80,7 +80,8 @@ struct wait_options {
   std::optional<std::chrono::nanoseconds> spin{};
 };
 
-// Every message that is posted ends in exactly one of these counters or in the box:
+// Every message that is posted ends in exactly one of these counters or in the box
+// (the same identity, word for word, is in README.md; tests/cli_hardening.cpp checks both):
 //   posted = delivered + rejected + too_large + timeouts + dropped_newest
 //          + dropped_oldest + filtered + abandoned + aborted + depth
 // (a loan counts as posted when it claims its slot)
@@ -209,11 +210,12 @@ struct verify_report {
   std::uint32_t heirs = 0;
 };
 
-// Why Box::collect removed (or, dry run, would remove) a box.
+// Why Box::collect removed (or, dry run, would remove) a box, or why it skipped one.
 struct collected_box {
   std::string name;
   std::uint64_t depth = 0;  // messages it held
-  std::string why;          // "owner, heirs and producers are dead", ...
+  std::string why;          // "owner, heirs and producers are dead", ...; skipped: why it was not removed
+  bool skipped = false;     // not removed: not ours to remove (permission denied), or not a box (a FIFO, a link)
 };
 
 struct collect_options {
@@ -251,7 +253,9 @@ class Box {
   // Removes boxes nobody uses: no live owner, heir or listener, no live
   // producer, no live process mapping the segment (as far as /proc shows),
   // and empty unless include_nonempty; also half-created segments whose
-  // creator died. Never a box with a live process attached.
+  // creator died. Never a box with a live process attached. A box it may
+  // not remove (another user's, EPERM/EACCES) and a file at a box path that
+  // is not a regular file are listed with skipped = true, and it goes on.
   static result<std::vector<collected_box>> collect(const collect_options& opts = {});
   // Checks a name against the rules (1..128 of [A-Za-z0-9._-], not starting with '.').
   static result<void> validate_name(std::string_view name);

@@ -1,0 +1,19 @@
+# scripts/shm_names.sh (sourced by scripts/test.sh and .ci/run): which
+# segments in /dev/shm are this test run's.
+#
+# The tests name their boxes t-<run>-... (tests/support.hpp test_prefix,
+# from SHMBOX_TEST_RUN). Only those names are compared before and after a
+# run, so boxes of other users, or of other test runs going on at the same
+# time, do not count. (The README example's fixed name 'readme-example' is not
+# among them; it removes its box itself.)
+export SHMBOX_TEST_RUN="${SHMBOX_TEST_RUN:-r$$}"
+
+# This run's segment names (shmbox.t-<run>-...), sorted.
+shm_test_names() {
+  ls /dev/shm | awk -v p="shmbox.t-$SHMBOX_TEST_RUN-" 'index($0, p) == 1' | sort
+}
+
+# shm_left BEFORE AFTER: the names in AFTER that were not in BEFORE.
+shm_left() {
+  comm -13 <(printf '%s\n' "$1") <(printf '%s\n' "$2") | grep . || true
+}
