@@ -2,13 +2,16 @@
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (post: a message
 // was not stored; recv: nothing arrived before the timeout).
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -231,14 +234,59 @@ int cmd_post(const post_args& a) {
 volatile sig_atomic_t g_stop = 0;
 void on_stop_signal(int) { g_stop = 1; }
 
+// Writes all of [p, p + n) to stdout: a write cut short (a signal, a full
+// pipe taking part of it) is completed, EINTR retried. false on an error.
+bool write_all(const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(STDOUT_FILENO, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// recv's output: whole lines only. Lines are gathered and written with
+// write(2) at line boundaries, each write at most PIPE_BUF bytes (unless one
+// line is longer: then that line alone). A pipe takes a write of up to
+// PIPE_BUF bytes whole, so a reader never sees a cut line, even when recv is
+// killed mid-stream: what it printed is whole messages, and what it did not
+// print is not committed (see receive_and_print).
+class line_output {
+ public:
+  bool add(std::string_view prefix, std::string_view msg) {
+    const std::size_t n = prefix.size() + msg.size() + 1;
+    if (!buf_.empty() && buf_.size() + n > PIPE_BUF && !flush()) return false;
+    buf_.append(prefix).append(msg).push_back('\n');
+    return buf_.size() < PIPE_BUF || flush();
+  }
+  bool flush() {
+    const bool ok = write_all(buf_.data(), buf_.size());
+    buf_.clear();
+    return ok;
+  }
+
+ private:
+  std::string buf_;
+};
+
 // Prints messages as the owner: --max/--all as asked, or (--follow) until a
-// signal. Returns the exit code.
+// signal. Returns the exit code. Two-phase: each batch is read (Owner::read),
+// printed in whole lines, and committed only once it is all written. A recv
+// killed (or failing to write) before the commit has committed nothing it did
+// not print: the next owner receives that batch again, flagged redelivered
+// (at-least-once towards the output; a repeat says so with --verbose).
 int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
   if (a.accept_give_away) owner.accept_give_away_requests(true);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
   const std::size_t want = (a.all || a.follow) ? std::numeric_limits<std::size_t>::max() : a.max;
   std::size_t got = 0;
   shmbox::batch batch;
+  line_output out;
+  std::string prefix;
   while (got < want && g_stop == 0) {
     batch.clear();
     std::chrono::nanoseconds left;
@@ -256,13 +304,27 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
       }
     }
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
-    const shmbox::recv_status st = owner.receive_batch(batch, chunk, left);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (a.verbose) std::cout << "lane=" << batch.lane(i) << " redelivered=" << (batch.redelivered(i) ? "yes" : "no") << " ";
-      std::cout.write(batch[i].data(), static_cast<std::streamsize>(batch[i].size()));
-      std::cout.put('\n');
+    const shmbox::recv_status st = owner.read(batch, chunk, left);
+    bool written = true;
+    for (std::size_t i = 0; i < batch.size() && written; ++i) {
+      prefix.clear();
+      if (a.verbose)
+        prefix.append("lane=").append(std::to_string(batch.lane(i))).append(" redelivered=").append(batch.redelivered(i) ? "yes " : "no ");
+      written = out.add(prefix, batch[i]);
     }
-    std::cout.flush();
+    if (!batch.empty()) {
+      if (!written || !out.flush()) {
+        const int err = errno;
+        std::cerr << "shmbox: cannot write to standard output (" << std::strerror(err) << "); the " << batch.size()
+                  << " messages read last stay in box '" << a.name
+                  << "' and go to its next owner, flagged redelivered\n";
+        return kExitFail;
+      }
+      // Printed: now commit. Lost ones (the lease expired meanwhile) were
+      // printed and go to the new owner too, flagged redelivered.
+      std::size_t lost = 0;
+      if (owner.commit(&lost) != shmbox::recv_status::ok) return fail(owner.last_error());
+    }
     got += batch.size();
     if (st == shmbox::recv_status::ok) continue;
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) {
