@@ -131,6 +131,7 @@ int produce(int argc, char** argv) {
     for (std::size_t i = 16; i < size; ++i) b[i] = pattern_byte(id, seq, i);
   };
   std::uint64_t aborted = 0;  // loans taken and aborted (--abort-every)
+  std::uint64_t evictions = 0;  // messages this producer's posts evicted or replaced
   auto post_one = [&](std::uint64_t seq) {
     if (!use_loan) return p->post_to(lane, buf.data(), size);
     if (abort_every > 0 && seq % static_cast<std::uint64_t>(abort_every) == 0) {
@@ -192,6 +193,7 @@ int produce(int argc, char** argv) {
         return 4;
       }
       ++tally[st];
+      evictions += p->last_evicted();
       if (st == shmbox::post_status::error) {
         std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());
         return 1;
@@ -202,10 +204,10 @@ int produce(int argc, char** argv) {
     if (pause_us != 0) ::usleep(pause_us);
   }
   std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
-              " too_large=%" PRIu64 " aborted=%" PRIu64 "\n",
+              " too_large=%" PRIu64 " aborted=%" PRIu64 " evictions=%" PRIu64 "\n",
               tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
               tally[shmbox::post_status::full], tally[shmbox::post_status::dropped], tally[shmbox::post_status::timeout],
-              tally[shmbox::post_status::too_large], aborted);
+              tally[shmbox::post_status::too_large], aborted, evictions);
   return 0;
 }
 

@@ -16,7 +16,8 @@ namespace shmbox {
 // What one post did. Posts never throw.
 enum class post_status : std::uint8_t {
   stored,          // the message is in the box
-  stored_evicted,  // stored after evicting another message (drop_oldest) or replacing the top (lifo)
+  stored_evicted,  // stored after evicting other messages (drop_oldest: one or more, see
+                   // Producer::last_evicted) or replacing the top (lifo)
   dropped,         // drop_newest: the box was full, the message was discarded (counted)
   full,            // reject: the box was full, nothing stored (counted)
   timeout,         // block: no space before the timeout (counted); drop_oldest/lifo: stuck behind
@@ -149,6 +150,14 @@ class Producer {
   std::error_code last_error() const noexcept;
   // The index of this handle's entry in the producer table.
   std::uint32_t entry_index() const noexcept;
+  // How many messages this handle's most recent post, post_to, loan, loan_to
+  // or post_batch call evicted (drop_oldest) or replaced (lifo). One post can
+  // evict more than one: when another producer takes the slot this one just
+  // freed, this one evicts again. Evictions count even when the call then
+  // failed (a timeout behind a stalled process). Summed over every call of
+  // every producer, it equals the box's dropped_oldest counter (drop_oldest
+  // lanes) plus the replaced tops of lifo lanes.
+  std::uint32_t last_evicted() const noexcept;
 
  private:
   struct state;
