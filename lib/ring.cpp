@@ -296,6 +296,15 @@ void wake_owner(producer_ctx& p) noexcept {
     }
   }
   wake_owner(*p.m);
+  // pobox: an owner in notify reverts to passive as soon as the notification
+  // is sent, and this wake-up is the notification. After the wake, so that a
+  // producer that dies here leaves the state notify, which the owner's wait()
+  // (and its waker thread's lost-wake check) still act on.
+  // relaxed: the state is shown to inspectors; the owner's wait() decides
+  // from its own arming and the slots, not from this word.
+  std::uint32_t armed = static_cast<std::uint32_t>(owner_state::notify);
+  if (o->state.load(std::memory_order_relaxed) == armed)
+    o->state.compare_exchange_strong(armed, static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
 }
 
 // The full 64-bit position whose low 56 bits are `target`, at or below `near`.
