@@ -696,12 +696,28 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
   detail::owner_record* rec = s_->m->owner();
   detail::lazy_deadline deadline{to_ns(timeout)};
   for (;;) {
+    // Read before looking for a request: Box::request_give_away stores the
+    // request, then bumps wake_seq (release) and wakes the futex; reading it
+    // first means a request we do not see below changes it, and the futex
+    // wait returns at once. acquire: pairs with that bump (and P6's).
+    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     if (!s_->still_owner()) return owner_event::not_owner;
     if (serve_request()) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
     const owner_mode mode = s_->armed;
-    if (mode == owner_mode::passive && !s_->due) return owner_event::none;  // nothing armed
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+    if (mode == owner_mode::passive && !s_->due) {
+      // Nothing armed: nothing can fire, but the owner sleeps here until the
+      // timeout all the same, serving give-away requests as it does when
+      // armed (they wake this futex), and returns not_owner once the box is
+      // gone. Posts do not wake it: no lane is armed.
+      if (deadline.timeout_ns == 0) return owner_event::none;
+      const std::uint64_t now = detail::mono_ns();
+      if (now >= deadline.get()) return owner_event::none;
+      // In slices, like the armed wait below: a box taken away meanwhile
+      // (lease expired) is noticed within one.
+      detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+      continue;
+    }
     const bool data = s_->due || !s_->arm_all();
     if (data) {
       s_->due = false;

@@ -31,6 +31,10 @@
 //       each readable fd call wait(out, 0); print "notified" (and take what
 //       is there, then re-arm) or, once the box was given away, "given-away"
 //       and exit 0.
+//   idle-wait NAME MS
+//       acquire, accept give-away requests, print "owned <epoch>", then call
+//       wait(out, MS) once with nothing armed (passive); print "event <what
+//       it returned>" (none, not-owner, ...) and exit 0.
 //   map NAME
 //       opens the box (maps it) without any role, prints "mapped", waits until stdin closes.
 //   wait-one NAME TIMEOUT_MS
@@ -303,6 +307,20 @@ int own(int argc, char** argv) {
   return 0;
 }
 
+int idle_wait(int argc, char** argv) {
+  if (argc < 4) return usage();
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  o->accept_give_away_requests(true);
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  shmbox::delivery d;
+  const shmbox::owner_event ev = o->wait(d, std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  const char* names[] = {"none", "notified", "delivered", "not-owner", "error"};
+  std::printf("event %s\n", names[static_cast<int>(ev)]);
+  return 0;
+}
+
 int event_loop(int argc, char** argv) {
   if (argc < 3) return usage();
   auto o = acquire_or_say(argv[2]);
@@ -529,6 +547,7 @@ int main(int argc, char** argv) {
   if (cmd == "own") return own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
+  if (cmd == "idle-wait") return idle_wait(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);

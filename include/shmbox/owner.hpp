@@ -211,6 +211,8 @@ class Owner {
   void active(filter_fn filter = {}, std::size_t max = SIZE_MAX);
   // Waits up to `timeout` for the armed state to fire: notify -> notified;
   // active -> the delivery is made into `out` and delivered is returned.
+  // With nothing armed it sleeps until the timeout (none). Either way it
+  // serves give-away requests (then not_owner, as when the box is lost).
   owner_event wait(delivery& out, std::chrono::nanoseconds timeout);
   // A delivery now, through `filter`, of up to `max` messages, whatever the
   // state: ok (a delivery, maybe empty: all dropped or the first skipped),
