@@ -143,7 +143,7 @@ result<Producer> Producer::attach(const Box& box) {
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
   s_->ctx.evicted = 0;
-  return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
+  return s_->post(s_->m->default_lane, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
 }
 
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
@@ -154,7 +154,7 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
                            const wait_options& w) noexcept {
   if (!s_) return post_status::error;
   s_->ctx.evicted = 0;
-  return s_->post(0, data, size, timeout_to_ns(timeout), w);
+  return s_->post(s_->m->default_lane, data, size, timeout_to_ns(timeout), w);
 }
 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
@@ -176,11 +176,11 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 
 slot_loan Producer::loan() noexcept {
   if (!s_) return {};
-  return loan_to(0, std::chrono::milliseconds(s_->m->block_timeout_ms));
+  return loan_to(s_->m->default_lane, std::chrono::milliseconds(s_->m->block_timeout_ms));
 }
 
 slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  return loan_to(0, timeout, w);
+  return loan_to(s_ ? s_->m->default_lane : 0, timeout, w);
 }
 
 slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
@@ -277,12 +277,12 @@ void slot_loan::abort() noexcept {
 
 std::size_t Producer::post_batch(std::span<const std::string_view> msgs, post_status* last) noexcept {
   if (!s_) return 0;
-  return post_batch_to(0, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
+  return post_batch_to(s_->m->default_lane, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
 }
 
 std::size_t Producer::post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
                                  post_status* last, const wait_options& w) noexcept {
-  return post_batch_to(0, msgs, timeout, last, w);
+  return post_batch_to(s_ ? s_->m->default_lane : 0, msgs, timeout, last, w);
 }
 
 std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,

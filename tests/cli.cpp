@@ -422,3 +422,40 @@ TEST_CASE("cli: recv killed mid-stream loses nothing: every message is printed o
   CHECK(st["depth"] == 0);
   CHECK(st["counters"]["delivered"] == kFirst + kMore);
 }
+
+// Issue 13 item 9: a plain `shmbox post` on a box with several lanes goes to
+// the default user lane (1, or --default-lane), the control lane only takes
+// --lane 0 / --control. Before: plain posts went to lane 0, the control lane.
+TEST_CASE("cli: plain posts go to the default lane; --control and --lane 0 to the control lane; --default-lane") {
+  shmtest::segment_guard g(shmtest::unique_name("clidefl"));
+  auto r = cli({"create", g.name, "--lanes", "3", "--capacity", "4"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("plain posts go to lane 1") != std::string::npos);
+  REQUIRE(cli({"post", g.name, "plain"}).code == 0);
+  REQUIRE(cli({"post", g.name, "--control", "ctl"}).code == 0);
+  REQUIRE(cli({"post", g.name, "--lane", "0", "ctl2"}).code == 0);
+  auto st = nlohmann::json::parse(cli({"stat", g.name, "--json"}).out);
+  CHECK(st["default_lane"] == 1);
+  CHECK(st["lanes"][0]["depth"] == 2);
+  CHECK(st["lanes"][1]["depth"] == 1);
+  CHECK(cli({"stat", g.name}).out.find("default lane 1") != std::string::npos);
+  r = cli({"recv", g.name, "--all", "--verbose"});
+  CHECK(r.out == "lane=0 redelivered=no ctl\nlane=0 redelivered=no ctl2\nlane=1 redelivered=no plain\n");
+
+  shmtest::segment_guard g2(shmtest::unique_name("clidefl2"));
+  REQUIRE(cli({"create", g2.name, "--lanes", "3", "--default-lane", "2"}).code == 0);
+  REQUIRE(cli({"post", g2.name}, "a\nb\n").code == 0);
+  st = nlohmann::json::parse(cli({"stat", g2.name, "--json"}).out);
+  CHECK(st["default_lane"] == 2);
+  CHECK(st["lanes"][2]["depth"] == 2);
+  // One lane: lane 0 is the default.
+  shmtest::segment_guard g3(shmtest::unique_name("clidefl3"));
+  REQUIRE(cli({"create", g3.name}).code == 0);
+  CHECK(nlohmann::json::parse(cli({"stat", g3.name, "--json"}).out)["default_lane"] == 0);
+  // Usage errors: a lane the box will not have; --control with --lane.
+  auto e = cli({"create", "x-defl", "--lanes", "3", "--default-lane", "3"});
+  CHECK(e.code == 2);
+  CHECK(e.err.find("--default-lane 3") != std::string::npos);
+  CHECK(cli({"create", "x-defl", "--default-lane", "9"}).code == 2);
+  CHECK(cli({"post", g.name, "--control", "--lane", "1", "m"}).code == 2);
+}

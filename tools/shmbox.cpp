@@ -109,6 +109,7 @@ json info_json(const shmbox::box_info& i) {
               {"orphaned", i.orphaned},
               {"lease_ms", i.lease.count()},
               {"spin_ns", i.spin.count()},
+              {"default_lane", i.default_lane},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
@@ -155,6 +156,13 @@ int cmd_create(const create_args& a) {
   o.lease = std::chrono::milliseconds(a.lease_ms);
   o.spin = std::chrono::microseconds(a.spin_us);
   o.dead_letters = a.dead_letters;
+  if (a.default_lane >= 0) {
+    if (a.default_lane >= a.lanes) {
+      std::cerr << "shmbox: --default-lane " << a.default_lane << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+      return kExitUsage;
+    }
+    o.default_lane = static_cast<std::uint32_t>(a.default_lane);
+  }
   if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
     o.lanes.resize(a.lanes);
     for (const auto& lc : a.lane_capacity) {
@@ -178,7 +186,9 @@ int cmd_create(const create_args& a) {
   if (!box) return fail(box.error());
   std::cout << "created box '" << a.name << "': capacity " << box->capacity() << ", slot size " << o.slot_size
             << " bytes, policy " << shmbox::to_string(o.overflow) << ", " << box->lane_count()
-            << (box->lane_count() == 1 ? " lane" : " lanes") << ", mode " << octal(o.mode) << "\n";
+            << (box->lane_count() == 1 ? " lane" : " lanes")
+            << (box->lane_count() == 1 ? std::string() : " (plain posts go to lane " + std::to_string(box->default_lane()) + ")")
+            << ", mode " << octal(o.mode) << "\n";
   return kExitOk;
 }
 
@@ -193,8 +203,10 @@ int cmd_post(const post_args& a) {
   std::size_t index = 0;
   auto post_one = [&](const std::string& msg) {
     ++index;
-    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(a.lane, msg)
-                                                    : producer->post_to(a.lane, msg, std::chrono::milliseconds(a.timeout_ms));
+    // No --lane: a plain post, into the box's default lane.
+    const std::uint32_t lane = a.lane < 0 ? box->default_lane() : static_cast<std::uint32_t>(a.lane);
+    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(lane, msg)
+                                                    : producer->post_to(lane, msg, std::chrono::milliseconds(a.timeout_ms));
     if (shmbox::is_stored(st)) return true;
     const std::string which = "message " + std::to_string(index);
     switch (st) {
@@ -399,6 +411,7 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
             << "spin         " << i.spin.count() / 1000 << " us before sleeping (adaptive wait)\n"
+            << "default lane " << i.default_lane << " (plain posts; lane 0 is the control lane)\n"
             << "heirs        " << i.heirs.size() << "\n"
             << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
             << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +
