@@ -411,7 +411,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
             << "spin         " << i.spin.count() / 1000 << " us before sleeping (adaptive wait)\n"
-            << "default lane " << i.default_lane << " (plain posts; lane 0 is the control lane)\n"
+            << "default lane " << i.default_lane
+            << (i.lanes.size() > 1 ? " (plain posts; lane 0, the control lane, takes only --lane 0 / --control)\n"
+                                   : " (the only lane)\n")
             << "heirs        " << i.heirs.size() << "\n"
             << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
             << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +
