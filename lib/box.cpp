@@ -93,6 +93,7 @@ std::uint32_t Box::capacity() const noexcept {
   return n;
 }
 std::uint32_t Box::lane_count() const noexcept { return m_->lane_count(); }
+std::uint32_t Box::default_lane() const noexcept { return m_->default_lane; }
 std::uint32_t Box::slot_size() const noexcept { return m_->geo.params.slot_payload; }
 policy Box::overflow() const noexcept { return m_->default_policy; }
 
@@ -401,6 +402,7 @@ box_info Box::info() const {
   }
   i.lease = std::chrono::milliseconds(m.lease_ms());
   i.spin = std::chrono::nanoseconds(m.spin_ns);
+  i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);

@@ -32,7 +32,7 @@ namespace shmbox::detail {
 constexpr std::size_t kCacheLine = 64;
 // "SHMBOX" + two version-independent bytes; never changes.
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
-constexpr std::uint32_t kLayoutVersion = 4;  // 4: keys carry the pid namespace; roles record it; role locks
+constexpr std::uint32_t kLayoutVersion = 4;  // 4: segment_header.default_lane; keys carry the pid namespace, roles record it, role locks
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
 constexpr std::uint32_t kMaxLanes = 8;
 constexpr std::uint32_t kOwnerActors = 16;  // owner actor records, one per epoch % 16
@@ -165,7 +165,8 @@ struct segment_header {
   std::uint32_t actor_stride;      // bytes per owner actor incl. its lane counters
   std::uint64_t config_offset;     // offset of box_config
   std::uint32_t spin_ns;           // adaptive wait: poll this long before sleeping (options::spin)
-  std::uint8_t reserved[kSegmentHeaderBytes - 164];
+  std::uint32_t default_lane;      // lane of a plain post (options::default_lane); < lane_count
+  std::uint8_t reserved[kSegmentHeaderBytes - 168];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -191,7 +192,8 @@ static_assert(offsetof(segment_header, heirs_offset) == 136);
 static_assert(offsetof(segment_header, actor_stride) == 144);
 static_assert(offsetof(segment_header, config_offset) == 152);
 static_assert(offsetof(segment_header, spin_ns) == 160);
-static_assert(offsetof(segment_header, reserved) == 164);
+static_assert(offsetof(segment_header, default_lane) == 164);
+static_assert(offsetof(segment_header, reserved) == 168);
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.

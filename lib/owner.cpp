@@ -177,6 +177,11 @@ struct Owner::state {
   // pobox states (the segment holds the state; these are the armed details)
   filter_fn active_filter;
   std::size_t active_max = SIZE_MAX;
+  // What this handle armed and has not yet reported (wait()). The segment's
+  // state may already be passive again: a notification reverts the box to
+  // passive as soon as it is sent (pobox), by the producer whose post woke
+  // us, or at arming time when the box already had data (then `due`).
+  owner_mode armed = owner_mode::passive;
   bool due = false;  // an armed state fired at arming time (the box had data)
   // notify_fd: an eventfd written by a waker thread that sleeps on the
   // segment's futex (so producers of any process and user can wake it).
@@ -669,6 +674,7 @@ owner_mode Owner::mode() const noexcept {
 void Owner::passive() {
   if (!s_ || !s_->still_owner()) return;
   s_->due = false;
+  s_->armed = owner_mode::passive;
   s_->active_filter = nullptr;
   s_->set_mode(owner_mode::passive);
   s_->disarm_all();
@@ -676,17 +682,23 @@ void Owner::passive() {
 
 void Owner::notify() {
   if (!s_ || !s_->still_owner()) return;
+  s_->armed = owner_mode::notify;
   s_->set_mode(owner_mode::notify);
   // Armed: producers now wake us (futex, and the waker thread's eventfd).
-  // Data already there: the notification is due now.
+  // Data already there: the notification is sent now (wait() reports it),
+  // and, as in pobox, the box is passive again at once.
   s_->due = !s_->arm_all();
-  if (s_->due) s_->poke_fd();
+  if (s_->due) {
+    s_->set_mode(owner_mode::passive);
+    s_->poke_fd();
+  }
 }
 
 void Owner::active(filter_fn filter, std::size_t max) {
   if (!s_ || !s_->still_owner()) return;
   s_->active_filter = std::move(filter);
   s_->active_max = max;
+  s_->armed = owner_mode::active;
   s_->set_mode(owner_mode::active);
   s_->due = !s_->arm_all();
   if (s_->due) s_->poke_fd();
@@ -709,6 +721,8 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
   out.count = out.messages.size();
   out.dropped = (drops_now >= base ? drops_now - base : 0) + filter_drops;
   rec->drops_baseline.store(drops_now, std::memory_order_relaxed);
+  s_->armed = owner_mode::passive;
+  s_->due = false;
   s_->set_mode(owner_mode::passive);
   return recv_status::ok;
 }
@@ -718,16 +732,33 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
   detail::owner_record* rec = s_->m->owner();
   detail::lazy_deadline deadline{to_ns(timeout)};
   for (;;) {
+    // Read before looking for a request: Box::request_give_away stores the
+    // request, then bumps wake_seq (release) and wakes the futex; reading it
+    // first means a request we do not see below changes it, and the futex
+    // wait returns at once. acquire: pairs with that bump (and P6's).
+    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     if (!s_->still_owner()) return owner_event::not_owner;
     if (serve_request()) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
-    const owner_mode mode = this->mode();
-    if (mode == owner_mode::passive && !s_->due) return owner_event::none;  // nothing armed
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+    const owner_mode mode = s_->armed;
+    if (mode == owner_mode::passive && !s_->due) {
+      // Nothing armed: nothing can fire, but the owner sleeps here until the
+      // timeout all the same, serving give-away requests as it does when
+      // armed (they wake this futex), and returns not_owner once the box is
+      // gone. Posts do not wake it: no lane is armed.
+      if (deadline.timeout_ns == 0) return owner_event::none;
+      const std::uint64_t now = detail::mono_ns();
+      if (now >= deadline.get()) return owner_event::none;
+      // In slices, like the armed wait below: a box taken away meanwhile
+      // (lease expired) is noticed within one.
+      detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+      continue;
+    }
     const bool data = s_->due || !s_->arm_all();
     if (data) {
       s_->due = false;
       if (mode == owner_mode::notify) {
+        s_->armed = owner_mode::passive;
         s_->set_mode(owner_mode::passive);
         s_->disarm_all();
         return owner_event::notified;
@@ -747,6 +778,10 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
       ::sched_yield();
       continue;
     }
+    // Armed, nothing there yet: the segment shows what we wait for (a
+    // producer's wake-up, which is the notification, may have set it back to
+    // passive while we were receiving instead of waiting).
+    if (this->mode() != mode) s_->set_mode(mode);
     if (deadline.timeout_ns == 0) return owner_event::none;
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get()) {

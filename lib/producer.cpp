@@ -142,7 +142,8 @@ result<Producer> Producer::attach(const Box& box) {
 
 post_status Producer::post(const void* data, std::size_t size) noexcept {
   if (!s_) return post_status::error;
-  return s_->post(0, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
+  s_->ctx.evicted = 0;
+  return s_->post(s_->m->default_lane, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
 }
 
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
@@ -152,7 +153,8 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
 post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout,
                            const wait_options& w) noexcept {
   if (!s_) return post_status::error;
-  return s_->post(0, data, size, timeout_to_ns(timeout), w);
+  s_->ctx.evicted = 0;
+  return s_->post(s_->m->default_lane, data, size, timeout_to_ns(timeout), w);
 }
 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
@@ -163,6 +165,7 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size,
                               std::chrono::nanoseconds timeout) noexcept {
   if (!s_) return post_status::error;
+  s_->ctx.evicted = 0;
   if (!s_->valid_lane(lane)) return post_status::error;
   return s_->post(lane, data, size, timeout_to_ns(timeout), {});
 }
@@ -173,16 +176,17 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
 
 slot_loan Producer::loan() noexcept {
   if (!s_) return {};
-  return loan_to(0, std::chrono::milliseconds(s_->m->block_timeout_ms));
+  return loan_to(s_->m->default_lane, std::chrono::milliseconds(s_->m->block_timeout_ms));
 }
 
 slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  return loan_to(0, timeout, w);
+  return loan_to(s_ ? s_->m->default_lane : 0, timeout, w);
 }
 
 slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
   slot_loan l;
   if (!s_) return l;
+  s_->ctx.evicted = 0;
   detail::slot_claim k;
   // The fast path (see try_fast): checks inline, the errors below.
   if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
@@ -273,12 +277,12 @@ void slot_loan::abort() noexcept {
 
 std::size_t Producer::post_batch(std::span<const std::string_view> msgs, post_status* last) noexcept {
   if (!s_) return 0;
-  return post_batch_to(0, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
+  return post_batch_to(s_->m->default_lane, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
 }
 
 std::size_t Producer::post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
                                  post_status* last, const wait_options& w) noexcept {
-  return post_batch_to(0, msgs, timeout, last, w);
+  return post_batch_to(s_ ? s_->m->default_lane : 0, msgs, timeout, last, w);
 }
 
 std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,
@@ -286,6 +290,7 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
                                     const wait_options& w) noexcept {
   post_status st = post_status::stored;
   std::size_t i = 0;
+  if (s_) s_->ctx.evicted = 0;  // this call's evictions, all messages
   if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) {
     st = post_status::error;
   } else {
@@ -315,5 +320,6 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
 std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }
 std::error_code Producer::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_found); }
 std::uint32_t Producer::entry_index() const noexcept { return s_ ? s_->ctx.entry : 0; }
+std::uint32_t Producer::last_evicted() const noexcept { return s_ ? s_->ctx.evicted : 0; }
 
 }  // namespace shmbox

@@ -67,6 +67,14 @@
 //       dies here: slot TAKEN(q, P), P dead. Repair R2.
 //  E3 P.evicted++.        dies here: R2 (counts it if E3 did not).
 //  E4 seq = EMPTY(q + cap) (release). The claim at P1 now finds slot free.
+//     Another producer's P1-P3 may claim that free slot first (its post is a
+//     plain store, no eviction): we are back at P1 with the lane full and
+//     evict again. So one post may evict several messages. E3 also counts
+//     each eviction in the caller's private p.evicted, which the post reports
+//     (Producer::last_evicted(); status stored_evicted when it is not 0): the
+//     producers' reports add up to dropped_oldest exactly. (Before, a post
+//     returned stored_evicted once however many it evicted, and an eviction
+//     in R3 was not reported at all.)
 //  Evictors never wait for the owner: the owner TAKES a slot before copying
 //  it, so an evictor can never overwrite bytes the owner is reading; it
 //  evicts only FULL slots. So the owner never returns torn bytes.
@@ -293,6 +301,15 @@ void wake_owner(producer_ctx& p) noexcept {
     }
   }
   wake_owner(*p.m);
+  // pobox: an owner in notify reverts to passive as soon as the notification
+  // is sent, and this wake-up is the notification. After the wake, so that a
+  // producer that dies here leaves the state notify, which the owner's wait()
+  // (and its waker thread's lost-wake check) still act on.
+  // relaxed: the state is shown to inspectors; the owner's wait() decides
+  // from its own arming and the slots, not from this word.
+  std::uint32_t armed = static_cast<std::uint32_t>(owner_state::notify);
+  if (o->state.load(std::memory_order_relaxed) == armed)
+    o->state.compare_exchange_strong(armed, static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
 }
 
 // The full 64-bit position whose low 56 bits are `target`, at or below `near`.
@@ -530,6 +547,7 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
     p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
   }
   c->evicted.store(before + 1, std::memory_order_relaxed);
+  ++p.evicted;  // the caller's own count: what its post reports (E3)
   SHMBOX_FAULT("producer.mid_evict");
   // release: pairs with the acquire of the producer claiming q + cap
   s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
@@ -623,7 +641,9 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
                        slot_claim& out) noexcept {
   lane_header* h = L.hdr;
   const std::uint64_t cap = L.capacity;
-  bool evicted = false;
+  // Every eviction of this call, here and in R3 (producer_maybe_repair),
+  // counts in p.evicted: the status says stored_evicted when there was any.
+  const std::uint32_t evicted_before = p.evicted;
   std::uint64_t stuck_since = 0;
   space_wait waiting;
   waiting.spin_ns = p.spin_ns;
@@ -660,7 +680,7 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       out.lane = L.index;
       out.where = t;
       out.wake = (w & 1) != 0;
-      return evicted ? post_status::stored_evicted : post_status::stored;
+      return p.evicted != evicted_before ? post_status::stored_evicted : post_status::stored;
     }
     if (d == -static_cast<std::int64_t>(cap)) {
       // The slot still holds position t - cap: the lane is full at t. We hold
@@ -672,7 +692,10 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
           case policy::reject: return give_up(c->rejected, post_status::full);
           case policy::drop_newest: return give_up(c->dropped_new, post_status::dropped);
           case policy::drop_oldest:
-            if (evict_fifo(p, L, t - cap, seen)) evicted = true;
+            // E1-E4. Another producer may claim the slot we free before we
+            // do (its post is then a plain store): we evict again, so one
+            // post can evict several messages; p.evicted counts each.
+            evict_fifo(p, L, t - cap, seen);
             continue;
           case policy::block:
           case policy::lifo:
@@ -811,6 +834,7 @@ post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       }
       c->stored.store(stored + 1, std::memory_order_relaxed);
       c->replaced.store(replaced + 1, std::memory_order_relaxed);
+      ++p.evicted;
       out = {s, L.index, best, stamp, false};
       return post_status::stored_evicted;
     }

@@ -60,6 +60,10 @@ struct producer_ctx {
   std::uint64_t owner_fd_key = 0;
   std::uint32_t owner_fd_num = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
+  // Messages this handle's current call (post, loan, post_batch) evicted
+  // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
+  // Reset by each public call; a single writer, private memory.
+  std::uint32_t evicted = 0;
   bool loan_open = false;     // a slot_loan holds this entry's claim
   role_lock lock;             // holds the entry's byte (liveness.hpp L1)
   ~producer_ctx();

@@ -32,7 +32,10 @@ inline void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
-// P1-P4 without the payload.
+// P1-P4 without the payload. The free slot may be one that another
+// producer's eviction (E4) just freed for its own claim: taking it here is a
+// plain store (no eviction by this post), and that evictor evicts again;
+// its post reports both (producer_ctx::evicted, Producer::last_evicted).
 __attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, const lane_view& L,
                                                              slot_claim& out) noexcept {
   lane_header* h = L.hdr;

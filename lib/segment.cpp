@@ -199,6 +199,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
       return fail(errc::invalid_argument, who + ": unknown overflow policy for lane " + std::to_string(l));
     policies[l] = static_cast<std::uint32_t>(pol);
   }
+  // A plain post goes to the default lane: lane 1 when there are several
+  // (lane 0, the control lane, takes only explicit posts), else lane 0.
+  const std::uint32_t default_lane = o.default_lane.value_or(p.lane_count > 1 ? 1 : 0);
+  if (default_lane >= p.lane_count)
+    return fail(errc::invalid_argument, who + ": default lane " + std::to_string(default_lane) + " is not one of its " +
+                                            std::to_string(p.lane_count) + " lanes (0.." + std::to_string(p.lane_count - 1) + ")");
   p.slot_payload = o.slot_size;
   p.max_producers = o.max_producers;
   geometry g;
@@ -265,6 +271,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   m->uid = static_cast<std::uint32_t>(::geteuid());
   m->lease_ms_ = static_cast<std::uint32_t>(o.lease.count());
   m->spin_ns = static_cast<std::uint32_t>(o.spin.count());
+  m->default_lane = default_lane;
 
   // The pages are fresh from fallocate and read as zero: every counter, key
   // and op word starts at 0 (none). Only non-zero initial values are written.
@@ -281,6 +288,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->default_policy = static_cast<std::uint32_t>(o.overflow);
   h->block_timeout_ms = m->block_timeout_ms;
   h->spin_ns = m->spin_ns;
+  h->default_lane = default_lane;
   h->owner_offset = g.owner_offset;
   h->lanes_offset = g.lanes_offset;
   h->producers_offset = g.producers_offset;
@@ -443,6 +451,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   m->lease_ms_ = h.lease_ms;
   // The spin comes from shared memory: bounded before use.
   m->spin_ns = std::min<std::uint32_t>(h.spin_ns, static_cast<std::uint32_t>(std::chrono::nanoseconds(kMaxSpin).count()));
+  if (h.default_lane >= h.lane_count)
+    return fail(errc::corrupt, who + ": default lane " + std::to_string(h.default_lane) + " in header, but it has " +
+                                   std::to_string(h.lane_count) + " lanes (corrupt header)");
+  m->default_lane = h.default_lane;
   {
     box_config cfg;
     std::memcpy(static_cast<void*>(&cfg), m->base + g.config_offset, sizeof cfg);

@@ -48,6 +48,7 @@ struct mapped_box {
   std::uint32_t block_timeout_ms = 0;
   std::uint32_t lease_ms_ = 0;  // validated copy of the header's lease_ms
   std::uint32_t spin_ns = 0;    // bounded copy of the header's spin_ns (options::spin)
+  std::uint32_t default_lane = 0;  // validated copy of the header's default_lane (< lane_count)
   std::string dead_letters;     // validated copy of the config's dead-letter box name ("" none)
   // The mapping's open file description, kept open: it holds the attach lock
   // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).

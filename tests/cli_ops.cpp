@@ -260,6 +260,31 @@ TEST_CASE("give-away: an owner in an event loop (poll on notify_fd) serves the r
   CHECK(shmtest::exited_with(heir.wait(), 0));
 }
 
+// Issue 13 item 8: an owner asleep in Owner::wait with nothing armed
+// (passive) serves a give-away request, as the README promises ("the next
+// time it receives or waits"). Before: wait() with nothing armed returned at
+// once, so an owner parked there never served it (the request timed out).
+TEST_CASE("give-away: an owner asleep in wait() with nothing armed serves the request") {
+  shmtest::segment_guard g(shmtest::unique_name("giveidle"));
+  REQUIRE(cli({"create", g.name}).code == 0);
+  shmtest::child owner({shmtest::helper_path(), "idle-wait", g.name, "60000"});
+  REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
+  shmtest::child heir({shmtest::cli_path(), "recv", g.name, "--heir", "--follow"}, {}, false, true);
+  REQUIRE(eventually([&] { return has_heir(g.name, heir.pid()); }));
+  // Handshake: the owner is asleep in the kernel (in wait's futex), not
+  // returned from wait.
+  REQUIRE(shmtest::wait_for_state(owner.pid(), 'S', 30s));
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(owner.pid()));
+  const auto r = cli({"give-away", g.name, std::to_string(heir.pid()), "--timeout", "20000"});
+  INFO("give-away said: ", r.err);
+  CHECK(r.code == 0);
+  CHECK(owner.read_line().value_or("") == "event not-owner");  // wait() returned: the box was given
+  CHECK(shmtest::exited_with(owner.wait(10s), 0));
+  CHECK(owner_pid(g.name) == static_cast<std::uint64_t>(heir.pid()));
+  heir.kill(SIGTERM);
+  CHECK(shmtest::exited_with(heir.wait(), 0));
+}
+
 // The request word in the owner record (0: none pending).
 std::uint64_t request_word(const std::string& box) {
   auto seg = shmbox::detail::open_segment(box, true);

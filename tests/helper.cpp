@@ -34,6 +34,10 @@
 //       each readable fd call wait(out, 0); print "notified" (and take what
 //       is there, then re-arm) or, once the box was given away, "given-away"
 //       and exit 0.
+//   idle-wait NAME MS
+//       acquire, accept give-away requests, print "owned <epoch>", then call
+//       wait(out, MS) once with nothing armed (passive); print "event <what
+//       it returned>" (none, not-owner, ...) and exit 0.
 //   map NAME
 //       opens the box (maps it) without any role, prints "mapped", waits until stdin closes.
 //   wait-one NAME TIMEOUT_MS
@@ -135,6 +139,7 @@ int produce(int argc, char** argv) {
     for (std::size_t i = 16; i < size; ++i) b[i] = pattern_byte(id, seq, i);
   };
   std::uint64_t aborted = 0;  // loans taken and aborted (--abort-every)
+  std::uint64_t evictions = 0;  // messages this producer's posts evicted or replaced
   auto post_one = [&](std::uint64_t seq) {
     if (!use_loan) return p->post_to(lane, buf.data(), size);
     if (abort_every > 0 && seq % static_cast<std::uint64_t>(abort_every) == 0) {
@@ -196,6 +201,7 @@ int produce(int argc, char** argv) {
         return 4;
       }
       ++tally[st];
+      evictions += p->last_evicted();
       if (st == shmbox::post_status::error) {
         std::printf("error %s\n", shmbox::explain(p->last_error()).c_str());
         return 1;
@@ -206,10 +212,10 @@ int produce(int argc, char** argv) {
     if (pause_us != 0) ::usleep(pause_us);
   }
   std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
-              " too_large=%" PRIu64 " aborted=%" PRIu64 "\n",
+              " too_large=%" PRIu64 " aborted=%" PRIu64 " evictions=%" PRIu64 "\n",
               tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
               tally[shmbox::post_status::full], tally[shmbox::post_status::dropped], tally[shmbox::post_status::timeout],
-              tally[shmbox::post_status::too_large], aborted);
+              tally[shmbox::post_status::too_large], aborted, evictions);
   return 0;
 }
 
@@ -316,6 +322,20 @@ int own(int argc, char** argv) {
     std::printf("%s\n", std::string(shmbox::to_string(o->try_receive(m))).c_str());
     std::fflush(stdout);
   }
+  return 0;
+}
+
+int idle_wait(int argc, char** argv) {
+  if (argc < 4) return usage();
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  o->accept_give_away_requests(true);
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  shmbox::delivery d;
+  const shmbox::owner_event ev = o->wait(d, std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  const char* names[] = {"none", "notified", "delivered", "not-owner", "error"};
+  std::printf("event %s\n", names[static_cast<int>(ev)]);
   return 0;
 }
 
@@ -545,6 +565,7 @@ int main(int argc, char** argv) {
   if (cmd == "own") return own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
+  if (cmd == "idle-wait") return idle_wait(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);

@@ -110,6 +110,54 @@ TEST_CASE("lanes: priorities hold with 4 producer processes") {
   shmtest::check_invariant(*box);
 }
 
+// Issue 13 item 9: a plain post on a box with several lanes goes to the
+// default user lane (1 unless chosen at creation), never to the control
+// lane: ordinary traffic does not eat the room kept for control messages.
+// Before: plain posts went to lane 0.
+TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at creation); the control lane only takes explicit posts") {
+  {
+    shmtest::segment_guard g(shmtest::unique_name("deflane"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{.capacity = 2}, {}, {}}});
+    REQUIRE(box);
+    CHECK(box->default_lane() == 1);
+    CHECK(box->info().default_lane == 1);
+    CHECK(shmbox::Box::inspect(g.name)->default_lane() == 1);  // read back from the segment
+    auto p = shmbox::Producer::attach(*box);
+    for (int i = 0; i < 4; ++i) CHECK(p->post(shmtest::cat("plain", std::to_string(i))) == post_status::stored);
+    CHECK(p->post("fifth") == post_status::full);  // lane 1 is full; the control lane's room is untouched
+    std::string_view two[] = {"b1", "b2"};
+    CHECK(p->post_batch(two) == 0);  // batches and loans go there too
+    CHECK_FALSE(p->loan());
+    CHECK(p->post_to(0, "stop") == post_status::stored);  // control: explicit only
+    CHECK(p->post_to(0, "now") == post_status::stored);
+    const shmbox::box_info info = box->info();
+    CHECK(info.lanes[0].depth == 2);
+    CHECK(info.lanes[1].depth == 4);
+    CHECK(info.lanes[2].depth == 0);
+    CHECK(info.lanes[1].count.rejected == 3);  // the post, the batch's first message and the loan (counted as a post)
+  }
+  {
+    shmtest::segment_guard g(shmtest::unique_name("deflane2"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{}, {}, {}}, .default_lane = 2});
+    REQUIRE(box);
+    CHECK(box->default_lane() == 2);
+    auto p = shmbox::Producer::attach(shmbox::Box::open(g.name).value());
+    CHECK(p->post("x") == post_status::stored);
+    std::string_view two[] = {"y", "z"};
+    CHECK(p->post_batch(two) == 2);
+    CHECK(box->info().lanes[2].depth == 3);
+    CHECK(box->info().lanes[0].depth + box->info().lanes[1].depth == 0);
+  }
+  {
+    shmtest::segment_guard g(shmtest::unique_name("deflane1"));  // one lane: lane 0 is the only lane
+    auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16});
+    REQUIRE(box);
+    CHECK(box->default_lane() == 0);
+    CHECK(shmbox::Producer::attach(*box)->post("x") == post_status::stored);
+    CHECK(box->info().lanes[0].depth == 1);
+  }
+}
+
 TEST_CASE("usage(): depth and capacity per lane and in total") {
   shmtest::segment_guard g(shmtest::unique_name("usage"));
   auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{.capacity = 2}, {}}});

@@ -216,17 +216,25 @@ TEST_CASE("states: passive_to_notify") {
     CHECK(f.owner.mode() == owner_mode::passive);
     f.owner.notify();
     CHECK(f.owner.mode() == owner_mode::notify);
+    // pobox: "as soon as the notification is sent, it reverts back to the
+    // passive state". The post wakes the owner: that is the notification.
     post(f, 2, 2);
+    CHECK(f.owner.mode() == owner_mode::passive);
+    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "passive");
     REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
+    CHECK(f.owner.mode() == owner_mode::passive);
     CHECK(activate(f, identity, 1, 0) == std::vector<int>{2});
-    // Passive again. With a message in the box, notify fires at once and the
-    // box stays passive.
+    // Passive again. With a message in the box, notify fires at once: the
+    // box is passive at once (the notification is due; wait() reports it).
     CHECK(f.owner.mode() == owner_mode::passive);
     post(f, 3, 3);
     check_quiet(f);  // passive: no notification
     f.owner.notify();
+    CHECK(f.owner.mode() == owner_mode::passive);
+    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "passive");
     REQUIRE(f.owner.wait(d, 0ns) == owner_event::notified);
     CHECK(f.owner.mode() == owner_mode::passive);
+    check_quiet(f);  // one-shot: reported once
   }
 }
 

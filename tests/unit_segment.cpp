@@ -130,6 +130,7 @@ TEST_CASE("segment: a header whose geometry is out of range or inconsistent is c
       {"stride", [](hdr* h) { h->slot_stride = 64; }},
       {"capacity", [](hdr* h) { h->lane_capacity[0] = 7; }},
       {"policy", [](hdr* h) { h->default_policy = 42; }},
+      {"default lane", [](hdr* h) { h->default_lane = h->lane_count; }},  // must be one of its lanes
   };
   for (const auto& p : pokes) {
     CAPTURE(p.what);
@@ -184,6 +185,12 @@ TEST_CASE("options: out-of-range values are invalid, oversized boxes too large")
       {with([](auto& o) { o.max_producers = 0; }), errc::invalid_argument, "max producers"},
       {with([](auto& o) { o.mode = 0400; }), errc::invalid_argument, "0600"},
       {with([](auto& o) { o.mode = 01777; }), errc::invalid_argument, "permission bits"},
+      {with([](auto& o) { o.default_lane = 1; }), errc::invalid_argument, "default lane 1"},  // one lane: only 0
+      {with([](auto& o) {
+         o.lanes.resize(3);
+         o.default_lane = 3;
+       }),
+       errc::invalid_argument, "default lane 3 is not one of its 3 lanes"},
       {with([](auto& o) {
          o.capacity = shmbox::kMaxCapacity;
          o.slot_size = 1u << 16;

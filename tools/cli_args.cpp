@@ -133,6 +133,10 @@ int parse_args(int argc, char** argv, parsed& out) {
   create->add_option("--lanes", out.create.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number")
       ->transform(decimal(1, shmbox::kMaxLanes))
       ->capture_default_str();
+  create->add_option("--default-lane", out.create.default_lane,
+                     "the lane of a plain post (default: 1 with several lanes, so that ordinary traffic never takes "
+                     "the control lane's room; 0 with one)")
+      ->transform(decimal(0, shmbox::kMaxLanes - 1));
   create->add_option("--lane-capacity", out.create.lane_capacity, "capacity of one lane (repeatable); default --capacity")
       ->check(check_lane_pair(false));
   create->add_option("--lane-policy", out.create.lane_policy, "policy of one lane (repeatable); default --policy")
@@ -155,7 +159,10 @@ int parse_args(int argc, char** argv, parsed& out) {
   post->add_option("--timeout", out.post.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
       ->transform(decimal(0, 86'400'000));
   post->add_flag("--any-owner", out.post.any_owner, "post into a box whose segment belongs to another user");
-  post->add_option("--lane", out.post.lane, "the lane to post into (0: control lane)")->transform(decimal(0, shmbox::kMaxLanes - 1));
+  auto* lane_opt = post->add_option("--lane", out.post.lane, "the lane to post into (0: the control lane; default: the box's default lane)")
+                       ->transform(decimal(0, shmbox::kMaxLanes - 1));
+  post->add_flag_callback("--control", [&out] { out.post.lane = 0; }, "post into the control lane (the same as --lane 0)")
+      ->excludes(lane_opt);
 
   auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
   recv->add_option("NAME", out.recv.name, "box name")->required()->check(check_name);
@@ -245,7 +252,7 @@ int parse_args(int argc, char** argv, parsed& out) {
   // Examples, shown at the end of each command's --help.
   const std::pair<CLI::App*, const char*> examples[] = {
       {create, "Example: shmbox create jobs --capacity 4096 --slot-size 512 --policy drop-oldest"},
-      {post, "Example: shmbox post jobs 'hello'    printf 'a\\nb\\n' | shmbox post jobs"},
+      {post, "Example: shmbox post jobs 'hello'    printf 'a\\nb\\n' | shmbox post jobs    shmbox post jobs --control stop"},
       {recv, "Example: shmbox recv jobs --follow --accept-give-away    shmbox recv jobs --heir --data backup --follow"},
       {stat, "Example: shmbox stat jobs --json | jq .counters    shmbox stat jobs --prometheus > jobs.prom"},
       {watch, "Example: shmbox watch jobs --interval 500    shmbox watch jobs --count 10 > jobs.log"},

@@ -23,6 +23,7 @@ struct create_args {
   std::uint32_t lease_ms = 0;
   std::uint32_t spin_us = 50;
   std::uint32_t lanes = 1;
+  long long default_lane = -1;  // -1: lane 1 with several lanes, else 0
   std::vector<std::string> lane_capacity;  // "L=N"
   std::vector<std::string> lane_policy;    // "L=POLICY"
   std::string dead_letters;
@@ -32,7 +33,7 @@ struct post_args {
   std::string name;
   std::vector<std::string> messages;
   long long timeout_ms = -1;  // -1: the box's block timeout
-  std::uint32_t lane = 0;
+  long long lane = -1;        // -1: the box's default lane (a plain post); --control: 0
   bool any_owner = false;
 };
 

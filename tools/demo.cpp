@@ -102,11 +102,12 @@ int run_producer(const std::string& name, int id) {
     std::fprintf(stderr, "producer %d: %s\n", id, shmbox::explain(p.error()).c_str());
     return 1;
   }
-  std::uint64_t evicting = 0;
+  std::uint64_t evicting = 0, evictions = 0;  // posts that evicted; messages they evicted
   char msg[64];
   for (std::uint64_t seq = 0; seq < kPerProducer; ++seq) {
     const int n = std::snprintf(msg, sizeof msg, "producer %d message %" PRIu64, id, seq);
     const shmbox::post_status st = p->post(msg, static_cast<std::size_t>(n));
+    evictions += p->last_evicted();
     if (st == shmbox::post_status::stored_evicted) ++evicting;
     else if (st != shmbox::post_status::stored) {
       std::fprintf(stderr, "producer %d: post returned %s\n", id, std::string(shmbox::to_string(st)).c_str());
@@ -116,7 +117,7 @@ int run_producer(const std::string& name, int id) {
     // still about four times what the slow owner can take.
     if (seq % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::printf("%d %" PRIu64 "\n", id, evicting);
+  std::printf("%d %" PRIu64 " %" PRIu64 "\n", id, evicting, evictions);
   return 0;
 }
 
@@ -242,12 +243,15 @@ int run_demo() {
               " dropped so far)\n\n",
               mid.depth, mid.capacity, mid.count.dropped_oldest);
 
-  std::uint64_t evicted_by_posts = 0;
+  std::uint64_t evicting_posts = 0, evicted_by_posts = 0;
   for (auto& p : producers) {
     if (p.read_line(line, 60'000)) {
       int id = 0;
-      std::uint64_t ev = 0;
-      if (std::sscanf(line.c_str(), "%d %" SCNu64, &id, &ev) == 2) evicted_by_posts += ev;
+      std::uint64_t posts = 0, ev = 0;
+      if (std::sscanf(line.c_str(), "%d %" SCNu64 " %" SCNu64, &id, &posts, &ev) == 3) {
+        evicting_posts += posts;
+        evicted_by_posts += ev;
+      }
     }
     const int st = p.wait();
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -255,7 +259,12 @@ int run_demo() {
       return 1;
     }
   }
-  std::printf("all producers finished; %" PRIu64 " of their posts had to evict the oldest message\n", evicted_by_posts);
+  // One post may evict more than one message (another producer took the
+  // slot it freed): the producers' counts of evicted messages
+  // (Producer::last_evicted) add up to the box's dropped_oldest counter.
+  std::printf("all producers finished; %" PRIu64 " of their posts evicted the oldest messages, %" PRIu64
+              " messages in all (dropped_oldest: %" PRIu64 ")\n",
+              evicting_posts, evicted_by_posts, box->read_counters().dropped_oldest);
   std::uint64_t b_got = 0, b_again = 0;
   while (owner_b.read_line(line, 30'000)) {
     if (std::sscanf(line.c_str(), "done %" SCNu64 " %" SCNu64, &b_got, &b_again) == 2) break;

@@ -2,6 +2,7 @@
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (post: a message
 // was not stored; recv: nothing arrived before the timeout).
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -119,6 +122,7 @@ json info_json(const shmbox::box_info& i) {
               {"orphaned", i.orphaned},
               {"lease_ms", i.lease.count()},
               {"spin_ns", i.spin.count()},
+              {"default_lane", i.default_lane},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
@@ -179,6 +183,13 @@ int cmd_create(const create_args& a) {
   o.lease = std::chrono::milliseconds(a.lease_ms);
   o.spin = std::chrono::microseconds(a.spin_us);
   o.dead_letters = a.dead_letters;
+  if (a.default_lane >= 0) {
+    if (a.default_lane >= a.lanes) {
+      std::cerr << "shmbox: --default-lane " << a.default_lane << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
+      return kExitUsage;
+    }
+    o.default_lane = static_cast<std::uint32_t>(a.default_lane);
+  }
   if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
     o.lanes.resize(a.lanes);
     for (const auto& lc : a.lane_capacity) {
@@ -202,7 +213,9 @@ int cmd_create(const create_args& a) {
   if (!box) return fail(box.error());
   std::cout << "created box '" << a.name << "': capacity " << box->capacity() << ", slot size " << o.slot_size
             << " bytes, policy " << shmbox::to_string(o.overflow) << ", " << box->lane_count()
-            << (box->lane_count() == 1 ? " lane" : " lanes") << ", mode " << octal(o.mode) << "\n";
+            << (box->lane_count() == 1 ? " lane" : " lanes")
+            << (box->lane_count() == 1 ? std::string() : " (plain posts go to lane " + std::to_string(box->default_lane()) + ")")
+            << ", mode " << octal(o.mode) << "\n";
   return kExitOk;
 }
 
@@ -217,8 +230,10 @@ int cmd_post(const post_args& a) {
   std::size_t index = 0;
   auto post_one = [&](const std::string& msg) {
     ++index;
-    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(a.lane, msg)
-                                                    : producer->post_to(a.lane, msg, std::chrono::milliseconds(a.timeout_ms));
+    // No --lane: a plain post, into the box's default lane.
+    const std::uint32_t lane = a.lane < 0 ? box->default_lane() : static_cast<std::uint32_t>(a.lane);
+    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(lane, msg)
+                                                    : producer->post_to(lane, msg, std::chrono::milliseconds(a.timeout_ms));
     if (shmbox::is_stored(st)) return true;
     const std::string which = "message " + std::to_string(index);
     switch (st) {
@@ -258,14 +273,59 @@ int cmd_post(const post_args& a) {
 volatile sig_atomic_t g_stop = 0;
 void on_stop_signal(int) { g_stop = 1; }
 
+// Writes all of [p, p + n) to stdout: a write cut short (a signal, a full
+// pipe taking part of it) is completed, EINTR retried. false on an error.
+bool write_all(const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(STDOUT_FILENO, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// recv's output: whole lines only. Lines are gathered and written with
+// write(2) at line boundaries, each write at most PIPE_BUF bytes (unless one
+// line is longer: then that line alone). A pipe takes a write of up to
+// PIPE_BUF bytes whole, so a reader never sees a cut line, even when recv is
+// killed mid-stream: what it printed is whole messages, and what it did not
+// print is not committed (see receive_and_print).
+class line_output {
+ public:
+  bool add(std::string_view prefix, std::string_view msg) {
+    const std::size_t n = prefix.size() + msg.size() + 1;
+    if (!buf_.empty() && buf_.size() + n > PIPE_BUF && !flush()) return false;
+    buf_.append(prefix).append(msg).push_back('\n');
+    return buf_.size() < PIPE_BUF || flush();
+  }
+  bool flush() {
+    const bool ok = write_all(buf_.data(), buf_.size());
+    buf_.clear();
+    return ok;
+  }
+
+ private:
+  std::string buf_;
+};
+
 // Prints messages as the owner: --max/--all as asked, or (--follow) until a
-// signal. Returns the exit code.
+// signal. Returns the exit code. Two-phase: each batch is read (Owner::read),
+// printed in whole lines, and committed only once it is all written. A recv
+// killed (or failing to write) before the commit has committed nothing it did
+// not print: the next owner receives that batch again, flagged redelivered
+// (at-least-once towards the output; a repeat says so with --verbose).
 int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
   if (a.accept_give_away) owner.accept_give_away_requests(true);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.timeout_ms);
   const std::size_t want = (a.all || a.follow) ? std::numeric_limits<std::size_t>::max() : a.max;
   std::size_t got = 0;
   shmbox::batch batch;
+  line_output out;
+  std::string prefix;
   while (got < want && g_stop == 0) {
     batch.clear();
     std::chrono::nanoseconds left;
@@ -283,13 +343,27 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
       }
     }
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
-    const shmbox::recv_status st = owner.receive_batch(batch, chunk, left);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (a.verbose) std::cout << "lane=" << batch.lane(i) << " redelivered=" << (batch.redelivered(i) ? "yes" : "no") << " ";
-      std::cout.write(batch[i].data(), static_cast<std::streamsize>(batch[i].size()));
-      std::cout.put('\n');
+    const shmbox::recv_status st = owner.read(batch, chunk, left);
+    bool written = true;
+    for (std::size_t i = 0; i < batch.size() && written; ++i) {
+      prefix.clear();
+      if (a.verbose)
+        prefix.append("lane=").append(std::to_string(batch.lane(i))).append(" redelivered=").append(batch.redelivered(i) ? "yes " : "no ");
+      written = out.add(prefix, batch[i]);
     }
-    std::cout.flush();
+    if (!batch.empty()) {
+      if (!written || !out.flush()) {
+        const int err = errno;
+        std::cerr << "shmbox: cannot write to standard output (" << std::strerror(err) << "); the " << batch.size()
+                  << " messages read last stay in box '" << a.name
+                  << "' and go to its next owner, flagged redelivered\n";
+        return kExitFail;
+      }
+      // Printed: now commit. Lost ones (the lease expired meanwhile) were
+      // printed and go to the new owner too, flagged redelivered.
+      std::size_t lost = 0;
+      if (owner.commit(&lost) != shmbox::recv_status::ok) return fail(owner.last_error());
+    }
     got += batch.size();
     if (st == shmbox::recv_status::ok) continue;
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) {
@@ -379,6 +453,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "\n"
             << "lease        " << (i.lease.count() == 0 ? std::string("none (only death ends it)") : std::to_string(i.lease.count()) + " ms") << "\n"
             << "spin         " << i.spin.count() / 1000 << " us before sleeping (adaptive wait)\n"
+            << "default lane " << i.default_lane
+            << (i.lanes.size() > 1 ? " (plain posts; lane 0, the control lane, takes only --lane 0 / --control)\n"
+                                   : " (the only lane)\n")
             << "heirs        " << i.heirs.size() << "\n"
             << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
             << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +

@@ -45,8 +45,10 @@ inline constexpr std::uint32_t kMaxLanes = 8;
 
 // One lane of a box (a ring of its own). Lane 0 is the control lane: always
 // read first, with its own capacity, so full user lanes never block or drop a
-// control message. Lanes 1.. are priorities: a lower number is read first;
-// each lane keeps FIFO order (lifo lanes: newest first).
+// control message; it takes only explicit posts (Producer::post_to(0, ...)).
+// Lanes 1.. are priorities: a lower number is read first; each lane keeps
+// FIFO order (lifo lanes: newest first). A plain post goes to the box's
+// default lane (options::default_lane).
 struct lane_options {
   std::uint32_t capacity = 0;      // messages; 0: the box's `capacity`
   std::optional<policy> overflow{};  // unset: the box's `overflow`
@@ -63,6 +65,10 @@ struct options {
   std::chrono::milliseconds lease{0};  // lease deadline: an owner that does not receive (or renew) for this
                                        // long loses the box to its heir; 0: only death ends a lease
   std::vector<lane_options> lanes{};   // 1..kMaxLanes lanes; empty: one lane of `capacity` and `overflow`
+  // The lane of a plain post (Producer::post, loan, post_batch); must be one
+  // of the box's lanes. Unset: lane 1 when the box has several lanes (the
+  // control lane 0 takes only explicit posts), lane 0 when it has one.
+  std::optional<std::uint32_t> default_lane{};
   std::string dead_letters{};          // a box that receives what this one drops or evicts ("": none)
   // Adaptive wait: a blocking receive that finds nothing, and a blocking post
   // that finds no space, poll the box this long before they sleep on a futex.
@@ -195,6 +201,7 @@ struct box_info {
   std::vector<heir_info> heirs;  // in order
   transfer_record last_transfer; // epoch 0: none yet
   std::vector<lane_info> lanes;   // lane 0 is the control lane
+  std::uint32_t default_lane = 0;  // the lane of a plain post
   std::string dead_letters;       // the dead-letter box ("" none)
   counters count;                 // all lanes
 };
@@ -267,6 +274,7 @@ class Box {
   const std::string& name() const noexcept;
   std::uint32_t capacity() const noexcept;  // all lanes together
   std::uint32_t lane_count() const noexcept;
+  std::uint32_t default_lane() const noexcept;  // the lane of a plain post (options::default_lane)
   std::uint32_t slot_size() const noexcept;
   policy overflow() const noexcept;
   // Messages in the box right now, from two counters; exact when idle.

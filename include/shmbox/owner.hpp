@@ -86,7 +86,8 @@ class batch {
 // pobox's owner states. The state lives in the segment (`shmbox stat` shows it).
 enum class owner_mode : std::uint8_t {
   passive,  // messages accumulate; nothing is signalled
-  notify,   // one-shot: when data is (or becomes) present, the owner is woken; then passive
+  notify,   // one-shot: when data is (or becomes) present, the owner is woken; passive again as
+            // soon as that notification is sent (wait() reports it)
   active,   // one-shot: the next delivery happens as soon as data is there; then passive
 };
 std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
@@ -207,14 +208,17 @@ class Owner {
   // --- pobox's owner states (one-shot arming; after each wake or delivery the box is passive)
   owner_mode mode() const noexcept;
   void passive();
-  // Arms notify. If the box already has data, the notification is due at once
-  // and the box stays passive.
+  // Arms notify. The post that wakes the owner sends the notification and sets
+  // the box back to passive; if the box already has data, the notification is
+  // sent at once and the box stays passive. wait() reports it (notified) once.
   void notify();
   // Arms active: the next delivery, through `filter` (none: deliver all), of up
   // to `max` messages, is made as soon as data is there (by wait()).
   void active(filter_fn filter = {}, std::size_t max = SIZE_MAX);
   // Waits up to `timeout` for the armed state to fire: notify -> notified;
   // active -> the delivery is made into `out` and delivered is returned.
+  // With nothing armed it sleeps until the timeout (none). Either way it
+  // serves give-away requests (then not_owner, as when the box is lost).
   owner_event wait(delivery& out, std::chrono::nanoseconds timeout);
   // A delivery now, through `filter`, of up to `max` messages, whatever the
   // state: ok (a delivery, maybe empty: all dropped or the first skipped),

@@ -16,7 +16,8 @@ namespace shmbox {
 // What one post did. Posts never throw.
 enum class post_status : std::uint8_t {
   stored,          // the message is in the box
-  stored_evicted,  // stored after evicting another message (drop_oldest) or replacing the top (lifo)
+  stored_evicted,  // stored after evicting other messages (drop_oldest: one or more, see
+                   // Producer::last_evicted) or replacing the top (lifo)
   dropped,         // drop_newest: the box was full, the message was discarded (counted)
   full,            // reject: the box was full, nothing stored (counted)
   timeout,         // block: no space before the timeout (counted); drop_oldest/lifo: stuck behind
@@ -99,7 +100,10 @@ class Producer {
   Producer& operator=(Producer&&) noexcept;
   ~Producer();  // gives the entry back; the messages it posted stay in the box
 
-  // Posts one message. A full `block` box waits up to the box's block_timeout.
+  // Posts one message into the box's default lane (Box::default_lane: lane 1
+  // of a box with several lanes, so ordinary traffic never takes the control
+  // lane's room; lane 0 of a box with one). A full `block` box waits up to
+  // the box's block_timeout.
   post_status post(const void* data, std::size_t size) noexcept;
   // Posts one message; `timeout` replaces the box's block_timeout for this call.
   post_status post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept;
@@ -107,8 +111,9 @@ class Producer {
   post_status post(std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
     return post(msg.data(), msg.size(), timeout);
   }
-  // The same into lane `lane` (0 = control lane; see lane_options). A lane the
-  // box does not have is post_status::error (last_error: invalid_argument).
+  // The same into lane `lane` (0 = control lane, which takes only these
+  // explicit posts; see lane_options). A lane the box does not have is
+  // post_status::error (last_error: invalid_argument).
   post_status post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept;
   post_status post_to(std::uint32_t lane, const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept;
   post_status post_to(std::uint32_t lane, std::string_view msg) noexcept { return post_to(lane, msg.data(), msg.size()); }
@@ -116,7 +121,7 @@ class Producer {
     return post_to(lane, msg.data(), msg.size(), timeout);
   }
 
-  // Zero-copy post: claims a slot in lane 0 (`loan_to`: in `lane`) for a
+  // Zero-copy post: claims a slot in the default lane (`loan_to`: in `lane`) for a
   // message written in place; see slot_loan. A full box answers as post does
   // (reject: full, drop_newest: dropped, drop_oldest: evicts, lifo: replaces
   // the top, block: waits up to `timeout`, default the box's block_timeout).
@@ -124,7 +129,7 @@ class Producer {
   slot_loan loan(std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
   slot_loan loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
 
-  // Posts `msgs` in order into lane 0 (`post_batch_to`: into `lane`), each
+  // Posts `msgs` in order into the default lane (`post_batch_to`: into `lane`), each
   // as post() would, until one is not stored; returns how many were stored:
   // always a prefix of msgs, so msgs.subspan(n) is what is left (retrying it
   // keeps the order). `last` (if given) gets the outcome of msgs[n] (full,
@@ -149,6 +154,14 @@ class Producer {
   std::error_code last_error() const noexcept;
   // The index of this handle's entry in the producer table.
   std::uint32_t entry_index() const noexcept;
+  // How many messages this handle's most recent post, post_to, loan, loan_to
+  // or post_batch call evicted (drop_oldest) or replaced (lifo). One post can
+  // evict more than one: when another producer takes the slot this one just
+  // freed, this one evicts again. Evictions count even when the call then
+  // failed (a timeout behind a stalled process). Summed over every call of
+  // every producer, it equals the box's dropped_oldest counter (drop_oldest
+  // lanes) plus the replaced tops of lifo lanes.
+  std::uint32_t last_evicted() const noexcept;
 
  private:
   struct state;
