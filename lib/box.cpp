@@ -244,13 +244,13 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
   const detail::mapped_box& m = *m_;
   if (m.read_only) return detail::fail(errc::permission_denied, "box '" + m.name + "' was opened read-only; open it with Box::open");
   if (auto ok = owner_takes_requests(m); !ok) return ok.error();
-  // A pid names a process of the caller's pid namespace: its key (which
-  // carries the namespace) must be an heir entry's.
-  const std::uint64_t key = detail::key_of_pid(pid);
-  if (key != 0)
-    for (const detail::heir_view& h : detail::list_heirs(m, false))
-      if (h.alive && h.key == key) return request_give_away_to_heir(h.index, timeout);
-  if (key != 0 && key == m.owner()->key.load(std::memory_order_acquire))
+  // A pid names a process of the caller's pid namespace: the live heir or
+  // listener with that pid recorded in this namespace.
+  for (const detail::heir_view& h : detail::list_heirs(m, false))
+    if (h.alive && detail::key_pid(h.key) == pid && detail::in_this_ns(h.pid_ns))
+      return request_give_away_to_heir(h.index, timeout);
+  const detail::owner_view v = detail::view_owner(m);
+  if (detail::key_pid(v.key) == pid && detail::in_this_ns(v.pid_ns))
     return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) + " already owns it");
   bool elsewhere = false;
   for (const detail::heir_view& h : detail::list_heirs(m, false))
@@ -262,7 +262,7 @@ result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds 
                             "heir entry (shmbox heirs " + m.name + "; shmbox give-away " + m.name +
                             " --heir N; Box::request_give_away_to_heir)");
   return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) +
-                                                  (key == 0 ? " is not running in this pid namespace"
+                                                  (!detail::pid_running(pid) ? " is not running in this pid namespace"
                                                             : " is not waiting for it: make it an heir or listener first "
                                                               "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)"));
 }

@@ -61,8 +61,9 @@ struct Heir::state {
     if (efd >= 0) ::close(efd);
   }
 
-  // Watches process `k`, which holds role byte `byte`, for its death (0: nothing).
-  void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX) {
+  // Watches process `k` (of pid namespace `pid_ns`), which holds role byte
+  // `byte`, for its death (0: nothing).
+  void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX, std::uint64_t pid_ns = 0) {
     if (k == target && byte == target_byte && !lock_watch.fired()) return;
     if (pidfd >= 0) {
       ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
@@ -73,12 +74,12 @@ struct Heir::state {
     target = k;
     target_byte = byte;
     if (k == 0) return;
-    if (detail::same_ns_alive(k)) {
+    // Its pid means it here while it holds its role (a live process's pid is
+    // not reused): a pidfd of it.
+    if (detail::in_this_ns(pid_ns) && byte != UINT64_MAX && detail::lock_held(*m, byte)) {
       const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(detail::key_pid(k)), 0);
       if (fd >= 0) {
         pidfd = static_cast<int>(fd);
-        // pid reused meanwhile: leave it readable-or-not, re-checked at the next try_take
-        if (detail::key_of_pid(detail::key_pid(k)) != k) return;
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.u32 = kTagPidfd;
@@ -126,14 +127,14 @@ struct Heir::state {
     const detail::owner_view v = detail::view_owner(*m);
     std::uint64_t until = detail::mono_ns() + kFallbackSliceNs;
     if (!detail::owner_gone(v)) {
-      watch(v.key, detail::owner_byte(*m));
+      watch(v.key, detail::owner_byte(*m), v.pid_ns);
       // Wake just after the owner's lease would expire (no lease: no deadline).
       const std::uint64_t lease_end = detail::lease_deadline_ns(*m);
       if (!listener && lease_end != UINT64_MAX) until = std::min(until, lease_end + 1'000'000);
     } else if (!listener) {
       const auto first = detail::first_live_heir(*m);
       // it takes the box over next; if it dies, we might be next
-      if (first) watch(first->key, detail::heir_byte(*m, first->index));
+      if (first) watch(first->key, detail::heir_byte(*m, first->index), first->pid_ns);
       else watch(0);
     } else {
       watch(0);

@@ -16,29 +16,19 @@ namespace shmbox::detail {
 namespace {
 
 
-// Writes one to the eventfd `fd` of process `key` (pidfd_getfd; needs the
-// same user or CAP_SYS_PTRACE). Best effort: waiters also wake on the
-// transfer_seq futex within their fallback slice (and on their death_watch).
-// Only a process of our pid namespace (its key says so) that maps this very
-// segment: the heir table is writable by every user the box lets in, so an
-// entry may name any process and any of its descriptors.
-void poke_eventfd(const mapped_box& m, std::uint64_t key, std::int32_t fd) noexcept {
-  if (fd < 0 || !same_ns_alive(key) || !process_maps_file(key_pid(key), m.dev, m.ino)) return;
-  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
-  if (pidfd < 0) return;
-  // The pidfd refers to whatever process has this pid now: check it is ours.
-  if (key_of_pid(key_pid(key)) == key) {
-    const long theirs = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), fd, 0);
-    // The number came from shared memory: write only to an eventfd.
-    if (theirs >= 0 && !is_eventfd(static_cast<int>(theirs))) {
-      ::close(static_cast<int>(theirs));
-    } else if (theirs >= 0) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(static_cast<int>(theirs), &one, sizeof one);
-      ::close(static_cast<int>(theirs));
-    }
-  }
-  ::close(static_cast<int>(pidfd));
+// Writes one to the eventfd `fd` of the heir `h` (best effort: waiters also
+// wake on the transfer_seq futex within their fallback slice, and on their
+// death_watch). Only an heir of our pid namespace (its pid means it here);
+// eventfd_of checks that it maps this very segment (the heir table is
+// writable by every user the box lets in: an entry may name any process and
+// any of its descriptors).
+void poke_eventfd(const mapped_box& m, const heir_view& h) noexcept {
+  if (h.wake_fd < 0 || !in_this_ns(h.pid_ns)) return;
+  const int theirs = eventfd_of(key_pid(h.key), h.wake_fd, m.dev, m.ino);
+  if (theirs < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(theirs, &one, sizeof one);
+  ::close(theirs);
 }
 
 }  // namespace
@@ -243,7 +233,7 @@ void signal_waiters(mapped_box& m, std::uint64_t only_key) noexcept {
   rec->transfer_seq.fetch_add(1, std::memory_order_release);  // release: what we changed is visible to waiters
   futex_wake(&rec->transfer_seq);
   for (const heir_view& h : list_heirs(m, false))
-    if (h.alive && (only_key == 0 || h.key == only_key)) poke_eventfd(m, h.key, h.wake_fd);
+    if (h.alive && (only_key == 0 || h.key == only_key)) poke_eventfd(m, h);
 }
 
 transfer_view read_transfer(const mapped_box& m) noexcept {

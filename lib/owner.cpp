@@ -318,7 +318,7 @@ result<Owner> Owner::acquire(const Box& box) {
   const std::string who = "box '" + m->name + "'";
   if (m->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to own it");
   const std::uint64_t me = detail::self_key();
-  if (me == 0) return detail::fail(errc::system_error, who + ": cannot read this process's start time from /proc/self/stat");
+  if (me == 0) return detail::fail(errc::system_error, who + ": this process's pid is out of range for a process key");
   for (;;) {
     const detail::owner_view v = detail::view_owner(*m);
     if (v.key == me) return detail::fail(errc::already_owner, who + " is already owned by this process (pid " +
@@ -858,16 +858,18 @@ int Owner::notify_fd() {
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
   if (!s_) return false;
-  // A pid means a process of this pid namespace only.
-  const std::uint64_t dest = detail::key_of_pid(dest_pid);
-  if (dest == 0) {
-    s_->ctx.last_error = detail::fail(
-        errc::invalid_argument, "box '" + s_->m->name + "': give_away to pid " + std::to_string(dest_pid) +
-                                    ", which is not running in this pid namespace (for an heir in another container, "
-                                    "name its heir entry: Owner::give_away_to_heir, shmbox give-away NAME --heir N)");
-    return false;
-  }
-  return give_away_key(dest, "pid " + std::to_string(dest_pid), data, timeout);
+  // A pid means a process of this pid namespace only: the live heir or
+  // listener with that pid recorded in this namespace.
+  for (const detail::heir_view& h : detail::list_heirs(*s_->m, false))
+    if (h.alive && detail::key_pid(h.key) == dest_pid && detail::in_this_ns(h.pid_ns))
+      return give_away_key(h.key, "pid " + std::to_string(dest_pid), data, timeout);
+  s_->ctx.last_error = detail::fail(
+      errc::invalid_argument, "box '" + s_->m->name + "': give_away to pid " + std::to_string(dest_pid) +
+                                  (detail::pid_running(dest_pid) ? ", which is not waiting for the box (make it an heir or listener first)"
+                                                                 : ", which is not running in this pid namespace") +
+                                  " (an heir in another container is named by its heir entry: Owner::give_away_to_heir, "
+                                  "shmbox give-away NAME --heir N)");
+  return false;
 }
 
 bool Owner::give_away_to_heir(std::uint32_t entry, std::string_view data, std::chrono::nanoseconds timeout) {

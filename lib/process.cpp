@@ -1,6 +1,8 @@
 #include "process.hpp"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -55,18 +57,21 @@ std::uint64_t start_ticks(const char* who) noexcept {
   return start;
 }
 
-// pid + incarnation (start time mixed with the namespace inode), never 0.
-std::uint64_t make_key(std::uint32_t pid, std::uint64_t start, std::uint64_t ns) noexcept {
-  if (pid == 0 || pid > kPidMask || start == 0) return 0;
-  // splitmix64 finaliser: a 42-bit incarnation in which start time and
-  // namespace both matter.
-  std::uint64_t z = start + 0x9E37'79B9'7F4A'7C15ull * (ns + 1);
-  z = (z ^ (z >> 30)) * 0xBF58'476D'1CE4'E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D0'49BB'1331'11EBull;
-  z ^= z >> 31;
-  std::uint64_t inc = z & ((1ull << 42) - 1);
-  if (inc == 0) inc = 1;
-  return (inc << 22) | pid;
+// 42 random bits, never 0 (getrandom; if it fails, the start time, the
+// clock and an address mixed, which is still unique in practice).
+std::uint64_t incarnation() noexcept {
+  std::uint64_t z = 0;
+  if (::getrandom(&z, sizeof z, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof z)) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    z = start_ticks("self") * 0x9E37'79B9'7F4A'7C15ull ^ static_cast<std::uint64_t>(ts.tv_nsec) ^
+        (static_cast<std::uint64_t>(ts.tv_sec) << 30) ^ reinterpret_cast<std::uintptr_t>(&z);
+    z = (z ^ (z >> 30)) * 0xBF58'476D'1CE4'E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D0'49BB'1331'11EBull;
+    z ^= z >> 31;
+  }
+  z &= (1ull << 42) - 1;
+  return z == 0 ? 1 : z;
 }
 
 }  // namespace
@@ -84,11 +89,11 @@ std::uint64_t self_pid_ns() noexcept {
   return cached_ns;
 }
 
-std::uint64_t key_of_pid(std::uint32_t pid) noexcept {
-  if (pid == 0 || pid > kPidMask) return 0;
+bool pid_running(std::uint32_t pid) noexcept {
+  if (pid == 0 || pid > kPidMask) return false;
   char who[16];
   std::snprintf(who, sizeof who, "%u", pid);
-  return make_key(pid, start_ticks(who), self_pid_ns());
+  return start_ticks(who) != 0;
 }
 
 bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) noexcept {
@@ -110,6 +115,22 @@ bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) 
   return found;
 }
 
+int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino) noexcept {
+  if (pid == 0 || pid > kPidMask || num < 0) return -1;
+  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (pidfd < 0) return -1;
+  int out = -1;
+  // After pidfd_open: the pidfd pins the process it names; /proc/<pid> is
+  // that process while it lives (a pid is not reused before it is reaped).
+  if (process_maps_file(pid, dev, ino)) {
+    const long fd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), num, 0);
+    if (fd >= 0 && is_eventfd(static_cast<int>(fd))) out = static_cast<int>(fd);
+    else if (fd >= 0) ::close(static_cast<int>(fd));
+  }
+  ::close(static_cast<int>(pidfd));
+  return out;
+}
+
 bool is_eventfd(int fd) noexcept {
   if (fd < 0) return false;
   char path[48], target[64];
@@ -125,18 +146,12 @@ std::uint64_t self_key() noexcept {
   static thread_local std::uint64_t cached_key = 0;
   const auto pid = static_cast<std::uint32_t>(::getpid());
   if (pid != cached_pid || cached_key == 0) {
-    // /proc/self, not /proc/<getpid()>: under a /proc of a parent pid
-    // namespace (unshare --pid without --mount-proc) the two differ.
-    cached_key = make_key(pid, start_ticks("self"), self_pid_ns());
+    cached_key = (pid != 0 && pid <= kPidMask) ? (incarnation() << 22) | pid : 0;
     cached_pid = pid;
   }
   return cached_key;
 }
 
-bool same_ns_alive(std::uint64_t key) noexcept {
-  if (key == 0) return false;
-  return key_of_pid(key_pid(key)) == key;
-}
 
 std::uint64_t mono_ns() noexcept {
   timespec ts{};

@@ -3,19 +3,20 @@
 // A process key packs a pid and an incarnation into one 64-bit word, so that
 // it can be claimed with a single CAS in shared memory:
 //   bits 0..21  pid as the process sees itself (Linux pids are < 2^22)
-//   bits 22..63 incarnation: a 42-bit mix of the process's start time (clock
-//               ticks after boot, /proc/self/stat field 22) and the inode of
-//               its pid namespace (/proc/self/ns/pid)
-// Key 0 means "nobody". A reused pid has another start time, and the same
-// pid in another pid namespace (pid 1 of two containers started in the same
-// tick) has another namespace inode, so keys of different processes differ.
+//   bits 22..63 incarnation: 42 random bits drawn once per process
+// Key 0 means "nobody". Nothing a process can see of itself is unique across
+// containers: pid 1 of two containers started in the same clock tick has the
+// same pid and start time, and a container restarted at once gets pid 1, a
+// new pid namespace whose inode number is the dead one's (the kernel reuses
+// them) and maybe the same start tick (found by the kill storm). So the
+// incarnation is random (getrandom): two live or recent processes share a
+// key with probability ~2^-42.
 //
 // A key is identity, not liveness: whether the holder of a role is alive is
 // asked of the kernel through the role's lock (liveness.hpp), which holds in
-// any namespace. key_of_pid() and same_ns_alive() look in this process's own
-// /proc and are right only for processes of this pid namespace: they are
-// used to name a process by pid (give-away) and to decide whether a pidfd is
-// usable, never to declare a role dead.
+// any namespace. Each role also records the inode of its holder's pid
+// namespace (display, and: in_this_ns() says whether its pid means the same
+// process here, for pidfds and give-away by pid).
 #pragma once
 
 #include <cstdint>
@@ -34,18 +35,24 @@ std::uint64_t self_key() noexcept;
 // The inode of this process's pid namespace (0 if /proc cannot tell).
 std::uint64_t self_pid_ns() noexcept;
 
-// The key of `pid` in this process's pid namespace, or 0 when it does not
-// exist or is a zombie.
-std::uint64_t key_of_pid(std::uint32_t pid) noexcept;
+// A role recorded with pid namespace `pid_ns` is of this process's namespace
+// (its pid means the same process here). False when either is unknown.
+inline bool in_this_ns(std::uint64_t pid_ns) noexcept { return pid_ns != 0 && pid_ns == self_pid_ns(); }
 
-// True when `key` names a running process of THIS pid namespace (not
-// exited, not a zombie, pid not reused). A process of another namespace is
-// never "alive" here: ask its role lock instead.
-bool same_ns_alive(std::uint64_t key) noexcept;
+// Process `pid` of this pid namespace exists and is not a zombie.
+bool pid_running(std::uint32_t pid) noexcept;
 
 // True when process `pid` (this namespace) maps the file with device `dev`
 // and inode `ino` (/proc/<pid>/maps): the process really is in that box.
 bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) noexcept;
+
+// Descriptor `num` of process `pid` (this pid namespace), duplicated into
+// this process (pidfd_getfd: the same user or CAP_SYS_PTRACE, and a seccomp
+// profile that allows it), if it is an eventfd and that process maps the
+// file `dev`/`ino` (it is in the box: numbers read from a segment that
+// others can write must not make us write into an arbitrary process's
+// eventfd). -1 otherwise. The one place shmbox takes another process's fd.
+int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino) noexcept;
 
 // True when `fd` (a descriptor of this process) is an eventfd. Descriptor
 // numbers read from shared memory are checked with this before anything is

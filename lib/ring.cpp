@@ -269,18 +269,10 @@ int owner_eventfd(producer_ctx& p) noexcept {
   p.owner_fd = -1;
   p.owner_fd_key = key;
   p.owner_fd_num = num;
-  // Only an owner of our pid namespace (its key says so) that maps this very
-  // segment: the owner record is writable by every user the box lets in.
-  if (!same_ns_alive(key) || !process_maps_file(key_pid(key), p.m->dev, p.m->ino)) return -1;
-  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(key_pid(key)), 0);
-  if (pidfd < 0) return -1;
-  if (key_of_pid(key_pid(key)) == key) {
-    const long fd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), static_cast<int>(num - 1), 0);
-    // The number came from shared memory: write only to an eventfd.
-    if (fd >= 0 && is_eventfd(static_cast<int>(fd))) p.owner_fd = static_cast<int>(fd);
-    else if (fd >= 0) ::close(static_cast<int>(fd));
-  }
-  ::close(static_cast<int>(pidfd));
+  // Only an owner of our pid namespace (its pid means it here); eventfd_of
+  // checks that it maps this very segment.
+  if (!in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) return -1;
+  p.owner_fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), p.m->dev, p.m->ino);
   return p.owner_fd;
 }
 

@@ -442,7 +442,9 @@ TEST_CASE("heir entries are no confused deputy: a forged entry naming a process 
     shmbox::detail::role_lock forged;
     REQUIRE(forged.lock(**m, shmbox::detail::heir_byte(**m, 5)));
     shmbox::detail::heir_entry* e = (*m)->heir(5);
-    e->key.store(shmbox::detail::key_of_pid(static_cast<std::uint32_t>(victim.pid())));
+    // The victim's pid, recorded in our pid namespace, with any incarnation.
+    e->key.store((std::uint64_t{12345} << 22) | static_cast<std::uint32_t>(victim.pid()));
+    e->pid_ns.store(shmbox::detail::self_pid_ns());
     e->wake_fd.store(victim_fd);
     e->seq.store(99);
     REQUIRE(info_of(g.name).heirs.size() == 1);

@@ -156,7 +156,7 @@ TEST_CASE("several heirs: the first live one in table order wins; a dead first h
   const auto table = heirs_of(g.name);
   REQUIRE(table.size() == 1);
   CHECK(table[0].data == "three");
-  CHECK(table[0].key == shmbox::detail::key_of_pid(static_cast<std::uint32_t>(h3->pid())));
+  CHECK(shmbox::detail::key_pid(table[0].key) == static_cast<std::uint32_t>(h3->pid()));
   // When h2 exits normally, h3 takes over (pobox's monitor mode).
   CHECK(line_starting(*h2, "done").rfind("done", 0) == 0);
   CHECK(shmtest::exited_with(h2->wait(30s), 0));

@@ -55,6 +55,7 @@ constexpr std::uint32_t kMaxSeq = 1u << 16;   // messages per incarnation
 constexpr std::size_t kPayload = 56;
 constexpr auto kBlockTimeout = 200ms;
 constexpr auto kRecvTimeout = 100ms;
+constexpr std::uint32_t kReadBatch = 32;      // messages an owner reads (and records) before it commits
 constexpr auto kAwaitTimeout = 300ms;
 
 // Per message: what its producer learnt, and how often it was delivered.
@@ -188,7 +189,7 @@ int serve_as_owner(shmbox::Owner& o) {
   while (L->stop.load() == 0) {
     b.clear();
     const std::uint64_t t0 = now_ns();
-    const shmbox::recv_status st = o.read(b, 32, kRecvTimeout);
+    const shmbox::recv_status st = o.read(b, kReadBatch, kRecvTimeout);
     check_wait(now_ns() - t0, kRecvTimeout);
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) continue;
     if (st == shmbox::recv_status::not_owner) return 0;  // deposed (lease): the driver starts a new one
@@ -404,8 +405,22 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
   if (ghost) fail(t, phase, std::to_string(ghost) + " messages were delivered that were never posted");
   if (refused_delivered) fail(t, phase, std::to_string(refused_delivered) + " refused messages were delivered");
   if (unrecorded) fail(t, phase, std::to_string(unrecorded) + " finished posts have no recorded outcome");
-  if (distinct != c.delivered)
-    fail(t, phase, "the ledger holds " + std::to_string(distinct) + " delivered messages, the counters " + std::to_string(c.delivered));
+  // Every message counted delivered was recorded (before its commit). The
+  // converse holds unless the policy evicts: a message an owner read and
+  // recorded, then was killed before committing, is the oldest in the box;
+  // a drop_oldest producer that needs its slot may evict it (R3 in
+  // lib/ring.cpp, counted dropped_oldest) before the next owner delivers it
+  // again. Seen by an app, counted as dropped: at most one read batch per
+  // owner-side process killed.
+  const std::uint64_t read_then_evicted = distinct - std::min(distinct, c.delivered);
+  if (distinct < c.delivered || (evicts ? read_then_evicted > ko * kReadBatch : read_then_evicted != 0))
+    fail(t, phase, "the ledger holds " + std::to_string(distinct) + " delivered messages, the counters " +
+                       std::to_string(c.delivered) +
+                       (evicts ? " (at most " + std::to_string(ko * kReadBatch) + " more allowed: read by killed owners, then evicted)"
+                               : std::string()));
+  if (read_then_evicted != 0)
+    std::printf("# %s: %" PRIu64 " messages read by an owner that was then killed were evicted before redelivery\n",
+                phase.c_str(), read_then_evicted);
   if (info.depth != 0) fail(t, phase, std::to_string(info.depth) + " messages left in the box after the drain");
   const std::uint64_t out = c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
                             c.filtered + c.abandoned + c.aborted + info.depth;

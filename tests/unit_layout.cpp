@@ -1,6 +1,8 @@
 // Unit tests of the shared layout: encoding of sequence and op words, the
 // geometry function, and the constants every opener checks.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "layout.hpp"
 #include "process.hpp"
@@ -116,11 +118,29 @@ TEST_CASE("process keys: this process is alive, a made-up key is not; the key ca
   const std::uint64_t me = self_key();
   REQUIRE(me != 0);
   CHECK(key_pid(me) == static_cast<std::uint32_t>(::getpid()));
-  CHECK(same_ns_alive(me));
-  CHECK(key_of_pid(key_pid(me)) == me);
-  // Same pid, another incarnation (start time or namespace): a reused pid,
-  // or the same pid in another container, must not look like this process.
-  CHECK_FALSE(same_ns_alive(me + (1ull << 22)));
-  CHECK_FALSE(same_ns_alive(0));
+  CHECK(self_key() == me);  // stable for the process
+  CHECK((me >> 22) != 0);    // an incarnation
+  CHECK(pid_running(key_pid(me)));
   CHECK(self_pid_ns() != 0);
+  CHECK(in_this_ns(self_pid_ns()));
+  CHECK_FALSE(in_this_ns(0));
+  CHECK_FALSE(in_this_ns(self_pid_ns() + 1));
+  // A fork child (same start tick, same namespace) gets another incarnation:
+  // keys of processes that share pid-namespace, pid or start time differ.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t kid = ::fork();
+  if (kid == 0) {
+    const std::uint64_t k = self_key();
+    [[maybe_unused]] ssize_t n = ::write(fds[1], &k, sizeof k);
+    ::_exit(0);
+  }
+  std::uint64_t theirs = 0;
+  REQUIRE(::read(fds[0], &theirs, sizeof theirs) == static_cast<ssize_t>(sizeof theirs));
+  ::waitpid(kid, nullptr, 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  CHECK(theirs != 0);
+  CHECK(theirs != me);
+  CHECK((theirs >> 22) != (me >> 22));
 }

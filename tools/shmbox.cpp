@@ -273,21 +273,6 @@ int cmd_post(const post_args& a) {
 volatile sig_atomic_t g_stop = 0;
 void on_stop_signal(int) { g_stop = 1; }
 
-// Writes all of [p, p + n) to stdout: a write cut short (a signal, a full
-// pipe taking part of it) is completed, EINTR retried. false on an error.
-bool write_all(const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(STDOUT_FILENO, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
 // recv's output: whole lines only. Lines are gathered and written with
 // write(2) at line boundaries, each write at most PIPE_BUF bytes (unless one
 // line is longer: then that line alone). A pipe takes a write of up to
@@ -303,7 +288,7 @@ class line_output {
     return buf_.size() < PIPE_BUF || flush();
   }
   bool flush() {
-    const bool ok = write_all(buf_.data(), buf_.size());
+    const bool ok = shmbox_cli::write_all(STDOUT_FILENO, buf_.data(), buf_.size());
     buf_.clear();
     return ok;
   }

@@ -46,6 +46,20 @@
 #include "shmbox/shmbox.hpp"
 
 namespace shmbox_cli {
+
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
 namespace {
 
 using steady = std::chrono::steady_clock;
@@ -69,20 +83,6 @@ volatile sig_atomic_t g_screen_on = 0;    // alternate screen entered, cursor hi
 
 constexpr char kEnterScreen[] = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J";  // alternate screen, hide cursor, clear
 constexpr char kLeaveScreen[] = "\x1b[?25h\x1b[?1049l";              // show cursor, main screen
-
-// write(2) until done; false on an error (errno set).
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
 
 // Async-signal-safe.
 void restore_terminal() {
