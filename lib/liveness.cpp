@@ -175,24 +175,25 @@ struct death_watch::args {
 bool death_watch::fired() const noexcept { return running_ && args_->fired.load(std::memory_order_acquire); }
 
 namespace {
-void close_fd(void* p) { ::close(*static_cast<int*>(p)); }
-
+// Cancelled (deferred) only while it blocks in F_OFD_SETLKW, its one
+// cancellation point: once that returns, cancellation is off, so that
+// nothing after it (write, and no cleanup handlers at all: a cleanup's
+// close() would be a cancellation point inside a destructor, and a cancel
+// arriving there calls std::terminate, found by the kill storm) can be
+// unwound. stop() closes the descriptor after the join.
 void* watch_thread(void* raw) {
   auto* a = static_cast<death_watch::args*>(raw);
-  // The thread is cancelled (deferred) while it blocks in F_OFD_SETLKW, a
-  // cancellation point; the description is closed on the way out either way.
-  pthread_cleanup_push(close_fd, &a->fd);
   struct flock fl = one_byte(F_WRLCK, a->off);
   int rc;
   do {
     rc = ::fcntl(a->fd, F_OFD_SETLKW, &fl);
   } while (rc != 0 && errno == EINTR);
+  int old = 0;
+  ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
   if (rc == 0) unlock_byte(a->fd, a->off);  // at once: a new holder must not wait for us
   a->fired.store(true, std::memory_order_release);  // release: read by fired() in the heir's thread
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(a->efd, &one, sizeof one);
-  pthread_cleanup_pop(1);
-  a->fd = -1;
   return nullptr;
 }
 }  // namespace
@@ -222,8 +223,9 @@ bool death_watch::start(const mapped_box& m, std::uint64_t off, int efd) noexcep
 
 void death_watch::stop() noexcept {
   if (!running_) return;
-  ::pthread_cancel(thread_);
+  ::pthread_cancel(thread_);  // a no-op once the thread has left its wait
   ::pthread_join(thread_, nullptr);
+  ::close(args_->fd);
   delete args_;
   args_ = nullptr;
   running_ = false;
