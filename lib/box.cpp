@@ -412,7 +412,7 @@ box_info Box::info() const {
   i.owner.expired = v.expired;
   i.owner.epoch = v.epoch;
   i.accepts_requests = v.alive && v.epoch != 0 && m.owner()->requests_allowed.load(std::memory_order_acquire) == v.epoch;
-  switch (static_cast<detail::owner_state>(m.owner()->state.load(std::memory_order_relaxed))) {
+  switch (detail::state_mode(m.owner()->state.load(std::memory_order_relaxed))) {
     case detail::owner_state::notify: i.owner.state = "notify"; break;
     case detail::owner_state::active: i.owner.state = "active"; break;
     default: i.owner.state = "passive"; break;

@@ -50,6 +50,7 @@ struct Heir::state {
   detail::death_watch lock_watch;  // or a thread on `target`'s lock (another namespace)
   std::uint64_t target = 0;
   std::uint64_t target_byte = UINT64_MAX;
+  std::uint64_t target_ns = 0;
   detail::role_lock entry_lock;  // holds our heir entry (liveness.hpp L1)
   detail::role_lock taking;      // the owner's role lock, while we take the box over
 
@@ -64,7 +65,9 @@ struct Heir::state {
   // Watches process `k` (of pid namespace `pid_ns`), which holds role byte
   // `byte`, for its death (0: nothing).
   void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX, std::uint64_t pid_ns = 0) {
-    if (k == target && byte == target_byte && !lock_watch.fired()) return;
+    // (The namespace word of a new owner is written just after its key: a
+    // target seen in that moment is looked at again at the next slice.)
+    if (k == target && byte == target_byte && pid_ns == target_ns && !lock_watch.fired()) return;
     if (pidfd >= 0) {
       ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
       ::close(pidfd);
@@ -73,6 +76,7 @@ struct Heir::state {
     lock_watch.stop();
     target = k;
     target_byte = byte;
+    target_ns = pid_ns;
     if (k == 0) return;
     // Its pid means it here while it holds its role (a live process's pid is
     // not reused): a pidfd of it.

@@ -211,6 +211,16 @@ static_assert(offsetof(box_config, dead_letters) == 4);
 // performed by the NEW owner (see lease.cpp); it then bumps `epoch`.
 // ---------------------------------------------------------------------------
 enum class owner_state : std::uint32_t { passive = 0, notify = 1, active = 2 };
+// owner_record::state: bits 0..1 the owner_state, bits 2..31 a count of the
+// owner's armings (every write by the owner steps it). A producer whose
+// wake-up is a notification reverts notify to passive with a CAS from the
+// word it read before it woke the owner: a wake-up that comes late (the
+// owner took the message and armed again meanwhile) finds another count and
+// leaves the new arming alone.
+constexpr owner_state state_mode(std::uint32_t word) noexcept { return static_cast<owner_state>(word & 3u); }
+constexpr std::uint32_t next_state(std::uint32_t word, owner_state s) noexcept {
+  return ((word & ~3u) + 4u) | static_cast<std::uint32_t>(s);
+}
 enum class transfer_reason : std::uint32_t { none = 0, owner_died = 1, give_away = 2, lease_expired = 3 };
 
 constexpr std::uint64_t kOfferAccepted = 1ull << 63;  // offer_key | kOfferAccepted: dest accepted
@@ -222,7 +232,7 @@ struct alignas(kCacheLine) owner_record {
   a64 acquired_unix_ns;  // when the current owner took the box
   a64 lease_renewed_ns;  // CLOCK_MONOTONIC of the owner's last renewal (lease boxes)
   a64 last_owner_key;    // key of the owner before the current one (for transfer records)
-  a32 state;             // owner_state
+  a32 state;             // owner_state | arming count << 2 (state_mode, next_state)
   std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
   a64 drops_baseline;    // overflow drops counted when the last delivery was made
   a64 owner_pid_ns;      // inode of the owner's pid namespace (display: liveness is its lock, liveness.hpp)

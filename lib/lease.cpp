@@ -195,7 +195,7 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   rec->last_owner_key.store(previous, std::memory_order_relaxed);
   rec->acquired_unix_ns.store(unix_ns(), std::memory_order_relaxed);
   rec->lease_renewed_ns.store(mono_ns(), std::memory_order_relaxed);
-  rec->state.store(static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
+  rec->state.store(next_state(rec->state.load(std::memory_order_relaxed), owner_state::passive), std::memory_order_relaxed);
   rec->notify_fd_plus1.store(0, std::memory_order_relaxed);  // the previous owner's descriptor is not ours
   rec->fd_fallback.store(0, std::memory_order_relaxed);
   if (why != transfer_reason::none) {

@@ -205,7 +205,11 @@ struct Owner::state {
   }
 
   void set_mode(owner_mode mode) noexcept {
-    m->owner()->state.store(static_cast<std::uint32_t>(mode), std::memory_order_release);
+    // Only the owner steps the count; a producer's revert (a CAS) may land
+    // between our load and store: then the new arming simply replaces it.
+    detail::a32& w = m->owner()->state;
+    w.store(detail::next_state(w.load(std::memory_order_relaxed), static_cast<detail::owner_state>(mode)),
+            std::memory_order_release);
   }
 
   void poke_fd() noexcept {
@@ -667,7 +671,7 @@ std::string_view to_string(owner_mode m) noexcept {
 
 owner_mode Owner::mode() const noexcept {
   if (!s_) return owner_mode::passive;
-  const std::uint32_t v = s_->m->owner()->state.load(std::memory_order_acquire);
+  const auto v = static_cast<std::uint32_t>(detail::state_mode(s_->m->owner()->state.load(std::memory_order_acquire)));
   return v <= static_cast<std::uint32_t>(owner_mode::active) ? static_cast<owner_mode>(v) : owner_mode::passive;
 }
 
@@ -821,7 +825,7 @@ int Owner::notify_fd() {
       // private state; a spurious poke just makes wait() look again.
       if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
         next_look = now + kLostWakeSliceNs * 4;
-        const std::uint32_t mode = rec->state.load(std::memory_order_acquire);
+        const auto mode = static_cast<std::uint32_t>(detail::state_mode(rec->state.load(std::memory_order_acquire)));
         if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
           std::uint64_t depth = 0;
           for (std::uint32_t l = 0; l < st->m->lane_count() && depth == 0; ++l) depth += detail::lane_depth_scan(*st->m, l);

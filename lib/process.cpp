@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -142,14 +143,19 @@ bool is_eventfd(int fd) noexcept {
 }
 
 std::uint64_t self_key() noexcept {
-  static thread_local std::uint32_t cached_pid = 0;
-  static thread_local std::uint64_t cached_key = 0;
+  // One key for the whole process (every thread), drawn once; a fork child
+  // (another pid) draws its own. Two threads drawing at once: one CAS wins
+  // and both use its key.
+  static std::atomic<std::uint64_t> cached{0};
   const auto pid = static_cast<std::uint32_t>(::getpid());
-  if (pid != cached_pid || cached_key == 0) {
-    cached_key = (pid != 0 && pid <= kPidMask) ? (incarnation() << 22) | pid : 0;
-    cached_pid = pid;
+  if (pid == 0 || pid > kPidMask) return 0;
+  std::uint64_t k = cached.load(std::memory_order_acquire);  // acquire: pairs with the CAS below
+  while (k == 0 || key_pid(k) != pid) {
+    const std::uint64_t mine = (incarnation() << 22) | pid;
+    // acq_rel: publishes our key; on failure k is the key another thread installed
+    if (cached.compare_exchange_weak(k, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return mine;
   }
-  return cached_key;
+  return k;
 }
 
 

@@ -282,6 +282,8 @@ int owner_eventfd(producer_ctx& p) noexcept {
 void wake_owner(producer_ctx& p) noexcept {
   SHMBOX_FAULT("producer.before_wake");  // published, owner asleep: its slice or waker thread finds it
   owner_record* o = p.m->owner();
+  // The arming this wake-up is the notification of (see below).
+  const std::uint32_t armed = o->state.load(std::memory_order_relaxed);
   if (o->notify_fd_plus1.load(std::memory_order_acquire) != 0) {
     const int fd = owner_eventfd(p);
     if (fd >= 0) {
@@ -297,11 +299,16 @@ void wake_owner(producer_ctx& p) noexcept {
   // is sent, and this wake-up is the notification. After the wake, so that a
   // producer that dies here leaves the state notify, which the owner's wait()
   // (and its waker thread's lost-wake check) still act on.
+  // A CAS from the word read before the wake-up: if the owner took the
+  // message and armed again meanwhile (another arming count), this late
+  // revert must not undo that arming.
   // relaxed: the state is shown to inspectors; the owner's wait() decides
   // from its own arming and the slots, not from this word.
-  std::uint32_t armed = static_cast<std::uint32_t>(owner_state::notify);
-  if (o->state.load(std::memory_order_relaxed) == armed)
-    o->state.compare_exchange_strong(armed, static_cast<std::uint32_t>(owner_state::passive), std::memory_order_relaxed);
+  if (state_mode(armed) == owner_state::notify) {
+    std::uint32_t expected = armed;
+    o->state.compare_exchange_strong(expected, (armed & ~3u) | static_cast<std::uint32_t>(owner_state::passive),
+                                     std::memory_order_relaxed);
+  }
 }
 
 // The full 64-bit position whose low 56 bits are `target`, at or below `near`.

@@ -56,9 +56,11 @@ struct checker {
     const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
     if (key != 0 && key_pid(key) == 0) problem("owner record: key " + std::to_string(key) + " names pid 0");
     if (epoch == UINT64_MAX) problem("owner record: epoch " + std::to_string(epoch) + " is the last value it can hold (no box gets there)");
-    const std::uint32_t state = o->state.load(std::memory_order_relaxed);
+    const std::uint32_t word = o->state.load(std::memory_order_relaxed);
+    const auto state = static_cast<std::uint32_t>(state_mode(word));
     if (state > static_cast<std::uint32_t>(owner_state::active))
-      problem("owner record: state " + std::to_string(state) + " is not passive, notify or active");
+      problem("owner record: state word " + std::to_string(word) + ": mode " + std::to_string(state) +
+              " is not passive, notify or active");
     if (o->lease_ms != m.lease_ms())
       problem("owner record: lease " + std::to_string(o->lease_ms) + " ms disagrees with the header's " + std::to_string(m.lease_ms()));
     const std::uint32_t reason = o->tr_reason.load(std::memory_order_relaxed);

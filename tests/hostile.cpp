@@ -130,7 +130,7 @@ TEST_CASE("verify: each kind of damage is named, exit 1; the owner and the CLI r
       {"past the tail", [](raw_segment& s) {
          s.put<std::uint64_t>(s.header().lanes_offset + offsetof(shmbox::detail::lane_header, head), 1000);
        }},
-      {"state 9 is not", [](raw_segment& s) { s.put<std::uint32_t>(s.header().owner_offset + offsetof(shmbox::detail::owner_record, state), 9); }},
+      {"mode 3 is not", [](raw_segment& s) { s.put<std::uint32_t>(s.header().owner_offset + offsetof(shmbox::detail::owner_record, state), 7); }},
       {"transfer reason", [](raw_segment& s) { s.put<std::uint32_t>(s.header().owner_offset + offsetof(shmbox::detail::owner_record, tr_reason), 77); }},
       {"heir entry 0: data length", [](raw_segment& s) {
          const auto h = s.header().heirs_offset;

@@ -96,7 +96,7 @@ received collect(child& c, std::chrono::milliseconds timeout = 60s) {
 void check_clean_transfer(const std::string& box) {
   auto m = shmbox::detail::open_segment(box, true);
   REQUIRE(m);
-  CHECK((*m)->owner()->state.load() == static_cast<std::uint32_t>(shmbox::detail::owner_state::passive));
+  CHECK(shmbox::detail::state_mode((*m)->owner()->state.load()) == shmbox::detail::owner_state::passive);
 }
 
 std::vector<shmbox::detail::heir_view> heirs_of(const std::string& box) {

@@ -198,7 +198,7 @@ struct observer {
     return m->lanes[lane].hdr->space_wake_calls.load(rlx);
   }
   std::uint64_t wake_calls() const { return m->owner()->wake_calls.load(rlx); }
-  std::uint32_t state() const { return m->owner()->state.load(rlx); }
+  std::uint32_t state() const { return static_cast<std::uint32_t>(shmbox::detail::state_mode(m->owner()->state.load(rlx))); }
 };
 
 // SHMBOX_THREADS_VERBOSE=1: each test prints what happened (drops, wake-ups),
