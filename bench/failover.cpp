@@ -12,8 +12,8 @@
 // the first receive. Median and p99 over --runs runs (default 100).
 // The same again with the heir in a new pid namespace (unshare(CLONE_NEWPID),
 // as containers have; needs root, else the row says skipped): it cannot use
-// a pidfd of the owner and waits instead on the owner's lock in the segment
-// (a thread in F_OFD_SETLKW, lib/liveness.hpp L5). Runs alternate between
+// a pidfd of the owner and asks instead for the owner's lock in the segment
+// every 5 ms (lib/liveness.hpp L5). Runs alternate between
 // the two, so both see the same machine.
 #include <sched.h>
 #include <signal.h>

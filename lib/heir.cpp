@@ -5,12 +5,12 @@
 //    first live heir ahead of it (which is about to take the box over). A
 //    pidfd becomes readable the moment that process dies: death is seen at
 //    once, not by polling. A pidfd names a process of our own pid namespace
-//    only: for one in another namespace (another container), a death_watch
-//    thread waits on that role's lock in the segment (liveness.hpp L5) and
-//    writes our eventfd the moment the kernel drops it;
+//    only: for one in another namespace (another container) the heir asks
+//    the kernel for that role's lock in the segment every kOtherNsSliceNs
+//    (liveness.hpp L5), so such a death is seen within 5 ms;
 //  * its own eventfd, which a releasing owner, a giver, or a process that
 //    found the box's owner gone writes through pidfd_getfd (same user and
-//    namespace), and the death_watch thread.
+//    namespace).
 // Where pidfd_getfd is not allowed, waiters still wake within kFallbackSliceNs
 // through owner.transfer_seq. A lease deadline bounds the wait as well: an
 // owner that stops renewing loses the box to the first live heir.
@@ -35,6 +35,7 @@ namespace shmbox {
 
 namespace {
 constexpr std::uint64_t kFallbackSliceNs = 20'000'000;
+constexpr std::uint64_t kOtherNsSliceNs = 5'000'000;  // polling a target of another pid namespace
 constexpr std::uint32_t kTagEventfd = 1, kTagPidfd = 2;
 }  // namespace
 
@@ -46,8 +47,7 @@ struct Heir::state {
   std::string data;
   int efd = -1;     // our eventfd
   int ep = -1;      // epoll over efd and pidfd
-  int pidfd = -1;   // pidfd of `target` (same pid namespace)
-  detail::death_watch lock_watch;  // or a thread on `target`'s lock (another namespace)
+  int pidfd = -1;   // pidfd of `target` (same pid namespace); -1: polled (another namespace)
   std::uint64_t target = 0;
   std::uint64_t target_byte = UINT64_MAX;
   std::uint64_t target_ns = 0;
@@ -56,7 +56,6 @@ struct Heir::state {
 
   ~state() {
     detail::withdraw(*m, index, key, &entry_lock);
-    lock_watch.stop();  // before efd closes: the thread writes it
     if (pidfd >= 0) ::close(pidfd);
     if (ep >= 0) ::close(ep);
     if (efd >= 0) ::close(efd);
@@ -67,13 +66,12 @@ struct Heir::state {
   void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX, std::uint64_t pid_ns = 0) {
     // (The namespace word of a new owner is written just after its key: a
     // target seen in that moment is looked at again at the next slice.)
-    if (k == target && byte == target_byte && pid_ns == target_ns && !lock_watch.fired()) return;
+    if (k == target && byte == target_byte && pid_ns == target_ns) return;
     if (pidfd >= 0) {
       ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
       ::close(pidfd);
       pidfd = -1;
     }
-    lock_watch.stop();
     target = k;
     target_byte = byte;
     target_ns = pid_ns;
@@ -91,8 +89,7 @@ struct Heir::state {
         return;
       }
     }
-    // Another pid namespace (or no pidfd): the kernel's lock says when it goes.
-    if (byte != UINT64_MAX) lock_watch.start(*m, byte, efd);
+    // Another pid namespace (or no pidfd): arm() polls its lock.
   }
 
   // Takes the box if it is ours to take now: an offer to us, or the owner is
@@ -143,6 +140,8 @@ struct Heir::state {
     } else {
       watch(0);
     }
+    // A target without a pidfd (another pid namespace): look again soon.
+    if (target != 0 && pidfd < 0 && !listener) until = std::min(until, detail::mono_ns() + kOtherNsSliceNs);
     return until;
   }
 

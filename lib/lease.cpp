@@ -17,8 +17,7 @@ namespace {
 
 
 // Writes one to the eventfd `fd` of the heir `h` (best effort: waiters also
-// wake on the transfer_seq futex within their fallback slice, and on their
-// death_watch). Only an heir of our pid namespace (its pid means it here);
+// wake on the transfer_seq futex within their fallback slice). Only an heir of our pid namespace (its pid means it here);
 // eventfd_of checks that it maps this very segment (the heir table is
 // writable by every user the box lets in: an entry may name any process and
 // any of its descriptors).

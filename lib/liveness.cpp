@@ -2,12 +2,12 @@
 #include "liveness.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -143,7 +143,7 @@ bool role_lock::lock(const mapped_box& m, std::uint64_t off) noexcept {
       return false;
     }
   }
-  // L5: a waiter or gc may hold the byte exclusively for a moment: wait.
+  // L3: gc may hold the byte exclusively for a moment: wait.
   struct flock fl = one_byte(F_RDLCK, off);
   int rc;
   do {
@@ -160,76 +160,6 @@ void role_lock::reset() noexcept {
   if (registry != nullptr) registry->erase(std::remove(registry->begin(), registry->end(), fd_), registry->end());
   ::close(fd_);  // drops every lock of the description
   fd_ = -1;
-}
-
-// ---------------------------------------------------------------------------
-// death_watch (L5)
-// ---------------------------------------------------------------------------
-struct death_watch::args {
-  int fd = -1;  // a description of our own: its exclusive lock waits for the holders
-  int efd = -1;
-  std::uint64_t off = 0;
-  std::atomic<bool> fired{false};
-};
-
-bool death_watch::fired() const noexcept { return running_ && args_->fired.load(std::memory_order_acquire); }
-
-namespace {
-// Cancelled (deferred) only while it blocks in F_OFD_SETLKW, its one
-// cancellation point: once that returns, cancellation is off, so that
-// nothing after it (write, and no cleanup handlers at all: a cleanup's
-// close() would be a cancellation point inside a destructor, and a cancel
-// arriving there calls std::terminate, found by the kill storm) can be
-// unwound. stop() closes the descriptor after the join.
-void* watch_thread(void* raw) {
-  auto* a = static_cast<death_watch::args*>(raw);
-  struct flock fl = one_byte(F_WRLCK, a->off);
-  int rc;
-  do {
-    rc = ::fcntl(a->fd, F_OFD_SETLKW, &fl);
-  } while (rc != 0 && errno == EINTR);
-  int old = 0;
-  ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
-  if (rc == 0) unlock_byte(a->fd, a->off);  // at once: a new holder must not wait for us
-  a->fired.store(true, std::memory_order_release);  // release: read by fired() in the heir's thread
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(a->efd, &one, sizeof one);
-  return nullptr;
-}
-}  // namespace
-
-bool death_watch::start(const mapped_box& m, std::uint64_t off, int efd) noexcept {
-  stop();
-  if (m.read_only) return false;  // an exclusive lock needs a read-write description
-  auto* a = new (std::nothrow) args;
-  if (a == nullptr) return false;
-  a->fd = reopen_segment(m);
-  a->efd = efd;
-  a->off = off;
-  if (a->fd < 0) {
-    delete a;
-    return false;
-  }
-  if (::pthread_create(&thread_, nullptr, watch_thread, a) != 0) {
-    ::close(a->fd);
-    delete a;
-    return false;
-  }
-  args_ = a;
-  off_ = off;
-  running_ = true;
-  return true;
-}
-
-void death_watch::stop() noexcept {
-  if (!running_) return;
-  ::pthread_cancel(thread_);  // a no-op once the thread has left its wait
-  ::pthread_join(thread_, nullptr);
-  ::close(args_->fd);
-  delete args_;
-  args_ = nullptr;
-  running_ = false;
-  off_ = UINT64_MAX;
 }
 
 }  // namespace shmbox::detail

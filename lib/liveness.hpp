@@ -37,21 +37,19 @@
 //     into a segment without a name.
 //  L4 The creator holds byte 24 (creator_key) until the box is ready: a
 //     half-made box whose byte nobody holds was abandoned.
-//  L5 Waiting for a death: a thread blocks in F_OFD_SETLKW for an exclusive
-//     lock on the byte (death_watch), gets it the moment the last holder is
-//     gone, drops it at once and writes an eventfd. Because such a waiter (and
-//     gc) may hold the byte exclusively for a moment, role_lock::lock waits
-//     (F_OFD_SETLKW for a shared lock) instead of failing.
+//  L5 Waiting for a death: in our pid namespace a pidfd (readable at once);
+//     in another, the waiter asks L2 every 5 ms (lib/heir.cpp). (A thread
+//     blocked in F_OFD_SETLKW would see it at once, but stopping such a thread
+//     needs pthread_cancel, whose unwinding GCC 12's AddressSanitizer cannot
+//     follow.) Because gc may hold a byte exclusively for a moment,
+//     role_lock::lock waits (F_OFD_SETLKW for a shared lock) instead of
+//     failing.
 //  L6 fork: a child inherits descriptors, so it would keep its parent's role
 //     locks held after the parent died. A pthread_atfork child handler points
 //     every role_lock descriptor at /dev/null in the child. (A child made by
 //     a raw clone() without the handler holds them until it exits or execs:
 //     every descriptor here is O_CLOEXEC.)
-// pidfds stay where they are faster and valid: a waiting heir whose target
-// is in its own pid namespace watches it with a pidfd (no thread).
 #pragma once
-
-#include <pthread.h>
 
 #include <cstdint>
 
@@ -97,7 +95,7 @@ class role_lock {
   ~role_lock() { reset(); }
 
   // Takes a shared lock on byte `off` (opens the description on first use);
-  // waits out a momentary exclusive holder (L5). false: could not open or lock.
+  // waits out a momentary exclusive holder (gc, L3). false: could not open or lock.
   bool lock(const mapped_box& m, std::uint64_t off) noexcept;
   void unlock(std::uint64_t off) noexcept;
   void reset() noexcept;  // drops every lock
@@ -110,30 +108,5 @@ class role_lock {
 // A new open file description of the box's segment (read-write when the
 // box is mapped read-write), or -1 with errno.
 int reopen_segment(const mapped_box& m) noexcept;
-
-// L5: makes `efd` readable once nobody holds byte `off` any more (a death,
-// or a release). One thread while armed; stop() (or destruction) ends it.
-class death_watch {
- public:
-  death_watch() = default;
-  death_watch(const death_watch&) = delete;
-  death_watch& operator=(const death_watch&) = delete;
-  ~death_watch() { stop(); }
-  // false: no thread (could not open or start): the caller keeps its slice.
-  bool start(const mapped_box& m, std::uint64_t off, int efd) noexcept;
-  void stop() noexcept;
-  bool running() const noexcept { return running_; }
-  // The thread saw the byte free (and wrote the eventfd): start() again to go on watching.
-  bool fired() const noexcept;
-  std::uint64_t byte() const noexcept { return off_; }
-
- struct args;  // what the thread needs (liveness.cpp)
-
- private:
-  pthread_t thread_{};
-  bool running_ = false;
-  std::uint64_t off_ = UINT64_MAX;
-  args* args_ = nullptr;
-};
 
 }  // namespace shmbox::detail

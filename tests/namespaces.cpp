@@ -143,7 +143,7 @@ TEST_CASE("namespaces: a live owner in another pid namespace is alive, keeps the
   CHECK(i.last_transfer.from_pid_ns != i.last_transfer.to_pid_ns);
 }
 
-TEST_CASE("namespaces: an heir in another pid namespace takes over at once (it waits on the owner's lock), and a chain of heirs across namespaces") {
+TEST_CASE("namespaces: an heir in another pid namespace takes over when the owner dies (it polls the owner's lock), and a chain of heirs across namespaces") {
   REQUIRE_NAMESPACES();
   shmtest::segment_guard g(shmtest::unique_name("ns-heir"));
   make_box(g.name);

@@ -275,8 +275,8 @@ class Heir {
 
   // Blocks until this process is given the box, at most `timeout`: returns
   // the Owner handle (see Owner::transfer()), or errc::timed_out. The owner's
-  // death is seen at once, not by polling: a pidfd when the owner is in this
-  // pid namespace, else a thread waiting on the owner's lock in the segment.
+  // death is seen at once through a pidfd when the owner is in this pid
+  // namespace, else within 5 ms (its lock in the segment, asked of the kernel).
   result<Owner> await_transfer(std::chrono::nanoseconds timeout);
   // A descriptor for poll/epoll (asio, libuv, ...): readable when
   // await_transfer(0) may succeed.
