@@ -10,6 +10,7 @@
 
 #include "errors.hpp"
 #include "futex.hpp"
+#include "handover.hpp"
 #include "lease.hpp"
 #include "liveness.hpp"
 #include "process.hpp"
@@ -225,133 +226,12 @@ std::vector<peeked_message> Box::peek(std::size_t max) const {
   return out;
 }
 
-namespace {
-// What every give-away request needs first: a live owner that accepts them.
-result<void> owner_takes_requests(const detail::mapped_box& m) {
-  const std::string who = "box '" + m.name + "'";
-  const detail::owner_view v = detail::view_owner(m);
-  if (v.key == 0 || !v.alive)
-    return detail::fail(errc::not_owner, who + " has no live owner: a waiting heir takes it over by itself");
-  if (m.owner()->requests_allowed.load(std::memory_order_acquire) != v.epoch)
-    return detail::fail(errc::refused, who + ": its owner (pid " + std::to_string(detail::key_pid(v.key)) +
-                                           ") does not accept give-away requests (it must call "
-                                           "Owner::accept_give_away_requests, or run shmbox recv --follow --accept-give-away)");
-  return {};
-}
-}  // namespace
-
 result<void> Box::request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const {
-  const detail::mapped_box& m = *m_;
-  if (m.read_only) return detail::fail(errc::permission_denied, "box '" + m.name + "' was opened read-only; open it with Box::open");
-  if (auto ok = owner_takes_requests(m); !ok) return ok.error();
-  // A pid names a process of the caller's pid namespace: the live heir or
-  // listener with that pid recorded in this namespace.
-  for (const detail::heir_view& h : detail::list_heirs(m, false))
-    if (h.alive && detail::key_pid(h.key) == pid && detail::in_this_ns(h.pid_ns))
-      return request_give_away_to_heir(h.index, timeout);
-  const detail::owner_view v = detail::view_owner(m);
-  if (detail::key_pid(v.key) == pid && detail::in_this_ns(v.pid_ns))
-    return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) + " already owns it");
-  bool elsewhere = false;
-  for (const detail::heir_view& h : detail::list_heirs(m, false))
-    elsewhere |= h.alive && detail::key_pid(h.key) == pid && h.pid_ns != detail::self_pid_ns();
-  if (elsewhere)
-    return detail::fail(errc::invalid_argument,
-                        "box '" + m.name + "': process " + std::to_string(pid) +
-                            " is not in this pid namespace; an heir with that pid runs in another one: name it by its "
-                            "heir entry (shmbox heirs " + m.name + "; shmbox give-away " + m.name +
-                            " --heir N; Box::request_give_away_to_heir)");
-  return detail::fail(errc::invalid_argument, "box '" + m.name + "': process " + std::to_string(pid) +
-                                                  (!detail::pid_running(pid) ? " is not running in this pid namespace"
-                                                            : " is not waiting for it: make it an heir or listener first "
-                                                              "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)"));
+  return detail::request_give_away_to_pid(*m_, pid, detail::timeout_ns(timeout));
 }
 
 result<void> Box::request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const {
-  detail::mapped_box& m = *m_;
-  const std::string who = "box '" + m.name + "'";
-  if (m.read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open");
-  detail::owner_record* rec = m.owner();
-  if (auto ok = owner_takes_requests(m); !ok) return ok.error();
-  const detail::owner_view v = detail::view_owner(m);
-  if (entry >= detail::kHeirSlots)
-    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) + " does not exist (entries are 0.." +
-                                                    std::to_string(detail::kHeirSlots - 1) + ")");
-  const std::uint64_t dest = m.heir(entry)->key.load(std::memory_order_acquire);
-  const std::uint32_t pid = detail::key_pid(dest);
-  if (dest == v.key)
-    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) + " (pid " +
-                                                    std::to_string(pid) + ") already owns it");
-  if (!detail::role_alive(m, detail::heir_byte(m, entry), dest))
-    return detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
-                                                    " holds no live heir or listener: make the process an heir or listener first "
-                                                    "(shmbox recv " + m.name + " --heir, Heir::enlist, Heir::listen)");
-  // One request at a time. The asker holds the request's byte while it
-  // waits (liveness.hpp L1): a pending request whose byte nobody holds and
-  // that the owner is not serving was left by an asker that is gone (killed
-  // while it waited, in any pid namespace): take its place.
-  const std::uint64_t req = detail::make_request(entry, dest, static_cast<std::uint32_t>(::getpid()));
-  detail::role_lock asking;
-  for (std::uint64_t cur = rec->request_pid.load(std::memory_order_acquire);;) {
-    const bool void_request = cur != 0 && (cur & detail::kRequestServing) == 0 && !detail::lock_held(m, detail::request_byte(m));
-    if (cur != 0 && !void_request)
-      return detail::fail(errc::invalid_argument, who + ": another give-away request (to pid " +
-                                                      std::to_string(detail::request_dest(cur)) + ", asked by pid " +
-                                                      std::to_string(detail::request_from(cur)) +
-                                                      ") is pending; try again when it is served");
-    if (!asking.lock(m, detail::request_byte(m))) return detail::fail_errno(errno, who + ": cannot lock the request");
-    if (rec->request_pid.compare_exchange_strong(cur, req, std::memory_order_acq_rel, std::memory_order_acquire)) break;
-    asking.reset();  // changed meanwhile: look again
-  }
-  // Wake the owner wherever it sleeps: in receive or wait (the futex), or in
-  // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
-  // fallback mode, on wake_seq, and makes the fd readable). Then watch the
-  // owner record.
-  rec->wake_seq.fetch_add(1, std::memory_order_release);
-  detail::futex_wake(&rec->wake_seq);
-  detail::futex_wake(&rec->fd_fallback);
-  std::uint64_t deadline = detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
-  bool extended = false;
-  for (;;) {
-    // The request first, then the owner: the owner clears the request only
-    // after it saw the key move, so a cleared request read here means the
-    // owner record read next shows that move (acquire/release chain).
-    const std::uint64_t pending = rec->request_pid.load(std::memory_order_acquire);
-    const detail::owner_view now = detail::view_owner(m);
-    // A new owner stores its key, then steps the epoch: the key alone already
-    // says where the box went; it is given once the epoch has moved too.
-    const bool to_dest = now.key != v.key && now.key == dest;
-    if (to_dest && now.epoch != v.epoch) return {};  // given
-    const bool ours = (pending & ~detail::kRequestServing) == req;
-    if (!to_dest && (!ours || now.key != v.key || now.epoch != v.epoch)) {
-      // Answered without a transfer to pid (the destination did not take
-      // it, or the box changed owner another way).
-      return detail::fail(errc::refused, who + ": the owner did not hand the box to pid " + std::to_string(pid) +
-                                             (now.key != v.key || now.epoch != v.epoch ? " (the box changed owner meanwhile)"
-                                                                                       : " (it was not taken in time)"));
-    }
-    if (detail::mono_ns() >= deadline) {
-      if (to_dest)
-        return detail::fail(errc::timed_out, who + ": pid " + std::to_string(pid) +
-                                                 " started taking the box over but had not finished in time");
-      std::uint64_t mine = req;
-      if (rec->request_pid.compare_exchange_strong(mine, 0, std::memory_order_acq_rel, std::memory_order_acquire))
-        return detail::fail(errc::timed_out, who + ": the owner did not serve the request in time (it serves requests "
-                                                   "when it receives or waits); the request is withdrawn");
-      if (mine != (req | detail::kRequestServing)) continue;  // answered just now: look at the answer
-      // The owner is handing the box over right now: its offer waits at most
-      // 1 s for pid, so wait for the answer a little longer, once.
-      if (!extended) {
-        extended = true;
-        deadline = detail::mono_ns() + 2'000'000'000;
-        continue;
-      }
-      return detail::fail(errc::timed_out, who + ": the owner was still handing the box to pid " + std::to_string(pid) +
-                                                 " when the time ran out; it may still be given");
-    }
-    const std::uint32_t seq = rec->transfer_seq.load(std::memory_order_acquire);
-    detail::futex_wait(&rec->transfer_seq, seq, std::min(deadline, detail::mono_ns() + 10'000'000));
-  }
+  return detail::request_give_away_to_entry(*m_, entry, detail::timeout_ns(timeout));
 }
 
 counters Box::read_counters() const {
@@ -411,7 +291,7 @@ box_info Box::info() const {
   i.owner.alive = v.alive;
   i.owner.expired = v.expired;
   i.owner.epoch = v.epoch;
-  i.accepts_requests = v.alive && v.epoch != 0 && m.owner()->requests_allowed.load(std::memory_order_acquire) == v.epoch;
+  i.accepts_requests = v.alive && detail::accepts_requests(m, v.epoch);
   switch (detail::state_mode(m.owner()->state.load(std::memory_order_relaxed))) {
     case detail::owner_state::notify: i.owner.state = "notify"; break;
     case detail::owner_state::active: i.owner.state = "active"; break;

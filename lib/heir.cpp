@@ -23,7 +23,7 @@
 #include <cstring>
 
 #include "errors.hpp"
-#include "fault.hpp"
+#include "handover.hpp"
 #include "lease.hpp"
 #include "liveness.hpp"
 #include "process.hpp"
@@ -93,35 +93,8 @@ struct Heir::state {
   }
 
   // Takes the box if it is ours to take now: an offer to us, or the owner is
-  // gone and we are the first live heir. Returns the new epoch or 0.
-  std::uint64_t try_take() {
-    detail::owner_record* rec = m->owner();
-    const std::uint64_t offer = rec->offer_key.load(std::memory_order_acquire);  // pairs with give_away's release
-    if (offer == key && rec->offer_epoch.load(std::memory_order_relaxed) == rec->epoch.load(std::memory_order_acquire)) {
-      std::uint64_t expected = key;
-      // Accept (exclusive against the giver's withdrawal), then take.
-      if (rec->offer_key.compare_exchange_strong(expected, key | detail::kOfferAccepted, std::memory_order_acq_rel,
-                                                 std::memory_order_relaxed)) {
-        SHMBOX_FAULT("give_away.after_accept");
-        const std::string gift = detail::load_data(rec->offer_data, rec->offer_data_len.load(std::memory_order_relaxed));
-        const std::uint64_t giver = rec->key.load(std::memory_order_acquire);
-        const std::uint64_t epoch = detail::take_ownership(*m, giver, detail::transfer_reason::give_away, gift, taking);
-        SHMBOX_FAULT("give_away.before_clear");
-        rec->offer_key.store(0, std::memory_order_release);
-        if (epoch != 0) return epoch;
-      }
-    }
-    if (listener) return 0;
-    const detail::owner_view v = detail::view_owner(*m);
-    if (!detail::owner_gone(v)) return 0;
-    const auto first = detail::first_live_heir(*m);
-    if (!first || first->key != key) return 0;
-    // A box nobody ever owned is taken without a transfer record.
-    const detail::transfer_reason why = v.expired                     ? detail::transfer_reason::lease_expired
-                                        : v.key == 0 && v.epoch == 0 ? detail::transfer_reason::none
-                                                                      : detail::transfer_reason::owner_died;
-    return detail::take_ownership(*m, v.key, why, data, taking);
-  }
+  // gone and we are the first live heir (handover.hpp). The new epoch or 0.
+  std::uint64_t try_take() { return detail::heir_take(*m, key, listener, data, taking); }
 
   // Whom to watch, and until when (CLOCK_MONOTONIC ns).
   std::uint64_t arm() {

@@ -1,5 +1,5 @@
-// lib/lease.cpp - the owner record: lease, heirs, transfers, give-away.
-// The rule every function here follows is in lease.hpp.
+// lib/lease.cpp - the owner record: owner view, lease clock, heir table,
+// transfer record. Changes of owner follow handover.hpp.
 #include "lease.hpp"
 
 #include <sys/syscall.h>
@@ -151,80 +151,6 @@ void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key, role_lock* 
     e->key.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed);
   }
   if (lock != nullptr) lock->unlock(heir_byte(m, index));  // L1: after the key is cleared
-}
-
-std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data,
-                             role_lock& lock) noexcept {
-  owner_record* rec = m.owner();
-  const std::uint64_t me = self_key();
-  if (me == 0) return 0;
-  // L1: the owner byte before the key, so that a live new owner is never
-  // seen without its lock.
-  if (!lock.lock(m, owner_byte(m))) return 0;
-  auto lost = [&] {
-    lock.unlock(owner_byte(m));
-    return std::uint64_t{0};
-  };
-  std::uint64_t expected = from_key;
-  // seq_cst (acquires the previous owner's record and slots, releases our
-  // key): the epoch step below reasons about the order of key and epoch.
-  if (!rec->key.compare_exchange_strong(expected, me, std::memory_order_seq_cst, std::memory_order_relaxed)) return lost();
-  // display only: the namespace of the previous owner goes to the transfer record
-  const std::uint64_t previous_ns = rec->owner_pid_ns.exchange(self_pid_ns(), std::memory_order_relaxed);
-  SHMBOX_FAULT("takeover.after_cas");
-  // The epoch goes up by one only while the key is still ours. Until it does,
-  // the lease still looks expired, so another heir may take the key from us
-  // (we could be stopped right here). A plain fetch_add would then hand us
-  // an epoch after the new key holder's, and neither of us would be the
-  // owner (found by model/lease.pml). With the check before each CAS (all
-  // seq_cst): if a later key holder K read the epoch after our key check, our
-  // CAS either came first (K gets the next epoch) or fails on the value K
-  // wrote, and we see the key is gone.
-  std::uint64_t cur = rec->epoch.load(std::memory_order_seq_cst);
-  for (;;) {
-    if (rec->key.load(std::memory_order_seq_cst) != me) return lost();  // taken from us before we had an epoch
-    if (rec->epoch.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst, std::memory_order_seq_cst)) break;
-  }
-  const std::uint64_t epoch = cur + 1;
-  // The actor of this epoch is ours from here (before any slot is touched as
-  // that actor): a later owner's recovery asks this byte whether we live.
-  lock.lock(m, actor_byte(m, owner_actor_index(owner_actor_id(epoch))));
-  // From a released box (key 0), the previous owner is the one that released it.
-  const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
-  rec->last_owner_key.store(previous, std::memory_order_relaxed);
-  rec->acquired_unix_ns.store(unix_ns(), std::memory_order_relaxed);
-  rec->lease_renewed_ns.store(mono_ns(), std::memory_order_relaxed);
-  rec->state.store(next_state(rec->state.load(std::memory_order_relaxed), owner_state::passive), std::memory_order_relaxed);
-  rec->notify_fd_plus1.store(0, std::memory_order_relaxed);  // the previous owner's descriptor is not ours
-  rec->fd_fallback.store(0, std::memory_order_relaxed);
-  if (why != transfer_reason::none) {
-    // The record is valid for the epoch in tr_epoch, written last (release):
-    // readers load tr_epoch, copy, and load it again (seqlock style).
-    rec->tr_epoch.store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    rec->tr_from_key.store(previous, std::memory_order_relaxed);
-    rec->tr_to_key.store(me, std::memory_order_relaxed);
-    rec->tr_from_ns.store(previous_ns, std::memory_order_relaxed);
-    rec->tr_to_ns.store(self_pid_ns(), std::memory_order_relaxed);
-    rec->tr_unix_ns.store(unix_ns(), std::memory_order_relaxed);
-    rec->tr_reason.store(static_cast<std::uint32_t>(why), std::memory_order_relaxed);
-    const std::size_t n = std::min<std::size_t>(data.size(), kHeirDataMax);
-    store_data(rec->tr_data, data.substr(0, n));
-    rec->tr_data_len.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
-    rec->tr_epoch.store(epoch, std::memory_order_release);
-  }
-  SHMBOX_FAULT("takeover.after_record");
-  // An heir that inherits leaves the heir table; a listener too. (An heir that
-  // was given the box keeps its place: give_away leaves the table unchanged.)
-  for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
-    heir_entry* e = m.heir(i);
-    if (e->key.load(std::memory_order_acquire) != me) continue;
-    const bool listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
-    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);  // its byte: the Heir handle's lock
-  }
-  rec->transfer_seq.fetch_add(1, std::memory_order_release);
-  futex_wake(&rec->transfer_seq);
-  return epoch;
 }
 
 void signal_waiters(mapped_box& m, std::uint64_t only_key) noexcept {

@@ -1,17 +1,6 @@
-// lib/lease.hpp - the owner record: lease, heirs, transfers, give-away.
+// lib/lease.hpp - the owner record: owner view, lease clock, heir table, transfer record.
 //
-// THE RULE: ownership changes only by a CAS on owner.key performed by the
-// process that becomes the owner (from a dead, expired or released owner, or
-// from a giver that offered it the box). It then bumps the epoch by a CAS,
-// only while the key is still its own (otherwise another heir took the key
-// from it meanwhile, e.g. while it was stopped: it returns 0 and waits
-// again), writes the transfer record and runs recovery (ring.cpp, R4). No process ever hands the
-// box to another by writing its key, so a process that dies half-way through a
-// change of owner never leaves an ambiguous state: either the key is still the
-// old one, or it is the new owner's, who is alive and finishes, or dead and is
-// itself replaced the same way. (A new owner that dies between its CAS and its
-// epoch bump leaves the epoch unchanged; it never operated, so no operation
-// under that epoch exists to be fenced.)
+// Who may change the owner, and how, is the hand-over protocol: handover.hpp.
 #pragma once
 
 #include <cstdint>
@@ -69,14 +58,6 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
             role_lock& lock) noexcept;
 // Clears entry `index` if `key` still holds it, then drops its byte (when `lock` is given).
 void withdraw(mapped_box& m, std::uint32_t index, std::uint64_t key, role_lock* lock = nullptr) noexcept;
-
-// This process becomes the owner: owner byte locked through `lock` (L1),
-// CAS key from_key -> self, epoch + 1, the epoch's actor byte locked,
-// transfer record (unless why is none), own heir/listener entry handled,
-// others signalled. Returns the new epoch, or 0 when the CAS lost (then the
-// owner byte is unlocked again). The caller's Owner keeps `lock`.
-std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_reason why, std::string_view data,
-                             role_lock& lock) noexcept;
 
 // Wakes processes waiting for a transfer: bumps owner.transfer_seq (futex)
 // and writes the eventfd of every live heir/listener (or only `only_key`'s)

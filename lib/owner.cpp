@@ -17,6 +17,7 @@
 #include "errors.hpp"
 #include "fault.hpp"
 #include "futex.hpp"
+#include "handover.hpp"
 #include "lease.hpp"
 #include "liveness.hpp"
 #include "process.hpp"
@@ -54,9 +55,6 @@ void backoff(unsigned& rounds, detail::lazy_deadline& deadline, std::uint64_t no
   }
 }
 
-std::uint64_t to_ns(std::chrono::nanoseconds t) {
-  return t == std::chrono::nanoseconds::max() ? UINT64_MAX : t.count() < 0 ? 0 : static_cast<std::uint64_t>(t.count());
-}
 
 transfer_reason public_reason(detail::transfer_reason r) {
   switch (r) {
@@ -194,15 +192,7 @@ struct Owner::state {
   // the commits it started: a later owner's recovery must see it alive).
   mutable detail::role_lock lease;
 
-  bool still_owner() const noexcept {
-    const detail::owner_record* rec = m->owner();
-    const bool mine =
-        rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
-    // No longer the owner (for good: epochs only grow): let go of the owner
-    // byte, so that the byte speaks only for the owner that holds the key.
-    if (!mine) lease.unlock(detail::owner_byte(*m));
-    return mine;
-  }
+  bool still_owner() const noexcept { return detail::still_owner(ctx, lease); }
 
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
@@ -251,14 +241,9 @@ struct Owner::state {
     if (efd >= 0) ::close(efd);
     // Give the lease back; the messages stay (uncommitted reads are delivered
     // again to the next owner). Only if it is still ours. A registered heir
-    // (pobox's monitor mode) takes it over: wake the waiters.
-    if (!still_owner()) return;
-    set_mode(owner_mode::passive);
-    std::uint64_t me = ctx.key;
-    m->owner()->last_owner_key.store(me, std::memory_order_relaxed);  // for the heir's transfer record
-    if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
-      detail::signal_waiters(*m);
-    lease.reset();  // L1: after the key is cleared
+    // (pobox's monitor mode) takes it over.
+    if (still_owner()) set_mode(owner_mode::passive);
+    detail::release_ownership(ctx, lease);
   }
 };
 
@@ -319,46 +304,12 @@ result<Owner> Owner::acquire(std::string_view name) {
 
 result<Owner> Owner::acquire(const Box& box) {
   const auto& m = box.m_;
-  const std::string who = "box '" + m->name + "'";
-  if (m->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to own it");
-  const std::uint64_t me = detail::self_key();
-  if (me == 0) return detail::fail(errc::system_error, who + ": this process's pid is out of range for a process key");
-  for (;;) {
-    const detail::owner_view v = detail::view_owner(*m);
-    if (v.key == me) return detail::fail(errc::already_owner, who + " is already owned by this process (pid " +
-                                                                  std::to_string(detail::key_pid(me)) + "): use its Owner handle");
-    // The epoch goes up by one per change of owner and can never honestly
-    // reach its last value; from there it would wrap to 0, which
-    // take_ownership returns for "not taken" (and we would then find our own
-    // key: "already owned by this process"). Say what is wrong instead.
-    if (v.epoch == UINT64_MAX)
-      return detail::fail(errc::corrupt, who + ": its owner epoch (the count of changes of owner) is " + std::to_string(v.epoch) +
-                                             ", which no box reaches: the owner record was written over (corrupt); remove and recreate the box");
-    if (!detail::owner_gone(v))
-      return detail::fail(errc::not_owner, who + " is owned by live process " + std::to_string(detail::key_pid(v.key)) +
-                                               (v.pid_ns != 0 && v.pid_ns != detail::self_pid_ns() ? " (of another pid namespace)" : "") +
-                                               "; only one owner at a time (it must exit or release the box first)");
-    // A box whose owner is gone belongs to its first live heir.
-    const auto heir = detail::first_live_heir(*m);
-    if (heir && heir->key != me) {
-      detail::signal_waiters(*m, heir->key);
-      return detail::fail(errc::not_owner, who + "'s owner is gone and its heir (pid " +
-                                               std::to_string(detail::key_pid(heir->key)) + ") takes it over first");
-    }
-    // A transfer is recorded when an heir inherits or an owner died or
-    // expired; a plain acquire of a released or new box records none.
-    detail::transfer_reason why = detail::transfer_reason::none;
-    if (v.expired) why = detail::transfer_reason::lease_expired;
-    else if (v.key != 0 || heir) why = detail::transfer_reason::owner_died;
-    detail::role_lock lease;
-    // take_ownership locks the owner byte too (again: a no-op); a failure
-    // here is the system's (no descriptor left), not a lost race to retry.
-    if (!lease.lock(*m, detail::owner_byte(*m)))
-      return detail::fail_errno(errno, who + ": cannot lock the owner's byte of the segment (open file description lock)");
-    const std::uint64_t epoch = detail::take_ownership(*m, v.key, why, heir ? std::string_view(heir->data) : "", lease);
-    if (epoch == 0) continue;  // someone else changed the owner meanwhile: look again
-    return adopt(m, epoch, std::move(lease));
-  }
+  if (m->read_only)
+    return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to own it");
+  detail::role_lock lease;
+  auto epoch = detail::acquire_ownership(*m, lease);
+  if (!epoch) return epoch.error();
+  return adopt(m, *epoch, std::move(lease));
 }
 
 std::uint64_t Owner::epoch() const noexcept { return s_ ? s_->ctx.epoch : 0; }
@@ -397,48 +348,7 @@ void Owner::renew() noexcept {
 
 void Owner::accept_give_away_requests(bool accept) noexcept {
   if (!s_ || !s_->still_owner()) return;
-  s_->m->owner()->requests_allowed.store(accept ? s_->ctx.epoch : 0, std::memory_order_release);
-}
-
-// A give-away request (Box::request_give_away) pending for an owner that
-// accepts them: hand the box over. The request is marked as being served
-// (kRequestServing) first, so that its asker can tell "being served" from
-// "withdrawn in time", and cleared after. Returns true when the box was
-// given away (this handle is no longer the owner).
-bool Owner::serve_request() {
-  detail::owner_record* rec = s_->m->owner();
-  if (rec->requests_allowed.load(std::memory_order_relaxed) != s_->ctx.epoch) return false;
-  const std::uint64_t req = rec->request_pid.load(std::memory_order_acquire);
-  if (req == 0) return false;
-  auto answered = [&](std::uint64_t expected) {
-    rec->request_pid.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
-    rec->transfer_seq.fetch_add(1, std::memory_order_release);  // the asker watches it
-    detail::futex_wake(&rec->transfer_seq);
-  };
-  // Only this handle serves requests (one thread), so a request marked as
-  // being served was left by an owner that died serving it; one whose asker
-  // is gone (killed while it waited, e.g. Ctrl-C: it no longer holds the
-  // request's byte, liveness.hpp L1, in whatever pid namespace it ran) was
-  // cancelled. Both are void.
-  if ((req & detail::kRequestServing) != 0 || !detail::lock_held(*s_->m, detail::request_byte(*s_->m))) {
-    answered(req);
-    return false;
-  }
-  std::uint64_t expected = req;
-  if (!rec->request_pid.compare_exchange_strong(expected, req | detail::kRequestServing, std::memory_order_acq_rel,
-                                                std::memory_order_relaxed))
-    return false;  // withdrawn or replaced meanwhile: the next call looks again
-  // The destination is an heir entry; an entry registered anew since the
-  // request (another key) is not what was asked for.
-  const std::uint32_t entry = detail::request_entry(req);
-  const std::uint64_t dest =
-      entry < detail::kHeirSlots ? s_->m->heir(entry)->key.load(std::memory_order_acquire) : std::uint64_t{0};
-  const bool given = detail::request_names(req, dest) && s_->ctx.pending.empty() &&
-                     give_away_key(dest, "heir entry " + std::to_string(entry) + " (pid " +
-                                             std::to_string(detail::key_pid(dest)) + ")",
-                                   "requested", std::chrono::seconds(1));
-  answered(req | detail::kRequestServing);
-  return given;
+  detail::allow_requests(*s_->m, accept ? s_->ctx.epoch : 0);
 }
 
 recv_status Owner::try_receive(message& out) {
@@ -540,7 +450,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
-  if (serve_request()) return recv_status::not_owner;  // given away on request
+  if (detail::serve_request(s_->ctx, s_->lease)) return recv_status::not_owner;  // given away on request
   if (hold) SHMBOX_FAULT("owner.before_read");
   detail::renew_lease(m);
   // Lease boxes (fenced): take into a staging batch, commit, and hand out
@@ -557,7 +467,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   const detail::take_mode mode = (hold || o.fenced) ? detail::take_mode::hold : detail::take_mode::commit_each;
   // The clock is read only once nothing was found: a call that finds a
   // message makes no clock call.
-  detail::lazy_deadline deadline{to_ns(timeout)};
+  detail::lazy_deadline deadline{detail::timeout_ns(timeout)};
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
   unsigned busy_rounds = 0;
   std::uint64_t spin_until = 0, next_yield = 0;
@@ -620,7 +530,7 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline.get()) return recv_status::timeout;
     if (!s_->still_owner()) return recv_status::not_owner;
-    if (serve_request()) return recv_status::not_owner;  // given away on request
+    if (detail::serve_request(s_->ctx, s_->lease)) return recv_status::not_owner;  // given away on request
     detail::renew_lease(m);
     if (busy) {
       backoff(busy_rounds, deadline, now);
@@ -734,7 +644,7 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
 owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
   if (!s_) return owner_event::not_owner;
   detail::owner_record* rec = s_->m->owner();
-  detail::lazy_deadline deadline{to_ns(timeout)};
+  detail::lazy_deadline deadline{detail::timeout_ns(timeout)};
   for (;;) {
     // Read before looking for a request: Box::request_give_away stores the
     // request, then bumps wake_seq (release) and wakes the futex; reading it
@@ -742,7 +652,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     // wait returns at once. acquire: pairs with that bump (and P6's).
     const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
     if (!s_->still_owner()) return owner_event::not_owner;
-    if (serve_request()) return owner_event::not_owner;  // given away on request
+    if (detail::serve_request(s_->ctx, s_->lease)) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
     const owner_mode mode = s_->armed;
     if (mode == owner_mode::passive && !s_->due) {
@@ -814,10 +724,10 @@ int Owner::notify_fd() {
       // A give-away request (Box::request_give_away wakes this thread) for
       // an owner that accepts them: make the fd readable once per request, so
       // that an event loop calls wait(), which serves it.
-      const std::uint64_t request = rec->request_pid.load(std::memory_order_acquire);
+      const std::uint64_t request = detail::pending_request(*st->m);
       if (request != request_seen) {
         request_seen = request;
-        if (request != 0 && rec->requests_allowed.load(std::memory_order_acquire) == st->ctx.epoch) st->poke_fd();
+        if (request != 0 && detail::accepts_requests(*st->m, st->ctx.epoch)) st->poke_fd();
       }
       // Every second: armed (notify/active) with messages in the box means a
       // wake-up was lost (a producer died between publishing and waking us):
@@ -861,122 +771,11 @@ int Owner::notify_fd() {
 }
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
-  if (!s_) return false;
-  // A pid means a process of this pid namespace only: the live heir or
-  // listener with that pid recorded in this namespace.
-  for (const detail::heir_view& h : detail::list_heirs(*s_->m, false))
-    if (h.alive && detail::key_pid(h.key) == dest_pid && detail::in_this_ns(h.pid_ns))
-      return give_away_key(h.key, "pid " + std::to_string(dest_pid), data, timeout);
-  s_->ctx.last_error = detail::fail(
-      errc::invalid_argument, "box '" + s_->m->name + "': give_away to pid " + std::to_string(dest_pid) +
-                                  (detail::pid_running(dest_pid) ? ", which is not waiting for the box (make it an heir or listener first)"
-                                                                 : ", which is not running in this pid namespace") +
-                                  " (an heir in another container is named by its heir entry: Owner::give_away_to_heir, "
-                                  "shmbox give-away NAME --heir N)");
-  return false;
+  return s_ && detail::give_away_to_pid(s_->ctx, s_->lease, dest_pid, data, detail::timeout_ns(timeout));
 }
 
 bool Owner::give_away_to_heir(std::uint32_t entry, std::string_view data, std::chrono::nanoseconds timeout) {
-  if (!s_) return false;
-  const std::string who = "box '" + s_->m->name + "'";
-  if (entry >= detail::kHeirSlots) {
-    s_->ctx.last_error = detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
-                                                                  " does not exist (entries are 0.." +
-                                                                  std::to_string(detail::kHeirSlots - 1) + ")");
-    return false;
-  }
-  const std::uint64_t dest = s_->m->heir(entry)->key.load(std::memory_order_acquire);
-  if (!detail::role_alive(*s_->m, detail::heir_byte(*s_->m, entry), dest)) {
-    s_->ctx.last_error = detail::fail(errc::invalid_argument, who + ": heir entry " + std::to_string(entry) +
-                                                                  " holds no live heir or listener (see shmbox heirs " +
-                                                                  s_->m->name + ")");
-    return false;
-  }
-  return give_away_key(dest, "heir entry " + std::to_string(entry) + " (pid " + std::to_string(detail::key_pid(dest)) + ")",
-                       data, timeout);
+  return s_ && detail::give_away_to_entry(s_->ctx, s_->lease, entry, data, detail::timeout_ns(timeout));
 }
-
-bool Owner::give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
-                          std::chrono::nanoseconds timeout) {
-  detail::owner_ctx& o = s_->ctx;
-  detail::mapped_box& m = *s_->m;
-  detail::owner_record* rec = m.owner();
-  const std::string who = "box '" + m.name + "'";
-  if (!s_->still_owner()) {
-    o.last_error = detail::fail(errc::not_owner, who + ": give_away by a handle that is not the owner");
-    return false;
-  }
-  if (data.size() > detail::kHeirDataMax || !o.pending.empty()) {
-    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away needs data of at most 64 bytes and no uncommitted reads");
-    return false;
-  }
-  if (dest == o.key) {
-    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to " + dest_name + ", which is the owner");
-    return false;
-  }
-  // dest is alive while it holds its heir entry (waiting) or the owner byte
-  // (taking the box), liveness.hpp L1, in any pid namespace.
-  auto dest_alive = [&] {
-    if (rec->key.load(std::memory_order_acquire) == dest && detail::lock_held(m, detail::owner_byte(m))) return true;
-    for (std::uint32_t i = 0; i < detail::kHeirSlots; ++i)
-      if (m.heir(i)->key.load(std::memory_order_acquire) == dest && detail::lock_held(m, detail::heir_byte(m, i)))
-        return true;
-    return false;
-  };
-  if (!dest_alive()) {
-    o.last_error = detail::fail(errc::invalid_argument, who + ": give_away to " + dest_name +
-                                                            ", which is not waiting for the box (make it an heir or listener first)");
-    return false;
-  }
-  // The offer: data first, then the key (release) that makes it visible.
-  detail::store_data(rec->offer_data, data);
-  rec->offer_data_len.store(data.size(), std::memory_order_relaxed);
-  rec->offer_epoch.store(o.epoch, std::memory_order_relaxed);
-  rec->offer_key.store(dest, std::memory_order_release);
-  detail::signal_waiters(m, dest);
-  SHMBOX_FAULT("give_away.after_offer");
-  detail::lazy_deadline deadline{to_ns(timeout)};
-  // An accepted offer whose dest died before taking the box is void at once.
-  auto accepted_by_dead_dest = [&] {
-    return rec->offer_key.load(std::memory_order_acquire) == (dest | detail::kOfferAccepted) && s_->still_owner() &&
-           !dest_alive();
-  };
-  // No longer the owner: dest took the box (true), or, on a lease box whose
-  // deadline passed anyway, an heir did (false, not_owner).
-  auto given = [&] {
-    const std::uint64_t k = rec->key.load(std::memory_order_acquire);
-    if (k == dest) return true;
-    o.last_error = detail::fail(errc::not_owner, who + ": lost the box during give_away: pid " +
-                                                     std::to_string(detail::key_pid(k)) + " took it, not " + dest_name);
-    return false;
-  };
-  for (;;) {
-    if (!s_->still_owner()) return given();
-    detail::renew_lease(m);  // a giver is alive and busy: its heirs must not take over meanwhile
-    const std::uint32_t seen = rec->transfer_seq.load(std::memory_order_acquire);
-    const std::uint64_t now = detail::mono_ns();
-    if (now >= deadline.get() || accepted_by_dead_dest()) break;
-    if (!s_->still_owner()) return given();
-    detail::futex_wait(&rec->transfer_seq, seen, std::min(deadline.get(), now + 10'000'000));
-  }
-  // Withdraw the offer; if dest accepted it just now, let it finish.
-  std::uint64_t expected = dest;
-  if (rec->offer_key.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-    o.last_error = detail::fail(errc::timed_out, who + ": " + dest_name + " did not take the box in time");
-    return false;  // withdrawn before dest accepted: nothing changed
-  }
-  const std::uint64_t give_up = detail::mono_ns() + 1'000'000'000;
-  while (detail::mono_ns() < give_up) {
-    if (!s_->still_owner()) return given();
-    if (!dest_alive()) break;
-    ::sched_yield();
-  }
-  if (!s_->still_owner()) return given();
-  rec->offer_key.store(0, std::memory_order_release);  // dest accepted and died: the offer is void
-  o.last_error = detail::fail(errc::invalid_argument, who + ": " + dest_name +
-                                                 " accepted the box and died before taking it; this process still owns it");
-  return false;
-}
-
 
 }  // namespace shmbox

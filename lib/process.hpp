@@ -19,6 +19,7 @@
 // process here, for pidfds and give-away by pid).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace shmbox::detail {
@@ -62,6 +63,10 @@ bool is_eventfd(int fd) noexcept;
 
 // Monotonic and wall clocks in nanoseconds.
 std::uint64_t mono_ns() noexcept;
+// A public timeout in ns: nanoseconds::max() -> UINT64_MAX (forever), negative -> 0.
+inline std::uint64_t timeout_ns(std::chrono::nanoseconds t) noexcept {
+  return t == std::chrono::nanoseconds::max() ? UINT64_MAX : t.count() < 0 ? 0 : static_cast<std::uint64_t>(t.count());
+}
 std::uint64_t unix_ns() noexcept;
 
 }  // namespace shmbox::detail

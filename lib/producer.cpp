@@ -96,11 +96,6 @@ struct Producer::state {
 };
 
 namespace {
-std::uint64_t timeout_to_ns(std::chrono::nanoseconds timeout) noexcept {
-  return timeout == std::chrono::nanoseconds::max() ? UINT64_MAX
-         : timeout.count() < 0                     ? 0
-                                                   : static_cast<std::uint64_t>(timeout.count());
-}
 }  // namespace
 
 std::string_view to_string(post_status s) noexcept {
@@ -154,7 +149,7 @@ post_status Producer::post(const void* data, std::size_t size, std::chrono::nano
                            const wait_options& w) noexcept {
   if (!s_) return post_status::error;
   s_->ctx.evicted = 0;
-  return s_->post(s_->m->default_lane, data, size, timeout_to_ns(timeout), w);
+  return s_->post(s_->m->default_lane, data, size, detail::timeout_ns(timeout), w);
 }
 
 post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
@@ -167,7 +162,7 @@ post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t 
   if (!s_) return post_status::error;
   s_->ctx.evicted = 0;
   if (!s_->valid_lane(lane)) return post_status::error;
-  return s_->post(lane, data, size, timeout_to_ns(timeout), {});
+  return s_->post(lane, data, size, detail::timeout_ns(timeout), {});
 }
 
 // ---------------------------------------------------------------------------
@@ -195,7 +190,7 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
   } else {
     if (!s_->valid_lane(lane) || s_->loan_blocks()) return l;
     s_->set_spin(w);
-    l.status_ = detail::claim_slot(s_->ctx, lane, 0, timeout_to_ns(timeout), k);
+    l.status_ = detail::claim_slot(s_->ctx, lane, 0, detail::timeout_ns(timeout), k);
     if (s_->ctx.capture) {
       if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
       s_->forward_captured(lane);
@@ -295,7 +290,7 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
     st = post_status::error;
   } else {
     const std::uint32_t payload = s_->m->lanes[lane].payload;
-    const std::uint64_t timeout_ns = timeout_to_ns(timeout);
+    const std::uint64_t timeout_ns = detail::timeout_ns(timeout);
     while (i < msgs.size()) {
       // The run of messages that fit, from i: claimed together when there is room.
       std::size_t fit = 0;

@@ -244,11 +244,6 @@ class Owner {
                            const wait_options* w = nullptr);
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                     std::chrono::nanoseconds timeout, const wait_options& w);
-  bool serve_request();
-  bool give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
-                     std::chrono::nanoseconds timeout);
-  // The handle of this process after it took the box with `epoch`, holding
-  // `lease` (the owner's role lock); runs recovery.
   static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease);
   explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
