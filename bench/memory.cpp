@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "create %u x %u: %s\n", cap, slot, shmbox::explain(box.error()).c_str());
         return 1;
       }
-      const double bytes = static_cast<double>(box->info().segment_bytes);
+      const double bytes = static_cast<double>(shmbox::info(*box).segment_bytes);
       const double payload = static_cast<double>(cap) * slot;
       (void)shmbox::Box::remove(name);
       char mech[64], note[96];

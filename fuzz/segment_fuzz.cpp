@@ -363,9 +363,9 @@ void do_inspect() {
   (void)box->overflow();
   (void)box->depth_approx();
   (void)box->read_counters();
-  touch_info(box->info());
+  touch_info(shmbox::info(*box));
   std::size_t bytes = 0;  // shmbox dump: lengths and positions come from the segment
-  for (const auto& m : box->peek(64)) bytes += m.data.size() + m.lane;
+  for (const auto& m : shmbox::peek(*box, 64)) bytes += m.data.size() + m.lane;
   (void)bytes;
   // Read-only handles must refuse to own, post or ask for a give-away, whatever the segment says.
   (void)sb::Owner::acquire(*box);
@@ -557,7 +557,7 @@ int run_one(const std::uint8_t* data, std::size_t size) {
     if (what & kDoInspect) do_inspect();
     if (what & kDoVerify) {
       step st("verify");
-      auto r = sb::Box::verify(g_name);
+      auto r = sb::shmbox::verify(g_name);
       if (r) {
         volatile std::size_t k = r->problems.size() + r->slots + r->producers + r->heirs;
         (void)k;
@@ -569,9 +569,9 @@ int run_one(const std::uint8_t* data, std::size_t size) {
         return sb::Box::open(g_name);
       }();
       if (box) {
-        (void)box->info();
+        (void)shmbox::info(*box);
         session(*box, pl);
-        touch_info(box->info());
+        touch_info(shmbox::info(*box));
       }
     }
     if (what & kDoList) {
@@ -580,11 +580,11 @@ int run_one(const std::uint8_t* data, std::size_t size) {
       sb::collect_options co;
       co.dry_run = true;  // never removes anything
       co.prefix = g_name;
-      (void)sb::Box::collect(co);
+      (void)sb::shmbox::collect(co);
     }
     if (what & kDoVerify) {
       step st("verify again");
-      (void)sb::Box::verify(g_name);  // after our calls changed the segment
+      (void)sb::shmbox::verify(g_name);  // after our calls changed the segment
     }
   } catch (const std::exception&) {
     // The API does not throw, but an exception is not a memory error: allowed here.

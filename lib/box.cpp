@@ -1,4 +1,5 @@
 #include "shmbox/box.hpp"
+#include "shmbox/inspect.hpp"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "errors.hpp"
 #include "futex.hpp"
+#include "access.hpp"
 #include "handover.hpp"
 #include "lease.hpp"
 #include "liveness.hpp"
@@ -174,8 +176,8 @@ void add(counters& sum, const counters& c) {
 }
 }  // namespace
 
-std::vector<peeked_message> Box::peek(std::size_t max) const {
-  const detail::mapped_box& m = *m_;
+std::vector<peeked_message> peek(const Box& box, std::size_t max) {
+  const detail::mapped_box& m = *detail::access::box(box);
   std::vector<peeked_message> out;
   std::string bytes;
   // Copies one slot if it holds a published message, and keeps the copy only
@@ -240,13 +242,13 @@ counters Box::read_counters() const {
   return total;
 }
 
-box_info Box::info() const {
-  const detail::mapped_box& m = *m_;
+box_info info(const Box& box) {
+  const detail::mapped_box& m = *detail::access::box(box);
   box_info i;
   i.name = m.name;
-  i.capacity = capacity();
-  i.slot_size = slot_size();
-  i.overflow = overflow();
+  i.capacity = box.capacity();
+  i.slot_size = box.slot_size();
+  i.overflow = box.overflow();
   i.max_producers = m.max_producers();
   i.segment_bytes = m.geo.total_bytes;
   i.mode = m.mode;

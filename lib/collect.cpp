@@ -1,4 +1,4 @@
-// lib/collect.cpp - Box::collect ('shmbox gc'): removes boxes nobody uses.
+// lib/collect.cpp - collect() ('shmbox gc'): removes boxes nobody uses.
 //
 // A box is in use while any process has it mapped: its owner (even one whose
 // lease expired: it may resume), an heir or listener, a producer, or anyone
@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 
+#include "access.hpp"
 #include "errors.hpp"
 #include "layout.hpp"
 #include "lease.hpp"
@@ -30,6 +31,7 @@
 #include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/box.hpp"
+#include "shmbox/inspect.hpp"
 
 namespace shmbox {
 namespace {
@@ -88,8 +90,8 @@ bool may_unlink(const std::string& name) {
 
 }  // namespace
 
-result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
-  auto names = list();
+result<std::vector<collected_box>> collect(const collect_options& opts) {
+  auto names = Box::list();
   if (!names) return names.error();
   std::vector<collected_box> out;
   for (const std::string& name : *names) {
@@ -129,8 +131,7 @@ result<std::vector<collected_box>> Box::collect(const collect_options& opts) {
       // Foreign and corrupt segments are for a person to judge ('shmbox verify', 'shmbox rm').
       if (m.error() != errc::incomplete || !abandoned_creation(fd.fd, c.why)) continue;
     } else {
-      const Box box(*m);  // m: the open_segment result of the condition above
-      const box_info i = box.info();
+      const box_info i = info(detail::access::make_box(*m));  // m: the open_segment result of the condition above
       // Every role holder has the box mapped, so this only confirms L3.
       bool live = i.owner.alive || i.producers_attached != 0;
       for (const heir_info& h : i.heirs) live |= h.alive;

@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "access.hpp"
 #include "errors.hpp"
 #include "handover.hpp"
 #include "lease.hpp"
@@ -29,7 +30,7 @@
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
-#include "shmbox/owner.hpp"
+#include "shmbox/heir.hpp"
 
 namespace shmbox {
 
@@ -133,22 +134,22 @@ Heir::~Heir() = default;
 result<Heir> Heir::enlist(std::string_view box, std::string_view data) {
   auto m = detail::open_segment(box, false);
   if (!m) return m.error();
-  return make(std::move(*m), data, false);
+  return detail::access::make_heir(std::move(*m), data, false);
 }
 result<Heir> Heir::listen(std::string_view box) {
   auto m = detail::open_segment(box, false);
   if (!m) return m.error();
-  return make(std::move(*m), {}, true);
+  return detail::access::make_heir(std::move(*m), {}, true);
 }
-result<Heir> Heir::enlist(const Box& box, std::string_view data) { return make(box.m_, data, false); }
-result<Heir> Heir::listen(const Box& box) { return make(box.m_, {}, true); }
+result<Heir> Heir::enlist(const Box& box, std::string_view data) { return detail::access::make_heir(detail::access::box(box), data, false); }
+result<Heir> Heir::listen(const Box& box) { return detail::access::make_heir(detail::access::box(box), {}, true); }
 
-result<Heir> Heir::make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener) {
+result<Heir> detail::access::make_heir(std::shared_ptr<mapped_box> box, std::string_view data, bool listener) {
   const std::string who = "box '" + box->name + "'";
   if (box->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to be its heir");
   if (data.size() > detail::kHeirDataMax)
     return detail::fail(errc::invalid_argument, who + ": heir data of " + std::to_string(data.size()) + " bytes; at most 64");
-  auto s = std::make_unique<state>();
+  auto s = std::make_unique<Heir::state>();
   s->m = std::move(box);
   s->index = detail::kHeirSlots;  // nothing to withdraw until enlisted
   s->key = detail::self_key();
@@ -177,7 +178,7 @@ result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
     s_->drain_eventfd();
     if (const std::uint64_t epoch = s_->try_take(); epoch != 0) {
       s_->watch(0);
-      return Owner::adopt(s_->m, epoch, std::move(s_->taking));
+      return detail::access::adopt_owner(s_->m, epoch, std::move(s_->taking));
     }
     const std::uint64_t now = detail::mono_ns();
     if (now >= deadline)

@@ -1,6 +1,6 @@
 #include "layout.hpp"
 
-#include "shmbox/box.hpp"
+#include "shmbox/types.hpp"
 
 namespace shmbox::detail {
 namespace {

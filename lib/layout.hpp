@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shmbox/types.hpp"
+
 namespace shmbox::detail {
 
 constexpr std::size_t kCacheLine = 64;
@@ -34,7 +36,10 @@ constexpr std::size_t kCacheLine = 64;
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
 constexpr std::uint32_t kLayoutVersion = 4;  // 4: segment_header.default_lane; keys carry the pid namespace, roles record it, role locks
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
-constexpr std::uint32_t kMaxLanes = 8;
+// Lanes per box: the one definition is public (shmbox/types.hpp); the
+// segment below is sized by it, so changing it changes the layout.
+using shmbox::kMaxLanes;
+static_assert(kMaxLanes == 8, "kMaxLanes sizes segment_header and the geometry: a new value needs a new kLayoutVersion");
 constexpr std::uint32_t kOwnerActors = 16;  // owner actor records, one per epoch % 16
 constexpr std::uint32_t kHeirSlots = 16;    // heir table entries
 constexpr std::uint32_t kHeirDataMax = 64;  // bytes of heir / give-away data

@@ -14,6 +14,7 @@
 #include <exception>
 #include <thread>
 
+#include "access.hpp"
 #include "errors.hpp"
 #include "fault.hpp"
 #include "futex.hpp"
@@ -68,6 +69,10 @@ transfer_reason public_reason(detail::transfer_reason r) {
 
 }  // namespace
 
+namespace detail {
+struct owner_sink;
+}
+
 // Counts what it appends; the public receive forms wrap it.
 struct detail::owner_sink : detail::take_sink {
   std::size_t appended = 0;
@@ -106,7 +111,7 @@ struct batch_sink final : detail::owner_sink {
   batch* out;
   explicit batch_sink(batch& b) : out(&b) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
-    out->append(data, size, redelivered, lane);
+    detail::access::append(*out, data, size, redelivered, lane);
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -194,6 +199,13 @@ struct Owner::state {
 
   bool still_owner() const noexcept { return detail::still_owner(ctx, lease); }
 
+  // Every receive form: takes up to `max` messages into `sink` (through the
+  // filter, if any), waiting up to `timeout` (the adaptive wait: spin, then
+  // sleep on the futex); `hold`: keep them taken until commit() (read).
+  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
+                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
+                           const wait_options* w = nullptr);
+
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
     // between our load and store: then the new arming simply replaces it.
@@ -273,7 +285,7 @@ Owner::Owner(Owner&&) noexcept = default;
 Owner& Owner::operator=(Owner&&) noexcept = default;
 Owner::~Owner() = default;
 
-Owner Owner::adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease) {
+Owner detail::access::adopt_owner(std::shared_ptr<mapped_box> m, std::uint64_t epoch, role_lock&& lease) {
   using namespace detail;
   auto s = std::make_unique<Owner::state>();
   s->m = std::move(m);
@@ -303,13 +315,13 @@ result<Owner> Owner::acquire(std::string_view name) {
 }
 
 result<Owner> Owner::acquire(const Box& box) {
-  const auto& m = box.m_;
+  const auto& m = detail::access::box(box);
   if (m->read_only)
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to own it");
   detail::role_lock lease;
   auto epoch = detail::acquire_ownership(*m, lease);
   if (!epoch) return epoch.error();
-  return adopt(m, *epoch, std::move(lease));
+  return detail::access::adopt_owner(m, *epoch, std::move(lease));
 }
 
 std::uint64_t Owner::epoch() const noexcept { return s_ ? s_->ctx.epoch : 0; }
@@ -336,7 +348,7 @@ usage_info Owner::usage() const {
     u.depth_total += u.depth.back();
     u.capacity_total += u.capacity.back();
   }
-  const std::uint64_t now = overflow_drops(Box(s_->m));
+  const std::uint64_t now = overflow_drops(detail::access::make_box(s_->m));
   const std::uint64_t base = m.owner()->drops_baseline.load(std::memory_order_relaxed);
   u.dropped_since_delivery = now >= base ? now - base : 0;
   return u;
@@ -352,55 +364,64 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
 }
 
 recv_status Owner::try_receive(message& out) {
+  if (!s_) return recv_status::not_owner;
   message_sink sink(out);
-  const recv_status st = receive_into(sink, 1, std::chrono::nanoseconds(0), false);
+  const recv_status st = s_->receive_into(sink, 1, std::chrono::nanoseconds(0), false);
   return st == recv_status::timeout ? recv_status::empty : st;
 }
 
 recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
+  if (!s_) return recv_status::not_owner;
   message_sink sink(out);
-  return receive_into(sink, 1, timeout, false);
+  return s_->receive_into(sink, 1, timeout, false);
 }
 
 recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  if (!s_) return recv_status::not_owner;
   vector_sink sink(out);
-  return receive_into(sink, max, timeout, false);
+  return s_->receive_into(sink, max, timeout, false);
 }
 
 recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return receive_into(sink, max, timeout, false);
+  return s_->receive_into(sink, max, timeout, false);
 }
 
 recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+  if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return receive_into(sink, max, timeout, true);
+  return s_->receive_into(sink, max, timeout, true);
 }
 
 recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
+  if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return receive_into(sink, max, timeout, true, nullptr, nullptr, &w);
+  return s_->receive_into(sink, max, timeout, true, nullptr, nullptr, &w);
 }
 
 recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w) {
+  if (!s_) return recv_status::not_owner;
   message_sink sink(out);
-  return receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
+  return s_->receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
 }
 
 recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
+  if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
+  return s_->receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
 }
 
 recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                          std::chrono::nanoseconds timeout, const wait_options& w) {
+  if (!s_) return recv_status::not_owner;
   view_sink sink(fn, ctx);
-  if (s_ && s_->ctx.fenced) {
+  if (s_->ctx.fenced) {
     // A lease box commits before it hands anything out: one message per
     // commit, so that an exception from fn cannot hide committed messages.
     recv_status st = recv_status::empty;
     for (std::size_t n = 0; n < max; ++n) {
-      const recv_status one = receive_into(sink, 1, n == 0 ? timeout : std::chrono::nanoseconds(0), false, nullptr,
+      const recv_status one = s_->receive_into(sink, 1, n == 0 ? timeout : std::chrono::nanoseconds(0), false, nullptr,
                                            nullptr, &w);
       if (sink.thrown) std::rethrow_exception(sink.thrown);
       if (one != recv_status::ok) return n == 0 ? one : recv_status::ok;  // a later call reports what ended it
@@ -408,7 +429,7 @@ recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&),
     }
     return st;
   }
-  const recv_status st = receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
+  const recv_status st = s_->receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
   if (sink.thrown) std::rethrow_exception(sink.thrown);
   return st;
 }
@@ -438,9 +459,10 @@ recv_status Owner::commit(std::size_t* lost) {
   return recv_status::not_owner;
 }
 
-recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
-                                const filter_fn* filter, std::uint64_t* filter_drops, const wait_options* w) {
-  if (!s_) return recv_status::not_owner;
+recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout,
+                                       bool hold, const filter_fn* filter, std::uint64_t* filter_drops,
+                                       const wait_options* w) {
+  state* const s_ = this;  // (the body reads as the Owner methods around it)
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
   detail::owner_record* rec = m.owner();
@@ -623,10 +645,10 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
   out.count = 0;
   out.dropped = 0;
   if (!s_) return recv_status::not_owner;
-  const std::uint64_t drops_now = overflow_drops(Box(s_->m));
+  const std::uint64_t drops_now = overflow_drops(detail::access::make_box(s_->m));
   batch_sink sink(out.messages);
   std::uint64_t filter_drops = 0;
-  const recv_status st = receive_into(sink, max == 0 ? 1 : max, std::chrono::nanoseconds(0), false, &filter, &filter_drops);
+  const recv_status st = s_->receive_into(sink, max == 0 ? 1 : max, std::chrono::nanoseconds(0), false, &filter, &filter_drops);
   if (st == recv_status::timeout || st == recv_status::empty) return recv_status::empty;  // no data: no delivery
   if (st != recv_status::ok) return st;
   // A delivery (maybe empty: all dropped, or the first message skipped).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "access.hpp"
 #include "errors.hpp"
 #include "fault.hpp"
 #include "layout.hpp"
@@ -123,7 +124,7 @@ result<Producer> Producer::attach(std::string_view name) {
 }
 
 result<Producer> Producer::attach(const Box& box) {
-  const auto& m = box.m_;
+  const auto& m = detail::access::box(box);
   if (m->read_only)
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to post");
   auto s = std::make_unique<state>();
@@ -199,7 +200,7 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
   }
   SHMBOX_FAULT("producer.loan_open");
   s_->ctx.loan_open = true;
-  l.ctx_ = &s_->ctx;
+  l.ctx_ = s_.get();
   l.data_ = detail::lane_view::payload_of(k.slot);
   l.capacity_ = s_->m->lanes[lane].payload;
   l.lane_ = lane;
@@ -250,9 +251,9 @@ post_status slot_loan::commit(std::size_t size) noexcept {
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
   // FIFO: from the fields, not through a slot_claim copied from them (that
   // copy's wide loads of fields stored one by one stalled store forwarding).
-  if (stamp_ == kNotLifo) detail::fifo_publish_inline(*ctx_, slot_of(data_), where_, wake_, size);
-  else detail::publish_slot(*ctx_, claim_of(data_, lane_, where_, stamp_, wake_), size);
-  ctx_->loan_open = false;
+  if (stamp_ == kNotLifo) detail::fifo_publish_inline(ctx_->ctx, slot_of(data_), where_, wake_, size);
+  else detail::publish_slot(ctx_->ctx, claim_of(data_, lane_, where_, stamp_, wake_), size);
+  ctx_->ctx.loan_open = false;
   ctx_ = nullptr;
   data_ = nullptr;
   return status_;
@@ -260,8 +261,8 @@ post_status slot_loan::commit(std::size_t size) noexcept {
 
 void slot_loan::abort() noexcept {
   if (ctx_ == nullptr) return;
-  detail::abort_slot(*ctx_, claim_of(data_, lane_, where_, stamp_, wake_));
-  ctx_->loan_open = false;
+  detail::abort_slot(ctx_->ctx, claim_of(data_, lane_, where_, stamp_, wake_));
+  ctx_->ctx.loan_open = false;
   ctx_ = nullptr;
   data_ = nullptr;
 }

@@ -1,4 +1,4 @@
-// lib/verify.cpp - Box::verify: the invariants of a segment, checked while it
+// lib/verify.cpp - verify(): the invariants of a segment, checked while it
 // may be in use. Every check below holds at every instant of the protocol
 // (ring.cpp, lease.cpp), so what it reports is damage, not a race; values
 // that move (tails, counters) are read so that a concurrent step cannot make
@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "access.hpp"
 #include "errors.hpp"
 #include "layout.hpp"
 #include "liveness.hpp"
@@ -14,6 +15,7 @@
 #include "ring.hpp"
 #include "segment.hpp"
 #include "shmbox/box.hpp"
+#include "shmbox/inspect.hpp"
 
 namespace shmbox {
 namespace {
@@ -249,7 +251,7 @@ struct checker {
 
 }  // namespace
 
-result<verify_report> Box::verify(std::string_view name) {
+result<verify_report> verify(std::string_view name) {
   verify_report r;
   r.box = std::string(name);
   auto m = detail::open_segment(name, true);
@@ -267,7 +269,7 @@ result<verify_report> Box::verify(std::string_view name) {
         return m.error();
     }
   }
-  const Box box(*m);
+  const Box box = detail::access::make_box(*m);
   checker c{**m, r};
   c.header();
   c.owner_record();

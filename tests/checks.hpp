@@ -19,7 +19,7 @@ namespace shmtest {
 //   stored = delivered + dropped_oldest + abandoned + aborted + depth (+ replaced tops, lifo)
 inline void check_invariant(const shmbox::Box& box) {
   const shmbox::counters c = box.read_counters();
-  const std::uint64_t depth = box.info().depth;
+  const std::uint64_t depth = shmbox::info(box).depth;
   CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
                         c.filtered + c.abandoned + c.aborted + depth);
   CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + c.aborted + depth +

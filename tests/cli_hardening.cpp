@@ -416,7 +416,7 @@ TEST_CASE("the README's counting identity is box.hpp's, word for word, and holds
       {"delivered", c.delivered},           {"rejected", c.rejected},     {"too_large", c.too_large},
       {"timeouts", c.timeouts},             {"dropped_newest", c.dropped_newest}, {"dropped_oldest", c.dropped_oldest},
       {"filtered", c.filtered},             {"abandoned", c.abandoned},   {"aborted", c.aborted},
-      {"depth", box->info().depth}};
+      {"depth", shmbox::info(*box).depth}};
   std::uint64_t sum = 0;
   for (const auto& t : terms_of(code_identity)) {
     CAPTURE(t);

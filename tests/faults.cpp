@@ -300,7 +300,7 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
         const shmbox::counters c = box->read_counters();
         CHECK(c.delivered == 10);
         CHECK(c.abandoned == 0);
-        CHECK(box->info().depth == 0);
+        CHECK(shmbox::info(*box).depth == 0);
         shmtest::check_invariant(*box);
         check_usable(*box, *owner);
       }
@@ -364,7 +364,7 @@ TEST_CASE("fault matrix: an heir killed at every takeover point, for every polic
       // The dead heir is skipped and removed; the box is usable.
       auto owner = shmbox::Owner::acquire(*box);
       REQUIRE(owner);
-      CHECK(box->info().heirs.empty());
+      CHECK(shmbox::info(*box).heirs.empty());
       check_usable(*box, *owner);
     }
   }
@@ -620,9 +620,9 @@ TEST_CASE("producer table full: a clear error while 4 live producers hold it; th
                                                                   std::to_string(i + 1), "100000", "--no-wait",
                                                                   "--pause-us", "100000"}));
   const auto until = std::chrono::steady_clock::now() + 20s;
-  while (box->info().producers_attached < 4 && std::chrono::steady_clock::now() < until)
+  while (shmbox::info(*box).producers_attached < 4 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
-  REQUIRE(box->info().producers_attached == 4);
+  REQUIRE(shmbox::info(*box).producers_attached == 4);
   auto p = shmbox::Producer::attach(*box);
   REQUIRE_FALSE(p);
   CHECK(p.error() == shmbox::errc::producer_table_full);

@@ -90,7 +90,7 @@ TEST_CASE("verify: a healthy box (idle, or in use by an owner and a producer) is
   shmtest::segment_guard g(shmtest::unique_name("vok"));
   auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 32, .lanes = {{}, {.capacity = 8, .overflow = policy::lifo}}});
   REQUIRE(box);
-  auto r = shmbox::Box::verify(g.name);
+  auto r = shmbox::verify(g.name);
   REQUIRE(r);
   CHECK(r->ok);
   CHECK(r->slots == 24);
@@ -101,7 +101,7 @@ TEST_CASE("verify: a healthy box (idle, or in use by an owner and a producer) is
   for (int i = 0; i < 40; ++i) (void)p->post_to(static_cast<std::uint32_t>(i % 2), shmtest::cat("m", std::to_string(i)));
   shmbox::message m;
   CHECK(o->try_receive(m) == shmbox::recv_status::ok);
-  r = shmbox::Box::verify(g.name);
+  r = shmbox::verify(g.name);
   REQUIRE(r);
   CAPTURE(problems_of(*r));
   CHECK(r->ok);
@@ -160,7 +160,7 @@ TEST_CASE("verify: each kind of damage is named, exit 1; the owner and the CLI r
       raw_segment s(g.name);
       d.apply(s);
     }
-    auto r = shmbox::Box::verify(g.name);
+    auto r = shmbox::verify(g.name);
     REQUIRE(r);
     CAPTURE(problems_of(*r));
     CHECK_FALSE(r->ok);
@@ -276,7 +276,7 @@ TEST_CASE("gc: removes only boxes nobody uses, and non-empty ones only when aske
     return n;
   };
   auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
-  auto dry = shmbox::Box::collect({.dry_run = true, .prefix = prefix});
+  auto dry = shmbox::collect({.dry_run = true, .prefix = prefix});
   REQUIRE(dry);
   auto n = names_of(*dry);
   CHECK(n.size() == 2);
@@ -291,7 +291,7 @@ TEST_CASE("gc: removes only boxes nobody uses, and non-empty ones only when aske
   CHECK_FALSE(shmbox::Box::inspect(dead.name));
   for (const auto* g : {&full, &owned, &mapped, &listened}) CHECK(shmbox::Box::inspect(g->name));
 
-  auto all = shmbox::Box::collect({.include_nonempty = true, .prefix = prefix});
+  auto all = shmbox::collect({.include_nonempty = true, .prefix = prefix});
   REQUIRE(all);
   n = names_of(*all);
   CHECK(n == std::vector<std::string>{full.name});
@@ -304,7 +304,7 @@ TEST_CASE("gc: removes only boxes nobody uses, and non-empty ones only when aske
   CHECK(shmtest::exited_with(opener.wait(10s), 0));
   listener.kill(SIGKILL);
   listener.wait(10s);
-  auto rest = shmbox::Box::collect({.prefix = prefix});
+  auto rest = shmbox::collect({.prefix = prefix});
   REQUIRE(rest);
   CHECK(rest->size() == 3);
 }

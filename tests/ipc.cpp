@@ -126,7 +126,7 @@ TEST_CASE("4 producer processes x 250k messages into one owner process") {
     if (v.retry) CHECK(c.rejected == full);
     CHECK(c.posted == 4 * kPer + c.rejected);
     shmtest::check_invariant(*box);
-    CHECK(box->info().depth == 0);
+    CHECK(shmbox::info(*box).depth == 0);
   }
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("lifo with 4 producer processes: exactly once, payloads intact, counte
   const shmbox::counters c = box->read_counters();
   CHECK(c.delivered == s["got"]);
   CHECK(c.posted == 200'000);
-  CHECK(c.dropped_newest == c.stored - c.delivered - box->info().depth);
+  CHECK(c.dropped_newest == c.stored - c.delivered - shmbox::info(*box).depth);
   shmtest::check_invariant(*box);
 }
 
@@ -455,7 +455,7 @@ TEST_CASE("one owner at a time across processes; a dead owner's box is taken ove
   CHECK(third.read_line().value_or("").find("owned by live process") != std::string::npos);
   first.kill(SIGKILL);
   first.wait();
-  CHECK_FALSE(box->info().owner.alive);
+  CHECK_FALSE(shmbox::info(*box).owner.alive);
   auto now_mine = shmbox::Owner::acquire(*box);
   REQUIRE(now_mine);
   CHECK(now_mine->epoch() == 2);

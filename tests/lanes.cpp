@@ -54,7 +54,7 @@ TEST_CASE("lanes: a full user lane never blocks or drops a control message; per-
   CHECK(p->post_to(0, "stop") == post_status::stored);                                   // control still goes in
   CHECK(p->post_to(0, "now") == post_status::stored);
   CHECK(p->post_to(0, "third") == post_status::full);  // the control lane's own capacity (2), reject
-  const shmbox::box_info info = box->info();
+  const shmbox::box_info info = shmbox::info(*box);
   REQUIRE(info.lanes.size() == 3);
   CHECK(info.lanes[0].capacity == 2);
   CHECK(info.lanes[1].capacity == 3);
@@ -120,7 +120,7 @@ TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at cr
     auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{.capacity = 2}, {}, {}}});
     REQUIRE(box);
     CHECK(box->default_lane() == 1);
-    CHECK(box->info().default_lane == 1);
+    CHECK(shmbox::info(*box).default_lane == 1);
     CHECK(shmbox::Box::inspect(g.name)->default_lane() == 1);  // read back from the segment
     auto p = shmbox::Producer::attach(*box);
     for (int i = 0; i < 4; ++i) CHECK(p->post(shmtest::cat("plain", std::to_string(i))) == post_status::stored);
@@ -130,7 +130,7 @@ TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at cr
     CHECK_FALSE(p->loan());
     CHECK(p->post_to(0, "stop") == post_status::stored);  // control: explicit only
     CHECK(p->post_to(0, "now") == post_status::stored);
-    const shmbox::box_info info = box->info();
+    const shmbox::box_info info = shmbox::info(*box);
     CHECK(info.lanes[0].depth == 2);
     CHECK(info.lanes[1].depth == 4);
     CHECK(info.lanes[2].depth == 0);
@@ -145,8 +145,8 @@ TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at cr
     CHECK(p->post("x") == post_status::stored);
     std::string_view two[] = {"y", "z"};
     CHECK(p->post_batch(two) == 2);
-    CHECK(box->info().lanes[2].depth == 3);
-    CHECK(box->info().lanes[0].depth + box->info().lanes[1].depth == 0);
+    CHECK(shmbox::info(*box).lanes[2].depth == 3);
+    CHECK(shmbox::info(*box).lanes[0].depth + shmbox::info(*box).lanes[1].depth == 0);
   }
   {
     shmtest::segment_guard g(shmtest::unique_name("deflane1"));  // one lane: lane 0 is the only lane
@@ -154,7 +154,7 @@ TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at cr
     REQUIRE(box);
     CHECK(box->default_lane() == 0);
     CHECK(shmbox::Producer::attach(*box)->post("x") == post_status::stored);
-    CHECK(box->info().lanes[0].depth == 1);
+    CHECK(shmbox::info(*box).lanes[0].depth == 1);
   }
 }
 
@@ -199,7 +199,7 @@ TEST_CASE("dead letters: evicted, dropped and replaced messages reach the dead-l
   REQUIRE(old_box);
   REQUIRE(new_box);
   REQUIRE(lifo_box);
-  CHECK(old_box->info().dead_letters == dl.name);
+  CHECK(shmbox::info(*old_box).dead_letters == dl.name);
   // Producers are separate programs (the CLI).
   for (const auto* g : {&a, &b, &c}) {
     const auto r = shmtest::run({shmtest::cli_path(), "post", g->name, "m1", "m2", "m3", "m4"});

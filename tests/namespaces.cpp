@@ -23,6 +23,7 @@
 #include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/box.hpp"
+#include "shmbox/inspect.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/producer.hpp"
 #include "support.hpp"
@@ -85,7 +86,7 @@ using shmtest::eventually;
 shmbox::box_info info_of(const std::string& name) {
   auto b = shmbox::Box::inspect(name);
   REQUIRE(b);
-  return b->info();
+  return shmbox::info(*b);
 }
 
 }  // namespace
@@ -381,7 +382,7 @@ TEST_CASE("gc is exclusive against attaching: an opener that comes after the unl
   make_box(g.name);
   auto prod = shmbox::Producer::attach(g.name);
   REQUIRE(prod);
-  auto c = shmbox::Box::collect({.prefix = g.name});
+  auto c = shmbox::collect({.prefix = g.name});
   REQUIRE(c);
   CHECK(c->empty());
 }
@@ -390,7 +391,7 @@ TEST_CASE("gc racing create/post/stat (issue 13's reproduction, bounded): every 
   shmtest::segment_guard g(shmtest::unique_name("gc-race"));
   std::atomic<bool> stop{false};
   std::thread gc([&] {
-    while (!stop.load()) (void)shmbox::Box::collect({.prefix = g.name});
+    while (!stop.load()) (void)shmbox::collect({.prefix = g.name});
   });
   int lost = 0, stored = 0;
   for (int i = 0; i < 400; ++i) {

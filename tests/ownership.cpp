@@ -237,7 +237,7 @@ TEST_CASE("give_away returns false and changes nothing: dest dead, dest the owne
   shmtest::child idle({"/bin/sleep", "30"});  // alive, but not waiting for the box
   CHECK_FALSE(owner->give_away(static_cast<std::uint32_t>(idle.pid()), "x", 200ms));
   CHECK(owner->epoch() == 1);
-  CHECK(box->info().owner.epoch == 1);  // nothing changed
+  CHECK(shmbox::info(*box).owner.epoch == 1);  // nothing changed
   auto p = produce(g.name, 1, 1);
   CHECK(shmtest::exited_with(p->wait(30s), 0));
   shmbox::message m;
@@ -293,10 +293,10 @@ TEST_CASE("orphan: the owner dies with no heir; posts go on; a new process claim
   owner->kill(SIGKILL);
   owner->wait();
   auto box = shmbox::Box::inspect(g.name);
-  CHECK_FALSE(box->info().owner.alive);
+  CHECK_FALSE(shmbox::info(*box).owner.alive);
   auto p = produce(g.name, 1, 100);
   CHECK(shmtest::exited_with(p->wait(30s), 0));
-  CHECK(box->info().depth == 100);
+  CHECK(shmbox::info(*box).depth == 100);
   auto claimer = serve(g.name, {"--idle-ms", "300"});
   const auto f = owner_line(line_starting(*claimer, "owner"));
   CHECK(f.at("reason") == "owner-died");

@@ -48,7 +48,7 @@ TEST_CASE("permissions: another user cannot open a 0600 box, to post, receive or
   shmtest::segment_guard g(shmtest::unique_name("perm600"));
   auto box = shmbox::Box::create(g.name, {.capacity = 8});
   REQUIRE(box);
-  CHECK(box->info().mode == 0600);
+  CHECK(shmbox::info(*box).mode == 0600);
   for (const std::vector<std::string>& cmd : {std::vector<std::string>{"post", g.name, "x"}, {"recv", g.name, "--all"},
                                               {"stat", g.name}, {"verify", g.name}}) {
     CAPTURE(cmd[0]);

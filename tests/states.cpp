@@ -197,7 +197,7 @@ TEST_CASE("states: active_to_notify") {
     CHECK(f.owner.mode() == owner_mode::active);
     f.owner.notify();
     CHECK(f.owner.mode() == owner_mode::notify);
-    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "notify");  // in the segment, for the CLI
+    CHECK(shmbox::info(*shmbox::Box::inspect(f.g.name)).owner.state == "notify");  // in the segment, for the CLI
     post(f, 2, 2);
     REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
     CHECK(activate(f, identity, 1, 0) == std::vector<int>{2});
@@ -220,7 +220,7 @@ TEST_CASE("states: passive_to_notify") {
     // passive state". The post wakes the owner: that is the notification.
     post(f, 2, 2);
     CHECK(f.owner.mode() == owner_mode::passive);
-    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "passive");
+    CHECK(shmbox::info(*shmbox::Box::inspect(f.g.name)).owner.state == "passive");
     REQUIRE(f.owner.wait(d, 10s) == owner_event::notified);
     CHECK(f.owner.mode() == owner_mode::passive);
     CHECK(activate(f, identity, 1, 0) == std::vector<int>{2});
@@ -231,7 +231,7 @@ TEST_CASE("states: passive_to_notify") {
     check_quiet(f);  // passive: no notification
     f.owner.notify();
     CHECK(f.owner.mode() == owner_mode::passive);
-    CHECK(shmbox::Box::inspect(f.g.name)->info().owner.state == "passive");
+    CHECK(shmbox::info(*shmbox::Box::inspect(f.g.name)).owner.state == "passive");
     REQUIRE(f.owner.wait(d, 0ns) == owner_event::notified);
     CHECK(f.owner.mode() == owner_mode::passive);
     check_quiet(f);  // one-shot: reported once
@@ -293,7 +293,7 @@ TEST_CASE("states: drop_count resets only at a delivery") {
       REQUIRE(f.owner.wait(d, 10s) == owner_event::delivered);
       CHECK(d.empty());
       CHECK(d.dropped == 2 * kSize);  // kSize to overflow, kSize to the filter
-      CHECK(shmbox::Box::inspect(f.g.name)->info().depth == 0);
+      CHECK(shmbox::info(*shmbox::Box::inspect(f.g.name)).depth == 0);
       shmtest::check_invariant(f.box);
     }
   }

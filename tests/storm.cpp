@@ -398,7 +398,7 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     }
   }
   const shmbox::counters c = created->read_counters();
-  const shmbox::box_info info = created->info();
+  const shmbox::box_info info = shmbox::info(*created);
   if (L->errors.load() != 0) fail(t, phase, std::to_string(L->errors.load()) + " errors in the processes, first: " + L->first_error);
   if (lost) fail(t, phase, std::to_string(lost) + " stored messages were never delivered");
   if (dup) fail(t, phase, std::to_string(dup) + " messages were delivered twice without the redelivered flag");

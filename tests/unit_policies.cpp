@@ -271,10 +271,10 @@ TEST_CASE("ownership: one owner at a time; released ownership passes on with a n
     auto b = shmbox::Owner::acquire(g.name);
     REQUIRE_FALSE(b);
     CHECK(b.error() == shmbox::errc::already_owner);
-    CHECK(box->info().owner.alive);
-    CHECK(box->info().owner.pid == static_cast<std::uint32_t>(::getpid()));
+    CHECK(shmbox::info(*box).owner.alive);
+    CHECK(shmbox::info(*box).owner.pid == static_cast<std::uint32_t>(::getpid()));
   }
-  CHECK(box->info().owner.pid == 0);
+  CHECK(shmbox::info(*box).owner.pid == 0);
   auto c = shmbox::Owner::acquire(*box);
   REQUIRE(c);
   CHECK(c->epoch() == first_epoch + 1);
@@ -294,5 +294,5 @@ TEST_CASE("producers: the table is bounded and entries are given back") {
   { auto moved = std::move(*a); }  // destroyed: entry given back
   auto d = shmbox::Producer::attach(*box);
   CHECK(d);
-  CHECK(box->info().producers_attached == 2);
+  CHECK(shmbox::info(*box).producers_attached == 2);
 }

@@ -216,7 +216,7 @@ TEST_CASE("modes: 0600 by default, exactly the asked mode regardless of umask") 
     struct stat st {};
     REQUIRE(::stat(("/dev/shm/shmbox." + g.name).c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == mode);
-    CHECK(shmbox::Box::inspect(g.name)->info().mode == mode);
+    CHECK(shmbox::info(*shmbox::Box::inspect(g.name)).mode == mode);
   }
   ::umask(old);
   CHECK(shmbox::options{}.mode == 0600);

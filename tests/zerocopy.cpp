@@ -301,7 +301,7 @@ TEST_CASE("the adaptive wait: set at creation, per call, bounded, and shown by i
   CHECK(!shmbox::Box::create(g.name, {.spin = -1ns}));
   auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .spin = 7us});
   REQUIRE(box);
-  CHECK(box->info().spin == 7us);
+  CHECK(shmbox::info(*box).spin == 7us);
   auto o = shmbox::Owner::acquire(*box);
   REQUIRE(o);
   shmbox::message m;

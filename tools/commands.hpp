@@ -6,6 +6,7 @@
 
 #include "cli_args.hpp"
 #include "shmbox/box.hpp"
+#include "shmbox/inspect.hpp"
 
 namespace shmbox_cli {
 

@@ -238,7 +238,7 @@ int run_demo() {
               &from, data);
   std::printf("heir B (pid %d) took the box over %.0f us later: epoch %" PRIu64 ", reason %s, from pid %u, data '%s'\n",
               owner_b.pid, static_cast<double>(t_owned - t_kill) / 1000.0, epoch, reason, from, data);
-  shmbox::box_info mid = box->info();
+  shmbox::box_info mid = shmbox::info(*box);
   std::printf("  the box kept its %" PRIu64 "/%u messages and its policy; producers never stopped (%" PRIu64
               " dropped so far)\n\n",
               mid.depth, mid.capacity, mid.count.dropped_oldest);
@@ -282,7 +282,7 @@ int run_demo() {
   stat.wait();
 
   const shmbox::counters c = box->read_counters();
-  const std::uint64_t depth = box->info().depth;
+  const std::uint64_t depth = shmbox::info(*box).depth;
   const std::uint64_t accounted =
       c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest + c.filtered + c.abandoned + c.aborted + depth;
   std::printf("\nposted %" PRIu64 " = delivered %" PRIu64 " + dropped %" PRIu64 " + abandoned %" PRIu64

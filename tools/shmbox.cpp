@@ -394,7 +394,7 @@ int cmd_recv(const recv_args& a) {
       if (owner.error() != shmbox::errc::timed_out) return fail(owner.error());
       if (g_stop != 0) return kExitRefused;  // interrupted before being given the box
       if (a.timeout_given && std::chrono::steady_clock::now() >= give_up) {
-        const shmbox::owner_info o = box->info().owner;
+        const shmbox::owner_info o = shmbox::info(*box).owner;
         say("box '" + a.name + "' was not given to this heir within " + std::to_string(a.timeout_ms) + " ms (owner: " +
             (o.pid == 0 ? std::string("none") : "pid " + std::to_string(o.pid) + (o.alive ? ", alive" : ", dead")) +
             "); it withdrew; wait longer with a larger --timeout, or without one");
@@ -413,7 +413,7 @@ int cmd_recv(const recv_args& a) {
 int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
-  const shmbox::box_info i = box->info();
+  const shmbox::box_info i = shmbox::info(*box);
   if (prometheus) {
     std::cout << prometheus_text(i);
     return kExitOk;
@@ -575,7 +575,7 @@ int cmd_ls(bool as_json) {
       }
       continue;
     }
-    const shmbox::box_info i = box->info();
+    const shmbox::box_info i = shmbox::info(*box);
     const bool foreign = i.uid != my_uid;
     if (as_json) {
       json j = info_json(i);
@@ -647,7 +647,7 @@ int cmd_ls(bool as_json) {
 int cmd_heirs(const std::string& name, bool as_json) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
-  const shmbox::box_info i = box->info();
+  const shmbox::box_info i = shmbox::info(*box);
   if (as_json) {
     std::cout << heirs_json(i).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
@@ -672,7 +672,7 @@ int cmd_rm(const std::string& name) {
 
 // ---- verify / gc -------------------------------------------------------------
 int cmd_verify(const std::string& name, bool as_json) {
-  auto r = shmbox::Box::verify(name);
+  auto r = shmbox::verify(name);
   if (!r) return fail(r.error());
   if (as_json) {
     std::cout << json{{"box", r->box},
@@ -694,7 +694,7 @@ int cmd_verify(const std::string& name, bool as_json) {
 }
 
 int cmd_gc(const parsed& a) {
-  auto r = shmbox::Box::collect({.dry_run = a.dry_run, .include_nonempty = a.include_nonempty, .prefix = a.prefix});
+  auto r = shmbox::collect({.dry_run = a.dry_run, .include_nonempty = a.include_nonempty, .prefix = a.prefix});
   if (!r) return fail(r.error());
   // Boxes it could not remove (another user's, or not a box) are listed as
   // skipped, the rest is collected; the exit status then is 3.
@@ -759,7 +759,7 @@ std::string to_hex(std::string_view data) {
 int cmd_dump(const parsed& a) {
   auto box = shmbox::Box::inspect(a.name);
   if (!box) return fail(box.error());
-  const std::vector<shmbox::peeked_message> msgs = box->peek(a.dump.max);
+  const std::vector<shmbox::peeked_message> msgs = shmbox::peek(*box, a.dump.max);
   if (a.json) {
     json out = json::array();
     for (const auto& m : msgs) {
@@ -776,7 +776,7 @@ int cmd_dump(const parsed& a) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  const std::uint64_t depth = box->info().depth;
+  const std::uint64_t depth = shmbox::info(*box).depth;
   std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << depth
             << " message(s), oldest first per lane (lifo lanes: newest first)\n";
   for (const auto& m : msgs) {
@@ -806,7 +806,7 @@ int cmd_dump(const parsed& a) {
 int cmd_give_away(const parsed& a) {
   auto box = shmbox::Box::open(a.name, {.any_owner = a.give_away.any_owner});
   if (!box) return fail(box.error());
-  const shmbox::box_info before = box->info();
+  const shmbox::box_info before = shmbox::info(*box);
   const auto timeout = std::chrono::milliseconds(a.give_away.timeout_ms);
   const auto r = a.give_away.heir >= 0
                      ? box->request_give_away_to_heir(static_cast<std::uint32_t>(a.give_away.heir), timeout)

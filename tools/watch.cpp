@@ -556,7 +556,7 @@ class watcher {
 
   sample take() {
     sample s;
-    s.info = box_.info();
+    s.info = shmbox::info(box_);
     s.at = steady::now();
     s.when = wall::now();
     s.segment = seg_.check();
@@ -573,7 +573,7 @@ class watcher {
   }
 
   int run_plain() {
-    const std::string header = plain_header(box_.info(), a_.watch.interval_ms);
+    const std::string header = plain_header(shmbox::info(box_), a_.watch.interval_ms);
     if (!write_all(STDOUT_FILENO, header.data(), header.size())) return write_failed();
     std::optional<sample> prev;
     auto next = steady::now();

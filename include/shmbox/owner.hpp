@@ -13,23 +13,14 @@
 
 #include "shmbox/box.hpp"
 #include "shmbox/error.hpp"
+#include "shmbox/export.hpp"
+#include "shmbox/types.hpp"
 
 namespace shmbox {
 
 namespace detail {
-struct owner_sink;
-class role_lock;
+struct access;  // the library's own way in (lib/access.hpp)
 }
-
-enum class recv_status : std::uint8_t {
-  ok,         // at least one message was received
-  empty,      // nothing to receive right now (non-blocking calls)
-  timeout,    // nothing arrived before the timeout
-  not_owner,  // this handle no longer owns the box
-  error,      // the box cannot be used (corrupt segment); see Owner::last_error()
-};
-
-std::string_view to_string(recv_status s) noexcept;
 
 // One received message.
 struct message {
@@ -65,14 +56,14 @@ class batch {
     bytes_.clear();
     entries_.clear();
   }
-  // Appends one message (the library uses this while receiving).
+
+ private:
+  friend struct detail::access;  // the library appends while receiving
   void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane) {
     const auto* p = static_cast<const char*>(data);
     entries_.push_back({bytes_.size(), size, redelivered, lane});
     bytes_.insert(bytes_.end(), p, p + size);
   }
-
- private:
   struct entry {
     std::size_t offset;
     std::size_t size;
@@ -90,7 +81,7 @@ enum class owner_mode : std::uint8_t {
             // soon as that notification is sent (wait() reports it)
   active,   // one-shot: the next delivery happens as soon as data is there; then passive
 };
-std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
+SHMBOX_API std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
 
 // What a filter makes of one message.
 enum class filter_verdict : std::uint8_t {
@@ -130,7 +121,7 @@ struct usage_info {
 };
 
 // The owner handle. Receiving copies a message out and commits it in one call.
-class Owner {
+class SHMBOX_API Owner {
  public:
   // Takes ownership of the box by name. Fails with errc::not_owner when another
   // live process owns it. A dead owner's box is taken over, with its messages.
@@ -239,51 +230,11 @@ class Owner {
 
  private:
   struct state;
-  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
-                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
-                           const wait_options* w = nullptr);
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                     std::chrono::nanoseconds timeout, const wait_options& w);
-  static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease);
   explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
-  friend class Heir;
-};
-
-// A process waiting to be given a box: as an heir (it takes the box over when
-// the owner dies, exits or lets its lease expire, first live heir first, in
-// registration order) or as a listener (only give_away). The entry is
-// withdrawn when the handle is destroyed.
-class Heir {
- public:
-  // Registers this process as an heir of `box`; `data` (up to 64 bytes) is
-  // handed to it in the transfer record.
-  static result<Heir> enlist(std::string_view box, std::string_view data = {});
-  static result<Heir> enlist(const Box& box, std::string_view data = {});
-  // Waits only for give_away offers to this process.
-  static result<Heir> listen(std::string_view box);
-  static result<Heir> listen(const Box& box);
-
-  Heir(Heir&&) noexcept;
-  Heir& operator=(Heir&&) noexcept;
-  ~Heir();
-
-  // Blocks until this process is given the box, at most `timeout`: returns
-  // the Owner handle (see Owner::transfer()), or errc::timed_out. The owner's
-  // death is seen at once through a pidfd when the owner is in this pid
-  // namespace, else within 5 ms (its lock in the segment, asked of the kernel).
-  result<Owner> await_transfer(std::chrono::nanoseconds timeout);
-  // A descriptor for poll/epoll (asio, libuv, ...): readable when
-  // await_transfer(0) may succeed.
-  int fd() const noexcept;
-  // 0 when this process is next in line (listeners: always 0).
-  std::uint32_t position() const;
-
- private:
-  struct state;
-  static result<Heir> make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener);
-  explicit Heir(std::unique_ptr<state> s);
-  std::unique_ptr<state> s_;
+  friend struct detail::access;
 };
 
 }  // namespace shmbox

@@ -10,86 +10,17 @@
 
 #include "shmbox/box.hpp"
 #include "shmbox/error.hpp"
+#include "shmbox/export.hpp"
+#include "shmbox/types.hpp"
 
 namespace shmbox {
 
-// What one post did. Posts never throw.
-enum class post_status : std::uint8_t {
-  stored,          // the message is in the box
-  stored_evicted,  // stored after evicting other messages (drop_oldest: one or more, see
-                   // Producer::last_evicted) or replacing the top (lifo)
-  dropped,         // drop_newest: the box was full, the message was discarded (counted)
-  full,            // reject: the box was full, nothing stored (counted)
-  timeout,         // block: no space before the timeout (counted); drop_oldest/lifo: stuck behind
-                   // a stalled process for the whole timeout
-  too_large,       // larger than the box's slot size; nothing stored (counted)
-  error,           // the box cannot be used (corrupt segment); see Producer::last_error()
-};
-
-// "stored", "stored-evicted", "dropped", "full", "timeout", "too-large", "error".
-std::string_view to_string(post_status s) noexcept;
-
-// True for stored and stored_evicted.
-constexpr bool is_stored(post_status s) noexcept {
-  return s == post_status::stored || s == post_status::stored_evicted;
-}
-
-namespace detail {
-struct producer_ctx;
-}
-
-// A slot claimed for one message that the producer writes in place (zero
-// copy): Producer::loan() claims it, the caller writes up to capacity() bytes
-// at data(), then commit(size) publishes them (one release store) or abort()
-// gives the slot back without a message (counted as `aborted`). A loan that
-// is destroyed uncommitted is aborted. While a loan is open its slot holds
-// back the delivery of messages posted after it (FIFO order), so keep loans
-// short; if the process dies holding one, the slot is repaired and counted
-// `abandoned`, like any post cut short. One open loan per Producer handle;
-// the handle's post calls fail (error, invalid_argument) until it is closed.
-class slot_loan {
- public:
-  slot_loan() = default;
-  slot_loan(slot_loan&& o) noexcept;
-  slot_loan& operator=(slot_loan&& o) noexcept;
-  ~slot_loan() {
-    if (ctx_ != nullptr) abort();  // an open loan destroyed without commit is aborted
-  }
-
-  // stored / stored_evicted: the slot is yours. Otherwise why there is none
-  // (full, dropped, timeout, error; counted like a post with that outcome).
-  post_status status() const noexcept { return status_; }
-  explicit operator bool() const noexcept { return ctx_ != nullptr; }
-  // The slot's payload bytes (capacity() of them), in shared memory.
-  void* data() const noexcept { return data_; }
-  std::uint32_t capacity() const noexcept { return capacity_; }
-  // Publishes the first `size` bytes of data(). Returns status(), or
-  // too_large (size > capacity(): the loan stays open, write less) or error
-  // (no open loan).
-  post_status commit(std::size_t size) noexcept;
-  // Gives the slot back without a message.
-  void abort() noexcept;
-
- private:
-  friend class Producer;
-  // where_ and stamp_ are not next to each other: commit would load them with
-  // one 16-byte load, which cannot be forwarded from loan_to's two 8-byte
-  // stores (a store-forwarding stall on every zero-copy post).
-  detail::producer_ctx* ctx_ = nullptr;
-  void* data_ = nullptr;
-  std::uint64_t where_ = 0;  // FIFO position or lifo slot index
-  std::uint32_t capacity_ = 0;
-  std::uint32_t lane_ = 0;
-  static constexpr std::uint64_t kNotLifo = UINT64_MAX;
-  std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
-  bool wake_ = false;        // FIFO: the owner was asleep when we claimed
-  post_status status_ = post_status::error;
-};
+class slot_loan;
 
 // A producer handle: one entry in the box's producer table, used by one thread
 // at a time. Any number of processes (and threads, each with its own handle)
 // may post into the same box.
-class Producer {
+class SHMBOX_API Producer {
  public:
   // Opens the box by name and takes a producer entry.
   static result<Producer> attach(std::string_view name);
@@ -165,8 +96,57 @@ class Producer {
 
  private:
   struct state;
+  friend class slot_loan;
   explicit Producer(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
+};
+
+// A slot claimed for one message that the producer writes in place (zero
+// copy): Producer::loan() claims it, the caller writes up to capacity() bytes
+// at data(), then commit(size) publishes them (one release store) or abort()
+// gives the slot back without a message (counted as `aborted`). A loan that
+// is destroyed uncommitted is aborted. While a loan is open its slot holds
+// back the delivery of messages posted after it (FIFO order), so keep loans
+// short; if the process dies holding one, the slot is repaired and counted
+// `abandoned`, like any post cut short. One open loan per Producer handle;
+// the handle's post calls fail (error, invalid_argument) until it is closed.
+class SHMBOX_API slot_loan {
+ public:
+  slot_loan() = default;
+  slot_loan(slot_loan&& o) noexcept;
+  slot_loan& operator=(slot_loan&& o) noexcept;
+  ~slot_loan() {
+    if (ctx_ != nullptr) abort();  // an open loan destroyed without commit is aborted
+  }
+
+  // stored / stored_evicted: the slot is yours. Otherwise why there is none
+  // (full, dropped, timeout, error; counted like a post with that outcome).
+  post_status status() const noexcept { return status_; }
+  explicit operator bool() const noexcept { return ctx_ != nullptr; }
+  // The slot's payload bytes (capacity() of them), in shared memory.
+  void* data() const noexcept { return data_; }
+  std::uint32_t capacity() const noexcept { return capacity_; }
+  // Publishes the first `size` bytes of data(). Returns status(), or
+  // too_large (size > capacity(): the loan stays open, write less) or error
+  // (no open loan).
+  post_status commit(std::size_t size) noexcept;
+  // Gives the slot back without a message.
+  void abort() noexcept;
+
+ private:
+  friend class Producer;
+  // where_ and stamp_ are not next to each other: commit would load them with
+  // one 16-byte load, which cannot be forwarded from loan_to's two 8-byte
+  // stores (a store-forwarding stall on every zero-copy post).
+  Producer::state* ctx_ = nullptr;  // the lending handle's state (it outlives moves of the handle)
+  void* data_ = nullptr;
+  std::uint64_t where_ = 0;  // FIFO position or lifo slot index
+  std::uint32_t capacity_ = 0;
+  std::uint32_t lane_ = 0;
+  static constexpr std::uint64_t kNotLifo = UINT64_MAX;
+  std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
+  bool wake_ = false;        // FIFO: the owner was asleep when we claimed
+  post_status status_ = post_status::error;
 };
 
 }  // namespace shmbox

@@ -3,5 +3,8 @@
 
 #include "shmbox/box.hpp"       // IWYU pragma: export
 #include "shmbox/error.hpp"     // IWYU pragma: export
+#include "shmbox/heir.hpp"      // IWYU pragma: export
+#include "shmbox/inspect.hpp"   // IWYU pragma: export
 #include "shmbox/owner.hpp"     // IWYU pragma: export
 #include "shmbox/producer.hpp"  // IWYU pragma: export
+#include "shmbox/types.hpp"     // IWYU pragma: export

@@ -469,7 +469,7 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
   // snapshots of the same mapping while everyone works.
   std::thread it([&] {
     while (inspecting.load(rlx) && clk::now() < deadline) {
-      const shmbox::box_info info = box->info();
+      const shmbox::box_info info = shmbox::info(*box);
       (void)box->depth_approx();
       inspections += info.capacity != 0 ? 1 : 0;
       std::this_thread::sleep_for(2ms);
@@ -535,7 +535,7 @@ void run_policy(policy pol, recv_mode mode, std::chrono::milliseconds lease = 0m
   CHECK(c.timeouts == 0);
   if (pol == policy::drop_oldest) CHECK(c.dropped_oldest == stored_total - aborted - olog.msgs.size());
   if (pol == policy::lifo) CHECK(c.dropped_newest == stored_total - aborted - olog.msgs.size());
-  CHECK(box->info().depth == 0);
+  CHECK(shmbox::info(*box).depth == 0);
   shmtest::check_invariant(*box);
   if (verbose())
     MESSAGE(what << ", lease " << lease.count()
@@ -1025,7 +1025,7 @@ TEST_CASE("threads: owner threads release and acquire in turn while producer thr
     });  // ~Owner releases the box
   std::thread it([&] {
     while (inspecting.load(rlx) && clk::now() < deadline) {
-      (void)box->info();
+      (void)shmbox::info(*box);
       std::this_thread::sleep_for(1ms);
     }
   });
@@ -1205,7 +1205,7 @@ TEST_CASE("threads: an inspector reads the transfer record while owner threads t
   std::uint64_t seen_records = 0, torn = 0;
   std::thread it([&] {
     while (inspecting.load(rlx)) {
-      const shmbox::box_info info = box->info();
+      const shmbox::box_info info = shmbox::info(*box);
       if (info.last_transfer.epoch == 0) continue;
       ++seen_records;
       const std::string& d = info.last_transfer.data;

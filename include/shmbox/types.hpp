@@ -1,0 +1,128 @@
+// shmbox/types.hpp - the words every part of the API shares: overflow
+// policies, the statuses posts and receives return, the counters every
+// message ends in, why a box changed owner, and the documented limits.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "shmbox/export.hpp"
+
+namespace shmbox {
+
+// What a post does when the box is full (pobox names in brackets).
+enum class policy : std::uint8_t {
+  reject = 0,       // nothing is stored; post returns full
+  drop_newest = 1,  // [keep_old] the new message is discarded; post returns dropped
+  drop_oldest = 2,  // [queue] the oldest message is evicted; post returns stored_evicted
+  lifo = 3,         // [stack] delivery is newest-first; the top is replaced; post returns stored_evicted
+  block = 4,        // the post waits for space up to its timeout, then returns timeout
+};
+
+// "reject", "drop-newest", "drop-oldest", "lifo", "block".
+SHMBOX_API std::string_view to_string(policy p) noexcept;
+// Accepts the names above, with '-' or '_'.
+SHMBOX_API std::optional<policy> parse_policy(std::string_view s) noexcept;
+
+// Documented limits of a box.
+inline constexpr std::uint32_t kMaxCapacity = 1u << 24;      // messages per box
+inline constexpr std::uint32_t kMaxSlotSize = 1u << 20;      // bytes per message
+inline constexpr std::uint32_t kMaxProducers = 4096;         // producer entries
+inline constexpr std::uint64_t kMaxSegmentBytes = 1ull << 36;  // 64 GiB
+inline constexpr std::size_t kMaxNameLength = 128;
+
+// Lanes per box (lane 0 is the control lane). The segment layout is sized by
+// this one constant (lib/layout.hpp asserts it).
+inline constexpr std::uint32_t kMaxLanes = 8;
+
+// The longest a blocking call polls before it sleeps (options::spin, wait_options).
+inline constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::seconds(1);
+
+// How one blocking call waits (receive, receive_batch, read, receive_in_place,
+// post with a timeout, loan): poll for `spin`, then sleep on the futex.
+// Unset: the box's options::spin.
+struct wait_options {
+  std::optional<std::chrono::nanoseconds> spin{};
+};
+
+// Every message that is posted ends in exactly one of these counters or in the box
+// (the same identity, word for word, is in README.md; tests/cli_hardening.cpp checks both):
+//   posted = delivered + rejected + too_large + timeouts + dropped_newest
+//          + dropped_oldest + filtered + abandoned + aborted + depth
+// (a loan counts as posted when it claims its slot)
+struct counters {
+  std::uint64_t posted = 0;          // post calls (each message of a batch counts once)
+  std::uint64_t stored = 0;          // messages that entered the box
+  std::uint64_t delivered = 0;       // messages the owner received and committed
+  std::uint64_t rejected = 0;        // refused because the box was full (reject)
+  std::uint64_t too_large = 0;       // refused because larger than the slot size
+  std::uint64_t timeouts = 0;        // block: no space before the timeout
+  std::uint64_t dropped_newest = 0;  // drop_newest: the new message; lifo: the replaced top
+  std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages
+  std::uint64_t filtered = 0;        // dropped by the owner's filter
+  std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
+  std::uint64_t aborted = 0;         // loans given back unposted (slot_loan::abort)
+  std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
+  std::uint64_t dead_lettered = 0;   // dropped/evicted messages stored in the dead-letter box
+  std::uint64_t dead_letter_failed = 0;  // ... that the dead-letter box did not take
+};
+
+// Why a box changed owner.
+enum class transfer_reason : std::uint8_t {
+  none,           // a plain acquire: no transfer
+  owner_died,     // the previous owner died or left (exited, released the box)
+  give_away,      // the previous owner gave the box to this process
+  lease_expired,  // the previous owner, alive but hung, did not renew its lease in time
+};
+// "none", "owner-died", "give-away", "lease-expired".
+SHMBOX_API std::string_view to_string(transfer_reason r) noexcept;
+
+// How an owner got its box.
+struct transfer_record {
+  std::string box;
+  std::uint32_t from_pid = 0;  // the previous owner (0: none), as seen in its own pid namespace
+  std::uint32_t to_pid = 0;    // this process
+  std::uint64_t from_pid_ns = 0;  // pid namespaces (inode of /proc/PID/ns/pid; 0: unknown)
+  std::uint64_t to_pid_ns = 0;
+  transfer_reason reason = transfer_reason::none;
+  std::string data;            // the heir's registered data, or the give_away data
+  std::uint64_t epoch = 0;     // the epoch the transfer created
+};
+
+// What one post did. Posts never throw.
+enum class post_status : std::uint8_t {
+  stored,          // the message is in the box
+  stored_evicted,  // stored after evicting other messages (drop_oldest: one or more, see
+                   // Producer::last_evicted) or replacing the top (lifo)
+  dropped,         // drop_newest: the box was full, the message was discarded (counted)
+  full,            // reject: the box was full, nothing stored (counted)
+  timeout,         // block: no space before the timeout (counted); drop_oldest/lifo: stuck behind
+                   // a stalled process for the whole timeout
+  too_large,       // larger than the box's slot size; nothing stored (counted)
+  error,           // the box cannot be used (corrupt segment); see Producer::last_error()
+};
+
+// "stored", "stored-evicted", "dropped", "full", "timeout", "too-large", "error".
+SHMBOX_API std::string_view to_string(post_status s) noexcept;
+
+// True for stored and stored_evicted.
+constexpr bool is_stored(post_status s) noexcept {
+  return s == post_status::stored || s == post_status::stored_evicted;
+}
+
+// What one receive did. Receives never throw.
+enum class recv_status : std::uint8_t {
+  ok,         // at least one message was received
+  empty,      // nothing to receive right now (non-blocking calls)
+  timeout,    // nothing arrived before the timeout
+  not_owner,  // this handle no longer owns the box
+  error,      // the box cannot be used (corrupt segment); see Owner::last_error()
+};
+
+SHMBOX_API std::string_view to_string(recv_status s) noexcept;
+
+}  // namespace shmbox

@@ -1,0 +1,32 @@
+// lib/access.hpp - the library's one way into the public handles' private
+// parts (the public classes befriend only this): the mapping behind a Box,
+// handles built from library state, and batch appends. Not installed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "shmbox/box.hpp"
+#include "shmbox/heir.hpp"
+#include "shmbox/owner.hpp"
+
+namespace shmbox::detail {
+
+class role_lock;
+
+struct access {
+  static const std::shared_ptr<mapped_box>& box(const Box& b) noexcept { return b.m_; }
+  static Box make_box(std::shared_ptr<mapped_box> m) { return Box(std::move(m)); }
+  static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane) {
+    b.append(data, size, redelivered, lane);
+  }
+  // An Owner handle for the epoch this process has just taken (handover.hpp):
+  // runs recovery (ring.hpp R4) and reads the transfer record. owner.cpp.
+  static Owner adopt_owner(std::shared_ptr<mapped_box> m, std::uint64_t epoch, role_lock&& lease);
+  // An Heir or listener entry for this process. heir.cpp.
+  static result<Heir> make_heir(std::shared_ptr<mapped_box> m, std::string_view data, bool listener);
+};
+
+}  // namespace shmbox::detail
