@@ -109,7 +109,7 @@ std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other
     std::int64_t t1 = -1;
     if (got) {
       shmbox::message m;
-      if (got->receive(m, std::chrono::seconds(30)) == shmbox::recv_status::ok) t1 = now_ns();
+      if (got->receive(m, {.timeout = std::chrono::seconds(30)}) == shmbox::recv_status::ok) t1 = now_ns();
     }
     write_all(heir_report[1], &t1, sizeof t1);
     _exit(0);

@@ -71,7 +71,7 @@ double idle_owner_cpu(bool busy_poll, double seconds) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds + 5);
     while (std::chrono::steady_clock::now() < until) {
       if (busy_poll) (void)o->try_receive(m);
-      else (void)o->receive(m, std::chrono::seconds(60));
+      else (void)o->receive(m, {.timeout = std::chrono::seconds(60)});
     }
     ::_exit(0);
   }

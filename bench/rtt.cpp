@@ -60,9 +60,9 @@
 //   (message_view), and B forwards the echo from inside the callback (one
 //   memcpy from the ping slot into a loaned pong slot). Every box: capacity
 //   1024, slot_size = the message size, policy reject.
-// * Sleeping (rtt-sleep-64). Blocking receives: shmbox Owner::receive(m, 1 s,
-//   wait_options{}) (the box's adaptive wait: spins options::spin = 50 us,
-//   then sleeps on the futex) and with wait_options{0 ns} (sleeps at once);
+// * Sleeping (rtt-sleep-64). Blocking receives: shmbox Owner::receive(m,
+//   {.timeout = 1 s}) (the box's adaptive wait: spins options::spin = 50 us,
+//   then sleeps on the futex) and with {.spin = 0 ns} (sleeps at once);
 //   Boost.Interprocess message_queue (1024 x 64 B) send/receive; POSIX
 //   mq_send/mq_receive (depth min(8, /proc/sys/fs/mqueue/msg_max), msgsize
 //   64); two pipes with blocking read/write of 64 bytes; a
@@ -444,7 +444,7 @@ class ShmboxLink : ShmboxEnds {
   static constexpr bool kZeroCopy = false;
   ShmboxLink(const ChildCtx& c, ShmboxRecv how) : ShmboxEnds(c), how_(how) {
     m_.data.reserve(size_);
-    if (how_ == ShmboxRecv::futex) wait_.spin = std::chrono::nanoseconds(0);  // adaptive: unset = the box's spin
+    if (how_ == ShmboxRecv::futex) recv_.spin = std::chrono::nanoseconds(0);  // adaptive: unset = the box's spin
   }
   void send(const unsigned char* m) {
     const shmbox::post_status st = tx_->post(m, size_);  // reject box: never full with one message in flight
@@ -459,7 +459,7 @@ class ShmboxLink : ShmboxEnds {
       while ((st = rx_->try_receive(m_)) == shmbox::recv_status::empty) shmbench::spin_wait(spins);
     } else {
       // A timeout only loops: a hang is caught by the parent's watchdog.
-      while ((st = rx_->receive(m_, std::chrono::seconds(1), wait_)) == shmbox::recv_status::timeout) {
+      while ((st = rx_->receive(m_, recv_)) == shmbox::recv_status::timeout) {
       }
     }
     if (st != shmbox::recv_status::ok)
@@ -472,7 +472,7 @@ class ShmboxLink : ShmboxEnds {
  private:
   ShmboxRecv how_;
   shmbox::message m_;  // reused: its string keeps its memory
-  shmbox::wait_options wait_{};
+  shmbox::receive_options recv_{.timeout = std::chrono::seconds(1)};
 };
 
 // --- shmbox zero-copy (busy): loan / receive_in_place --------------------------
@@ -496,7 +496,7 @@ class ShmboxZeroCopyLink : ShmboxEnds {
     };
     shmbox::recv_status st;
     std::uint32_t spins = 0;
-    while ((st = rx_->receive_in_place(cb, 1, std::chrono::nanoseconds(0))) == shmbox::recv_status::empty ||
+    while ((st = rx_->receive_in_place(cb, {.max = 1, .timeout = std::chrono::nanoseconds(0)})) == shmbox::recv_status::empty ||
            st == shmbox::recv_status::timeout)
       shmbench::spin_wait(spins);
     if (st != shmbox::recv_status::ok)

@@ -367,7 +367,7 @@ void shmbox_batch_producer(const ChildCtx& c) {
     for (std::size_t k = 0; k < n; ++k) set_seq(bytes.data() + k * c.size, seq + k);
     for (std::size_t first = 0; first < n;) {
       const std::span<const std::string_view> part(views.data() + first, n - first);
-      const std::size_t stored = p.post_batch(part, std::chrono::seconds(1), status.data());
+      const std::size_t stored = p.post_batch(part, {.timeout = std::chrono::seconds(1)}, status.data());
       std::size_t prefix = 0;  // the stored ones must be a prefix, or FIFO order is broken
       while (prefix < part.size() && shmbox::is_stored(status[prefix])) ++prefix;
       for (std::size_t k = prefix; k < part.size(); ++k) {
@@ -403,7 +403,7 @@ void shmbox_copy_consumer(const ChildCtx& c) {
   c.ends.ready_and_wait(c.id);
   auto receive = [&](std::chrono::nanoseconds timeout) {
     batch.clear();  // keeps its memory
-    const shmbox::recv_status st = owner.receive_batch(batch, kBatch, timeout);
+    const shmbox::recv_status st = owner.receive_batch(batch, {.max = kBatch, .timeout = timeout});
     if (st != shmbox::recv_status::ok && st != shmbox::recv_status::timeout && st != shmbox::recv_status::empty)
       check.fail("receive_batch returned " + std::string(shmbox::to_string(st)) + ": " +
                  shmbox::explain(owner.last_error()));
@@ -437,7 +437,7 @@ void shmbox_in_place_consumer(const ChildCtx& c) {
   };
   auto receive = [&](std::chrono::nanoseconds timeout) {
     seen = 0;
-    const shmbox::recv_status st = owner.receive_in_place(on_message, kBatch, timeout);
+    const shmbox::recv_status st = owner.receive_in_place(on_message, {.max = kBatch, .timeout = timeout});
     if (!failure.empty()) throw bench_failure(failure);
     if (st != shmbox::recv_status::ok && st != shmbox::recv_status::timeout && st != shmbox::recv_status::empty)
       check.fail("receive_in_place returned " + std::string(shmbox::to_string(st)) + ": " +

@@ -90,7 +90,7 @@ void owner_main(const std::string& name, bool use_fd, int runs, int to_parent, i
       const std::int64_t ready = 0;
       io(to_parent, const_cast<std::int64_t*>(&ready), sizeof ready, true);
       shmbox::message m;
-      if (owner->receive(m, std::chrono::seconds(10)) == shmbox::recv_status::ok) t1 = now_ns();
+      if (owner->receive(m, {.timeout = std::chrono::seconds(10)}) == shmbox::recv_status::ok) t1 = now_ns();
     }
     io(to_parent, &t1, sizeof t1, true);
   }

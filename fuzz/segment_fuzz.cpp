@@ -118,7 +118,7 @@ void die(const char* what) {
 void post_some(sb::Producer& p, std::uint32_t lane, int n, const char* tag) {
   for (int i = 0; i < n; ++i) {
     const std::string msg = std::string(tag) + "-" + std::to_string(lane) + "-" + std::to_string(i);
-    (void)p.post_to(lane, msg, 0ns);
+    (void)p.post(msg, {.lane = lane, .timeout = 0ns});
   }
 }
 
@@ -144,7 +144,7 @@ void build_template(int which, const std::string& name, const std::string& dl_na
       sb::message m;
       (void)own->try_receive(m);  // committed
       sb::batch b;
-      (void)own->read(b, 1, 0ns);  // read, not committed
+      (void)own->read(b, {.max = 1, .timeout = 0ns});  // read, not committed
       new sb::Producer(std::move(*p));  // leaked on purpose: the entry stays held
       new sb::Owner(std::move(*own));
       return;
@@ -173,7 +173,7 @@ void build_template(int which, const std::string& name, const std::string& dl_na
       (void)own->try_receive(m);
       (void)own->try_receive(m);
       sb::batch b;
-      (void)own->read(b, 2, 0ns);  // lifo + drop_oldest messages held uncommitted
+      (void)own->read(b, {.max = 2, .timeout = 0ns});  // lifo + drop_oldest messages held uncommitted
       own->notify();
       if (heir) new sb::Heir(std::move(*heir));
       if (listener) new sb::Heir(std::move(*listener));
@@ -194,7 +194,7 @@ void build_template(int which, const std::string& name, const std::string& dl_na
         auto own = sb::Owner::acquire(*box);
         if (!own) std::_Exit(32);
         std::vector<sb::message> got;
-        (void)own->receive_batch(got, 2, 0ns);
+        (void)own->receive_batch(got, {.max = 2, .timeout = 0ns});
       }  // released
       post_some(*p, 0, 1, "t");
       auto heir = sb::Heir::enlist(*box, "next");
@@ -225,12 +225,12 @@ void build_template(int which, const std::string& name, const std::string& dl_na
       if (!box) std::_Exit(50);
       auto p = sb::Producer::attach(*box);
       if (!p) std::_Exit(51);
-      for (int i = 0; i < 9; ++i) (void)p->post(std::string(1, static_cast<char>('a' + i)), 0ns);
+      for (int i = 0; i < 9; ++i) (void)p->post(std::string(1, static_cast<char>('a' + i)), {.timeout = 0ns});
       auto own = sb::Owner::acquire(*box);
       if (!own) std::_Exit(52);
       sb::message m;
       (void)own->try_receive(m);
-      (void)p->post("z", 0ns);
+      (void)p->post("z", {.timeout = 0ns});
       new sb::Owner(std::move(*own));
       return;
     }
@@ -391,20 +391,20 @@ void owner_calls(sb::Owner& own, const plan& pl) {
   for (int i = 0; i < 8; ++i)
     if (own.try_receive(m) != sb::recv_status::ok) break;
   sb::batch b;
-  if (own.read(b, 3, pl.wait) == sb::recv_status::ok) {
+  if (own.read(b, {.max = 3, .timeout = pl.wait}) == sb::recv_status::ok) {
     for (std::size_t i = 0; i < b.size(); ++i) (void)b[i].size();
     std::size_t lost = 0;
     (void)own.commit(&lost);
   }
   (void)own.commit();  // nothing pending
   std::vector<sb::message> v;
-  (void)own.receive_batch(v, 4, pl.wait);
+  (void)own.receive_batch(v, {.max = 4, .timeout = pl.wait});
   b.clear();
-  (void)own.receive_batch(b, 2, 0ns);
-  (void)own.receive(m, pl.wait);
-  (void)own.receive(m, pl.wait, sb::wait_options{0ns});
+  (void)own.receive_batch(b, {.max = 2, .timeout = 0ns});
+  (void)own.receive(m, {.timeout = pl.wait});
+  (void)own.receive(m, {.timeout = pl.wait, .spin = 0ns});
   std::size_t seen = 0;  // zero-copy: the views point into the (scribbled) segment
-  (void)own.receive_in_place([&seen](const sb::message_view& v) { seen += v.data.size(); }, 4, pl.wait);
+  (void)own.receive_in_place([&seen](const sb::message_view& v) { seen += v.data.size(); }, {.max = 4, .timeout = pl.wait});
   sb::delivery d;
   int n = 0;
   (void)own.deliver(d, 4, [&n](std::string& s) {
@@ -434,31 +434,31 @@ void producer_calls(const sb::Box& box, const plan& pl) {
   const std::uint32_t max = p->max_message_size();
   (void)p->entry_index();
   std::string big(static_cast<std::size_t>(max) + 1, 'x');
-  if (max <= 4096) (void)p->post(big, pl.wait);  // too large
+  if (max <= 4096) (void)p->post(big, {.timeout = pl.wait});  // too large
   for (std::uint32_t lane = 0; lane <= box.lane_count(); ++lane) {  // the last lane does not exist
     for (int i = 0; i < 3; ++i) {
       const std::string msg = "m" + std::to_string(lane) + std::to_string(i);
-      (void)p->post_to(lane, msg.substr(0, std::min<std::size_t>(msg.size(), max)), pl.wait);
+      (void)p->post(msg.substr(0, std::min<std::size_t>(msg.size(), max)), {.lane = lane, .timeout = pl.wait});
     }
   }
-  (void)p->post("", pl.wait);
+  (void)p->post("", {.timeout = pl.wait});
   // Zero-copy posts: one committed, one aborted, one too large to commit.
   for (std::uint32_t lane = 0; lane <= box.lane_count(); ++lane) {
-    sb::slot_loan l = p->loan_to(lane, pl.wait);
+    sb::slot_loan l = p->loan({.lane = lane, .timeout = pl.wait});
     if (l) {
       const std::size_t n = std::min<std::size_t>(l.capacity(), 5);
       std::memcpy(l.data(), "loans", n);
       (void)l.commit(static_cast<std::size_t>(l.capacity()) + 1);  // too large: still open
       (void)l.commit(n);
     }
-    sb::slot_loan a = p->loan_to(lane, pl.wait);
+    sb::slot_loan a = p->loan({.lane = lane, .timeout = pl.wait});
     a.abort();
   }
   // A batch through runs of free slots (and past the end of the box's lanes).
   const std::string_view batch[] = {"b0", "b1", "b2", "b3", "b4", std::string_view(big.data(), big.size())};
   sb::post_status why{};
-  (void)p->post_batch(batch, pl.wait, &why);
-  (void)p->post_batch_to(box.lane_count(), batch, pl.wait, &why);
+  (void)p->post_batch(batch, {.timeout = pl.wait}, &why);
+  (void)p->post_batch(batch, {.lane = box.lane_count(), .timeout = pl.wait}, &why);
   (void)p->last_error();
   (void)box.request_give_away(static_cast<std::uint32_t>(::getpid()), 0ns);  // owner and heirs from the segment
 }
@@ -495,7 +495,7 @@ void session(const sb::Box& box, const plan& pl) {
     (void)own->wait(d, pl.wait);
     sb::message m;
     for (int i = 0; i < 8; ++i)
-      if (own->receive(m, pl.wait) != sb::recv_status::ok) break;
+      if (own->receive(m, {.timeout = pl.wait}) != sb::recv_status::ok) break;
     own.reset();  // releases the box: wakes the heir (its eventfd, through pidfd_getfd)
   }
   if (heir) {

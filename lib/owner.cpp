@@ -204,7 +204,7 @@ struct Owner::state {
   // sleep on the futex); `hold`: keep them taken until commit() (read).
   recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
                            const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
-                           const wait_options* w = nullptr);
+                           std::optional<std::chrono::nanoseconds> spin = std::nullopt);
 
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
@@ -370,66 +370,48 @@ recv_status Owner::try_receive(message& out) {
   return st == recv_status::timeout ? recv_status::empty : st;
 }
 
-recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout) {
+recv_status Owner::receive(message& out, const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   message_sink sink(out);
-  return s_->receive_into(sink, 1, timeout, false);
+  return s_->receive_into(sink, 1, o.timeout, false, nullptr, nullptr, o.spin);
 }
 
-recv_status Owner::receive_batch(std::vector<message>& out, std::size_t max, std::chrono::nanoseconds timeout) {
+recv_status Owner::receive_batch(std::vector<message>& out, const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   vector_sink sink(out);
-  return s_->receive_into(sink, max, timeout, false);
+  return s_->receive_into(sink, o.max, o.timeout, false, nullptr, nullptr, o.spin);
 }
 
-recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+recv_status Owner::receive_batch(batch& out, const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return s_->receive_into(sink, max, timeout, false);
+  return s_->receive_into(sink, o.max, o.timeout, false, nullptr, nullptr, o.spin);
 }
 
-recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout) {
+recv_status Owner::read(batch& out, const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   batch_sink sink(out);
-  return s_->receive_into(sink, max, timeout, true);
+  return s_->receive_into(sink, o.max, o.timeout, true, nullptr, nullptr, o.spin);
 }
 
-recv_status Owner::read(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
-  if (!s_) return recv_status::not_owner;
-  batch_sink sink(out);
-  return s_->receive_into(sink, max, timeout, true, nullptr, nullptr, &w);
-}
-
-recv_status Owner::receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w) {
-  if (!s_) return recv_status::not_owner;
-  message_sink sink(out);
-  return s_->receive_into(sink, 1, timeout, false, nullptr, nullptr, &w);
-}
-
-recv_status Owner::receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w) {
-  if (!s_) return recv_status::not_owner;
-  batch_sink sink(out);
-  return s_->receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
-}
-
-recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
-                                         std::chrono::nanoseconds timeout, const wait_options& w) {
+recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx,
+                                         const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   view_sink sink(fn, ctx);
   if (s_->ctx.fenced) {
     // A lease box commits before it hands anything out: one message per
     // commit, so that an exception from fn cannot hide committed messages.
     recv_status st = recv_status::empty;
-    for (std::size_t n = 0; n < max; ++n) {
-      const recv_status one = s_->receive_into(sink, 1, n == 0 ? timeout : std::chrono::nanoseconds(0), false, nullptr,
-                                           nullptr, &w);
+    for (std::size_t n = 0; n < o.max; ++n) {
+      const recv_status one =
+          s_->receive_into(sink, 1, n == 0 ? o.timeout : std::chrono::nanoseconds(0), false, nullptr, nullptr, o.spin);
       if (sink.thrown) std::rethrow_exception(sink.thrown);
       if (one != recv_status::ok) return n == 0 ? one : recv_status::ok;  // a later call reports what ended it
       st = recv_status::ok;
     }
     return st;
   }
-  const recv_status st = s_->receive_into(sink, max, timeout, false, nullptr, nullptr, &w);
+  const recv_status st = s_->receive_into(sink, o.max, o.timeout, false, nullptr, nullptr, o.spin);
   if (sink.thrown) std::rethrow_exception(sink.thrown);
   return st;
 }
@@ -461,7 +443,7 @@ recv_status Owner::commit(std::size_t* lost) {
 
 recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout,
                                        bool hold, const filter_fn* filter, std::uint64_t* filter_drops,
-                                       const wait_options* w) {
+                                       std::optional<std::chrono::nanoseconds> spin) {
   state* const s_ = this;  // (the body reads as the Owner methods around it)
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
@@ -497,8 +479,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
   // sleeps on the futex, so that a busy producer/owner pair hands over
   // without system calls; an idle owner then sleeps and uses no CPU.
   const std::uint64_t spin_ns =
-      w != nullptr && w->spin
-          ? static_cast<std::uint64_t>(std::clamp(*w->spin, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
+      spin ? static_cast<std::uint64_t>(std::clamp(*spin, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
           : m.spin_ns;
   for (;;) {
     bool busy = false, corrupt = false;

@@ -39,7 +39,7 @@ struct Producer::state {
       std::string letter;
       letter.reserve(m->name.size() + reason.size() + bytes.size() + 4);
       letter.append("[").append(m->name).append(" ").append(reason).append("] ").append(bytes);
-      ok = is_stored(dead_letters->post(letter, std::chrono::nanoseconds(0)));
+      ok = is_stored(dead_letters->post(letter, {.timeout = std::chrono::nanoseconds(0)}));
     }
     a64_bump(ok ? c->dead_lettered : c->dead_letter_failed);
   }
@@ -53,10 +53,16 @@ struct Producer::state {
     return true;
   }
 
-  void set_spin(const wait_options& w) noexcept {
-    ctx.spin_ns = w.spin ? static_cast<std::uint64_t>(std::clamp(*w.spin, std::chrono::nanoseconds(0),
+  void set_spin(const post_options& o) noexcept {
+    ctx.spin_ns = o.spin ? static_cast<std::uint64_t>(std::clamp(*o.spin, std::chrono::nanoseconds(0),
                                                                  std::chrono::nanoseconds(kMaxSpin)).count())
                          : m->spin_ns;
+  }
+
+  // The lane and the wait of a call with options `o`.
+  std::uint32_t lane_of(const post_options& o) const noexcept { return o.lane ? *o.lane : m->default_lane; }
+  std::uint64_t timeout_of(const post_options& o) const noexcept {
+    return o.timeout ? detail::timeout_ns(*o.timeout) : std::uint64_t{m->block_timeout_ms} * 1'000'000;
   }
 
   // Forwards what this handle's last claim evicted or replaced (dead letters).
@@ -75,11 +81,11 @@ struct Producer::state {
   }
 
   // Every post: the fast path, else the general one with this call's wait.
-  post_status post(std::uint32_t lane, const void* data, std::size_t size, std::uint64_t timeout_ns,
-                   const wait_options& w) noexcept {
+  post_status post(std::uint32_t lane, const void* data, std::size_t size, const post_options& o) noexcept {
     if (try_fast(lane, data, size)) return post_status::stored;
     if (loan_blocks()) return post_status::error;
-    set_spin(w);
+    set_spin(o);
+    const std::uint64_t timeout_ns = timeout_of(o);
     const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
     if (!ctx.capture) return st;
     if (st == post_status::dropped)
@@ -136,53 +142,23 @@ result<Producer> Producer::attach(const Box& box) {
   return Producer(std::move(s));
 }
 
-post_status Producer::post(const void* data, std::size_t size) noexcept {
+post_status Producer::post(const void* data, std::size_t size, const post_options& o) noexcept {
   if (!s_) return post_status::error;
   s_->ctx.evicted = 0;
-  return s_->post(s_->m->default_lane, data, size, std::uint64_t{s_->m->block_timeout_ms} * 1'000'000, {});
-}
-
-post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept {
-  return post(data, size, timeout, wait_options{});
-}
-
-post_status Producer::post(const void* data, std::size_t size, std::chrono::nanoseconds timeout,
-                           const wait_options& w) noexcept {
-  if (!s_) return post_status::error;
-  s_->ctx.evicted = 0;
-  return s_->post(s_->m->default_lane, data, size, detail::timeout_ns(timeout), w);
-}
-
-post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept {
-  if (!s_) return post_status::error;
-  return post_to(lane, data, size, std::chrono::milliseconds(s_->m->block_timeout_ms));
-}
-
-post_status Producer::post_to(std::uint32_t lane, const void* data, std::size_t size,
-                              std::chrono::nanoseconds timeout) noexcept {
-  if (!s_) return post_status::error;
-  s_->ctx.evicted = 0;
-  if (!s_->valid_lane(lane)) return post_status::error;
-  return s_->post(lane, data, size, detail::timeout_ns(timeout), {});
+  const std::uint32_t lane = s_->lane_of(o);
+  if (o.lane && !s_->valid_lane(lane)) return post_status::error;
+  return s_->post(lane, data, size, o);
 }
 
 // ---------------------------------------------------------------------------
 // Loans (zero-copy posts)
 // ---------------------------------------------------------------------------
 
-slot_loan Producer::loan() noexcept {
-  if (!s_) return {};
-  return loan_to(s_->m->default_lane, std::chrono::milliseconds(s_->m->block_timeout_ms));
-}
-
-slot_loan Producer::loan(std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
-  return loan_to(s_ ? s_->m->default_lane : 0, timeout, w);
-}
-
-slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w) noexcept {
+slot_loan Producer::loan(const post_options& o) noexcept {
   slot_loan l;
   if (!s_) return l;
   s_->ctx.evicted = 0;
+  const std::uint32_t lane = s_->lane_of(o);
   detail::slot_claim k;
   // The fast path (see try_fast): checks inline, the errors below.
   if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
@@ -190,8 +166,8 @@ slot_loan Producer::loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout
     l.status_ = post_status::stored;
   } else {
     if (!s_->valid_lane(lane) || s_->loan_blocks()) return l;
-    s_->set_spin(w);
-    l.status_ = detail::claim_slot(s_->ctx, lane, 0, detail::timeout_ns(timeout), k);
+    s_->set_spin(o);
+    l.status_ = detail::claim_slot(s_->ctx, lane, 0, s_->timeout_of(o), k);
     if (s_->ctx.capture) {
       if (l.status_ == post_status::dropped) s_->forward(lane, "dropped-newest", "(a loan: no bytes yet)");
       s_->forward_captured(lane);
@@ -271,27 +247,16 @@ void slot_loan::abort() noexcept {
 // Batches
 // ---------------------------------------------------------------------------
 
-std::size_t Producer::post_batch(std::span<const std::string_view> msgs, post_status* last) noexcept {
-  if (!s_) return 0;
-  return post_batch_to(s_->m->default_lane, msgs, std::chrono::milliseconds(s_->m->block_timeout_ms), last);
-}
-
-std::size_t Producer::post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
-                                 post_status* last, const wait_options& w) noexcept {
-  return post_batch_to(s_ ? s_->m->default_lane : 0, msgs, timeout, last, w);
-}
-
-std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,
-                                    std::chrono::nanoseconds timeout, post_status* last,
-                                    const wait_options& w) noexcept {
+std::size_t Producer::post_batch(std::span<const std::string_view> msgs, const post_options& o,
+                                 post_status* last) noexcept {
   post_status st = post_status::stored;
   std::size_t i = 0;
   if (s_) s_->ctx.evicted = 0;  // this call's evictions, all messages
+  const std::uint32_t lane = s_ ? s_->lane_of(o) : 0;
   if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) {
     st = post_status::error;
   } else {
     const std::uint32_t payload = s_->m->lanes[lane].payload;
-    const std::uint64_t timeout_ns = detail::timeout_ns(timeout);
     while (i < msgs.size()) {
       // The run of messages that fit, from i: claimed together when there is room.
       std::size_t fit = 0;
@@ -304,7 +269,7 @@ std::size_t Producer::post_batch_to(std::uint32_t lane, std::span<const std::str
         }
       }
       // No room for a run (full, busy, lifo) or too large: this one as post() does it.
-      st = s_->post(lane, msgs[i].data(), msgs[i].size(), timeout_ns, w);
+      st = s_->post(lane, msgs[i].data(), msgs[i].size(), o);
       if (!is_stored(st)) break;
       ++i;
     }

@@ -46,7 +46,7 @@ seen_msg decode(const std::string& data, bool redelivered) {
 // Receives until `idle` passes without a message.
 std::vector<seen_msg> drain(shmbox::Owner& o, std::chrono::milliseconds idle = 300ms) {
   std::vector<shmbox::message> got;
-  while (o.receive_batch(got, 4096, idle) == shmbox::recv_status::ok) {
+  while (o.receive_batch(got, {.max = 4096, .timeout = idle}) == shmbox::recv_status::ok) {
   }
   std::vector<seen_msg> out;
   for (const auto& m : got) out.push_back(decode(m.data, m.redelivered));
@@ -101,7 +101,7 @@ void check_usable(const shmbox::Box& box, shmbox::Owner& owner) {
   REQUIRE(p);
   CHECK(p->post("still usable") == shmbox::post_status::stored);
   shmbox::message m;
-  CHECK(owner.receive(m, 5s) == shmbox::recv_status::ok);
+  CHECK(owner.receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
   CHECK(m.data == "still usable");
 }
 
@@ -525,7 +525,7 @@ TEST_CASE("a producer killed before waking the sleeping owner: the owner gets th
         std::thread t([&] {
           tid.store(static_cast<pid_t>(::gettid()));
           if (!event_loop) {
-            st = owner->receive(m, 20s);
+            st = owner->receive(m, {.timeout = 20s});
             return;
           }
           // An event loop: notify, then poll the notify_fd; on readiness, wait().
@@ -534,7 +534,7 @@ TEST_CASE("a producer killed before waking the sleeping owner: the owner gets th
           pollfd pfd{fd, POLLIN, 0};
           ready = ::poll(&pfd, 1, 20'000) == 1;
           shmbox::delivery d;
-          if (ready && owner->wait(d, 0ms) == shmbox::owner_event::notified) st = owner->receive(m, 1s);
+          if (ready && owner->wait(d, 0ms) == shmbox::owner_event::notified) st = owner->receive(m, {.timeout = 1s});
         });
         while (tid.load() == 0) std::this_thread::yield();
         CHECK(wait_until_sleeping(tid.load()));
@@ -647,7 +647,7 @@ TEST_CASE("producer table full: a clear error while 4 live producers hold it; th
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(owner);
   std::vector<shmbox::message> got;
-  while (owner->receive_batch(got, 4096, 300ms) == shmbox::recv_status::ok) {
+  while (owner->receive_batch(got, {.max = 4096, .timeout = 300ms}) == shmbox::recv_status::ok) {
   }
   CHECK(std::count_if(got.begin(), got.end(), [](const shmbox::message& m) { return m.data == "after"; }) == 4);
   shmtest::check_invariant(*box);

@@ -141,16 +141,16 @@ int produce(int argc, char** argv) {
   std::uint64_t aborted = 0;  // loans taken and aborted (--abort-every)
   std::uint64_t evictions = 0;  // messages this producer's posts evicted or replaced
   auto post_one = [&](std::uint64_t seq) {
-    if (!use_loan) return p->post_to(lane, buf.data(), size);
+    if (!use_loan) return p->post(buf.data(), size, {.lane = lane});
     if (abort_every > 0 && seq % static_cast<std::uint64_t>(abort_every) == 0) {
-      shmbox::slot_loan a = p->loan_to(lane, timeout);
+      shmbox::slot_loan a = p->loan({.lane = lane, .timeout = timeout});
       if (a) {
         std::memset(a.data(), 0xEE, a.capacity());  // scribble: an aborted loan must never be delivered
         a.abort();
         ++aborted;
       }
     }
-    shmbox::slot_loan l = p->loan_to(lane, timeout);
+    shmbox::slot_loan l = p->loan({.lane = lane, .timeout = timeout});
     if (!l) return l.status();
     std::memcpy(l.data(), buf.data(), size);
     return l.commit(size);
@@ -170,7 +170,7 @@ int produce(int argc, char** argv) {
       std::span<const std::string_view> left(views.data(), n);
       while (!left.empty()) {
         shmbox::post_status why = shmbox::post_status::stored;
-        const std::size_t k = p->post_batch_to(lane, left, timeout, &why);
+        const std::size_t k = p->post_batch(left, {.lane = lane, .timeout = timeout}, &why);
         tally[shmbox::post_status::stored] += k;
         left = left.subspan(k);
         if (left.empty()) break;
@@ -278,8 +278,8 @@ int consume(int argc, char** argv) {
   while (got < total) {
     msgs.clear();
     const shmbox::recv_status st =
-        in_place ? o->receive_in_place([&](const shmbox::message_view& v) { check(v.data, v.redelivered); }, batch, idle)
-                 : o->receive_batch(msgs, batch, idle);
+        in_place ? o->receive_in_place([&](const shmbox::message_view& v) { check(v.data, v.redelivered); }, {.max = batch, .timeout = idle})
+                 : o->receive_batch(msgs, {.max = batch, .timeout = idle});
     if (st == shmbox::recv_status::timeout) break;
     if (st != shmbox::recv_status::ok) {
       std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
@@ -370,7 +370,7 @@ int event_loop(int argc, char** argv) {
       std::printf("notified\n");
       std::fflush(stdout);
       std::vector<shmbox::message> got;
-      o->receive_batch(got, 1024, std::chrono::nanoseconds(0));
+      o->receive_batch(got, {.max = 1024, .timeout = std::chrono::nanoseconds(0)});
       o->notify();
     }
   }
@@ -383,7 +383,7 @@ int wait_one(int argc, char** argv) {
   std::printf("owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   shmbox::message m;
-  const auto st = o->receive(m, std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+  const auto st = o->receive(m, {.timeout = std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10))});
   if (st == shmbox::recv_status::ok) std::printf("got %s\n", m.data.c_str());
   else std::printf("%s\n", std::string(shmbox::to_string(st)).c_str());
   return 0;
@@ -468,7 +468,7 @@ int serve(int argc, char** argv) {
     b.clear();
     const std::size_t want = max < 0 ? batch_max : std::min<std::size_t>(batch_max, static_cast<std::size_t>(max - count));
     if (want == 0) break;
-    const shmbox::recv_status st = two_phase ? owner->read(b, want, idle) : owner->receive_batch(b, want, idle);
+    const shmbox::recv_status st = two_phase ? owner->read(b, {.max = want, .timeout = idle}) : owner->receive_batch(b, {.max = want, .timeout = idle});
     if (st == shmbox::recv_status::timeout) {
       say("idle");
       break;

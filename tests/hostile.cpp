@@ -98,7 +98,7 @@ TEST_CASE("verify: a healthy box (idle, or in use by an owner and a producer) is
   auto o = shmbox::Owner::acquire(*box);
   REQUIRE(p);
   REQUIRE(o);
-  for (int i = 0; i < 40; ++i) (void)p->post_to(static_cast<std::uint32_t>(i % 2), shmtest::cat("m", std::to_string(i)));
+  for (int i = 0; i < 40; ++i) (void)p->post(shmtest::cat("m", std::to_string(i)), {.lane = static_cast<std::uint32_t>(i % 2)});
   shmbox::message m;
   CHECK(o->try_receive(m) == shmbox::recv_status::ok);
   r = shmbox::verify(g.name);

@@ -48,7 +48,7 @@ std::unique_ptr<child> start_producer(const std::string& box, int id, std::uint6
 
 std::vector<shmbox::message> drain(shmbox::Owner& o, std::size_t expect, std::chrono::milliseconds idle = 5s) {
   std::vector<shmbox::message> got;
-  while (got.size() < expect && o.receive_batch(got, 4096, idle) == shmbox::recv_status::ok) {
+  while (got.size() < expect && o.receive_batch(got, {.max = 4096, .timeout = idle}) == shmbox::recv_status::ok) {
   }
   return got;
 }
@@ -215,7 +215,7 @@ TEST_CASE("a producer killed between claim and publish never wedges the box") {
       auto p3 = shmbox::Producer::attach(*box);
       REQUIRE(p3->post("still alive") == shmbox::post_status::stored);
       shmbox::message m;
-      CHECK(owner->receive(m, 10s) == shmbox::recv_status::ok);
+      CHECK(owner->receive(m, {.timeout = 10s}) == shmbox::recv_status::ok);
       CHECK(m.data == "still alive");
     }
   }
@@ -327,7 +327,7 @@ TEST_CASE("drop_oldest: the evictions producers are told of add up to dropped_ol
   shmbox::batch b;
   for (unsigned round = 1; finished < producers.size() && std::chrono::steady_clock::now() < give_up; ++round) {
     b.clear();
-    if (owner->receive_batch(b, 16, 0ns) == shmbox::recv_status::ok) got += b.size();
+    if (owner->receive_batch(b, {.max = 16, .timeout = 0ns}) == shmbox::recv_status::ok) got += b.size();
     std::this_thread::sleep_for(50us);
     if (round % 64 != 0) continue;  // now and then: which producers are done (a 2 ms look each)
     for (std::size_t i = 0; i < producers.size(); ++i) {
@@ -344,7 +344,7 @@ TEST_CASE("drop_oldest: the evictions producers are told of add up to dropped_ol
   }
   REQUIRE(finished == producers.size());
   for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(), 0));
-  while (owner->receive_batch(b, 4096, 0ns) == shmbox::recv_status::ok) {
+  while (owner->receive_batch(b, {.max = 4096, .timeout = 0ns}) == shmbox::recv_status::ok) {
     got += b.size();
     b.clear();
   }
@@ -391,7 +391,7 @@ TEST_CASE("lifo: a writer killed mid-write is abandoned and counted once") {
   CHECK(id_seq(got[1]).second == 0);
   // The dead writer's slot is repaired once the owner notices it is stuck.
   std::vector<shmbox::message> more;
-  CHECK(owner->receive_batch(more, 10, 200ms) == shmbox::recv_status::timeout);
+  CHECK(owner->receive_batch(more, {.max = 10, .timeout = 200ms}) == shmbox::recv_status::timeout);
   const shmbox::counters c = box->read_counters();
   CHECK(c.abandoned == 1);
   CHECK(c.stored == 3);

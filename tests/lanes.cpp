@@ -26,16 +26,16 @@ TEST_CASE("lanes: interleaved posts on lanes 0, 1, 2 are received 0 first, then 
   auto p = shmbox::Producer::attach(*box);
   const std::uint32_t order[] = {2, 1, 0, 2, 0, 1, 1, 2, 0, 2};
   int n = 0;
-  for (std::uint32_t lane : order) REQUIRE(p->post_to(lane, shmtest::cat("L", std::to_string(lane), "-", std::to_string(n++))) == post_status::stored);
+  for (std::uint32_t lane : order) REQUIRE(p->post(shmtest::cat("L", std::to_string(lane), "-", std::to_string(n++)), {.lane = lane}) == post_status::stored);
   auto owner = shmbox::Owner::acquire(*box);
   std::vector<shmbox::message> got;
-  REQUIRE(owner->receive_batch(got, 100, 0ns) == shmbox::recv_status::ok);
+  REQUIRE(owner->receive_batch(got, {.max = 100, .timeout = 0ns}) == shmbox::recv_status::ok);
   std::vector<std::string> data;
   for (const auto& m : got) data.push_back(m.data);
   CHECK(data == std::vector<std::string>{"L0-2", "L0-4", "L0-8", "L1-1", "L1-5", "L1-6", "L2-0", "L2-3", "L2-7", "L2-9"});
   for (const auto& m : got) CHECK(m.lane == static_cast<std::uint32_t>(m.data[1] - '0'));
   // A lane the box does not have is an error that says so.
-  CHECK(p->post_to(3, "x") == post_status::error);
+  CHECK(p->post("x", {.lane = 3}) == post_status::error);
   CHECK(shmbox::explain(p->last_error()).find("has 3 lanes") != std::string::npos);
 }
 
@@ -48,12 +48,12 @@ TEST_CASE("lanes: a full user lane never blocks or drops a control message; per-
                .lanes = {{.capacity = 2}, {.capacity = 3, .overflow = policy::drop_oldest}, {.overflow = policy::block}}});
   REQUIRE(box);
   auto p = shmbox::Producer::attach(*box);
-  for (int i = 0; i < 10; ++i) CHECK(shmbox::is_stored(p->post_to(1, shmtest::cat("user", std::to_string(i)))));  // lane 1 full, evicting
-  CHECK(p->post_to(2, "a") == post_status::stored);
-  for (int i = 0; i < 3; ++i) p->post_to(2, "b", 0ms);                                    // lane 2 full: block, no wait
-  CHECK(p->post_to(0, "stop") == post_status::stored);                                   // control still goes in
-  CHECK(p->post_to(0, "now") == post_status::stored);
-  CHECK(p->post_to(0, "third") == post_status::full);  // the control lane's own capacity (2), reject
+  for (int i = 0; i < 10; ++i) CHECK(shmbox::is_stored(p->post(shmtest::cat("user", std::to_string(i)), {.lane = 1})));  // lane 1 full, evicting
+  CHECK(p->post("a", {.lane = 2}) == post_status::stored);
+  for (int i = 0; i < 3; ++i) p->post("b", {.lane = 2, .timeout = 0ms});                                    // lane 2 full: block, no wait
+  CHECK(p->post("stop", {.lane = 0}) == post_status::stored);                                   // control still goes in
+  CHECK(p->post("now", {.lane = 0}) == post_status::stored);
+  CHECK(p->post("third", {.lane = 0}) == post_status::full);  // the control lane's own capacity (2), reject
   const shmbox::box_info info = shmbox::info(*box);
   REQUIRE(info.lanes.size() == 3);
   CHECK(info.lanes[0].capacity == 2);
@@ -93,7 +93,7 @@ TEST_CASE("lanes: priorities hold with 4 producer processes") {
   for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(60s), 0));
   auto owner = shmbox::Owner::acquire(*box);
   std::vector<shmbox::message> got;
-  while (owner->receive_batch(got, 10000, 0ns) == shmbox::recv_status::ok) {
+  while (owner->receive_batch(got, {.max = 10000, .timeout = 0ns}) == shmbox::recv_status::ok) {
   }
   REQUIRE(got.size() == 4000);
   std::uint32_t lane = 0;
@@ -128,8 +128,8 @@ TEST_CASE("lanes: plain posts go to the default lane (1, or the one chosen at cr
     std::string_view two[] = {"b1", "b2"};
     CHECK(p->post_batch(two) == 0);  // batches and loans go there too
     CHECK_FALSE(p->loan());
-    CHECK(p->post_to(0, "stop") == post_status::stored);  // control: explicit only
-    CHECK(p->post_to(0, "now") == post_status::stored);
+    CHECK(p->post("stop", {.lane = 0}) == post_status::stored);  // control: explicit only
+    CHECK(p->post("now", {.lane = 0}) == post_status::stored);
     const shmbox::box_info info = shmbox::info(*box);
     CHECK(info.lanes[0].depth == 2);
     CHECK(info.lanes[1].depth == 4);
@@ -162,9 +162,9 @@ TEST_CASE("usage(): depth and capacity per lane and in total") {
   shmtest::segment_guard g(shmtest::unique_name("usage"));
   auto box = shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16, .lanes = {{.capacity = 2}, {}}});
   auto p = shmbox::Producer::attach(*box);
-  p->post_to(0, "a");
-  p->post_to(1, "b");
-  p->post_to(1, "c");
+  p->post("a", {.lane = 0});
+  p->post("b", {.lane = 1});
+  p->post("c", {.lane = 1});
   auto owner = shmbox::Owner::acquire(*box);
   const shmbox::usage_info u = owner->usage();
   CHECK(u.depth == std::vector<std::uint64_t>{1, 2});
@@ -208,7 +208,7 @@ TEST_CASE("dead letters: evicted, dropped and replaced messages reach the dead-l
   auto owner = shmbox::Owner::acquire(dl.name);
   REQUIRE(owner);
   std::vector<shmbox::message> got;
-  while (owner->receive_batch(got, 100, 0ns) == shmbox::recv_status::ok) {
+  while (owner->receive_batch(got, {.max = 100, .timeout = 0ns}) == shmbox::recv_status::ok) {
   }
   std::vector<std::string> letters;
   for (const auto& m : got) letters.push_back(m.data);

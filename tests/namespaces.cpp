@@ -211,11 +211,11 @@ TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is a
   CHECK_FALSE(i.producers[0].same_namespace);
   // The owner waits well past the repair grace period: nothing is abandoned.
   shmbox::message m;
-  CHECK(owner->receive(m, 600ms) == shmbox::recv_status::timeout);
+  CHECK(owner->receive(m, {.timeout = 600ms}) == shmbox::recv_status::timeout);
   CHECK(box->read_counters().abandoned == 0);
   // Going on, it publishes; the owner gets it.
   ::kill(inner, SIGCONT);
-  CHECK(owner->receive(m, 10s) == shmbox::recv_status::ok);
+  CHECK(owner->receive(m, {.timeout = 10s}) == shmbox::recv_status::ok);
   CHECK(shmtest::exited_with(prod.wait(), 0));
 
   // Again, but killed while it holds the claim: the owner repairs the slot.
@@ -224,7 +224,7 @@ TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is a
   prod2.wait();
   CHECK(eventually([&] {
     shmbox::message x;
-    owner->receive(x, 50ms);
+    owner->receive(x, {.timeout = 50ms});
     return box->read_counters().abandoned == 1;
   }));
   i = info_of(g.name);
@@ -327,10 +327,10 @@ TEST_CASE("namespaces: roles in another namespace AND as another user (a 0666 bo
   INFO(done);
   CHECK(done.rfind("done", 0) == 0);
   std::vector<shmbox::message> got;
-  CHECK(owner->receive_batch(got, 64, 5s) == shmbox::recv_status::ok);
+  CHECK(owner->receive_batch(got, {.max = 64, .timeout = 5s}) == shmbox::recv_status::ok);
   while (got.size() < 20) {
     std::vector<shmbox::message> more;
-    if (owner->receive_batch(more, 64, 2s) != shmbox::recv_status::ok) break;
+    if (owner->receive_batch(more, {.max = 64, .timeout = 2s}) != shmbox::recv_status::ok) break;
     got.insert(got.end(), more.begin(), more.end());
   }
   CHECK(got.size() == 20);

@@ -189,7 +189,7 @@ int serve_as_owner(shmbox::Owner& o) {
   while (L->stop.load() == 0) {
     b.clear();
     const std::uint64_t t0 = now_ns();
-    const shmbox::recv_status st = o.read(b, kReadBatch, kRecvTimeout);
+    const shmbox::recv_status st = o.read(b, {.max = kReadBatch, .timeout = kRecvTimeout});
     check_wait(now_ns() - t0, kRecvTimeout);
     if (st == shmbox::recv_status::timeout || st == shmbox::recv_status::empty) continue;
     if (st == shmbox::recv_status::not_owner) return 0;  // deposed (lease): the driver starts a new one
@@ -368,7 +368,7 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
       shmbox::batch b;
       for (;;) {
         b.clear();
-        const auto st = o->read(b, 256, 200ms);
+        const auto st = o->read(b, {.max = 256, .timeout = 200ms});
         if (st != shmbox::recv_status::ok) break;
         record(b);
         if (o->commit() != shmbox::recv_status::ok) fail(t, phase, "final commit");

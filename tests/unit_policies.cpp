@@ -21,7 +21,7 @@ namespace {
 
 std::vector<std::string> receive_all(shmbox::Owner& o) {
   std::vector<shmbox::message> msgs;
-  while (o.receive_batch(msgs, 1000, 0ns) == shmbox::recv_status::ok) {
+  while (o.receive_batch(msgs, {.max = 1000, .timeout = 0ns}) == shmbox::recv_status::ok) {
   }
   std::vector<std::string> out;
   for (auto& m : msgs) out.push_back(m.data);
@@ -177,13 +177,13 @@ TEST_CASE("receive_batch into a reusable batch: exact bytes, order, memory reuse
   auto p = shmbox::Producer::attach(*box);
   auto owner = shmbox::Owner::acquire(*box);
   shmbox::batch b;
-  CHECK(owner->receive_batch(b, 10, 0ns) == shmbox::recv_status::timeout);
+  CHECK(owner->receive_batch(b, {.max = 10, .timeout = 0ns}) == shmbox::recv_status::timeout);
   CHECK(b.empty());
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 20; ++i) REQUIRE(p->post(std::string(static_cast<std::size_t>(i * 5), static_cast<char>('a' + i))) == post_status::stored);
     b.clear();
-    CHECK(owner->receive_batch(b, 15, 0ns) == shmbox::recv_status::ok);
-    CHECK(owner->receive_batch(b, 15, 0ns) == shmbox::recv_status::ok);  // appends
+    CHECK(owner->receive_batch(b, {.max = 15, .timeout = 0ns}) == shmbox::recv_status::ok);
+    CHECK(owner->receive_batch(b, {.max = 15, .timeout = 0ns}) == shmbox::recv_status::ok);  // appends
     REQUIRE(b.size() == 20);
     for (std::size_t i = 0; i < b.size(); ++i) {
       CHECK(b[i] == std::string(i * 5, static_cast<char>('a' + i)));
@@ -207,7 +207,7 @@ TEST_CASE("block: a post waits for space and stores once the owner frees a slot"
   auto owner = shmbox::Owner::acquire(*box);
   REQUIRE(p->post("1") == post_status::stored);
   REQUIRE(p->post("2") == post_status::stored);
-  CHECK(p->post("x", 0ms) == post_status::timeout);  // full, no wait
+  CHECK(p->post("x", {.timeout = 0ms}) == post_status::timeout);  // full, no wait
   std::atomic<int> third{-1};
   std::thread t([&] { third = static_cast<int>(p->post("3")); });
   // Handshake: wait until the producer announces it wants space.
@@ -233,7 +233,7 @@ TEST_CASE("receive: try_receive on an empty box is empty; a timed receive times 
   auto p = shmbox::Producer::attach(*box);
   shmbox::message m;
   CHECK(owner->try_receive(m) == shmbox::recv_status::empty);
-  CHECK(owner->receive(m, 5ms) == shmbox::recv_status::timeout);
+  CHECK(owner->receive(m, {.timeout = 5ms}) == shmbox::recv_status::timeout);
 
   auto seg = shmbox::detail::open_segment(g.name, true);
   REQUIRE(seg);
@@ -243,12 +243,12 @@ TEST_CASE("receive: try_receive on an empty box is empty; a timed receive times 
   for (int i = 0; i < 1000; ++i) REQUIRE(p->post("x") == post_status::stored);
   CHECK(rec->wake_calls.load() == wakes_before);
   std::vector<shmbox::message> drained;
-  CHECK(owner->receive_batch(drained, 2000, 0ns) == shmbox::recv_status::ok);
+  CHECK(owner->receive_batch(drained, {.max = 2000, .timeout = 0ns}) == shmbox::recv_status::ok);
   CHECK(drained.size() == 1000);
 
   // Now the owner sleeps (its bit is in the tail); one post wakes it.
   std::atomic<int> status{-1};
-  std::thread t([&] { status = static_cast<int>(owner->receive(m, 30s)); });
+  std::thread t([&] { status = static_cast<int>(owner->receive(m, {.timeout = 30s})); });
   const auto until = std::chrono::steady_clock::now() + 30s;
   while (((*seg)->lanes[0].hdr->tail.load() & 1) == 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);

@@ -247,7 +247,7 @@ TEST_CASE("scribbled ring: owner and producer report corruption, never crash or 
     REQUIRE(owner);
     std::vector<shmbox::message> got;
     shmbox::recv_status last = shmbox::recv_status::ok;
-    for (int i = 0; i < 10 && last != shmbox::recv_status::timeout; ++i) last = owner->receive_batch(got, 16, 10ms);
+    for (int i = 0; i < 10 && last != shmbox::recv_status::timeout; ++i) last = owner->receive_batch(got, {.max = 16, .timeout = 10ms});
     // Every message that survived is intact; the damaged ones are gone, counted.
     for (const auto& m : got) CHECK(m.data.size() == 2);
     CHECK(got.size() <= 3);
@@ -255,7 +255,7 @@ TEST_CASE("scribbled ring: owner and producer report corruption, never crash or 
     CHECK(shmbox::explain(owner->last_error()).find("corrupt") != std::string::npos);
     // Posting into the damaged box returns a status (stored or error), never hangs.
     for (int i = 0; i < 20; ++i) {
-      const auto st = p->post("after", 10ms);
+      const auto st = p->post("after", {.timeout = 10ms});
       CHECK(st != shmbox::post_status::too_large);
     }
   }

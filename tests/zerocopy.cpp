@@ -41,7 +41,7 @@ std::string numbered(char tag, int i) {
 }
 
 post_status loan_post(shmbox::Producer& p, std::string_view msg, std::chrono::nanoseconds timeout = 20ms) {
-  shmbox::slot_loan l = p.loan(timeout);
+  shmbox::slot_loan l = p.loan({.timeout = timeout});
   if (!l) return l.status();
   std::memcpy(l.data(), msg.data(), msg.size());
   return l.commit(msg.size());
@@ -124,7 +124,7 @@ TEST_CASE("a loan on a full box answers as post does, for every policy") {
       case policy::block: CHECK(st == post_status::timeout); break;
     }
     // An aborted loan on a full lifo/drop_oldest box still evicted or replaced.
-    { shmbox::slot_loan l = p->loan(0ns); }
+    { shmbox::slot_loan l = p->loan({.timeout = 0ns}); }
     auto o = shmbox::Owner::acquire(*box);
     REQUIRE(o);
     const auto got = drain(*o);
@@ -181,7 +181,7 @@ TEST_CASE("a committed loan wakes an owner asleep in receive") {
     CHECK(loan_post(*p, "wake") == post_status::stored);
   });
   shmbox::message m;
-  CHECK(o->receive(m, 10s, shmbox::wait_options{0ns}) == recv_status::ok);
+  CHECK(o->receive(m, {.timeout = 10s, .spin = 0ns}) == recv_status::ok);
   CHECK(m.data == "wake");
   t.join();
 }
@@ -200,11 +200,11 @@ TEST_CASE("post_batch stores a prefix and says why it stopped, for every policy"
     std::vector<std::string_view> views(msgs.begin(), msgs.end());
     std::span<const std::string_view> left(views);
     post_status why = post_status::error;
-    std::size_t n = p->post_batch(left, &why);
+    std::size_t n = p->post_batch(left, {}, &why);
     CHECK(n == 5);
     CHECK(why == post_status::too_large);
     left = left.subspan(n + 1);  // skip the large one
-    n = p->post_batch(left, &why);
+    n = p->post_batch(left, {}, &why);
     // 6..8 fill the box; 9 finds it full.
     const bool evicting = pol == policy::drop_oldest || pol == policy::lifo;
     CHECK(n == (evicting ? 6u : 3u));
@@ -252,10 +252,10 @@ TEST_CASE("post_batch: long batches, wrap-around, and an open loan refuses it") 
   REQUIRE(l);
   const std::string_view one[] = {"x"};
   post_status st = post_status::stored;
-  CHECK(p->post_batch(one, &st) == 0);
+  CHECK(p->post_batch(one, {}, &st) == 0);
   CHECK(st == post_status::error);
   l.abort();
-  CHECK(p->post_batch(one, &st) == 1);
+  CHECK(p->post_batch(one, {}, &st) == 1);
   CHECK(st == post_status::stored);
   shmtest::check_invariant(*box);
 }
@@ -274,20 +274,18 @@ TEST_CASE("receive_in_place shows messages in place, commits them, and survives 
     REQUIRE(o);
     for (int i = 0; i < 6; ++i) CHECK(p->post(numbered('v', i)) == post_status::stored);
     std::vector<std::string> seen;
-    CHECK(o->receive_in_place([&](const shmbox::message_view& v) { seen.emplace_back(v.data); }, 2, 0ns) ==
+    CHECK(o->receive_in_place([&](const shmbox::message_view& v) { seen.emplace_back(v.data); }, {.max = 2, .timeout = 0ns}) ==
           recv_status::ok);
     CHECK(seen == std::vector<std::string>{"v0", "v1"});
     // An exception ends the call: the message that threw counts as delivered, the rest stay.
-    CHECK_THROWS_AS(o->receive_in_place(
-                        [&](const shmbox::message_view& v) {
+    CHECK_THROWS_AS(o->receive_in_place([&](const shmbox::message_view& v) {
                           seen.emplace_back(v.data);
                           throw std::runtime_error("stop");
-                        },
-                        10, 0ns),
+                        }, {.max = 10, .timeout = 0ns}),
                     std::runtime_error);
     CHECK(seen.back() == "v2");
     CHECK(drain(*o) == std::vector<std::string>{"v3", "v4", "v5"});
-    CHECK(o->receive_in_place([&](const shmbox::message_view&) {}, 4, 0ns) == recv_status::timeout);
+    CHECK(o->receive_in_place([&](const shmbox::message_view&) {}, {.max = 4, .timeout = 0ns}) == recv_status::timeout);
     CHECK(box->read_counters().delivered == 6);
     shmtest::check_invariant(*box);
   }
@@ -307,11 +305,11 @@ TEST_CASE("the adaptive wait: set at creation, per call, bounded, and shown by i
   shmbox::message m;
   // No message: each form times out (spinning first or not).
   for (const std::chrono::nanoseconds spin : {0ns, 1000ns, 5'000'000'000ns /* clamped to 1 s */}) {
-    CHECK(o->receive(m, 20ms, shmbox::wait_options{spin}) == recv_status::timeout);
+    CHECK(o->receive(m, {.timeout = 20ms, .spin = spin}) == recv_status::timeout);
   }
   shmbox::batch b;
-  CHECK(o->receive_batch(b, 4, 1ms, shmbox::wait_options{0ns}) == recv_status::timeout);
-  CHECK(o->read(b, 4, 1ms, shmbox::wait_options{}) == recv_status::timeout);
+  CHECK(o->receive_batch(b, {.max = 4, .timeout = 1ms, .spin = 0ns}) == recv_status::timeout);
+  CHECK(o->read(b, {.max = 4, .timeout = 1ms}) == recv_status::timeout);
 }
 
 TEST_CASE("separate processes: loans with aborts and batches into one box, received in place") {

@@ -155,7 +155,7 @@ int run_owner(const std::string& name, const char* label) {
   std::vector<shmbox::message> batch;
   for (;;) {
     batch.clear();
-    const auto st = o->receive_batch(batch, 4, std::chrono::milliseconds(300));
+    const auto st = o->receive_batch(batch, {.max = 4, .timeout = std::chrono::milliseconds(300)});
     if (st == shmbox::recv_status::timeout) break;  // the producers are done and the box is empty
     if (st != shmbox::recv_status::ok) {
       std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());

@@ -232,8 +232,8 @@ int cmd_post(const post_args& a) {
     ++index;
     // No --lane: a plain post, into the box's default lane.
     const std::uint32_t lane = a.lane < 0 ? box->default_lane() : static_cast<std::uint32_t>(a.lane);
-    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post_to(lane, msg)
-                                                    : producer->post_to(lane, msg, std::chrono::milliseconds(a.timeout_ms));
+    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post(msg, {.lane = lane})
+                                                    : producer->post(msg, {.lane = lane, .timeout = std::chrono::milliseconds(a.timeout_ms)});
     if (shmbox::is_stored(st)) return true;
     const std::string which = "message " + std::to_string(index);
     switch (st) {
@@ -328,7 +328,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
       }
     }
     const std::size_t chunk = std::min<std::size_t>(want - got, 4096);
-    const shmbox::recv_status st = owner.read(batch, chunk, left);
+    const shmbox::recv_status st = owner.read(batch, {.max = chunk, .timeout = left});
     bool written = true;
     for (std::size_t i = 0; i < batch.size() && written; ++i) {
       prefix.clear();

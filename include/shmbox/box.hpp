@@ -26,7 +26,7 @@ struct access;  // the library's own way in (lib/access.hpp)
 
 // One lane of a box (a ring of its own). Lane 0 is the control lane: always
 // read first, with its own capacity, so full user lanes never block or drop a
-// control message; it takes only explicit posts (Producer::post_to(0, ...)).
+// control message; it takes only explicit posts (Producer::post(msg, {.lane = 0})).
 // Lanes 1.. are priorities: a lower number is read first; each lane keeps
 // FIFO order (lifo lanes: newest first). A plain post goes to the box's
 // default lane (options::default_lane).
@@ -54,7 +54,8 @@ struct options {
   // Adaptive wait: a blocking receive that finds nothing, and a blocking post
   // that finds no space, poll the box this long before they sleep on a futex.
   // A busy pair then hands over without system calls; an idle owner sleeps
-  // and uses no CPU. 0: sleep at once. At most kMaxSpin. Per call: wait_options.
+  // and uses no CPU. 0: sleep at once. At most kMaxSpin. Per call: post_options::spin,
+  // receive_options::spin.
   std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
 };
 

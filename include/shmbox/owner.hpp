@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -120,6 +121,21 @@ struct usage_info {
   std::uint64_t dropped_since_delivery = 0;  // overflow drops since the last delivery (deliver())
 };
 
+// How one receive waits and how much it takes. E.g. receive(m) waits for
+// ever; receive(m, {.timeout = 100ms}); receive_batch(b, {.max = 64,
+// .timeout = 0ns}) takes what is there without waiting.
+struct receive_options {
+  // Batch forms: at most this many messages (the one-message forms take one).
+  std::size_t max = SIZE_MAX;
+  // How long to wait for the first message: nanoseconds::max() (the
+  // default) waits for ever; 0 does not wait (status timeout when nothing is
+  // there; try_receive says empty).
+  std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max();
+  // How long to poll before sleeping on the futex (at most kMaxSpin).
+  // Unset: the box's options::spin.
+  std::optional<std::chrono::nanoseconds> spin{};
+};
+
 // The owner handle. Receiving copies a message out and commits it in one call.
 class SHMBOX_API Owner {
  public:
@@ -132,41 +148,36 @@ class SHMBOX_API Owner {
   Owner& operator=(Owner&&) noexcept;
   ~Owner();  // releases ownership; the messages stay in the box
 
-  // Takes the next message if there is one. Owner only.
+  // Takes the next message if there is one (empty if not). Owner only.
   recv_status try_receive(message& out);
-  // Waits up to `timeout` for a message (sleeps on a futex, no CPU while idle).
-  recv_status receive(message& out, std::chrono::nanoseconds timeout);
-  // Appends up to `max` messages to `out`: waits up to `timeout` for the first,
-  // then takes what is there without waiting. Returns ok if any was appended.
-  recv_status receive_batch(std::vector<message>& out, std::size_t max,
-                            std::chrono::nanoseconds timeout);
+  // Waits for a message (by default forever; see receive_options): polls
+  // for the spin time, then sleeps on a futex (no CPU while idle).
+  recv_status receive(message& out, const receive_options& o = {});
+  // Appends up to o.max messages to `out`: waits up to o.timeout for the
+  // first, then takes what is there without waiting. Returns ok if any was
+  // appended.
+  recv_status receive_batch(std::vector<message>& out, const receive_options& o = {});
   // The same into a reusable batch (appends; call out.clear() to reuse it).
-  recv_status receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
+  recv_status receive_batch(batch& out, const receive_options& o = {});
 
-  // The same with the adaptive wait of this call (wait_options::spin).
-  recv_status receive(message& out, std::chrono::nanoseconds timeout, const wait_options& w);
-  recv_status receive_batch(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w);
-
-  // Zero-copy receive: calls fn(const message_view&) for each of up to `max`
-  // messages (waiting up to `timeout` for the first), in place in the box;
+  // Zero-copy receive: calls fn(const message_view&) for each of up to o.max
+  // messages (waiting up to o.timeout for the first), in place in the box;
   // each message is committed and its slot released when fn returns. fn
   // must not keep the view, and must not call this Owner. If the process
   // dies inside fn, that message is delivered again (flagged) to the next
   // owner. A lease box copies each message once before fn (it commits before
   // it hands anything out; see read()). Returns ok if fn was called.
   template <class F>
-  recv_status receive_in_place(F&& fn, std::size_t max, std::chrono::nanoseconds timeout,
-                               const wait_options& w = {}) {
+  recv_status receive_in_place(F&& fn, const receive_options& o = {}) {
     auto thunk = [](void* f, const message_view& v) { (*static_cast<std::remove_reference_t<F>*>(f))(v); };
-    return receive_in_place_impl(thunk, static_cast<void*>(&fn), max, timeout, w);
+    return receive_in_place_impl(thunk, static_cast<void*>(&fn), o);
   }
 
-  // Two-phase receive: takes up to `max` messages (waiting up to `timeout` for
-  // the first) without committing them: they stay in the box, pinned, until
-  // commit(). If this owner dies first, the next owner receives them again,
-  // flagged redelivered. Owner only.
-  recv_status read(batch& out, std::size_t max, std::chrono::nanoseconds timeout);
-  recv_status read(batch& out, std::size_t max, std::chrono::nanoseconds timeout, const wait_options& w);
+  // Two-phase receive: takes up to o.max messages (waiting up to o.timeout
+  // for the first) without committing them: they stay in the box, pinned,
+  // until commit(). If this owner dies first, the next owner receives them
+  // again, flagged redelivered. Owner only.
+  recv_status read(batch& out, const receive_options& o = {});
   // Commits everything read since the last commit. Returns ok, or not_owner
   // when the box was taken away meanwhile (lease expired): `*lost` (if given)
   // says how many of them went back to the new owner.
@@ -230,8 +241,7 @@ class SHMBOX_API Owner {
 
  private:
   struct state;
-  recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
-                                    std::chrono::nanoseconds timeout, const wait_options& w);
+  recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, const receive_options& o);
   explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
   friend struct detail::access;

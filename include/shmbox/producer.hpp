@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -16,6 +17,22 @@
 namespace shmbox {
 
 class slot_loan;
+
+// Where one post goes and how long it may wait. Every field is optional:
+// post(msg) is post(msg, {}). E.g. post(msg, {.lane = 0}) (the control
+// lane), post(msg, {.timeout = 0ms}) (never wait).
+struct post_options {
+  // The lane (0 = the control lane, which takes only posts that name it; see
+  // lane_options). Unset: the box's default lane.
+  std::optional<std::uint32_t> lane{};
+  // How long a post into a full `block` box (or one stuck behind a stalled
+  // process) may wait. Unset: the box's block_timeout; nanoseconds::max():
+  // forever.
+  std::optional<std::chrono::nanoseconds> timeout{};
+  // How long it polls before it sleeps on the futex (at most kMaxSpin).
+  // Unset: the box's options::spin.
+  std::optional<std::chrono::nanoseconds> spin{};
+};
 
 // A producer handle: one entry in the box's producer table, used by one thread
 // at a time. Any number of processes (and threads, each with its own handle)
@@ -31,53 +48,31 @@ class SHMBOX_API Producer {
   Producer& operator=(Producer&&) noexcept;
   ~Producer();  // gives the entry back; the messages it posted stay in the box
 
-  // Posts one message into the box's default lane (Box::default_lane: lane 1
-  // of a box with several lanes, so ordinary traffic never takes the control
-  // lane's room; lane 0 of a box with one). A full `block` box waits up to
-  // the box's block_timeout.
-  post_status post(const void* data, std::size_t size) noexcept;
-  // Posts one message; `timeout` replaces the box's block_timeout for this call.
-  post_status post(const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept;
-  post_status post(std::string_view msg) noexcept { return post(msg.data(), msg.size()); }
-  post_status post(std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
-    return post(msg.data(), msg.size(), timeout);
-  }
-  // The same into lane `lane` (0 = control lane, which takes only these
-  // explicit posts; see lane_options). A lane the box does not have is
-  // post_status::error (last_error: invalid_argument).
-  post_status post_to(std::uint32_t lane, const void* data, std::size_t size) noexcept;
-  post_status post_to(std::uint32_t lane, const void* data, std::size_t size, std::chrono::nanoseconds timeout) noexcept;
-  post_status post_to(std::uint32_t lane, std::string_view msg) noexcept { return post_to(lane, msg.data(), msg.size()); }
-  post_status post_to(std::uint32_t lane, std::string_view msg, std::chrono::nanoseconds timeout) noexcept {
-    return post_to(lane, msg.data(), msg.size(), timeout);
-  }
+  // Posts one message. By default into the box's default lane
+  // (Box::default_lane: lane 1 of a box with several lanes, so ordinary
+  // traffic never takes the control lane's room; lane 0 of a box with one),
+  // and a full `block` box waits up to the box's block_timeout; see
+  // post_options. A lane the box does not have is post_status::error
+  // (last_error: invalid_argument).
+  post_status post(std::string_view msg, const post_options& o = {}) noexcept { return post(msg.data(), msg.size(), o); }
+  post_status post(const void* data, std::size_t size, const post_options& o = {}) noexcept;
 
-  // Zero-copy post: claims a slot in the default lane (`loan_to`: in `lane`) for a
-  // message written in place; see slot_loan. A full box answers as post does
-  // (reject: full, drop_newest: dropped, drop_oldest: evicts, lifo: replaces
-  // the top, block: waits up to `timeout`, default the box's block_timeout).
-  slot_loan loan() noexcept;
-  slot_loan loan(std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
-  slot_loan loan_to(std::uint32_t lane, std::chrono::nanoseconds timeout, const wait_options& w = {}) noexcept;
+  // Zero-copy post: claims a slot for a message written in place; see
+  // slot_loan. A full box answers as post does (reject: full, drop_newest:
+  // dropped, drop_oldest: evicts, lifo: replaces the top, block: waits up to
+  // the timeout).
+  slot_loan loan(const post_options& o = {}) noexcept;
 
-  // Posts `msgs` in order into the default lane (`post_batch_to`: into `lane`), each
-  // as post() would, until one is not stored; returns how many were stored:
-  // always a prefix of msgs, so msgs.subspan(n) is what is left (retrying it
-  // keeps the order). `last` (if given) gets the outcome of msgs[n] (full,
-  // dropped, timeout, too_large, error), or of the last message when all
-  // were stored (stored / stored_evicted). Each run of free slots is claimed
-  // with one atomic operation, and a sleeping owner is woken once per run.
-  // A `block` box waits up to `timeout` (default the box's block_timeout)
-  // for a message that finds no space.
-  std::size_t post_batch(std::span<const std::string_view> msgs, post_status* last = nullptr) noexcept;
-  std::size_t post_batch(std::span<const std::string_view> msgs, std::chrono::nanoseconds timeout,
-                         post_status* last = nullptr, const wait_options& w = {}) noexcept;
-  std::size_t post_batch_to(std::uint32_t lane, std::span<const std::string_view> msgs,
-                            std::chrono::nanoseconds timeout, post_status* last = nullptr,
-                            const wait_options& w = {}) noexcept;
-
-  // post() with the adaptive wait of this call (a full `block` box).
-  post_status post(const void* data, std::size_t size, std::chrono::nanoseconds timeout, const wait_options& w) noexcept;
+  // Posts `msgs` in order, each as post() would, until one is not stored;
+  // returns how many were stored: always a prefix of msgs, so
+  // msgs.subspan(n) is what is left (retrying it keeps the order). `last`
+  // (if given) gets the outcome of msgs[n] (full, dropped, timeout,
+  // too_large, error), or of the last message when all were stored (stored /
+  // stored_evicted). Each run of free slots is claimed with one atomic
+  // operation, and a sleeping owner is woken once per run. A `block` box
+  // waits up to the timeout for a message that finds no space.
+  std::size_t post_batch(std::span<const std::string_view> msgs, const post_options& o = {},
+                         post_status* last = nullptr) noexcept;
 
   // The largest message this box takes, in bytes.
   std::uint32_t max_message_size() const noexcept;
@@ -85,8 +80,8 @@ class SHMBOX_API Producer {
   std::error_code last_error() const noexcept;
   // The index of this handle's entry in the producer table.
   std::uint32_t entry_index() const noexcept;
-  // How many messages this handle's most recent post, post_to, loan, loan_to
-  // or post_batch call evicted (drop_oldest) or replaced (lifo). One post can
+  // How many messages this handle's most recent post, loan or post_batch
+  // call evicted (drop_oldest) or replaced (lifo). One post can
   // evict more than one: when another producer takes the slot this one just
   // freed, this one evicts again. Evictions count even when the call then
   // failed (a timeout behind a stalled process). Summed over every call of
@@ -136,7 +131,7 @@ class SHMBOX_API slot_loan {
  private:
   friend class Producer;
   // where_ and stamp_ are not next to each other: commit would load them with
-  // one 16-byte load, which cannot be forwarded from loan_to's two 8-byte
+  // one 16-byte load, which cannot be forwarded from loan's two 8-byte
   // stores (a store-forwarding stall on every zero-copy post).
   Producer::state* ctx_ = nullptr;  // the lending handle's state (it outlives moves of the handle)
   void* data_ = nullptr;

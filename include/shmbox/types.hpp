@@ -39,15 +39,9 @@ inline constexpr std::size_t kMaxNameLength = 128;
 // this one constant (lib/layout.hpp asserts it).
 inline constexpr std::uint32_t kMaxLanes = 8;
 
-// The longest a blocking call polls before it sleeps (options::spin, wait_options).
+// The longest a blocking call polls before it sleeps (options::spin,
+// post_options::spin, receive_options::spin).
 inline constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::seconds(1);
-
-// How one blocking call waits (receive, receive_batch, read, receive_in_place,
-// post with a timeout, loan): poll for `spin`, then sleep on the futex.
-// Unset: the box's options::spin.
-struct wait_options {
-  std::optional<std::chrono::nanoseconds> spin{};
-};
 
 // Every message that is posted ends in exactly one of these counters or in the box
 // (the same identity, word for word, is in README.md; tests/cli_hardening.cpp checks both):

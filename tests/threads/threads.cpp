@@ -230,7 +230,7 @@ bool wait_thread_sleeping(const std::atomic<pid_t>& tid) {
 void drain(shmbox::Owner& owner, owner_log& log) {
   for (int i = 0; i < 100000; ++i) {
     std::vector<shmbox::message> v;
-    const recv_status st = owner.receive_batch(v, 1024, 0ns);
+    const recv_status st = owner.receive_batch(v, {.max = 1024, .timeout = 0ns});
     if (st != recv_status::ok) {
       if (st != recv_status::timeout) log.error("drain: " + std::string(to_string(st)));
       return;
@@ -308,7 +308,7 @@ enum class post_style { copy, loan, batch };
 post_status loan_post(shmbox::Producer& p, producer_log& log, std::uint32_t seq, std::uint32_t lane,
                       std::string_view msg) {
   if (seq % 5 == 0) {
-    shmbox::slot_loan a = p.loan_to(lane, 30s);
+    shmbox::slot_loan a = p.loan({.lane = lane, .timeout = 30s});
     if (a) {
       std::memset(a.data(), 0x5A, a.capacity());
       a.abort();
@@ -320,7 +320,7 @@ post_status loan_post(shmbox::Producer& p, producer_log& log, std::uint32_t seq,
       ++log.post_calls;  // refused: counted like a post
     }
   }
-  shmbox::slot_loan l = p.loan_to(lane, 30s);
+  shmbox::slot_loan l = p.loan({.lane = lane, .timeout = 30s});
   if (!l) return l.status();
   if (l.capacity() < msg.size()) return post_status::too_large;
   std::memcpy(l.data(), msg.data(), msg.size());
@@ -334,7 +334,7 @@ void post_one(shmbox::Producer& p, producer_log& log, std::uint32_t id, std::uin
   for (;;) {
     ++log.post_calls;
     const post_status st =
-        style == post_style::loan ? loan_post(p, log, seq, lane, msg) : p.post_to(lane, msg.data(), msg.size());
+        style == post_style::loan ? loan_post(p, log, seq, lane, msg) : p.post(msg.data(), msg.size(), {.lane = lane});
     if (shmbox::is_stored(st)) {
       log.stored.push_back(seq);
       if (st == post_status::stored_evicted) ++log.evicting;
@@ -364,7 +364,7 @@ void post_chunk(shmbox::Producer& p, producer_log& log, std::uint32_t id, std::u
   std::size_t i = 0;
   while (i < n) {
     post_status why = post_status::error;
-    const std::size_t k = p.post_batch(std::span<const std::string_view>(views).subspan(i), 30s, &why);
+    const std::size_t k = p.post_batch(std::span<const std::string_view>(views).subspan(i), {.timeout = 30s}, &why);
     for (std::size_t j = i; j < i + k; ++j) log.stored.push_back(first + static_cast<std::uint32_t>(j));
     log.post_calls += k;
     i += k;
@@ -395,7 +395,7 @@ void owner_loop(shmbox::Owner& owner, recv_mode mode, const std::atomic<int>& pr
     recv_status st;
     if (mode == recv_mode::two_phase) {
       b.clear();
-      st = owner.read(b, 16, 20ms);
+      st = owner.read(b, {.max = 16, .timeout = 20ms});
       if (st == recv_status::ok) {
         log.add_all(b);
         std::size_t lost = 0;
@@ -405,23 +405,22 @@ void owner_loop(shmbox::Owner& owner, recv_mode mode, const std::atomic<int>& pr
       switch (round++ % 4) {
         case 3: {  // zero-copy: the views point into the segment
           std::uint32_t last = 0;
-          st = owner.receive_in_place(
-              [&](const shmbox::message_view& m) { log.add(m.data, m.redelivered, m.lane, last); }, 16, 20ms);
+          st = owner.receive_in_place([&](const shmbox::message_view& m) { log.add(m.data, m.redelivered, m.lane, last); }, {.max = 16, .timeout = 20ms});
           break;
         }
         case 0:
           v.clear();
-          st = owner.receive_batch(v, 16, 20ms);
+          st = owner.receive_batch(v, {.max = 16, .timeout = 20ms});
           if (st == recv_status::ok) log.add_all(v);
           break;
         case 1:
           b.clear();
-          st = owner.receive_batch(b, 16, 20ms);
+          st = owner.receive_batch(b, {.max = 16, .timeout = 20ms});
           if (st == recv_status::ok) log.add_all(b);
           break;
         default: {
           shmbox::message m;
-          st = owner.receive(m, 20ms);
+          st = owner.receive(m, {.timeout = 20ms});
           std::uint32_t last = 0;
           if (st == recv_status::ok) log.add(m.data, m.redelivered, m.lane, last);
           break;
@@ -608,7 +607,7 @@ void run_dead_letters(policy pol) {
   std::uint64_t bad_prefix = 0;
   for (;;) {
     std::vector<shmbox::message> v;
-    if (dead_owner->receive_batch(v, 4096, 0ns) != recv_status::ok) break;
+    if (dead_owner->receive_batch(v, {.max = 4096, .timeout = 0ns}) != recv_status::ok) break;
     for (auto& m : v) {
       if (m.data.compare(0, prefix.size(), prefix) != 0) {
         ++bad_prefix;
@@ -664,7 +663,7 @@ TEST_CASE("threads: an owner sleeping in receive (futex) is woken by producer th
     for (std::uint32_t r = 0; r < K; ++r) {
       shmbox::message m;
       const auto t0 = clk::now();
-      const recv_status st = owner->receive(m, 10s);
+      const recv_status st = owner->receive(m, {.timeout = 10s});
       waited_ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
       if (st != recv_status::ok) {
         olog.error("round " + std::to_string(r) + ": " + std::string(to_string(st)));
@@ -740,7 +739,7 @@ TEST_CASE("threads: block producers sleeping for space are woken by the owner th
           obs.space_wanted() == 1)
         ++saw_sleepers;
       v.clear();
-      const recv_status st = owner->receive_batch(v, 4, 1s);
+      const recv_status st = owner->receive_batch(v, {.max = 4, .timeout = 1s});
       if (st == recv_status::ok) {
         olog.add_all(v);
       } else if (st != recv_status::timeout) {
@@ -831,7 +830,7 @@ void run_states(bool use_fd) {
       if (owner->mode() != shmbox::owner_mode::passive) olog.error("round " + std::to_string(r) + ": not passive");
       if (notify) {
         std::vector<shmbox::message> v;
-        if (owner->receive_batch(v, 16, 5s) != recv_status::ok || v.size() != 1) {
+        if (owner->receive_batch(v, {.max = 16, .timeout = 5s}) != recv_status::ok || v.size() != 1) {
           olog.error("round " + std::to_string(r) + ": nothing to receive after notified");
           return;
         }
@@ -941,7 +940,7 @@ TEST_CASE("threads: lanes from several producer threads; lane 0 first in every c
     owner_log olog;
     std::thread ot([&] {
       std::vector<shmbox::message> v;
-      if (owner->receive_batch(v, 1000, 5s) != recv_status::ok) olog.error("nothing received");
+      if (owner->receive_batch(v, {.max = 1000, .timeout = 5s}) != recv_status::ok) olog.error("nothing received");
       olog.add_all(v);
     });
     ot.join();
@@ -1006,7 +1005,7 @@ TEST_CASE("threads: owner threads release and acquire in turn while producer thr
       while (clk::now() < deadline) {
         if (!last && me.log.msgs.size() >= quota) break;
         v.clear();
-        const recv_status st = owner->receive_batch(v, 8, 20ms);
+        const recv_status st = owner->receive_batch(v, {.max = 8, .timeout = 20ms});
         if (st == recv_status::ok) {
           me.log.add_all(v);
           continue;
@@ -1020,7 +1019,7 @@ TEST_CASE("threads: owner threads release and acquire in turn while producer thr
       if (!last) {
         // Read a few without committing, then release: the next owner gets them again, flagged.
         shmbox::batch b;
-        if (owner->read(b, 5, 20ms) == recv_status::ok) me.log.add_all(b, &me.log.uncommitted);
+        if (owner->read(b, {.max = 5, .timeout = 20ms}) == recv_status::ok) me.log.add_all(b, &me.log.uncommitted);
       }
     });  // ~Owner releases the box
   std::thread it([&] {
@@ -1114,12 +1113,12 @@ TEST_CASE("threads: an heir thread takes over when the owner thread releases, wh
     std::vector<shmbox::message> v;
     while (a_log.msgs.size() < std::size_t{P} * N / 3 && clk::now() < deadline) {
       v.clear();
-      const recv_status st = owner->receive_batch(v, 8, 20ms);
+      const recv_status st = owner->receive_batch(v, {.max = 8, .timeout = 20ms});
       if (st == recv_status::ok) a_log.add_all(v);
       else if (st != recv_status::timeout) return a_log.error(std::string(to_string(st)));
     }
     shmbox::batch b;
-    if (owner->read(b, 5, 20ms) == recv_status::ok) a_log.add_all(b, &a_log.uncommitted);
+    if (owner->read(b, {.max = 5, .timeout = 20ms}) == recv_status::ok) a_log.add_all(b, &a_log.uncommitted);
     owner.reset();  // release: the heir takes over
   });
   std::thread ht([&] {
@@ -1130,7 +1129,7 @@ TEST_CASE("threads: an heir thread takes over when the owner thread releases, wh
     std::vector<shmbox::message> v;
     while (clk::now() < deadline) {
       v.clear();
-      const recv_status st = o->receive_batch(v, 8, 20ms);
+      const recv_status st = o->receive_batch(v, {.max = 8, .timeout = 20ms});
       if (st == recv_status::ok) {
         h_log.add_all(v);
         continue;
