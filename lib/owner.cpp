@@ -22,37 +22,14 @@
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
+#include "wake.hpp"
 
 namespace shmbox {
 namespace {
 
-// A sleeping owner looks at its lanes at least this often. A producer that
-// published a message and died before its wake-up (P5-P6 in ring.cpp) leaves
-// the owner asleep with a message in the box; nothing else would wake it
-// (found by model/ring.pml). An idle owner pays one short wake-up per slice.
-constexpr std::uint64_t kLostWakeSliceNs = 250'000'000;
-// While it spins (the adaptive wait), an owner yields its CPU this often, so
-// that a producer on the same CPU gets to post (on a 2-core machine under
-// load both often share one).
-constexpr std::uint64_t kSpinYieldNs = 5'000;
-
-// Waiting for a writer that claimed a slot and has not published it yet (or
-// died: the take repairs that after a grace period): pause, then yield, then
-// short naps.
-void backoff(unsigned& rounds, detail::lazy_deadline& deadline, std::uint64_t now) {
-  ++rounds;
-  if (rounds < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  } else if (rounds < 256) {
-    ::sched_yield();
-  } else {
-    const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline.get() - std::min(now, deadline.get()));
-    timespec ts{0, static_cast<long>(nap)};
-    ::nanosleep(&ts, nullptr);
-  }
-}
+// The waits (the adaptive spin, the sleep on wake_seq, the busy backoff,
+// kLostWakeSliceNs) are in wake.hpp.
+using detail::kLostWakeSliceNs;
 
 std::uint64_t to_ns(std::chrono::nanoseconds t) {
   return t == std::chrono::nanoseconds::max() ? UINT64_MAX : t.count() < 0 ? 0 : static_cast<std::uint64_t>(t.count());
@@ -242,10 +219,10 @@ struct Owner::state {
   ~state() {
     if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
     if (waker.joinable()) {
+      // release: pairs with the waker thread's acquire load of stop_waker
+      // (notify_fd), which the wake below makes it do at once.
       stop_waker.store(true, std::memory_order_release);
-      m->owner()->wake_seq.fetch_add(1, std::memory_order_release);
-      detail::futex_wake(&m->owner()->wake_seq);
-      detail::futex_wake(&m->owner()->fd_fallback);
+      detail::wake_owner_waiters(*m->owner());
       waker.join();
     }
     if (efd >= 0) ::close(efd);
@@ -533,7 +510,6 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   if (!s_) return recv_status::not_owner;
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
-  detail::owner_record* rec = m.owner();
   if (!s_->still_owner()) {
     o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': this handle lost ownership (epoch " +
                                                      std::to_string(o.epoch) + ")");
@@ -560,11 +536,11 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
   detail::lazy_deadline deadline{to_ns(timeout)};
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
   unsigned busy_rounds = 0;
-  std::uint64_t spin_until = 0, next_yield = 0;
   // The adaptive wait: an empty owner keeps polling this long before it
   // sleeps on the futex, so that a busy producer/owner pair hands over
   // without system calls; an idle owner then sleeps and uses no CPU.
-  const std::uint64_t spin_ns =
+  detail::adaptive_spin spin;
+  spin.spin_ns =
       w != nullptr && w->spin
           ? static_cast<std::uint64_t>(std::clamp(*w->spin, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
           : m.spin_ns;
@@ -623,40 +599,20 @@ recv_status Owner::receive_into(detail::owner_sink& sink, std::size_t max, std::
     if (serve_request()) return recv_status::not_owner;  // given away on request
     detail::renew_lease(m);
     if (busy) {
-      backoff(busy_rounds, deadline, now);
+      detail::busy_backoff(busy_rounds, deadline, now);
       continue;
     }
-    if (spin_until == 0) {
-      spin_until = now + spin_ns;
-      next_yield = now + kSpinYieldNs;
-    }
-    if (now < spin_until) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();  // one pause between polls: a poll costs more than a pause already
-#endif
-      // A producer that shares our CPU cannot post while we spin: give it
-      // the CPU now and then (a yield with nothing else to run returns at once).
-      if (now >= next_yield) {
-        ::sched_yield();
-        next_yield = now + kSpinYieldNs;
-      }
-      continue;
-    }
-    // Sleep: read wake_seq, then arm every lane (fails if anything arrived),
-    // then futex-wait. A producer that sees the bit bumps wake_seq (P6). A
-    // lease box's owner wakes in time to renew its lease.
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
-    bool armed = true;
-    for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
-    if (armed) {
-      std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
-      if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
-      detail::futex_wait(&rec->wake_seq, w, until);
-    }
-    for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
+    // One pause between polls (a poll costs more than a pause already); a
+    // yield now and then, for a producer that shares our CPU.
+    if (spin.spinning(now, 1)) continue;
+    // Sleep (wake.cpp): read wake_seq, arm every lane (fails if anything
+    // arrived), futex-wait. A producer that sees the bit bumps wake_seq (P6).
+    // A lease box's owner wakes in time to renew its lease.
+    std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
+    if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
     // Not armed: a slot is claimed and not yet published (a slow or stopped
     // writer): back off instead of polling hot.
-    if (!armed) backoff(busy_rounds, deadline, now);
+    if (!detail::owner_sleep(o, until)) detail::busy_backoff(busy_rounds, deadline, now);
   }
 }
 
@@ -739,8 +695,9 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     // Read before looking for a request: Box::request_give_away stores the
     // request, then bumps wake_seq (release) and wakes the futex; reading it
     // first means a request we do not see below changes it, and the futex
-    // wait returns at once. acquire: pairs with that bump (and P6's).
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+    // wait returns at once. acquire (owner_wake_seq): pairs with that bump
+    // (and P6's).
+    const std::uint32_t w = detail::owner_wake_seq(*rec);
     if (!s_->still_owner()) return owner_event::not_owner;
     if (serve_request()) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
@@ -755,7 +712,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
       if (now >= deadline.get()) return owner_event::none;
       // In slices, like the armed wait below: a box taken away meanwhile
       // (lease expired) is noticed within one.
-      detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+      detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
       continue;
     }
     const bool data = s_->due || !s_->arm_all();
@@ -791,7 +748,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     if (now >= deadline.get()) {
       return owner_event::none;  // still armed: a later wait, or the fd, picks it up
     }
-    detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+    detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
   }
 }
 
@@ -809,7 +766,7 @@ int Owner::notify_fd() {
     std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
     std::uint64_t request_seen = 0;
     // The last wake_seq this thread relayed (or found already served).
-    std::uint32_t relayed = rec->wake_seq.load(std::memory_order_acquire);
+    std::uint32_t relayed = detail::owner_wake_seq(*rec);
     while (!st->stop_waker.load(std::memory_order_acquire)) {
       // A give-away request (Box::request_give_away wakes this thread) for
       // an owner that accepts them: make the fd readable once per request, so
@@ -835,7 +792,7 @@ int Owner::notify_fd() {
       // Producers write the eventfd themselves; until one says it cannot
       // (fd_fallback), this thread just sleeps.
       if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
-        detail::futex_wait(&rec->fd_fallback, 0, detail::mono_ns() + 1'000'000'000);
+        detail::waiter_wait_fallback(*rec, detail::mono_ns() + 1'000'000'000);
         // Switched on by a producer that is waking the owner right now: relay
         // that wake too (it bumped wake_seq before we could watch it).
         if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
@@ -846,12 +803,12 @@ int Owner::notify_fd() {
       // readable. Compared with the last wake relayed, not with a value
       // loaded just before sleeping: a wake that came while this thread was
       // busy (relaying the previous one) would otherwise wait a whole slice.
-      const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);  // acquire: pairs with the producer's release bump
+      const std::uint32_t w = detail::owner_wake_seq(*rec);  // acquire: pairs with the producer's release bump (P6)
       if (w != relayed) {
         relayed = w;
         if (st->served_wake.load(std::memory_order_acquire) != w) st->poke_fd();
       }
-      detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
+      detail::owner_wait_wake(*rec, w, detail::mono_ns() + 1'000'000'000);
     }
   });
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.
