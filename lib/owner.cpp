@@ -173,6 +173,8 @@ struct Owner::state {
 
   bool still_owner() const noexcept {
     const detail::owner_record* rec = m->owner();
+    // acquire (key, epoch): pairs with take_ownership's seq_cst CASes (lease.cpp) of
+    // the owner that took the box from us, if any.
     const bool mine =
         rec->key.load(std::memory_order_acquire) == ctx.key && rec->epoch.load(std::memory_order_acquire) == ctx.epoch;
     // No longer the owner (for good: epochs only grow): let go of the owner
@@ -184,6 +186,8 @@ struct Owner::state {
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
     // between our load and store: then the new arming simply replaces it.
+    // release: pairs with the acquire loads of the state in Owner::mode() and the
+    // notify_fd waker thread (a producer's revert in wake_owner is a relaxed CAS).
     detail::a32& w = m->owner()->state;
     w.store(detail::next_state(w.load(std::memory_order_relaxed), static_cast<detail::owner_state>(mode)),
             std::memory_order_release);
@@ -197,6 +201,8 @@ struct Owner::state {
 
   void drain_fd() noexcept {
     if (efd < 0) return;
+    // acquire (wake_seq): pairs with the release bump of P6 (wake_owner, wake.cpp);
+    // release (served_wake): pairs with the waker thread's acquire load below.
     served_wake.store(m->owner()->wake_seq.load(std::memory_order_acquire), std::memory_order_release);
     std::uint64_t v;
     [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
@@ -217,6 +223,8 @@ struct Owner::state {
   }
 
   ~state() {
+    // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+    // owner_eventfd (wake.cpp): producers stop writing our descriptor.
     if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
     if (waker.joinable()) {
       // release: pairs with the waker thread's acquire load of stop_waker
@@ -233,6 +241,8 @@ struct Owner::state {
     set_mode(owner_mode::passive);
     std::uint64_t me = ctx.key;
     m->owner()->last_owner_key.store(me, std::memory_order_relaxed);  // for the heir's transfer record
+    // release: our commits, counters and frees happen before the next owner's
+    // recovery; pairs with the seq_cst key CAS of take_ownership (lease.cpp).
     if (m->owner()->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed))
       detail::signal_waiters(*m);
     lease.reset();  // L1: after the key is cleared
@@ -627,6 +637,7 @@ std::string_view to_string(owner_mode m) noexcept {
 
 owner_mode Owner::mode() const noexcept {
   if (!s_) return owner_mode::passive;
+  // acquire: pairs with set_mode's release store (a producer's revert is relaxed).
   const auto v = static_cast<std::uint32_t>(detail::state_mode(s_->m->owner()->state.load(std::memory_order_acquire)));
   return v <= static_cast<std::uint32_t>(owner_mode::active) ? static_cast<owner_mode>(v) : owner_mode::passive;
 }
@@ -767,13 +778,16 @@ int Owner::notify_fd() {
     std::uint64_t request_seen = 0;
     // The last wake_seq this thread relayed (or found already served).
     std::uint32_t relayed = detail::owner_wake_seq(*rec);
+    // acquire: pairs with the release store of stop_waker in ~state.
     while (!st->stop_waker.load(std::memory_order_acquire)) {
       // A give-away request (Box::request_give_away wakes this thread) for
       // an owner that accepts them: make the fd readable once per request, so
       // that an event loop calls wait(), which serves it.
+      // acquire: pairs with Box::request_give_away's acq_rel CAS of request_pid (box.cpp).
       const std::uint64_t request = rec->request_pid.load(std::memory_order_acquire);
       if (request != request_seen) {
         request_seen = request;
+        // (requests_allowed, acquire: pairs with accept_give_away_requests' release store)
         if (request != 0 && rec->requests_allowed.load(std::memory_order_acquire) == st->ctx.epoch) st->poke_fd();
       }
       // Every second: armed (notify/active) with messages in the box means a
@@ -782,6 +796,7 @@ int Owner::notify_fd() {
       // private state; a spurious poke just makes wait() look again.
       if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
         next_look = now + kLostWakeSliceNs * 4;
+        // acquire: pairs with set_mode's release store.
         const auto mode = static_cast<std::uint32_t>(detail::state_mode(rec->state.load(std::memory_order_acquire)));
         if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
           std::uint64_t depth = 0;
@@ -791,6 +806,8 @@ int Owner::notify_fd() {
       }
       // Producers write the eventfd themselves; until one says it cannot
       // (fd_fallback), this thread just sleeps.
+      // acquire (here and below): pairs with wake_owner's release store of fd_fallback
+      // (wake.cpp).
       if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
         detail::waiter_wait_fallback(*rec, detail::mono_ns() + 1'000'000'000);
         // Switched on by a producer that is waking the owner right now: relay
@@ -812,6 +829,8 @@ int Owner::notify_fd() {
     }
   });
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.
+  // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+  // owner_eventfd (wake.cpp): the eventfd exists before its number is read.
   s_->m->owner()->notify_fd_plus1.store(static_cast<std::uint32_t>(s_->efd) + 1, std::memory_order_release);
   if (s_->due) s_->poke_fd();
   return s_->efd;

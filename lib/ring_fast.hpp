@@ -50,6 +50,8 @@ __attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, co
   p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);  // P2
   SHMBOX_FAULT("producer.after_announce");
   std::uint64_t expected = w;
+  // P3: the same CAS as fifo_claim's (ring_post.cpp), where its pairs are named:
+  // release publishes P2's op to R1; acquire pairs with the owner's arming CAS.
   if (!h->tail.compare_exchange_strong(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
                                        std::memory_order_relaxed))  // P3
     return false;

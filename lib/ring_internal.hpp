@@ -134,9 +134,14 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   const bool cas = mode == take_mode::hold || L.pol == policy::drop_oldest || L.is_lifo();
   auto put_back = [&] {
     std::uint64_t expected = mine;
+    // release: the slot is FULL (or ours) again; pairs with the acquire of its next
+    // taker (T1, the lifo scan) or evictor / replacer (P1 / E2, L2).
     s->seq.compare_exchange_strong(expected, seen, std::memory_order_release, std::memory_order_relaxed);
   };
   if (mode == take_mode::hold) {
+    // H1. acquire: pairs with P5's (or L1-L2's) publish: the payload we copy. release:
+    // our TAKEN, read by a newer owner's re-take (adopt_gone_owner_slot, acq_rel).
+    // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
       return took::lost_race;
     const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index);
@@ -154,11 +159,16 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index, where), std::memory_order_relaxed);
   if (!redeliver) {  // T3
     if (cas) {
+      // T3 (CAS). acquire: pairs with P5's / L1-L2's publish (the payload we copy);
+      // release: publishes T2's op to repairers (dead_owner_op: acquire loads of the
+      // slot, then the op). seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
       if (!s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         o.act->op.store(0, std::memory_order_relaxed);
         return took::lost_race;
       }
     } else {
+      // T3 (store): pairs with the acquire loads of the slot, then the op, in dead_owner_op
+      // (R3/R4, ring_repair.cpp). The payload was acquired by T1's load.
       s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
     }
   }
@@ -166,6 +176,7 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   SHMBOX_FAULT("owner.after_take");
   if (v == take_verdict::skip) {
     put_back();  // as it was (FULL, or ours to redeliver)
+    // release: pairs with the acquire load of the op in dead_owner_op (ring_repair.cpp).
     o.act->op.store(0, std::memory_order_release);
     return took::skipped;
   }
@@ -173,6 +184,8 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     // Committed as filtered instead: re-announce with that counter.
     const std::uint64_t fb = oc->filtered.load(std::memory_order_relaxed);
     o.act->op_before.store(fb, std::memory_order_relaxed);
+    // release: publishes op_before (fb); pairs with the acquire loads of the op, then
+    // op_before, in dead_owner_op (ring_repair.cpp).
     o.act->op.store(make_op(op_kind::filter_drop, L.index, where), std::memory_order_release);
     oc->filtered.store(fb + 1, std::memory_order_relaxed);
   } else {
@@ -184,6 +197,7 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   // T6 release: our payload read happens before the next writer's payload
   // writes (pairs with P1's acquire / L1's acquire).
   s->seq.store(finished_seq(L, mine), std::memory_order_release);
+  // release: pairs with the acquire load of the op in dead_owner_op (ring_repair.cpp).
   o.act->op.store(0, std::memory_order_release);
   return took::yes;
 }

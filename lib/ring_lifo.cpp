@@ -21,7 +21,9 @@ void lifo_publish(producer_ctx& p, const lane_view& L, slot_header* s, std::uint
   s->length.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);  // relaxed: published by the exchange
   s->writer.store(p.entry, std::memory_order_relaxed);
   // SYNC POINT C: the publishing exchange (seq_cst), then the load of the
-  // sleeping bit (seq_cst); pairs with SYNC POINT D in owner_arm_sleep.
+  // sleeping bit (seq_cst); pairs with SYNC POINT D in lifo_arm_sleep. seq_cst:
+  // a store then a load (Dekker): acquire/release cannot order those. The
+  // exchange's release half also publishes payload and length to L3's acquire.
   s->seq.exchange(make_seq(stamp, slot_state::full, p.rep.actor), std::memory_order_seq_cst);
   if (L.hdr->lifo_stamp.load(std::memory_order_seq_cst) & 1) wake_owner(p);  // the owner clears the bit
 }
@@ -37,6 +39,8 @@ void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64
   if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return;
   p.next_repair_ns = now + kRepairIntervalNs;
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    // acquire: pairs with the CAS that made the slot WRITING / TAKEN (L1-L2, L3, R1), so
+    // the holder's op record is visible to complete_dead_producer.
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     const slot_state st = seq_state(seen);
     const std::uint32_t actor = seq_actor(seen);
@@ -74,6 +78,9 @@ post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       const std::uint64_t stored = c->stored.load(std::memory_order_relaxed);
       p.pe->op_before_a.store(stored, std::memory_order_relaxed);
       p.pe->op.store(make_op(op_kind::lifo_push, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
+      // L1. release: publishes our lifo_push op to a repairer that finds the slot WRITING
+      // (complete_dead_producer: acquire loads of the slot, then the op). acquire: the
+      // load above already pairs with the free. seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
       if (!s->seq.compare_exchange_strong(seen, make_seq(stamp, slot_state::writing, p.rep.actor),
                                           std::memory_order_seq_cst, std::memory_order_relaxed))
         continue;
@@ -87,6 +94,7 @@ post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
     std::uint32_t best = cap;
     std::uint64_t best_seq = 0;
     bool busy = false;
+    // acquire (each slot): pairs with L1-L2's publish; the CAS below re-checks the value.
     for (std::uint32_t i = 0; i < cap; ++i) {
       const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(seen);
@@ -110,6 +118,9 @@ post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       p.pe->op_before_b.store(replaced, std::memory_order_relaxed);
       p.pe->op.store(make_op(op_kind::lifo_replace, L.index, best), std::memory_order_relaxed);
       std::uint64_t expected = best_seq;
+      // L2. acquire: pairs with the publish of the message we replace (L1-L2), which we may
+      // capture; release: publishes our lifo_replace op to repairers (as L1).
+      // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
       if (!s->seq.compare_exchange_strong(expected, make_seq(stamp, slot_state::writing, p.rep.actor),
                                           std::memory_order_seq_cst, std::memory_order_relaxed))
         continue;  // the owner took it or another replacer won: look again
@@ -173,6 +184,8 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
   while (res.taken < sink.max && !again.empty() && !res.skipped) {
     const std::uint32_t i = again.back();
     again.pop_back();
+    // acquire: pairs with our own adopting CAS (adopt_gone_owner_slot) and, before it,
+    // the publish of the message (L1-L2).
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     if (seq_state(seen) == slot_state::taken && seq_actor(seen) == o.rep.actor) {
       lifo_pop_one(o, L, i, seen, true, sink, res, mode);
@@ -186,9 +199,12 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
   while (res.taken < sink.max && !res.skipped) {
     order.clear();
     seqs.assign(L.capacity, 0);
+    // acquire: no release partner (the stamps are drawn with a relaxed fetch_add): ref
+    // only anchors the comparison of stamps; each slot's own acquire below orders it.
     const std::uint64_t ref = (L.hdr->lifo_stamp.load(std::memory_order_acquire) >> 1) & kPosMask;
     std::uint64_t oldest_writing = 0;
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      // acquire: pairs with L1-L2's publishing exchange (the payload lifo_pop_one copies).
       const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       seqs[i] = seen;
       const slot_state st = seq_state(seen);
@@ -255,6 +271,9 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
 bool lifo_arm_sleep(owner_ctx& o, const lane_view& L) noexcept {
   lane_header* h = L.hdr;
   if (!o.lifo_redeliver[L.index].empty()) return false;
+  // seq_cst (the load, the CAS and the slot loads below): SYNC POINT D, a store-load
+  // pattern with SYNC POINT C (lifo_publish): only seq_cst orders our bit before our
+  // reads of the slots against the push's exchange before its read of the bit.
   std::uint64_t w = h->lifo_stamp.load(std::memory_order_seq_cst);
   if (!(w & 1) && !h->lifo_stamp.compare_exchange_strong(w, w | 1, std::memory_order_seq_cst, std::memory_order_relaxed))
     return false;

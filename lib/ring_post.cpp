@@ -27,6 +27,9 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
   p.pe->op.store(make_op(op_kind::evict, L.index, q), std::memory_order_relaxed);
   slot_header* s = L.slot_for(q);
   std::uint64_t expected = seen;
+  // E2. acquire: pairs with P5's release (the payload we may capture); release: publishes
+  // our E1 op to repairers (R2/R3 load the slot, then the op, with acquire).
+  // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
   if (!s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, p.rep.actor), std::memory_order_seq_cst,
                                       std::memory_order_relaxed))
     return false;
@@ -95,6 +98,11 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);
       SHMBOX_FAULT("producer.after_announce");
       std::uint64_t expected = w;
+      // P3. release: publishes P2's op; pairs with R1's seq_cst tail load (repair_fifo_slot,
+      // finish_dead_entry: ring_repair.cpp), which then reads the ops with acquire.
+      // acquire: pairs with the owner's arming CAS (owner_arm_sleep, ring_take.cpp): we
+      // see its bit, and its read of wake_seq happens before our P6 bump.
+      // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
       if (!h->tail.compare_exchange_weak(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
                                          std::memory_order_relaxed))  // P3: the sleeping bit stays
         continue;
@@ -217,6 +225,9 @@ void abort_slot(producer_ctx& p, const slot_claim& k) noexcept {
                  std::memory_order_relaxed);
   SHMBOX_FAULT("producer.mid_abort");
   std::uint64_t expected = seen;
+  // release: publishes our abort op (as E2's CAS) to a repairer that finds the slot
+  // TAKEN by us (R2, complete_dead_producer: acquire loads of the slot and the op).
+  // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
   if (s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, p.rep.actor),
                                      std::memory_order_seq_cst, std::memory_order_relaxed)) {
     counter.store(before + 1, std::memory_order_relaxed);
@@ -263,6 +274,8 @@ std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view
     p.pe->op.store(k == 1 ? make_op(op_kind::claim, lane, t) : make_op(op_kind::claim_run, lane, run_target(t, static_cast<std::uint32_t>(k))),
                    std::memory_order_relaxed);  // relaxed: published by the seq_cst CAS (as P2)
     std::uint64_t expected = w;
+    // P3 for the run: as in fifo_claim (release publishes the claim_run op to R1's
+    // seq_cst tail load). seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
     if (!h->tail.compare_exchange_weak(expected, ((t + k) << 1) | (w & 1), std::memory_order_seq_cst,
                                        std::memory_order_relaxed))
       continue;
@@ -272,6 +285,7 @@ std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view
       write_payload(s, msgs[i].data(), msgs[i].size());
       s->length.store(static_cast<std::uint32_t>(msgs[i].size()), std::memory_order_relaxed);
       s->writer.store(p.entry, std::memory_order_relaxed);
+      // P5 release: publishes payload and length; pairs with the acquire in T1 (ring_take.cpp).
       s->seq.store(make_seq(t + i, slot_state::full, p.rep.actor), std::memory_order_release);  // P5
       if (i == 0 && k > 1) SHMBOX_FAULT("producer.mid_run");
     }

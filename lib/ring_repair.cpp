@@ -24,6 +24,8 @@ holder actor_state(const mapped_box& m, std::uint32_t actor) noexcept {
   }
   if (is_owner_actor(actor)) {
     const owner_record* o = m.owner();
+    // acquire (key, epoch): pairs with take_ownership's seq_cst CASes of key and epoch
+    // (lease.cpp).
     const std::uint64_t key = o->key.load(std::memory_order_acquire);
     const std::uint64_t epoch = o->epoch.load(std::memory_order_acquire);
     // An actor of another epoch is an owner that is gone (it may still run,
@@ -57,6 +59,9 @@ claim_verdict claimants_of(const mapped_box& m, std::uint32_t lane, std::uint64_
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     if (static_cast<std::int64_t>(i) == exclude) continue;
     const producer_entry* pe = m.producer(i);
+    // acquire (op): no release of its own (P2 stores the op relaxed): the claimant's P3
+    // CAS (release) published it, and the caller's seq_cst tail load synchronized with
+    // that. acquire (key): pairs with claim_producer_entry's acq_rel key CAS.
     if (!op_claims(pe->op.load(std::memory_order_acquire), lane, q)) continue;
     if (role_alive(m, producer_byte(m, i), pe->key.load(std::memory_order_acquire))) return claim_verdict::live;
     any = true;
@@ -73,6 +78,9 @@ bool abandon_fifo(const lane_view& L, std::uint64_t q, std::uint64_t seen, const
   // relaxed: published by the seq_cst CAS below to whoever sees the slot held by r
   r.op->store(make_op(op_kind::repair, L.index, q), std::memory_order_relaxed);
   slot_header* s = L.slot_for(q);
+  // R1. release: publishes our repair op (stored relaxed above) to whoever finds the slot
+  // TAKEN by us (R2: complete_dead_producer's acquire loads of the slot, then the op).
+  // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
   std::uint64_t expected = seen;
   const bool won = s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, r.actor),
                                                   std::memory_order_seq_cst, std::memory_order_relaxed);
@@ -92,11 +100,13 @@ bool abandon_lifo(const lane_view& L, std::uint32_t i, std::uint64_t seen, const
   r.op_before->store(before, std::memory_order_relaxed);
   r.op->store(make_op(op_kind::repair, L.index, i), std::memory_order_relaxed);  // relaxed: published by the CAS
   slot_header* s = L.slot_at_index(i);
+  // As in abandon_fifo: release publishes our repair op to R2. seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
   std::uint64_t expected = seen;
   const bool won = s->seq.compare_exchange_strong(expected, make_seq(seq_pos(seen), slot_state::taken, r.actor),
                                                   std::memory_order_seq_cst, std::memory_order_relaxed);
   if (won) {
     counter.store(before + 1, std::memory_order_relaxed);
+    // release: pairs with L1's acquire load of a FREE slot (lifo_claim, ring_lifo.cpp).
     s->seq.store(make_seq(seq_pos(seen), slot_state::free, kActorNone), std::memory_order_release);
   }
   r.op->store(0, std::memory_order_relaxed);
@@ -110,6 +120,9 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   const std::uint32_t e = x - 1;
   const producer_entry* pe = m.producer(e);
   producer_lane_counters* pc = m.producer_counters(e, L.index);
+  // acquire (op, op_before_a/b): no release of their own (stored relaxed): the dead
+  // producer's slot CAS (E2, L1-L2, R1, abort: release) published them, and the
+  // caller read the slot with acquire.
   const std::uint64_t op = pe->op.load(std::memory_order_acquire);
   const std::uint64_t before_a = pe->op_before_a.load(std::memory_order_acquire);
   const std::uint64_t before_b = pe->op_before_b.load(std::memory_order_acquire);
@@ -122,6 +135,7 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   if (st == slot_state::taken && mine && (kind == op_kind::evict || kind == op_kind::repair || kind == op_kind::abort)) {
     finish_count(kind == op_kind::evict ? pc->evicted : kind == op_kind::abort ? pc->aborted : pc->abandoned, before_a);
     std::uint64_t expected = seen;
+    // R2's free. release: pairs with the acquire of the next claimant (P1, L1).
     return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
                                           std::memory_order_relaxed);
   }
@@ -147,6 +161,9 @@ namespace {
 int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t actor) noexcept {
   const std::uint32_t idx = owner_actor_index(actor);
   const owner_actor* ar = m.actor(idx);
+  // acquire (op, op_before): pairs with the owner's release stores of the op (take_one,
+  // owner_commit, owner_recover) and the release halves of its slot CASes (T3, C2),
+  // after which it stored them; the caller read the slot with acquire.
   const std::uint64_t op = ar->op.load(std::memory_order_acquire);
   const std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
   if (op_lane(op) != L.index) return 3;
@@ -158,6 +175,9 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target,
     case op_kind::recv:
     case op_kind::lifo_pop:
       if (!same) return 3;  // the op is about another slot
+      // acquire (delivered, filtered): no release partner (T5 stores them relaxed); read
+      // only for an owner that is gone: without a lease that is a dead one (its stores
+      // are all done); a lease box commits through C1-C4 (op commit: case default).
       return m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
     case op_kind::filter_drop:
       if (!same) return 3;
@@ -169,6 +189,7 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target,
 
 void finish_dead_owner_repair(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
   const std::uint32_t idx = owner_actor_index(actor);
+  // acquire: as in dead_owner_op (no partner of its own: published by the repair CAS, R1).
   finish_count(m.actor_counters(idx, L.index)->abandoned, m.actor(idx)->op_before.load(std::memory_order_acquire));
 }
 
@@ -188,6 +209,7 @@ bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::u
     const claim_verdict v = claimants_of(m, L.index, q, exclude);
     if (v == claim_verdict::live) return false;
     if (v == claim_verdict::none && now - stuck_since < kOrphanClaimNs) return false;
+    // acquire: pairs with P5's release (published meanwhile) or another repairer's.
     if (s->seq.load(std::memory_order_acquire) != seen) return true;  // published meanwhile
     return abandon_fifo(L, q, seen, r);
   }
@@ -203,11 +225,13 @@ bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::u
   // R3: a gone owner's slot.
   switch (dead_owner_op(m, L, q & kTargetMask, actor)) {
     case 1: {
+      // (the CAS below) release: pairs with the acquire of the next claimant (P1, L1).
       finish_dead_owner_repair(m, L, actor);
       std::uint64_t expected = seen;
       return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
                                             std::memory_order_relaxed);
     }
+    // (the CAS below) release: pairs with the acquire of the next claimant (P1, L1).
     case 2: {
       std::uint64_t expected = seen;
       return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,
@@ -263,10 +287,13 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
   const std::uint32_t idx = owner_actor_index(actor);
   const owner_actor* ar = m.actor(idx);
   // a stale owner finishes its own (it holds its actor's byte until its handle goes)
+  // acquire: no release of its own (owner_recover stores the actor's key relaxed); it
+  // is visible through the DONE slot read (acquire) after that owner's C2 (release).
   if (role_alive(m, actor_byte(m, idx), ar->key.load(std::memory_order_acquire))) return false;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> done;
   std::uint64_t delivered = 0, dropped = 0;
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
+    // acquire: pairs with C2's CAS (owner_commit), which published C1's op and op_before.
     const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     const slot_state st = seq_state(seen);
     if ((st != slot_state::done && st != slot_state::dropped) || seq_actor(seen) != actor) continue;
@@ -274,6 +301,7 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
     (st == slot_state::done ? delivered : dropped) += 1;
   }
   if (done.empty()) return false;
+  // acquire (op, op_before, op_before_b): pairs with C2's release, as above.
   const std::uint64_t op = ar->op.load(std::memory_order_acquire);
   if (op_kind_of(op) == op_kind::commit && op_lane(op) == L.index) {
     // Every DONE/DROPPED slot of this actor in this lane belongs to its last
@@ -284,6 +312,8 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
     if (delivered != 0) oc->delivered.compare_exchange_strong(before, before + delivered, std::memory_order_relaxed);
     if (dropped != 0) oc->filtered.compare_exchange_strong(before_b, before_b + dropped, std::memory_order_relaxed);
   }
+  // (the CASes below) release: C4 for the dead owner; pairs with the acquire of the
+  // next claimant (P1, L1).
   bool freed = false;
   for (auto& [i, seen] : done)
     freed |= L.slot_at_index(i)->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release,
@@ -306,15 +336,21 @@ int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std:
   // not ours to adopt: re-taking it would make the newer owner's commit fail
   // and, once we fail our own commit, leave the message TAKEN by an actor
   // whose successor has already moved past it (found by model/lease.pml).
+  // acquire: no release of its own (owner_recover stores the epoch relaxed); it is
+  // visible through the slot we read (acquire) after that owner took it (T3/H1).
   if (m.actor(owner_actor_index(actor))->epoch.load(std::memory_order_acquire) > o.epoch) return 2;
   const int verdict = dead_owner_op(m, L, target & kTargetMask, actor);
   if (verdict == 1) finish_dead_owner_repair(m, L, actor);
+  // (the CAS below) release: pairs with the acquire of the next claimant (P1, L1).
   if (verdict == 1 || verdict == 2)
     return s->seq.compare_exchange_strong(seen, finished_seq(L, seen), std::memory_order_release,
                                           std::memory_order_relaxed)
                ? 0
                : -1;
   // Uncommitted: ours now, to be delivered again (a stale owner that still
+  // acq_rel (the CAS below): acquire pairs with the gone owner's take (T3 / H1:
+  // its payload, delivered again by us); release: our TAKEN to that stale owner's C2
+  // CAS, which then fails, and to later repairers.
   // runs will fail to commit it: its C2 expects its own TAKEN).
   return s->seq.compare_exchange_strong(seen, make_seq(seq_pos(seen), slot_state::taken, o.rep.actor),
                                         std::memory_order_acq_rel, std::memory_order_relaxed)
@@ -340,6 +376,8 @@ void fill_repairer(mapped_box& m, std::uint32_t actor, a64* op, a64* op_before, 
 // Finishes the pending op of a dead process whose entry we just took over.
 void finish_dead_entry(producer_ctx& p) noexcept {
   mapped_box& m = *p.m;
+  // acquire: no release partner: the dead holder stored its op relaxed after its key
+  // CAS; it is ordered before us by its death (the entry's lock byte, liveness.hpp L1).
   const std::uint64_t op = p.pe->op.load(std::memory_order_acquire);
   const std::uint32_t lane = op_lane(op);
   if (op_kind_of(op) == op_kind::none || lane >= m.lane_count()) {
@@ -350,17 +388,20 @@ void finish_dead_entry(producer_ctx& p) noexcept {
   if (L.is_lifo()) {
     const std::uint64_t i = op_target(op);
     if (i < L.capacity) {
+      // acquire: pairs with the slot's last release (L1-L2, R1, abort).
       const std::uint64_t seen = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(seen);
       if ((st == slot_state::writing || st == slot_state::taken) && seq_actor(seen) == p.rep.actor)
         complete_dead_producer(m, L, 0, static_cast<std::uint32_t>(i), seen, p.rep.actor, p.rep);
     }
   } else {
+    // seq_cst: as R1's tail load in repair_fifo_slot (pairs with P3's release).
     const std::uint64_t t = L.hdr->tail.load(std::memory_order_seq_cst) >> 1;
     const bool run = op_kind_of(op) == op_kind::claim_run;
     const std::uint64_t first = run ? t - ((t - run_first(op_target(op))) & kPosMask) : unfold_target(op_target(op), t);
     const std::uint32_t count = run ? run_length(op_target(op)) : 1;
     for (std::uint64_t q = first; q != first + count && q < t; ++q) {
+    // acquire: pairs with the slot's last release (P5, E2/E4, R1, abort).
     const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
     if (pos_diff(seq_pos(seen), q) == 0) {
       const slot_state st = seq_state(seen);
@@ -385,10 +426,14 @@ bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
       producer_entry* pe = m.producer(i);
+      // acquire: pairs with release_producer_entry's release CAS (key -> 0) and a
+      // claimant's acq_rel CAS below.
       std::uint64_t k = pe->key.load(std::memory_order_acquire);
       if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, producer_byte(m, i)))) continue;
       // liveness.hpp L1: the entry's byte first, then the key.
       if (!out.lock.lock(m, producer_byte(m, i))) return false;
+      // (pairs: acquire with release_producer_entry's release CAS; release with the
+      // acquire key loads of actor_state, claimants_of and the next claimant.)
       // acq_rel: acquire the dead holder's op and counters; release our key
       if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
         out.lock.unlock(producer_byte(m, i));
@@ -413,6 +458,8 @@ void release_producer_entry(producer_ctx& p) noexcept {
   p.pe->op.store(0, std::memory_order_relaxed);
   std::uint64_t me = self_key();
   // release: our last slot writes and counters happen before the entry is free
+  // release: pairs with the acquire key load / acq_rel CAS of the entry's next
+  // claimant (claim_producer_entry).
   p.pe->key.compare_exchange_strong(me, 0, std::memory_order_release, std::memory_order_relaxed);
   p.lock.reset();  // liveness.hpp L1: after the key is cleared
   p.pe = nullptr;
@@ -428,6 +475,8 @@ void owner_recover(owner_ctx& o) noexcept {
   o.act = m.actor(o.actor_index);
   o.act->key.store(o.key, std::memory_order_relaxed);
   o.act->epoch.store(o.epoch, std::memory_order_relaxed);
+  // release: publishes the actor's key and epoch (relaxed above); pairs with the
+  // acquire loads of the op in dead_owner_op / finish_dead_commit.
   o.act->op.store(0, std::memory_order_release);
   fill_repairer(m, owner_actor_id(o.epoch), &o.act->op, &o.act->op_before, true, o.actor_index, o.rep);
   o.fenced = m.lease_ms() > 0;
@@ -447,6 +496,7 @@ void owner_recover(owner_ctx& o) noexcept {
     // [tail - cap, tail) and starts its cursor at the lowest slot it adopts.
     std::uint64_t first = 0, count = L.capacity;
     if (!L.is_lifo()) {
+      // acquire: pairs with P3's release (tail) and T7's (head, publish_head).
       const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
       std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
       if (h > t) h = t;
@@ -459,6 +509,7 @@ void owner_recover(owner_ctx& o) noexcept {
     // Committed-but-unfreed slots of dead owners first (counted once per actor).
     std::vector<std::uint32_t> actors;
     for (std::uint64_t k = 0; k < count; ++k) {
+      // acquire: pairs with the last change of the slot by a gone owner (T3, H1, C2).
       const std::uint64_t seen = L.slot_at_index(slot_no(k))->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       const slot_state st = seq_state(seen);
@@ -470,6 +521,7 @@ void owner_recover(owner_ctx& o) noexcept {
     for (std::uint64_t k = 0; k < count; ++k) {
       const std::uint64_t i = slot_no(k);
       slot_header* s = L.slot_at_index(i);
+      // acquire: pairs with T3, H1, C2, as above.
       const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       const std::uint32_t actor = seq_actor(seen);
       if (seq_state(seen) != slot_state::taken || !is_owner_actor(actor) || actor == o.rep.actor) continue;

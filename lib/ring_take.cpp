@@ -29,6 +29,8 @@ void publish_head(owner_ctx& o, const lane_view& L) noexcept {
   std::uint64_t h = o.head[L.index];
   for (const pending_slot& ps : o.pending)
     if (ps.lane == L.index && ps.where < h) h = ps.where;
+  // T7 release: pairs with the acquire loads of the head in owner_recover (R4, the next
+  // owner: ring_repair.cpp) and lane_depth_scan (inspectors).
   L.hdr->head.store(h, std::memory_order_release);  // T7 release: read by inspectors and the next owner
 }
 
@@ -59,6 +61,7 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
     if (d > 0) {
       // p's fate was decided by someone else (evicted, repaired) and the slot
       // reused. Every position below tail - cap is finished: jump there.
+      // acquire: pairs with the claim CASes (P3, release) that moved the tail.
       const std::uint64_t t = h->tail.load(std::memory_order_acquire) >> 1;
       if (p >= t) {  // a position ahead of the tail: only a scribbled slot says so
         res.corrupt = true;
@@ -130,6 +133,9 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
         res.unknown = n == 0;
         break;
       }
+      // acquire half: pairs with P3's release (a claimant's op is then visible to R1 in
+      // owner_check_stuck). seq_cst: one order with the claim CASes and R1's tail loads;
+      // the pair itself needs only acquire (kept as written and modelled).
       const std::uint64_t t = h->tail.load(std::memory_order_seq_cst) >> 1;
       if (t <= p) break;  // nothing more in the lane
       res.busy = true;    // claimed, not yet published
@@ -192,6 +198,10 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
       std::uint64_t expected = ps.seq;
       const std::uint64_t done =
           make_seq(seq_pos(ps.seq), ps.drop ? slot_state::dropped : slot_state::done, o.rep.actor);
+      // C2. release: publishes C1's commit op to a later owner (finish_dead_commit:
+      // acquire loads of the DONE slot, then the op); acquire: pairs with a newer owner's
+      // re-take (adopt_gone_owner_slot, acq_rel), whose value makes this CAS fail.
+      // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
       if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         ps.seq = done;
         if (ps.drop) {
@@ -215,10 +225,13 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
       if (ps.lane != l || ps.seq == 0) continue;
       slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
       std::uint64_t expected = ps.seq;
+      // C4; pairs with the acquire of the next claimant (P1 / claim_fast_inline, L1).
       // release: our payload reads happen before the next writer's writes
       s->seq.compare_exchange_strong(expected, finished_seq(L, ps.seq), std::memory_order_release,
                                      std::memory_order_relaxed);
     }
+    // release: pairs with the acquire loads of the op by a later owner (dead_owner_op,
+    // finish_dead_commit: ring_repair.cpp): the op is cleared after our frees.
     o.act->op.store(0, std::memory_order_release);
     r.committed += n + dropped;
   }
@@ -240,6 +253,8 @@ std::size_t owner_give_back(owner_ctx& o) noexcept {
     const lane_view& L = o.m->lanes[ps.lane];
     slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
     std::uint64_t expected = ps.seq;
+    // pairs with the acquire of the next taker's T1 / lifo scan (and a newer owner's
+    //  R4 scan).
     // release: as if we had never taken it (a newer owner may have re-taken it already)
     if (s->seq.compare_exchange_strong(expected, ps.orig, std::memory_order_release, std::memory_order_relaxed)) ++n;
   }
@@ -251,6 +266,11 @@ bool owner_arm_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
   const lane_view& L = o.m->lanes[lane];
   lane_header* h = L.hdr;
   if (!L.is_lifo()) {
+    // The bit goes into the word the claim CASes (P3) change: the next claimant's
+    // CAS reads it (RMW order). release (the CAS below): pairs with the acquire of
+    // that claimant's P3 CAS, so our read of wake_seq before arming (owner_sleep,
+    // wake.cpp) happens before its P6 bump, and the futex wait cannot miss it.
+    // seq_cst: kept as written and modelled (SC); the pair needs acq_rel.
     std::uint64_t w = h->tail.load(std::memory_order_seq_cst);
     if ((w >> 1) != o.head[lane]) return false;  // something is claimed
     if (w & 1) return true;
@@ -273,6 +293,8 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
   std::uint64_t n = 0;
   if (L.is_lifo()) {
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      // acquire: pairs with the release that last changed the slot (L1-L2 publish, L3, R1);
+      // a count for inspectors and the notify_fd waker thread only.
       const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(s);
       if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
@@ -280,11 +302,14 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
     }
     return n;
   }
+  // acquire: pairs with P3's release (tail) and T7's (head, publish_head); slots below:
+  // with P5 / T3 / T6. A count for inspectors and the notify_fd waker thread only.
   const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
   std::uint64_t lo = L.hdr->head.load(std::memory_order_acquire);
   if (lo > t) lo = t;
   if (t - lo > L.capacity) lo = t - L.capacity;
   for (std::uint64_t q = lo; q < t; ++q) {
+    // (see above: pairs with P5 / T3 / T6)
     const std::uint64_t s = L.slot_for(q)->seq.load(std::memory_order_acquire);
     if (pos_diff(seq_pos(s), q) != 0) continue;  // finished and reused
     const slot_state st = seq_state(s);
