@@ -1,6 +1,6 @@
 // lib/owner.cpp - the Owner handle: acquisition, receiving, two-phase commit,
 // give-away and release. Ownership changes follow the rule in lease.hpp; the
-// slot protocol is in ring.cpp.
+// slot protocol is in ring.hpp; the waits are in wake.hpp.
 #include "shmbox/owner.hpp"
 
 #include <sched.h>
@@ -496,7 +496,7 @@ recv_status Owner::commit(std::size_t* lost) {
   if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
   if (!s_->still_owner()) {
     // Our application has seen these: they stay TAKEN by our (stale) actor,
-    // and the new owner adopts them as redeliveries, flagged (ring.cpp R4 and
+    // and the new owner adopts them as redeliveries, flagged (ring.hpp R4 and
     // the take loops). Putting them back as they were would deliver them
     // again unflagged.
     const std::size_t n = s_->ctx.pending.size();
