@@ -75,10 +75,39 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
 bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::uint64_t seen, const repairer& r,
                       producer_ctx* p, std::int64_t exclude, std::uint64_t stuck_since, std::uint64_t now) noexcept;
 
+// The rate limit of a producer's repairs: false on the first call of a wait
+// (which starts its clock); then true once it has been stuck kRepairGraceNs
+// and kRepairIntervalNs has passed since this handle's last repair (booked).
+inline bool producer_repair_due(producer_ctx& p, std::uint64_t& stuck_since, std::uint64_t now) noexcept {
+  if (stuck_since == 0) {
+    stuck_since = now;
+    return false;
+  }
+  if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return false;
+  p.next_repair_ns = now + kRepairIntervalNs;
+  return true;
+}
+
 // A producer stuck behind slot seq `seen` of position q: repair after the
 // grace period, at most once per kRepairIntervalNs per handle.
 void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen,
                            std::uint64_t& stuck_since) noexcept;
+
+// The owner's rate limit for repairing what stalls a lane (`pos`: a FIFO
+// position, or the seq of a lifo lane's WRITING slot): false when `pos` is
+// newly stuck (its clock starts) or before the next check is due; then true
+// (the check after it is booked kRepairIntervalNs later).
+inline bool owner_repair_due(owner_ctx& o, std::uint32_t l, std::uint64_t pos, std::uint64_t now) noexcept {
+  if (o.stuck_pos[l] != pos || o.stuck_since_ns[l] == 0) {
+    o.stuck_pos[l] = pos;
+    o.stuck_since_ns[l] = now;
+    o.next_check_ns[l] = now + kRepairGraceNs;
+    return false;
+  }
+  if (now < o.next_check_ns[l]) return false;
+  o.next_check_ns[l] = now + kRepairIntervalNs;
+  return true;
+}
 
 // A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept;

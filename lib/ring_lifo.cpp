@@ -32,12 +32,7 @@ namespace {
 
 void producer_maybe_repair_lifo(producer_ctx& p, const lane_view& L, std::uint64_t& stuck_since) noexcept {
   const std::uint64_t now = mono_ns();
-  if (stuck_since == 0) {
-    stuck_since = now;
-    return;
-  }
-  if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return;
-  p.next_repair_ns = now + kRepairIntervalNs;
+  if (!producer_repair_due(p, stuck_since, now)) return;
   for (std::uint32_t i = 0; i < L.capacity; ++i) {
     // acquire: pairs with the CAS that made the slot WRITING / TAKEN (L1-L2, L3, R1), so
     // the holder's op record is visible to complete_dead_producer.
@@ -226,14 +221,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
     if (order.empty()) {
       if (res.busy && res.taken == 0 && o.pending.empty()) {
         // Something is being written: after the grace period, repair dead writers.
-        const std::uint32_t l = L.index;
-        const std::uint64_t now = mono_ns();
-        if (o.stuck_pos[l] != oldest_writing || o.stuck_since_ns[l] == 0) {
-          o.stuck_pos[l] = oldest_writing;
-          o.stuck_since_ns[l] = now;
-          o.next_check_ns[l] = now + kRepairGraceNs;
-        } else if (now >= o.next_check_ns[l]) {
-          o.next_check_ns[l] = now + kRepairIntervalNs;
+        if (owner_repair_due(o, L.index, oldest_writing, mono_ns())) {
           bool repaired = false;
           for (std::uint32_t i = 0; i < L.capacity; ++i) {
             const slot_state st = seq_state(seqs[i]);

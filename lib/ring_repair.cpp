@@ -253,30 +253,15 @@ void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q,
   // (A post that has been waiting a while, stuck_since != 0, always looks.)
   if (stuck_since == 0 && (++p.busy_seen & 63) != 0) return;
   const std::uint64_t now = mono_ns();
-  if (stuck_since == 0) {
-    stuck_since = now;
-    return;
-  }
-  if (now - stuck_since < kRepairGraceNs || now < p.next_repair_ns) return;
-  p.next_repair_ns = now + kRepairIntervalNs;
+  if (!producer_repair_due(p, stuck_since, now)) return;
   repair_fifo_slot(*p.m, L, q, seen, p.rep, L.pol == policy::drop_oldest ? &p : nullptr, -1, stuck_since, now);
 }
 
-// How long a producer has been waiting for space, across the retries of one post.
-
 // A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept {
-  const std::uint32_t l = L.index;
   const std::uint64_t now = mono_ns();
-  if (o.stuck_pos[l] != p || o.stuck_since_ns[l] == 0) {
-    o.stuck_pos[l] = p;
-    o.stuck_since_ns[l] = now;
-    o.next_check_ns[l] = now + kRepairGraceNs;
-    return false;
-  }
-  if (now < o.next_check_ns[l]) return false;
-  o.next_check_ns[l] = now + kRepairIntervalNs;
-  return repair_fifo_slot(*o.m, L, p, seen, o.rep, nullptr, -1, o.stuck_since_ns[l], now);
+  if (!owner_repair_due(o, L.index, p, now)) return false;
+  return repair_fifo_slot(*o.m, L, p, seen, o.rep, nullptr, -1, o.stuck_since_ns[L.index], now);
 }
 
 // DONE/DROPPED slots of a gone owner actor whose process is dead: it
