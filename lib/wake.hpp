@@ -31,6 +31,9 @@
 
 namespace shmbox::detail {
 
+// Library-internal: not exported (calls to them are direct, no PLT).
+#pragma GCC visibility push(hidden)
+
 // A sleeping owner looks at its lanes at least this often. A producer that
 // published a message and died before its wake-up (P5-P6 in ring.hpp) leaves
 // the owner asleep with a message in the box; nothing else would wake it
@@ -144,5 +147,7 @@ inline void wake_space_waiters(const lane_view& L) noexcept {
   if (h->space_wanted.load(std::memory_order_relaxed) == 0) return;
   wake_space_waiters_now(h);
 }
+
+#pragma GCC visibility pop
 
 }  // namespace shmbox::detail
