@@ -1,7 +1,8 @@
 // lib/futex.hpp - shared (not PRIVATE) futexes on words in the segment.
 //
 // Only the wait/wake system calls live here; the handshakes that decide when
-// to call them (and their memory ordering) are in ring.cpp and owner.cpp.
+// to call them (and their memory ordering) are in wake.hpp / wake.cpp (the
+// ownership hand-over's waits on transfer_seq: box.cpp, lease.cpp, owner.cpp).
 #pragma once
 
 #include <linux/futex.h>

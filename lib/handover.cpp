@@ -13,6 +13,7 @@
 #include "futex.hpp"
 #include "lease.hpp"
 #include "process.hpp"
+#include "wake.hpp"
 
 namespace shmbox::detail {
 
@@ -463,9 +464,7 @@ result<void> request_give_away_to_entry(mapped_box& m, std::uint32_t entry, std:
   // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
   // fallback mode, on wake_seq, and makes the fd readable). Then watch the
   // owner record.
-  rec->wake_seq.fetch_add(1, std::memory_order_release);
-  futex_wake(&rec->wake_seq);
-  futex_wake(&rec->fd_fallback);
+  wake_owner_waiters(*rec);
   std::uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : mono_ns() + timeout_ns;
   bool extended = false;
   for (;;) {

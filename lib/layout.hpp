@@ -111,7 +111,7 @@ constexpr bool is_owner_actor(std::uint32_t actor) noexcept { return actor >= kO
 // Before an actor changes a slot in a way that must also be counted, it writes
 // the counter value(s) it starts from (op_before_*) and then this word. A
 // repairer that finds the slot held by the dead actor reads them to finish the
-// count exactly once (see the block comment in ring.cpp).
+// count exactly once (see the protocol text at the top of ring.hpp).
 //   bits 0..3 kind, bits 4..7 lane, bits 8..63 target (position or slot index)
 // ---------------------------------------------------------------------------
 enum class op_kind : std::uint32_t {

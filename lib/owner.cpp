@@ -1,6 +1,6 @@
 // lib/owner.cpp - the Owner handle: acquisition, receiving, two-phase commit,
 // give-away and release. Ownership changes follow the rule in lease.hpp; the
-// slot protocol is in ring.cpp.
+// slot protocol is in ring.hpp; the waits are in wake.hpp.
 #include "shmbox/owner.hpp"
 
 #include <sched.h>
@@ -24,37 +24,14 @@
 #include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
+#include "wake.hpp"
 
 namespace shmbox {
 namespace {
 
-// A sleeping owner looks at its lanes at least this often. A producer that
-// published a message and died before its wake-up (P5-P6 in ring.cpp) leaves
-// the owner asleep with a message in the box; nothing else would wake it
-// (found by model/ring.pml). An idle owner pays one short wake-up per slice.
-constexpr std::uint64_t kLostWakeSliceNs = 250'000'000;
-// While it spins (the adaptive wait), an owner yields its CPU this often, so
-// that a producer on the same CPU gets to post (on a 2-core machine under
-// load both often share one).
-constexpr std::uint64_t kSpinYieldNs = 5'000;
-
-// Waiting for a writer that claimed a slot and has not published it yet (or
-// died: the take repairs that after a grace period): pause, then yield, then
-// short naps.
-void backoff(unsigned& rounds, detail::lazy_deadline& deadline, std::uint64_t now) {
-  ++rounds;
-  if (rounds < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  } else if (rounds < 256) {
-    ::sched_yield();
-  } else {
-    const std::uint64_t nap = std::min<std::uint64_t>(200'000, deadline.get() - std::min(now, deadline.get()));
-    timespec ts{0, static_cast<long>(nap)};
-    ::nanosleep(&ts, nullptr);
-  }
-}
+// The waits (the adaptive spin, the sleep on wake_seq, the busy backoff,
+// kLostWakeSliceNs) are in wake.hpp.
+using detail::kLostWakeSliceNs;
 
 
 transfer_reason public_reason(detail::transfer_reason r) {
@@ -204,11 +181,13 @@ struct Owner::state {
   // sleep on the futex); `hold`: keep them taken until commit() (read).
   recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
                            const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
-                           std::optional<std::chrono::nanoseconds> spin = std::nullopt);
+                           std::optional<std::chrono::nanoseconds> spin_opt = std::nullopt);
 
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
     // between our load and store: then the new arming simply replaces it.
+    // release: pairs with the acquire loads of the state in Owner::mode() and the
+    // notify_fd waker thread (a producer's revert in wake_owner is a relaxed CAS).
     detail::a32& w = m->owner()->state;
     w.store(detail::next_state(w.load(std::memory_order_relaxed), static_cast<detail::owner_state>(mode)),
             std::memory_order_release);
@@ -222,6 +201,8 @@ struct Owner::state {
 
   void drain_fd() noexcept {
     if (efd < 0) return;
+    // acquire (wake_seq): pairs with the release bump of P6 (wake_owner, wake.cpp);
+    // release (served_wake): pairs with the waker thread's acquire load below.
     served_wake.store(m->owner()->wake_seq.load(std::memory_order_acquire), std::memory_order_release);
     std::uint64_t v;
     [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
@@ -242,12 +223,14 @@ struct Owner::state {
   }
 
   ~state() {
+    // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+    // owner_eventfd (wake.cpp): producers stop writing our descriptor.
     if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
     if (waker.joinable()) {
+      // release: pairs with the waker thread's acquire load of stop_waker
+      // (notify_fd), which the wake below makes it do at once.
       stop_waker.store(true, std::memory_order_release);
-      m->owner()->wake_seq.fetch_add(1, std::memory_order_release);
-      detail::futex_wake(&m->owner()->wake_seq);
-      detail::futex_wake(&m->owner()->fd_fallback);
+      detail::wake_owner_waiters(*m->owner());
       waker.join();
     }
     if (efd >= 0) ::close(efd);
@@ -422,7 +405,7 @@ recv_status Owner::commit(std::size_t* lost) {
   if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
   if (!s_->still_owner()) {
     // Our application has seen these: they stay TAKEN by our (stale) actor,
-    // and the new owner adopts them as redeliveries, flagged (ring.cpp R4 and
+    // and the new owner adopts them as redeliveries, flagged (ring.hpp R4 and
     // the take loops). Putting them back as they were would deliver them
     // again unflagged.
     const std::size_t n = s_->ctx.pending.size();
@@ -443,11 +426,10 @@ recv_status Owner::commit(std::size_t* lost) {
 
 recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout,
                                        bool hold, const filter_fn* filter, std::uint64_t* filter_drops,
-                                       std::optional<std::chrono::nanoseconds> spin) {
+                                       std::optional<std::chrono::nanoseconds> spin_opt) {
   state* const s_ = this;  // (the body reads as the Owner methods around it)
   detail::owner_ctx& o = s_->ctx;
   detail::mapped_box& m = *s_->m;
-  detail::owner_record* rec = m.owner();
   if (!s_->still_owner()) {
     o.last_error = detail::fail(errc::not_owner, "box '" + m.name + "': this handle lost ownership (epoch " +
                                                      std::to_string(o.epoch) + ")");
@@ -474,12 +456,12 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
   detail::lazy_deadline deadline{detail::timeout_ns(timeout)};
   const std::uint64_t lease_ns = std::uint64_t{m.lease_ms()} * 1'000'000;
   unsigned busy_rounds = 0;
-  std::uint64_t spin_until = 0, next_yield = 0;
   // The adaptive wait: an empty owner keeps polling this long before it
   // sleeps on the futex, so that a busy producer/owner pair hands over
   // without system calls; an idle owner then sleeps and uses no CPU.
-  const std::uint64_t spin_ns =
-      spin ? static_cast<std::uint64_t>(std::clamp(*spin, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
+  detail::adaptive_spin spin;
+  spin.spin_ns =
+      spin_opt ? static_cast<std::uint64_t>(std::clamp(*spin_opt, std::chrono::nanoseconds(0), std::chrono::nanoseconds(kMaxSpin)).count())
           : m.spin_ns;
   for (;;) {
     bool busy = false, corrupt = false;
@@ -536,40 +518,20 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
     if (detail::serve_request(s_->ctx, s_->lease)) return recv_status::not_owner;  // given away on request
     detail::renew_lease(m);
     if (busy) {
-      backoff(busy_rounds, deadline, now);
+      detail::busy_backoff(busy_rounds, deadline, now);
       continue;
     }
-    if (spin_until == 0) {
-      spin_until = now + spin_ns;
-      next_yield = now + kSpinYieldNs;
-    }
-    if (now < spin_until) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();  // one pause between polls: a poll costs more than a pause already
-#endif
-      // A producer that shares our CPU cannot post while we spin: give it
-      // the CPU now and then (a yield with nothing else to run returns at once).
-      if (now >= next_yield) {
-        ::sched_yield();
-        next_yield = now + kSpinYieldNs;
-      }
-      continue;
-    }
-    // Sleep: read wake_seq, then arm every lane (fails if anything arrived),
-    // then futex-wait. A producer that sees the bit bumps wake_seq (P6). A
-    // lease box's owner wakes in time to renew its lease.
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
-    bool armed = true;
-    for (std::uint32_t l = 0; l < m.lane_count() && armed; ++l) armed = detail::owner_arm_sleep(o, l);
-    if (armed) {
-      std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
-      if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
-      detail::futex_wait(&rec->wake_seq, w, until);
-    }
-    for (std::uint32_t l = 0; l < m.lane_count(); ++l) detail::owner_clear_sleep(o, l);
+    // One pause between polls (a poll costs more than a pause already); a
+    // yield now and then, for a producer that shares our CPU.
+    if (spin.spinning(now, 1)) continue;
+    // Sleep (wake.cpp): read wake_seq, arm every lane (fails if anything
+    // arrived), futex-wait. A producer that sees the bit bumps wake_seq (P6).
+    // A lease box's owner wakes in time to renew its lease.
+    std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
+    if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
     // Not armed: a slot is claimed and not yet published (a slow or stopped
     // writer): back off instead of polling hot.
-    if (!armed) backoff(busy_rounds, deadline, now);
+    if (!detail::owner_sleep(o, until)) detail::busy_backoff(busy_rounds, deadline, now);
   }
 }
 
@@ -584,6 +546,7 @@ std::string_view to_string(owner_mode m) noexcept {
 
 owner_mode Owner::mode() const noexcept {
   if (!s_) return owner_mode::passive;
+  // acquire: pairs with set_mode's release store (a producer's revert is relaxed).
   const auto v = static_cast<std::uint32_t>(detail::state_mode(s_->m->owner()->state.load(std::memory_order_acquire)));
   return v <= static_cast<std::uint32_t>(owner_mode::active) ? static_cast<owner_mode>(v) : owner_mode::passive;
 }
@@ -652,8 +615,9 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     // Read before looking for a request: Box::request_give_away stores the
     // request, then bumps wake_seq (release) and wakes the futex; reading it
     // first means a request we do not see below changes it, and the futex
-    // wait returns at once. acquire: pairs with that bump (and P6's).
-    const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);
+    // wait returns at once. acquire (owner_wake_seq): pairs with that bump
+    // (and P6's).
+    const std::uint32_t w = detail::owner_wake_seq(*rec);
     if (!s_->still_owner()) return owner_event::not_owner;
     if (detail::serve_request(s_->ctx, s_->lease)) return owner_event::not_owner;  // given away on request
     s_->drain_fd();
@@ -668,7 +632,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
       if (now >= deadline.get()) return owner_event::none;
       // In slices, like the armed wait below: a box taken away meanwhile
       // (lease expired) is noticed within one.
-      detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+      detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
       continue;
     }
     const bool data = s_->due || !s_->arm_all();
@@ -704,7 +668,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
     if (now >= deadline.get()) {
       return owner_event::none;  // still armed: a later wait, or the fd, picks it up
     }
-    detail::futex_wait(&rec->wake_seq, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+    detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
   }
 }
 
@@ -722,7 +686,8 @@ int Owner::notify_fd() {
     std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
     std::uint64_t request_seen = 0;
     // The last wake_seq this thread relayed (or found already served).
-    std::uint32_t relayed = rec->wake_seq.load(std::memory_order_acquire);
+    std::uint32_t relayed = detail::owner_wake_seq(*rec);
+    // acquire: pairs with the release store of stop_waker in ~state.
     while (!st->stop_waker.load(std::memory_order_acquire)) {
       // A give-away request (Box::request_give_away wakes this thread) for
       // an owner that accepts them: make the fd readable once per request, so
@@ -738,6 +703,7 @@ int Owner::notify_fd() {
       // private state; a spurious poke just makes wait() look again.
       if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
         next_look = now + kLostWakeSliceNs * 4;
+        // acquire: pairs with set_mode's release store.
         const auto mode = static_cast<std::uint32_t>(detail::state_mode(rec->state.load(std::memory_order_acquire)));
         if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
           std::uint64_t depth = 0;
@@ -747,8 +713,10 @@ int Owner::notify_fd() {
       }
       // Producers write the eventfd themselves; until one says it cannot
       // (fd_fallback), this thread just sleeps.
+      // acquire (here and below): pairs with wake_owner's release store of fd_fallback
+      // (wake.cpp).
       if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
-        detail::futex_wait(&rec->fd_fallback, 0, detail::mono_ns() + 1'000'000'000);
+        detail::waiter_wait_fallback(*rec, detail::mono_ns() + 1'000'000'000);
         // Switched on by a producer that is waking the owner right now: relay
         // that wake too (it bumped wake_seq before we could watch it).
         if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
@@ -759,15 +727,17 @@ int Owner::notify_fd() {
       // readable. Compared with the last wake relayed, not with a value
       // loaded just before sleeping: a wake that came while this thread was
       // busy (relaying the previous one) would otherwise wait a whole slice.
-      const std::uint32_t w = rec->wake_seq.load(std::memory_order_acquire);  // acquire: pairs with the producer's release bump
+      const std::uint32_t w = detail::owner_wake_seq(*rec);  // acquire: pairs with the producer's release bump (P6)
       if (w != relayed) {
         relayed = w;
         if (st->served_wake.load(std::memory_order_acquire) != w) st->poke_fd();
       }
-      detail::futex_wait(&rec->wake_seq, w, detail::mono_ns() + 1'000'000'000);
+      detail::owner_wait_wake(*rec, w, detail::mono_ns() + 1'000'000'000);
     }
   });
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.
+  // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+  // owner_eventfd (wake.cpp): the eventfd exists before its number is read.
   s_->m->owner()->notify_fd_plus1.store(static_cast<std::uint32_t>(s_->efd) + 1, std::memory_order_release);
   if (s_->due) s_->poke_fd();
   return s_->efd;

@@ -1,6 +1,213 @@
-// lib/ring.hpp - the slot protocol: posting, taking, evicting, repairing.
-// The protocol itself, and what happens when a process dies at each step, is
-// written down at the top of ring.cpp.
+// lib/ring.hpp - THE SLOT PROTOCOL of shmbox: the protocol text (below), with
+// the step labels the code cites (P1-P6, E1-E4, T1-T7, H1, C1-C4, R1-R4,
+// L1-L3, SYNC POINTs A-D), and the interface the rest of the library uses.
+//
+// Where each step is implemented:
+//   ring_fast.hpp   P1-P6, the inline fast path of a FIFO post
+//   ring_post.cpp   POST P1-P6 (general path), EVICT E1-E4, ABORT, RUN
+//   ring_take.cpp   TAKE T1-T7, HOLD H1, COMMIT C1-C4, sleep arming (FIFO)
+//   ring_repair.cpp REPAIRS R1-R4, producer entries, owner recovery (R4)
+//   ring_lifo.cpp   lifo lanes L1-L3, SYNC POINTs C/D
+//   ring_internal.hpp  what those files share (counters, op words, take_one)
+//   wake.hpp/.cpp   WAKE-UPS: P6's wake, the owner's sleep, the eventfd,
+//                   SYNC POINTs A/B (space waiters), the adaptive spin
+//
+// ===========================================================================
+// Actors and words
+// ===========================================================================
+// A lane is a ring of `cap` fixed slots. Each slot starts with a 64-bit
+// sequence word `seq` = (position48, state, actor) (layout.hpp). Every change
+// of a slot is ONE atomic store or CAS of that word, so a process that dies
+// between two instructions leaves every slot in a state that names who holds
+// it. Actors: producer entries (actor = entry + 1) and the owner of epoch e
+// (actor = kOwnerActorBase + e % 16).
+//
+// Before an actor makes a change that must also be counted, it writes the
+// counter value it starts from (`op_before`) and then an op word (kind, lane,
+// target) in its own record. Counters are single-writer words in the actor's
+// own record. A repairer that finds a slot held by a dead actor reads the op
+// to finish the count exactly once: CAS(counter, before, before + 1) is a
+// no-op if the dead actor had counted already. Liveness is pid + start time
+// (process.hpp): slow or stopped is alive; only a dead process is repaired.
+//
+// ===========================================================================
+// FIFO lanes (reject, drop_newest, drop_oldest, block)
+// ===========================================================================
+// Position p (64-bit, never wraps) lives in slot p % cap. `tail` = next
+// position << 1 | owner-sleeping bit. `head` = first position the owner has
+// not finished. Slot states for position p:
+//   EMPTY(p)      free for the producer that claims p (or claimed, being written)
+//   FULL(p, w)    published by writer w
+//   TAKEN(p, a)   held by actor a: the owner reading it, or a producer
+//                 evicting (drop_oldest) or repairing (dead writer) it
+//   EMPTY(p+cap)  finished: free for the next lap
+//
+// POST (producer P, lane full iff slot(t) still holds t - cap):
+//  P1 t = tail >> 1; s = slot(t).seq (acquire).
+//  P2 if s == EMPTY(t): op = claim(t) in P's entry (one store).
+//       dies here: nothing claimed; the stale claim(t) names a dead process,
+//       which only ever adds a dead claimant to the check in R1.
+//  P3   CAS tail t -> t+1 (seq_cst), keeping the owner-sleeping bit as it
+//       is. Fails: back to P1.
+//       dies here: position t is claimed and slot(t) stays EMPTY(t): the
+//       owner (or a producer one lap later) stalls at t. Repair R1.
+//  P4   P.stored++, write payload and length.
+//       dies here: as P3 (R1). Fault points producer.after_claim,
+//       producer.mid_payload, producer.before_publish.
+//  P5   seq = FULL(t, P) (release: publishes payload and length).
+//       dies here: the message is stored and will be delivered.
+//  P6   if the tail had the owner-sleeping bit: bump owner.wake_seq,
+//       futex_wake. Only the owner clears the bit (when it wakes), so every
+//       claimant until then wakes it: a claimant that dies before P6 cannot
+//       take the wake-up with it; the next post wakes the owner, which then
+//       repairs the dead claim (R1). If no post follows, there is nothing to
+//       deliver and the hole is repaired when the owner next looks.
+//       dies between P5 and P6 (fault point producer.before_wake) with the
+//       owner asleep and no post following: the owner's sleep is cut into
+//       250 ms slices, after each of which it looks at its lanes (and an
+//       event-loop owner's waker thread makes notify_fd readable when the
+//       armed box holds messages). Found by model/ring.pml.
+//  Full (s == FULL(t-cap) or busy): reject -> full, drop_newest -> dropped,
+//  block -> sleep on lane.space_seq (SYNC POINT A) and retry, drop_oldest ->
+//  EVICT. Busy (TAKEN(t-cap) or EMPTY(t-cap) being written): reject/drop_newest
+//  answer as full; block/drop_oldest wait, repairing dead holders (R1-R3).
+//
+// EVICT (drop_oldest, producer P, oldest stored position q = t - cap):
+//  E1 op_before = P.evicted; op = evict(q).
+//  E2 CAS seq FULL(q) -> TAKEN(q, P). Fails (the owner took it, or another
+//     evictor did): back to P1.
+//       dies here: slot TAKEN(q, P), P dead. Repair R2.
+//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not).
+//  E4 seq = EMPTY(q + cap) (release). The claim at P1 now finds slot free.
+//     Another producer's P1-P3 may claim that free slot first (its post is a
+//     plain store, no eviction): we are back at P1 with the lane full and
+//     evict again. So one post may evict several messages. E3 also counts
+//     each eviction in the caller's private p.evicted, which the post reports
+//     (Producer::last_evicted(); status stored_evicted when it is not 0): the
+//     producers' reports add up to dropped_oldest exactly. (Before, a post
+//     returned stored_evicted once however many it evicted, and an eviction
+//     in R3 was not reported at all.)
+//  Evictors never wait for the owner: the owner TAKES a slot before copying
+//  it, so an evictor can never overwrite bytes the owner is reading; it
+//  evicts only FULL slots. So the owner never returns torn bytes.
+//
+// TAKE (owner O of epoch e, from its private cursor p = head), per message:
+//  T1 s = slot(p).seq (acquire; pairs with P5).
+//     EMPTY(p), tail <= p: lane empty, stop.
+//     EMPTY(p), tail > p: claimed, not yet published: stop (busy); after
+//       kRepairGraceNs check the claimant (R1). (A polling owner reads the
+//       tail, the producers' hottest line, only on every 64th empty poll and
+//       before it sleeps; in between EMPTY(p) just means "nothing yet".)
+//     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
+//       owner at acquire: deliver it flagged redelivered.
+//     TAKEN(p, other) or slot already past p: someone else decided p's fate
+//       (eviction, repair): skip p.
+//     Slot still at p - cap: a skipped evictor/repairer has not finished the
+//       previous lap yet, so p is not claimed: stop.
+//  T2 owner.op_before = delivered; owner.op = recv(p).
+//  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
+//     slots), a release store otherwise (no one else writes a FULL slot).
+//  T4 copy payload (length checked against the slot size first).
+//       dies in T3..T4: slot TAKEN(p, O) and delivered == op_before: the next
+//       owner re-takes it and delivers it again, flagged (R4).
+//       Fault point owner.after_take.
+//  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
+//       dies here: delivered != op_before: the next owner frees the slot
+//       without delivering it again (R4). Fault point owner.after_commit.
+//  T6 seq = EMPTY(p + cap) (release: our payload read happens before the next
+//     writer's payload writes; pairs with P1's acquire). Freeing each slot as
+//     soon as it is committed lets the producer refill it while the owner
+//     reads the next one: the two cores work in parallel.
+//  T7 (once per call) head = p (release); owner.op = none; if the lane has
+//     waiters (SYNC POINT B) wake lane.space_seq.
+//  A receive call commits each message as it copies it out: a process that
+//  dies inside the call loses (at most) what it had copied but not yet
+//  returned, exactly like a process that dies just after the call returns.
+//  Each owner epoch e has its own actor record (op words and counters,
+//  index e % 16): an owner never writes another owner's words.
+//
+// TAKE, HOLD (Owner::read, and every receive of a lease box):
+//  H1 CAS FULL(p) -> TAKEN(p, O) (a newer owner, evictors and lifo replacers
+//     may race for the slot), copy, remember it in o.pending. Nothing counted.
+//       dies here: TAKEN(p, O), uncommitted: R4 delivers it again, flagged.
+//  Then COMMIT (owner_commit, below): C1 announce, C2 CAS TAKEN -> DONE per
+//  slot, C3 count, C4 free. Why a CAS at C2: only with a lease can an owner
+//  lose the box while alive (stopped past its deadline); its heir re-takes
+//  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
+//  hands out a message the heir delivers. A lease box's receive commits the
+//  held messages before returning them, and returns only those it committed.
+//  An owner never publishes a head past a position it still holds. But with a
+//  lease, a stale owner still running may publish its own cursor past
+//  positions its successor holds; so a lease box's new owner recovers over
+//  the whole lane [tail - cap, tail), not from the head (R4). And a take loop
+//  that meets a NEWER owner's TAKEN slot stops: it is the stale one
+//  (adopt_gone_owner_slot). Both found by model/lease.pml.
+
+// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
+//  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
+//     entries whose op is claim(q). If one is alive, wait: it is the claimant
+//     or is about to retry elsewhere (slow is not dead). If all are dead:
+//     repairer R writes op_before = R.abandoned, op = repair(q), CAS
+//     EMPTY(q) -> TAKEN(q, R), R.abandoned++, seq = EMPTY(q + cap).
+//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
+//     No claimant at all (only a scribbled table): repaired after
+//     kOrphanClaimNs.
+//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q);
+//     CAS(X's counter, before, before + 1), then CAS seq -> EMPTY(q + cap).
+//     Idempotent: two repairers cannot count twice.
+//  R3 TAKEN(q, owner of an older epoch, or a dead owner): a drop_oldest
+//     producer that needs the slot looks at the owner's op: committed
+//     (delivered != op_before) -> just free it; repair(q) -> finish that
+//     repair; otherwise evict it (E1-E4, counted as dropped_oldest).
+//  R4 At acquire, the new owner scans [head, tail) (lease box: [tail - cap,
+//     tail); lifo lane: every slot). DONE(_, old owner) whose
+//     process is dead: committed; counted once for all of them (op_before of
+//     the old actor), then freed (a stale owner that still runs finishes its
+//     own). TAKEN(_, old owner): committed by the fast path (its recv op and
+//     delivered != op_before) -> free; repair op -> finish it; otherwise CAS
+//     to TAKEN(_, new owner) and deliver again with the redelivered flag.
+//  A producer entry held by a dead process is reused only after its pending
+//  op has been finished by the new holder (R1-R2 on that op).
+//
+// WAKE-UPS (wake.hpp, wake.cpp)
+//  The owner sleeps only when every lane is empty: it reads owner.wake_seq,
+//  then CASes the sleeping bit into each lane's tail (fails if a producer
+//  claimed meanwhile), then futex-waits on wake_seq. Every claim CAS (P3)
+//  sees the bit and wakes it (P6) until the owner, awake, clears the bit.
+//  (A producer must never clear it: it could clear the owner's next arming,
+//  and a claimant that cleared it and died would take the wake-up along.)
+//  Both sides use the RMW they already do, so a post makes no system call
+//  and no extra fence when nobody sleeps. A wake-up lost with a producer that
+//  died before P6 costs at most one sleep slice (250 ms).
+//  Producers waiting for space: SYNC POINT A (producer: space_wanted = 1,
+//  fence, re-check slot) pairs with SYNC POINT B (owner: free slots, fence,
+//  read space_wanted): one of the two sees the other's store.
+//
+// ===========================================================================
+// lifo lanes (pobox's stack)
+// ===========================================================================
+// No positions: each push takes a 48-bit stamp from lane.lifo_stamp
+// (fetch_add) and writes it into the slot's seq, so "newest" = largest stamp.
+// Slot states: FREE, WRITING(stamp, P), FULL(stamp, P), TAKEN(stamp, actor).
+//  L1 push: find a FREE slot; op_before = P.stored; op = lifo_push(i);
+//     CAS FREE -> WRITING(stamp, P); P.stored++; write; publish with an
+//     exchange (seq_cst) to FULL(stamp, P); then read lifo_stamp (SYNC POINT C)
+//     and wake the owner if its sleeping bit is set (only the owner clears it).
+//  L2 full (no FREE slot): replace the FULL slot with the largest stamp:
+//     op_before = (stored, replaced); op = lifo_replace(i); CAS FULL ->
+//     WRITING(stamp, P); count both; write; publish.
+//       dies after L1/L2's CAS: WRITING(stamp, P), P dead: the repairer
+//       finishes P's counts from its op, then abandons the slot (counted
+//       abandoned) -> FREE.
+//  L3 pop (owner): the FULL slot with the largest stamp; op = lifo_pop(i);
+//     CAS FULL -> TAKEN(stamp, O); copy; delivered++ (commit); seq = FREE.
+//     A replacer that won the slot first makes the CAS fail: look again.
+//     Dies before the commit: R4 delivers it again; after: R4 frees it.
+//  Owner sleep: CAS the bit into lifo_stamp, then re-scan every slot
+//  (SYNC POINT D, pairs with C): a push either is seen by the scan or sees
+//  the bit. Push and pop scan the lane: O(capacity); lifo boxes are meant
+//  to be small ("keep the latest N").
+// ===========================================================================
 #pragma once
 
 #include <cstddef>
@@ -13,8 +220,7 @@
 #include "layout.hpp"
 #include "liveness.hpp"
 #include "segment.hpp"
-#include "shmbox/owner.hpp"
-#include "shmbox/producer.hpp"
+#include "shmbox/producer.hpp"  // post_status
 
 namespace shmbox::detail {
 

@@ -1,8 +1,8 @@
-// lib/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.cpp P1-P6), inline
+// lib/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.hpp P1-P6), inline
 // so that Producer::post, loan and slot_loan::commit run it without calls.
 // It handles only the common case: the slot at the tail is free for it
 // (EMPTY(t)). Anything else (full, busy, a lost CAS) returns false having
-// claimed nothing, and the caller takes the general path (ring.cpp:
+// claimed nothing, and the caller takes the general path (ring_post.cpp:
 // fifo_claim), which decides it. Same steps, same order, same memory orders,
 // same fault points as there.
 #pragma once
@@ -15,11 +15,9 @@
 #include "layout.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
+#include "wake.hpp"
 
 namespace shmbox::detail {
-
-// P6 (ring.cpp): the eventfd of an owner in an event loop, then the futex.
-void wake_owner_now(producer_ctx& p) noexcept;
 
 // PREFETCHW: fetch a line in exclusive state, ready for our stores (x86-64:
 // every AMD CPU, Intel since Broadwell; older Intel CPUs execute it as a
@@ -52,6 +50,8 @@ __attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, co
   p.pe->op.store(make_op(op_kind::claim, L.index, t), std::memory_order_relaxed);  // P2
   SHMBOX_FAULT("producer.after_announce");
   std::uint64_t expected = w;
+  // P3: the same CAS as fifo_claim's (ring_post.cpp), where its pairs are named:
+  // release publishes P2's op to R1; acquire pairs with the owner's arming CAS.
   if (!h->tail.compare_exchange_strong(expected, ((t + 1) << 1) | (w & 1), std::memory_order_seq_cst,
                                        std::memory_order_relaxed))  // P3
     return false;
@@ -74,7 +74,7 @@ __attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, 
   SHMBOX_FAULT("producer.before_publish");
   // P5 release: publishes payload and length; pairs with the acquire in T1.
   s->seq.store(make_seq(t, slot_state::full, p.rep.actor), std::memory_order_release);
-  if (wake) wake_owner_now(p);  // P6
+  if (wake) wake_owner(p);  // P6 (wake.cpp)
 }
 __attribute__((always_inline)) inline void fifo_publish_inline(producer_ctx& p, const slot_claim& k,
                                                                std::size_t size) noexcept {

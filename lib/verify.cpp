@@ -1,6 +1,6 @@
 // lib/verify.cpp - verify(): the invariants of a segment, checked while it
 // may be in use. Every check below holds at every instant of the protocol
-// (ring.cpp, lease.cpp), so what it reports is damage, not a race; values
+// (ring.hpp, lease.cpp), so what it reports is damage, not a race; values
 // that move (tails, counters) are read so that a concurrent step cannot make
 // a healthy box look broken.
 #include <algorithm>
@@ -234,7 +234,7 @@ struct checker {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     // Busy: a live owner or producer, or an operation a dead one left for the
-    // next process to finish (ring.cpp R1-R4: repairs count it then).
+    // next process to finish (ring.hpp R1-R4: repairs count it then).
     bool busy = role_alive(m, owner_byte(m), m.owner()->key.load(std::memory_order_acquire));
     for (std::uint32_t i = 0; i < m.max_producers() && !busy; ++i)
       busy = m.producer(i)->op.load(std::memory_order_relaxed) != 0 ||

@@ -1,6 +1,6 @@
 /*
  * model/lease.pml - ownership of a lease box (lib/lease.cpp, lib/heir.cpp,
- * lib/owner.cpp) with the two-phase receive of lib/ring.cpp: TAKE/HOLD (H1),
+ * lib/owner.cpp) with the two-phase receive of lib/ring.hpp: TAKE/HOLD (H1),
  * COMMIT C1-C4, give-back, recovery at acquire (R4, finish_dead_commit,
  * adopt_gone_owner_slot), with every process able to die at any step and
  * (LEASE) the owner able to lose its lease at any moment while it runs on.

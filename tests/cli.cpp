@@ -233,6 +233,11 @@ TEST_CASE("cli: recv --follow, recv --heir with its transfer record, heirs, and 
   REQUIRE(cli({"post", g.name, "one", "two"}).code == 0);
   CHECK(owner.read_line().value_or("") == "one");
   CHECK(owner.read_line().value_or("") == "two");
+  // recv prints, then commits (at-least-once towards its output): kill it
+  // only once it has committed both, or the heir gets them again, flagged.
+  CHECK(shmtest::eventually([&] {
+    return nlohmann::json::parse(cli({"stat", g.name, "--json"}).out)["counters"]["delivered"] == 2;
+  }));
   owner.kill(SIGKILL);
   owner.wait();
   REQUIRE(cli({"post", g.name, "three"}).code == 0);

@@ -366,10 +366,10 @@ std::vector<std::string> terms_of(const std::string& identity) {
 
 }  // namespace
 
-TEST_CASE("the README's counting identity is box.hpp's, word for word, and holds on a box with loans") {
+TEST_CASE("the README's counting identity is types.hpp's, word for word, and holds on a box with loans") {
   const std::string root = shmtest::env_or("SHMBOX_SOURCE_ROOT", "..");
-  // box.hpp: the comment lines from "//   posted =" to the line before "// (a loan".
-  const std::string header = file_text(root + "/include/shmbox/box.hpp");
+  // types.hpp: the comment lines from "//   posted =" to the line before "// (a loan".
+  const std::string header = file_text(root + "/include/shmbox/types.hpp");
   const auto from = header.find("//   posted =");
   REQUIRE(from != std::string::npos);
   const std::string code_identity = normalised(header.substr(from, header.find("// (a loan", from) - from));

@@ -30,7 +30,7 @@
 //
 // What TSan itself cannot see (GCC 12):
 //  * std::atomic_thread_fence is not modelled (g++ says so: -Wtsan). The
-//    fences are SYNC POINTs A/B in ring.cpp (they order atomics only: a lost
+//    fences are SYNC POINTs A/B in wake.cpp (they order atomics only: a lost
 //    wake-up there would show as a slow test, never as a report) and the
 //    transfer-record seqlock in lease.cpp;
 //  * a memcpy that GCC expands inline (small or bounded sizes, e.g. the

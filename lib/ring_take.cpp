@@ -1,0 +1,323 @@
+// lib/ring_take.cpp - TAKING in the slot protocol (ring.hpp): the owner's
+// take of a FIFO lane T1-T7 (fifo_take; take_one, its per-message step, is
+// inline in ring_internal.hpp), HOLD H1 and COMMIT C1-C4 (two-phase
+// receive), giving held slots back, and the arming of the owner's sleep
+// (the owner-sleeping bit; the sleep itself is in wake.cpp). Lifo lanes:
+// ring_lifo.cpp.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "errors.hpp"
+#include "fault.hpp"
+#include "ring.hpp"
+#include "ring_internal.hpp"
+#include "wake.hpp"
+
+namespace shmbox::detail {
+
+std::string corrupt_slot(const owner_ctx& o, const lane_view& L, std::uint64_t idx, const std::string& what) {
+  return "box '" + o.m->name + "': lane " + std::to_string(L.index) + " slot " + std::to_string(idx) + " " + what +
+         " (corrupt segment; the message there is counted as abandoned)";
+}
+
+namespace {
+
+// Publishes the FIFO head: the first position this owner has not finished
+// (held, uncommitted positions count as unfinished).
+void publish_head(owner_ctx& o, const lane_view& L) noexcept {
+  std::uint64_t h = o.head[L.index];
+  for (const pending_slot& ps : o.pending)
+    if (ps.lane == L.index && ps.where < h) h = ps.where;
+  // T7 release: pairs with the acquire loads of the head in owner_recover (R4, the next
+  // owner: ring_repair.cpp) and lane_depth_scan (inspectors).
+  L.hdr->head.store(h, std::memory_order_release);  // T7 release: read by inspectors and the next owner
+}
+
+take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mode mode) noexcept {
+  lane_header* h = L.hdr;
+  const std::uint64_t cap = L.capacity;
+  take_result res;
+  std::uint64_t p = o.head[L.index];
+  const std::uint64_t first = p;
+  std::size_t n = 0;
+  // A healthy lane is walked in at most about 2 x cap steps per call (cap
+  // positions to take or skip, plus retries after lost races). Only a
+  // scribbled segment (a tail or slot positions far off) could make the walk
+  // go on and on: after this many steps, stop and report it (found by
+  // fuzz/segment_fuzz).
+  std::uint64_t budget = 4 * cap + 1024;
+
+  while (n < sink.max) {
+    if (budget-- == 0) {
+      res.corrupt = true;
+      o.last_error = fail(errc::corrupt, "box '" + o.m->name + "': lane " + std::to_string(L.index) +
+                                             ": the owner's cursor cannot advance (corrupt tail or slot positions)");
+      break;
+    }
+    slot_header* s = L.slot_for(p);
+    const std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
+    const std::int64_t d = pos_diff(seq_pos(seen), p);
+    if (d > 0) {
+      // p's fate was decided by someone else (evicted, repaired) and the slot
+      // reused. Every position below tail - cap is finished: jump there.
+      // acquire: pairs with the claim CASes (P3, release) that moved the tail.
+      const std::uint64_t t = h->tail.load(std::memory_order_acquire) >> 1;
+      if (p >= t) {  // a position ahead of the tail: only a scribbled slot says so
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "holds a position ahead of the tail"));
+        break;
+      }
+      p = t > p + cap ? t - cap : p + 1;
+      continue;
+    }
+    if (d == -static_cast<std::int64_t>(cap)) {
+      // The slot still holds the previous lap's position p - cap: an evictor
+      // or repairer that we skipped (T1) has not finished it yet, so p cannot
+      // have been claimed. Nothing more to take here for now.
+      break;
+    }
+    if (d < 0) {
+      // The slot lags behind our cursor: the segment was written over.
+      res.corrupt = true;
+      o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "is behind the owner's cursor"));
+      if (n > 0) break;
+      ++p;  // skip it: a scribbled slot can lose a message, never hang the owner
+      continue;
+    }
+    const slot_state st = seq_state(seen);
+    const std::uint32_t actor = seq_actor(seen);
+    const bool redeliver = st == slot_state::taken && actor == o.rep.actor;
+    if (st == slot_state::full || redeliver) {
+      // Stable while FULL: no one but an evictor touches a FULL slot, and an
+      // evictor changes the sequence word, which makes our take fail.
+      const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+      if (len > L.payload) {
+        if (n > 0 || !o.pending.empty()) break;  // the next call repairs it
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "has length " + std::to_string(len) +
+                                                                                 " > slot size " + std::to_string(L.payload)));
+        abandon_fifo(L, p, seen, o.rep);
+        continue;
+      }
+      const took t = take_one(o, L, s, p, seen, len, redeliver, sink, mode);
+      if (t == took::lost_race) continue;  // look again
+      if (t == took::skipped) {
+        res.skipped = true;
+        break;
+      }
+      ++n;
+      ++p;
+      continue;
+    }
+    if (st == slot_state::taken && is_owner_actor(actor)) {
+      // Taken by another owner, which is gone: adopt it (redelivered) or finish it.
+      const int adopted = adopt_gone_owner_slot(o, L, s, p, seen);
+      if (adopted == 2) break;  // a newer owner's: we are stale, take nothing more
+      if (adopted != 0) continue;  // look again
+      ++p;
+      continue;
+    }
+    if (st == slot_state::taken || st == slot_state::done || st == slot_state::dropped) {
+      // Held by an evictor or a repairer, which decides p's fate, or committed
+      // by an owner that is gone (a dead one's commit we finish here): skip p.
+      if (st != slot_state::taken && is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
+        finish_dead_commit(*o.m, L, actor);
+      ++p;
+      continue;
+    }
+    if (st == slot_state::empty) {
+      // Not published (yet). Whether p is claimed at all needs the tail, the
+      // producers' hottest line: a polling owner reads it only now and then.
+      if (n > 0 || !sink.look_at_tail) {
+        res.unknown = n == 0;
+        break;
+      }
+      // acquire half: pairs with P3's release (a claimant's op is then visible to R1 in
+      // owner_check_stuck). seq_cst: one order with the claim CASes and R1's tail loads;
+      // the pair itself needs only acquire (kept as written and modelled).
+      const std::uint64_t t = h->tail.load(std::memory_order_seq_cst) >> 1;
+      if (t <= p) break;  // nothing more in the lane
+      res.busy = true;    // claimed, not yet published
+      if (o.pending.empty() && owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
+      break;
+    }
+    // writing/free do not exist in FIFO lanes.
+    res.corrupt = true;
+    o.last_error = fail(errc::corrupt, corrupt_slot(o, L, L.slot_index(p), "is in a lifo state"));
+    if (n > 0 || !o.pending.empty()) break;
+    abandon_fifo(L, p, seen, o.rep);
+  }
+
+  if (p != first) {
+    o.head[L.index] = p;
+    publish_head(o, L);
+    o.stuck_since_ns[L.index] = 0;
+  }
+  if (n > 0 && mode == take_mode::commit_each && (L.pol == policy::block || L.pol == policy::drop_oldest))
+    wake_space_waiters(L);
+  res.taken = n;
+  return res;
+}
+
+}  // namespace
+
+take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_mode mode) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  return L.is_lifo() ? lifo_take(o, L, sink, mode) : fifo_take(o, L, sink, mode);
+}
+
+// COMMIT (o.pending, lane by lane):
+//  C1 op_before = delivered; op = commit(lane)            (announce)
+//  C2 each slot: CAS TAKEN(x, O) -> DONE(x, O)            (the commit point of
+//     that message; fails if a newer owner re-took it: lost to us, it will be
+//     delivered again there, flagged)
+//       dies here: DONE slots committed, not counted: R4 (or a later owner
+//       meeting them) counts every DONE(_, O) of the lane once, via op_before.
+//  C3 delivered = op_before + committed                   (counted)
+//  C4 each DONE slot: CAS -> free (EMPTY(p + cap) / FREE); op = none.
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
+  commit_result r;
+  if (kept != nullptr) kept->assign(o.pending.size(), 0);
+  for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
+    const lane_view& L = o.m->lanes[l];
+    owner_lane_counters* oc = o.counters(l);
+    bool any = false;
+    for (const pending_slot& ps : o.pending) any |= ps.lane == l;
+    if (!any) continue;
+    const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+    const std::uint64_t before_b = oc->filtered.load(std::memory_order_relaxed);
+    o.act->op_before.store(before, std::memory_order_relaxed);
+    o.act->op_before_b.store(before_b, std::memory_order_relaxed);
+    o.act->op.store(make_op(op_kind::commit, l, 0), std::memory_order_relaxed);  // relaxed: published by the CASes
+    std::uint64_t n = 0, dropped = 0, again = 0;
+    for (std::size_t i = 0; i < o.pending.size(); ++i) {
+      pending_slot& ps = o.pending[i];
+      if (ps.lane != l) continue;
+      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+      std::uint64_t expected = ps.seq;
+      const std::uint64_t done =
+          make_seq(seq_pos(ps.seq), ps.drop ? slot_state::dropped : slot_state::done, o.rep.actor);
+      // C2. release: publishes C1's commit op to a later owner (finish_dead_commit:
+      // acquire loads of the DONE slot, then the op); acquire: pairs with a newer owner's
+      // re-take (adopt_gone_owner_slot, acq_rel), whose value makes this CAS fail.
+      // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
+      if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+        ps.seq = done;
+        if (ps.drop) {
+          ++dropped;
+        } else {
+          ++n;
+          again += ps.redelivered ? 1 : 0;
+        }
+        if (kept != nullptr) (*kept)[i] = 1;
+      } else {
+        ps.seq = 0;  // lost: a newer owner took it back
+        ++r.lost;
+      }
+    }
+    SHMBOX_FAULT("owner.mid_commit");
+    if (again > 0) bump(oc->redelivered, again);
+    oc->delivered.store(before + n, std::memory_order_relaxed);
+    oc->filtered.store(before_b + dropped, std::memory_order_relaxed);
+    SHMBOX_FAULT("owner.after_commit");
+    for (const pending_slot& ps : o.pending) {
+      if (ps.lane != l || ps.seq == 0) continue;
+      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+      std::uint64_t expected = ps.seq;
+      // C4; pairs with the acquire of the next claimant (P1 / claim_fast_inline, L1).
+      // release: our payload reads happen before the next writer's writes
+      s->seq.compare_exchange_strong(expected, finished_seq(L, ps.seq), std::memory_order_release,
+                                     std::memory_order_relaxed);
+    }
+    // release: pairs with the acquire loads of the op by a later owner (dead_owner_op,
+    // finish_dead_commit: ring_repair.cpp): the op is cleared after our frees.
+    o.act->op.store(0, std::memory_order_release);
+    r.committed += n + dropped;
+  }
+  std::vector<std::uint32_t> lanes;
+  for (const pending_slot& ps : o.pending)
+    if (std::find(lanes.begin(), lanes.end(), ps.lane) == lanes.end()) lanes.push_back(ps.lane);
+  o.pending.clear();
+  for (const std::uint32_t l : lanes) {
+    const lane_view& L = o.m->lanes[l];
+    if (!L.is_lifo()) publish_head(o, L);
+    if (L.is_lifo() || L.pol == policy::block || L.pol == policy::drop_oldest) wake_space_waiters(L);
+  }
+  return r;
+}
+
+std::size_t owner_give_back(owner_ctx& o) noexcept {
+  std::size_t n = 0;
+  for (const pending_slot& ps : o.pending) {
+    const lane_view& L = o.m->lanes[ps.lane];
+    slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+    std::uint64_t expected = ps.seq;
+    // pairs with the acquire of the next taker's T1 / lifo scan (and a newer owner's
+    //  R4 scan).
+    // release: as if we had never taken it (a newer owner may have re-taken it already)
+    if (s->seq.compare_exchange_strong(expected, ps.orig, std::memory_order_release, std::memory_order_relaxed)) ++n;
+  }
+  o.pending.clear();
+  return n;
+}
+
+bool owner_arm_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  lane_header* h = L.hdr;
+  if (!L.is_lifo()) {
+    // The bit goes into the word the claim CASes (P3) change: the next claimant's
+    // CAS reads it (RMW order). release (the CAS below): pairs with the acquire of
+    // that claimant's P3 CAS, so our read of wake_seq before arming (owner_sleep,
+    // wake.cpp) happens before its P6 bump, and the futex wait cannot miss it.
+    // seq_cst: kept as written and modelled (SC); the pair needs acq_rel.
+    std::uint64_t w = h->tail.load(std::memory_order_seq_cst);
+    if ((w >> 1) != o.head[lane]) return false;  // something is claimed
+    if (w & 1) return true;
+    // seq_cst: the producer whose claim CAS follows ours sees the bit (P6).
+    return h->tail.compare_exchange_strong(w, w | 1, std::memory_order_seq_cst, std::memory_order_relaxed);
+  }
+  return lifo_arm_sleep(o, L);  // SYNC POINT D: ring_lifo.cpp
+}
+
+void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
+  const lane_view& L = o.m->lanes[lane];
+  a64& word = L.is_lifo() ? L.hdr->lifo_stamp : L.hdr->tail;
+  std::uint64_t w = word.load(std::memory_order_relaxed);
+  while ((w & 1) && !word.compare_exchange_weak(w, w & ~1ull, std::memory_order_relaxed)) {
+  }
+}
+
+std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept {
+  const lane_view& L = m.lanes[lane];
+  std::uint64_t n = 0;
+  if (L.is_lifo()) {
+    for (std::uint32_t i = 0; i < L.capacity; ++i) {
+      // acquire: pairs with the release that last changed the slot (L1-L2 publish, L3, R1);
+      // a count for inspectors and the notify_fd waker thread only.
+      const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
+      const slot_state st = seq_state(s);
+      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+        ++n;
+    }
+    return n;
+  }
+  // acquire: pairs with P3's release (tail) and T7's (head, publish_head); slots below:
+  // with P5 / T3 / T6. A count for inspectors and the notify_fd waker thread only.
+  const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+  std::uint64_t lo = L.hdr->head.load(std::memory_order_acquire);
+  if (lo > t) lo = t;
+  if (t - lo > L.capacity) lo = t - L.capacity;
+  for (std::uint64_t q = lo; q < t; ++q) {
+    // (see above: pairs with P5 / T3 / T6)
+    const std::uint64_t s = L.slot_for(q)->seq.load(std::memory_order_acquire);
+    if (pos_diff(seq_pos(s), q) != 0) continue;  // finished and reused
+    const slot_state st = seq_state(s);
+    // stored and not finished: published, being written, or taken by an owner
+    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+      ++n;
+  }
+  return n;
+}
+
+}  // namespace shmbox::detail

@@ -1,0 +1,153 @@
+// lib/wake.hpp - WAKING AND WAITING: every futex wait and wake of the slot
+// protocol and of the owner's receive, the owner's eventfd, and the spins
+// that come before a sleep. The protocol text is in ring.hpp ("WAKE-UPS",
+// P6, T7, L1 and SYNC POINTs A-D); the raw system calls are futex.hpp.
+//
+//   wake_owner         P6 / L1: a producer wakes a sleeping owner (eventfd of
+//                      an owner in an event loop, then the futex wake_seq)
+//   owner_sleep        the owner's sleep: read wake_seq, arm every lane
+//                      (owner_arm_sleep, ring_take.cpp), futex-wait
+//   owner_wait_wake    the owner's other waits on wake_seq (Owner::wait, the
+//                      notify_fd waker thread), and waiter_wait_fallback
+//   wake_owner_waiters wakes whatever waits on wake_seq / fd_fallback
+//   wait_for_space     SYNC POINT A: a producer waits for a free slot
+//   wake_space_waiters SYNC POINT B: whoever frees slots wakes it
+//   adaptive_spin      the adaptive wait (options::spin, wait_options::spin):
+//                      poll this long, yielding now and then, before sleeping
+//   busy_backoff       the owner's pause / yield / nap behind an unpublished slot
+//
+// The eventfd of another process is had through eventfd_of (process.cpp:
+// pidfd_getfd), the one place shmbox takes another process's descriptor.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "layout.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
+namespace shmbox::detail {
+
+// Library-internal: not exported (calls to them are direct, no PLT).
+#pragma GCC visibility push(hidden)
+
+// A sleeping owner looks at its lanes at least this often. A producer that
+// published a message and died before its wake-up (P5-P6 in ring.hpp) leaves
+// the owner asleep with a message in the box; nothing else would wake it
+// (found by model/ring.pml). An idle owner pays one short wake-up per slice.
+constexpr std::uint64_t kLostWakeSliceNs = 250'000'000;
+// While it spins (the adaptive wait), an owner or a producer waiting for
+// space yields its CPU this often, so that its peer on the same CPU gets to
+// run (on a 2-core machine under load both often share one).
+constexpr std::uint64_t kSpinYieldNs = 5'000;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+void sleep_ns(std::uint64_t ns) noexcept;
+
+// ---------------------------------------------------------------------------
+// Producer -> owner
+// ---------------------------------------------------------------------------
+
+// P6 (and L1's wake, and RUN's): the owner's eventfd when it has one (an
+// owner in an event loop wakes without a thread hop), then the futex.
+void wake_owner(producer_ctx& p) noexcept;
+
+// ---------------------------------------------------------------------------
+// The owner's waits
+// ---------------------------------------------------------------------------
+
+// The owner's sleep in receive: reads wake_seq, arms every lane (fails if
+// anything arrived or is claimed), futex-waits on wake_seq until `until` (an
+// absolute CLOCK_MONOTONIC time), then clears the sleeping bits. Returns
+// whether every lane was armed (false: something is claimed or stored).
+bool owner_sleep(owner_ctx& o, std::uint64_t until) noexcept;
+
+// The value a wait on wake_seq then compares with. acquire: pairs with the
+// release bump of every waker (wake_owner here (P6), wake_owner_waiters,
+// Box::request_give_away in box.cpp).
+inline std::uint32_t owner_wake_seq(const owner_record& rec) noexcept {
+  return rec.wake_seq.load(std::memory_order_acquire);
+}
+// Sleeps while wake_seq == seen, until `until`.
+void owner_wait_wake(owner_record& rec, std::uint32_t seen, std::uint64_t until) noexcept;
+// The notify_fd waker thread (owner.cpp): sleeps while fd_fallback is 0
+// (no producer asked it to relay wake-ups), until `until`.
+void waiter_wait_fallback(owner_record& rec, std::uint64_t until) noexcept;
+// Wakes every waiter on wake_seq and fd_fallback (bumps wake_seq first).
+void wake_owner_waiters(owner_record& rec) noexcept;
+
+// ---------------------------------------------------------------------------
+// Spinning before a sleep
+// ---------------------------------------------------------------------------
+
+// The adaptive wait: from the first call on, keeps saying "spin" for spin_ns
+// (pausing `pauses` times per call and yielding every kSpinYieldNs), then
+// "sleep". One per wait (a receive call, a post's wait for space).
+struct adaptive_spin {
+  std::uint64_t spin_ns = 0;
+  std::uint64_t until = 0;  // 0: not started
+  std::uint64_t next_yield = 0;
+
+  bool spinning(std::uint64_t now, unsigned pauses) noexcept {
+    if (until == 0) {
+      until = now + spin_ns;
+      next_yield = now + kSpinYieldNs;
+    }
+    if (now >= until) return false;
+    for (unsigned i = 0; i < pauses; ++i) cpu_relax();
+    // A peer that shares our CPU cannot make progress while we spin: give it
+    // the CPU now and then (a yield with nothing else to run returns at once).
+    if (now >= next_yield) {
+      ::sched_yield();
+      next_yield = now + kSpinYieldNs;
+    }
+    return true;
+  }
+};
+
+// How long a producer has been waiting for space, across the retries of one post.
+struct space_wait {
+  unsigned spins = 0;  // short pauses first: the holder is usually mid-copy
+  adaptive_spin spin;  // then the adaptive wait (spin.spin_ns: the box's or the call's)
+};
+
+// Waiting for a writer that claimed a slot and has not published it yet (or
+// died: the take repairs that after a grace period): pause, then yield, then
+// short naps (at most until the deadline).
+void busy_backoff(unsigned& rounds, lazy_deadline& deadline, std::uint64_t now) noexcept;
+
+// ---------------------------------------------------------------------------
+// Space waiters (SYNC POINTs A/B)
+// ---------------------------------------------------------------------------
+
+// Waits for the slot of position t (seen: its seq) to be freed. false: the
+// deadline passed. SYNC POINT A.
+bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, lazy_deadline& deadline,
+                    space_wait& w) noexcept;
+
+void wake_space_waiters_now(lane_header* h) noexcept;
+
+// After freeing slots (T6/T7, L3, C4, an abort): wakes producers waiting for
+// space. Inline: the common case (nobody waits) is a fence and a load.
+inline void wake_space_waiters(const lane_view& L) noexcept {
+  lane_header* h = L.hdr;
+  // SYNC POINT B: StoreLoad between our frees (T6 / L3) and reading
+  // space_wanted; pairs with SYNC POINT A in wait_for_space() (wake.cpp).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->space_wanted.load(std::memory_order_relaxed) == 0) return;
+  wake_space_waiters_now(h);
+}
+
+#pragma GCC visibility pop
+
+}  // namespace shmbox::detail
