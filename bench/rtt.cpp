@@ -53,10 +53,9 @@
 //   of burning whole time slices). Senders never wait: a queue holding one
 //   message is never full. Copies: the spin ring and spsc_queue copy the
 //   payload in on send and out on receive (spsc_queue: A's message is first
-//   copied into a queue element, see SpscEnd in bench/mech/mech.hpp); shmbox-copy likewise
-//   (post copies in, try_receive copies into a reused shmbox::message).
-//   shmbox-zero-copy:
-//   the sender claims a slot with Producer::loan(), memcpy's the payload into
+//   copied into a queue element, see SpscEnd in bench/mech/mech.hpp);
+//   shmbox-copy likewise (post copies in, try_receive copies into a reused
+//   shmbox::message). shmbox-zero-copy: the sender claims a slot with Producer::loan(), memcpy's the payload into
 //   loan.data() and commits; the receiver reads the message in place
 //   (message_view), and B forwards the echo from inside the callback (one
 //   memcpy from the ping slot into a loaned pong slot). Every box: capacity
@@ -68,15 +67,12 @@
 //   mq_send/mq_receive (depth min(8, /proc/sys/fs/mqueue/msg_max), msgsize
 //   64); two pipes with blocking read/write of 64 bytes; a
 //   socketpair(AF_UNIX, SOCK_SEQPACKET) per direction, one message per
-//   send/recv. A receive
-//   timeout is only repeated: a hang is caught by the watchdog.
-// * Start barrier. Both children first do their set-up (open/attach/acquire,
-//   mapping, touching the sample array) and report "ready". Then the parent
-//   closes the write end of the "go" pipe: both children are blocked in
-//   read() on it and wake on EOF. Fork and set-up are not timed.
-// * No sleeps synchronise anything: start and finish are pipe handshakes.
-//   poll() timeouts in the parent are only a watchdog (--timeout per run)
-//   that kills the children when something hangs.
+//   send/recv. A receive timeout is only repeated: a hang is caught by the
+//   watchdog.
+// * Start barrier, watchdog (no sleep synchronises anything: start and
+//   finish are pipe handshakes; fork and set-up are not timed) and cleanup
+//   (fresh queues every run, removed also on failure and on fatal signals):
+//   bench/harness.hpp, ONE RUN and CLEANUP.
 // * No CPU pinning (the machine may have only 2 cores, and other work may run
 //   on it): figures include scheduling noise; the p99.9 especially. When the
 //   two children end up on the same CPU (the other one busy), a busy-polling
@@ -84,12 +80,6 @@
 //   adaptive wait for its whole spin (50 us) before it sleeps, so a round
 //   trip then costs about twice that: tens of microseconds (busy) and ~100
 //   us (adaptive) instead of well under one (see the min..max of the rows).
-// * Cleanup. Names contain a marker and the parent's pid; a stale name is
-//   unlinked before it is created, and segments of earlier runs whose process
-//   is gone are removed at start (/dev/shm, and /dev/mqueue if it is
-//   mounted). The parent removes every segment/queue after each run (RAII),
-//   also when the run fails (children are killed and reaped first), and on
-//   SIGINT/SIGTERM/SIGHUP/SIGQUIT. Children die with the parent (PDEATHSIG).
 //
 // The harness (children, pipes, barriers, watchdog, cleanup, the message
 // check) is bench/harness.hpp, shared with throughput.cpp and iceoryx.cpp; the

@@ -47,13 +47,15 @@
 //   After the producers have reported that they are finished, the consumer
 //   also checks that nothing more arrives, so the count is exact; for shmbox
 //   the parent additionally compares the box's own stored/delivered counters
-//   with the count. Any failure aborts the benchmark with a message on stderr
+//   with the count (and finds the boost-mq, posix-mq and lockfree-spsc queues
+//   empty). Any failure aborts the benchmark with a message on stderr
 //   and exit status 1.
-// * Start barrier. Every child first does its set-up (attach/open/acquire,
-//   connect, mapping) and reports "ready". When all are ready, the parent
-//   reads steady_clock (t_release) and closes the write end of the "go" pipe:
-//   every child is blocked in read() on it and wakes on EOF at the same
-//   moment. So fork, attaching/opening and mapping are not timed.
+// * Start barrier. The parent reads steady_clock (t_release) when it
+//   releases the children, after every one has done its set-up (attach/open/
+//   acquire, connect, mapping): fork and set-up are not timed. The barrier,
+//   the watchdog (no sleep synchronises anything) and the cleanup (fresh
+//   queues every run, removed also on failure and on fatal signals) are
+//   bench/harness.hpp's: ONE RUN and CLEANUP there.
 // * Mechanisms. Every queue holds 1024 messages of S bytes, except where the
 //   system limits it (the note says so): posix-mq holds
 //   /proc/sys/fs/mqueue/msg_max messages (10 on Debian; not changed), a unix
@@ -67,7 +69,9 @@
 //   (S <= PIPE_BUF, so writes are atomic) and the consumer splits 64 KiB
 //   reads into messages. The socket consumer takes up to 256 datagrams per
 //   recvmmsg (MSG_WAITFORONE); shmbox consumers take up to 256 messages per
-//   call into a reusable batch (or in place).
+//   call into a reusable batch (or in place). The POSIX message queue's name
+//   is unlinked as soon as every child has opened it; the socket is in the
+//   abstract namespace (it leaves no file).
 // * Timing. The consumer reads steady_clock right after it has received and
 //   checked the last message (t_end) and reports it. The run's time is
 //   t_end - t_release; steady_clock is CLOCK_MONOTONIC, one clock for all
@@ -76,17 +80,6 @@
 //   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
 //   slow phase of the machine does not hit a single configuration. Rows give
 //   the median rate and the min and max; ratios are of medians of this run.
-// * No sleeps synchronise anything: start, finish and the final drain check
-//   are pipe handshakes. poll() timeouts in the parent are only a watchdog
-//   (--timeout per run) that kills the children when something hangs.
-// * Cleanup. Names contain a marker and the parent's pid; a stale name is
-//   unlinked before it is created, and segments (and, if /dev/mqueue is
-//   mounted, message queues) of earlier runs whose process is gone are
-//   removed at start. The POSIX message queue's name is unlinked as soon as
-//   every child has opened it. The parent removes every segment/queue after each run
-//   (RAII), also when the run fails (children are killed and reaped first),
-//   and on SIGINT/SIGTERM/SIGHUP/SIGQUIT. The socket is in the abstract
-//   namespace (it leaves no file). Children die with the parent (PDEATHSIG).
 //
 // The harness (children, pipes, barriers, watchdog, cleanup, the message
 // check) is bench/harness.hpp, shared with rtt.cpp and iceoryx.cpp; the

@@ -35,6 +35,14 @@ struct EndCtx {
   shmbox_recv recv_mode = shmbox_recv::batch;
 };
 
+// How the parent makes a queue (make_queue, bench/mech/mech.hpp).
+struct QueueOpts {
+  std::uint32_t capacity = 1024;  // messages a queue holds (lockfree-spsc: always 1024)
+  long posix_depth = 10;          // posix-mq: its depth (the system limits it: fs.mqueue.msg_max)
+  bool shmbox_block = true;       // shmbox: policy block, else reject
+  bool socket_pair = false;       // unix-socket: a SOCK_SEQPACKET socketpair, else SOCK_DGRAM
+};
+
 // The parent's side of one queue (one direction) of a run: created fresh,
 // removed when the object goes away (also on failure; the signal handler of
 // harness.hpp covers the rest).

@@ -97,8 +97,8 @@ auto boost_call(const char* what, F&& f) {
 template <std::size_t S>
 class SpinRingQueue final : public Queue {
  public:
-  SpinRingQueue(const std::string& name, std::uint32_t capacity) : Queue(name), track_("/dev/shm/" + name) {
-    (void)BasicSpinRing<S>::create(name, capacity);  // the ring outlives the handle
+  SpinRingQueue(const std::string& name, std::size_t, const QueueOpts& o) : Queue(name), track_("/dev/shm/" + name) {
+    (void)BasicSpinRing<S>::create(name, o.capacity);  // the ring outlives the handle
   }
 
  private:
@@ -147,7 +147,7 @@ inline constexpr const char* kSpscObject = "queue";  // the queue's name inside 
 template <std::size_t S>
 class SpscQueueSegment final : public Queue {
  public:
-  explicit SpscQueueSegment(const std::string& name) : Queue(name), track_("/dev/shm/" + name) {
+  SpscQueueSegment(const std::string& name, std::size_t, const QueueOpts&) : Queue(name), track_("/dev/shm/" + name) {
     boost_call("spsc_queue segment", [&] {
       seg_.emplace(bip::create_only, name.c_str(), sizeof(SpscQueue<S>) + 64 * 1024);
       q_ = seg_->template construct<SpscQueue<S>>(kSpscObject)();
@@ -206,10 +206,10 @@ class SpscEnd {
 
 class BoostMqQueue final : public Queue {
  public:
-  BoostMqQueue(const std::string& name, std::size_t size, std::uint32_t capacity)
+  BoostMqQueue(const std::string& name, std::size_t size, const QueueOpts& o)
       : Queue(name), track_("/dev/shm/" + name) {
     boost_call("message_queue create", [&] {
-      bip::message_queue mq(bip::create_only, name.c_str(), capacity, size);  // the queue outlives the handle
+      bip::message_queue mq(bip::create_only, name.c_str(), o.capacity, size);  // the queue outlives the handle
     });
   }
   void verify(std::uint64_t) override {
@@ -262,10 +262,10 @@ class BoostMqEnd {
 // (without /dev/mqueue mounted, a leftover queue could not even be found).
 class PosixMqQueue final : public Queue {
  public:
-  PosixMqQueue(const std::string& name, std::size_t size, long depth)
+  PosixMqQueue(const std::string& name, std::size_t size, const QueueOpts& o)
       : Queue("/" + name), track_(name_, TrackedName::mqueue) {
-    if (const int e = create_posix_mq(name_, depth, size); e != 0)  // lives on until mq_unlink
-      throw bench_failure(errno_text("mq_open(create) " + name_ + " (depth " + std::to_string(depth) +
+    if (const int e = create_posix_mq(name_, o.posix_depth, size); e != 0)  // lives on until mq_unlink
+      throw bench_failure(errno_text("mq_open(create) " + name_ + " (depth " + std::to_string(o.posix_depth) +
                                          ", message size " + std::to_string(size) + ")",
                                      e));
     q_ = ::mq_open(name_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -333,10 +333,10 @@ class PosixMqEnd {
 
 class PipeQueue final : public Queue {
  public:
-  PipeQueue(const std::string& name, std::size_t size, std::uint32_t capacity) : Queue(name) {
+  PipeQueue(const std::string& name, std::size_t size, const QueueOpts& o) : Queue(name) {
     // Room for `capacity` messages, like the other queues (pipe-max-size is 1 MiB by default).
-    if (::fcntl(p_.w.get(), F_SETPIPE_SZ, static_cast<int>(capacity * size)) < 0)
-      throw bench_failure(errno_text("F_SETPIPE_SZ " + std::to_string(capacity * size)));
+    if (::fcntl(p_.w.get(), F_SETPIPE_SZ, static_cast<int>(o.capacity * size)) < 0)
+      throw bench_failure(errno_text("F_SETPIPE_SZ " + std::to_string(o.capacity * size)));
     tx_fd_ = p_.w.get();
     rx_fd_ = p_.r.get();
   }
@@ -410,7 +410,8 @@ inline sockaddr_un socket_address(const std::string& name, socklen_t& len) {
 // receiver's, bound before any sender connects).
 class SocketQueue final : public Queue {
  public:
-  SocketQueue(const std::string& name, bool pair) : Queue(name) {
+  SocketQueue(const std::string& name, std::size_t, const QueueOpts& o) : Queue(name) {
+    const bool pair = o.socket_pair;
     int sv[2] = {-1, -1};
     if (pair) {
       if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
@@ -513,95 +514,54 @@ class SocketEnd {
 // Making queues and opening ends
 // ===========================================================================
 
-struct QueueOpts {
-  std::uint32_t capacity = 1024;  // messages a queue holds (spin-ring and lockfree-spsc: always 1024)
-  long posix_depth = 10;          // posix-mq: its depth (the system limits it: fs.mqueue.msg_max)
-  bool shmbox_block = true;       // shmbox: policy block, else reject
-  bool socket_pair = false;       // unix-socket: a SOCK_SEQPACKET socketpair, else SOCK_DGRAM
+// Calls fn(mech_types<Queue type, End type>{}) for kind `k` and messages of
+// `size` bytes.
+template <class Q, class E>
+struct mech_types {
+  using queue = Q;
+  using end = E;
 };
-
-template <std::size_t S>
-std::unique_ptr<Queue> make_sized_queue(Kind k, const std::string& name, const QueueOpts& o) {
-  if (k == Kind::spin_ring) return std::make_unique<SpinRingQueue<S>>(name, o.capacity);
-#if defined(SHMBOX_HAVE_BOOST)
-  return std::make_unique<SpscQueueSegment<S>>(name);
-#else
-  throw bench_failure("lockfree-spsc: built without Boost");
-#endif
-}
-
-// A fresh queue of kind `k` for messages of `size` bytes, named
-// <name> (posix-mq: /<name>; shmbox: the segment is /dev/shm/shmbox.<name>).
-inline std::unique_ptr<Queue> make_queue(Kind k, const std::string& name, std::size_t size, const QueueOpts& o) {
+template <class F>
+decltype(auto) dispatch(Kind k, std::size_t size, F&& fn) {
   switch (k) {
-    case Kind::shmbox: return std::make_unique<ShmboxQueue>(name, size, o.capacity, o.shmbox_block);
+    case Kind::shmbox: return fn(mech_types<ShmboxQueue, ShmboxEnd>{});
     case Kind::spin_ring:
-    case Kind::lockfree_spsc:
-      if (size == 64) return make_sized_queue<64>(k, name, o);
-      if (size == 1024) return make_sized_queue<1024>(k, name, o);
-      throw bench_failure(std::string(info_of(k).name) + ": unsupported message size");
-    case Kind::boost_mq:
+      if (size == 64) return fn(mech_types<SpinRingQueue<64>, SpinRingEnd<64>>{});
+      if (size == 1024) return fn(mech_types<SpinRingQueue<1024>, SpinRingEnd<1024>>{});
+      break;
 #if defined(SHMBOX_HAVE_BOOST)
-      return std::make_unique<BoostMqQueue>(name, size, o.capacity);
+    case Kind::lockfree_spsc:
+      if (size == 64) return fn(mech_types<SpscQueueSegment<64>, SpscEnd<64>>{});
+      if (size == 1024) return fn(mech_types<SpscQueueSegment<1024>, SpscEnd<1024>>{});
+      break;
+    case Kind::boost_mq: return fn(mech_types<BoostMqQueue, BoostMqEnd>{});
 #else
-      throw bench_failure("boost-mq: built without Boost");
+    case Kind::lockfree_spsc:
+    case Kind::boost_mq: break;
 #endif
-    case Kind::posix_mq: return std::make_unique<PosixMqQueue>(name, size, o.posix_depth);
-    case Kind::pipe: return std::make_unique<PipeQueue>(name, size, o.capacity);
-    case Kind::unix_socket: return std::make_unique<SocketQueue>(name, o.socket_pair);
+    case Kind::posix_mq: return fn(mech_types<PosixMqQueue, PosixMqEnd>{});
+    case Kind::pipe: return fn(mech_types<PipeQueue, PipeEnd>{});
+    case Kind::unix_socket: return fn(mech_types<SocketQueue, SocketEnd>{});
   }
-  throw bench_failure("unknown mechanism");
+  throw bench_failure(std::string(info_of(k).name) + ": not available for " + std::to_string(size) +
+                      "-byte messages" + (info_of(k).needs_boost && !kHaveBoost ? " (built without Boost)" : ""));
 }
 
-template <std::size_t S, class F>
-void with_sized_end(Kind k, const EndCtx& c, F&& fn) {
-  if (k == Kind::spin_ring) {
-    SpinRingEnd<S> e(c);
-    return fn(e);
-  }
-#if defined(SHMBOX_HAVE_BOOST)
-  SpscEnd<S> e(c);
-  fn(e);
-#else
-  throw bench_failure("lockfree-spsc: built without Boost");
-#endif
+// A fresh queue of kind `k` for messages of `size` bytes, named <name>
+// (posix-mq: /<name>; shmbox: the segment is /dev/shm/shmbox.<name>).
+inline std::unique_ptr<Queue> make_queue(Kind k, const std::string& name, std::size_t size, const QueueOpts& o) {
+  return dispatch(k, size, [&]<class T>(T) -> std::unique_ptr<Queue> {
+    return std::make_unique<typename T::queue>(name, size, o);
+  });
 }
 
 // Opens the End of kind `k` that `c` describes and calls fn(end).
 template <class F>
 void with_end(Kind k, const EndCtx& c, F&& fn) {
-  switch (k) {
-    case Kind::shmbox: {
-      ShmboxEnd e(c);
-      return fn(e);
-    }
-    case Kind::spin_ring:
-    case Kind::lockfree_spsc:
-      if (c.size == 64) return with_sized_end<64>(k, c, fn);
-      if (c.size == 1024) return with_sized_end<1024>(k, c, fn);
-      throw bench_failure(std::string(info_of(k).name) + ": unsupported message size");
-    case Kind::boost_mq: {
-#if defined(SHMBOX_HAVE_BOOST)
-      BoostMqEnd e(c);
-      return fn(e);
-#else
-      throw bench_failure("boost-mq: built without Boost");
-#endif
-    }
-    case Kind::posix_mq: {
-      PosixMqEnd e(c);
-      return fn(e);
-    }
-    case Kind::pipe: {
-      PipeEnd e(c);
-      return fn(e);
-    }
-    case Kind::unix_socket: {
-      SocketEnd e(c);
-      return fn(e);
-    }
-  }
-  throw bench_failure("unknown mechanism");
+  dispatch(k, c.size, [&]<class T>(T) {
+    typename T::end e(c);
+    fn(e);
+  });
 }
 
 }  // namespace shmbench

@@ -29,12 +29,12 @@ namespace shmbench {
 // message in flight never fills a box).
 class ShmboxQueue final : public Queue {
  public:
-  ShmboxQueue(const std::string& name, std::size_t size, std::uint32_t capacity, bool block)
-      : Queue(name), track_("/dev/shm/shmbox." + name), block_(block) {
+  ShmboxQueue(const std::string& name, std::size_t size, const QueueOpts& opts)
+      : Queue(name), track_("/dev/shm/shmbox." + name), block_(opts.shmbox_block) {
     shmbox::options o;
-    o.capacity = capacity;
+    o.capacity = opts.capacity;
     o.slot_size = static_cast<std::uint32_t>(size);
-    o.overflow = block ? shmbox::policy::block : shmbox::policy::reject;
+    o.overflow = block_ ? shmbox::policy::block : shmbox::policy::reject;
     auto box = shmbox::Box::create(name, o);
     if (!box) throw bench_failure("Box::create " + name + ": " + shmbox::explain(box.error()));
     box_.emplace(std::move(*box));
