@@ -206,22 +206,12 @@ std::optional<Args> parse_args(int argc, char** argv) {
       have_warmup = true;
       return w.number(a.warmup, 0, 100'000'000);
     }
-    if (arg == "--only") {
-      std::string_view rest;
-      if (!w.value(rest)) return false;
-      while (!rest.empty()) {  // empty items are skipped
-        const auto comma = rest.find(',');
-        const std::string_view item = rest.substr(0, comma);
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-        if (item.empty()) continue;
-        if (!known_name(item)) {
-          std::fprintf(stderr, "%s: unknown mechanism '%.*s'\n", kProg, int(item.size()), item.data());
-          return false;
-        }
-        a.only.emplace_back(item);
-      }
-      return !a.only.empty();
-    }
+    if (arg == "--only")
+      return parse_list(w, a.only, [](std::string_view item, std::string& out) {
+        if (!known_name(item)) std::fprintf(stderr, "%s: unknown mechanism '%.*s'\n", kProg, int(item.size()), item.data());
+        out = item;
+        return known_name(item);
+      });
     return false;
   });
   if (!ok) return std::nullopt;

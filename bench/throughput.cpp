@@ -130,20 +130,7 @@ constexpr std::string_view kMarker = "shmbench-tp-";  // in every name we create
 // Mechanisms (bench/mech/mech.hpp)
 // ===========================================================================
 
-enum class Mech {
-  shmbox_copy,
-  shmbox_zero_copy,
-  shmbox_batch,
-  boost_mq,
-  posix_mq,
-  pipe,
-  unix_socket,
-  lockfree_spsc,
-  spin_ring,
-};
-
 struct MechInfo {
-  Mech mech;
   std::string_view name;        // as in the rows
   Kind kind;
   std::string_view single_why;  // non-empty: single producer only; the skip reason otherwise
@@ -153,27 +140,21 @@ struct MechInfo {
 };
 
 // A baseline: its name is the one of bench/mech/mech.hpp.
-constexpr MechInfo baseline(Mech m, Kind k, std::string_view single_why, std::uint64_t divisor) {
-  return {m, info_of(k).name, k, single_why, divisor};
+constexpr MechInfo baseline(Kind k, std::string_view single_why, std::uint64_t divisor) {
+  return {info_of(k).name, k, single_why, divisor};
 }
 
 constexpr MechInfo kMechs[] = {
-    {Mech::shmbox_copy, "shmbox-copy", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
-    {Mech::shmbox_zero_copy, "shmbox-zero-copy", Kind::shmbox, {}, 1, shmbox_send::loan, shmbox_recv::in_place},
-    {Mech::shmbox_batch, "shmbox-batch", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
-    baseline(Mech::boost_mq, Kind::boost_mq, {}, 4),
-    baseline(Mech::posix_mq, Kind::posix_mq, {}, 16),
-    baseline(Mech::pipe, Kind::pipe, {}, 4),
-    baseline(Mech::unix_socket, Kind::unix_socket, {}, 16),
-    baseline(Mech::lockfree_spsc, Kind::lockfree_spsc, "single-producer queue", 1),
-    baseline(Mech::spin_ring, Kind::spin_ring, "single-producer ring", 1),
+    {"shmbox-copy", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
+    {"shmbox-zero-copy", Kind::shmbox, {}, 1, shmbox_send::loan, shmbox_recv::in_place},
+    {"shmbox-batch", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
+    baseline(Kind::boost_mq, {}, 4),
+    baseline(Kind::posix_mq, {}, 16),
+    baseline(Kind::pipe, {}, 4),
+    baseline(Kind::unix_socket, {}, 16),
+    baseline(Kind::lockfree_spsc, "single-producer queue", 1),
+    baseline(Kind::spin_ring, "single-producer ring", 1),
 };
-
-const MechInfo& mech_info(Mech m) {
-  for (const auto& i : kMechs)
-    if (i.mech == m) return i;
-  throw bench_failure("unknown mechanism");
-}
 
 // ===========================================================================
 // Command line
@@ -181,7 +162,7 @@ const MechInfo& mech_info(Mech m) {
 
 struct Args : CommonArgs {
   std::uint64_t messages = 4'000'000;  // per 64-byte run, split across the producers
-  std::vector<Mech> only;  // empty: every mechanism
+  std::vector<const MechInfo*> only;  // empty: every mechanism
   std::vector<std::size_t> sizes = {64, 1024};
   std::vector<int> producers = {1, 4};
 };
@@ -209,24 +190,6 @@ void usage(std::FILE* to) {
                "failed (lost, duplicated, reordered or corrupted message, watchdog, error).\n");
 }
 
-// The items of the option's value "a,b,c", each through parse(item, out):
-// false for an empty item or one parse() refuses. Duplicates are dropped.
-template <class T, class Parse>
-bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
-  std::string_view s;
-  if (!w.value(s)) return false;
-  out.clear();
-  while (true) {
-    const auto comma = s.find(',');
-    const std::string_view item = s.substr(0, comma);
-    T v{};
-    if (item.empty() || !parse(item, v)) return false;
-    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
-    if (comma == std::string_view::npos) return true;
-    s.remove_prefix(comma + 1);
-  }
-}
-
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
   bool messages_given = false;
@@ -237,10 +200,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
       return w.number(a.messages, 1);
     }
     if (arg == "--only")
-      return parse_list(w, a.only, [](std::string_view item, Mech& m) {
+      return parse_list(w, a.only, [](std::string_view item, const MechInfo*& m) {
         const auto it = std::find_if(std::begin(kMechs), std::end(kMechs),
                                      [&](const MechInfo& i) { return i.name == item; });
-        if (it != std::end(kMechs)) m = it->mech;
+        if (it != std::end(kMechs)) m = it;
         return it != std::end(kMechs);
       });
     if (arg == "--sizes")
@@ -328,7 +291,7 @@ void child_main(const ChildCtx& c) {
   with_end(c.mech->kind, c.end, [&](auto& end) {
     if (c.id < 0) return consume(c, end);
     if constexpr (std::is_same_v<std::decay_t<decltype(end)>, ShmboxEnd>)
-      if (c.mech->mech == Mech::shmbox_batch) return produce_batches(c, end);
+      if (c.mech->name == "shmbox-batch") return produce_batches(c, end);
     produce(c, end);
   });
 }
@@ -343,7 +306,7 @@ std::uint32_t posix_mq_depth() { return std::min(kCapacity, posix_mq_msg_max());
 std::uint32_t dgram_queue_length() { return read_proc_number("/proc/sys/net/unix/max_dgram_qlen", 10); }
 // One measured configuration: a mechanism, a message size, a producer count.
 struct Config {
-  Mech mech;
+  const MechInfo* mech;
   std::size_t size;
   int producers;
   std::uint64_t messages;  // per run
@@ -360,7 +323,7 @@ struct RunResult {
 // One run (harness.hpp, ONE RUN): a fresh queue, the consumer and the
 // producers; the time from the release to the consumer's last message.
 RunResult run_once(const Config& cfg, const Args& args) {
-  const MechInfo& m = mech_info(cfg.mech);
+  const MechInfo& m = *cfg.mech;
   QueueOpts opts;  // kCapacity messages; shmbox: policy block; unix-socket: SOCK_DGRAM
   opts.posix_depth = posix_mq_depth();
   const std::unique_ptr<Queue> queue =
@@ -414,8 +377,8 @@ std::vector<Config> make_configs(const Args& args) {
   for (std::size_t size : args.sizes) {
     for (int producers : args.producers) {
       for (const MechInfo& m : kMechs) {
-        if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), m.mech) == args.only.end()) continue;
-        Config c{m.mech, size, producers, 0, {}, {}, {}};
+        if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), &m) == args.only.end()) continue;
+        Config c{&m, size, producers, 0, {}, {}, {}};
         c.group = "tput-" + size_tag(size) + "-" + std::to_string(producers) + "p";
         std::uint64_t div = 1;
         if (size > 64) div *= 2;
@@ -423,8 +386,8 @@ std::vector<Config> make_configs(const Args& args) {
         c.messages = std::max<std::uint64_t>(args.messages / div, static_cast<std::uint64_t>(producers));
         c.note = std::to_string(c.messages) + " msgs/run";
         if (div > 1) c.note += " (N/" + std::to_string(div) + ")";
-        if (m.mech == Mech::posix_mq) c.note += "; depth " + std::to_string(posix_mq_depth()) + " (fs.mqueue.msg_max)";
-        if (m.mech == Mech::unix_socket)
+        if (m.kind == Kind::posix_mq) c.note += "; depth " + std::to_string(posix_mq_depth()) + " (fs.mqueue.msg_max)";
+        if (m.kind == Kind::unix_socket)
           c.note += "; SOCK_DGRAM, queue " + std::to_string(dgram_queue_length()) + " (net.unix.max_dgram_qlen)";
         if (info_of(m.kind).needs_boost && !kHaveBoost) c.skip = "Boost not installed";
         else if (!m.single_why.empty() && producers > 1) c.skip = std::string(m.single_why);
@@ -477,7 +440,7 @@ int run(const Args& args) {
       try {
         r = run_once(c, args);
       } catch (const std::exception& e) {
-        throw bench_failure(c.group + " " + std::string(mech_info(c.mech).name) + ", rep " + std::to_string(rep + 1) +
+        throw bench_failure(c.group + " " + std::string(c.mech->name) + ", rep " + std::to_string(rep + 1) +
                             ": " + e.what());
       }
       const double rate = static_cast<double>(c.messages) / r.seconds;
@@ -485,7 +448,7 @@ int run(const Args& args) {
       retries[i] += r.retries;
       if (args.verbose)
         std::fprintf(stderr, "rep %d/%d  %-11s %-17.*s %9llu msgs  %8.4f s  %8s Mmsg/s  retries %llu\n", rep + 1,
-                     args.reps, c.group.c_str(), int(mech_info(c.mech).name.size()), mech_info(c.mech).name.data(),
+                     args.reps, c.group.c_str(), int(c.mech->name.size()), c.mech->name.data(),
                      static_cast<unsigned long long>(c.messages), r.seconds, fmt_mrate(rate).c_str(),
                      static_cast<unsigned long long>(r.retries));
     }
@@ -496,7 +459,7 @@ int run(const Args& args) {
   std::vector<std::optional<shmbench::summary>> st(configs.size());
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
-    const std::string_view mech = mech_info(c.mech).name;
+    const std::string_view mech = c.mech->name;
     if (!c.skip.empty()) {
       shmbench::print_skip(c.group, mech, c.skip);
       continue;
@@ -507,9 +470,9 @@ int run(const Args& args) {
   }
 
   // The table on stderr: one block per group, ratios of medians within it.
-  auto median_in = [&](const std::string& group, Mech m) -> std::optional<double> {
+  auto median_in = [&](const std::string& group, std::string_view m) -> std::optional<double> {
     for (std::size_t i = 0; i < configs.size(); ++i)
-      if (configs[i].group == group && configs[i].mech == m && st[i]) return st[i]->median;
+      if (configs[i].group == group && configs[i].mech->name == m && st[i]) return st[i]->median;
     return std::nullopt;
   };
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -528,12 +491,12 @@ int run(const Args& args) {
       std::fprintf(stderr, "  %-17s %10s  %8s  %-19s %8s  %9s  %s\n", "mechanism", "msgs/run", "Mmsg/s", "min .. max",
                    "vs copy", "vs b-mq", "note");
     }
-    const std::string_view mech = mech_info(c.mech).name;
+    const std::string_view mech = c.mech->name;
     if (!st[i]) {
       std::fprintf(stderr, "  %-17.*s skipped: %s\n", int(mech.size()), mech.data(), c.skip.c_str());
       continue;
     }
-    const auto copy = median_in(c.group, Mech::shmbox_copy), bmq = median_in(c.group, Mech::boost_mq);
+    const auto copy = median_in(c.group, "shmbox-copy"), bmq = median_in(c.group, "boost-mq");
     const std::string range = fmt_mrate(st[i]->min) + " .. " + fmt_mrate(st[i]->max);
     std::string note = c.note.substr(c.note.find(" msgs/run") + 9);  // the count is in its own column
     if (note.starts_with(" ")) note.erase(0, 1);
