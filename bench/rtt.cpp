@@ -208,9 +208,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     }
     if (arg == "--only")
       return parse_list(w, a.only, [](std::string_view item, std::string& out) {
-        if (!known_name(item)) std::fprintf(stderr, "%s: unknown mechanism '%.*s'\n", kProg, int(item.size()), item.data());
         out = item;
-        return known_name(item);
+        if (known_name(item)) return true;
+        std::fprintf(stderr, "%s: unknown mechanism '%.*s'\n", kProg, int(item.size()), item.data());
+        return false;
       });
     return false;
   });

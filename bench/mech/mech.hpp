@@ -66,13 +66,16 @@ enum class Kind { shmbox, spin_ring, lockfree_spsc, boost_mq, posix_mq, pipe, un
 struct KindInfo {
   Kind kind;
   const char* name;  // of its rows (shmbox: the benchmarks name its variants)
-  const char* tag;        // in the names of its queues
+  const char* tag;   // in the names of its queues
   bool needs_boost;
 };
-inline constexpr KindInfo kKinds[] = {
-    {Kind::shmbox, "shmbox", "box", false},         {Kind::spin_ring, "spin-ring", "ring", false},
-    {Kind::lockfree_spsc, "lockfree-spsc", "spsc", true}, {Kind::boost_mq, "boost-mq", "bmq", true},
-    {Kind::posix_mq, "posix-mq", "pmq", false},     {Kind::pipe, "pipe", "pipe", false},
+inline constexpr KindInfo kKinds[] = {  // in the order of Kind
+    {Kind::shmbox, "shmbox", "box", false},
+    {Kind::spin_ring, "spin-ring", "ring", false},
+    {Kind::lockfree_spsc, "lockfree-spsc", "spsc", true},
+    {Kind::boost_mq, "boost-mq", "bmq", true},
+    {Kind::posix_mq, "posix-mq", "pmq", false},
+    {Kind::pipe, "pipe", "pipe", false},
     {Kind::unix_socket, "unix-socket", "sock", false},
 };
 constexpr const KindInfo& info_of(Kind k) { return kKinds[static_cast<int>(k)]; }
@@ -213,8 +216,9 @@ class BoostMqQueue final : public Queue {
     });
   }
   void verify(std::uint64_t) override {
-    if (boost_call("message_queue open", [&] { return bip::message_queue(bip::open_only, name_.c_str()).get_num_msg(); }))
-      throw bench_failure("message_queue " + name_ + " is not empty after the run");
+    const auto n = boost_call("message_queue open",
+                              [&] { return bip::message_queue(bip::open_only, name_.c_str()).get_num_msg(); });
+    if (n != 0) throw bench_failure("message_queue " + name_ + " is not empty after the run");
   }
 
  private:
