@@ -2,8 +2,9 @@
 // rtt.cpp, iceoryx.cpp) share: the parent that forks the children of a run
 // and reads their reports, the start barrier, the watchdog, the cleanup on
 // failure and on fatal signals, the command line, and the messages of the
-// throughput runs with their check. Every benchmark keeps only what is
-// specific to its mechanisms. Nothing here depends on shmbox or iceoryx.
+// throughput runs with their check. The mechanisms of throughput.cpp and
+// rtt.cpp are bench/mech/; every benchmark keeps only its configurations,
+// roles and tables. Nothing here depends on shmbox or iceoryx.
 //
 // ONE RUN (class Run): the protocol of every benchmark
 //   1. run.spawn() forks each child; it does its set-up (open, attach, map,
@@ -174,6 +175,24 @@ class ArgWalker {
   std::string_view name_, value_;
   bool has_value_ = false;
 };
+
+// The items of the option's value "a,b,c", each through parse(item, out):
+// false for an empty item or one parse() refuses. Duplicates are dropped.
+template <class T, class Parse>
+bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
+  std::string_view s;
+  if (!w.value(s)) return false;
+  out.clear();
+  while (true) {
+    const auto comma = s.find(',');
+    const std::string_view item = s.substr(0, comma);
+    T v{};
+    if (item.empty() || !parse(item, v)) return false;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    if (comma == std::string_view::npos) return true;
+    s.remove_prefix(comma + 1);
+  }
+}
 
 // The options every benchmark has; its own Args derive from this.
 struct CommonArgs {
