@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shmbox/error.hpp"
+#include "shmbox/export.hpp"
 
 namespace shmbox {
 
@@ -30,9 +31,9 @@ enum class policy : std::uint8_t {
 };
 
 // "reject", "drop-newest", "drop-oldest", "lifo", "block".
-std::string_view to_string(policy p) noexcept;
+SHMBOX_API std::string_view to_string(policy p) noexcept;
 // Accepts the names above, with '-' or '_'.
-std::optional<policy> parse_policy(std::string_view s) noexcept;
+SHMBOX_API std::optional<policy> parse_policy(std::string_view s) noexcept;
 
 // Documented limits of a box.
 inline constexpr std::uint32_t kMaxCapacity = 1u << 24;      // messages per box
@@ -116,7 +117,7 @@ enum class transfer_reason : std::uint8_t {
   lease_expired,  // the previous owner, alive but hung, did not renew its lease in time
 };
 // "none", "owner-died", "give-away", "lease-expired".
-std::string_view to_string(transfer_reason r) noexcept;
+SHMBOX_API std::string_view to_string(transfer_reason r) noexcept;
 
 // How an owner got its box.
 struct transfer_record {
@@ -237,7 +238,7 @@ struct open_options {
   bool any_owner = false;
 };
 
-class Box {
+class SHMBOX_API Box {
  public:
   // Creates /dev/shm/shmbox.<name> and initialises it; fails with errc::exists if
   // it is there already. Any process may call it.
@@ -303,7 +304,7 @@ class Box {
   result<void> request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const;
 
  private:
-  explicit Box(std::shared_ptr<detail::mapped_box> m);
+  SHMBOX_LOCAL explicit Box(std::shared_ptr<detail::mapped_box> m);
   std::shared_ptr<detail::mapped_box> m_;
   friend class Producer;
   friend class Owner;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <variant>
 
+#include "shmbox/export.hpp"
+
 namespace shmbox {
 
 // Every error the library reports. The category's message() says what to do.
@@ -38,7 +40,7 @@ enum class errc : int {
 };
 
 // The category of errc; name() is "shmbox".
-const std::error_category& category() noexcept;
+SHMBOX_API const std::error_category& category() noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), category()};
@@ -48,7 +50,7 @@ inline std::error_code make_error_code(errc e) noexcept {
 // thread got from shmbox, the sentence names the box and the numbers involved
 // ("box 'jobs': message of 300 bytes exceeds the slot size of 256 bytes");
 // otherwise it is ec.message().
-std::string explain(std::error_code ec);
+SHMBOX_API std::string explain(std::error_code ec);
 
 // A value or an error code. Member names follow std::expected so that a move
 // to C++23 can make this an alias.

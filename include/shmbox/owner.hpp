@@ -13,6 +13,7 @@
 
 #include "shmbox/box.hpp"
 #include "shmbox/error.hpp"
+#include "shmbox/export.hpp"
 
 namespace shmbox {
 
@@ -29,7 +30,7 @@ enum class recv_status : std::uint8_t {
   error,      // the box cannot be used (corrupt segment); see Owner::last_error()
 };
 
-std::string_view to_string(recv_status s) noexcept;
+SHMBOX_API std::string_view to_string(recv_status s) noexcept;
 
 // One received message.
 struct message {
@@ -90,7 +91,7 @@ enum class owner_mode : std::uint8_t {
             // soon as that notification is sent (wait() reports it)
   active,   // one-shot: the next delivery happens as soon as data is there; then passive
 };
-std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
+SHMBOX_API std::string_view to_string(owner_mode m) noexcept;  // "passive", "notify", "active"
 
 // What a filter makes of one message.
 enum class filter_verdict : std::uint8_t {
@@ -130,7 +131,7 @@ struct usage_info {
 };
 
 // The owner handle. Receiving copies a message out and commits it in one call.
-class Owner {
+class SHMBOX_API Owner {
  public:
   // Takes ownership of the box by name. Fails with errc::not_owner when another
   // live process owns it. A dead owner's box is taken over, with its messages.
@@ -238,19 +239,19 @@ class Owner {
   std::error_code last_error() const noexcept;
 
  private:
-  struct state;
-  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
+  struct SHMBOX_LOCAL state;
+  SHMBOX_LOCAL recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
                            const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
                            const wait_options* w = nullptr);
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, std::size_t max,
                                     std::chrono::nanoseconds timeout, const wait_options& w);
-  bool serve_request();
-  bool give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
+  SHMBOX_LOCAL bool serve_request();
+  SHMBOX_LOCAL bool give_away_key(std::uint64_t dest, const std::string& dest_name, std::string_view data,
                      std::chrono::nanoseconds timeout);
   // The handle of this process after it took the box with `epoch`, holding
   // `lease` (the owner's role lock); runs recovery.
-  static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease);
-  explicit Owner(std::unique_ptr<state> s);
+  SHMBOX_LOCAL static Owner adopt(std::shared_ptr<detail::mapped_box> m, std::uint64_t epoch, detail::role_lock&& lease);
+  SHMBOX_LOCAL explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
   friend class Heir;
 };
@@ -259,7 +260,7 @@ class Owner {
 // the owner dies, exits or lets its lease expire, first live heir first, in
 // registration order) or as a listener (only give_away). The entry is
 // withdrawn when the handle is destroyed.
-class Heir {
+class SHMBOX_API Heir {
  public:
   // Registers this process as an heir of `box`; `data` (up to 64 bytes) is
   // handed to it in the transfer record.
@@ -285,9 +286,9 @@ class Heir {
   std::uint32_t position() const;
 
  private:
-  struct state;
-  static result<Heir> make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener);
-  explicit Heir(std::unique_ptr<state> s);
+  struct SHMBOX_LOCAL state;
+  SHMBOX_LOCAL static result<Heir> make(std::shared_ptr<detail::mapped_box> box, std::string_view data, bool listener);
+  SHMBOX_LOCAL explicit Heir(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "shmbox/box.hpp"
 #include "shmbox/error.hpp"
+#include "shmbox/export.hpp"
 
 namespace shmbox {
 
@@ -27,7 +28,7 @@ enum class post_status : std::uint8_t {
 };
 
 // "stored", "stored-evicted", "dropped", "full", "timeout", "too-large", "error".
-std::string_view to_string(post_status s) noexcept;
+SHMBOX_API std::string_view to_string(post_status s) noexcept;
 
 // True for stored and stored_evicted.
 constexpr bool is_stored(post_status s) noexcept {
@@ -47,7 +48,7 @@ struct producer_ctx;
 // short; if the process dies holding one, the slot is repaired and counted
 // `abandoned`, like any post cut short. One open loan per Producer handle;
 // the handle's post calls fail (error, invalid_argument) until it is closed.
-class slot_loan {
+class SHMBOX_API slot_loan {
  public:
   slot_loan() = default;
   slot_loan(slot_loan&& o) noexcept;
@@ -89,7 +90,7 @@ class slot_loan {
 // A producer handle: one entry in the box's producer table, used by one thread
 // at a time. Any number of processes (and threads, each with its own handle)
 // may post into the same box.
-class Producer {
+class SHMBOX_API Producer {
  public:
   // Opens the box by name and takes a producer entry.
   static result<Producer> attach(std::string_view name);
@@ -164,8 +165,8 @@ class Producer {
   std::uint32_t last_evicted() const noexcept;
 
  private:
-  struct state;
-  explicit Producer(std::unique_ptr<state> s);
+  struct SHMBOX_LOCAL state;
+  SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
 
