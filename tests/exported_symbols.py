@@ -98,7 +98,8 @@ def allowed(kind, d):
     # with vague linkage (weak or unique); their template arguments must not
     # be private types of ours.
     if kind in ("W", "V", "u"):
-        starts_std = re.match(r"(?:[\w:<>,\s\*&]+\s)?std::", body) is not None
+        # (after its return type, if the name shows one: a type or decltype(auto))
+        starts_std = re.match(r"(?:decltype\(auto\)\s|[\w:<>,\s\*&]+\s)?std::", body) is not None
         return starts_std and names_only_public(d)
     return False
 
