@@ -1,9 +1,12 @@
 // lib/fault.hpp - named crash points for tests.
 //
-// With -Dfault_injection=true (the default), SHMBOX_FAULT=<point>[:N] in the
-// environment makes the process kill itself with SIGKILL the N-th time (default
-// 1st) it passes <point>; SHMBOX_FAULT=<point>:N:stop stops it with SIGSTOP
-// instead (it carries on after SIGCONT). Read once per process. Points:
+// Compiled in only in the tests' variant of the library (libshmbox-testing.a,
+// built with -DSHMBOX_FAULT_INJECTION=1 when -Dfault_injection=true, the
+// default; see lib/meson.build); the installed libshmbox.so has none. There,
+// SHMBOX_FAULT=<point>[:N] in the environment makes the process kill itself
+// with SIGKILL the N-th time (default 1st) it passes <point>;
+// SHMBOX_FAULT=<point>:N:stop stops it with SIGSTOP instead (it carries on
+// after SIGCONT). Read once per process. Points:
 //   producer.after_announce  claim announced in the producer table, tail not yet CASed
 //   producer.after_claim     tail claimed, nothing written yet
 //   producer.mid_payload     half the payload written, not published

@@ -1,5 +1,5 @@
 // Each overflow policy, pobox's worked example, counters, sizes, blocking and
-// ownership, in one process (the multi-process versions are in ipc.cpp).
+// ownership, in one process (the multi-process versions are in processes.cpp).
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -109,7 +109,7 @@ class SHMBOX_API Box {
   result<void> request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const;
 
  private:
-  explicit Box(std::shared_ptr<detail::mapped_box> m);
+  SHMBOX_LOCAL explicit Box(std::shared_ptr<detail::mapped_box> m);
   std::shared_ptr<detail::mapped_box> m_;
   friend struct detail::access;
 };

@@ -43,8 +43,8 @@ class SHMBOX_API Heir {
   std::uint32_t position() const;
 
  private:
-  struct state;
-  explicit Heir(std::unique_ptr<state> s);
+  struct SHMBOX_LOCAL state;
+  SHMBOX_LOCAL explicit Heir(std::unique_ptr<state> s);
   friend struct detail::access;
   std::unique_ptr<state> s_;
 };

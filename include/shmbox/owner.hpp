@@ -240,9 +240,9 @@ class SHMBOX_API Owner {
   std::error_code last_error() const noexcept;
 
  private:
-  struct state;
+  struct SHMBOX_LOCAL state;
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, const receive_options& o);
-  explicit Owner(std::unique_ptr<state> s);
+  SHMBOX_LOCAL explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
   friend struct detail::access;
 };

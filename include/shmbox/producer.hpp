@@ -90,9 +90,9 @@ class SHMBOX_API Producer {
   std::uint32_t last_evicted() const noexcept;
 
  private:
-  struct state;
+  struct SHMBOX_LOCAL state;
   friend class slot_loan;
-  explicit Producer(std::unique_ptr<state> s);
+  SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
 
