@@ -1,0 +1,238 @@
+// lib/owner_modes.cpp - pobox's owner states (passive, notify, active; wait
+// and deliver) and notify_fd, the eventfd an event loop polls, with the
+// waker thread that relays the segment's futex wake-ups to it.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "errors.hpp"
+#include "handover.hpp"
+#include "lease.hpp"
+#include "owner_state.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "wake.hpp"
+
+namespace shmbox {
+
+using detail::kLostWakeSliceNs;
+
+using detail::batch_sink;
+using detail::filter_sink;
+using detail::message_sink;
+using detail::overflow_drops;
+using detail::vector_sink;
+using detail::view_sink;
+
+std::string_view to_string(owner_mode m) noexcept {
+  switch (m) {
+    case owner_mode::passive: return "passive";
+    case owner_mode::notify: return "notify";
+    case owner_mode::active: return "active";
+  }
+  return "unknown";
+}
+
+owner_mode Owner::mode() const noexcept {
+  if (!s_) return owner_mode::passive;
+  // acquire: pairs with set_mode's release store (a producer's revert is relaxed).
+  const auto v = static_cast<std::uint32_t>(detail::state_mode(s_->m->owner()->state.load(std::memory_order_acquire)));
+  return v <= static_cast<std::uint32_t>(owner_mode::active) ? static_cast<owner_mode>(v) : owner_mode::passive;
+}
+
+void Owner::passive() {
+  if (!s_ || !s_->still_owner()) return;
+  s_->due = false;
+  s_->armed = owner_mode::passive;
+  s_->active_filter = nullptr;
+  s_->set_mode(owner_mode::passive);
+  s_->disarm_all();
+}
+
+void Owner::notify() {
+  if (!s_ || !s_->still_owner()) return;
+  s_->armed = owner_mode::notify;
+  s_->set_mode(owner_mode::notify);
+  // Armed: producers now wake us (futex, and the waker thread's eventfd).
+  // Data already there: the notification is sent now (wait() reports it),
+  // and, as in pobox, the box is passive again at once.
+  s_->due = !s_->arm_all();
+  if (s_->due) {
+    s_->set_mode(owner_mode::passive);
+    s_->poke_fd();
+  }
+}
+
+void Owner::active(filter_fn filter, std::size_t max) {
+  if (!s_ || !s_->still_owner()) return;
+  s_->active_filter = std::move(filter);
+  s_->active_max = max;
+  s_->armed = owner_mode::active;
+  s_->set_mode(owner_mode::active);
+  s_->due = !s_->arm_all();
+  if (s_->due) s_->poke_fd();
+}
+
+recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filter) {
+  out.messages.clear();
+  out.count = 0;
+  out.dropped = 0;
+  if (!s_) return recv_status::not_owner;
+  const std::uint64_t drops_now = overflow_drops(detail::access::make_box(s_->m));
+  batch_sink sink(out.messages);
+  std::uint64_t filter_drops = 0;
+  const recv_status st = s_->receive_into(sink, max == 0 ? 1 : max, std::chrono::nanoseconds(0), false, &filter, &filter_drops);
+  if (st == recv_status::timeout || st == recv_status::empty) return recv_status::empty;  // no data: no delivery
+  if (st != recv_status::ok) return st;
+  // A delivery (maybe empty: all dropped, or the first message skipped).
+  detail::owner_record* rec = s_->m->owner();
+  const std::uint64_t base = rec->drops_baseline.load(std::memory_order_relaxed);
+  out.count = out.messages.size();
+  out.dropped = (drops_now >= base ? drops_now - base : 0) + filter_drops;
+  rec->drops_baseline.store(drops_now, std::memory_order_relaxed);
+  s_->armed = owner_mode::passive;
+  s_->due = false;
+  s_->set_mode(owner_mode::passive);
+  return recv_status::ok;
+}
+
+owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
+  if (!s_) return owner_event::not_owner;
+  detail::owner_record* rec = s_->m->owner();
+  detail::lazy_deadline deadline{detail::timeout_ns(timeout)};
+  for (;;) {
+    // Read before looking for a request: Box::request_give_away stores the
+    // request, then bumps wake_seq (release) and wakes the futex; reading it
+    // first means a request we do not see below changes it, and the futex
+    // wait returns at once. acquire (owner_wake_seq): pairs with that bump
+    // (and P6's).
+    const std::uint32_t w = detail::owner_wake_seq(*rec);
+    if (!s_->still_owner()) return owner_event::not_owner;
+    if (detail::serve_request(s_->ctx, s_->lease)) return owner_event::not_owner;  // given away on request
+    s_->drain_fd();
+    const owner_mode mode = s_->armed;
+    if (mode == owner_mode::passive && !s_->due) {
+      // Nothing armed: nothing can fire, but the owner sleeps here until the
+      // timeout all the same, serving give-away requests as it does when
+      // armed (they wake this futex), and returns not_owner once the box is
+      // gone. Posts do not wake it: no lane is armed.
+      if (deadline.timeout_ns == 0) return owner_event::none;
+      const std::uint64_t now = detail::mono_ns();
+      if (now >= deadline.get()) return owner_event::none;
+      // In slices, like the armed wait below: a box taken away meanwhile
+      // (lease expired) is noticed within one.
+      detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+      continue;
+    }
+    const bool data = s_->due || !s_->arm_all();
+    if (data) {
+      s_->due = false;
+      if (mode == owner_mode::notify) {
+        s_->armed = owner_mode::passive;
+        s_->set_mode(owner_mode::passive);
+        s_->disarm_all();
+        return owner_event::notified;
+      }
+      const recv_status st = deliver(out, s_->active_max, s_->active_filter);
+      if (st == recv_status::ok) {
+        s_->disarm_all();
+        s_->active_filter = nullptr;
+        return owner_event::delivered;
+      }
+      if (st == recv_status::not_owner) return owner_event::not_owner;
+      if (st == recv_status::error) return owner_event::error;
+      // Claimed but not yet published: look again shortly.
+      s_->set_mode(owner_mode::active);
+      const std::uint64_t now = detail::mono_ns();
+      if (deadline.timeout_ns == 0 || now >= deadline.get()) return owner_event::none;
+      ::sched_yield();
+      continue;
+    }
+    // Armed, nothing there yet: the segment shows what we wait for (a
+    // producer's wake-up, which is the notification, may have set it back to
+    // passive while we were receiving instead of waiting).
+    if (this->mode() != mode) s_->set_mode(mode);
+    if (deadline.timeout_ns == 0) return owner_event::none;
+    const std::uint64_t now = detail::mono_ns();
+    if (now >= deadline.get()) {
+      return owner_event::none;  // still armed: a later wait, or the fd, picks it up
+    }
+    detail::owner_wait_wake(*rec, w, std::min(deadline.get(), now + kLostWakeSliceNs));
+  }
+}
+
+int Owner::notify_fd() {
+  if (!s_) return -1;
+  if (s_->efd >= 0) return s_->efd;
+  s_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s_->efd < 0) {
+    s_->ctx.last_error = detail::fail_errno(errno, "box '" + s_->m->name + "': eventfd");
+    return -1;
+  }
+  state* st = s_.get();
+  st->waker = std::thread([st] {
+    detail::owner_record* rec = st->m->owner();
+    std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
+    std::uint64_t request_seen = 0;
+    // The last wake_seq this thread relayed (or found already served).
+    std::uint32_t relayed = detail::owner_wake_seq(*rec);
+    // acquire: pairs with the release store of stop_waker in ~state.
+    while (!st->stop_waker.load(std::memory_order_acquire)) {
+      // A give-away request (Box::request_give_away wakes this thread) for
+      // an owner that accepts them: make the fd readable once per request, so
+      // that an event loop calls wait(), which serves it.
+      const std::uint64_t request = detail::pending_request(*st->m);
+      if (request != request_seen) {
+        request_seen = request;
+        if (request != 0 && detail::accepts_requests(*st->m, st->ctx.epoch)) st->poke_fd();
+      }
+      // Every second: armed (notify/active) with messages in the box means a
+      // wake-up was lost (a producer died between publishing and waking us):
+      // make the fd readable. Reads only shared words, never the owner's
+      // private state; a spurious poke just makes wait() look again.
+      if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
+        next_look = now + kLostWakeSliceNs * 4;
+        // acquire: pairs with set_mode's release store.
+        const auto mode = static_cast<std::uint32_t>(detail::state_mode(rec->state.load(std::memory_order_acquire)));
+        if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
+          std::uint64_t depth = 0;
+          for (std::uint32_t l = 0; l < st->m->lane_count() && depth == 0; ++l) depth += detail::lane_depth_scan(*st->m, l);
+          if (depth != 0) st->poke_fd();
+        }
+      }
+      // Producers write the eventfd themselves; until one says it cannot
+      // (fd_fallback), this thread just sleeps.
+      // acquire (here and below): pairs with wake_owner's release store of fd_fallback
+      // (wake.cpp).
+      if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
+        detail::waiter_wait_fallback(*rec, detail::mono_ns() + 1'000'000'000);
+        // Switched on by a producer that is waking the owner right now: relay
+        // that wake too (it bumped wake_seq before we could watch it).
+        if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
+        continue;
+      }
+      // A producer woke the owner; unless the owner already handled that wake
+      // (producers write the fd themselves where they can), make the fd
+      // readable. Compared with the last wake relayed, not with a value
+      // loaded just before sleeping: a wake that came while this thread was
+      // busy (relaying the previous one) would otherwise wait a whole slice.
+      const std::uint32_t w = detail::owner_wake_seq(*rec);  // acquire: pairs with the producer's release bump (P6)
+      if (w != relayed) {
+        relayed = w;
+        if (st->served_wake.load(std::memory_order_acquire) != w) st->poke_fd();
+      }
+      detail::owner_wait_wake(*rec, w, detail::mono_ns() + 1'000'000'000);
+    }
+  });
+  // Producers that wake us write it directly (pidfd_getfd): no thread hop.
+  // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+  // owner_eventfd (wake.cpp): the eventfd exists before its number is read.
+  s_->m->owner()->notify_fd_plus1.store(static_cast<std::uint32_t>(s_->efd) + 1, std::memory_order_release);
+  if (s_->due) s_->poke_fd();
+  return s_->efd;
+}
+
+}  // namespace shmbox

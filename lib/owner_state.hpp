@@ -1,0 +1,229 @@
+// lib/owner_state.hpp - what the Owner handle holds (Owner::state, the pimpl
+// of shmbox/owner.hpp) and the sinks its receives copy messages into. Shared
+// by owner.cpp (acquire, receive, commit) and owner_modes.cpp (pobox's owner
+// states, notify_fd). Not installed.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "access.hpp"
+#include "handover.hpp"
+#include "liveness.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "shmbox/owner.hpp"
+#include "wake.hpp"
+
+namespace shmbox {
+namespace detail {
+
+// Counts what it appends; the public receive forms wrap it.
+struct owner_sink : take_sink {
+  std::size_t appended = 0;
+
+ protected:
+  ~owner_sink() = default;
+};
+
+struct vector_sink final : detail::owner_sink {
+  std::vector<message>* out;
+  explicit vector_sink(std::vector<message>& v) : out(&v) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    message& m = out->emplace_back();
+    m.data.assign(reinterpret_cast<const char*>(data), size);
+    m.redelivered = redelivered;
+    m.lane = lane;
+    ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
+// One message into the caller's `message` (its string keeps its memory, so
+// a loop of receives allocates nothing once it has grown).
+struct message_sink final : detail::owner_sink {
+  message* out;
+  explicit message_sink(message& m) : out(&m) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    out->data.assign(reinterpret_cast<const char*>(data), size);
+    out->redelivered = redelivered;
+    out->lane = lane;
+    ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
+struct batch_sink final : detail::owner_sink {
+  batch* out;
+  explicit batch_sink(batch& b) : out(&b) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    detail::access::append(*out, data, size, redelivered, lane);
+    ++appended;
+    return detail::take_verdict::deliver;
+  }
+};
+// Zero-copy: hands each message to the caller's function in place (the slot
+// is TAKEN by us meanwhile, so no producer or evictor writes it), and it is
+// committed when the function returns. An exception from the function ends
+// the call: that message counts as delivered (the function saw it), the
+// rest stay in the box, and the exception is rethrown once the take is done.
+struct view_sink final : detail::owner_sink {
+  void (*fn)(void*, const message_view&);
+  void* ctx;
+  std::exception_ptr thrown;
+  view_sink(void (*f)(void*, const message_view&), void* c) : fn(f), ctx(c) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    if (thrown) return detail::take_verdict::skip;
+    ++appended;
+    try {
+      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane});
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    return detail::take_verdict::deliver;
+  }
+};
+// Runs the owner's filter on each message and passes what it delivers on.
+struct filter_sink final : detail::owner_sink {
+  detail::owner_sink* inner;
+  const filter_fn* filter;
+  std::uint64_t drops = 0;  // this call's filter drops
+  std::size_t seen = 0;     // messages the filter looked at (skip included)
+  std::vector<char>* drop_marks = nullptr;  // fenced path: one mark per non-skipped message
+  std::string scratch;
+  filter_sink(detail::owner_sink& in, const filter_fn* f) : inner(&in), filter(f) {}
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    ++seen;
+    filter_verdict v = filter_verdict::deliver;
+    const std::byte* out = data;
+    std::size_t n = size;
+    if (filter != nullptr && *filter) {
+      scratch.assign(reinterpret_cast<const char*>(data), size);
+      v = (*filter)(scratch);
+      out = reinterpret_cast<const std::byte*>(scratch.data());
+      n = scratch.size();
+    }
+    if (v == filter_verdict::skip) return detail::take_verdict::skip;
+    ++appended;
+    if (drop_marks != nullptr) drop_marks->push_back(v == filter_verdict::drop ? 1 : 0);
+    if (v == filter_verdict::drop) {
+      ++drops;
+      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane);  // keeps the staging aligned
+      return detail::take_verdict::drop;
+    }
+    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane);
+    return detail::take_verdict::deliver;
+  }
+};
+// Messages the box's policies refused, dropped or evicted, all lanes.
+inline std::uint64_t overflow_drops(const Box& box) {
+  const counters c = box.read_counters();
+  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest;
+}
+
+}  // namespace detail
+
+struct Owner::state {
+  std::shared_ptr<detail::mapped_box> m;
+  detail::owner_ctx ctx;
+  transfer_record transfer;
+  batch staging;  // lease boxes: messages taken, committed before they are handed out
+  std::vector<char> staging_drops;  // lease boxes with a filter: which staged messages the filter dropped
+  // pobox states (the segment holds the state; these are the armed details)
+  filter_fn active_filter;
+  std::size_t active_max = SIZE_MAX;
+  // What this handle armed and has not yet reported (wait()). The segment's
+  // state may already be passive again: a notification reverts the box to
+  // passive as soon as it is sent (pobox), by the producer whose post woke
+  // us, or at arming time when the box already had data (then `due`).
+  owner_mode armed = owner_mode::passive;
+  bool due = false;  // an armed state fired at arming time (the box had data)
+  // notify_fd: an eventfd written by a waker thread that sleeps on the
+  // segment's futex (so producers of any process and user can wake it).
+  int efd = -1;
+  std::thread waker;
+  std::atomic<bool> stop_waker{false};
+  std::atomic<std::uint32_t> served_wake{0};  // wake_seq when wait() last drained the fd
+  // liveness.hpp L1: the owner byte while this handle owns the box, and its
+  // epoch's actor byte until the handle goes (a stale owner still finishes
+  // the commits it started: a later owner's recovery must see it alive).
+  mutable detail::role_lock lease;
+
+  bool still_owner() const noexcept { return detail::still_owner(ctx, lease); }
+
+  // Every receive form: takes up to `max` messages into `sink` (through the
+  // filter, if any), waiting up to `timeout` (the adaptive wait: spin, then
+  // sleep on the futex); `hold`: keep them taken until commit() (read).
+  recv_status receive_into(detail::owner_sink& sink, std::size_t max, std::chrono::nanoseconds timeout, bool hold,
+                           const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
+                           std::optional<std::chrono::nanoseconds> spin_opt = std::nullopt);
+
+  void set_mode(owner_mode mode) noexcept {
+    // Only the owner steps the count; a producer's revert (a CAS) may land
+    // between our load and store: then the new arming simply replaces it.
+    // release: pairs with the acquire loads of the state in Owner::mode() and the
+    // notify_fd waker thread (a producer's revert in wake_owner is a relaxed CAS).
+    detail::a32& w = m->owner()->state;
+    w.store(detail::next_state(w.load(std::memory_order_relaxed), static_cast<detail::owner_state>(mode)),
+            std::memory_order_release);
+  }
+
+  void poke_fd() noexcept {
+    if (efd < 0) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(efd, &one, sizeof one);
+  }
+
+  void drain_fd() noexcept {
+    if (efd < 0) return;
+    // acquire (wake_seq): pairs with the release bump of P6 (wake_owner, wake.cpp);
+    // release (served_wake): pairs with the waker thread's acquire load below.
+    served_wake.store(m->owner()->wake_seq.load(std::memory_order_acquire), std::memory_order_release);
+    std::uint64_t v;
+    [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
+  }
+
+  // Arms the owner's sleeping bit on every lane; false if any lane has
+  // something (then nothing stays armed).
+  bool arm_all() noexcept {
+    for (std::uint32_t l = 0; l < m->lane_count(); ++l)
+      if (!detail::owner_arm_sleep(ctx, l)) {
+        disarm_all();
+        return false;
+      }
+    return true;
+  }
+  void disarm_all() noexcept {
+    for (std::uint32_t l = 0; l < m->lane_count(); ++l) detail::owner_clear_sleep(ctx, l);
+  }
+
+  ~state() {
+    // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+    // owner_eventfd (wake.cpp): producers stop writing our descriptor.
+    if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
+    if (waker.joinable()) {
+      // release: pairs with the waker thread's acquire load of stop_waker
+      // (notify_fd), which the wake below makes it do at once.
+      stop_waker.store(true, std::memory_order_release);
+      detail::wake_owner_waiters(*m->owner());
+      waker.join();
+    }
+    if (efd >= 0) ::close(efd);
+    // Give the lease back; the messages stay (uncommitted reads are delivered
+    // again to the next owner). Only if it is still ours. A registered heir
+    // (pobox's monitor mode) takes it over.
+    if (still_owner()) set_mode(owner_mode::passive);
+    detail::release_ownership(ctx, lease);
+  }
+};
+
+
+}  // namespace shmbox
