@@ -557,7 +557,7 @@ int run_one(const std::uint8_t* data, std::size_t size) {
     if (what & kDoInspect) do_inspect();
     if (what & kDoVerify) {
       step st("verify");
-      auto r = sb::shmbox::verify(g_name);
+      auto r = sb::verify(g_name);
       if (r) {
         volatile std::size_t k = r->problems.size() + r->slots + r->producers + r->heirs;
         (void)k;
@@ -580,11 +580,11 @@ int run_one(const std::uint8_t* data, std::size_t size) {
       sb::collect_options co;
       co.dry_run = true;  // never removes anything
       co.prefix = g_name;
-      (void)sb::shmbox::collect(co);
+      (void)sb::collect(co);
     }
     if (what & kDoVerify) {
       step st("verify again");
-      (void)sb::shmbox::verify(g_name);  // after our calls changed the segment
+      (void)sb::verify(g_name);  // after our calls changed the segment
     }
   } catch (const std::exception&) {
     // The API does not throw, but an exception is not a memory error: allowed here.
