@@ -48,12 +48,6 @@ transfer_reason public_reason(detail::transfer_reason r) {
 
 }  // namespace
 
-using detail::batch_sink;
-using detail::filter_sink;
-using detail::message_sink;
-using detail::overflow_drops;
-using detail::vector_sink;
-using detail::view_sink;
 
 std::string_view to_string(recv_status s) noexcept {
   switch (s) {

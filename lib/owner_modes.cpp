@@ -20,12 +20,6 @@ namespace shmbox {
 
 using detail::kLostWakeSliceNs;
 
-using detail::batch_sink;
-using detail::filter_sink;
-using detail::message_sink;
-using detail::overflow_drops;
-using detail::vector_sink;
-using detail::view_sink;
 
 std::string_view to_string(owner_mode m) noexcept {
   switch (m) {

@@ -131,6 +131,14 @@ inline std::uint64_t overflow_drops(const Box& box) {
 
 }  // namespace detail
 
+// By their short names in owner.cpp and owner_modes.cpp.
+using detail::batch_sink;
+using detail::filter_sink;
+using detail::message_sink;
+using detail::overflow_drops;
+using detail::vector_sink;
+using detail::view_sink;
+
 struct Owner::state {
   std::shared_ptr<detail::mapped_box> m;
   detail::owner_ctx ctx;
