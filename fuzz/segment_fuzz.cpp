@@ -54,12 +54,12 @@ using namespace std::chrono_literals;
 namespace sb = shmbox;
 
 constexpr std::uint8_t kDoInspect = 1u << 0;   // Box::inspect + info/read_counters/...
-constexpr std::uint8_t kDoVerify = 1u << 1;    // Box::verify
+constexpr std::uint8_t kDoVerify = 1u << 1;    // shmbox::verify
 constexpr std::uint8_t kDoOwner = 1u << 2;     // Owner::acquire + receives + read/commit + deliver + states
 constexpr std::uint8_t kDoProducer = 1u << 3;  // Producer::attach + posts into every lane
 constexpr std::uint8_t kDoHeir = 1u << 4;      // Heir::enlist/listen first, await_transfer once the owner left
 constexpr std::uint8_t kDoPostFirst = 1u << 5; // producer before owner
-constexpr std::uint8_t kDoList = 1u << 6;      // Box::list + Box::collect (dry run, own prefix)
+constexpr std::uint8_t kDoList = 1u << 6;      // Box::list + shmbox::collect (dry run, own prefix)
 constexpr std::uint8_t kDoTruncate = 1u << 7;  // change the segment's size
 // Byte 0: bits 0..2 pick the template (mod their number), then:
 constexpr std::uint8_t kShortWaits = 1u << 3;  // posts, receives and waits time out after 1 ms instead of 0
@@ -596,7 +596,7 @@ int run_one(const std::uint8_t* data, std::size_t size) {
 
 }  // namespace
 
-// The library sleeps in retry loops that wait for other processes: Box::verify
+// The library sleeps in retry loops that wait for other processes: shmbox::verify
 // re-reads the counters 20 times, 5 ms apart, when they do not add up (a box
 // in use settles; a scribbled one never does, so that costs 100 ms per
 // input). Nothing else runs in this process while an input runs, so those

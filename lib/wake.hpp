@@ -12,7 +12,7 @@
 //   wake_owner_waiters wakes whatever waits on wake_seq / fd_fallback
 //   wait_for_space     SYNC POINT A: a producer waits for a free slot
 //   wake_space_waiters SYNC POINT B: whoever frees slots wakes it
-//   adaptive_spin      the adaptive wait (options::spin, wait_options::spin):
+//   adaptive_spin      the adaptive wait (options::spin, post_options::spin, receive_options::spin):
 //                      poll this long, yielding now and then, before sleeping
 //   busy_backoff       the owner's pause / yield / nap behind an unpublished slot
 //

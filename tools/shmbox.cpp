@@ -755,7 +755,7 @@ std::string to_hex(std::string_view data) {
 }
 
 // Messages as they lie in the box, read-only: the owner and the producers
-// are not disturbed (Box::peek writes nothing).
+// are not disturbed (shmbox::peek writes nothing).
 int cmd_dump(const parsed& a) {
   auto box = shmbox::Box::inspect(a.name);
   if (!box) return fail(box.error());

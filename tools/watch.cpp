@@ -2,7 +2,7 @@
 // a live, read-only view of a box, refreshed every interval (top-like).
 //
 // The box is opened with Box::inspect (read-only: nothing in the segment is
-// written) and read with Box::info() at each refresh. Rates are counter
+// written) and read with shmbox::info() at each refresh. Rates are counter
 // deltas over the time between two refreshes (never negative: a counter that
 // went backwards, which only a scribbled segment does, counts as 0).
 //

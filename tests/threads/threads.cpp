@@ -1184,7 +1184,7 @@ namespace {
 // = 0, a release fence, the fields, then tr_epoch; read_transfer loads
 // tr_epoch, copies, an acquire fence, loads tr_epoch again). Its tr_data
 // bytes are plain memory copied with memcpy on both sides. Here an inspector
-// thread (Box::info, as `shmbox stat` does) reads the record while an owner
+// thread (shmbox::info, as `shmbox stat` does) reads the record while an owner
 // thread keeps taking the box over with a transfer recorded: in one process
 // that is an Owner::acquire while this process is itself a registered heir
 // (the acquire takes the box as that heir, reason owner_died, with its data).
