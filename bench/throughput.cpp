@@ -7,6 +7,12 @@
 //                     Owner::receive_in_place (written and read in place)
 //   shmbox-batch      shmbox, Producer::post_batch (32 at a time) /
 //                     Owner::receive_batch
+//   shmbox-receive    shmbox, Producer::post / Owner::receive(m, 1 s): one
+//                     message per call on both sides (the loop users write)
+//   shmbox-try-receive  shmbox, Producer::post / an Owner::try_receive
+//                     polling loop (spin_wait while empty)
+//   shmbox-in-place-1 shmbox, Producer::loan + commit /
+//                     Owner::receive_in_place with max 1, waiting 1 s
 //   boost-mq          Boost.Interprocess message_queue (off-the-shelf baseline)
 //   posix-mq          POSIX message queue (mq_send / mq_receive)
 //   pipe              one pipe, atomic write() per message, 64 KiB reads
@@ -69,7 +75,8 @@
 //   (S <= PIPE_BUF, so writes are atomic) and the consumer splits 64 KiB
 //   reads into messages. The socket consumer takes up to 256 datagrams per
 //   recvmmsg (MSG_WAITFORONE); shmbox consumers take up to 256 messages per
-//   call into a reusable batch (or in place). The POSIX message queue's name
+//   call into a reusable batch (or in place), except the one-message rows
+//   (shmbox-receive, shmbox-try-receive, shmbox-in-place-1): one per call. The POSIX message queue's name
 //   is unlinked as soon as every child has opened it; the socket is in the
 //   abstract namespace (it leaves no file).
 // * Timing. The consumer reads steady_clock right after it has received and
@@ -137,6 +144,7 @@ struct MechInfo {
   std::uint64_t divisor;        // runs send N / divisor messages (slow mechanisms: fewer)
   shmbox_send send = shmbox_send::post;
   shmbox_recv recv = shmbox_recv::batch;
+  std::size_t recv_max = kBatch;  // the most messages one receive call takes
 };
 
 // A baseline: its name is the one of bench/mech/mech.hpp.
@@ -148,6 +156,9 @@ constexpr MechInfo kMechs[] = {
     {"shmbox-copy", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
     {"shmbox-zero-copy", Kind::shmbox, {}, 1, shmbox_send::loan, shmbox_recv::in_place},
     {"shmbox-batch", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch},
+    {"shmbox-receive", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::adaptive, 1},
+    {"shmbox-try-receive", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::poll, 1},
+    {"shmbox-in-place-1", Kind::shmbox, {}, 1, shmbox_send::loan, shmbox_recv::in_place, 1},
     baseline(Kind::boost_mq, {}, 4),
     baseline(Kind::posix_mq, {}, 16),
     baseline(Kind::pipe, {}, 4),
@@ -338,7 +349,7 @@ RunResult run_once(const Config& cfg, const Args& args) {
   base.ends = run.child_ends();
 
   ChildCtx consumer = base;
-  consumer.end.batch = kBatch;
+  consumer.end.batch = m.recv_max;
   queue->receiver(consumer.end);
   run.spawn("consumer", -1, [&] { child_main(consumer); }, fds_not_of(consumer.end, {queue.get()}));
   for (int i = 0; i < cfg.producers; ++i) {

@@ -409,7 +409,12 @@ struct alignas(kCacheLine) lane_header {
   alignas(kCacheLine) a32 space_seq;  // futex word, bumped by whoever frees a slot while wanted
   a32 space_wanted;  // 1 when a producer sleeps (or is about to) on space_seq
   a64 space_wake_calls;  // futex_wake syscalls made on space_seq (diagnostic)
-  a64 reserved2[6];
+  // 1 once a producer waiting for space could not make the owner's CPU fence
+  // for it (membarrier refused: seccomp, an old kernel): from then on owners
+  // fence at SYNC POINT B (wake.hpp). Sticky; 0 in a new lane.
+  a32 space_fence;
+  a32 reserved2a;
+  a64 reserved2[5];
   // line 3: immutable description
   alignas(kCacheLine) std::uint32_t capacity;  // slots in this lane
   std::uint32_t policy;                         // shmbox::policy of this lane
@@ -423,6 +428,7 @@ static_assert(offsetof(lane_header, head) == 64);
 static_assert(offsetof(lane_header, space_seq) == 128);
 static_assert(offsetof(lane_header, space_wanted) == 132);
 static_assert(offsetof(lane_header, space_wake_calls) == 136);
+static_assert(offsetof(lane_header, space_fence) == 144);
 static_assert(offsetof(lane_header, capacity) == 192);
 static_assert(offsetof(lane_header, policy) == 196);
 static_assert(offsetof(lane_header, slots_offset) == 200);

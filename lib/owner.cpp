@@ -84,6 +84,7 @@ Owner detail::access::adopt_owner(std::shared_ptr<mapped_box> m, std::uint64_t e
   s->ctx.key = self_key();
   s->ctx.epoch = epoch;
   owner_recover(s->ctx);
+  s->ctx.light_fence = owner_light_fence();
   const transfer_view t = read_transfer(*s->m);
   s->transfer.box = s->m->name;
   s->transfer.to_pid = key_pid(s->ctx.key);
@@ -146,9 +147,36 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
   detail::allow_requests(*s_->m, accept ? s_->ctx.epoch : 0);
 }
 
+std::optional<recv_status> Owner::state::receive_fast(detail::owner_sink& sink) noexcept {
+  detail::owner_ctx& o = ctx;
+  if (o.fenced || !o.pending.empty()) return std::nullopt;
+  const detail::owner_record* rec = m->owner();
+  // still_owner() and serve_request()'s first test, as loads only: anything
+  // else (lost, or asked to give away) is the general path's to report.
+  // acquire: pairs with O2/O3 of whoever took the box from us (as still_owner).
+  if (rec->key.load(std::memory_order_acquire) != o.key || rec->epoch.load(std::memory_order_acquire) != o.epoch ||
+      rec->requests_allowed.load(std::memory_order_relaxed) == o.epoch)  // relaxed: only we write it (serve_request)
+    return std::nullopt;
+  sink.max = 1;
+  sink.look_at_tail = false;
+  for (std::uint32_t l = 0; l < m->lane_count(); ++l) {
+    switch (detail::owner_take_fast(o, m->lanes[l], sink)) {
+      case detail::fast_take::taken: return recv_status::ok;
+      case detail::fast_take::empty: continue;
+      case detail::fast_take::general: return std::nullopt;
+    }
+  }
+  // Nothing at any head. The general path reads the tails on every 64th
+  // poll (receive_into), to notice a claimed slot that is not published.
+  if ((o.polls & 63) == 0) return std::nullopt;
+  ++o.polls;
+  return recv_status::empty;
+}
+
 recv_status Owner::try_receive(message& out) {
   if (!s_) return recv_status::not_owner;
   message_sink sink(out);
+  if (const auto fast = s_->receive_fast(sink)) return *fast;
   const recv_status st = s_->receive_into(sink, 1, std::chrono::nanoseconds(0), false);
   return st == recv_status::timeout ? recv_status::empty : st;
 }
@@ -156,6 +184,10 @@ recv_status Owner::try_receive(message& out) {
 recv_status Owner::receive(message& out, const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   message_sink sink(out);
+  if (const auto fast = s_->receive_fast(sink)) {
+    if (*fast == recv_status::ok) return *fast;
+    if (o.timeout.count() == 0) return recv_status::timeout;  // as receive_into's poll says it
+  }
   return s_->receive_into(sink, 1, o.timeout, false, nullptr, nullptr, o.spin);
 }
 
@@ -181,6 +213,12 @@ recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&),
                                          const receive_options& o) {
   if (!s_) return recv_status::not_owner;
   view_sink sink(fn, ctx);
+  if (o.max == 1) {
+    const auto fast = s_->receive_fast(sink);
+    if (sink.thrown) std::rethrow_exception(sink.thrown);
+    if (fast && *fast == recv_status::ok) return *fast;
+    if (fast && o.timeout.count() == 0) return recv_status::timeout;  // as receive_into's poll says it
+  }
   if (s_->ctx.fenced) {
     // A lease box commits before it hands anything out: one message per
     // commit, so that an exception from fn cannot hide committed messages.

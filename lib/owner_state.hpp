@@ -174,6 +174,15 @@ struct Owner::state {
                            const filter_fn* filter = nullptr, std::uint64_t* filter_drops = nullptr,
                            std::optional<std::chrono::nanoseconds> spin_opt = std::nullopt);
 
+  // The one-message receives (try_receive, receive, receive_in_place with
+  // max 1) try this first: ring.hpp's FAST TAKE from the first lane that has
+  // a message at its head, without the general path's set-up (deadline,
+  // spin, staging, filter). nullopt: receive_into decides (a lease box, held
+  // reads, lifo lanes, a give-away request to serve, a lost handle, anything
+  // but FULL or EMPTY at a head, and every 64th empty poll, which reads the
+  // tails).
+  std::optional<recv_status> receive_fast(detail::owner_sink& sink) noexcept;
+
   void set_mode(owner_mode mode) noexcept {
     // Only the owner steps the count; a producer's revert (a CAS) may land
     // between our load and store: then the new arming simply replaces it.

@@ -332,6 +332,7 @@ struct owner_ctx {
   owner_actor* act = nullptr;     // this owner's op words
   repairer rep;                   // actor = owner_actor_id(epoch)
   bool fenced = false;            // lease box: takes by CAS, commits through DONE (see TAKE, fenced)
+  bool light_fence = false;       // SYNC POINT B without its fence (wake.hpp, THE ASYMMETRIC FENCE)
   std::uint64_t head[kMaxLanes] = {};  // private cursor of each FIFO lane
   std::vector<std::uint32_t> lifo_redeliver[kMaxLanes];  // lifo slots taken over from a gone owner
   std::vector<pending_slot> pending;                      // taken, not yet committed
@@ -385,6 +386,16 @@ enum class take_mode {
 
 // Takes and copies up to sink.max messages from `lane` (owner only).
 take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_mode mode) noexcept;
+
+// FAST TAKE: one message from a FIFO lane in the common case (T1 finds FULL(p)
+// with a valid length; T2-T7 as in owner_take, commit_each, same orders and
+// fault points), for the one-message receive calls. `empty`: T1 found EMPTY(p)
+// (nothing published at the head; whether it is claimed needs the tail: the
+// caller's general path reads it now and then). `general`: anything else
+// (redelivery, a slot someone else decided, a lost race, a corrupt length, a
+// lifo lane): nothing was taken; owner_take decides it.
+enum class fast_take { taken, empty, general };
+fast_take owner_take_fast(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept;
 
 // Commits o.pending: TAKEN -> DONE (a CAS each: a slot re-taken by a newer
 // owner is lost to us), counts them, frees them. kept[i] (if given) says

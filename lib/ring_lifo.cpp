@@ -250,7 +250,7 @@ take_result lifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
   }
   if (res.taken > 0) {
     o.stuck_since_ns[L.index] = 0;
-    if (mode == take_mode::commit_each) wake_space_waiters(L);
+    if (mode == take_mode::commit_each) wake_space_waiters(L, o.light_fence);
   }
   return res;
 }

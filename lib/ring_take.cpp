@@ -155,12 +155,33 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
     o.stuck_since_ns[L.index] = 0;
   }
   if (n > 0 && mode == take_mode::commit_each && (L.pol == policy::block || L.pol == policy::drop_oldest))
-    wake_space_waiters(L);
+    wake_space_waiters(L, o.light_fence);
   res.taken = n;
   return res;
 }
 
 }  // namespace
+
+__attribute__((hot)) fast_take owner_take_fast(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept {
+  const std::uint64_t p = o.head[L.index];
+  slot_header* s = L.slot_for(p);
+  const std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
+  if (seen == make_seq(p, slot_state::empty, kActorNone)) return fast_take::empty;
+  if (seq_state(seen) != slot_state::full || pos_diff(seq_pos(seen), p) != 0 || L.is_lifo()) return fast_take::general;
+  // Stable while FULL (see fifo_take).
+  const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+  if (len > L.payload) return fast_take::general;  // fifo_take reports and repairs it
+  if (take_one(o, L, s, p, seen, len, false, sink, take_mode::commit_each) != took::yes) return fast_take::general;
+  // T7, as fifo_take does for a call that moved the cursor (nothing is
+  // pending: the caller checked).
+  o.head[L.index] = p + 1;
+  // T7 release: pairs with the acquire loads of the head in owner_recover (R4) and
+  // lane_depth_scan (inspectors), as publish_head.
+  L.hdr->head.store(p + 1, std::memory_order_release);
+  o.stuck_since_ns[L.index] = 0;
+  if (L.pol == policy::block || L.pol == policy::drop_oldest) wake_space_waiters(L, o.light_fence);  // SYNC POINT B
+  return fast_take::taken;
+}
 
 take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_mode mode) noexcept {
   const lane_view& L = o.m->lanes[lane];
@@ -242,7 +263,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   for (const std::uint32_t l : lanes) {
     const lane_view& L = o.m->lanes[l];
     if (!L.is_lifo()) publish_head(o, L);
-    if (L.is_lifo() || L.pol == policy::block || L.pol == policy::drop_oldest) wake_space_waiters(L);
+    if (L.is_lifo() || L.pol == policy::block || L.pol == policy::drop_oldest) wake_space_waiters(L, o.light_fence);
   }
   return r;
 }

@@ -4,10 +4,14 @@
 // Step labels: the protocol text at the top of ring.hpp.
 #include "wake.hpp"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
+#include <string_view>
 
 #include "fault.hpp"
 #include "futex.hpp"
@@ -187,12 +191,62 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
   // slot; pairs with SYNC POINT B in wake_space_waiters() (wake.hpp). seq_cst:
   // only a full fence orders a store before a later load.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Sleep in slices so that a dead holder is noticed and repaired.
+  std::uint64_t slice = 10'000'000;
+  // The owner's half of the fence, for an owner whose B skips it (THE
+  // ASYMMETRIC FENCE, wake.hpp). Refused: make every owner fence from now on.
+  if (!fence_owners() && h->space_fence.load(std::memory_order_relaxed) == 0) {
+    h->space_fence.store(1, std::memory_order_relaxed);
+    // seq_cst: orders the word before our re-check, like space_wanted above.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    slice = 1'000'000;  // an owner that has not seen the word yet may have freed a slot unseen
+  }
   if (L.slot_for(t)->seq.load(std::memory_order_relaxed) != seen ||
       (h->tail.load(std::memory_order_relaxed) >> 1) != t)
     return true;
-  // Sleep in slices so that a dead holder is noticed and repaired.
-  futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + 10'000'000));
+  futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + slice));
   return true;
+}
+
+// ---------------------------------------------------------------------------
+// The asymmetric fence (wake.hpp)
+// ---------------------------------------------------------------------------
+
+namespace {
+
+long membarrier_call(int cmd) noexcept { return ::syscall(SYS_membarrier, cmd, 0u, 0); }
+
+bool membarrier_disabled() noexcept {
+  static const bool off = [] {
+    const char* v = std::getenv("SHMBOX_NO_MEMBARRIER");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }();
+  return off;
+}
+
+}  // namespace
+
+bool owner_light_fence() noexcept {
+  // 0: not tried, 1: registered, 2: refused. Registration is per process
+  // (kept across fork, undone by exec), and idempotent: racing threads are fine.
+  static std::atomic<int> state{0};
+  int s = state.load(std::memory_order_relaxed);  // relaxed: the kernel holds the state; this only caches it
+  if (s == 0) {
+    const long q = membarrier_disabled() ? -1 : membarrier_call(MEMBARRIER_CMD_QUERY);
+    const bool ok = q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+                    membarrier_call(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+    s = ok ? 1 : 2;
+    state.store(s, std::memory_order_relaxed);
+  }
+  return s == 1;
+}
+
+bool fence_owners() noexcept {
+  static std::atomic<bool> refused{false};
+  if (refused.load(std::memory_order_relaxed) || membarrier_disabled()) return false;  // relaxed: a cache
+  if (membarrier_call(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return true;
+  refused.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 void wake_space_waiters_now(lane_header* h) noexcept {

@@ -137,13 +137,42 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
 
 void wake_space_waiters_now(lane_header* h) noexcept;
 
+// THE ASYMMETRIC FENCE of SYNC POINTs A/B (membarrier(2)). SYNC POINT B runs
+// after every message an owner takes; SYNC POINT A only when a producer is
+// about to sleep for space. So B's StoreLoad fence (a third of a one-message
+// receive's cost) moves to A's side: an owner process registers once for
+// MEMBARRIER_CMD_GLOBAL_EXPEDITED, and its B is then a compiler barrier only;
+// a producer about to sleep runs membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)
+// after its own fence, which makes every CPU running a registered process
+// execute a full barrier. Either that barrier comes before the owner's frees
+// (its later load of space_wanted sees the producer's 1) or after them (the
+// frees are visible to the producer's re-check once membarrier returns):
+// one of the two sees the other, as with two fences. It works across users
+// and pid namespaces (the kernel looks at every CPU).
+//   Refused somewhere (seccomp, an old kernel, SHMBOX_NO_MEMBARRIER=1 in the
+// environment): an owner that cannot register fences as before; a producer
+// whose membarrier fails sets the lane's sticky space_fence word, after which
+// every owner fences at B again. Only the waits that began before an owner
+// saw that word can sleep past a free: their first sleep is 1 ms instead of
+// the 10 ms slice (wait_for_space).
+// owner_light_fence: registers this process (once); true if its SYNC POINT B
+// may skip the fence. fence_owners: A's membarrier; false if refused.
+bool owner_light_fence() noexcept;
+bool fence_owners() noexcept;
+
 // After freeing slots (T6/T7, L3, C4, an abort): wakes producers waiting for
-// space. Inline: the common case (nobody waits) is a fence and a load.
-inline void wake_space_waiters(const lane_view& L) noexcept {
+// space. Inline: the common case (nobody waits) is a fence and a load, or
+// (`light`: an owner whose process registered, owner_light_fence) a compiler
+// barrier and two loads of one line.
+inline void wake_space_waiters(const lane_view& L, bool light = false) noexcept {
   lane_header* h = L.hdr;
   // SYNC POINT B: StoreLoad between our frees (T6 / L3) and reading
   // space_wanted; pairs with SYNC POINT A in wait_for_space() (wake.cpp).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // relaxed (space_fence): a stale 0 is the window described above.
+  if (light && h->space_fence.load(std::memory_order_relaxed) == 0)
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the asymmetric form: A's membarrier fences for us
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   if (h->space_wanted.load(std::memory_order_relaxed) == 0) return;
   wake_space_waiters_now(h);
 }

@@ -252,8 +252,12 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
     const char* name;
     bool two_phase;
     bool lease;
+    bool one = false;  // Owner::receive, one message per call (its fast path: ring.hpp FAST TAKE)
   };
-  const path paths[] = {{"receive_batch", false, false}, {"read+commit", true, false}, {"lease (fenced)", false, true}};
+  const path paths[] = {{"receive_batch", false, false},
+                        {"receive, one message per call", false, false, true},
+                        {"read+commit", true, false},
+                        {"lease (fenced)", false, true}};
   struct owner_point {
     const char* spec;
     bool hold_only;  // only on the read/commit and fenced paths
@@ -275,6 +279,7 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
         produce(g.name, 1, 10);
         std::vector<std::string> argv{shmtest::helper_path(), "serve", g.name, "--batch", "4", "--idle-ms", "5000"};
         if (pa.two_phase) argv.push_back("--two-phase");
+        if (pa.one) argv.push_back("--one");
         child victim(argv, {shmtest::cat("SHMBOX_FAULT=", op.spec)});
         REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
         ++covered;
@@ -306,7 +311,7 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
       }
     }
   }
-  CHECK(covered == (2 + 3 + 3) * 5);
+  CHECK(covered == (2 + 2 + 3 + 3) * 5);
 }
 
 // ---------------------------------------------------------------------------

@@ -16,11 +16,12 @@
 //       --batch N: post_batch in chunks of N; what a batch did not store (a
 //         suffix) is posted again (--retry) or skipped one message at a time
 //         (its outcome tallied). stored_evicted counts as stored here.
-//   consume NAME TOTAL IDLE_MS [--batch N] [--lifo] [--in-place]
+//   consume NAME TOTAL IDLE_MS [--batch N] [--lifo] [--in-place | --one | --poll]
 //       acquire, print "owned <epoch>", receive until TOTAL messages or
 //       IDLE_MS without any, checking every payload against its pattern and
 //       (unless --lifo) per-producer order; print a summary. --in-place:
-//       receive with receive_in_place (zero-copy).
+//       receive with receive_in_place (zero-copy); --one: Owner::receive,
+//       one message per call; --poll: a try_receive loop.
 //   own NAME [--accept-requests] [--fork-child]
 //       acquire, print "owned <epoch>", then wait until stdin closes.
 //       --fork-child: first fork a child (no exec) that waits for stdin to
@@ -42,7 +43,7 @@
 //       opens the box (maps it) without any role, prints "mapped", waits until stdin closes.
 //   wait-one NAME TIMEOUT_MS
 //       acquire, print "owned", block in receive; print "got <n bytes>" or "timeout".
-//   serve NAME [--heir|--listen] [--data D] [--two-phase] [--batch N] [--max N] [--idle-ms MS]
+//   serve NAME [--heir|--listen] [--data D] [--two-phase | --one] [--batch N] [--max N] [--idle-ms MS]
 //             [--give-to PID] [--give-data D] [--give-when-told] [--hold]
 //       becomes the owner (acquire; or enlist as heir / listen and await a
 //       transfer, printing "enlisted <position>" first), prints
@@ -50,7 +51,8 @@
 //       stdin), then either gives the box away
 //       (after a line on stdin with --give-when-told; "gave 1|0", then waits for stdin to close and prints "after <status>"
 //       of one more receive), or receives and prints "m <id> <seq> <0|1 redelivered>"
-//       per message (two-phase: print and flush a batch, then commit it) until
+//       per message (two-phase: print and flush a batch, then commit it; --one:
+//       Owner::receive, one message per call) until
 //       --max messages, --idle-ms without any ("idle"), or not_owner ("not-owner");
 //       last line "done <count>".
 //   scribble NAME REGION SEED COUNT PAUSE_US
@@ -61,6 +63,7 @@
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -275,11 +278,26 @@ int consume(int argc, char** argv) {
     next[id] = seq + 1;
   };
   std::vector<shmbox::message> msgs;
+  const bool one = has_flag(argc, argv, "--one"), poll = has_flag(argc, argv, "--poll");
+  shmbox::message m;
+  // --poll: a try_receive loop (yielding while empty), IDLE_MS without a message ends it.
+  auto poll_one = [&] {
+    const auto until = std::chrono::steady_clock::now() + idle;
+    for (;;) {
+      const shmbox::recv_status st = o->try_receive(m);
+      if (st != shmbox::recv_status::empty) return st;
+      if (std::chrono::steady_clock::now() >= until) return shmbox::recv_status::timeout;
+      ::sched_yield();
+    }
+  };
   while (got < total) {
     msgs.clear();
     const shmbox::recv_status st =
         in_place ? o->receive_in_place([&](const shmbox::message_view& v) { check(v.data, v.redelivered); }, {.max = batch, .timeout = idle})
+        : poll   ? poll_one()
+        : one    ? o->receive(m, {.timeout = idle})
                  : o->receive_batch(msgs, {.max = batch, .timeout = idle});
+    if ((one || poll) && st == shmbox::recv_status::ok) check(m.data, m.redelivered);
     if (st == shmbox::recv_status::timeout) break;
     if (st != shmbox::recv_status::ok) {
       std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
@@ -420,6 +438,7 @@ int serve(int argc, char** argv) {
   const std::string name = argv[2];
   const std::string data = flag_string(argc, argv, "--data", "");
   const bool two_phase = has_flag(argc, argv, "--two-phase");
+  const bool one = has_flag(argc, argv, "--one");  // Owner::receive, one message per call
   const auto batch_max = static_cast<std::size_t>(flag_value(argc, argv, "--batch", 64));
   const long max = flag_value(argc, argv, "--max", -1);
   const auto idle = std::chrono::milliseconds(flag_value(argc, argv, "--idle-ms", 2000));
@@ -468,7 +487,10 @@ int serve(int argc, char** argv) {
     b.clear();
     const std::size_t want = max < 0 ? batch_max : std::min<std::size_t>(batch_max, static_cast<std::size_t>(max - count));
     if (want == 0) break;
-    const shmbox::recv_status st = two_phase ? owner->read(b, {.max = want, .timeout = idle}) : owner->receive_batch(b, {.max = want, .timeout = idle});
+    shmbox::message one_msg;
+    const shmbox::recv_status st = one         ? owner->receive(one_msg, {.timeout = idle})
+                                   : two_phase ? owner->read(b, {.max = want, .timeout = idle})
+                                               : owner->receive_batch(b, {.max = want, .timeout = idle});
     if (st == shmbox::recv_status::timeout) {
       say("idle");
       break;
@@ -482,14 +504,16 @@ int serve(int argc, char** argv) {
       return 1;
     }
     std::string lines;
-    for (std::size_t i = 0; i < b.size(); ++i) {
+    auto line_of = [&](std::string_view data, bool redelivered) {
       std::uint64_t id = 0, seq = 0;
-      if (b[i].size() >= 16) {
-        std::memcpy(&id, b[i].data(), 8);
-        std::memcpy(&seq, b[i].data() + 8, 8);
+      if (data.size() >= 16) {
+        std::memcpy(&id, data.data(), 8);
+        std::memcpy(&seq, data.data() + 8, 8);
       }
-      lines += "m " + std::to_string(id) + " " + std::to_string(seq) + (b.redelivered(i) ? " 1\n" : " 0\n");
-    }
+      lines += "m " + std::to_string(id) + " " + std::to_string(seq) + (redelivered ? " 1\n" : " 0\n");
+    };
+    if (one) line_of(one_msg.data, one_msg.redelivered);
+    for (std::size_t i = 0; i < b.size(); ++i) line_of(b[i], b.redelivered(i));
     // Printed (one write) before the commit: a kill between the two leaves
     // these messages uncommitted, so the next owner gets them again, flagged.
     [[maybe_unused]] const ssize_t n = ::write(1, lines.data(), lines.size());
@@ -497,7 +521,7 @@ int serve(int argc, char** argv) {
       say("not-owner");
       break;
     }
-    count += static_cast<long>(b.size());
+    count += one ? 1 : static_cast<long>(b.size());
   }
   say("done " + std::to_string(count));
   return 0;

@@ -16,6 +16,7 @@
 
 #include "layout.hpp"
 #include "segment.hpp"
+#include "wake.hpp"
 #include "shmbox/shmbox.hpp"
 #include "checks.hpp"
 #include "support.hpp"
@@ -82,16 +83,22 @@ TEST_CASE("4 producer processes x 250k messages into one owner process") {
   struct variant {
     policy pol;
     bool retry;  // post a refused message again until stored
+    const char* receive = nullptr;  // the consumer's flag: one message per call (--one, --poll); else batches
   };
-  const variant variants[] = {{policy::block, false}, {policy::reject, true}, {policy::drop_oldest, false},
-                              {policy::drop_newest, false}};
+  const variant variants[] = {{policy::block, false},       {policy::reject, true},
+                              {policy::drop_oldest, false}, {policy::drop_newest, false},
+                              {policy::block, false, "--one"}, {policy::drop_oldest, false, "--poll"}};
   for (const auto& v : variants) {
     CAPTURE(shmbox::to_string(v.pol));
+    const std::string receive = v.receive ? v.receive : "receive_batch";
+    CAPTURE(receive);
     shmtest::segment_guard g(shmtest::unique_name("mp"));
     auto box = shmbox::Box::create(g.name, {.capacity = 1024, .slot_size = 64, .overflow = v.pol, .block_timeout = 30s});
     REQUIRE(box);
     const std::uint64_t expect = (v.pol == policy::block || v.retry) ? 4 * kPer : 0;
-    child owner({shmtest::helper_path(), "consume", g.name, std::to_string(expect ? expect : 4 * kPer), "2000"});
+    std::vector<std::string> owner_argv{shmtest::helper_path(), "consume", g.name, std::to_string(expect ? expect : 4 * kPer), "2000"};
+    if (v.receive) owner_argv.push_back(v.receive);
+    child owner(owner_argv);
     REQUIRE(owner.read_line().value_or("").rfind("owned", 0) == 0);
     std::vector<std::unique_ptr<child>> producers;
     for (int id = 0; id < 4; ++id) {
@@ -278,6 +285,49 @@ TEST_CASE("a producer that lost the claim race and sleeps for space is not mista
   CHECK(box->read_counters().abandoned == 1);
   CHECK(box->read_counters().timeouts == 0);
   shmtest::check_invariant(*box);
+}
+
+// THE ASYMMETRIC FENCE (lib/wake.hpp): an owner whose process registered for
+// membarrier skips SYNC POINT B's fence; a producer about to sleep for space
+// runs membarrier for it. These check the wiring on both sides: the owner's
+// one-message take (FAST TAKE) sees the sleeping producer and wakes it (a
+// missed wake-up would leave space_wake_calls at 0: the producer's own slice
+// would still get it out later), and a producer whose membarrier is refused
+// (SHMBOX_NO_MEMBARRIER=1, as under a seccomp filter) marks the lane so that
+// owners fence again. The race itself (a free and a sleep at the same
+// instant) is the model's and the argument's in wake.hpp, not a test's.
+TEST_CASE("block: a producer asleep for space is woken by the owner's next one-message take, membarrier or not") {
+  for (const bool refused : {false, true}) {
+    CAPTURE(refused);
+    shmtest::segment_guard g(shmtest::unique_name("asymfence"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 2, .slot_size = 64, .overflow = policy::block, .block_timeout = 60s});
+    REQUIRE(box);
+    auto owner = shmbox::Owner::acquire(*box);  // registers this process, where the kernel allows it
+    REQUIRE(owner);
+    std::vector<std::string> env;
+    if (refused) env.push_back("SHMBOX_NO_MEMBARRIER=1");
+    auto p = start_producer(g.name, 1, 3, {"--no-wait"}, env);  // 2 fit; the 3rd waits for space
+    // Handshake: the producer is past SYNC POINT A (space_wanted), asleep or about to be.
+    auto seg = shmbox::detail::open_segment(g.name, true);
+    REQUIRE(seg);
+    shmbox::detail::lane_header* h = (*seg)->lanes[0].hdr;
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (h->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    REQUIRE(h->space_wanted.load() == 1);
+    // Without membarrier the producer marked the lane (before its re-check):
+    // owners fence from now on. With it, the mark stays clear unless this
+    // kernel refuses membarrier to everyone.
+    if (refused || !shmbox::detail::fence_owners()) CHECK(h->space_fence.load() == 1);
+    else CHECK(h->space_fence.load() == 0);
+    const std::uint64_t calls = h->space_wake_calls.load();
+    shmbox::message m;
+    REQUIRE(owner->try_receive(m) == shmbox::recv_status::ok);  // frees a slot: SYNC POINT B sees the waiter
+    CHECK(h->space_wake_calls.load() == calls + 1);
+    CHECK(shmtest::exited_with(p->wait(30s), 0));
+    CHECK(drain(*owner, 2, 5s).size() == 2);
+    CHECK(box->read_counters().timeouts == 0);
+    shmtest::check_invariant(*box);
+  }
 }
 
 TEST_CASE("a producer killed while its abandoned entry is reused: the new holder repairs it first") {
