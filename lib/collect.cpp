@@ -28,6 +28,7 @@
 #include "layout.hpp"
 #include "lease.hpp"
 #include "liveness.hpp"
+#include "notify_hub.hpp"
 #include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/box.hpp"
@@ -162,6 +163,15 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
     }
     out.push_back(std::move(c));
   }
+  // The doorbells of owner processes that are gone (notify_hub.hpp): not
+  // boxes, but shmbox's files in /dev/shm all the same.
+  if (opts.prefix.empty())
+    for (std::string& bell : detail::collect_bells(opts.dry_run)) {
+      collected_box c;
+      c.name = std::move(bell);
+      c.why = "the notify doorbell of an owner process that is gone";
+      out.push_back(std::move(c));
+    }
   return out;
 }
 

@@ -461,10 +461,10 @@ result<void> request_give_away_to_entry(mapped_box& m, std::uint32_t entry, std:
     asking.reset();  // changed meanwhile: look again
   }
   // Wake the owner wherever it sleeps: in receive or wait (the futex), or in
-  // an event loop (its notify_fd thread, which sleeps on fd_fallback or, in
-  // fallback mode, on wake_seq, and makes the fd readable). Then watch the
-  // owner record.
+  // an event loop (its notify_fd: written directly, or by its notify hub on
+  // a doorbell ring; notify_hub.hpp). Then watch the owner record.
   wake_owner_waiters(*rec);
+  ring_owner_fd(m);
   std::uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : mono_ns() + timeout_ns;
   bool extended = false;
   for (;;) {

@@ -246,9 +246,10 @@ struct alignas(kCacheLine) owner_record {
   a32 notify_fd_plus1;   // the owner's notify eventfd number + 1 (0: none); producers that wake the
                          // owner also write it, through pidfd_getfd (a waker thread covers the rest)
   a64 wake_calls;        // futex_wake syscalls made on wake_seq (diagnostic)
-  a32 fd_fallback;       // futex word: 1 once a producer could not write the owner's eventfd itself;
-                         // the owner's waker thread then relays wake_seq to the eventfd
-  a32 reserved1;
+  a32 fd_fallback;       // 1 once a producer could not write the owner's eventfd itself (it rings the
+                         // owner's doorbell instead: notify_hub.hpp); a futex word for owners of
+                         // layout 4 before the notify hub, whose per-box waker thread watched it
+  a32 bell_rings;        // doorbell records the owner's notify hub turned into eventfd writes (diagnostic)
   a64 reserved2[5];
   // line 2: transfers in flight
   alignas(kCacheLine) a32 transfer_seq;  // futex word: bumped on every release, offer and takeover
@@ -314,6 +315,7 @@ static_assert(offsetof(owner_record, wake_seq) == 64);
 static_assert(offsetof(owner_record, notify_fd_plus1) == 68);
 static_assert(offsetof(owner_record, wake_calls) == 72);
 static_assert(offsetof(owner_record, fd_fallback) == 80);
+static_assert(offsetof(owner_record, bell_rings) == 84);
 static_assert(offsetof(owner_record, transfer_seq) == 128);
 static_assert(offsetof(owner_record, heir_seq) == 136);
 static_assert(offsetof(owner_record, offer_key) == 144);

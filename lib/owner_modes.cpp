@@ -1,16 +1,16 @@
 // lib/owner_modes.cpp - pobox's owner states (passive, notify, active; wait
-// and deliver) and notify_fd, the eventfd an event loop polls, with the
-// waker thread that relays the segment's futex wake-ups to it.
+// and deliver) and notify_fd, the eventfd an event loop polls (written by
+// wakers themselves, or by this process's notify hub: notify_hub.hpp).
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 
 #include "errors.hpp"
 #include "handover.hpp"
 #include "lease.hpp"
+#include "notify_hub.hpp"
 #include "owner_state.hpp"
 #include "process.hpp"
 #include "ring.hpp"
@@ -50,7 +50,7 @@ void Owner::notify() {
   if (!s_ || !s_->still_owner()) return;
   s_->armed = owner_mode::notify;
   s_->set_mode(owner_mode::notify);
-  // Armed: producers now wake us (futex, and the waker thread's eventfd).
+  // Armed: producers now wake us (futex, and notify_fd: notify_hub.hpp).
   // Data already there: the notification is sent now (wait() reports it),
   // and, as in pobox, the box is passive again at once.
   s_->due = !s_->arm_all();
@@ -166,61 +166,14 @@ int Owner::notify_fd() {
     s_->ctx.last_error = detail::fail_errno(errno, "box '" + s_->m->name + "': eventfd");
     return -1;
   }
-  state* st = s_.get();
-  st->waker = std::thread([st] {
-    detail::owner_record* rec = st->m->owner();
-    std::uint64_t next_look = detail::mono_ns() + kLostWakeSliceNs * 4;
-    std::uint64_t request_seen = 0;
-    // The last wake_seq this thread relayed (or found already served).
-    std::uint32_t relayed = detail::owner_wake_seq(*rec);
-    // acquire: pairs with the release store of stop_waker in ~state.
-    while (!st->stop_waker.load(std::memory_order_acquire)) {
-      // A give-away request (Box::request_give_away wakes this thread) for
-      // an owner that accepts them: make the fd readable once per request, so
-      // that an event loop calls wait(), which serves it.
-      const std::uint64_t request = detail::pending_request(*st->m);
-      if (request != request_seen) {
-        request_seen = request;
-        if (request != 0 && detail::accepts_requests(*st->m, st->ctx.epoch)) st->poke_fd();
-      }
-      // Every second: armed (notify/active) with messages in the box means a
-      // wake-up was lost (a producer died between publishing and waking us):
-      // make the fd readable. Reads only shared words, never the owner's
-      // private state; a spurious poke just makes wait() look again.
-      if (const std::uint64_t now = detail::mono_ns(); now >= next_look) {
-        next_look = now + kLostWakeSliceNs * 4;
-        // acquire: pairs with set_mode's release store.
-        const auto mode = static_cast<std::uint32_t>(detail::state_mode(rec->state.load(std::memory_order_acquire)));
-        if (mode != static_cast<std::uint32_t>(owner_mode::passive) && st->still_owner()) {
-          std::uint64_t depth = 0;
-          for (std::uint32_t l = 0; l < st->m->lane_count() && depth == 0; ++l) depth += detail::lane_depth_scan(*st->m, l);
-          if (depth != 0) st->poke_fd();
-        }
-      }
-      // Producers write the eventfd themselves; until one says it cannot
-      // (fd_fallback), this thread just sleeps.
-      // acquire (here and below): pairs with wake_owner's release store of fd_fallback
-      // (wake.cpp).
-      if (rec->fd_fallback.load(std::memory_order_acquire) == 0) {
-        detail::waiter_wait_fallback(*rec, detail::mono_ns() + 1'000'000'000);
-        // Switched on by a producer that is waking the owner right now: relay
-        // that wake too (it bumped wake_seq before we could watch it).
-        if (rec->fd_fallback.load(std::memory_order_acquire) != 0) st->poke_fd();
-        continue;
-      }
-      // A producer woke the owner; unless the owner already handled that wake
-      // (producers write the fd themselves where they can), make the fd
-      // readable. Compared with the last wake relayed, not with a value
-      // loaded just before sleeping: a wake that came while this thread was
-      // busy (relaying the previous one) would otherwise wait a whole slice.
-      const std::uint32_t w = detail::owner_wake_seq(*rec);  // acquire: pairs with the producer's release bump (P6)
-      if (w != relayed) {
-        relayed = w;
-        if (st->served_wake.load(std::memory_order_acquire) != w) st->poke_fd();
-      }
-      detail::owner_wait_wake(*rec, w, detail::mono_ns() + 1'000'000'000);
-    }
-  });
+  // The hub writes it for wakers that cannot (another user or pid
+  // namespace: the doorbell), and for what nobody woke us for (its scan).
+  if (!detail::hub_add(*s_->m, s_->efd, s_->ctx.key, s_->ctx.epoch)) {
+    s_->ctx.last_error = detail::fail(errc::system_error, "box '" + s_->m->name + "': cannot start the notify hub thread");
+    ::close(s_->efd);
+    s_->efd = -1;
+    return -1;
+  }
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.
   // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
   // owner_eventfd (wake.cpp): the eventfd exists before its number is read.

@@ -12,7 +12,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "access.hpp"
 #include "handover.hpp"
 #include "liveness.hpp"
+#include "notify_hub.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
 #include "shmbox/owner.hpp"
@@ -154,12 +154,9 @@ struct Owner::state {
   // us, or at arming time when the box already had data (then `due`).
   owner_mode armed = owner_mode::passive;
   bool due = false;  // an armed state fired at arming time (the box had data)
-  // notify_fd: an eventfd written by a waker thread that sleeps on the
-  // segment's futex (so producers of any process and user can wake it).
+  // notify_fd: an eventfd that wakers write themselves where they may, and
+  // this process's notify hub (notify_hub.hpp) writes for the others.
   int efd = -1;
-  std::thread waker;
-  std::atomic<bool> stop_waker{false};
-  std::atomic<std::uint32_t> served_wake{0};  // wake_seq when wait() last drained the fd
   // liveness.hpp L1: the owner byte while this handle owns the box, and its
   // epoch's actor byte until the handle goes (a stale owner still finishes
   // the commits it started: a later owner's recovery must see it alive).
@@ -201,9 +198,6 @@ struct Owner::state {
 
   void drain_fd() noexcept {
     if (efd < 0) return;
-    // acquire (wake_seq): pairs with the release bump of P6 (wake_owner, wake.cpp);
-    // release (served_wake): pairs with the waker thread's acquire load below.
-    served_wake.store(m->owner()->wake_seq.load(std::memory_order_acquire), std::memory_order_release);
     std::uint64_t v;
     [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);
   }
@@ -226,14 +220,10 @@ struct Owner::state {
     // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
     // owner_eventfd (wake.cpp): producers stop writing our descriptor.
     if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
-    if (waker.joinable()) {
-      // release: pairs with the waker thread's acquire load of stop_waker
-      // (notify_fd), which the wake below makes it do at once.
-      stop_waker.store(true, std::memory_order_release);
-      detail::wake_owner_waiters(*m->owner());
-      waker.join();
+    if (efd >= 0) {
+      detail::hub_remove(efd);  // the hub never writes it again
+      ::close(efd);
     }
-    if (efd >= 0) ::close(efd);
     // Give the lease back; the messages stay (uncommitted reads are delivered
     // again to the next owner). Only if it is still ours. A registered heir
     // (pobox's monitor mode) takes it over.

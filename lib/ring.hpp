@@ -65,8 +65,8 @@
 //       dies between P5 and P6 (fault point producer.before_wake) with the
 //       owner asleep and no post following: the owner's sleep is cut into
 //       250 ms slices, after each of which it looks at its lanes (and an
-//       event-loop owner's waker thread makes notify_fd readable when the
-//       armed box holds messages). Found by model/ring.pml.
+//       event-loop owner's notify hub makes notify_fd readable when the
+//       armed box holds messages: notify_hub.hpp). Found by model/ring.pml.
 //  Full (s == FULL(t-cap) or busy): reject -> full, drop_newest -> dropped,
 //  block -> sleep on lane.space_seq (SYNC POINT A) and retry, drop_oldest ->
 //  EVICT. Busy (TAKEN(t-cap) or EMPTY(t-cap) being written): reject/drop_newest
@@ -260,11 +260,13 @@ struct producer_ctx {
   // for the owner key and descriptor number it belongs to; -1 none, also
   // when that owner's descriptor could not be had (another pid namespace or
   // user, pidfd_getfd refused by seccomp or Yama): remembered, so that a
-  // refused producer does not try again on every wake (it wakes the owner's
-  // waker thread instead).
+  // refused producer does not try again on every wake (it rings the owner's
+  // doorbell instead: bell_fd, notify_hub.hpp).
   int owner_fd = -1;
   std::uint64_t owner_fd_key = 0;
   std::uint32_t owner_fd_num = 0;
+  int bell_fd = -1;            // the doorbell of the owner process with key bell_key (-1: none there)
+  std::uint64_t bell_key = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
   // Messages this handle's current call (post, loan, post_batch) evicted
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().

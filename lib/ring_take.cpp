@@ -315,7 +315,7 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
   if (L.is_lifo()) {
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
       // acquire: pairs with the release that last changed the slot (L1-L2 publish, L3, R1);
-      // a count for inspectors and the notify_fd waker thread only.
+      // a count for inspectors and the notify hub's scan only.
       const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(s);
       if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
@@ -324,7 +324,7 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
     return n;
   }
   // acquire: pairs with P3's release (tail) and T7's (head, publish_head); slots below:
-  // with P5 / T3 / T6. A count for inspectors and the notify_fd waker thread only.
+  // with P5 / T3 / T6. A count for inspectors and the notify hub's scan only.
   const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
   std::uint64_t lo = L.hdr->head.load(std::memory_order_acquire);
   if (lo > t) lo = t;

@@ -16,6 +16,7 @@
 #include "fault.hpp"
 #include "futex.hpp"
 #include "liveness.hpp"
+#include "notify_hub.hpp"
 #include "process.hpp"
 
 namespace shmbox::detail {
@@ -35,8 +36,8 @@ void wake_owner(mapped_box& m) noexcept {
   owner_record* o = m.owner();
   // release: the message we published is visible to the owner once it sees
   // wake_seq change (it re-reads the slot with acquire anyway). Pairs with
-  // the acquire of owner_wake_seq() (owner_sleep, Owner::wait, the notify_fd
-  // waker thread).
+  // the acquire of owner_wake_seq() (owner_sleep, Owner::wait, the notify
+  // hub's scan).
   o->wake_seq.fetch_add(1, std::memory_order_release);
   futex_wake(&o->wake_seq);
   o->wake_calls.fetch_add(1, std::memory_order_relaxed);  // relaxed: diagnostic counter
@@ -44,8 +45,8 @@ void wake_owner(mapped_box& m) noexcept {
 
 // The owner's notify eventfd as a descriptor of this process, or -1.
 // pidfd_getfd (eventfd_of, process.cpp) once per owner (same user or
-// CAP_SYS_PTRACE); the owner's waker thread covers producers that cannot do
-// this.
+// CAP_SYS_PTRACE); producers that cannot do this ring the owner's doorbell
+// (notify_hub.hpp).
 int owner_eventfd(producer_ctx& p) noexcept {
   const owner_record* o = p.m->owner();
   // acquire: pairs with the release store of Owner::notify_fd (owner.cpp),
@@ -73,13 +74,15 @@ int owner_eventfd(producer_ctx& p) noexcept {
 // The owner's eventfd, duplicated into this process by owner_eventfd.
 producer_ctx::~producer_ctx() {
   if (owner_fd >= 0) ::close(owner_fd);
+  if (bell_fd >= 0) ::close(bell_fd);
 }
 
 // P6 (and L1's wake): the owner's eventfd when it has one (first: an owner in
 // an event loop wakes without a thread hop), then the futex. A producer that
-// cannot write the eventfd (another user) turns the owner's waker thread on.
+// cannot write the eventfd (another user or pid namespace) rings the owner
+// process's doorbell, and its notify hub writes the eventfd (notify_hub.hpp).
 void wake_owner(producer_ctx& p) noexcept {
-  SHMBOX_FAULT("producer.before_wake");  // published, owner asleep: its slice or waker thread finds it
+  SHMBOX_FAULT("producer.before_wake");  // published, owner asleep: its slice or the notify hub's scan finds it
   owner_record* o = p.m->owner();
   // The arming this wake-up is the notification of (see below).
   const std::uint32_t armed = o->state.load(std::memory_order_relaxed);
@@ -89,18 +92,23 @@ void wake_owner(producer_ctx& p) noexcept {
     if (fd >= 0) {
       const std::uint64_t one = 1;
       [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
-    } else if (o->fd_fallback.load(std::memory_order_relaxed) == 0) {
-      // release: pairs with the acquire loads of fd_fallback in the notify_fd
-      // waker thread (owner.cpp), which then relays wake_seq.
-      o->fd_fallback.store(1, std::memory_order_release);
-      futex_wake(&o->fd_fallback);
+    } else {
+      // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
+      ring_bell(*p.m, o->key.load(std::memory_order_acquire), p.bell_fd, p.bell_key);
+      if (o->fd_fallback.load(std::memory_order_relaxed) == 0) {
+        // For an owner of an older build (a waker thread per box, which sleeps
+        // on this word and then relays wake_seq). release: pairs with its
+        // acquire loads of fd_fallback.
+        o->fd_fallback.store(1, std::memory_order_release);
+        futex_wake(&o->fd_fallback);
+      }
     }
   }
   wake_owner(*p.m);
   // pobox: an owner in notify reverts to passive as soon as the notification
   // is sent, and this wake-up is the notification. After the wake, so that a
   // producer that dies here leaves the state notify, which the owner's wait()
-  // (and its waker thread's lost-wake check) still act on.
+  // (and the notify hub's lost-wake scan) still act on.
   // A CAS from the word read before the wake-up: if the owner took the
   // message and armed again meanwhile (another arming count), this late
   // revert must not undo that arming.
@@ -135,8 +143,26 @@ void owner_wait_wake(owner_record& rec, std::uint32_t seen, std::uint64_t until)
   futex_wait(&rec.wake_seq, seen, until);
 }
 
-void waiter_wait_fallback(owner_record& rec, std::uint64_t until) noexcept {
-  futex_wait(&rec.fd_fallback, 0, until);
+void ring_owner_fd(mapped_box& m) noexcept {
+  const owner_record* o = m.owner();
+  // acquire: pairs with the release store of Owner::notify_fd (owner_modes.cpp).
+  const std::uint32_t num = o->notify_fd_plus1.load(std::memory_order_acquire);
+  // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
+  const std::uint64_t key = o->key.load(std::memory_order_acquire);
+  if (num == 0 || key == 0) return;
+  if (in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) {  // relaxed: written with the key
+    const int fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), m.dev, m.ino);
+    if (fd >= 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+      ::close(fd);
+      return;
+    }
+  }
+  int bell = -1;
+  std::uint64_t bell_key = 0;
+  ring_bell(m, key, bell, bell_key);
+  if (bell >= 0) ::close(bell);
 }
 
 void wake_owner_waiters(owner_record& rec) noexcept {

@@ -7,8 +7,7 @@
 //                      an owner in an event loop, then the futex wake_seq)
 //   owner_sleep        the owner's sleep: read wake_seq, arm every lane
 //                      (owner_arm_sleep, ring_take.cpp), futex-wait
-//   owner_wait_wake    the owner's other waits on wake_seq (Owner::wait, the
-//                      notify_fd waker thread), and waiter_wait_fallback
+//   owner_wait_wake    the owner's other waits on wake_seq (Owner::wait)
 //   wake_owner_waiters wakes whatever waits on wake_seq / fd_fallback
 //   wait_for_space     SYNC POINT A: a producer waits for a free slot
 //   wake_space_waiters SYNC POINT B: whoever frees slots wakes it
@@ -80,11 +79,13 @@ inline std::uint32_t owner_wake_seq(const owner_record& rec) noexcept {
 }
 // Sleeps while wake_seq == seen, until `until`.
 void owner_wait_wake(owner_record& rec, std::uint32_t seen, std::uint64_t until) noexcept;
-// The notify_fd waker thread (owner.cpp): sleeps while fd_fallback is 0
-// (no producer asked it to relay wake-ups), until `until`.
-void waiter_wait_fallback(owner_record& rec, std::uint64_t until) noexcept;
-// Wakes every waiter on wake_seq and fd_fallback (bumps wake_seq first).
+// Wakes every waiter on wake_seq (bumps it first), and on fd_fallback (the
+// per-box waker threads of owners of older builds).
 void wake_owner_waiters(owner_record& rec) noexcept;
+// Makes the notify_fd of box m's owner readable (a give-away request for an
+// owner in an event loop): written directly where pidfd_getfd allows it,
+// else through the owner process's doorbell (notify_hub.hpp). One-shot.
+void ring_owner_fd(mapped_box& m) noexcept;
 
 // ---------------------------------------------------------------------------
 // Spinning before a sleep

@@ -5,6 +5,7 @@
 // in a box gc removes). Needs root and unshare(1): skipped (a message, no
 // checks) where a pid namespace cannot be made.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -334,6 +335,43 @@ TEST_CASE("namespaces: roles in another namespace AND as another user (a 0666 bo
     got.insert(got.end(), more.begin(), more.end());
   }
   CHECK(got.size() == 20);
+}
+
+// An owner in an event loop (notify_fd) and a producer that may not take its
+// eventfd (another pid namespace and another user): the producer rings the
+// owner process's doorbell and the notify hub writes the eventfd
+// (lib/notify_hub.hpp, route 2). bell_rings shows that route was taken: the
+// hub's scan (route 3) would also make the fd readable, within a second.
+TEST_CASE("namespaces: an owner in an event loop is woken through its doorbell by a producer of another namespace and user") {
+  REQUIRE_NAMESPACES();
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    MESSAGE("skipped: needs root and setpriv");
+    return;
+  }
+  shmtest::segment_guard g(shmtest::unique_name("ns-bell"));
+  make_box(g.name, shmbox::policy::reject, 0666);
+  auto box = shmbox::Box::open(g.name);
+  REQUIRE(box);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  const int fd = owner->notify_fd();
+  REQUIRE(fd >= 0);
+  owner->notify();
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  const std::uint32_t rings_before = (*seg)->owner()->bell_rings.load();
+  std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                        shmtest::helper_path(), "produce", g.name, "5", "1", "--no-wait", "--any-owner"};
+  child prod(in_new_ns(as_nobody));
+  REQUIRE(prod.read_line(20s).value_or("").rfind("ready", 0) == 0);
+  CHECK(prod.read_line(20s).value_or("").rfind("done", 0) == 0);
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 30'000) == 1);
+  shmbox::delivery d;
+  CHECK(owner->wait(d, std::chrono::nanoseconds(0)) == shmbox::owner_event::notified);
+  CHECK((*seg)->owner()->bell_rings.load() == rings_before + 1);
+  shmbox::message m;
+  CHECK(owner->try_receive(m) == shmbox::recv_status::ok);
 }
 
 TEST_CASE("gc is exclusive against attaching: an opener that comes after the unlink fails, it never posts into a removed box") {

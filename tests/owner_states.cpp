@@ -3,16 +3,22 @@
 // (queue = drop_oldest, stack = lifo, keep_old = drop_newest), with the
 // producers separate programs (the shmbox CLI); and notify_fd with epoll.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "checks.hpp"
+#include "notify_hub.hpp"
+#include "segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 
@@ -377,7 +383,7 @@ TEST_CASE("notify_fd: works again after a give-away (the new owner gets its own)
   ::close(ep);
 }
 
-TEST_CASE("notify_fd: a producer of another user (no pidfd_getfd) still wakes it, through the waker thread") {
+TEST_CASE("notify_fd: a producer of another user (no pidfd_getfd) still wakes it, through the owner's doorbell") {
   if (::geteuid() != 0 || ::access("/usr/sbin/runuser", X_OK) != 0) {
     MESSAGE("skipped: needs root and runuser to post as another user");
     return;
@@ -396,14 +402,88 @@ TEST_CASE("notify_fd: a producer of another user (no pidfd_getfd) still wakes it
     ::close(ep);
     return;
   }
-  CHECK(ready(ep, 10'000) == 1);  // the first wake switched the waker thread on
+  CHECK(ready(ep, 10'000) == 1);  // the producer rang the doorbell; the hub wrote the fd
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  CHECK((*seg)->owner()->bell_rings.load() == 1);  // (not the hub's scan)
   shmbox::delivery d;
   CHECK(owner->wait(d, 0ns) == owner_event::notified);
   REQUIRE(owner->deliver(d, 10, {}) == shmbox::recv_status::ok);
-  owner->notify();  // the next wake goes through the waker thread
+  owner->notify();
   CHECK(ready(ep, 100) == 0);
   CHECK(shmtest::run({"/usr/sbin/runuser", "-u", "nobody", "--", shmtest::cli_path(), "post", "--any-owner", g.name, "y"}).code == 0);
   CHECK(ready(ep, 10'000) == 1);
   CHECK(owner->wait(d, 0ns) == owner_event::notified);
+  CHECK((*seg)->owner()->bell_rings.load() == 2);
   ::close(ep);
+}
+
+// lib/notify_hub.hpp: one helper thread per process, not one per box.
+TEST_CASE("notify_fd: 200 boxes in one epoll set cost one helper thread, and each wakes for its own posts") {
+  auto threads = [] {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return -1;
+  };
+  const int before = threads();
+  constexpr int kBoxes = 200;
+  std::vector<std::unique_ptr<shmtest::segment_guard>> guards;
+  std::vector<shmbox::Owner> owners;
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  for (int i = 0; i < kBoxes; ++i) {
+    guards.push_back(std::make_unique<shmtest::segment_guard>(shmtest::unique_name("many")));
+    auto box = shmbox::Box::create(guards.back()->name, {.capacity = 4, .slot_size = 16});
+    REQUIRE(box);
+    auto o = shmbox::Owner::acquire(*box);
+    REQUIRE(o);
+    owners.push_back(std::move(*o));
+    const int fd = owners.back().notify_fd();
+    REQUIRE(fd >= 0);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<std::uint32_t>(i);
+    REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0);
+    owners.back().notify();
+  }
+  CHECK(threads() <= before + 1);  // the hub (it may have been started by an earlier test)
+  for (const int i : {kBoxes - 1, 0, kBoxes / 2}) {  // a separate program posts to box i: only box i is ready
+    CHECK(shmtest::run({shmtest::cli_path(), "post", guards[i]->name, "x"}).code == 0);
+    epoll_event evs[4];
+    REQUIRE(::epoll_wait(ep, evs, 4, 10'000) == 1);
+    const std::uint32_t which = evs[0].data.u32;
+    CHECK(which == static_cast<std::uint32_t>(i));
+    shmbox::delivery d;
+    CHECK(owners[i].wait(d, 0ns) == owner_event::notified);
+  }
+  ::close(ep);
+}
+
+// A killed owner leaves its doorbell behind; gc removes it (nobody reads it).
+TEST_CASE("notify_fd: the doorbell of a killed owner process is removed by gc, a live one is kept") {
+  shmtest::segment_guard g(shmtest::unique_name("bell"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16}));
+  shmtest::child loop({shmtest::helper_path(), "event-loop", g.name});
+  REQUIRE(loop.read_line().value_or("").rfind("owned", 0) == 0);
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  const std::string bell = shmbox::detail::bell_path((*seg)->owner()->key.load());
+  struct stat st {};
+  REQUIRE(::lstat(bell.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK((st.st_mode & 07777) == 0622);
+  auto listed = [&](const std::vector<shmbox::collected_box>& v) {
+    return std::any_of(v.begin(), v.end(), [&](const shmbox::collected_box& c) { return "/dev/shm/" + c.name == bell; });
+  };
+  auto live = shmbox::collect({.dry_run = true});
+  REQUIRE(live);
+  CHECK(!listed(*live));  // read by a live hub
+  loop.kill(SIGKILL);
+  (void)loop.wait(30s);
+  CHECK(::lstat(bell.c_str(), &st) == 0);  // left behind
+  auto dead = shmbox::collect({});
+  REQUIRE(dead);
+  CHECK(listed(*dead));
+  CHECK(::lstat(bell.c_str(), &st) != 0);
 }

@@ -1,0 +1,366 @@
+// lib/notify_hub.cpp - the notify hub (notify_hub.hpp): one helper thread per
+// process for every notify_fd, the doorbell FIFO it reads, and the ring a
+// waker makes when it cannot write the owner's eventfd itself.
+#include "notify_hub.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "handover.hpp"
+#include "layout.hpp"
+#include "process.hpp"
+#include "ring.hpp"
+#include "wake.hpp"
+
+namespace shmbox::detail {
+
+std::string bell_path(std::uint64_t key) {
+  char b[64];
+  std::snprintf(b, sizeof b, "/dev/shm/%s%016" PRIx64, kBellPrefix, key);
+  return b;
+}
+
+namespace {
+
+void poke(int efd) noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(efd, &one, sizeof one);
+}
+
+// The doorbell's name, for the exit handler (a fork child that made its own
+// hub has its own name and pid here).
+char g_bell_name[96];
+std::atomic<pid_t> g_bell_pid{0};
+void unlink_bell_at_exit() {
+  // relaxed: written before the thread that could run this handler exists
+  if (g_bell_pid.load(std::memory_order_relaxed) == ::getpid()) ::unlink(g_bell_name);
+}
+
+struct bell_key_hash {
+  std::size_t operator()(const bell_record& r) const noexcept { return std::hash<std::uint64_t>()(r.ino * 31 + r.dev); }
+};
+struct bell_key_eq {
+  bool operator()(const bell_record& a, const bell_record& b) const noexcept { return a.dev == b.dev && a.ino == b.ino; }
+};
+
+class hub {
+ public:
+  struct entry {
+    int efd;
+    mapped_box* m;
+    owner_record* rec;            // m's, kept here: the scan touches no more than it must
+    const lane_header* lane0;
+    bool one_fifo_lane;
+    std::uint64_t key, epoch;
+    bell_record file;
+    std::uint64_t request_seen = 0;  // the give-away request last signalled
+    std::uint32_t wake_seen = 0;     // wake_seq at the last scan
+  };
+
+  const pid_t pid = ::getpid();
+
+  bool start() noexcept {
+    ep_ = ::epoll_create1(EPOLL_CLOEXEC);
+    ctl_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ep_ < 0 || ctl_ < 0) return false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = ctl_;
+    if (::epoll_ctl(ep_, EPOLL_CTL_ADD, ctl_, &ev) != 0) return false;
+    make_bell();
+    try {
+      std::thread([this] { run(); }).detach();
+    } catch (...) {
+      return false;
+    }
+    return true;
+  }
+
+  void add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      entry e{efd, &m, m.owner(), m.lanes[0].hdr, m.lane_count() == 1 && !m.lanes[0].is_lifo(), key, epoch, {m.dev, m.ino}};
+      e.wake_seen = owner_wake_seq(*m.owner());
+      e.request_seen = pending_request(m);
+      if (const auto it = index_.find(efd); it != index_.end()) {
+        entries_[it->second] = e;  // (a descriptor number reused without a remove: cannot happen, but stays consistent)
+      } else {
+        index_.emplace(efd, entries_.size());
+        entries_.push_back(e);
+      }
+      by_file_.emplace(e.file, efd);
+    }
+    poke(ctl_);  // the hub now has something to scan: it sets its timeout
+  }
+
+  void remove(int efd) {
+    std::lock_guard<std::mutex> g(mu_);
+    const auto it = index_.find(efd);
+    if (it == index_.end()) return;
+    const std::size_t i = it->second;
+    auto [lo, hi] = by_file_.equal_range(entries_[i].file);
+    for (auto f = lo; f != hi; ++f)
+      if (f->second == efd) {
+        by_file_.erase(f);
+        break;
+      }
+    index_.erase(it);
+    // Swap-remove: the scan's cursor may visit the moved entry twice or once
+    // late in this round; it never skips one for longer than a round.
+    if (i + 1 != entries_.size()) {
+      entries_[i] = entries_.back();
+      index_[entries_[i].efd] = i;
+    }
+    entries_.pop_back();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<entry> entries_;
+  std::unordered_map<int, std::size_t> index_;  // eventfd -> its entry
+  std::size_t cursor_ = 0;                      // where the scan goes on
+  std::unordered_multimap<bell_record, int, bell_key_hash, bell_key_eq> by_file_;
+  int ep_ = -1, ctl_ = -1;
+  int bell_r_ = -1, bell_w_ = -1;
+
+  // Route 2's doorbell; without one (the name is taken, /dev/shm refuses a
+  // FIFO) wakers fall back to route 3.
+  void make_bell() noexcept {
+    const std::string path = bell_path(self_key());
+    const std::string tmp = path + ".new";
+    for (int attempt = 0; attempt < 3 && bell_r_ < 0; ++attempt) {
+      ::unlink(tmp.c_str());
+      if (::mkfifo(tmp.c_str(), 0600) != 0) return;
+      // Our reader first (a gc that finds no reader may remove it meanwhile:
+      // then try again), then the mode, then our own writer (no end-of-file
+      // when the last waker closes), then the real name.
+      bell_r_ = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (bell_r_ < 0) return;
+    struct stat st {};
+    if (::fstat(bell_r_, &st) != 0 || !S_ISFIFO(st.st_mode) || ::fchmod(bell_r_, 0622) != 0 ||
+        (bell_w_ = ::open(tmp.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+        ::rename(tmp.c_str(), path.c_str()) != 0) {
+      ::unlink(tmp.c_str());
+      if (bell_w_ >= 0) ::close(bell_w_);
+      ::close(bell_r_);
+      bell_r_ = bell_w_ = -1;
+      return;
+    }
+    std::snprintf(g_bell_name, sizeof g_bell_name, "%s", path.c_str());
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit(unlink_bell_at_exit); });
+    g_bell_pid.store(pid, std::memory_order_relaxed);  // relaxed: read by this process's exit handler only
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = bell_r_;
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, bell_r_, &ev);
+  }
+
+  // Reads every record waiting in the doorbell and wakes the boxes they
+  // name. True if so much was waiting that rings may have been lost (a
+  // waker found the FIFO full): then the scan also looks at wake_seq.
+  bool read_bell() {
+    bell_record recs[256];
+    std::size_t total = 0;
+    for (;;) {
+      const ssize_t n = ::read(bell_r_, recs, sizeof recs);
+      if (n <= 0) break;
+      total += static_cast<std::size_t>(n);
+      std::lock_guard<std::mutex> g(mu_);
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
+        auto [lo, hi] = by_file_.equal_range(recs[i]);
+        for (auto f = lo; f != hi; ++f) {
+          const entry& e = entries_[index_.at(f->second)];
+          (void)e;
+          poke(f->second);
+          // relaxed: a diagnostic count (shmbox stat)
+          e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
+    return total >= 32 * 1024;
+  }
+
+  // Route 3: what nobody woke us for. Round robin, for at most kScanBudgetNs
+  // per scan (see there).
+  void scan(bool wake_moved) {
+    std::lock_guard<std::mutex> g(mu_);
+    const std::uint64_t start = mono_ns();
+    const std::size_t n = entries_.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      if ((k & 15) == 15 && mono_ns() - start >= kScanBudgetNs) break;
+      if (cursor_ >= entries_.size()) cursor_ = 0;
+      entry& e = entries_[cursor_++];
+      const int efd = e.efd;
+      const mapped_box& m = *e.m;
+      const owner_record* rec = e.rec;
+      // acquire: pairs with the owner change (O2/O3) as still_owner does; a
+      // handle that lost the box learns it itself.
+      if (rec->key.load(std::memory_order_acquire) != e.key || rec->epoch.load(std::memory_order_acquire) != e.epoch)
+        continue;
+      bool wake = false;
+      const std::uint64_t request = pending_request(m);
+      if (request != e.request_seen) {
+        e.request_seen = request;
+        wake |= request != 0 && accepts_requests(m, e.epoch);
+      }
+      const std::uint32_t w = owner_wake_seq(*rec);
+      wake |= wake_moved && w != e.wake_seen;  // (a round after an overflow: the boxes it reaches)
+      e.wake_seen = w;
+      // Armed with messages waiting: a wake-up was lost (a producer died
+      // between publishing and waking). acquire: pairs with set_mode's release.
+      if (!wake && state_mode(rec->state.load(std::memory_order_acquire)) != owner_state::passive) {
+        if (e.one_fifo_lane) {
+          // One FIFO lane (the common box): claimed past the published head.
+          // acquire: pairs with P3 (tail) and T7 (head), as lane_depth_scan.
+          const lane_header* h = e.lane0;
+          wake = (h->tail.load(std::memory_order_acquire) >> 1) != h->head.load(std::memory_order_acquire);
+        } else {
+          std::uint64_t depth = 0;
+          for (std::uint32_t l = 0; l < m.lane_count() && depth == 0; ++l) depth += lane_depth_scan(m, l);
+          wake = depth != 0;
+        }
+      }
+      if (wake) poke(efd);
+    }
+  }
+
+  void run() {
+    std::uint64_t next_scan = mono_ns() + kScanNs;
+    bool wake_moved = false;
+    for (;;) {
+      bool idle;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        idle = entries_.empty();
+      }
+      const std::uint64_t now = mono_ns();
+      const int timeout = idle ? -1 : static_cast<int>((next_scan > now ? next_scan - now : 0) / 1'000'000 + 1);
+      epoll_event evs[4];
+      const int n = ::epoll_wait(ep_, evs, 4, timeout);
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.fd == bell_r_) wake_moved |= read_bell();
+        if (evs[i].data.fd == ctl_) {
+          std::uint64_t v;
+          [[maybe_unused]] const ssize_t r = ::read(ctl_, &v, sizeof v);
+        }
+      }
+      const std::uint64_t after = mono_ns();
+      if (idle) next_scan = after + kScanNs;  // (just became busy)
+      else if (after >= next_scan) {
+        scan(wake_moved);
+        wake_moved = false;
+        next_scan = after + kScanNs;
+      }
+    }
+  }
+};
+
+std::mutex g_hub_mu;
+hub* g_hub = nullptr;  // never freed: the thread runs until the process ends
+
+// This process's hub (a fork child gets a new one; the parent's is left as it
+// was: its thread does not exist in the child, its mutex may be held).
+hub* this_process_hub() {
+  std::lock_guard<std::mutex> g(g_hub_mu);
+  if (g_hub != nullptr && g_hub->pid == ::getpid()) return g_hub;
+  auto* h = new hub();
+  if (!h->start()) return nullptr;  // (leaked: a thread may not have started, its fds are few)
+  g_hub = h;
+  return h;
+}
+
+}  // namespace
+
+bool hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) noexcept {
+  try {
+    hub* h = this_process_hub();
+    if (h == nullptr) return false;
+    h->add(m, efd, key, epoch);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void hub_remove(int efd) noexcept {
+  hub* h;
+  {
+    std::lock_guard<std::mutex> g(g_hub_mu);
+    h = g_hub != nullptr && g_hub->pid == ::getpid() ? g_hub : nullptr;
+  }
+  if (h != nullptr) h->remove(efd);
+}
+
+bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept {
+  if (fd_key != key) {
+    if (fd >= 0) ::close(fd);
+    fd_key = key;
+    // Not a link, and a FIFO: the key was read from a segment others can write.
+    fd = ::open(bell_path(key).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) return false;
+  const bell_record r{m.dev, m.ino};
+  // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
+  // and taken back if it came (the owner is dead; nothing to ring).
+  sigset_t pipe_only, old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  const ssize_t n = ::write(fd, &r, sizeof r);
+  if (n < 0 && errno == EPIPE) {
+    const timespec zero{0, 0};
+    ::sigtimedwait(&pipe_only, nullptr, &zero);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return n == static_cast<ssize_t>(sizeof r);
+}
+
+std::vector<std::string> collect_bells(bool dry_run) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return out;
+  const std::size_t plen = std::strlen(kBellPrefix);
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, kBellPrefix, plen) != 0) continue;
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
+    // Nobody reads it: opening it for writing fails with ENXIO.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      ::close(fd);
+      continue;
+    }
+    if (errno != ENXIO) continue;
+    if (dry_run || ::unlink(path.c_str()) == 0) out.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace shmbox::detail

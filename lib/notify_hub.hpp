@@ -1,0 +1,91 @@
+// lib/notify_hub.hpp - THE NOTIFY HUB: the one helper thread a process runs
+// for all of its Owner handles' notify_fd()s, however many boxes it owns.
+//
+// An owner in an event loop waits on its notify_fd (an eventfd). Whoever
+// wakes the owner makes that descriptor readable:
+//   1. a producer (P6) or a give-away requester that may take the owner's
+//      descriptor (pidfd_getfd: same user, same pid namespace) writes the
+//      eventfd itself: no thread is involved at all;
+//   2. one that may not (another user, another container) rings the owner
+//      process's DOORBELL: a FIFO, /dev/shm/shmbox-bell.<owner key in hex>,
+//      mode 0622, into which it writes the box's file identity (dev, ino:
+//      16 bytes, one atomic write). The hub thread reads the doorbell and
+//      writes the eventfd of the box so named (bell_rings counts these, in
+//      the owner record). A FIFO in /dev/shm reaches the owner from any user
+//      and any pid, user or network namespace that shares /dev/shm, as the
+//      boxes do;
+//   3. nobody (a producer that died between publishing and waking, P5-P6; a
+//      full or missing doorbell): the hub's SCAN finds it. Every kScanNs the
+//      hub looks at the next kScanBoxes registered boxes: armed (notify or
+//      active) with messages waiting, a give-away request not yet signalled,
+//      or (after a doorbell overflow) a wake_seq that moved: it writes that
+//      box's eventfd.
+// So one thread serves 10,000 boxes: it sleeps in epoll_wait on the doorbell
+// and wakes for a ring or for the scan (a few loads per box; with no box
+// registered it sleeps without a timeout).
+//
+// The doorbell is created under a temporary name, opened for reading (and
+// once for writing, so that it never reads end-of-file), then renamed into
+// place: its name never exists without a reader. A process that exits
+// removes it; one that was killed leaves it, and `shmbox gc` removes every
+// doorbell nobody reads (opening one for writing fails with ENXIO). A
+// doorbell name taken by someone else (another user's file in the sticky
+// /dev/shm) leaves the hub without one: route 3 still works.
+//
+// A fork child starts its own hub (its own key, its own doorbell) when it
+// first calls notify_fd(); it inherits none of the parent's registrations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "segment.hpp"
+
+namespace shmbox::detail {
+
+#pragma GCC visibility push(hidden)
+
+// The scan (route 3): every kScanNs, the next registered boxes, round robin,
+// for at most kScanBudgetNs. Looking at an idle box costs a few cache and
+// TLB misses (its owner record and lane header pages, each box a mapping of
+// its own: about 1-5 us in a VM with nested paging, far less on bare metal),
+// so the scan is budgeted in time, not in boxes: 0.2 ms of CPU per second
+// whatever their number. The bound on a wake-up nobody delivered (a producer
+// killed between publishing and waking; the next post wakes the owner
+// anyway) is then about boxes x cost-per-box / 0.2 ms seconds: all of them
+// each second up to a few hundred boxes (measured: bench/boxes.cpp).
+constexpr std::uint64_t kScanNs = 1'000'000'000;
+constexpr std::uint64_t kScanBudgetNs = 200'000;
+
+// One record written into a doorbell: the box's segment file.
+struct bell_record {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+};
+static_assert(sizeof(bell_record) == 16);
+
+// The doorbell of the owner process with key `key` ("/dev/shm/shmbox-bell.<hex>").
+std::string bell_path(std::uint64_t key);
+// The prefix every doorbell name has in /dev/shm (for gc and ls).
+inline constexpr const char* kBellPrefix = "shmbox-bell.";
+
+// Registers owner handle `efd` (its notify_fd) of box `m`, owned as (key,
+// epoch), with this process's hub, starting the hub on first use. False if
+// the hub thread cannot be started (then the caller reports the error).
+bool hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) noexcept;
+// Removes it: once this returns, the hub never touches `efd` again.
+void hub_remove(int efd) noexcept;
+
+// Rings the doorbell of the owner with key `key` for box `m`, through `fd`
+// (a cached descriptor, -1: open it now; `fd_key`: the key it was opened
+// for). False when there is no doorbell to ring (or it is full).
+bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept;
+
+// The doorbells in /dev/shm that nobody reads (their process is gone): their
+// file names; removed unless `dry_run`.
+std::vector<std::string> collect_bells(bool dry_run);
+
+#pragma GCC visibility pop
+
+}  // namespace shmbox::detail
