@@ -5,7 +5,8 @@
 // Where each step is implemented:
 //   ring_fast.hpp   P1-P6, the inline fast path of a FIFO post
 //   ring_post.cpp   POST P1-P6 (general path), EVICT E1-E4, ABORT, RUN
-//   ring_take.cpp   TAKE T1-T7, HOLD H1, COMMIT C1-C4, sleep arming (FIFO)
+//   ring_take.cpp   TAKE T1-T7 (and FAST TAKE, the one-message receives'
+//                   common case), HOLD H1, COMMIT C1-C4, sleep arming (FIFO)
 //   ring_repair.cpp REPAIRS R1-R4, producer entries, owner recovery (R4)
 //   ring_lifo.cpp   lifo lanes L1-L3, SYNC POINTs C/D
 //   ring_internal.hpp  what those files share (counters, op words, take_one)
@@ -120,6 +121,12 @@
 //     reads the next one: the two cores work in parallel.
 //  T7 (once per call) head = p (release); owner.op = none; if the lane has
 //     waiters (SYNC POINT B) wake lane.space_seq.
+//  FAST TAKE (owner_take_fast: Owner::try_receive, receive, and
+//  receive_in_place with max 1): T1 finds FULL(p) with a valid length: T2-T7
+//  for that one message, the same stores in the same order; anything else
+//  is left to the general take above. What the one-message calls saved is
+//  the general path's set-up (deadline, spin, staging, the lane walk), and
+//  B's fence (below): no step is skipped.
 //  A receive call commits each message as it copies it out: a process that
 //  dies inside the call loses (at most) what it had copied but not yet
 //  returned, exactly like a process that dies just after the call returns.
@@ -181,7 +188,12 @@
 //  died before P6 costs at most one sleep slice (250 ms).
 //  Producers waiting for space: SYNC POINT A (producer: space_wanted = 1,
 //  fence, re-check slot) pairs with SYNC POINT B (owner: free slots, fence,
-//  read space_wanted): one of the two sees the other's store.
+//  read space_wanted): one of the two sees the other's store. B runs after
+//  every take and A only before a sleep, so B's fence is made asymmetric:
+//  an owner whose process registered for membarrier(2) skips it, and A runs
+//  membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which makes the owner's CPU
+//  fence for it (wake.hpp, THE ASYMMETRIC FENCE; the lane's space_fence word
+//  turns B's fence back on where a producer may not call membarrier).
 //
 // ===========================================================================
 // lifo lanes (pobox's stack)
