@@ -18,7 +18,8 @@
 //   tput       one producer process posts --messages messages round-robin to
 //              the N boxes (policy block); the owner drains each box whose
 //              fd is readable (Owner::wait(d, 0), try_receive until empty,
-//              notify() to re-arm); messages per second
+//              notify() to re-arm); messages per second, after a warm-up
+//              lap of one post to every box (first-lap, its own row)
 //   cli        wall time of `shmbox ls` (every box on the machine) and
 //              `shmbox gc --dry-run --prefix <ours>` (our N boxes, owner
 //              alive), each run as a child process (fork + exec)
@@ -53,7 +54,7 @@
 //
 // OUTPUT: rows (bench/rows.hpp) of group "boxes", mechanism "<N> boxes":
 //   setup(ms) threads(count) idle(ms/s) wake-first-p50/p99 wake-last-p50/p99
-//   (us) shm-per-box(B) rss-per-box(B) tput(Mmsg/s) ls(ms) gc(ms)
+//   (us) shm-per-box(B) rss-per-box(B) first-lap(ms) tput(Mmsg/s) ls(ms) gc(ms)
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -225,7 +226,7 @@ std::int64_t cpu_ns_of(pid_t pid) {
 // The message of both phases (posted as kMsgBytes bytes).
 struct Msg {
   std::uint32_t box;     // the box it is posted to
-  std::uint32_t kind;    // 0: a wake-up sample, 1: throughput
+  std::uint32_t kind;    // 0: a wake-up sample, 1: throughput, 2: the warm-up lap
   std::uint64_t seq;     // wake-up: the sample number; throughput: the next of this box
   std::int64_t t_post;   // wake-up: CLOCK_MONOTONIC at the post
   std::uint64_t check;   // ~seq ^ box: a torn message fails
@@ -299,7 +300,7 @@ void owner_main(const Args& args, int n, int report, int ctl, int ack) {
   std::uint64_t received = 0, expected = UINT64_MAX;
   std::int64_t t_last = 0;
   bool reported = false;
-  std::size_t wakes = 0;
+  std::size_t wakes = 0, warm = 0;
   auto report_if_complete = [&] {
     if (reported || received != expected) return;
     Record res = make_record(rec_kind::result, 2, received);
@@ -342,7 +343,9 @@ void owner_main(const Args& args, int n, int report, int ctl, int ack) {
         if (msg.box != i || msg.check != (~msg.seq ^ msg.box) || m.redelivered)
           throw bench_failure("box " + std::to_string(i + 1) + ": a message for box " + std::to_string(msg.box + 1) +
                               " or a torn or redelivered one");
-        if (msg.kind == 0) {
+        if (msg.kind == 2) {
+          if (++warm == static_cast<std::size_t>(n)) write_all(ack, "w", 1, "ack to the producer");
+        } else if (msg.kind == 0) {
           (i == 0 ? first_us : last_us).push_back(static_cast<double>(t - msg.t_post) / 1000.0);
           ++wakes;
           sample = true;
@@ -408,6 +411,16 @@ void producer_main(const Args& args, int n, pid_t owner, const ChildEnds& ends, 
     if (post(box, msg) != 0) throw bench_failure("a wake-up post had to wait for space");
     read_byte(ack, "wake-up acknowledgement");
   }
+  // Warm-up lap, not timed: one message to every box (the first wake-up of a
+  // box also fetches the owner's eventfd), until the owner has them all.
+  const std::int64_t w0 = now_ns();
+  for (int i = 0; i < n; ++i) {
+    Msg msg{static_cast<std::uint32_t>(i), 2, 0, 0, 0};
+    msg.check = ~msg.seq ^ msg.box;
+    post(static_cast<std::size_t>(i), msg);
+  }
+  read_byte(ack, "warm-up acknowledgement");
+  const std::int64_t w1 = now_ns();
   // Throughput: round-robin over the boxes.
   std::vector<std::uint64_t> next(static_cast<std::size_t>(n), 0);
   std::uint64_t retries = 0;
@@ -423,6 +436,7 @@ void producer_main(const Args& args, int n, pid_t owner, const ChildEnds& ends, 
   }
   Record r = make_record(rec_kind::produced, 0, k, retries);
   r.t_ns = t_start;
+  r.us[0] = static_cast<double>(w1 - w0) / 1000.0;
   ends.send(r);
 }
 
@@ -660,6 +674,8 @@ int run(const Args& args) {
   row("wake-last-p99", wake->us[3], "us", wnote);
   row("shm-per-box", static_cast<double>(sb.st_size), "B", geo + ", 64 producer entries, 1 lane");
   row("rss-per-box", rss_per_box, "B", "owner RSS growth over the set-up / N");
+  row("first-lap", produced->us[0] / 1000.0, "ms",
+      "one post to every box, first wake-up of each, until the owner has them all (not in tput)");
   row("tput", tput / 1e6, "Mmsg/s", std::to_string(drained->a) + " msgs round-robin, 1 producer; " +
                                          std::to_string(produced->b) + " retries");
   if (ls_status == 0) row("ls", ls_ms, "ms", "shmbox ls, " + std::to_string(on_machine) + " boxes on the machine");
@@ -675,11 +691,11 @@ int run(const Args& args) {
                "  idle owner CPU %.2f ms/s over %.1f s\n"
                "  wake-up p50/p99: box 1 %.1f / %.1f us, box %d %.1f / %.1f us (%d samples each)\n"
                "  memory per box: %lld B shared (segment), %.0f B owner RSS\n"
-               "  throughput round-robin: %.3f Mmsg/s\n"
+               "  warm-up lap (one post to every box) %.1f ms; throughput round-robin: %.4f Mmsg/s\n"
                "  shmbox ls %.1f ms (%d boxes on the machine, exit %d); gc --dry-run %.1f ms (exit %d)\n",
                kProg.data(), n, geo.c_str(), load, after, create_ms, setup_ms, setup_ms * 1000 / n, threads,
                attach_ms, idle_ms_per_s, args.idle_seconds, wake->us[0], wake->us[1], n, wake->us[2], wake->us[3],
-               args.samples / 2, static_cast<long long>(sb.st_size), rss_per_box, tput / 1e6, ls_ms, on_machine,
+               args.samples / 2, static_cast<long long>(sb.st_size), rss_per_box, produced->us[0] / 1000.0, tput / 1e6, ls_ms, on_machine,
                ls_status, gc_ms, gc_status);
   return 0;
 }
