@@ -15,7 +15,7 @@
 #      wake-up latency (one epoll set over notify_fd)  shmbox-bench-boxes --boxes
 #      (one run per N: the set-up of N boxes is the measurement; not interleaved)
 # Raw rows: $build/curves/rows-*.tsv; points: $build/curves/*.tsv; plots:
-# $build/curves/*.svg (gnuplot, when it is installed).
+# $build/curves/*.svg and *.png (gnuplot, when it is installed).
 set -euo pipefail
 
 build="$1"
@@ -43,7 +43,7 @@ producers="1,2,4,8,16,32,64"
 boxes_list="1 10 100 1000 10000"
 if [ "$quick" = 1 ]; then
   reps=1
-  tput_msgs=(--messages 20000)
+  tput_msgs=(--messages 20000 --laps 1)
   prod_msgs=(--messages 20000)
   rtt_counts=(--count 200 --warmup 20)
   boxes_opts=(--quick)
@@ -160,15 +160,20 @@ machine="$(nproc) CPUs ($cpu), Linux $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC
 what="median of $reps interleaved runs, bars min-max"
 fdnote="$(sed -n 's/^# skipped: \(.*\)/\1/p' "$out/boxes.tsv" | head -1)"
 
-plot() {  # plot NAME: gnuplot commands on stdin, written to $out/NAME.svg
-  {
-    printf 'set terminal svg size 900,560 dynamic noenhanced font "sans,12" background "white"\n'
-    printf 'set output "%s/%s.svg"\n' "$out" "$1"
-    printf 'set datafile missing "?"\nset datafile separator "\\t"\n'
-    printf 'set logscale x 2\nset grid\nset key top right\nset bmargin 6\n'
-    printf 'set label 1 "%s" at screen 0.01,0.03 font "sans,9"\n' "$machine; $what"
-    cat
-  } | gnuplot 2>>"$log"
+plot() {  # plot NAME: gnuplot commands on stdin, drawn to $out/NAME.svg and $out/NAME.png
+  local body term
+  body="$(cat)"
+  for term in 'svg size 900,560 dynamic noenhanced font "sans,12" background "white"|svg' \
+              'pngcairo size 900,560 noenhanced font "sans,10" background "white"|png'; do
+    {
+      printf 'set terminal %s\n' "${term%|*}"
+      printf 'set output "%s/%s.%s"\n' "$out" "$1" "${term#*|}"
+      printf 'set datafile missing "?"\nset datafile separator "\\t"\n'
+      printf 'set logscale x 2\nset grid\nset key top right\nset bmargin 6\n'
+      printf 'set label 1 "%s" at screen 0.01,0.03 font "sans,9"\n' "$machine; $what"
+      printf '%s\n' "$body"
+    } | gnuplot 2>>"$log"
+  done
 }
 
 plot size-throughput <<EOF
@@ -262,4 +267,4 @@ plot "$out/boxes.tsv" using 1:7 with linespoints title "set-up, ms", \
      "" using 1:12 with linespoints title "shmbox ls, ms", \
      "" using 1:(\$10/1024) with linespoints title "owner RSS per box, KiB"
 EOF
-echo "curves: plots in $out/*.svg" >&2
+echo "curves: plots in $out/*.svg (and .png)" >&2

@@ -90,13 +90,16 @@
 //   for the shmbox rows and the spin ring (a spin ring exists for 16 B .. 1
 //   MiB in powers of 4); the other mechanisms are skip rows there. Sizes
 //   above 1 KiB send N x 512 / S messages per run (the same bytes as the 1
-//   KiB runs), and at least 8 x the capacity; without --capacity a queue of S-byte messages holds at most
+//   KiB runs); without --capacity a queue of S-byte messages holds at most
 //   128 MiB / S of them (so a segment stays under 256 MiB: 512 slots of 256
 //   KiB, 128 of 1 MiB); a shmbox consumer takes at most 1 MiB / S messages
-//   per call (256 up to 4 KiB). --capacity C sets every queue's capacity
-//   (the spin ring only takes powers of two); --producers goes up to 64
+//   per call (256 up to 4 KiB). --capacity C,... sets every queue's capacity
+//   (a list: one set of groups per capacity, interleaved; the spin ring only
+//   takes powers of two); --producers goes up to 64
 //   (the box's max_producers is raised to the count when it is above 64).
-//   The notes of the rows say what applied.
+//   Big messages and queues of more than 1024 send at least 8 x the
+//   capacity (--laps) (so the first lap, with its page faults, is at most an eighth of
+//   the time). The notes of the rows say what applied.
 // * Repetitions. Every configuration runs R times (--reps). The runs are
 //   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
 //   slow phase of the machine does not hit a single configuration. Rows give
@@ -190,14 +193,15 @@ struct Args : CommonArgs {
   std::vector<const MechInfo*> only;  // empty: every mechanism
   std::vector<std::size_t> sizes = {64, 1024};
   std::vector<int> producers = {1, 4};
-  std::uint32_t capacity = 0;  // --capacity: every queue's; 0: kCapacity (big messages: fewer, see capacity_for)
+  std::vector<std::uint32_t> capacities;  // --capacity: one set of groups per capacity; empty: capacity_for
+  std::uint64_t laps = 8;  // --laps: big messages and big queues send at least laps x capacity messages
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-throughput [--messages N] [--reps R] [--timeout S] [--quick]\n"
-               "                               [--only MECH,...] [--sizes 64,1024] [--producers 1,4] [--capacity C]\n"
-               "                               [--verbose]\n"
+               "                               [--only MECH,...] [--sizes 64,1024] [--producers 1,4] [--capacity C,...]\n"
+               "                               [--laps L] [--verbose]\n"
                "  --messages N    messages per run of 64-byte messages, split across the producers (default\n"
                "                  4000000); 1 KiB runs send N/2; boost-mq and pipe send a quarter of that,\n"
                "                  posix-mq and unix-socket a sixteenth (every row's note says how many)\n"
@@ -213,7 +217,10 @@ void usage(std::FILE* to) {
                "  --sizes LIST    message sizes in bytes, 16..1048576 (default 64,1024); sizes other than 64 and\n"
                "                  1024 measure the shmbox rows and spin-ring only\n"
                "  --producers LIST  producer counts, each 1..64 (default 1,4)\n"
-               "  --capacity C    messages every queue holds (default 1024; fewer for messages over 128 KiB)\n"
+               "  --capacity LIST messages every queue holds, one set of groups (tput-S-Pp-cC) per capacity\n"
+               "                  (default 1024, fewer for messages over 128 KiB)\n"
+               "  --laps L        messages over 1 KiB and queues over 1024: at least L x capacity messages per\n"
+               "                  run (default 8)\n"
                "  --verbose       print every run (and producer retries) on stderr\n"
                "Rows (bench/rows.hpp) go to stdout, the table and errors to stderr. Exit status 1: a run\n"
                "failed (lost, duplicated, reordered or corrupted message, watchdog, error).\n");
@@ -242,7 +249,11 @@ std::optional<Args> parse_args(int argc, char** argv) {
     if (arg == "--producers")
       return parse_list(w, a.producers,
                         [](std::string_view item, int& p) { return parse_number(item, p) && p >= 1 && p <= 64; });
-    if (arg == "--capacity") return w.number(a.capacity, 1, 16u << 20);
+    if (arg == "--laps") return w.number(a.laps, 1, 1000);
+    if (arg == "--capacity")
+      return parse_list(w, a.capacities, [](std::string_view item, std::uint32_t& c) {
+        return parse_number(item, c) && c >= 1 && c <= (16u << 20);
+      });
     return false;
   });
   if (!ok) return std::nullopt;
@@ -334,10 +345,9 @@ void child_main(const ChildCtx& c) {
 // hold (the benchmark never changes system settings).
 std::uint32_t posix_mq_depth() { return std::min(kCapacity, posix_mq_msg_max()); }
 std::uint32_t dgram_queue_length() { return read_proc_number("/proc/sys/net/unix/max_dgram_qlen", 10); }
-// The capacity of every queue of S-byte messages: --capacity, else kCapacity
-// but at most 128 MiB of payload (a power of two).
-std::uint32_t capacity_for(const Args& args, std::size_t size) {
-  if (args.capacity != 0) return args.capacity;
+// The capacity of every queue of S-byte messages when --capacity is not
+// given: kCapacity, but at most 128 MiB of payload (a power of two).
+std::uint32_t capacity_for(std::size_t size) {
   std::uint32_t c = kCapacity;
   while (c > 1 && std::size_t{c} * size > (std::size_t{128} << 20)) c /= 2;
   return c;
@@ -421,20 +431,24 @@ std::string size_tag(std::size_t size) { return size == 1024 ? "1k" : std::to_st
 
 std::vector<Config> make_configs(const Args& args) {
   std::vector<Config> out;
+  std::vector<std::uint32_t> caps = args.capacities;
+  if (caps.empty()) caps.push_back(0);  // 0: capacity_for(size)
+  for (std::uint32_t cap : caps)
   for (std::size_t size : args.sizes) {
     for (int producers : args.producers) {
       for (const MechInfo& m : kMechs) {
         if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), &m) == args.only.end()) continue;
-        Config c{&m, size, producers, capacity_for(args, size), 0, {}, {}, {}};
+        Config c{&m, size, producers, cap != 0 ? cap : capacity_for(size), 0, {}, {}, {}};
         c.group = "tput-" + size_tag(size) + "-" + std::to_string(producers) + "p";
-        if (args.capacity != 0) c.group += "-c" + std::to_string(args.capacity);
+        if (cap != 0) c.group += "-c" + std::to_string(cap);
         std::uint64_t div = 1;
         if (size > 64) div *= 2;
         if (size > 1024) div = size / 512;  // the bytes of a 1 KiB run
         div *= m.divisor;
         c.messages = std::max<std::uint64_t>(args.messages / div, static_cast<std::uint64_t>(producers));
-        // Big messages: at least 8 laps of the queue (the first lap's page faults are in the time).
-        if (size > 1024) c.messages = std::max<std::uint64_t>(c.messages, std::uint64_t{8} * c.capacity);
+        // Big messages and big queues: at least 8 laps of the queue (the
+        // first lap's page faults are in the time).
+        if (size > 1024 || c.capacity > kCapacity) c.messages = std::max<std::uint64_t>(c.messages, args.laps * c.capacity);
         c.note = std::to_string(c.messages) + " msgs/run";
         if (div > 1) c.note += " (N/" + std::to_string(div) + ")";
         if (c.capacity != kCapacity && m.kind != Kind::posix_mq && m.kind != Kind::unix_socket)
@@ -452,7 +466,7 @@ std::vector<Config> make_configs(const Args& args) {
           c.skip = "the spin ring's capacity must be a power of two";
         else if (m.kind != Kind::shmbox && m.kind != Kind::spin_ring && size != 64 && size != 1024)
           c.skip = "measured at 64 and 1024 bytes only";
-        else if (m.kind == Kind::lockfree_spsc && args.capacity != 0 && args.capacity != kCapacity)
+        else if (m.kind == Kind::lockfree_spsc && cap != 0 && cap != kCapacity)
           c.skip = "its capacity is fixed at compile time (1024)";
         out.push_back(std::move(c));
       }
