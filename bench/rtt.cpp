@@ -73,8 +73,8 @@
 //   rtt-busy-<S> for each size S (16 B .. 1 MiB): spin-ring (16 B .. 1 MiB
 //   in powers of 4), shmbox-copy and shmbox-zero-copy, busy-polling as
 //   above. Above 1 KiB a run makes count x 1024 / S round trips (at least
-//   200; warm-up likewise, at least 20) and a box holds at most 16 MiB / S
-//   slots (one message is in flight); the rows' notes say so.
+//   200; warm-up likewise, at least 32) and the queues hold 16 slots (one
+//   message is in flight; see capacity_for); the rows' notes say so.
 // * Start barrier, watchdog (no sleep synchronises anything: start and
 //   finish are pipe handshakes; fork and set-up are not timed) and cleanup
 //   (fresh queues every run, removed also on failure and on fatal signals):
@@ -255,19 +255,21 @@ const std::vector<Config>& configs_of(const Args& a) {
   return v;
 }
 
+// Slots per box: kCapacity up to 1 KiB, kBigCapacity above. One message is
+// in flight, so the ring's size only decides how soon slots are reused: a
+// 1024-slot ring of 16 KiB slots is 16 MiB, which the few round trips of a
+// run would walk about once, mostly on slots this process touches for the
+// first time (page faults), while a 1024-slot ring of 64-byte slots is
+// reused 20 times. With 16 slots the warm-up walks the ring
+// at least twice, and the curve shows the cost of moving the bytes.
+constexpr std::uint32_t kBigCapacity = 16;
+std::uint32_t capacity_for(std::size_t size) { return size > 1024 ? kBigCapacity : kCapacity; }
+
 // Round trips (measured, warm-up) of a run with S-byte messages: fewer above 1 KiB.
 std::pair<std::uint64_t, std::uint64_t> counts_for(const Args& a, std::size_t size) {
   if (size <= 1024) return {a.count, a.warmup};
   return {std::max<std::uint64_t>(std::min<std::uint64_t>(a.count, 200), a.count * 1024 / size),
-          std::max<std::uint64_t>(std::min<std::uint64_t>(a.warmup, 20), a.warmup * 1024 / size)};
-}
-
-// Slots per box: kCapacity, but at most 16 MiB of them (one message is in
-// flight: a small ring is reused lap after lap, as small messages reuse theirs).
-std::uint32_t capacity_for(std::size_t size) {
-  std::uint32_t c = kCapacity;
-  while (c > 1 && std::size_t{c} * size > (std::size_t{16} << 20)) c /= 2;
-  return c;
+          std::max<std::uint64_t>(std::min<std::uint64_t>(a.warmup, 2 * kBigCapacity), a.warmup * 1024 / size)};
 }
 
 bool selected(const Args& a, const Config& c) {
