@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/curves.sh BUILD_DIR [--quick] [--reps R] - how cost grows: the curves
+# bench/curves.sh BUILD_DIR [--quick] [--reps R] [--plots-only] - how cost grows: the curves
 # of `bash bench/run.sh --curves` (run.sh installs gnuplot-nox and builds,
 # then calls this). Each curve is a series of points; every point measures
 # shmbox and, where it is cheap, the spin ring of bench/spin_ring.hpp in the
@@ -16,16 +16,19 @@
 #      (one run per N: the set-up of N boxes is the measurement; not interleaved)
 # Raw rows: $build/curves/rows-*.tsv; points: $build/curves/*.tsv; plots:
 # $build/curves/*.svg and *.png (gnuplot, when it is installed).
+# --plots-only: measure nothing, draw again from the rows of the last run.
 set -euo pipefail
 
 build="$1"
 shift
 quick=0
-reps=3
+reps=5
+plots_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --reps) reps="$2"; shift ;;
+    --plots-only) plots_only=1 ;;
     *) echo "bench/curves.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -35,7 +38,7 @@ b="$build/bench"
 out="$build/curves"
 mkdir -p "$out"
 log="$out/log.txt"
-: >"$log"
+[ "$plots_only" = 1 ] || : >"$log"
 
 sizes="16,64,256,1024,4096,16384,65536,262144,1048576"
 caps="16,64,256,1024,4096,16384,65536,262144,1048576"
@@ -58,6 +61,7 @@ fi
 step() {  # step NAME ROWS COMMAND...: rows to ROWS, the readable output to the log
   local name="$1" rows="$2"
   shift 2
+  [ "$plots_only" = 1 ] && return 0
   echo "curves: $name ..." >&2
   local start=$SECONDS
   if ! "$@" >"$rows" 2>>"$log"; then
@@ -79,10 +83,10 @@ step "2. capacity" "$out/rows-capacity.tsv" \
 step "3. producers" "$out/rows-producers.tsv" \
   "$b/shmbox-bench-throughput" --only shmbox-copy,spin-ring --sizes 64 --producers "$producers" \
   --reps "$reps" "${prod_msgs[@]}"
-: >"$out/rows-boxes.tsv"
+[ "$plots_only" = 1 ] || : >"$out/rows-boxes.tsv"
 for n in $boxes_list; do
   step "4. boxes: $n" "$out/rows-boxes-$n.tsv" "$b/shmbox-bench-boxes" --boxes "$n" "${boxes_opts[@]}"
-  cat "$out/rows-boxes-$n.tsv" >>"$out/rows-boxes.tsv"
+  [ "$plots_only" = 1 ] || cat "$out/rows-boxes-$n.tsv" >>"$out/rows-boxes.tsv"
 done
 
 # --- Points: one line per x, "?" where a mechanism has no row (skipped) ----
@@ -169,7 +173,7 @@ plot() {  # plot NAME: gnuplot commands on stdin, drawn to $out/NAME.svg and $ou
       printf 'set terminal %s\n' "${term%|*}"
       printf 'set output "%s/%s.%s"\n' "$out" "$1" "${term#*|}"
       printf 'set datafile missing "?"\nset datafile separator "\\t"\n'
-      printf 'set logscale x 2\nset grid\nset key top right\nset bmargin 6\n'
+      printf 'set logscale x 2\nset grid\nset key top right\nset bmargin 6\nset offsets graph 0.02, graph 0.02, 0, 0\n'
       printf 'set label 1 "%s" at screen 0.01,0.03 font "sans,9"\n' "$machine; $what"
       printf '%s\n' "$body"
     } | gnuplot 2>>"$log"
@@ -206,7 +210,7 @@ set ylabel "microseconds"
 set logscale y
 set xtics ("16 B" 16, "64 B" 64, "256 B" 256, "1 KiB" 1024, "4 KiB" 4096, "16 KiB" 16384, "64 KiB" 65536, "256 KiB" 262144, "1 MiB" 1048576)
 set key top left
-set label 2 "boxes of 1024 slots, at most 16 MiB of slots above 16 KiB; fewer round trips above 1 KiB" at screen 0.01,0.065 font "sans,9"
+set label 2 "boxes of 1024 slots up to 1 KiB, 16 slots above (one message in flight); fewer round trips above 1 KiB" at screen 0.01,0.065 font "sans,9"
 plot "$out/size-rtt.tsv" using 1:2:3:4 with yerrorlines title "shmbox-copy p50", \
      "" using 1:5:6:7 with yerrorlines title "shmbox-zero-copy p50", \
      "" using 1:8:9:10 with yerrorlines title "spin-ring p50", \
@@ -226,6 +230,8 @@ EOF
 plot producers <<EOF
 set title "Throughput vs producer processes, 64-byte messages, 1 consumer process, 1024 slots\nshmbox-copy: Producer::post (policy block) -> Owner::receive_batch;  spin ring (single producer): push/pop"
 set xlabel "producer processes ($(nproc) CPUs)"
+set arrow 1 from $(nproc), graph 0 to $(nproc), graph 1 nohead dashtype 3
+set label 3 "$(nproc) CPUs" at $(nproc), graph 0.95 offset 0.5,0
 set ylabel "million messages per second"
 set yrange [0:*]
 plot "$out/producers.tsv" using 1:2:3:4 with yerrorlines title "shmbox-copy", \
