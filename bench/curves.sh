@@ -162,7 +162,7 @@ cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 machine="$(nproc) CPUs ($cpu), Linux $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC')"
 [ "$quick" = 1 ] && machine="$machine -- QUICK SMOKE RUN: not meaningful"
 what="median of $reps interleaved runs, bars min-max"
-fdnote="$(sed -n 's/^# skipped: \(.*\)/\1/p' "$out/boxes.tsv" | head -1)"
+fdnote="$(sed -n 's/^# skipped: \(.*\)/\1/p' "$out/boxes.tsv" | head -1 | sed 's/ (cannot raise it: [^)]*)//')"
 
 plot() {  # plot NAME: gnuplot commands on stdin, drawn to $out/NAME.svg and $out/NAME.png
   local body term
@@ -243,7 +243,8 @@ set xlabel "boxes owned by one process"
 set logscale x 10
 set ylabel "million messages per second"
 set logscale y
-set label 2 "one run per N (not interleaved); ${fdnote:-}" at screen 0.01,0.065 font "sans,9"
+set label 1 "$machine; one run per N (not interleaved)" at screen 0.01,0.03 font "sans,9"
+set label 2 "${fdnote:-}" at screen 0.01,0.065 font "sans,9"
 set datafile separator "\t"
 plot "$out/boxes.tsv" using 1:2 with linespoints title "shmbox, round-robin post"
 EOF
@@ -254,7 +255,8 @@ set logscale x 10
 set ylabel "microseconds"
 set logscale y
 set key top left
-set label 2 "one run per N (not interleaved); ${fdnote:-}" at screen 0.01,0.065 font "sans,9"
+set label 1 "$machine; one run per N (not interleaved)" at screen 0.01,0.03 font "sans,9"
+set label 2 "${fdnote:-}" at screen 0.01,0.065 font "sans,9"
 plot "$out/boxes.tsv" using 1:3 with linespoints title "box 1 p50", \
      "" using 1:5 with linespoints title "box N p50", \
      "" using 1:4 with linespoints dashtype 2 title "box 1 p99", \
@@ -266,7 +268,8 @@ set xlabel "boxes owned by one process"
 set logscale x 10
 set logscale y
 set key top left
-set label 2 "one run per N (not interleaved); ${fdnote:-}" at screen 0.01,0.065 font "sans,9"
+set label 1 "$machine; one run per N (not interleaved)" at screen 0.01,0.03 font "sans,9"
+set label 2 "${fdnote:-}" at screen 0.01,0.065 font "sans,9"
 plot "$out/boxes.tsv" using 1:7 with linespoints title "set-up, ms", \
      "" using 1:8 with linespoints title "threads of the owner", \
      "" using 1:(\$9 > 0 ? \$9 : 0.001) with linespoints title "idle CPU, ms per s (0 drawn as 0.001)", \
