@@ -280,7 +280,7 @@ inline int create_posix_mq(const std::string& name, long depth, std::size_t size
 // async-signal-safe (on Linux shm_unlink(name) is unlink("/dev/shm/name")).
 
 inline constexpr int kMaxTracked = 16;
-inline constexpr int kMaxChildren = 16;
+inline constexpr int kMaxChildren = 80;  // 64 producers (throughput.cpp --producers) and more
 inline constexpr std::size_t kTrackedNameMax = 256;
 inline char g_tracked_name[kMaxTracked][kTrackedNameMax];
 inline volatile std::sig_atomic_t g_tracked_kind[kMaxTracked];  // 0: unused, else a TrackedName::kind_t
@@ -488,11 +488,13 @@ struct ChildEnds {
 // ===========================================================================
 // The messages of the throughput runs, and their check
 // ===========================================================================
-// A message of S bytes (S <= kMaxMsgSize): bytes 0..7 its sender's id, 8..15
-// its sequence number (0, 1, 2, ... per sender), the rest its sender's
-// pattern. The sender writes all S bytes of every message.
+// A message of S bytes (16 <= S <= kMaxCurveMsgSize): bytes 0..7 its
+// sender's id, 8..15 its sequence number (0, 1, 2, ... per sender), the rest
+// its sender's pattern. The sender writes all S bytes of every message.
 
-inline constexpr std::size_t kMaxMsgSize = 1024;  // the largest message size the benchmarks use
+inline constexpr std::size_t kMaxMsgSize = 1024;  // the largest size of the suite's own groups (inline buffers)
+inline constexpr std::size_t kMinMsgSize = 16;    // id and sequence number, no pattern
+inline constexpr std::size_t kMaxCurveMsgSize = std::size_t{1} << 20;  // run.sh --curves: up to 1 MiB (heap buffers)
 
 inline unsigned char pattern_of(std::uint64_t id) noexcept { return static_cast<unsigned char>(0xA0 + (id & 0xF)); }
 
@@ -506,10 +508,18 @@ inline void fill_message(unsigned char* p, std::size_t size, std::uint64_t id) n
 inline void set_seq(unsigned char* p, std::uint64_t seq) noexcept { std::memcpy(p + 8, &seq, sizeof seq); }
 
 // One sender's message template; set_seq() before each send.
+// Messages of up to kMaxMsgSize bytes are built inline, larger ones on the heap.
 struct MessageBuffer {
-  alignas(64) unsigned char bytes[kMaxMsgSize];
+  alignas(64) unsigned char small[kMaxMsgSize];
+  std::vector<unsigned char> big;
+  unsigned char* bytes;
   std::size_t size;
-  MessageBuffer(std::uint64_t id, std::size_t sz) : size(sz) { fill_message(bytes, size, id); }
+  MessageBuffer(std::uint64_t id, std::size_t sz)
+      : big(sz > kMaxMsgSize ? sz : 0), bytes(sz > kMaxMsgSize ? big.data() : small), size(sz) {
+    fill_message(bytes, size, id);
+  }
+  MessageBuffer(const MessageBuffer&) = delete;
+  MessageBuffer& operator=(const MessageBuffer&) = delete;
   void set_seq(std::uint64_t seq) noexcept { shmbench::set_seq(bytes, seq); }
 };
 
@@ -540,8 +550,8 @@ class Checker {
       fail(sender_ + " " + std::to_string(id) + ": got sequence " + std::to_string(seq) + ", expected " +
            std::to_string(next_[id]) + " of " + std::to_string(expected_[id]) +
            " (a message was lost, duplicated, reordered or is extra)");
-    std::memcpy(&tail, p + size - sizeof tail, sizeof tail);
-    if (tail != tail_[id])
+    if (size >= 24) std::memcpy(&tail, p + size - sizeof tail, sizeof tail);  // 16 B: no pattern to check
+    if (size >= 24 && tail != tail_[id])
       fail(sender_ + " " + std::to_string(id) + ", sequence " + std::to_string(seq) + ": the last bytes are not the " +
            sender_ + "'s pattern (a torn or corrupted message)");
     ++next_[id];

@@ -69,6 +69,12 @@
 //   socketpair(AF_UNIX, SOCK_SEQPACKET) per direction, one message per
 //   send/recv. A receive timeout is only repeated: a hang is caught by the
 //   watchdog.
+// * Sizes (bench/run.sh --curves): --sizes S,... replaces the groups above by
+//   rtt-busy-<S> for each size S (16 B .. 1 MiB): spin-ring (16 B .. 1 MiB
+//   in powers of 4), shmbox-copy and shmbox-zero-copy, busy-polling as
+//   above. Above 1 KiB a run makes count x 1024 / S round trips (at least
+//   200; warm-up likewise, at least 32) and the queues hold 16 slots (one
+//   message is in flight; see capacity_for); the rows' notes say so.
 // * Start barrier, watchdog (no sleep synchronises anything: start and
 //   finish are pipe handshakes; fork and set-up are not timed) and cleanup
 //   (fresh queues every run, removed also on failure and on fatal signals):
@@ -164,6 +170,7 @@ const std::vector<Config>& all_configs() {
 // ===========================================================================
 
 struct Args : CommonArgs {
+  std::vector<std::size_t> sizes;  // --sizes: the rtt-busy-<S> groups instead of the default ones
   std::uint64_t count = 20'000;  // measured round trips per run
   std::uint64_t warmup = 2'000;  // round trips before them, not recorded
   std::vector<std::string> only;  // mechanism (or group) names; empty: all
@@ -172,7 +179,7 @@ struct Args : CommonArgs {
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-rtt [--count N] [--warmup W] [--reps R] [--quick] [--only M,...] [--timeout S]\n"
-               "                        [--verbose]\n"
+               "                        [--sizes S,...] [--verbose]\n"
                "  --count N    measured round trips per run (default 20000)\n"
                "  --warmup W   round trips before them, not measured (default 2000)\n"
                "  --reps R     runs per mechanism, interleaved; rows show the median and min..max of each\n"
@@ -183,6 +190,8 @@ void usage(std::FILE* to) {
                "               shmbox-futex, boost-mq, posix-mq, pipe, unix-socket;\n"
                "               rtt-busy-64, rtt-busy-1k, rtt-sleep-64\n"
                "  --timeout S  watchdog: a run taking longer than S seconds fails (default 120)\n"
+               "  --sizes S,.. instead of the groups above, rtt-busy-<S> for each message size S (16..1048576):\n"
+               "               spin-ring, shmbox-copy, shmbox-zero-copy; fewer round trips above 1 KiB\n"
                "  --verbose    print every run on stderr\n"
                "Rows (rows.hpp) go to stdout, the readable table to stderr.\n");
 }
@@ -206,6 +215,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
       have_warmup = true;
       return w.number(a.warmup, 0, 100'000'000);
     }
+    if (arg == "--sizes")
+      return parse_list(w, a.sizes, [](std::string_view item, std::size_t& s) {
+        return parse_number(item, s) && s >= kMinMsgSize && s <= kMaxCurveMsgSize;
+      });
     if (arg == "--only")
       return parse_list(w, a.only, [](std::string_view item, std::string& out) {
         out = item;
@@ -222,6 +235,41 @@ std::optional<Args> parse_args(int argc, char** argv) {
     if (!a.reps_given) a.reps = 2;
   }
   return a;
+}
+
+// The configurations of this run: all_configs(), or with --sizes the
+// busy-polling groups rtt-busy-<S>.
+const std::vector<Config>& configs_of(const Args& a) {
+  if (a.sizes.empty()) return all_configs();
+  using enum shmbox_recv;
+  static std::vector<std::string> groups;  // the names the configurations point to
+  static std::vector<Config> v;
+  groups.reserve(a.sizes.size());
+  for (std::size_t s : a.sizes) {
+    groups.push_back("rtt-busy-" + std::to_string(s));
+    const char* g = groups.back().c_str();
+    if (spin_ring_size(s)) v.push_back(baseline(g, Kind::spin_ring, s));
+    v.push_back({g, "shmbox-copy", Kind::shmbox, s, shmbox_send::post, poll});
+    v.push_back({g, "shmbox-zero-copy", Kind::shmbox, s, shmbox_send::loan, poll_in_place});
+  }
+  return v;
+}
+
+// Slots per box: kCapacity up to 1 KiB, kBigCapacity above. One message is
+// in flight, so the ring's size only decides how soon slots are reused: a
+// 1024-slot ring of 16 KiB slots is 16 MiB, which the few round trips of a
+// run would walk about once, mostly on slots this process touches for the
+// first time (page faults), while a 1024-slot ring of 64-byte slots is
+// reused 20 times. With 16 slots the warm-up walks the ring
+// at least twice, and the curve shows the cost of moving the bytes.
+constexpr std::uint32_t kBigCapacity = 16;
+std::uint32_t capacity_for(std::size_t size) { return size > 1024 ? kBigCapacity : kCapacity; }
+
+// Round trips (measured, warm-up) of a run with S-byte messages: fewer above 1 KiB.
+std::pair<std::uint64_t, std::uint64_t> counts_for(const Args& a, std::size_t size) {
+  if (size <= 1024) return {a.count, a.warmup};
+  return {std::max<std::uint64_t>(std::min<std::uint64_t>(a.count, 200), a.count * 1024 / size),
+          std::max<std::uint64_t>(std::min<std::uint64_t>(a.warmup, 2 * kBigCapacity), a.warmup * 1024 / size)};
 }
 
 bool selected(const Args& a, const Config& c) {
@@ -307,7 +355,8 @@ void child_main(const ChildCtx& c) {
 // B -> A), the pinger and the echoer; the pinger's percentiles.
 Record run_once(const Config& cfg, const Args& args, long mq_depth) {
   QueueOpts opts;
-  opts.capacity = kCapacity;
+  opts.capacity = capacity_for(cfg.size);
+  const auto [count, warmup] = counts_for(args, cfg.size);
   opts.posix_depth = mq_depth;
   opts.shmbox_block = false;  // reject: never full here, one message in flight
   opts.socket_pair = true;
@@ -325,8 +374,8 @@ Record run_once(const Config& cfg, const Args& args, long mq_depth) {
     (who == kPinger ? ping : pong)->sender(c.end);
     (who == kPinger ? pong : ping)->receiver(c.end);
     c.who = who;
-    c.warmup = args.warmup;
-    c.count = args.count;
+    c.warmup = warmup;
+    c.count = count;
     c.ends = run.child_ends();
     run.spawn(who == kPinger ? "pinger" : "echoer", who, [c] { child_main(c); },
               fds_not_of(c.end, {ping.get(), pong.get()}));
@@ -341,10 +390,10 @@ Record run_once(const Config& cfg, const Args& args, long mq_depth) {
   const Run::Finished f = run.wait_finished(1);  // the echoer's count and the pinger's result
   run.wait_exit();
 
-  const std::uint64_t total = args.warmup + args.count;
-  if (f.sent != total || f.result.a != args.count)
+  const std::uint64_t total = warmup + count;
+  if (f.sent != total || f.result.a != count)
     throw bench_failure("count mismatch: echoed " + std::to_string(f.sent) + " of " + std::to_string(total) +
-                        ", measured " + std::to_string(f.result.a) + " of " + std::to_string(args.count));
+                        ", measured " + std::to_string(f.result.a) + " of " + std::to_string(count));
   ping->verify(total);
   pong->verify(total);
   return f.result;
@@ -385,7 +434,7 @@ int run(const Args& args) {
   remove_stale(kProg, "/dev/shm", kMarker);
   remove_stale(kProg, "/dev/mqueue", kMarker);  // only there when the mqueue file system is mounted
 
-  const std::vector<Config>& configs = all_configs();
+  const std::vector<Config>& configs = configs_of(args);
   const long mq_depth = posix_mq_depth();
   std::vector<std::string> skip(configs.size());
   bool any = false;
@@ -435,7 +484,12 @@ int run(const Args& args) {
       continue;
     }
     std::string line;
-    for (const shmbench::summary& s : shmbench::print_percentile_rows(c.group, c.mech_name, pct[i], note)) {
+    std::string cnote = note;
+    if (c.size > 1024 || capacity_for(c.size) != kCapacity) {
+      cnote = std::to_string(counts_for(args, c.size).first) + " round trips x " + std::to_string(args.reps) +
+              " reps; boxes of " + std::to_string(capacity_for(c.size)) + " slots";
+    }
+    for (const shmbench::summary& s : shmbench::print_percentile_rows(c.group, c.mech_name, pct[i], cnote)) {
       char cell[64];
       std::snprintf(cell, sizeof cell, "%s (%s..%s)", fmt_us(s.median).c_str(), fmt_us(s.min).c_str(),
                     fmt_us(s.max).c_str());

@@ -8,6 +8,13 @@
 #   bash bench/run.sh            # the full suite (about 10 minutes on 2 cores)
 #   bash bench/run.sh --quick    # every benchmark, tiny counts: a smoke test (CI)
 #   bash bench/run.sh --reps 7   # more repetitions
+#   bash bench/run.sh --curves   # how cost grows instead (about 5-10 minutes on 2 cores):
+#                                # throughput and round trip vs message size (16 B .. 1 MiB),
+#                                # throughput vs capacity (16 .. 1 Mi slots), vs producer
+#                                # processes (1 .. 64), and throughput and wake-up vs boxes per
+#                                # owner process (1 .. 10000, shmbox-bench-boxes); points in
+#                                # $build/curves/*.tsv, SVG plots (gnuplot-nox) next to them.
+#                                # bench/curves.sh says how. --curves --quick: a smoke test.
 #
 # The raw rows go to $build/bench-rows.tsv, the benchmarks' own logs to
 # $build/bench-log.txt, the table to $build/bench-table.txt (and stdout).
@@ -19,12 +26,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SHMBOX_BUILD_DIR:-$root/build}"
 quick=0
+curves=0
 reps=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --reps) reps="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --curves) curves=1 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -32,6 +41,18 @@ done
 
 # shellcheck source=../scripts/packages.sh
 source "$root/scripts/packages.sh"
+if [ "$curves" = 1 ]; then
+  # The plots need gnuplot; without it the points are still written.
+  install_missing bench gnuplot-nox || echo "bench: gnuplot-nox not installed: points only, no plots" >&2
+  bash "$root/scripts/setup.sh" "$build" -Dbench=true
+  args=()
+  [ "$quick" = 1 ] && args+=(--quick)
+  [ -n "$reps" ] && args+=(--reps "$reps")
+  start=$SECONDS
+  bash "$root/bench/curves.sh" "$build" "${args[@]}"
+  echo "bench: curves done in $((SECONDS - start)) s" >&2
+  exit 0
+fi
 # iceoryx is a baseline: if it cannot be installed, its rows say so.
 iceoryx_note=""
 if ! install_missing bench cmake iceoryx libiceoryx-posh-dev; then
@@ -80,10 +101,12 @@ if [ "$quick" = 1 ]; then
   run wake "$b/shmbox-bench-wake" --runs 20
   run failover "$b/shmbox-bench-failover" --runs 10
   run memory "$b/shmbox-bench-memory" --quick
+  run boxes "$b/shmbox-bench-boxes" --boxes 100 --quick
 else
   run wake "$b/shmbox-bench-wake" --runs 200
   run failover "$b/shmbox-bench-failover" --runs 100
   run memory "$b/shmbox-bench-memory"
+  run boxes "$b/shmbox-bench-boxes" --boxes 1000 --idle-seconds 2 --tput-seconds 2
 fi
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"

@@ -258,6 +258,43 @@ int main(int argc, char** argv) {
   }
   std::printf("  (in brackets: segment bytes / payload bytes)\n\n");
 
+  // --- Many boxes (shmbox-bench-boxes): one row per N measured, and its skips
+  std::vector<std::string> box_mechs;
+  for (const auto& [key, v] : g_rows)
+    if (std::get<0>(key) == "boxes" &&
+        std::find(box_mechs.begin(), box_mechs.end(), std::get<1>(key)) == box_mechs.end())
+      box_mechs.push_back(std::get<1>(key));
+  std::vector<std::pair<std::string, std::string>> box_skips;
+  for (const auto& [key, why] : g_skips)
+    if (key.first == "boxes") box_skips.push_back({key.second, why});
+  if (!box_mechs.empty() || !box_skips.empty()) {
+    std::printf("MANY BOXES: one owner process, every box's notify_fd in one epoll set, 1 producer process\n");
+    std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad("boxes", 12).c_str(), pad("set-up ms", 11).c_str(),
+                pad("threads", 9).c_str(), pad("idle ms/s", 10).c_str(),
+                pad("wake p50/p99 us, box 1 | box N", 34).c_str(), pad("KiB/box shm, RSS", 18).c_str(),
+                "round-robin Mmsg/s | ls, gc ms");
+    auto n = [&](const std::string& m, const char* metric) {
+      auto v = get("boxes", m, metric);
+      return v ? num(v->median) : std::string("-");
+    };
+    auto kib = [&](const std::string& m, const char* metric) {
+      auto v = get("boxes", m, metric);
+      return v ? num(v->median / 1024) : std::string("-");
+    };
+    for (const auto& m : box_mechs) {
+      std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad(m, 12).c_str(), pad(n(m, "setup"), 11).c_str(),
+                  pad(n(m, "threads"), 9).c_str(), pad(n(m, "idle"), 10).c_str(),
+                  pad(n(m, "wake-first-p50") + "/" + n(m, "wake-first-p99") + " | " + n(m, "wake-last-p50") + "/" +
+                          n(m, "wake-last-p99"),
+                      34)
+                      .c_str(),
+                  pad(kib(m, "shm-per-box") + ", " + kib(m, "rss-per-box"), 18).c_str(),
+                  (n(m, "tput") + " | " + n(m, "ls") + ", " + n(m, "gc")).c_str());
+    }
+    for (const auto& [m, why] : box_skips) std::printf("%s| skipped: %s\n", pad(m, 12).c_str(), why.c_str());
+    std::printf("\n");
+  }
+
   // --- Targets
   for (const auto& s : kShmbox)
     check("64 B, 1 producer: " + s + " >= 0.7x spin-ring", ratio("tput-64-1p", s, "rate", "tput-64-1p", "spin-ring", "rate"),

@@ -26,6 +26,8 @@
 // stdout: one row per (group, mechanism) in the format of bench/rows.hpp:
 //   row  tput-<64|1k>-<1|4>p  <mechanism>  rate  <median> <min> <max>  Mmsg/s  <note>
 //   skip tput-...             <mechanism>  <why>
+// Other sizes, producer counts and capacities (bench/run.sh --curves) make
+// groups tput-<S>-<P>p, and tput-<S>-<P>p-c<C> with --capacity C.
 // (value = messages per second / 1e6; the note gives the messages per run
 // and anything that differs between mechanisms, such as a smaller queue).
 // stderr: the same as a human-readable table with ratios, and errors.
@@ -83,6 +85,21 @@
 //   checked the last message (t_end) and reports it. The run's time is
 //   t_end - t_release; steady_clock is CLOCK_MONOTONIC, one clock for all
 //   processes of the machine. Throughput = messages / time.
+// * Curves (bench/run.sh --curves): --sizes takes any size from 16 bytes
+//   (id and sequence number only: no pattern to check) to 1 MiB, measured
+//   for the shmbox rows and the spin ring (a spin ring exists for 16 B .. 1
+//   MiB in powers of 4); the other mechanisms are skip rows there. Sizes
+//   above 1 KiB send N x 512 / S messages per run (the same bytes as the 1
+//   KiB runs); without --capacity a queue of S-byte messages holds at most
+//   128 MiB / S of them (so a segment stays under 256 MiB: 512 slots of 256
+//   KiB, 128 of 1 MiB); a shmbox consumer takes at most 1 MiB / S messages
+//   per call (256 up to 4 KiB). --capacity C,... sets every queue's capacity
+//   (a list: one set of groups per capacity, interleaved; the spin ring only
+//   takes powers of two); --producers goes up to 64
+//   (the box's max_producers is raised to the count when it is above 64).
+//   Big messages and queues of more than 1024 send at least 8 x the
+//   capacity (--laps) (so the first lap, with its page faults, is at most an eighth of
+//   the time). The notes of the rows say what applied.
 // * Repetitions. Every configuration runs R times (--reps). The runs are
 //   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
 //   slow phase of the machine does not hit a single configuration. Rows give
@@ -176,12 +193,15 @@ struct Args : CommonArgs {
   std::vector<const MechInfo*> only;  // empty: every mechanism
   std::vector<std::size_t> sizes = {64, 1024};
   std::vector<int> producers = {1, 4};
+  std::vector<std::uint32_t> capacities;  // --capacity: one set of groups per capacity; empty: capacity_for
+  std::uint64_t laps = 8;  // --laps: big messages and big queues send at least laps x capacity messages
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-throughput [--messages N] [--reps R] [--timeout S] [--quick]\n"
-               "                               [--only MECH,...] [--sizes 64,1024] [--producers 1,4] [--verbose]\n"
+               "                               [--only MECH,...] [--sizes 64,1024] [--producers 1,4] [--capacity C,...]\n"
+               "                               [--laps L] [--verbose]\n"
                "  --messages N    messages per run of 64-byte messages, split across the producers (default\n"
                "                  4000000); 1 KiB runs send N/2; boost-mq and pipe send a quarter of that,\n"
                "                  posix-mq and unix-socket a sixteenth (every row's note says how many)\n"
@@ -194,8 +214,13 @@ void usage(std::FILE* to) {
     std::fprintf(to, "%s%.*s", i ? "," : "", int(kMechs[i].name.size()), kMechs[i].name.data());
   std::fprintf(to,
                "\n"
-               "  --sizes LIST    message sizes in bytes, of 64 and 1024 (default 64,1024)\n"
-               "  --producers LIST  producer counts, each 1..8 (default 1,4)\n"
+               "  --sizes LIST    message sizes in bytes, 16..1048576 (default 64,1024); sizes other than 64 and\n"
+               "                  1024 measure the shmbox rows and spin-ring only\n"
+               "  --producers LIST  producer counts, each 1..64 (default 1,4)\n"
+               "  --capacity LIST messages every queue holds, one set of groups (tput-S-Pp-cC) per capacity\n"
+               "                  (default 1024, fewer for messages over 128 KiB)\n"
+               "  --laps L        messages over 1 KiB and queues over 1024: at least L x capacity messages per\n"
+               "                  run (default 8)\n"
                "  --verbose       print every run (and producer retries) on stderr\n"
                "Rows (bench/rows.hpp) go to stdout, the table and errors to stderr. Exit status 1: a run\n"
                "failed (lost, duplicated, reordered or corrupted message, watchdog, error).\n");
@@ -219,11 +244,16 @@ std::optional<Args> parse_args(int argc, char** argv) {
       });
     if (arg == "--sizes")
       return parse_list(w, a.sizes, [](std::string_view item, std::size_t& s) {
-        return parse_number(item, s) && (s == 64 || s == 1024);
+        return parse_number(item, s) && s >= kMinMsgSize && s <= kMaxCurveMsgSize;
       });
     if (arg == "--producers")
       return parse_list(w, a.producers,
-                        [](std::string_view item, int& p) { return parse_number(item, p) && p >= 1 && p <= 8; });
+                        [](std::string_view item, int& p) { return parse_number(item, p) && p >= 1 && p <= 64; });
+    if (arg == "--laps") return w.number(a.laps, 1, 1000);
+    if (arg == "--capacity")
+      return parse_list(w, a.capacities, [](std::string_view item, std::uint32_t& c) {
+        return parse_number(item, c) && c >= 1 && c <= (16u << 20);
+      });
     return false;
   });
   if (!ok) return std::nullopt;
@@ -315,11 +345,25 @@ void child_main(const ChildCtx& c) {
 // hold (the benchmark never changes system settings).
 std::uint32_t posix_mq_depth() { return std::min(kCapacity, posix_mq_msg_max()); }
 std::uint32_t dgram_queue_length() { return read_proc_number("/proc/sys/net/unix/max_dgram_qlen", 10); }
+// The capacity of every queue of S-byte messages when --capacity is not
+// given: kCapacity, but at most 128 MiB of payload (a power of two).
+std::uint32_t capacity_for(std::size_t size) {
+  std::uint32_t c = kCapacity;
+  while (c > 1 && std::size_t{c} * size > (std::size_t{128} << 20)) c /= 2;
+  return c;
+}
+
+// The most messages a shmbox consumer takes per call: kBatch, but at most 1 MiB of them.
+std::size_t batch_for(std::size_t size, std::size_t recv_max) {
+  return std::min(recv_max, std::max<std::size_t>(1, (std::size_t{1} << 20) / size));
+}
+
 // One measured configuration: a mechanism, a message size, a producer count.
 struct Config {
   const MechInfo* mech;
   std::size_t size;
   int producers;
+  std::uint32_t capacity;
   std::uint64_t messages;  // per run
   std::string group;       // tput-64-1p, ...
   std::string note;        // of its row
@@ -337,6 +381,8 @@ RunResult run_once(const Config& cfg, const Args& args) {
   const MechInfo& m = *cfg.mech;
   QueueOpts opts;  // kCapacity messages; shmbox: policy block; unix-socket: SOCK_DGRAM
   opts.posix_depth = posix_mq_depth();
+  opts.capacity = cfg.capacity;
+  opts.max_producers = std::max<std::uint32_t>(64, static_cast<std::uint32_t>(cfg.producers));
   const std::unique_ptr<Queue> queue =
       make_queue(m.kind, std::string(kMarker) + std::to_string(::getpid()) + "-" + info_of(m.kind).tag, cfg.size, opts);
   Run run;  // declared after the queue: children die before it is removed
@@ -349,7 +395,7 @@ RunResult run_once(const Config& cfg, const Args& args) {
   base.ends = run.child_ends();
 
   ChildCtx consumer = base;
-  consumer.end.batch = m.recv_max;
+  consumer.end.batch = batch_for(cfg.size, m.recv_max);
   queue->receiver(consumer.end);
   run.spawn("consumer", -1, [&] { child_main(consumer); }, fds_not_of(consumer.end, {queue.get()}));
   for (int i = 0; i < cfg.producers; ++i) {
@@ -385,23 +431,43 @@ std::string size_tag(std::size_t size) { return size == 1024 ? "1k" : std::to_st
 
 std::vector<Config> make_configs(const Args& args) {
   std::vector<Config> out;
+  std::vector<std::uint32_t> caps = args.capacities;
+  if (caps.empty()) caps.push_back(0);  // 0: capacity_for(size)
+  for (std::uint32_t cap : caps)
   for (std::size_t size : args.sizes) {
     for (int producers : args.producers) {
       for (const MechInfo& m : kMechs) {
         if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), &m) == args.only.end()) continue;
-        Config c{&m, size, producers, 0, {}, {}, {}};
+        Config c{&m, size, producers, cap != 0 ? cap : capacity_for(size), 0, {}, {}, {}};
         c.group = "tput-" + size_tag(size) + "-" + std::to_string(producers) + "p";
+        if (cap != 0) c.group += "-c" + std::to_string(cap);
         std::uint64_t div = 1;
         if (size > 64) div *= 2;
+        if (size > 1024) div = size / 512;  // the bytes of a 1 KiB run
         div *= m.divisor;
         c.messages = std::max<std::uint64_t>(args.messages / div, static_cast<std::uint64_t>(producers));
+        // Big messages and big queues: at least 8 laps of the queue (the
+        // first lap's page faults are in the time).
+        if (size > 1024 || c.capacity > kCapacity) c.messages = std::max<std::uint64_t>(c.messages, args.laps * c.capacity);
         c.note = std::to_string(c.messages) + " msgs/run";
         if (div > 1) c.note += " (N/" + std::to_string(div) + ")";
+        if (c.capacity != kCapacity && m.kind != Kind::posix_mq && m.kind != Kind::unix_socket)
+          c.note += "; capacity " + std::to_string(c.capacity);
+        if (m.kind == Kind::shmbox && batch_for(size, m.recv_max) != m.recv_max)
+          c.note += "; up to " + std::to_string(batch_for(size, m.recv_max)) + " per receive";
         if (m.kind == Kind::posix_mq) c.note += "; depth " + std::to_string(posix_mq_depth()) + " (fs.mqueue.msg_max)";
         if (m.kind == Kind::unix_socket)
           c.note += "; SOCK_DGRAM, queue " + std::to_string(dgram_queue_length()) + " (net.unix.max_dgram_qlen)";
         if (info_of(m.kind).needs_boost && !kHaveBoost) c.skip = "Boost not installed";
         else if (!m.single_why.empty() && producers > 1) c.skip = std::string(m.single_why);
+        else if (m.kind == Kind::spin_ring && !spin_ring_size(size))
+          c.skip = "no spin ring for " + std::to_string(size) + "-byte messages";
+        else if (m.kind == Kind::spin_ring && (c.capacity & (c.capacity - 1)) != 0)
+          c.skip = "the spin ring's capacity must be a power of two";
+        else if (m.kind != Kind::shmbox && m.kind != Kind::spin_ring && size != 64 && size != 1024)
+          c.skip = "measured at 64 and 1024 bytes only";
+        else if (m.kind == Kind::lockfree_spsc && cap != 0 && cap != kCapacity)
+          c.skip = "its capacity is fixed at compile time (1024)";
         out.push_back(std::move(c));
       }
     }

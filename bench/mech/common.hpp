@@ -41,6 +41,7 @@ struct QueueOpts {
   long posix_depth = 10;          // posix-mq: its depth (the system limits it: fs.mqueue.msg_max)
   bool shmbox_block = true;       // shmbox: policy block, else reject
   bool socket_pair = false;       // unix-socket: a SOCK_SEQPACKET socketpair, else SOCK_DGRAM
+  std::uint32_t max_producers = 64;  // shmbox: producer handles attached at once (the box's default: 64)
 };
 
 // The parent's side of one queue (one direction) of a run: created fresh,

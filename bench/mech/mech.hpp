@@ -532,6 +532,14 @@ decltype(auto) dispatch(Kind k, std::size_t size, F&& fn) {
     case Kind::spin_ring:
       if (size == 64) return fn(mech_types<SpinRingQueue<64>, SpinRingEnd<64>>{});
       if (size == 1024) return fn(mech_types<SpinRingQueue<1024>, SpinRingEnd<1024>>{});
+      // The sizes of run.sh --curves (spin_ring_sizes()).
+      if (size == 16) return fn(mech_types<SpinRingQueue<16>, SpinRingEnd<16>>{});
+      if (size == 256) return fn(mech_types<SpinRingQueue<256>, SpinRingEnd<256>>{});
+      if (size == 4096) return fn(mech_types<SpinRingQueue<4096>, SpinRingEnd<4096>>{});
+      if (size == 16384) return fn(mech_types<SpinRingQueue<16384>, SpinRingEnd<16384>>{});
+      if (size == 65536) return fn(mech_types<SpinRingQueue<65536>, SpinRingEnd<65536>>{});
+      if (size == 262144) return fn(mech_types<SpinRingQueue<262144>, SpinRingEnd<262144>>{});
+      if (size == 1048576) return fn(mech_types<SpinRingQueue<1048576>, SpinRingEnd<1048576>>{});
       break;
 #if defined(SHMBOX_HAVE_BOOST)
     case Kind::lockfree_spsc:
@@ -549,6 +557,13 @@ decltype(auto) dispatch(Kind k, std::size_t size, F&& fn) {
   }
   throw bench_failure(std::string(info_of(k).name) + ": not available for " + std::to_string(size) +
                       "-byte messages" + (info_of(k).needs_boost && !kHaveBoost ? " (built without Boost)" : ""));
+}
+
+// The message sizes dispatch() has a spin ring for: 16 B .. 1 MiB, powers of 4.
+inline bool spin_ring_size(std::size_t size) {
+  for (std::size_t s = 16; s <= (std::size_t{1} << 20); s *= 4)
+    if (s == size) return true;
+  return false;
 }
 
 // A fresh queue of kind `k` for messages of `size` bytes, named <name>

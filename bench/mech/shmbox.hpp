@@ -35,6 +35,7 @@ class ShmboxQueue final : public Queue {
     o.capacity = opts.capacity;
     o.slot_size = static_cast<std::uint32_t>(size);
     o.overflow = block_ ? shmbox::policy::block : shmbox::policy::reject;
+    o.max_producers = opts.max_producers;
     auto box = shmbox::Box::create(name, o);
     if (!box) throw bench_failure("Box::create " + name + ": " + shmbox::explain(box.error()));
     box_.emplace(std::move(*box));
@@ -66,7 +67,8 @@ class ShmboxQueue final : public Queue {
 // it receives from; how it sends and receives is EndCtx::send_mode/recv_mode.
 class ShmboxEnd {
  public:
-  explicit ShmboxEnd(const EndCtx& c) : size_(c.size), batch_(c.batch), send_(c.send_mode), recv_(c.recv_mode) {
+  explicit ShmboxEnd(const EndCtx& c)
+      : size_(c.size), batch_(c.batch), send_(c.send_mode), recv_(c.recv_mode), big_(c.size > kMaxMsgSize ? c.size : 0) {
     if (!c.tx.empty()) {
       auto p = shmbox::Producer::attach(c.tx);
       if (!p) throw bench_failure("Producer::attach " + c.tx + ": " + shmbox::explain(p.error()));
@@ -81,7 +83,7 @@ class ShmboxEnd {
     m_.data.reserve(size_);
   }
 
-  unsigned char* tx_buffer() noexcept { return buf_; }
+  unsigned char* tx_buffer() noexcept { return big_.empty() ? buf_ : big_.data(); }
 
   // Sends one message of size_ bytes; a post or loan that timed out on a
   // full (block) box is repeated. Returns the repetitions.
@@ -223,6 +225,7 @@ class ShmboxEnd {
   shmbox::receive_options wait_{.timeout = std::chrono::seconds(1)};  // the sleeping receive's options
   std::vector<shmbox::post_status> status_;
   alignas(64) unsigned char buf_[kMaxMsgSize];
+  std::vector<unsigned char> big_;  // messages larger than kMaxMsgSize (run.sh --curves) are built here
 };
 
 }  // namespace shmbench
