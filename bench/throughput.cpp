@@ -78,9 +78,9 @@
 //   reads into messages. The socket consumer takes up to 256 datagrams per
 //   recvmmsg (MSG_WAITFORONE); shmbox consumers take up to 256 messages per
 //   call into a reusable batch (or in place), except the one-message rows
-//   (shmbox-receive, shmbox-try-receive, shmbox-in-place-1): one per call. The POSIX message queue's name
-//   is unlinked as soon as every child has opened it; the socket is in the
-//   abstract namespace (it leaves no file).
+//   (shmbox-receive, shmbox-try-receive, shmbox-in-place-1): one per call.
+//   The POSIX message queue's name is unlinked as soon as every child has
+//   opened it; the socket is in the abstract namespace (it leaves no file).
 // * Timing. The consumer reads steady_clock right after it has received and
 //   checked the last message (t_end) and reports it. The run's time is
 //   t_end - t_release; steady_clock is CLOCK_MONOTONIC, one clock for all

@@ -250,7 +250,10 @@ struct alignas(kCacheLine) owner_record {
                          // owner's doorbell instead: notify_hub.hpp); a futex word for owners of
                          // layout 4 before the notify hub, whose per-box waker thread watched it
   a32 bell_rings;        // doorbell records the owner's notify hub turned into eventfd writes (diagnostic)
-  a64 reserved2[5];
+  a32 seg_fd_plus1;      // with notify_fd_plus1: the owner's descriptor of this segment + 1 (0: none), by
+                         // which a waker checks that the process named is in the box (eventfd_of)
+  a32 reserved2a;
+  a64 reserved2[4];
   // line 2: transfers in flight
   alignas(kCacheLine) a32 transfer_seq;  // futex word: bumped on every release, offer and takeover
   a32 reserved3;
@@ -316,6 +319,7 @@ static_assert(offsetof(owner_record, notify_fd_plus1) == 68);
 static_assert(offsetof(owner_record, wake_calls) == 72);
 static_assert(offsetof(owner_record, fd_fallback) == 80);
 static_assert(offsetof(owner_record, bell_rings) == 84);
+static_assert(offsetof(owner_record, seg_fd_plus1) == 88);
 static_assert(offsetof(owner_record, transfer_seq) == 128);
 static_assert(offsetof(owner_record, heir_seq) == 136);
 static_assert(offsetof(owner_record, offer_key) == 144);

@@ -177,6 +177,8 @@ int Owner::notify_fd() {
   // Producers that wake us write it directly (pidfd_getfd): no thread hop.
   // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
   // owner_eventfd (wake.cpp): the eventfd exists before its number is read.
+  // relaxed: published by the release store below
+  s_->m->owner()->seg_fd_plus1.store(s_->m->fd >= 0 ? static_cast<std::uint32_t>(s_->m->fd) + 1 : 0, std::memory_order_relaxed);
   s_->m->owner()->notify_fd_plus1.store(static_cast<std::uint32_t>(s_->efd) + 1, std::memory_order_release);
   if (s_->due) s_->poke_fd();
   return s_->efd;

@@ -116,14 +116,24 @@ bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) 
   return found;
 }
 
-int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino) noexcept {
+int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino, int seg_num) noexcept {
   if (pid == 0 || pid > kPidMask || num < 0) return -1;
   const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
   if (pidfd < 0) return -1;
   int out = -1;
-  // After pidfd_open: the pidfd pins the process it names; /proc/<pid> is
-  // that process while it lives (a pid is not reused before it is reaped).
-  if (process_maps_file(pid, dev, ino)) {
+  // The process is in the box: it has the segment open (seg_num, when the
+  // owner published it), or mapped. After pidfd_open: the pidfd pins the
+  // process it names; /proc/<pid> is that process while it lives (a pid is
+  // not reused before it is reaped).
+  bool in_box = false;
+  if (seg_num >= 0) {
+    const long sfd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), seg_num, 0);
+    struct stat st {};
+    in_box = sfd >= 0 && ::fstat(static_cast<int>(sfd), &st) == 0 && S_ISREG(st.st_mode) &&
+             static_cast<std::uint64_t>(st.st_dev) == dev && static_cast<std::uint64_t>(st.st_ino) == ino;
+    if (sfd >= 0) ::close(static_cast<int>(sfd));
+  }
+  if (in_box || process_maps_file(pid, dev, ino)) {
     const long fd = ::syscall(SYS_pidfd_getfd, static_cast<int>(pidfd), num, 0);
     if (fd >= 0 && is_eventfd(static_cast<int>(fd))) out = static_cast<int>(fd);
     else if (fd >= 0) ::close(static_cast<int>(fd));

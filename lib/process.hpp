@@ -53,7 +53,10 @@ bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) 
 // file `dev`/`ino` (it is in the box: numbers read from a segment that
 // others can write must not make us write into an arbitrary process's
 // eventfd). -1 otherwise. The one place shmbox takes another process's fd.
-int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino) noexcept;
+// `seg_num` (>= 0): a descriptor of that process said to be the segment's:
+// checked instead of its maps (one pidfd_getfd and fstat instead of reading
+// /proc/<pid>/maps, which grows with every box the process has mapped).
+int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino, int seg_num = -1) noexcept;
 
 // True when `fd` (a descriptor of this process) is an eventfd. Descriptor
 // numbers read from shared memory are checked with this before anything is

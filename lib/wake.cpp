@@ -65,7 +65,9 @@ int owner_eventfd(producer_ctx& p) noexcept {
   // Only an owner of our pid namespace (its pid means it here); eventfd_of
   // checks that it maps this very segment.
   if (!in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) return -1;
-  p.owner_fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), p.m->dev, p.m->ino);
+  // relaxed: published with notify_fd_plus1 (release, acquired above)
+  const std::uint32_t seg = o->seg_fd_plus1.load(std::memory_order_relaxed);
+  p.owner_fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), p.m->dev, p.m->ino, static_cast<int>(seg) - 1);
   return p.owner_fd;
 }
 
@@ -151,7 +153,9 @@ void ring_owner_fd(mapped_box& m) noexcept {
   const std::uint64_t key = o->key.load(std::memory_order_acquire);
   if (num == 0 || key == 0) return;
   if (in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) {  // relaxed: written with the key
-    const int fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), m.dev, m.ino);
+    // relaxed: published with notify_fd_plus1 (release, acquired above)
+    const std::uint32_t seg = o->seg_fd_plus1.load(std::memory_order_relaxed);
+    const int fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), m.dev, m.ino, static_cast<int>(seg) - 1);
     if (fd >= 0) {
       const std::uint64_t one = 1;
       [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
