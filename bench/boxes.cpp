@@ -40,10 +40,11 @@
 //   owner's main thread sleeps in the kernel (state S: in epoll_wait); the
 //   owner acknowledges each sample through a pipe after it has re-armed the
 //   box, so one sample never overlaps the next.
-// * File descriptors: every owned box holds its segment descriptor and its
-//   notify_fd and, with today's library, one more (the owner process had 311
-//   open for 100 boxes; the "threads" row's note gives the count), the
-//   producer one segment descriptor and the owner's eventfd per box. The benchmark raises RLIMIT_NOFILE's
+// * File descriptors: every owned box holds its segment descriptor, its
+//   role-lock descriptor and its notify_fd (the owner process had 311 open
+//   for 100 boxes; the "threads" row's note gives the count), the producer
+//   one segment descriptor, one role lock and the owner's eventfd per box
+//   (README, Limits). The benchmark raises RLIMIT_NOFILE's
 //   soft limit to the hard limit, and (as root) the hard limit to what N
 //   needs; if it still cannot, it measures the largest N the limit allows and
 //   prints a skip row for the N asked, with the reason. A set-up the system
@@ -87,7 +88,7 @@ constexpr std::string_view kProg = "shmbox-bench-boxes";
 constexpr std::string_view kMarker = "shmbench-bx-";  // in every box name we create
 constexpr std::uint32_t kCapacity = 64;               // slots per box
 constexpr std::uint32_t kSlot = 64;                   // bytes per slot
-constexpr int kFdsPerBox = 3;  // the owner process holds 3 per box with today's library (its row says how many)
+constexpr int kFdsPerBox = 3;  // the owner process holds 3 per box (its row says how many)
 constexpr int kFdReserve = 256;                       // pipes, epoll, stdio, the library's own
 
 struct Args : CommonArgs {

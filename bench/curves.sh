@@ -263,7 +263,7 @@ plot "$out/boxes.tsv" using 1:3 with linespoints title "box 1 p50", \
      "" using 1:6 with linespoints dashtype 2 title "box N p99"
 EOF
 plot boxes-cost <<EOF
-set title "Boxes per owner process: what owning N boxes costs (today's library: one notify thread per box)\nOwner::acquire + notify_fd + epoll_ctl + notify per box; idle CPU from /proc/<pid>/task/*/schedstat"
+set title "Boxes per owner process: what owning N boxes costs\nOwner::acquire + notify_fd + epoll_ctl + notify per box; idle CPU from /proc/<pid>/task/*/schedstat"
 set xlabel "boxes owned by one process"
 set logscale x 10
 set logscale y
