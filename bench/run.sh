@@ -8,7 +8,7 @@
 #   bash bench/run.sh            # the full suite (about 10 minutes on 2 cores)
 #   bash bench/run.sh --quick    # every benchmark, tiny counts: a smoke test (CI)
 #   bash bench/run.sh --reps 7   # more repetitions
-#   bash bench/run.sh --curves   # how cost grows instead (about 5-10 minutes on 2 cores):
+#   bash bench/run.sh --curves   # how cost grows instead (about 2.5-6 minutes on 2 cores):
 #                                # throughput and round trip vs message size (16 B .. 1 MiB),
 #                                # throughput vs capacity (16 .. 1 Mi slots), vs producer
 #                                # processes (1 .. 64), and throughput and wake-up vs boxes per
