@@ -25,8 +25,7 @@ void poke_eventfd(const mapped_box& m, const heir_view& h) noexcept {
   if (h.wake_fd < 0 || !in_this_ns(h.pid_ns)) return;
   const int theirs = eventfd_of(key_pid(h.key), h.wake_fd, m.dev, m.ino);
   if (theirs < 0) return;
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(theirs, &one, sizeof one);
+  write_eventfd(theirs);
   ::close(theirs);
 }
 

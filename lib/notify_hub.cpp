@@ -40,11 +40,6 @@ std::string bell_path(std::uint64_t key) {
 
 namespace {
 
-void poke(int efd) noexcept {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(efd, &one, sizeof one);
-}
-
 // The doorbell's name, for the exit handler (a fork child that made its own
 // hub has its own name and pid here).
 char g_bell_name[96];
@@ -108,7 +103,7 @@ class hub {
       }
       by_file_.emplace(e.file, efd);
     }
-    poke(ctl_);  // the hub now has something to scan: it sets its timeout
+    write_eventfd(ctl_);  // the hub now has something to scan: it sets its timeout
   }
 
   void remove(int efd) {
@@ -189,11 +184,9 @@ class hub {
       for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
         auto [lo, hi] = by_file_.equal_range(recs[i]);
         for (auto f = lo; f != hi; ++f) {
-          const entry& e = entries_[index_.at(f->second)];
-          (void)e;
-          poke(f->second);
+          write_eventfd(f->second);
           // relaxed: a diagnostic count (shmbox stat)
-          e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
+          entries_[index_.at(f->second)].rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
         }
       }
     }
@@ -240,7 +233,7 @@ class hub {
           wake = depth != 0;
         }
       }
-      if (wake) poke(efd);
+      if (wake) write_eventfd(efd);
     }
   }
 

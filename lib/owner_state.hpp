@@ -20,6 +20,7 @@
 #include "handover.hpp"
 #include "liveness.hpp"
 #include "notify_hub.hpp"
+#include "process.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
 #include "shmbox/owner.hpp"
@@ -192,8 +193,7 @@ struct Owner::state {
 
   void poke_fd() noexcept {
     if (efd < 0) return;
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(efd, &one, sizeof one);
+    detail::write_eventfd(efd);
   }
 
   void drain_fd() noexcept {

@@ -19,6 +19,8 @@
 // process here, for pidfds and give-away by pid).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 
@@ -63,6 +65,13 @@ int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino,
 // written to a descriptor copied from another process (pidfd_getfd): a
 // scribbled number must not make us write into one of its files.
 bool is_eventfd(int fd) noexcept;
+
+// Adds 1 to eventfd `fd` (makes it readable); a full counter or a closed
+// descriptor is ignored: the reader looks at the box anyway.
+inline void write_eventfd(int fd) noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
 
 // Monotonic and wall clocks in nanoseconds.
 std::uint64_t mono_ns() noexcept;

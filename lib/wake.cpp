@@ -43,6 +43,18 @@ void wake_owner(mapped_box& m) noexcept {
   o->wake_calls.fetch_add(1, std::memory_order_relaxed);  // relaxed: diagnostic counter
 }
 
+// Descriptor notify_fd_plus1 - 1 (`num`) of the owner with key `key`, taken
+// into this process (pidfd_getfd), or -1. Only an owner of our pid namespace
+// (its pid means it here); eventfd_of checks that it is in this very box, by
+// the segment descriptor the owner published with it.
+int take_owner_eventfd(const mapped_box& m, std::uint64_t key, std::uint32_t num) noexcept {
+  const owner_record* o = m.owner();
+  if (!in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) return -1;  // relaxed: written with the key
+  // relaxed: published with notify_fd_plus1 (release, acquired by the caller)
+  const std::uint32_t seg = o->seg_fd_plus1.load(std::memory_order_relaxed);
+  return eventfd_of(key_pid(key), static_cast<int>(num - 1), m.dev, m.ino, static_cast<int>(seg) - 1);
+}
+
 // The owner's notify eventfd as a descriptor of this process, or -1.
 // pidfd_getfd (eventfd_of, process.cpp) once per owner (same user or
 // CAP_SYS_PTRACE); producers that cannot do this ring the owner's doorbell
@@ -62,12 +74,7 @@ int owner_eventfd(producer_ctx& p) noexcept {
   p.owner_fd = -1;
   p.owner_fd_key = key;
   p.owner_fd_num = num;
-  // Only an owner of our pid namespace (its pid means it here); eventfd_of
-  // checks that it maps this very segment.
-  if (!in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) return -1;
-  // relaxed: published with notify_fd_plus1 (release, acquired above)
-  const std::uint32_t seg = o->seg_fd_plus1.load(std::memory_order_relaxed);
-  p.owner_fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), p.m->dev, p.m->ino, static_cast<int>(seg) - 1);
+  p.owner_fd = take_owner_eventfd(*p.m, key, num);
   return p.owner_fd;
 }
 
@@ -92,8 +99,7 @@ void wake_owner(producer_ctx& p) noexcept {
   if (o->notify_fd_plus1.load(std::memory_order_acquire) != 0) {
     const int fd = owner_eventfd(p);
     if (fd >= 0) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+      write_eventfd(fd);
     } else {
       // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
       ring_bell(*p.m, o->key.load(std::memory_order_acquire), p.bell_fd, p.bell_key);
@@ -152,16 +158,10 @@ void ring_owner_fd(mapped_box& m) noexcept {
   // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
   const std::uint64_t key = o->key.load(std::memory_order_acquire);
   if (num == 0 || key == 0) return;
-  if (in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) {  // relaxed: written with the key
-    // relaxed: published with notify_fd_plus1 (release, acquired above)
-    const std::uint32_t seg = o->seg_fd_plus1.load(std::memory_order_relaxed);
-    const int fd = eventfd_of(key_pid(key), static_cast<int>(num - 1), m.dev, m.ino, static_cast<int>(seg) - 1);
-    if (fd >= 0) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
-      ::close(fd);
-      return;
-    }
+  if (const int fd = take_owner_eventfd(m, key, num); fd >= 0) {
+    write_eventfd(fd);
+    ::close(fd);
+    return;
   }
   int bell = -1;
   std::uint64_t bell_key = 0;
