@@ -460,6 +460,32 @@ TEST_CASE("notify_fd: 200 boxes in one epoll set cost one helper thread, and eac
   ::close(ep);
 }
 
+// The doorbell's name comes from an owner key in the segment, which anyone
+// the box lets in can write: a waker rings only a FIFO at that name, never a
+// regular file or a link planted there (nothing is written, nothing followed).
+TEST_CASE("notify_fd: a waker never writes into a file or a link planted at a doorbell's name") {
+  shmtest::segment_guard g(shmtest::unique_name("bellfake"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16}));
+  auto seg = shmbox::detail::open_segment(g.name, false);
+  REQUIRE(seg);
+  const std::uint64_t file_key = 0x5eedf11e0000abcdull, link_key = 0x5eedf11e0000abceull;
+  const std::string file = shmbox::detail::bell_path(file_key), link = shmbox::detail::bell_path(link_key);
+  const std::string target = "/dev/shm/" + g.name + ".target";
+  for (const std::string& p : {file, link, target}) ::unlink(p.c_str());
+  { std::ofstream(file.c_str()); std::ofstream(target.c_str()); }
+  REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  for (const std::uint64_t key : {file_key, link_key}) {
+    int fd = -1;
+    std::uint64_t fd_key = 0;
+    CHECK(!shmbox::detail::ring_bell(**seg, key, fd, fd_key));
+    CHECK(fd == -1);
+  }
+  struct stat st {};
+  CHECK((::stat(file.c_str(), &st) == 0 && st.st_size == 0));
+  CHECK((::stat(target.c_str(), &st) == 0 && st.st_size == 0));
+  for (const std::string& p : {file, link, target}) ::unlink(p.c_str());
+}
+
 // A killed owner leaves its doorbell behind; gc removes it (nobody reads it).
 TEST_CASE("notify_fd: the doorbell of a killed owner process is removed by gc, a live one is kept") {
   shmtest::segment_guard g(shmtest::unique_name("bell"));
