@@ -42,6 +42,15 @@ class shmbox_category final : public std::error_category {
       case errc::timed_out: return "timed out: nothing happened before the timeout";
       case errc::system_error: return "unexpected system error";
       case errc::refused: return "refused: the owner does not do what was asked (see shmbox stat NAME)";
+      case errc::no_members_starting:
+        return "no member is free; one is being started: take again, or take with a timeout to wait for it";
+      case errc::no_members_at_capacity:
+        return "no member is free and the pool has max_count members: take with a timeout to queue, or raise max_count";
+      case errc::no_members_queue_full:
+        return "no member is free and queue_max takers are waiting already: retry later, or raise queue_max";
+      case errc::pool_removed: return "the pool is being removed: no new takes (see shmbox pool stat NAME)";
+      case errc::pool_clients_full:
+        return "every client entry of the pool is held by a live process: close Pool handles or raise max_clients";
     }
     return "unknown shmbox error";
   }

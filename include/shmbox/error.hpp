@@ -37,6 +37,11 @@ enum class errc : int {
   timed_out,            // nothing happened before the timeout (await_transfer)
   system_error,         // an unexpected errno from the kernel (see the log line)
   refused,              // the owner does not do what was asked (give-away requests: see the message)
+  no_members_starting,     // pool: no member free now, one is being started (a take with timeout 0)
+  no_members_at_capacity,  // pool: no member free and max_count members exist
+  no_members_queue_full,   // pool: no member free and queue_max takers wait already
+  pool_removed,            // pool: it is being removed; no new takes
+  pool_clients_full,       // pool: every client entry is held by a live Pool handle
 };
 
 // The category of errc; name() is "shmbox".

@@ -6,5 +6,6 @@
 #include "shmbox/heir.hpp"      // IWYU pragma: export
 #include "shmbox/inspect.hpp"   // IWYU pragma: export
 #include "shmbox/owner.hpp"     // IWYU pragma: export
+#include "shmbox/pool.hpp"      // IWYU pragma: export
 #include "shmbox/producer.hpp"  // IWYU pragma: export
 #include "shmbox/types.hpp"     // IWYU pragma: export
