@@ -59,24 +59,47 @@
 //       maps the segment raw and writes COUNT runs of 1..16 random bytes at
 //       random offsets of REGION (header, owner, heirs, lanes, producers, ring,
 //       all), pausing PAUSE_US between writes; prints "scribbled <count>".
+//   pool-worker
+//       a pool member (the pool's command): PoolMember::from_env(), prints
+//       "ready <index> <generation> <pid>", then receives one message at a
+//       time: health pings are answered; "crash" kills itself (SIGKILL),
+//       "exit" exits 0, "hang" prints "hanging <index> <generation>" and
+//       stops receiving (sleeps until killed); anything else is printed as
+//       "got <index> <generation> <message>". Its stdout is the supervisor's.
+//   pool-take NAME TIMEOUT_MS [--group] [--hold] [--fail] [--post MSG]... [--again]
+//       opens pool NAME (--group: takes from group NAME, Pool::take_group),
+//       takes a member, prints "took <member> <box> <generation> <worker pid>"
+//       or "error <errc name> <explanation>" (exit 3); posts each --post
+//       message ("posted <status>"); with --hold waits for a line on stdin;
+//       gives it back (ok, or fail with --fail) and prints "returned <status>";
+//       --again then gives the same token back once more ("again <status>").
+//   pool-supervise NAME
+//       opens pool NAME, prints "supervising <pid>", runs Pool::supervise
+//       (printing "log <line>" per event) until stdin closes; then prints
+//       "stopped" (or "error ...") and exits 0.
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "layout.hpp"
@@ -91,7 +114,7 @@ char pattern_byte(std::uint64_t id, std::uint64_t seq, std::size_t i) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: shmbox-test-helper produce|consume|own|wait-one ...\n");
+  std::fprintf(stderr, "usage: shmbox-test-helper produce|consume|own|wait-one|pool-worker|pool-take|pool-supervise ...\n");
   return 2;
 }
 
@@ -579,6 +602,112 @@ int scribble(int argc, char** argv) {
   return 0;
 }
 
+
+// The enumerator's name of a shmbox error ("no_members_at_capacity"), for
+// tests that compare it; other categories: "system".
+std::string errc_name(std::error_code ec) {
+  if (ec.category() != shmbox::category()) return "system";
+  static const char* const names[] = {
+      "ok", "invalid_name", "invalid_argument", "exists", "not_found", "permission_denied", "no_space",
+      "too_large", "not_a_box", "version_mismatch", "truncated", "corrupt", "incomplete", "not_owner",
+      "already_owner", "producer_table_full", "heir_table_full", "timed_out", "system_error", "refused",
+      "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full"};
+  const int v = ec.value();
+  return v >= 0 && v < static_cast<int>(std::size(names)) ? names[v] : "errc-" + std::to_string(v);
+}
+
+int pool_worker() {
+  auto member = shmbox::PoolMember::from_env();
+  if (!member) {
+    say("error " + errc_name(member.error()) + " " + shmbox::explain(member.error()));
+    return 1;
+  }
+  const char* gen_env = std::getenv("SHMBOX_MEMBER_GENERATION");
+  const std::string who = std::to_string(member->index()) + " " + (gen_env != nullptr ? gen_env : "?");
+  say("ready " + who + " " + std::to_string(::getpid()));
+  shmbox::Owner& owner = member->owner();
+  for (;;) {
+    shmbox::message m;
+    const shmbox::recv_status st = owner.receive(m, {.timeout = std::chrono::seconds(1)});
+    if (st == shmbox::recv_status::timeout) continue;
+    if (st == shmbox::recv_status::not_owner) {
+      say("not-owner " + who);
+      return 0;
+    }
+    if (st != shmbox::recv_status::ok) {
+      say("error " + shmbox::explain(owner.last_error()));
+      return 1;
+    }
+    if (m.lane == 0 && member->answer_ping(m.data)) continue;
+    if (m.data == "crash") {
+      ::kill(::getpid(), SIGKILL);
+      ::pause();
+    }
+    if (m.data == "exit") return 0;
+    if (m.data == "hang") {
+      say("hanging " + who);
+      for (;;) ::pause();  // until stopped (SIGTERM, SIGKILL)
+    }
+    say("got " + who + " " + m.data);
+  }
+}
+
+int pool_take(int argc, char** argv) {
+  if (argc < 4) return usage();
+  const std::string name = argv[2];
+  const auto timeout = std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10));
+  std::optional<shmbox::Pool> pool;
+  shmbox::result<shmbox::Lease> lease = shmbox::errc::not_found;
+  if (has_flag(argc, argv, "--group")) {
+    lease = shmbox::Pool::take_group(name, timeout);
+  } else {
+    auto p = shmbox::Pool::open(name);
+    if (!p) {
+      say("error " + errc_name(p.error()) + " " + shmbox::explain(p.error()));
+      return 3;
+    }
+    pool.emplace(std::move(*p));
+    lease = pool->take(timeout);
+  }
+  if (!lease) {
+    say("error " + errc_name(lease.error()) + " " + shmbox::explain(lease.error()));
+    return 3;
+  }
+  const shmbox::lease_token t = lease->token();
+  say("took " + std::to_string(t.member) + " " + lease->box() + " " + std::to_string(t.generation) + " " +
+      std::to_string(lease->worker_pid()));
+  for (int i = 2; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--post") == 0)
+      say("posted " + std::string(shmbox::to_string(lease->producer().post(argv[i + 1]))));
+  if (has_flag(argc, argv, "--hold")) {
+    std::string go;
+    std::getline(std::cin, go);
+  }
+  const shmbox::outcome o = has_flag(argc, argv, "--fail") ? shmbox::outcome::fail : shmbox::outcome::ok;
+  say("returned " + std::string(shmbox::to_string(lease->give_back(o))));
+  if (has_flag(argc, argv, "--again") && pool) say("again " + std::string(shmbox::to_string(pool->give_back(t, o))));
+  return 0;
+}
+
+int pool_supervise(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto pool = shmbox::Pool::open(argv[2]);
+  if (!pool) {
+    say("error " + errc_name(pool.error()) + " " + shmbox::explain(pool.error()));
+    return 3;
+  }
+  static std::atomic<bool> stop{false};
+  std::thread([] {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+    stop = true;
+  }).detach();
+  say("supervising " + std::to_string(::getpid()));
+  const auto r = pool->supervise({.stop = &stop, .log = [](std::string_view line) { say("log " + std::string(line)); }});
+  say(r ? "stopped" : "error " + errc_name(r.error()) + " " + shmbox::explain(r.error()));
+  std::_Exit(0);  // the stdin thread may still be reading
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -593,5 +722,8 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);
+  if (cmd == "pool-worker") return pool_worker();
+  if (cmd == "pool-take") return pool_take(argc, argv);
+  if (cmd == "pool-supervise") return pool_supervise(argc, argv);
   return usage();
 }
