@@ -1,0 +1,1104 @@
+// Pools (issue 16, the pooler): every party a separate program. The
+// supervisor is `shmbox-test-helper pool-supervise`, the members run
+// `shmbox-test-helper pool-worker` (the pool's command), takers are this
+// process or `pool-take` helpers. What is checked is the pool's own state
+// (inspect_pool: member table, gauges, counters), the worker processes in
+// /proc (one live worker per member entry, none without one) and the member
+// boxes in /dev/shm, never log lines alone.
+//
+// Every wait is bounded (shmtest::eventually, line handshakes with timeouts);
+// every pool is removed by a pool_guard, which also kills the worker process
+// groups, even when a check fails.
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::member_state;
+using shmtest::child;
+
+namespace {
+
+// --- Worker processes, member boxes, cleanup --------------------------------
+
+struct live_worker {
+  pid_t pid = 0;
+  std::uint32_t index = 0;
+  std::uint64_t generation = 0;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> split_nul(const std::string& s) {
+  std::vector<std::string> v;
+  std::size_t at = 0;
+  while (at < s.size()) {
+    const auto end = s.find('\0', at);
+    v.push_back(s.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return v;
+}
+
+// The live (not zombie) pool-worker processes of pool `pool`, found by their
+// environment (SHMBOX_POOL=<pool>, set by the supervisor) and their command
+// line (argv[1] == "pool-worker": not the /bin/sh or env before the exec).
+std::vector<live_worker> live_workers(const std::string& pool) {
+  std::vector<live_worker> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string dir = "/proc/" + name;
+    const auto argv = split_nul(slurp(dir + "/cmdline"));
+    if (argv.size() < 2 || argv[1] != "pool-worker") continue;
+    std::optional<std::string> pool_env, index_env, gen_env;
+    for (const auto& kv : split_nul(slurp(dir + "/environ"))) {
+      if (kv.rfind("SHMBOX_POOL=", 0) == 0) pool_env = kv.substr(12);
+      if (kv.rfind("SHMBOX_MEMBER=", 0) == 0) index_env = kv.substr(14);
+      if (kv.rfind("SHMBOX_MEMBER_GENERATION=", 0) == 0) gen_env = kv.substr(25);
+    }
+    if (pool_env != pool) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    const char st = shmtest::process_state(pid);
+    if (st == 'Z' || st == 'X' || st == '?') continue;
+    live_worker w;
+    w.pid = pid;
+    w.index = index_env ? static_cast<std::uint32_t>(std::stoul(*index_env)) : 0xFFFFFFFFu;
+    w.generation = gen_env ? std::stoull(*gen_env) : 0;
+    out.push_back(w);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The member boxes of pool `pool` in /dev/shm (shmbox.<pool>.m<index>.<generation>).
+std::set<std::string> member_boxes_on_disk(const std::string& pool) {
+  std::set<std::string> out;
+  const std::string prefix = "shmbox." + pool + ".m";
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0) out.insert(name.substr(7));
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool pool_segment_exists(const std::string& pool) { return ::access(("/dev/shm/shmbox-pool." + pool).c_str(), F_OK) == 0; }
+
+// Removes pool `name` when it goes out of scope, whatever state it is in:
+// kills its workers' process groups, unlinks the pool segment and every
+// member box. Declare it before the supervisors (children), so that they are
+// dead (killed by their own guards) before it runs and restart nothing.
+struct pool_guard {
+  std::string name;
+  explicit pool_guard(std::string n) : name(std::move(n)) { cleanup(); }
+  ~pool_guard() { cleanup(); }
+  pool_guard(const pool_guard&) = delete;
+  pool_guard& operator=(const pool_guard&) = delete;
+
+  void cleanup() const {
+    for (int round = 0; round < 50; ++round) {
+      const auto workers = live_workers(name);
+      if (workers.empty()) break;
+      for (const live_worker& w : workers) {
+        const pid_t group = ::getpgid(w.pid);
+        if (group > 1 && group != ::getpgrp()) ::killpg(group, SIGKILL);
+        else ::kill(w.pid, SIGKILL);
+      }
+      std::this_thread::sleep_for(10ms);  // bounded: until the kernel has taken them down
+    }
+    ::shm_unlink(("/shmbox-pool." + name).c_str());
+    for (const auto& box : member_boxes_on_disk(name)) ::shm_unlink(("/shmbox." + box).c_str());
+  }
+};
+
+// --- Pools, supervisors, takers -------------------------------------------
+
+// The members' command: the test helper's pool-worker. A supervisor started
+// with SHMBOX_FAULT passes it on; the workers must not crash at its points.
+std::string worker_command() { return shmtest::cat("exec env -u SHMBOX_FAULT ", shmtest::helper_path(), " pool-worker"); }
+
+shmbox::pool_options small_pool(std::uint32_t init, std::uint32_t max) {
+  shmbox::pool_options o;
+  o.init_count = init;
+  o.max_count = max;
+  o.command = worker_command();
+  o.member.capacity = 16;
+  o.member.slot_size = 64;
+  o.start_timeout = 5000ms;
+  o.stop_grace = 1000ms;
+  return o;
+}
+
+// Reads lines until one starts with `prefix` (or timeout); returns it ("" if none).
+std::string line_starting(child& c, const std::string& prefix, std::chrono::milliseconds timeout = 30s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    auto l = c.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
+    if (!l) break;
+    if (l->rfind(prefix, 0) == 0) return *l;
+  }
+  return {};
+}
+
+// A supervisor (helper pool-supervise) of `pool`, optionally with a crash point.
+std::unique_ptr<child> supervisor(const std::string& pool, const std::string& fault = "") {
+  std::vector<std::string> env;
+  if (!fault.empty()) env.push_back("SHMBOX_FAULT=" + fault);
+  auto c = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", pool}, env, true);
+  REQUIRE(line_starting(*c, "supervising ") == "supervising " + std::to_string(c->pid()));
+  return c;
+}
+
+// A taker process (helper pool-take).
+std::unique_ptr<child> taker(const std::string& pool, int timeout_ms, std::vector<std::string> extra = {},
+                             const std::string& fault = "") {
+  std::vector<std::string> argv{shmtest::helper_path(), "pool-take", pool, std::to_string(timeout_ms)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::vector<std::string> env;
+  if (!fault.empty()) env.push_back("SHMBOX_FAULT=" + fault);
+  return std::make_unique<child>(argv, env, true);
+}
+
+// "took <member> <box> <generation> <worker pid>"
+struct took_line {
+  bool ok = false;
+  std::uint32_t member = 0;
+  std::string box;
+  std::uint64_t generation = 0;
+  std::uint32_t worker_pid = 0;
+};
+took_line parse_took(const std::string& line) {
+  took_line t;
+  std::istringstream in(line);
+  std::string tag;
+  t.ok = in >> tag && tag == "took" && in >> t.member >> t.box >> t.generation >> t.worker_pid;
+  return t;
+}
+
+std::string describe(const shmbox::pool_info& i) {
+  std::ostringstream o;
+  o << "pool " << i.name << ": free=" << i.free << " in_use=" << i.in_use << " starting=" << i.starting
+    << " checking=" << i.checking << " stopping=" << i.stopping << " queued=" << i.queued << " clients=" << i.clients
+    << " supervisor=" << i.supervisor_pid << (i.supervisor_alive ? "(alive)" : "(dead)") << " epoch=" << i.supervisor_epoch
+    << " standbys=" << i.standbys << " removing='" << i.removing << "'\n";
+  for (const auto& m : i.members)
+    o << "  m" << m.index << " " << shmbox::to_string(m.state) << " gen=" << m.generation << " box=" << m.box
+      << " worker=" << m.worker_pid << (m.worker_alive ? "(alive)" : "(dead)") << " taker=" << m.taker_pid
+      << (m.taker_alive ? "(alive)" : "(dead)") << " leases=" << m.leases << " depth=" << m.depth << " why='"
+      << m.stopping_why << "'\n";
+  const auto& c = i.count;
+  o << "  takes=" << c.takes << " ok=" << c.returns_ok << " fail=" << c.returns_fail << " at_capacity=" << c.no_members_at_capacity
+    << " queue_full=" << c.no_members_queue_full << " starting=" << c.no_members_starting << " take_timeouts=" << c.take_timeouts
+    << " queue_max_reached=" << c.queue_max_reached << " granted=" << c.granted << " culled=" << c.killed_free_culled
+    << " unhealthy=" << c.killed_free_unhealthy << " in_use_killed=" << c.killed_in_use << " crashed=" << c.crashed
+    << " start_failures=" << c.start_failures << " starts=" << c.starts << " double=" << c.double_returns
+    << " stale=" << c.stale_returns << " dead_lettered=" << c.dead_lettered << " lost=" << c.lost << "\n";
+  return o.str();
+}
+
+std::string describe_workers(const std::string& pool) {
+  std::string s = "workers:";
+  for (const auto& w : live_workers(pool))
+    s += shmtest::cat(" ", std::to_string(w.pid), "=m", std::to_string(w.index), ".", std::to_string(w.generation));
+  s += "\nboxes:";
+  for (const auto& b : member_boxes_on_disk(pool)) s += " " + b;
+  return s;
+}
+
+shmbox::pool_info snapshot(const std::string& pool) {
+  auto i = shmbox::inspect_pool(pool);
+  INFO("inspect_pool(" << pool << "): " << shmbox::explain(i.error()));
+  REQUIRE(i);
+  return *i;
+}
+
+const shmbox::member_info* find_member(const shmbox::pool_info& i, std::uint32_t index) {
+  for (const auto& m : i.members)
+    if (m.index == index) return &m;
+  return nullptr;
+}
+
+// Waits (bounded) until `pred` holds for a snapshot of `pool`; on failure the
+// last snapshot is printed.
+template <class Pred>
+bool settles(const std::string& pool, Pred pred, std::chrono::milliseconds limit = 30s) {
+  std::string last;
+  const bool ok = shmtest::eventually(
+      [&] {
+        auto i = shmbox::inspect_pool(pool);
+        if (!i) {
+          last = "inspect_pool: " + shmbox::explain(i.error());
+          return false;
+        }
+        last = describe(*i);
+        return pred(*i);
+      },
+      limit);
+  if (!ok) MESSAGE("did not settle:\n" << last << describe_workers(pool));
+  return ok;
+}
+
+// Every entry has exactly the workers and box it should: one live worker per
+// member with a worker (same index and generation, and the pid the table
+// records), no live worker without a member entry, no member box in
+// /dev/shm without an entry. Returns "" or what is wrong.
+std::string workers_and_boxes_mismatch(const shmbox::pool_info& i) {
+  const auto workers = live_workers(i.name);
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<pid_t>> by_member;
+  for (const auto& w : workers) by_member[{w.index, w.generation}].push_back(w.pid);
+  std::set<std::string> boxes;
+  for (const auto& m : i.members) {
+    boxes.insert(m.box);
+    const auto it = by_member.find({m.index, m.generation});
+    const std::size_t n = it == by_member.end() ? 0 : it->second.size();
+    const bool needs_worker = m.state == member_state::free || m.state == member_state::in_use ||
+                              m.state == member_state::checking;
+    if (needs_worker && n != 1) return "member " + std::to_string(m.index) + " has " + std::to_string(n) + " live workers";
+    if (n > 1) return "member " + std::to_string(m.index) + " has " + std::to_string(n) + " live workers";
+    if (n == 1 && m.worker_pid != 0 && static_cast<pid_t>(m.worker_pid) != it->second[0])
+      return "member " + std::to_string(m.index) + " records pid " + std::to_string(m.worker_pid) + ", its worker is " +
+             std::to_string(it->second[0]);
+    if (it != by_member.end()) by_member.erase(it);
+  }
+  if (!by_member.empty())
+    return "live worker without a member entry: pid " + std::to_string(by_member.begin()->second[0]) + " (m" +
+           std::to_string(by_member.begin()->first.first) + "." + std::to_string(by_member.begin()->first.second) + ")";
+  if (member_boxes_on_disk(i.name) != boxes) return "member boxes in /dev/shm differ from the table";
+  return {};
+}
+
+// The gauges are the member table's states counted.
+void check_gauges(const shmbox::pool_info& i) {
+  std::map<member_state, std::uint32_t> n;
+  for (const auto& m : i.members) ++n[m.state];
+  INFO(describe(i));
+  CHECK(n[member_state::empty] == 0);  // inspect lists non-empty entries only
+  CHECK(i.free == n[member_state::free]);
+  CHECK(i.in_use == n[member_state::in_use]);
+  CHECK(i.starting == n[member_state::starting]);
+  CHECK(i.checking == n[member_state::checking]);
+  CHECK(i.stopping == n[member_state::stopping]);
+  CHECK(i.free + i.in_use + i.starting + i.checking + i.stopping == i.members.size());
+  CHECK(i.members.size() <= i.max_count);
+}
+
+// Every lease ends in one counter (or is still out); every started worker is
+// a member or was stopped for a counted reason. `in_use_crashes`: leases
+// whose worker crashed and that were not given back (neither stale nor ok).
+void check_counts(const shmbox::pool_info& i, std::uint64_t in_use_crashes = 0) {
+  const auto& c = i.count;
+  INFO(describe(i));
+  CHECK(c.takes == c.returns_ok + c.returns_fail + c.killed_in_use + c.stale_returns + i.in_use + in_use_crashes);
+  CHECK(c.starts == i.members.size() + c.killed_free_culled + c.killed_free_unhealthy + c.killed_in_use + c.crashed +
+                        c.start_failures + c.returns_fail);
+}
+
+// Waits until pool `pool` has exactly `members` members, all free, each with
+// one live worker and its box, and nothing else; then checks the gauges.
+void check_settled(const std::string& pool, std::uint32_t members) {
+  std::string mismatch;
+  const bool ok = settles(pool, [&](const shmbox::pool_info& i) {
+    if (i.members.size() != members || i.free != members) return false;
+    for (const auto& m : i.members)
+      if (m.state != member_state::free || !m.worker_alive) return false;
+    mismatch = workers_and_boxes_mismatch(i);
+    return mismatch.empty();
+  });
+  INFO(mismatch);
+  CHECK(ok);
+  check_gauges(snapshot(pool));
+}
+
+// A take and a give_back from this process work.
+void check_take_works(const std::string& pool) {
+  auto p = shmbox::Pool::open(pool);
+  REQUIRE(p);
+  auto l = p->take(10s);
+  INFO(shmbox::explain(l.error()));
+  REQUIRE(l);
+  CHECK(l->producer().post("after") == shmbox::post_status::stored);
+  CHECK(l->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+}
+
+std::chrono::milliseconds since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+}
+
+// Receives every message of box `name` (owner), until 300 ms pass without one.
+std::vector<std::string> drain_box(const std::string& name) {
+  auto o = shmbox::Owner::acquire(name);
+  REQUIRE(o);
+  std::vector<std::string> out;
+  shmbox::message m;
+  while (o->receive(m, {.timeout = 300ms}) == shmbox::recv_status::ok) out.push_back(m.data);
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Take and give back
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: a member is taken, used and given back, in this process and in another") {
+  pool_guard g(shmtest::unique_name("ptake"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+  CHECK(shmbox::Pool::create(g.name, small_pool(2, 2)).error() == shmbox::errc::exists);
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 2);
+  const auto before = snapshot(g.name);
+  CHECK(before.supervisor_pid == static_cast<std::uint32_t>(sup->pid()));
+  CHECK(before.supervisor_alive);
+  CHECK(before.count.starts == 2);
+
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto lease = pool->take(10s);
+  REQUIRE(lease);
+  const shmbox::lease_token t = lease->token();
+  {
+    const auto i = snapshot(g.name);
+    check_gauges(i);
+    CHECK(i.in_use == 1);
+    CHECK(i.free == 1);
+    const auto* m = find_member(i, t.member);
+    REQUIRE(m != nullptr);
+    CHECK(m->state == member_state::in_use);
+    CHECK(m->generation == t.generation);
+    CHECK(m->box == lease->box());
+    CHECK(m->taker_pid == static_cast<std::uint32_t>(::getpid()));
+    CHECK(m->taker_alive);
+    CHECK(m->worker_alive);
+    CHECK(m->leases == 1);
+    CHECK(lease->worker_pid() == m->worker_pid);
+  }
+  // The worker behind the lease gets what the holder posts.
+  CHECK(lease->producer().post("hello") == shmbox::post_status::stored);
+  CHECK(line_starting(*sup, shmtest::cat("got ", std::to_string(t.member), " ", std::to_string(t.generation), " hello"), 10s) !=
+        "");
+  CHECK(!lease->returned());
+  CHECK(lease->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+  CHECK(lease->returned());
+
+  // Another process takes, posts and gives back.
+  auto other = taker(g.name, 5000, {"--post", "from-child"});
+  const took_line tl = parse_took(line_starting(*other, "took"));
+  CHECK(tl.ok);
+  CHECK(line_starting(*other, "posted") == "posted stored");
+  CHECK(line_starting(*other, "returned") == "returned ok");
+  CHECK(shmtest::exited_with(other->wait(10s), 0));
+  CHECK(line_starting(*sup, "got " + std::to_string(tl.member) + " " + std::to_string(tl.generation) + " from-child", 10s) != "");
+
+  check_settled(g.name, 2);
+  const auto after = snapshot(g.name);
+  CHECK(after.count.takes == 2);
+  CHECK(after.count.returns_ok == 2);
+  CHECK(after.count.starts == 2);  // nothing was replaced
+  check_counts(after);
+  for (const auto& m : after.members) CHECK(m.generation == find_member(before, m.index)->generation);
+}
+
+TEST_CASE("pool: the most recently returned member is taken first (LIFO)") {
+  pool_guard g(shmtest::unique_name("plifo"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(3, 3)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 3);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  std::vector<shmbox::Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto l = pool->take(10s);
+    REQUIRE(l);
+    held.push_back(std::move(*l));
+  }
+  const std::uint32_t a = held[0].token().member, b = held[1].token().member, c = held[2].token().member;
+  CHECK(std::set<std::uint32_t>{a, b, c}.size() == 3);
+  // Given back b, a, c: taken again c, a, b.
+  CHECK(held[1].give_back() == shmbox::return_status::ok);
+  CHECK(held[0].give_back() == shmbox::return_status::ok);
+  CHECK(held[2].give_back() == shmbox::return_status::ok);
+  for (const std::uint32_t want : {c, a, b}) {
+    auto l = pool->take(0ns);
+    REQUIRE(l);
+    CHECK(l->token().member == want);
+    held.push_back(std::move(*l));
+  }
+  for (auto& l : held)
+    if (!l.returned()) CHECK(l.give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 3);
+  check_counts(snapshot(g.name));
+}
+
+TEST_CASE("pool: a holder killed with its lease: the member is replaced, its messages dead-lettered or counted lost") {
+  for (const bool with_dead_letters : {true, false}) {
+    CAPTURE(with_dead_letters);
+    pool_guard g(shmtest::unique_name("pkill"));
+    shmtest::segment_guard dl(shmtest::unique_name("pkill-dl"));
+    auto opts = small_pool(1, 1);
+    if (with_dead_letters) {
+      REQUIRE(shmbox::Box::create(dl.name, {.capacity = 64, .slot_size = 64}));
+      opts.dead_letters = dl.name;
+    }
+    REQUIRE(shmbox::Pool::create(g.name, opts));
+    auto sup = supervisor(g.name);
+    check_settled(g.name, 1);
+    // The worker takes "hang" and stops receiving: m1 and m2 stay in its box.
+    auto holder = taker(g.name, 10000, {"--post", "hang", "--post", "m1", "--post", "m2", "--hold"});
+    const took_line t = parse_took(line_starting(*holder, "took"));
+    REQUIRE(t.ok);
+    for (int i = 0; i < 3; ++i) CHECK(line_starting(*holder, "posted") == "posted stored");
+    REQUIRE(line_starting(*sup, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))) != "");
+    {
+      const auto i = snapshot(g.name);
+      const auto* m = find_member(i, t.member);
+      REQUIRE(m != nullptr);
+      CHECK(m->state == member_state::in_use);
+      CHECK(m->taker_pid == static_cast<std::uint32_t>(holder->pid()));
+      CHECK(m->depth == 2);
+    }
+    holder->kill(SIGKILL);
+    holder->wait();
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_in_use == 1; }, 10s));
+    check_settled(g.name, 1);
+    const auto i = snapshot(g.name);
+    const auto* m = find_member(i, t.member);
+    REQUIRE(m != nullptr);
+    CHECK(m->generation > t.generation);  // a new member in the entry
+    CHECK(m->leases == 0);
+    CHECK(i.count.killed_in_use == 1);
+    CHECK(i.count.returns_fail == 0);
+    CHECK(i.count.starts == 2);
+    check_counts(i);
+    if (with_dead_letters) {
+      CHECK(i.count.dead_lettered == 2);
+      CHECK(i.count.lost == 0);
+      CHECK(drain_box(dl.name) == std::vector<std::string>{"m1", "m2"});
+    } else {
+      CHECK(i.count.dead_lettered == 0);
+      CHECK(i.count.lost == 2);
+    }
+    check_take_works(g.name);
+  }
+}
+
+TEST_CASE("pool: a double return is refused and counted; the table does not change") {
+  pool_guard g(shmtest::unique_name("pdouble"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 2);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto lease = pool->take(10s);
+  REQUIRE(lease);
+  const shmbox::lease_token t = lease->token();
+  CHECK(lease->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+  const auto before = snapshot(g.name);
+  CHECK(lease->give_back(shmbox::outcome::ok) == shmbox::return_status::double_return);
+  CHECK(lease->give_back(shmbox::outcome::fail) == shmbox::return_status::double_return);
+  CHECK(pool->give_back(t, shmbox::outcome::ok) == shmbox::return_status::double_return);
+  // Through another handle, and after the member was taken again by someone else.
+  auto other = shmbox::Pool::open(g.name);
+  REQUIRE(other);
+  CHECK(other->give_back(t, shmbox::outcome::fail) == shmbox::return_status::double_return);
+  const auto after = snapshot(g.name);
+  CHECK(after.count.double_returns == 4);
+  CHECK(after.count.returns_ok == 1);
+  CHECK(after.count.returns_fail == 0);
+  REQUIRE(after.members.size() == before.members.size());
+  for (std::size_t k = 0; k < after.members.size(); ++k) {
+    CHECK(after.members[k].state == before.members[k].state);
+    CHECK(after.members[k].generation == before.members[k].generation);
+    CHECK(after.members[k].leases == before.members[k].leases);
+  }
+  auto again = pool->take(0ns);  // LIFO: the same member, a new lease
+  REQUIRE(again);
+  CHECK(again->token().member == t.member);
+  CHECK(again->token().lease != t.lease);
+  CHECK(pool->give_back(t, shmbox::outcome::fail) == shmbox::return_status::double_return);  // the old token
+  CHECK(find_member(snapshot(g.name), t.member)->state == member_state::in_use);
+  CHECK(again->give_back() == shmbox::return_status::ok);
+  // A helper process gives the same token back twice.
+  auto twice = taker(g.name, 5000, {"--again"});
+  CHECK(line_starting(*twice, "returned") == "returned ok");
+  CHECK(line_starting(*twice, "again") == "again double-return");
+  CHECK(shmtest::exited_with(twice->wait(10s), 0));
+  const auto last = snapshot(g.name);
+  CHECK(last.count.double_returns == 6);
+  check_settled(g.name, 2);
+  check_counts(snapshot(g.name));
+}
+
+// ---------------------------------------------------------------------------
+// A full pool: refusals, timeouts, the queue
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: a full pool refuses a take with timeout 0 and times out a take that waits") {
+  pool_guard g(shmtest::unique_name("pfull"));
+  auto opts = small_pool(1, 1);
+  opts.queue_max = 4;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto held = pool->take(10s);
+  REQUIRE(held);
+  auto other = shmbox::Pool::open(g.name);
+  REQUIRE(other);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = other->take(0ns);
+  CHECK(!r);
+  CHECK(r.error() == shmbox::errc::no_members_at_capacity);
+  CHECK(since(t0) < 1000ms);
+  t0 = std::chrono::steady_clock::now();
+  r = other->take(300ms);
+  CHECK(!r);
+  CHECK(r.error() == shmbox::errc::timed_out);
+  CHECK(since(t0) >= 250ms);
+  CHECK(since(t0) < 5000ms);
+  // From another process too.
+  auto child_take = taker(g.name, 0);
+  CHECK(line_starting(*child_take, "error").rfind("error no_members_at_capacity", 0) == 0);
+  CHECK(shmtest::exited_with(child_take->wait(10s), 3));
+  const auto i = snapshot(g.name);
+  CHECK(i.count.no_members_at_capacity == 2);
+  CHECK(i.count.take_timeouts == 1);
+  CHECK(i.count.takes == 1);
+  CHECK(i.queued == 0);
+  CHECK(held->give_back() == shmbox::return_status::ok);
+  auto now = other->take(0ns);
+  CHECK(now);
+  if (now) CHECK(now->give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 1);
+  check_counts(snapshot(g.name));
+}
+
+TEST_CASE("pool: queue_max waiters at most; the oldest waiter gets the returned member (FIFO)") {
+  pool_guard g(shmtest::unique_name("pqueue"));
+  auto opts = small_pool(1, 1);
+  opts.queue_max = 2;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto held = pool->take(10s);
+  REQUIRE(held);
+  auto first = taker(g.name, 20000, {"--hold"});
+  REQUIRE(settles(g.name, [](const shmbox::pool_info& i) { return i.queued == 1; }, 10s));
+  auto second = taker(g.name, 20000);
+  REQUIRE(settles(g.name, [](const shmbox::pool_info& i) { return i.queued == 2; }, 10s));
+  // A third waiter does not fit.
+  auto other = shmbox::Pool::open(g.name);
+  REQUIRE(other);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = other->take(5s);
+  CHECK(!r);
+  CHECK(r.error() == shmbox::errc::no_members_queue_full);
+  CHECK(since(t0) < 2000ms);  // refused, not waited
+  {
+    const auto i = snapshot(g.name);
+    CHECK(i.count.no_members_queue_full == 1);
+    CHECK(i.count.queue_max_reached >= 1);
+  }
+  // The returned member goes to the first waiter, not to the free list.
+  CHECK(held->give_back() == shmbox::return_status::ok);
+  const took_line t1 = parse_took(line_starting(*first, "took", 10s));
+  CHECK(t1.ok);
+  CHECK(t1.member == held->token().member);
+  {
+    const auto i = snapshot(g.name);
+    CHECK(i.count.granted == 1);
+    CHECK(i.queued == 1);  // the second still waits
+    CHECK(i.free == 0);
+    const auto* m = find_member(i, t1.member);
+    REQUIRE(m != nullptr);
+    CHECK(m->state == member_state::in_use);
+    CHECK(m->taker_pid == static_cast<std::uint32_t>(first->pid()));
+  }
+  first->write_stdin("go\n");
+  CHECK(line_starting(*first, "returned") == "returned ok");
+  const took_line t2 = parse_took(line_starting(*second, "took", 10s));
+  CHECK(t2.ok);
+  CHECK(line_starting(*second, "returned") == "returned ok");
+  CHECK(shmtest::exited_with(first->wait(10s), 0));
+  CHECK(shmtest::exited_with(second->wait(10s), 0));
+  check_settled(g.name, 1);
+  const auto i = snapshot(g.name);
+  CHECK(i.count.granted == 2);
+  CHECK(i.count.takes == 3);
+  CHECK(i.count.returns_ok == 3);
+  CHECK(i.count.take_timeouts == 0);
+  CHECK(i.queued == 0);
+  check_counts(i);
+}
+
+// ---------------------------------------------------------------------------
+// Starting on demand, culling
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: members are started on demand up to max_count") {
+  pool_guard g(shmtest::unique_name("pdemand"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(1, 3)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  std::vector<shmbox::Lease> held;
+  for (int k = 0; k < 3; ++k) {
+    auto l = pool->take(15s);
+    INFO(shmbox::explain(l.error()));
+    REQUIRE(l);
+    held.push_back(std::move(*l));
+  }
+  {
+    const auto i = snapshot(g.name);
+    check_gauges(i);
+    CHECK(i.members.size() == 3);
+    CHECK(i.in_use == 3);
+    CHECK(i.count.starts == 3);
+    CHECK(workers_and_boxes_mismatch(i) == "");
+  }
+  auto r = pool->take(0ns);
+  CHECK(!r);
+  CHECK(r.error() == shmbox::errc::no_members_at_capacity);
+  for (auto& l : held) CHECK(l.give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 3);  // cull_after 0: they stay
+  const auto i = snapshot(g.name);
+  CHECK(i.count.starts == 3);
+  CHECK(i.count.killed_free_culled == 0);
+  check_counts(i);
+}
+
+TEST_CASE("pool: idle members are culled down to init_count; members in use never are") {
+  pool_guard g(shmtest::unique_name("pcull"));
+  auto opts = small_pool(1, 3);
+  opts.cull_after = 300ms;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  {
+    std::vector<shmbox::Lease> held;
+    for (int k = 0; k < 3; ++k) {
+      auto l = pool->take(15s);
+      REQUIRE(l);
+      held.push_back(std::move(*l));
+    }
+    for (auto& l : held) CHECK(l.give_back() == shmbox::return_status::ok);
+  }
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_culled == 2; }, 15s));
+  check_settled(g.name, 1);
+  // Two members in use (one started for it): idle far longer than
+  // cull_after, more than init_count, and still never culled.
+  auto a = pool->take(10s);
+  REQUIRE(a);
+  auto b = pool->take(15s);
+  REQUIRE(b);
+  const auto in_use = snapshot(g.name);
+  CHECK(in_use.in_use == 2);
+  const auto until = std::chrono::steady_clock::now() + 1200ms;  // 4 x cull_after: an observation window, not a handshake
+  while (std::chrono::steady_clock::now() < until) {
+    const auto i = snapshot(g.name);
+    CHECK(i.in_use == 2);
+    for (const auto* l : {&*a, &*b}) {
+      const auto* m = find_member(i, l->token().member);
+      REQUIRE(m != nullptr);
+      CHECK(m->state == member_state::in_use);
+      CHECK(m->generation == l->token().generation);
+      CHECK(m->worker_alive);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(snapshot(g.name).count.killed_free_culled == 2);
+  CHECK(a->give_back() == shmbox::return_status::ok);
+  CHECK(b->give_back() == shmbox::return_status::ok);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_culled == 3; }, 15s));
+  check_settled(g.name, 1);
+  check_counts(snapshot(g.name));
+}
+
+// ---------------------------------------------------------------------------
+// Crashes and health checks
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: a worker that dies on its own is restarted and counted crashed; its lease becomes stale") {
+  pool_guard g(shmtest::unique_name("pcrash"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 2);
+  // A free member's worker is killed.
+  const auto before = snapshot(g.name);
+  const auto& victim = before.members.front();
+  REQUIRE(victim.worker_pid != 0);
+  REQUIRE(::kill(static_cast<pid_t>(victim.worker_pid), SIGKILL) == 0);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.crashed == 1; }, 10s));
+  check_settled(g.name, 2);
+  {
+    const auto i = snapshot(g.name);
+    CHECK(find_member(i, victim.index)->generation > victim.generation);
+    CHECK(i.count.starts == 3);
+    check_counts(i);
+  }
+  // A leased member's worker crashes: the lease is stale.
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto lease = pool->take(10s);
+  REQUIRE(lease);
+  CHECK(lease->producer().post("crash") == shmbox::post_status::stored);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.crashed == 2; }, 10s));
+  check_settled(g.name, 2);
+  CHECK(find_member(snapshot(g.name), lease->token().member)->generation > lease->token().generation);
+  CHECK(lease->give_back() == shmbox::return_status::stale);
+  const auto i = snapshot(g.name);
+  CHECK(i.count.stale_returns == 1);
+  CHECK(i.count.killed_in_use == 0);
+  CHECK(i.count.starts == 4);
+  check_counts(i);
+  check_take_works(g.name);
+}
+
+TEST_CASE("pool: the health check replaces a free member that stops answering") {
+  pool_guard g(shmtest::unique_name("phealth"));
+  auto opts = small_pool(1, 1);
+  opts.health_interval = 100ms;
+  opts.health_timeout = 300ms;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  const std::uint64_t gen0 = snapshot(g.name).members.at(0).generation;
+  // A member that answers keeps its place through several checks.
+  const auto until = std::chrono::steady_clock::now() + 800ms;  // 8 intervals: an observation window
+  while (std::chrono::steady_clock::now() < until) {
+    const auto i = snapshot(g.name);
+    CHECK(i.count.killed_free_unhealthy == 0);
+    REQUIRE(i.members.size() == 1);
+    CHECK(i.members[0].generation == gen0);
+    std::this_thread::sleep_for(50ms);
+  }
+  // Now it hangs.
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto lease = pool->take(10s);
+  REQUIRE(lease);
+  const shmbox::lease_token t = lease->token();
+  CHECK(lease->producer().post("hang") == shmbox::post_status::stored);
+  REQUIRE(line_starting(*sup, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))) != "");
+  CHECK(lease->give_back() == shmbox::return_status::ok);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_unhealthy == 1; }, 10s));
+  check_settled(g.name, 1);
+  const auto i = snapshot(g.name);
+  CHECK(i.members.at(0).generation > t.generation);
+  CHECK(i.count.killed_free_unhealthy == 1);
+  check_counts(i);
+  check_take_works(g.name);
+}
+
+// ---------------------------------------------------------------------------
+// The supervisor killed mid-start and mid-stop, with a standby
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: a supervisor killed while starting a member: the standby finishes, nothing leaked or doubled") {
+  for (const char* point : {"supervisor.after_box", "supervisor.after_spawn"}) {
+    const std::string point_name = point;
+    CAPTURE(point_name);
+    pool_guard g(shmtest::unique_name("psupstart"));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(1, 2)));
+    // The first start (member 0) passes; the second, on demand, dies there.
+    auto first = supervisor(g.name, point_name + ":2");
+    check_settled(g.name, 1);
+    auto standby = supervisor(g.name);
+    REQUIRE(settles(g.name, [&](const shmbox::pool_info& i) {
+      return i.standbys == 1 && i.supervisor_pid == static_cast<std::uint32_t>(first->pid());
+    }, 10s));
+    const std::uint64_t epoch = snapshot(g.name).supervisor_epoch;
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    auto l1 = pool->take(10s);
+    REQUIRE(l1);
+    auto l2 = pool->take(20s);  // needs a start: the first supervisor dies in it
+    INFO(shmbox::explain(l2.error()));
+    CHECK(l2);
+    CHECK(shmtest::killed_by(first->wait(10s), SIGKILL));
+    {
+      const auto i = snapshot(g.name);
+      CHECK(i.supervisor_pid == static_cast<std::uint32_t>(standby->pid()));
+      CHECK(i.supervisor_alive);
+      CHECK(i.supervisor_epoch > epoch);
+      CHECK(i.members.size() == 2);
+    }
+    CHECK(l1->give_back() == shmbox::return_status::ok);
+    if (l2) CHECK(l2->give_back() == shmbox::return_status::ok);
+    check_settled(g.name, 2);
+    check_take_works(g.name);
+  }
+}
+
+TEST_CASE("pool: a supervisor killed while stopping (culling) a member: the standby finishes, messages moved once") {
+  for (const char* point : {"supervisor.after_signal", "supervisor.mid_drain", "supervisor.after_unlink"}) {
+    const std::string point_name = point;
+    CAPTURE(point_name);
+    pool_guard g(shmtest::unique_name("psupcull"));
+    shmtest::segment_guard dl(shmtest::unique_name("psupcull-dl"));
+    REQUIRE(shmbox::Box::create(dl.name, {.capacity = 64, .slot_size = 64}));
+    auto opts = small_pool(1, 2);
+    opts.cull_after = 300ms;
+    opts.dead_letters = dl.name;
+    REQUIRE(shmbox::Pool::create(g.name, opts));
+    auto first = supervisor(g.name, point_name + ":1");
+    check_settled(g.name, 1);
+    auto standby = supervisor(g.name);
+    REQUIRE(settles(g.name, [&](const shmbox::pool_info& i) {
+      return i.standbys == 1 && i.supervisor_pid == static_cast<std::uint32_t>(first->pid());
+    }, 10s));
+    // Two members, each with one message its hung worker will never take.
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    std::vector<shmbox::Lease> held;
+    for (int k = 0; k < 2; ++k) {
+      auto l = pool->take(15s);
+      REQUIRE(l);
+      held.push_back(std::move(*l));
+    }
+    for (auto& l : held) {
+      CHECK(l.producer().post("hang") == shmbox::post_status::stored);
+      CHECK(l.producer().post("keep-" + std::to_string(l.token().member)) == shmbox::post_status::stored);
+      REQUIRE(line_starting(*first, shmtest::cat("hanging ", std::to_string(l.token().member), " ",
+                                                 std::to_string(l.token().generation))) != "");
+    }
+    for (auto& l : held) CHECK(l.give_back() == shmbox::return_status::ok);
+    // One of them is culled: the first supervisor dies stopping it.
+    CHECK(shmtest::killed_by(first->wait(15s), SIGKILL));
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) {
+      return i.count.killed_free_culled == 1 && i.members.size() == 1;
+    }, 15s));
+    check_settled(g.name, 1);
+    const auto i = snapshot(g.name);
+    CHECK(i.supervisor_pid == static_cast<std::uint32_t>(standby->pid()));
+    const std::uint32_t kept = i.members.at(0).index;
+    const std::uint32_t culled = kept == held[0].token().member ? held[1].token().member : held[0].token().member;
+    CHECK(i.members.at(0).depth == 1);  // the kept member's message is still there
+    CHECK(i.count.killed_free_culled == 1);
+    CHECK(i.count.dead_lettered == 1);
+    CHECK(i.count.lost == 0);
+    CHECK(drain_box(dl.name) == std::vector<std::string>{"keep-" + std::to_string(culled)});  // exactly once
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Groups, removal
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool: take_group takes from the freest pool of the group") {
+  const std::string group = shmtest::unique_name("pgroup");
+  pool_guard small(shmtest::unique_name("pgroup-a")), big(shmtest::unique_name("pgroup-b"));
+  auto a_opts = small_pool(1, 1), b_opts = small_pool(3, 3);
+  a_opts.group = b_opts.group = group;
+  REQUIRE(shmbox::Pool::create(small.name, a_opts));
+  REQUIRE(shmbox::Pool::create(big.name, b_opts));
+  auto sup_a = supervisor(small.name);
+  auto sup_b = supervisor(big.name);
+  check_settled(small.name, 1);
+  check_settled(big.name, 3);
+  auto from = [](const shmbox::Lease& l, const std::string& pool) { return l.box().rfind(pool + ".m", 0) == 0; };
+  std::vector<shmbox::Lease> held;
+  // free 1 vs 3 -> big; 1 vs 2 -> big; 1 vs 1, in use 0 vs 2 -> small; 0 vs 1 -> big.
+  for (const std::string* want : {&big.name, &big.name, &small.name, &big.name}) {
+    auto l = shmbox::Pool::take_group(group, 5s);
+    INFO(shmbox::explain(l.error()));
+    REQUIRE(l);
+    CHECK(from(*l, *want));
+    held.push_back(std::move(*l));
+  }
+  auto none = shmbox::Pool::take_group(group, 0ns);
+  CHECK(!none);
+  CHECK(none.error() == shmbox::errc::no_members_at_capacity);
+  // From another process: a group take waits for the member given back.
+  auto waiter = taker(group, 10000, {"--group"});
+  CHECK(settles(small.name, [](const shmbox::pool_info& i) { return i.queued == 1; }, 10s));  // the first pool's queue
+  CHECK(held[2].give_back() == shmbox::return_status::ok);
+  const took_line t = parse_took(line_starting(*waiter, "took", 10s));
+  CHECK(t.ok);
+  CHECK(t.box.rfind(small.name + ".m", 0) == 0);
+  CHECK(line_starting(*waiter, "returned") == "returned ok");
+  CHECK(shmtest::exited_with(waiter->wait(10s), 0));
+  for (auto& l : held)
+    if (!l.returned()) CHECK(l.give_back() == shmbox::return_status::ok);
+  check_settled(small.name, 1);
+  check_settled(big.name, 3);
+}
+
+TEST_CASE("pool: graceful removal waits for the members in use; immediate removal stops them at once") {
+  SUBCASE("graceful") {
+    pool_guard g(shmtest::unique_name("prmg"));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    auto sup = supervisor(g.name);
+    check_settled(g.name, 2);
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    auto lease = pool->take(10s);
+    REQUIRE(lease);
+    const auto r = shmbox::Pool::remove(g.name, shmbox::removal::graceful, 500ms);
+    CHECK(!r);
+    CHECK(r.error() == shmbox::errc::timed_out);  // the member in use keeps the pool
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.removing == "graceful" && i.members.size() == 1; }, 10s));
+    CHECK(find_member(snapshot(g.name), lease->token().member)->state == member_state::in_use);
+    auto other = shmbox::Pool::open(g.name);
+    if (other) {
+      auto refused = other->take(1s);
+      CHECK(!refused);
+      CHECK(refused.error() == shmbox::errc::pool_removed);
+    } else {
+      CHECK(other.error() == shmbox::errc::pool_removed);
+    }
+    CHECK(lease->producer().post("still") == shmbox::post_status::stored);  // the lease still works
+    CHECK(lease->give_back() == shmbox::return_status::ok);
+    CHECK(shmtest::eventually([&] { return !pool_segment_exists(g.name); }, 10s));
+    CHECK(shmtest::eventually([&] { return live_workers(g.name).empty() && member_boxes_on_disk(g.name).empty(); }, 10s));
+    CHECK(line_starting(*sup, "stopped", 10s) == "stopped");  // supervise() returns once the pool is gone
+    CHECK(shmtest::exited_with(sup->wait(10s), 0));
+  }
+  SUBCASE("immediate") {
+    pool_guard g(shmtest::unique_name("prmi"));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    auto sup = supervisor(g.name);
+    check_settled(g.name, 2);
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    auto lease = pool->take(10s);
+    REQUIRE(lease);
+    const auto r = shmbox::Pool::remove(g.name, shmbox::removal::immediate, 10s);
+    INFO(shmbox::explain(r.error()));
+    CHECK(r);
+    CHECK(!pool_segment_exists(g.name));
+    CHECK(shmtest::eventually([&] { return live_workers(g.name).empty() && member_boxes_on_disk(g.name).empty(); }, 10s));
+    CHECK(lease->give_back() == shmbox::return_status::stale);
+    CHECK(line_starting(*sup, "stopped", 10s) == "stopped");
+    CHECK(shmtest::exited_with(sup->wait(10s), 0));
+  }
+  SUBCASE("immediate, without a supervisor: remove() stops the members itself") {
+    pool_guard g(shmtest::unique_name("prmn"));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    auto sup = supervisor(g.name);
+    check_settled(g.name, 2);
+    sup->kill(SIGKILL);
+    sup->wait();
+    const auto r = shmbox::Pool::remove(g.name, shmbox::removal::immediate, 10s);
+    INFO(shmbox::explain(r.error()));
+    CHECK(r);
+    CHECK(!pool_segment_exists(g.name));
+    CHECK(shmtest::eventually([&] { return live_workers(g.name).empty() && member_boxes_on_disk(g.name).empty(); }, 10s));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The fault matrix: takers, returners and supervisors killed at every pool
+// table point (lib/fault.hpp: pool.after_journal, pool.mid_apply,
+// pool.after_apply, pool.locked)
+// ---------------------------------------------------------------------------
+
+const char* const kPoolPoints[] = {"pool.after_journal", "pool.mid_apply", "pool.after_apply", "pool.locked"};
+
+TEST_CASE("fault matrix: a taker/returner killed at every pool point, at every pass, leaves a consistent pool") {
+  for (const char* point : kPoolPoints) {
+    for (const bool fail : {false, true}) {
+      const std::string point_name = point;
+      CAPTURE(point_name);
+      CAPTURE(fail);
+      pool_guard g(shmtest::unique_name("fmtake"));
+      REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+      auto sup = supervisor(g.name);
+      check_settled(g.name, 2);
+      auto pool = shmbox::Pool::open(g.name);  // this process's handle stays open throughout
+      REQUIRE(pool);
+      // The victim opens, takes, posts, gives back (ok or fail) and closes;
+      // it dies at the n-th pass of the point, for every n it reaches.
+      int kills = 0;
+      bool finished = false;
+      for (int n = 1; n <= 12 && !finished; ++n) {
+        CAPTURE(n);
+        std::vector<std::string> extra{"--post", "hi"};
+        if (fail) extra.push_back("--fail");
+        auto victim = taker(g.name, 5000, extra, shmtest::cat(point_name, ":", std::to_string(n)));
+        const int st = victim->wait(30s);
+        CHECK(!victim->timed_out());
+        if (shmtest::exited_with(st, 0)) {
+          finished = true;  // it passed the point fewer than n times
+          continue;
+        }
+        REQUIRE(shmtest::killed_by(st, SIGKILL));
+        ++kills;
+        check_settled(g.name, 2);
+        const auto i = snapshot(g.name);
+        check_counts(i);
+        CHECK(i.queued == 0);
+        CHECK(shmtest::eventually([&] {
+          auto now = shmbox::inspect_pool(g.name);
+          return now && now->clients == 2;  // this process and the supervisor: the victim's entry is free again
+        }, 10s));
+        check_take_works(g.name);
+      }
+      CHECK(finished);
+      CHECK(kills >= 2);  // at least in take and in give_back
+      check_settled(g.name, 2);
+      check_counts(snapshot(g.name));
+    }
+  }
+}
+
+TEST_CASE("fault matrix: a supervisor killed at every pool point (first passes), with a standby") {
+  for (const char* point : kPoolPoints) {
+    const std::string point_name = point;
+    int killed = 0;
+    for (int n = 1; n <= 3; ++n) {
+      CAPTURE(point_name);
+      CAPTURE(n);
+      pool_guard g(shmtest::unique_name("fmsup"));
+      REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+      // It may die before it says "supervising" (opening the pool changes the table too).
+      auto first = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", g.name},
+                                           std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", point_name, ":", std::to_string(n))},
+                                           true);
+      auto standby = supervisor(g.name);
+      check_settled(g.name, 2);
+      const int st = first->wait(2s);  // alive after 2 s: it did not reach the n-th pass (and is killed)
+      if (shmtest::killed_by(st, SIGKILL) && !first->timed_out()) ++killed;
+      CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+        return i.supervisor_alive && i.supervisor_pid == static_cast<std::uint32_t>(standby->pid());
+      }, 10s));
+      check_settled(g.name, 2);
+      check_take_works(g.name);
+      check_settled(g.name, 2);
+    }
+    CAPTURE(point_name);
+    CHECK(killed >= 1);
+  }
+}
