@@ -59,13 +59,15 @@
 //       maps the segment raw and writes COUNT runs of 1..16 random bytes at
 //       random offsets of REGION (header, owner, heirs, lanes, producers, ring,
 //       all), pausing PAUSE_US between writes; prints "scribbled <count>".
-//   pool-worker
+//   pool-worker [--log PATH]
 //       a pool member (the pool's command): PoolMember::from_env(), prints
 //       "ready <index> <generation> <pid>", then receives one message at a
 //       time: health pings are answered; "crash" kills itself (SIGKILL),
 //       "exit" exits 0, "hang" prints "hanging <index> <generation>" and
 //       stops receiving (sleeps until killed); anything else is printed as
-//       "got <index> <generation> <message>". Its stdout is the supervisor's.
+//       "got <index> <generation> <message>". Every line goes to stdout
+//       (the supervisor's) and, with --log, is appended to PATH (one write
+//       per line), where tests look for it.
 //   pool-take NAME TIMEOUT_MS [--group] [--hold] [--fail] [--post MSG]... [--again]
 //       opens pool NAME (--group: takes from group NAME, Pool::take_group),
 //       takes a member, prints "took <member> <box> <generation> <worker pid>"
@@ -616,26 +618,35 @@ std::string errc_name(std::error_code ec) {
   return v >= 0 && v < static_cast<int>(std::size(names)) ? names[v] : "errc-" + std::to_string(v);
 }
 
-int pool_worker() {
+int pool_worker(int argc, char** argv) {
+  const std::string log_path = flag_string(argc, argv, "--log", "");
+  const int log_fd = log_path.empty() ? -1 : ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  auto tell = [log_fd](const std::string& line) {
+    say(line);
+    if (log_fd >= 0) {
+      const std::string l = line + "\n";
+      [[maybe_unused]] const ssize_t n = ::write(log_fd, l.data(), l.size());
+    }
+  };
   auto member = shmbox::PoolMember::from_env();
   if (!member) {
-    say("error " + errc_name(member.error()) + " " + shmbox::explain(member.error()));
+    tell("error " + errc_name(member.error()) + " " + shmbox::explain(member.error()));
     return 1;
   }
   const char* gen_env = std::getenv("SHMBOX_MEMBER_GENERATION");
   const std::string who = std::to_string(member->index()) + " " + (gen_env != nullptr ? gen_env : "?");
-  say("ready " + who + " " + std::to_string(::getpid()));
+  tell("ready " + who + " " + std::to_string(::getpid()));
   shmbox::Owner& owner = member->owner();
   for (;;) {
     shmbox::message m;
     const shmbox::recv_status st = owner.receive(m, {.timeout = std::chrono::seconds(1)});
     if (st == shmbox::recv_status::timeout) continue;
     if (st == shmbox::recv_status::not_owner) {
-      say("not-owner " + who);
+      tell("not-owner " + who);
       return 0;
     }
     if (st != shmbox::recv_status::ok) {
-      say("error " + shmbox::explain(owner.last_error()));
+      tell("error " + shmbox::explain(owner.last_error()));
       return 1;
     }
     if (m.lane == 0 && member->answer_ping(m.data)) continue;
@@ -645,10 +656,10 @@ int pool_worker() {
     }
     if (m.data == "exit") return 0;
     if (m.data == "hang") {
-      say("hanging " + who);
+      tell("hanging " + who);
       for (;;) ::pause();  // until stopped (SIGTERM, SIGKILL)
     }
-    say("got " + who + " " + m.data);
+    tell("got " + who + " " + m.data);
   }
 }
 
@@ -722,7 +733,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);
-  if (cmd == "pool-worker") return pool_worker();
+  if (cmd == "pool-worker") return pool_worker(argc, argv);
   if (cmd == "pool-take") return pool_take(argc, argv);
   if (cmd == "pool-supervise") return pool_supervise(argc, argv);
   return usage();

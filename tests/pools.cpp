@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -111,6 +112,13 @@ std::set<std::string> member_boxes_on_disk(const std::string& pool) {
 
 bool pool_segment_exists(const std::string& pool) { return ::access(("/dev/shm/shmbox-pool." + pool).c_str(), F_OK) == 0; }
 
+// Where the workers of pool `pool` append what they say (pool-worker --log):
+// tests wait for their lines there, whatever the supervisor does with the
+// workers' stdout.
+std::string worker_log_path(const std::string& pool) {
+  return (std::filesystem::temp_directory_path() / ("shmbox-" + pool + ".workers")).string();
+}
+
 // Removes pool `name` when it goes out of scope, whatever state it is in:
 // kills its workers' process groups, unlinks the pool segment and every
 // member box. Declare it before the supervisors (children), so that they are
@@ -135,6 +143,8 @@ struct pool_guard {
     }
     ::shm_unlink(("/shmbox-pool." + name).c_str());
     for (const auto& box : member_boxes_on_disk(name)) ::shm_unlink(("/shmbox." + box).c_str());
+    std::error_code ignored;
+    std::filesystem::remove(worker_log_path(name), ignored);
   }
 };
 
@@ -142,13 +152,30 @@ struct pool_guard {
 
 // The members' command: the test helper's pool-worker. A supervisor started
 // with SHMBOX_FAULT passes it on; the workers must not crash at its points.
-std::string worker_command() { return shmtest::cat("exec env -u SHMBOX_FAULT ", shmtest::helper_path(), " pool-worker"); }
+std::string worker_command(const std::string& pool) {
+  return shmtest::cat("exec env -u SHMBOX_FAULT ", shmtest::helper_path(), " pool-worker --log ", worker_log_path(pool));
+}
 
-shmbox::pool_options small_pool(std::uint32_t init, std::uint32_t max) {
+// Waits (bounded) until a worker of `pool` has said a line starting with `prefix`.
+bool worker_said(const std::string& pool, const std::string& prefix, std::chrono::milliseconds limit = 15s) {
+  const bool ok = shmtest::eventually(
+      [&] {
+        std::istringstream in(slurp(worker_log_path(pool)));
+        std::string line;
+        while (std::getline(in, line))
+          if (line.rfind(prefix, 0) == 0) return true;
+        return false;
+      },
+      limit);
+  if (!ok) MESSAGE("no worker line '" << prefix << "' in:\n" << slurp(worker_log_path(pool)));
+  return ok;
+}
+
+shmbox::pool_options small_pool(const std::string& pool, std::uint32_t init, std::uint32_t max) {
   shmbox::pool_options o;
   o.init_count = init;
   o.max_count = max;
-  o.command = worker_command();
+  o.command = worker_command(pool);
   o.member.capacity = 16;
   o.member.slot_size = 64;
   o.start_timeout = 5000ms;
@@ -369,8 +396,8 @@ std::vector<std::string> drain_box(const std::string& name) {
 
 TEST_CASE("pool: a member is taken, used and given back, in this process and in another") {
   pool_guard g(shmtest::unique_name("ptake"));
-  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
-  CHECK(shmbox::Pool::create(g.name, small_pool(2, 2)).error() == shmbox::errc::exists);
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
+  CHECK(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)).error() == shmbox::errc::exists);
   auto sup = supervisor(g.name);
   check_settled(g.name, 2);
   const auto before = snapshot(g.name);
@@ -401,8 +428,7 @@ TEST_CASE("pool: a member is taken, used and given back, in this process and in 
   }
   // The worker behind the lease gets what the holder posts.
   CHECK(lease->producer().post("hello") == shmbox::post_status::stored);
-  CHECK(line_starting(*sup, shmtest::cat("got ", std::to_string(t.member), " ", std::to_string(t.generation), " hello"), 10s) !=
-        "");
+  CHECK(worker_said(g.name, shmtest::cat("got ", std::to_string(t.member), " ", std::to_string(t.generation), " hello")));
   CHECK(!lease->returned());
   CHECK(lease->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
   CHECK(lease->returned());
@@ -414,7 +440,7 @@ TEST_CASE("pool: a member is taken, used and given back, in this process and in 
   CHECK(line_starting(*other, "posted") == "posted stored");
   CHECK(line_starting(*other, "returned") == "returned ok");
   CHECK(shmtest::exited_with(other->wait(10s), 0));
-  CHECK(line_starting(*sup, "got " + std::to_string(tl.member) + " " + std::to_string(tl.generation) + " from-child", 10s) != "");
+  CHECK(worker_said(g.name, shmtest::cat("got ", std::to_string(tl.member), " ", std::to_string(tl.generation), " from-child")));
 
   check_settled(g.name, 2);
   const auto after = snapshot(g.name);
@@ -427,7 +453,7 @@ TEST_CASE("pool: a member is taken, used and given back, in this process and in 
 
 TEST_CASE("pool: the most recently returned member is taken first (LIFO)") {
   pool_guard g(shmtest::unique_name("plifo"));
-  REQUIRE(shmbox::Pool::create(g.name, small_pool(3, 3)));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 3, 3)));
   auto sup = supervisor(g.name);
   check_settled(g.name, 3);
   auto pool = shmbox::Pool::open(g.name);
@@ -461,7 +487,7 @@ TEST_CASE("pool: a holder killed with its lease: the member is replaced, its mes
     CAPTURE(with_dead_letters);
     pool_guard g(shmtest::unique_name("pkill"));
     shmtest::segment_guard dl(shmtest::unique_name("pkill-dl"));
-    auto opts = small_pool(1, 1);
+    auto opts = small_pool(g.name, 1, 1);
     if (with_dead_letters) {
       REQUIRE(shmbox::Box::create(dl.name, {.capacity = 64, .slot_size = 64}));
       opts.dead_letters = dl.name;
@@ -474,7 +500,7 @@ TEST_CASE("pool: a holder killed with its lease: the member is replaced, its mes
     const took_line t = parse_took(line_starting(*holder, "took"));
     REQUIRE(t.ok);
     for (int i = 0; i < 3; ++i) CHECK(line_starting(*holder, "posted") == "posted stored");
-    REQUIRE(line_starting(*sup, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))) != "");
+    REQUIRE(worker_said(g.name, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))));
     {
       const auto i = snapshot(g.name);
       const auto* m = find_member(i, t.member);
@@ -510,7 +536,7 @@ TEST_CASE("pool: a holder killed with its lease: the member is replaced, its mes
 
 TEST_CASE("pool: a double return is refused and counted; the table does not change") {
   pool_guard g(shmtest::unique_name("pdouble"));
-  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
   auto sup = supervisor(g.name);
   check_settled(g.name, 2);
   auto pool = shmbox::Pool::open(g.name);
@@ -561,7 +587,7 @@ TEST_CASE("pool: a double return is refused and counted; the table does not chan
 
 TEST_CASE("pool: a full pool refuses a take with timeout 0 and times out a take that waits") {
   pool_guard g(shmtest::unique_name("pfull"));
-  auto opts = small_pool(1, 1);
+  auto opts = small_pool(g.name, 1, 1);
   opts.queue_max = 4;
   REQUIRE(shmbox::Pool::create(g.name, opts));
   auto sup = supervisor(g.name);
@@ -602,7 +628,7 @@ TEST_CASE("pool: a full pool refuses a take with timeout 0 and times out a take 
 
 TEST_CASE("pool: queue_max waiters at most; the oldest waiter gets the returned member (FIFO)") {
   pool_guard g(shmtest::unique_name("pqueue"));
-  auto opts = small_pool(1, 1);
+  auto opts = small_pool(g.name, 1, 1);
   opts.queue_max = 2;
   REQUIRE(shmbox::Pool::create(g.name, opts));
   auto sup = supervisor(g.name);
@@ -666,7 +692,7 @@ TEST_CASE("pool: queue_max waiters at most; the oldest waiter gets the returned 
 
 TEST_CASE("pool: members are started on demand up to max_count") {
   pool_guard g(shmtest::unique_name("pdemand"));
-  REQUIRE(shmbox::Pool::create(g.name, small_pool(1, 3)));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 3)));
   auto sup = supervisor(g.name);
   check_settled(g.name, 1);
   auto pool = shmbox::Pool::open(g.name);
@@ -699,7 +725,7 @@ TEST_CASE("pool: members are started on demand up to max_count") {
 
 TEST_CASE("pool: idle members are culled down to init_count; members in use never are") {
   pool_guard g(shmtest::unique_name("pcull"));
-  auto opts = small_pool(1, 3);
+  auto opts = small_pool(g.name, 1, 3);
   opts.cull_after = 300ms;
   REQUIRE(shmbox::Pool::create(g.name, opts));
   auto sup = supervisor(g.name);
@@ -752,7 +778,7 @@ TEST_CASE("pool: idle members are culled down to init_count; members in use neve
 
 TEST_CASE("pool: a worker that dies on its own is restarted and counted crashed; its lease becomes stale") {
   pool_guard g(shmtest::unique_name("pcrash"));
-  REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
   auto sup = supervisor(g.name);
   check_settled(g.name, 2);
   // A free member's worker is killed.
@@ -788,7 +814,7 @@ TEST_CASE("pool: a worker that dies on its own is restarted and counted crashed;
 
 TEST_CASE("pool: the health check replaces a free member that stops answering") {
   pool_guard g(shmtest::unique_name("phealth"));
-  auto opts = small_pool(1, 1);
+  auto opts = small_pool(g.name, 1, 1);
   opts.health_interval = 100ms;
   opts.health_timeout = 300ms;
   REQUIRE(shmbox::Pool::create(g.name, opts));
@@ -811,7 +837,7 @@ TEST_CASE("pool: the health check replaces a free member that stops answering") 
   REQUIRE(lease);
   const shmbox::lease_token t = lease->token();
   CHECK(lease->producer().post("hang") == shmbox::post_status::stored);
-  REQUIRE(line_starting(*sup, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))) != "");
+  REQUIRE(worker_said(g.name, shmtest::cat("hanging ", std::to_string(t.member), " ", std::to_string(t.generation))));
   CHECK(lease->give_back() == shmbox::return_status::ok);
   CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_unhealthy == 1; }, 10s));
   check_settled(g.name, 1);
@@ -831,7 +857,7 @@ TEST_CASE("pool: a supervisor killed while starting a member: the standby finish
     const std::string point_name = point;
     CAPTURE(point_name);
     pool_guard g(shmtest::unique_name("psupstart"));
-    REQUIRE(shmbox::Pool::create(g.name, small_pool(1, 2)));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 2)));
     // The first start (member 0) passes; the second, on demand, dies there.
     auto first = supervisor(g.name, point_name + ":2");
     check_settled(g.name, 1);
@@ -869,7 +895,7 @@ TEST_CASE("pool: a supervisor killed while stopping (culling) a member: the stan
     pool_guard g(shmtest::unique_name("psupcull"));
     shmtest::segment_guard dl(shmtest::unique_name("psupcull-dl"));
     REQUIRE(shmbox::Box::create(dl.name, {.capacity = 64, .slot_size = 64}));
-    auto opts = small_pool(1, 2);
+    auto opts = small_pool(g.name, 1, 2);
     opts.cull_after = 300ms;
     opts.dead_letters = dl.name;
     REQUIRE(shmbox::Pool::create(g.name, opts));
@@ -891,8 +917,8 @@ TEST_CASE("pool: a supervisor killed while stopping (culling) a member: the stan
     for (auto& l : held) {
       CHECK(l.producer().post("hang") == shmbox::post_status::stored);
       CHECK(l.producer().post("keep-" + std::to_string(l.token().member)) == shmbox::post_status::stored);
-      REQUIRE(line_starting(*first, shmtest::cat("hanging ", std::to_string(l.token().member), " ",
-                                                 std::to_string(l.token().generation))) != "");
+      REQUIRE(worker_said(g.name, shmtest::cat("hanging ", std::to_string(l.token().member), " ",
+                                               std::to_string(l.token().generation))));
     }
     for (auto& l : held) CHECK(l.give_back() == shmbox::return_status::ok);
     // One of them is culled: the first supervisor dies stopping it.
@@ -920,7 +946,7 @@ TEST_CASE("pool: a supervisor killed while stopping (culling) a member: the stan
 TEST_CASE("pool: take_group takes from the freest pool of the group") {
   const std::string group = shmtest::unique_name("pgroup");
   pool_guard small(shmtest::unique_name("pgroup-a")), big(shmtest::unique_name("pgroup-b"));
-  auto a_opts = small_pool(1, 1), b_opts = small_pool(3, 3);
+  auto a_opts = small_pool(small.name, 1, 1), b_opts = small_pool(big.name, 3, 3);
   a_opts.group = b_opts.group = group;
   REQUIRE(shmbox::Pool::create(small.name, a_opts));
   REQUIRE(shmbox::Pool::create(big.name, b_opts));
@@ -959,7 +985,7 @@ TEST_CASE("pool: take_group takes from the freest pool of the group") {
 TEST_CASE("pool: graceful removal waits for the members in use; immediate removal stops them at once") {
   SUBCASE("graceful") {
     pool_guard g(shmtest::unique_name("prmg"));
-    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
     auto sup = supervisor(g.name);
     check_settled(g.name, 2);
     auto pool = shmbox::Pool::open(g.name);
@@ -988,7 +1014,7 @@ TEST_CASE("pool: graceful removal waits for the members in use; immediate remova
   }
   SUBCASE("immediate") {
     pool_guard g(shmtest::unique_name("prmi"));
-    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
     auto sup = supervisor(g.name);
     check_settled(g.name, 2);
     auto pool = shmbox::Pool::open(g.name);
@@ -1006,7 +1032,7 @@ TEST_CASE("pool: graceful removal waits for the members in use; immediate remova
   }
   SUBCASE("immediate, without a supervisor: remove() stops the members itself") {
     pool_guard g(shmtest::unique_name("prmn"));
-    REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+    REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
     auto sup = supervisor(g.name);
     check_settled(g.name, 2);
     sup->kill(SIGKILL);
@@ -1034,7 +1060,7 @@ TEST_CASE("fault matrix: a taker/returner killed at every pool point, at every p
       CAPTURE(point_name);
       CAPTURE(fail);
       pool_guard g(shmtest::unique_name("fmtake"));
-      REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+      REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
       auto sup = supervisor(g.name);
       check_settled(g.name, 2);
       auto pool = shmbox::Pool::open(g.name);  // this process's handle stays open throughout
@@ -1082,7 +1108,7 @@ TEST_CASE("fault matrix: a supervisor killed at every pool point (first passes),
       CAPTURE(point_name);
       CAPTURE(n);
       pool_guard g(shmtest::unique_name("fmsup"));
-      REQUIRE(shmbox::Pool::create(g.name, small_pool(2, 2)));
+      REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
       // It may die before it says "supervising" (opening the pool changes the table too).
       auto first = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", g.name},
                                            std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", point_name, ":", std::to_string(n))},
