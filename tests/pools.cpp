@@ -699,6 +699,13 @@ TEST_CASE("pool: members are started on demand up to max_count") {
   REQUIRE(pool);
   std::vector<shmbox::Lease> held;
   for (int k = 0; k < 3; ++k) {
+    if (k == 1) {
+      // None free, below max_count: a take that does not wait is told a member is being started.
+      auto now = pool->take(0ns);
+      CHECK(!now);
+      CHECK(now.error() == shmbox::errc::no_members_starting);
+      CHECK(snapshot(g.name).count.no_members_starting == 1);
+    }
     auto l = pool->take(15s);
     INFO(shmbox::explain(l.error()));
     REQUIRE(l);
