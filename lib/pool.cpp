@@ -649,11 +649,13 @@ result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, 
     }
     link.generation = gen;
     link.producer = std::make_shared<Producer>(std::move(*p));
+    const pool_member* e = h->member_at(m);
+    link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
+                          ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
+                          : 0;
   }
   s->producer = std::static_pointer_cast<Producer>(link.producer);
-  const pool_member* e = h->member_at(m);
-  if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
-    s->worker_pid = static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed));
+  s->worker_pid = link.worker_pid;
   return Lease(std::move(s));
 }
 
