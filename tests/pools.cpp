@@ -1185,6 +1185,13 @@ TEST_CASE("fault matrix: a supervisor killed at every pool point (passes 2..4), 
       auto first = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", g.name},
                                            std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", point_name, ":", std::to_string(n))},
                                            true);
+      // The standby comes second: once the first is the supervisor (or dead).
+      CHECK(shmtest::eventually([&] {
+        const char state = shmtest::process_state(first->pid());
+        if (state == 'Z' || state == '?') return true;
+        auto i = shmbox::inspect_pool(g.name);
+        return i && i->supervisor_pid == static_cast<std::uint32_t>(first->pid());
+      }, 10s));
       auto standby = supervisor(g.name);
       check_settled(g.name, 2);
       const int st = first->wait(2s);  // alive after 2 s: it did not reach the n-th pass (and is killed)
