@@ -697,6 +697,51 @@ TEST_CASE("pool: queue_max waiters at most; the oldest waiter gets the returned 
   check_counts(i);
 }
 
+TEST_CASE("pool: a waiting taker killed in the queue is skipped; the returned member is free again") {
+  pool_guard g(shmtest::unique_name("pqdead"));
+  auto opts = small_pool(g.name, 1, 1);
+  opts.queue_max = 4;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto held = pool->take(10s);
+  REQUIRE(held);
+  auto waiter = taker(g.name, 20000);
+  REQUIRE(settles(g.name, [](const shmbox::pool_info& i) { return i.queued == 1; }, 10s));
+  waiter->kill(SIGKILL);
+  waiter->wait();
+  CHECK(held->give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 1);  // not handed to the dead waiter (or taken back from it)
+  const auto i = snapshot(g.name);
+  CHECK(i.queued == 0);
+  check_counts(i);
+  check_take_works(g.name, &*pool);
+}
+
+TEST_CASE("pool: a lease dropped without give_back counts as failed: the member is replaced") {
+  pool_guard g(shmtest::unique_name("pdrop"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  shmbox::lease_token t;
+  {
+    auto l = pool->take(10s);
+    REQUIRE(l);
+    t = l->token();
+  }  // ~Lease: given back as fail
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.returns_fail == 1; }, 10s));
+  check_settled(g.name, 1);
+  const auto i = snapshot(g.name);
+  CHECK(i.members.at(0).generation > t.generation);
+  CHECK(i.count.starts == 2);
+  check_counts(i);
+  CHECK(pool->give_back(t, shmbox::outcome::ok) != shmbox::return_status::ok);  // ended already
+}
+
 // ---------------------------------------------------------------------------
 // Starting on demand, culling
 // ---------------------------------------------------------------------------
