@@ -843,7 +843,7 @@ int run(const Args& args) {
   char note[128];
   std::snprintf(note, sizeof note, "%llu per taker x %d reps; %d holders x %u us",
                 static_cast<unsigned long long>(args.count), args.reps, args.holders, args.hold_us);
-  std::fprintf(stderr, "\n%-25s %-22s %-22s %-22s %-20s %-20s\n", "configuration", "p50 us (min..max)",
+  std::fprintf(stderr, "\n%-25s %-22s %-22s %-22s %-24s %-24s\n", "configuration", "p50 us (min..max)",
                "p99 us (min..max)", "p99.9 us (min..max)", "p50 / box-rtt", "p99 / box-rtt");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
@@ -865,7 +865,7 @@ int run(const Args& args) {
         char t[64];
         std::snprintf(t, sizeof t, "%.2fx (%.2f..%.2f)", s.median, s.min, s.max);
         char padded[80];
-        std::snprintf(padded, sizeof padded, "%-20s ", t);
+        std::snprintf(padded, sizeof padded, "%-24s ", t);
         line += padded;
       }
       if (granted[i] > 0) line += " (" + std::to_string(granted[i]) + " takes queued)";
