@@ -91,7 +91,8 @@
 //   RUN, CLEANUP). The pool is removed at the end (Pool::remove, immediate)
 //   and its supervisor stopped; what a killed benchmark left in /dev/shm is
 //   removed at the next start (the names carry "shmbench-pool-<pid>"), and
-//   its members exit within 1 s of seeing the benchmark's pid gone.
+//   its members remove their boxes and exit within 1 s of seeing the
+//   benchmark's pid gone.
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -110,6 +111,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
@@ -245,9 +247,20 @@ std::string pool_error(std::string_view what, std::error_code ec) {
 // The member (the pool's command) and the supervisor (subcommands)
 // ===========================================================================
 
+// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = all.rfind(')');
+  if (close == std::string::npos || close + 2 >= all.size()) return true;
+  return all[close + 2] == 'Z' || all[close + 2] == 'X';
+}
+
 // A pool worker: receives on its box until it is no longer its owner, SIGTERM
-// (the supervisor stops it), or the benchmark process `parent` is gone (a
-// benchmark killed with SIGKILL leaves no worker behind for long).
+// (the supervisor stops it), or the benchmark process `parent` is gone: then
+// nobody will remove the pool, and the worker removes its own box (an
+// interrupted benchmark leaves no worker and no box behind for long).
 int member_main(pid_t parent) {
   auto m = shmbox::PoolMember::from_env();
   if (!m) {
@@ -262,7 +275,10 @@ int member_main(pid_t parent) {
       continue;
     }
     if (st == shmbox::recv_status::timeout) {
-      if (parent > 0 && ::kill(parent, 0) != 0 && errno == ESRCH) return 0;
+      if (parent > 0 && process_gone(parent)) {
+        if (const char* box = std::getenv("SHMBOX_BOX")) (void)shmbox::Box::remove(box);
+        return 0;
+      }
       continue;
     }
     if (st == shmbox::recv_status::not_owner) return 0;  // replaced or the pool removed
