@@ -81,7 +81,12 @@
 //   slice of another process (the p99 of the 4-taker rows especially; the
 //   parent's log prints the load average). Other work on the machine (a
 //   build) shows as wide min..max. A taker that sees the member it just gave
-//   back measures a warm cache: the idle 1-taker row is the best case. A
+//   back measures a warm cache: the idle 1-taker row is the best case. The
+//   first lease of a member through a Pool handle may cost more (attaching
+//   a producer to its box); the warm-up takes most members a taker will
+//   see, but in the busy and 4-taker runs a few such first takes (at most
+//   one per member and taker) can land in the measured samples: the p99.9,
+//   not the p99, of 5000. A
 //   library that made take() wait for the supervisor, or started members
 //   during a run, would be caught by the counter check rather than be
 //   averaged in. The box-rtt reference is sleeping-capable (adaptive) on
