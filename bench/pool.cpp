@@ -30,7 +30,14 @@
 // * The pool. max_count = init_count = holders + 4 (default 6 + 4 = 10): every
 //   member is started before the first run and none is started, culled or
 //   health-checked during the runs (cull_after 0, health_interval 0); member
-//   boxes of 64 slots of 64 bytes, policy reject.
+//   boxes of 1024 slots of 64 bytes, policy block. A member process gets
+//   the CPU less often than the takers that post into it (2 cores, 4 takers
+//   in tight loops): it drains its box in bursts, and a box that fills up
+//   makes the next post wait for it (block, not reject: a real client would
+//   wait or fail too). Such a wait is inside the take-post-return sample;
+//   the parent's log (--verbose) shows the messages left in the member boxes
+//   when the run's processes had exited, and a run starts only once every
+//   member box is empty again.
 // * One take-return. A taker reads steady_clock (CLOCK_MONOTONIC; t0), calls
 //   take(1 s), (take-post-return: posts one 64-byte message into the
 //   member's box,) calls give_back(outcome::ok), lets the Lease go (its
@@ -379,9 +386,9 @@ class BenchPool {
     o.queue_max = 16;
     o.max_clients = 64;
     o.command = "exec " + shell_quote(self_path()) + " member --parent " + std::to_string(::getpid());
-    o.member.capacity = 64;
+    o.member.capacity = 1024;
     o.member.slot_size = kMsgSize;
-    o.member.overflow = shmbox::policy::reject;
+    o.member.overflow = shmbox::policy::block;  // a post into a full box waits for the member (1 s at most)
     o.health_interval = 0ms;
     if (const auto r = shmbox::Pool::create(name_, o); !r) throw bench_failure(pool_error("Pool::create " + name_, r.error()));
     start_supervisor();
@@ -404,20 +411,20 @@ class BenchPool {
     return std::move(*p);
   }
 
-  // Waits until every member is free and its worker alive, nothing starting,
-  // stopping or queued (polling the table every 2 ms, at most
-  // kSettleTimeout). Returns that snapshot.
+  // Waits until every member is free, its worker alive and its box empty,
+  // nothing starting, stopping or queued (polling the table every 2 ms, at
+  // most kSettleTimeout). Returns that snapshot.
   shmbox::pool_info wait_all_free(std::string_view during) const {
     const auto deadline = bench_clock::now() + kSettleTimeout;
     for (;;) {
       shmbox::pool_info p = info();
       bool alive = true;
-      for (const auto& m : p.members) alive = alive && m.worker_alive;
+      for (const auto& m : p.members) alive = alive && m.worker_alive && m.depth == 0;
       if (p.free == members_ && p.in_use == 0 && p.starting == 0 && p.stopping == 0 && p.checking == 0 &&
           p.queued == 0 && alive)
         return p;
       if (bench_clock::now() > deadline)
-        throw bench_failure("pool " + name_ + ": not all " + std::to_string(members_) + " members free and alive " +
+        throw bench_failure("pool " + name_ + ": not all " + std::to_string(members_) + " members free, alive and drained " +
                             std::to_string(kSettleTimeout.count()) + " s after " + std::string(during) + ": " +
                             describe_pool(p));
       std::this_thread::sleep_for(2ms);
@@ -546,7 +553,8 @@ void post_or_fail(shmbox::Lease& lease, const MessageBuffer& msg, std::uint64_t 
   const shmbox::post_status st = lease.producer().post(msg.bytes, msg.size);
   if (!shmbox::is_stored(st))
     throw bench_failure("post into member box " + lease.box() + " (take #" + std::to_string(i) + ") returned " +
-                        std::string(shmbox::to_string(st)) + ": " + shmbox::explain(lease.producer().last_error()));
+                        std::string(shmbox::to_string(st)) +
+                        (st == shmbox::post_status::error ? ": " + shmbox::explain(lease.producer().last_error()) : ""));
 }
 
 void give_back_or_fail(shmbox::Pool& pool, shmbox::Lease& lease, std::uint64_t i) {
@@ -667,6 +675,7 @@ struct RunResult {
   std::array<double, 3> pct{};  // p50, p99, p99.9 in us
   std::uint64_t granted = 0;    // takes that queued and were handed a member
   std::uint64_t holder_takes = 0;
+  std::uint64_t backlog = 0;    // messages in the member boxes when every child had exited
 };
 
 RunResult run_box_rtt(const Args& args) {
@@ -742,12 +751,13 @@ RunResult run_pool(const Config& cfg, const Args& args, const BenchPool& pool) {
   run.release();
   const Run::Finished f = run.wait_finished(cfg.takers);  // "done" closes after the last taker: holders stop
   run.wait_exit();
+  RunResult r;
+  for (const shmbox::member_info& m : pool.info().members) r.backlog += m.depth;  // not drained yet
 
   const std::uint64_t measured = args.count * static_cast<std::uint64_t>(cfg.takers);
   if (f.sent != measured || f.result.a != measured)
     throw bench_failure(std::string(cfg.mech) + ": measured " + std::to_string(f.sent) + " (result " +
                         std::to_string(f.result.a) + ") of " + std::to_string(measured) + " take-returns");
-  RunResult r;
   std::uint64_t takes = 0;
   for (int t = 0; t < cfg.takers; ++t) takes += shared.hdr().takes[t];
   for (int h = 0; h < holders; ++h) r.holder_takes += shared.hdr().takes[kFirstHolder + h];
@@ -844,10 +854,11 @@ int run(const Args& args) {
           if (args.verbose)
             std::fprintf(stderr,
                          "  rep %d/%d  %-25s p50 %8s  p99 %8s  p99.9 %8s us  (%.2fx, %.2fx box-rtt)  granted %llu  "
-                         "holder takes %llu\n",
+                         "holder takes %llu  left in member boxes %llu\n",
                          rep + 1, args.reps, c.mech, fmt(r.pct[0]).c_str(), fmt(r.pct[1]).c_str(),
                          fmt(r.pct[2]).c_str(), r.pct[0] / box[0], r.pct[1] / box[1],
-                         static_cast<unsigned long long>(r.granted), static_cast<unsigned long long>(r.holder_takes));
+                         static_cast<unsigned long long>(r.granted), static_cast<unsigned long long>(r.holder_takes),
+                         static_cast<unsigned long long>(r.backlog));
         }
         std::fprintf(stderr, "%s: rep %d/%d done (%.1f s)\n", kProg, rep + 1, args.reps,
                      std::chrono::duration<double>(bench_clock::now() - t0).count());
