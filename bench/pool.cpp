@@ -58,10 +58,16 @@
 //   busy rows show the cost of sharing the table, not of queueing (the
 //   parent counts the takes that queued anyway: pool_counters::granted).
 // * 1 and 4 takers: each taker makes W warm-up take-returns (--warmup,
-//   default 500; not recorded), then N measured ones (--count, default
-//   5000). Its samples go to a shared (MAP_SHARED) array allocated and
+//   default 1000; not recorded), then N measured ones (--count, default
+//   10000). Its samples go to a shared (MAP_SHARED) array allocated and
 //   touched before the start; the parent merges the takers' samples and
 //   takes the run's p50, p99 and p99.9 (nearest rank over all of them).
+// * Wake-up preemption. The post of take-post-return wakes the member; the
+//   kernel may run the woken member at once on the taker's CPU, and the
+//   sample then contains the member's receive. With 4 takers on 2 cores
+//   this is common (seen here, on a loaded 2-core machine: a p50 of
+//   take-post-return-idle-4t of ~4 us in one repetition, ~15 us in the
+//   four others).
 // * box-rtt. Two boxes (ping, pong: 1024 slots of 64 bytes, reject), a
 //   pinger and an echoer; the pinger sends one 64-byte message, waits for
 //   the echo, and times the pair as one sample; both receive with
@@ -93,7 +99,7 @@
 //   a producer to its box); the warm-up takes most members a taker will
 //   see, but in the busy and 4-taker runs a few such first takes (at most
 //   one per member and taker) can land in the measured samples: the p99.9,
-//   not the p99, of 5000. A
+//   not the p99, of 10000. A
 //   library that made take() wait for the supervisor, or started members
 //   during a run, would be caught by the counter check rather than be
 //   averaged in. The box-rtt reference is sleeping-capable (adaptive) on
@@ -183,8 +189,8 @@ const std::vector<Config>& all_configs() {
 // ===========================================================================
 
 struct Args : CommonArgs {
-  std::uint64_t count = 5'000;  // measured take-returns per taker and run
-  std::uint64_t warmup = 500;   // before them, not recorded
+  std::uint64_t count = 10'000;  // measured take-returns per taker and run
+  std::uint64_t warmup = 1'000;  // before them, not recorded
   int holders = 6;              // busy: members kept by holder processes
   std::uint32_t hold_us = 1000;  // busy: how long a holder keeps a member
   std::vector<std::string> only;  // mechanism names; empty: all (box-rtt always runs: the ratios need it)
@@ -196,8 +202,8 @@ void usage(std::FILE* to) {
                "                         [--only M,...] [--timeout S] [--verbose]\n"
                "       shmbox-bench-pool supervise POOL        (started by the benchmark)\n"
                "       shmbox-bench-pool member --parent PID   (the pool's member command)\n"
-               "  --count N    measured take-returns (round trips) per taker and run (default 5000)\n"
-               "  --warmup W   before them, not measured (default 500)\n"
+               "  --count N    measured take-returns (round trips) per taker and run (default 10000)\n"
+               "  --warmup W   before them, not measured (default 1000)\n"
                "  --reps R     runs per configuration, interleaved; rows show the median and min..max of each\n"
                "               percentile over the runs (default 5)\n"
                "  --quick      smoke test: --count 200 --warmup 20 --reps 2 (explicit options win)\n"
