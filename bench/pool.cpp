@@ -57,6 +57,9 @@
 //   4 takers = max_count, so a take never has to wait for a member, and the
 //   busy rows show the cost of sharing the table, not of queueing (the
 //   parent counts the takes that queued anyway: pool_counters::granted).
+//   --members 8 (the 6 holders leave 2 members to 4 takers) measures the
+//   queueing instead: most busy 4-taker takes then wait for another taker's
+//   give_back (FIFO queue, grant).
 // * 1 and 4 takers: each taker makes W warm-up take-returns (--warmup,
 //   default 1000; not recorded), then N measured ones (--count, default
 //   10000). Its samples go to a shared (MAP_SHARED) array allocated and
@@ -192,6 +195,7 @@ struct Args : CommonArgs {
   std::uint64_t count = 10'000;  // measured take-returns per taker and run
   std::uint64_t warmup = 1'000;  // before them, not recorded
   int holders = 6;              // busy: members kept by holder processes
+  std::uint32_t members = 0;    // pool size; 0: holders + kMaxTakers (a take never waits for a member)
   std::uint32_t hold_us = 1000;  // busy: how long a holder keeps a member
   std::vector<std::string> only;  // mechanism names; empty: all (box-rtt always runs: the ratios need it)
 };
@@ -199,7 +203,7 @@ struct Args : CommonArgs {
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-pool [--count N] [--warmup W] [--reps R] [--quick] [--holders H] [--hold-us U]\n"
-               "                         [--only M,...] [--timeout S] [--verbose]\n"
+               "                         [--members M] [--only M,...] [--timeout S] [--verbose]\n"
                "       shmbox-bench-pool supervise POOL        (started by the benchmark)\n"
                "       shmbox-bench-pool member --parent PID   (the pool's member command)\n"
                "  --count N    measured take-returns (round trips) per taker and run (default 10000)\n"
@@ -207,10 +211,11 @@ void usage(std::FILE* to) {
                "  --reps R     runs per configuration, interleaved; rows show the median and min..max of each\n"
                "               percentile over the runs (default 5)\n"
                "  --quick      smoke test: --count 200 --warmup 20 --reps 2 (explicit options win)\n"
-               "  --holders H  busy runs: holder processes, each keeping one member (default 6); the pool has\n"
-               "               H + 4 members\n"
+               "  --holders H  busy runs: holder processes, each keeping one member (default 6)\n"
                "  --hold-us U  busy runs: how long a holder keeps a member before it gives it back and takes\n"
                "               one again (default 1000)\n"
+               "  --members M  the pool's members (> H; default H + 4: a take never has to wait for a member;\n"
+               "               fewer: busy 4-taker takes queue for returned members)\n"
                "  --only M,... only these configurations (box-rtt always runs):\n"
                "               take-return-{idle,busy}-{1t,4t}, take-post-return-{idle,busy}-{1t,4t}\n"
                "  --timeout S  watchdog: a run taking longer than S seconds fails (default 120)\n"
@@ -233,6 +238,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
     }
     if (arg == "--holders") return w.number(a.holders, 1, 64);
     if (arg == "--hold-us") return w.number(a.hold_us, 0, 999'999);
+    if (arg == "--members") return w.number(a.members, 2, shmbox::kMaxPoolMembers);
     if (arg == "--only")
       return parse_list(w, a.only, [](std::string_view item, std::string& out) {
         out = item;
@@ -389,8 +395,8 @@ class BenchPool {
     o.init_count = members;
     o.max_count = members;
     o.cull_after = 0ms;
-    o.queue_max = 16;
-    o.max_clients = 64;
+    o.max_clients = static_cast<std::uint32_t>(kMaxChildren);  // every taker and holder, the supervisor
+    o.queue_max = o.max_clients;  // every taker and holder may wait at once (with --members below H + 4)
     o.command = "exec " + shell_quote(self_path()) + " member --parent " + std::to_string(::getpid());
     o.member.capacity = 1024;
     o.member.slot_size = kMsgSize;
@@ -831,7 +837,10 @@ int run(const Args& args) {
   remove_stale(kProg, "/dev/shm", kMarker);
   const auto start = bench_clock::now();
   const std::vector<Config>& configs = all_configs();
-  const auto members = static_cast<std::uint32_t>(args.holders + kMaxTakers);
+  const auto members = args.members != 0 ? args.members : static_cast<std::uint32_t>(args.holders + kMaxTakers);
+  if (members <= static_cast<std::uint32_t>(args.holders))
+    throw bench_failure("--members " + std::to_string(members) + " leaves no member for the takers of the busy runs (" +
+                        std::to_string(args.holders) + " holders)");
   std::fprintf(stderr,
                "%s: %llu take-returns (+%llu warm-up) per taker and run, %d reps interleaved, %ld CPUs, "
                "%u members, busy: %d holders x %u us; load average %s\n",
@@ -879,8 +888,8 @@ int run(const Args& args) {
 
   // Rows (stdout) and the table (stderr), in configuration order.
   char note[128];
-  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %d holders x %u us",
-                static_cast<unsigned long long>(args.count), args.reps, args.holders, args.hold_us);
+  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %u members, %d holders x %u us",
+                static_cast<unsigned long long>(args.count), args.reps, members, args.holders, args.hold_us);
   std::fprintf(stderr, "\n%-25s %-22s %-22s %-22s %-24s %-24s\n", "configuration", "p50 us (min..max)",
                "p99 us (min..max)", "p99.9 us (min..max)", "p50 / box-rtt", "p99 / box-rtt");
   for (std::size_t i = 0; i < configs.size(); ++i) {
