@@ -68,9 +68,9 @@
 // * Wake-up preemption. The post of take-post-return wakes the member; the
 //   kernel may run the woken member at once on the taker's CPU, and the
 //   sample then contains the member's receive. With 4 takers on 2 cores
-//   this is common (seen here, on a loaded 2-core machine: a p50 of
-//   take-post-return-idle-4t of ~4 us in one repetition, ~15 us in the
-//   four others).
+//   this is common (seen here, on a loaded 2-core machine, as a p50 of
+//   take-post-return-idle-4t several times larger in some repetitions than
+//   in others).
 // * box-rtt. Two boxes (ping, pong: 1024 slots of 64 bytes, reject), a
 //   pinger and an echoer; the pinger sends one 64-byte message, waits for
 //   the echo, and times the pair as one sample; both receive with
@@ -102,12 +102,19 @@
 //   a producer to its box); the warm-up takes most members a taker will
 //   see, but in the busy and 4-taker runs a few such first takes (at most
 //   one per member and taker) can land in the measured samples: the p99.9,
-//   not the p99, of 10000. A
-//   library that made take() wait for the supervisor, or started members
-//   during a run, would be caught by the counter check rather than be
-//   averaged in. The box-rtt reference is sleeping-capable (adaptive) on
-//   both sides; against a busy-polling round trip (rtt-busy-64) the ratios
-//   would be larger.
+//   not the p99, of 10000. A library that made take() wait for the
+//   supervisor, or started members during a run, would be caught by the
+//   counter check rather than be averaged in. The box-rtt reference is
+//   sleeping-capable (adaptive) on both sides; against a busy-polling round
+//   trip (rtt-busy-64) the ratios would be larger.
+// * The ratios depend on the machine's load more than the pool rows do: a
+//   take-return is one process working on shared memory, a box round trip
+//   is two processes handing over. When the pinger and the echoer each have
+//   a core, box-rtt's p50 is under 1 us; when other work leaves them one
+//   core, the echoer spins its 50 us before it yields and the p50 is ~20 us
+//   (both seen here on 2 cores, in different repetitions of one run). So a
+//   ratio is only meaningful with box-rtt's min..max next to it, and from a
+//   quiet machine.
 // * Start barrier, watchdog, cleanup of the children: bench/harness.hpp (ONE
 //   RUN, CLEANUP). The pool is removed at the end (Pool::remove, immediate)
 //   and its supervisor stopped; what a killed benchmark left in /dev/shm is
