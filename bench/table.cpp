@@ -264,7 +264,8 @@ int main(int argc, char** argv) {
     std::printf("  (take-return = take(1 s) + give_back(ok); take-post-return: with one 64 B post into the member's box\n"
                 "   in between; busy = holder processes keep most members, taking and giving back in a loop; box-rtt =\n"
                 "   ping-pong over two boxes, owners in receive (adaptive wait), as rtt-sleep-64 shmbox-adaptive;\n"
-                "   %s%sbench/pool.cpp METHOD)\n\n",
+                "   %s%sthe ratios move with box-rtt, which is under 1 us when its two processes each have a\n"
+                "   core and ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n",
                 note.c_str(), note.empty() ? "" : "; ");
   }
 
