@@ -263,10 +263,10 @@ int main(int argc, char** argv) {
     if (auto v = get("pool-rtt", "take-return-busy-1t", "p50")) note = v->note;
     std::printf("  (take-return = take(1 s) + give_back(ok); take-post-return: with one 64 B post into the member's box\n"
                 "   in between; busy = holder processes keep most members, taking and giving back in a loop; box-rtt =\n"
-                "   ping-pong over two boxes, owners in receive (adaptive wait), as rtt-sleep-64 shmbox-adaptive;\n"
-                "   %s%sthe ratios move with box-rtt, which is under 1 us when its two processes each have a\n"
-                "   core and ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n",
-                note.c_str(), note.empty() ? "" : "; ");
+                "   ping-pong over two boxes, owners in receive (adaptive wait), as rtt-sleep-64 shmbox-adaptive;\n");
+    if (!note.empty()) std::printf("   %s;\n", note.c_str());
+    std::printf("   the ratios move with box-rtt, which is under 1 us when its two processes each have a core and\n"
+                "   ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n");
   }
 
   // --- Wake-up, failover, idle
