@@ -131,18 +131,35 @@ role_lock& role_lock::operator=(role_lock&& o) noexcept {
 }
 
 bool role_lock::lock(const mapped_box& m, std::uint64_t off) noexcept {
-  if (fd_ < 0) {
-    std::lock_guard<std::mutex> g(registry_mutex);
-    fd_ = reopen_segment(m);
-    if (fd_ < 0) return false;
-    try {
-      register_fd_locked(fd_);
-    } catch (...) {
-      ::close(fd_);
-      fd_ = -1;
-      return false;
-    }
+  return open_with([&m] { return reopen_segment(m); }) && lock_open(off);
+}
+
+bool role_lock::open_file(int segment_fd) noexcept {
+  return open_with([segment_fd] {
+    char path[48];
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", segment_fd);
+    return ::open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  });
+}
+
+template <class Open>
+bool role_lock::open_with(Open open_description) noexcept {
+  if (fd_ >= 0) return true;
+  std::lock_guard<std::mutex> g(registry_mutex);
+  fd_ = open_description();
+  if (fd_ < 0) return false;
+  try {
+    register_fd_locked(fd_);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    return false;
   }
+  return true;
+}
+
+bool role_lock::lock_open(std::uint64_t off) noexcept {
+  if (fd_ < 0) return false;
   // L3: gc may hold the byte exclusively for a moment: wait.
   struct flock fl = one_byte(F_RDLCK, off);
   int rc;

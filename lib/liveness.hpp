@@ -97,11 +97,19 @@ class role_lock {
   // Takes a shared lock on byte `off` (opens the description on first use);
   // waits out a momentary exclusive holder (gc, L3). false: could not open or lock.
   bool lock(const mapped_box& m, std::uint64_t off) noexcept;
+  // Opens the description on segment `segment_fd` of this process (a pool)
+  // without locking anything; then lock_open() takes shared locks on it.
+  bool open_file(int segment_fd) noexcept;
+  bool lock_open(std::uint64_t off) noexcept;
+  // An exclusive lock on byte `off`, without waiting (the pool's TL2). false: held by another.
+  bool try_exclusive(std::uint64_t off) noexcept { return fd_ >= 0 && try_lock_byte(fd_, off, true); }
   void unlock(std::uint64_t off) noexcept;
   void reset() noexcept;  // drops every lock
   bool open() const noexcept { return fd_ >= 0; }
 
  private:
+  template <class Open>
+  bool open_with(Open open_description) noexcept;
   int fd_ = -1;
 };
 

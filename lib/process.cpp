@@ -90,11 +90,14 @@ std::uint64_t self_pid_ns() noexcept {
   return cached_ns;
 }
 
-bool pid_running(std::uint32_t pid) noexcept {
-  if (pid == 0 || pid > kPidMask) return false;
+std::uint64_t process_start_ticks(std::uint32_t pid) noexcept {
   char who[16];
   std::snprintf(who, sizeof who, "%u", pid);
-  return start_ticks(who) != 0;
+  return start_ticks(who);
+}
+
+bool pid_running(std::uint32_t pid) noexcept {
+  return pid != 0 && pid <= kPidMask && process_start_ticks(pid) != 0;
 }
 
 bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) noexcept {

@@ -42,6 +42,10 @@ std::uint64_t self_pid_ns() noexcept;
 // (its pid means the same process here). False when either is unknown.
 inline bool in_this_ns(std::uint64_t pid_ns) noexcept { return pid_ns != 0 && pid_ns == self_pid_ns(); }
 
+// The start time (clock ticks after boot) of process `pid` of this pid
+// namespace; 0 when it is gone or a zombie. With the pid, names one process.
+std::uint64_t process_start_ticks(std::uint32_t pid) noexcept;
+
 // Process `pid` of this pid namespace exists and is not a zombie.
 bool pid_running(std::uint32_t pid) noexcept;
 

@@ -35,6 +35,7 @@ namespace shmbox {
 
 namespace detail {
 struct pool_handle;
+struct access;  // the library's own way in (lib/access.hpp)
 }
 
 inline constexpr std::uint32_t kMaxPoolMembers = 256;  // max_count limit
@@ -118,7 +119,7 @@ class SHMBOX_API Lease {
   bool returned() const noexcept;
 
  private:
-  friend class Pool;
+  friend struct detail::access;
   struct SHMBOX_LOCAL state;
   SHMBOX_LOCAL explicit Lease(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
@@ -185,7 +186,7 @@ class SHMBOX_API Pool {
   result<void> supervise(const supervise_options& opts);
 
  private:
-  friend class Lease;
+  friend struct detail::access;
   SHMBOX_LOCAL explicit Pool(std::shared_ptr<detail::pool_handle> h);
   std::shared_ptr<detail::pool_handle> h_;
 };
@@ -207,6 +208,7 @@ class SHMBOX_API PoolMember {
   std::uint32_t index() const noexcept;
 
  private:
+  friend struct detail::access;
   struct SHMBOX_LOCAL state;
   SHMBOX_LOCAL explicit PoolMember(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;

@@ -1,0 +1,607 @@
+// lib/pool_supervisor.cpp - the pool's supervisor: starts, restarts, culls,
+// checks and stops members (Pool::supervise, `shmbox pool run`).
+//
+// THE SUPERVISOR ROLE (SR). Supervisors are clients with role standby and a
+// place in line (pool_client::order). pool_state::supervisor_{client,key}
+// names the one that acts; it is alive while its client is (TL1).
+//  SR1 A standby looks every 10 ms; when the supervisor is dead (or there is
+//      none) the first live standby in line takes the role under the table
+//      lock: supervisor_* = itself, supervisor_epoch + 1.
+//  SR2 Everything the supervisor does to a member is a sequence of steps,
+//      each recorded in the member's entry before or after the step, so a
+//      successor resumes from what the entry says (nothing lives only in
+//      the dead supervisor's memory):
+//   START (entry `starting`):
+//     S1 started_ns = now (the start has begun)
+//     S2 the member box <pool>.m<i>.<gen> is created (an existing one is a
+//        predecessor's S2: used as it is)                   [supervisor.after_box]
+//     S3 worker_start = 1: a worker may exist from now on (counted in `starts`)
+//     S4 posix_spawn of /bin/sh -c COMMAND in a new process group  [supervisor.after_spawn]
+//     S5 worker_pid, worker_ns, worker_start = its start time
+//     S6 its box has a live owner: make_available (free, or granted to the oldest waiter)
+//     A successor that finds worker_start == 1 and no pid does not start
+//     another worker (S4 may have run): it waits for an owner until
+//     start_timeout, then stops the entry. So no entry ever gets two workers.
+//   STOP (entry `stopping`, why):
+//     P1 the worker (process group, and the box's owner when it is in our
+//        pid namespace) gets SIGTERM (culled, removed) or SIGKILL (failed,
+//        consumer died, unhealthy, crashed, start timeout); stop_signal_ns = now
+//                                                            [supervisor.after_signal]
+//     P2 after stop_grace: SIGKILL
+//     P3 once the box has no live owner: the supervisor takes the box
+//        (Owner::acquire) and moves every message to the dead-letter box
+//        (read, post, commit: a supervisor killed between post and commit
+//        posts those messages twice, never loses them), or counts them as
+//        lost without one                                   [supervisor.mid_drain]
+//     P4 the box is unlinked, then the supervisor lets go of it
+//                                                           [supervisor.after_unlink]
+//     P5 the entry becomes `starting` with a new generation (failed,
+//        consumer died, crashed, unhealthy: pooler replaces a member whose
+//        state is unknown) or `empty` (culled, removed, start timeout).
+//     A worker in another pid namespace cannot be signalled from here: its
+//     entry stays `stopping` until it exits or a supervisor in its
+//     namespace takes over.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "access.hpp"
+#include "errors.hpp"
+#include "fault.hpp"
+#include "futex.hpp"
+#include "lease.hpp"
+#include "notify_hub.hpp"
+#include "pool_table.hpp"
+#include "process.hpp"
+#include "segment.hpp"
+#include "shmbox/owner.hpp"
+#include "shmbox/producer.hpp"
+
+extern char** environ;
+
+namespace shmbox::detail {
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kStandbyTickNs = 10 * kMs;  // SR1
+constexpr std::uint64_t kBusyTickNs = 2 * kMs;      // members starting, stopping or being checked
+constexpr std::uint64_t kInUseTickNs = 5 * kMs;     // members in use: a holder's death is seen within this
+constexpr std::uint64_t kIdleTickNs = 50 * kMs;     // also how soon a stop request is seen
+constexpr std::uint64_t kTxnWaitNs = 1000 * kMs;
+
+bool replaces(member_stop why) noexcept {
+  return why == member_stop::failed || why == member_stop::consumer_died || why == member_stop::crashed ||
+         why == member_stop::unhealthy;
+}
+
+class supervisor {
+ public:
+  supervisor(pool_handle& h, const supervise_options& o) : h_(h), o_(o) {}
+  result<void> run(std::uint64_t deadline);
+
+ private:
+  struct member_rt {  // what this process keeps per member entry (rebuilt after a takeover)
+    std::uint64_t generation = 0;
+    std::optional<Box> box;  // read-only mapping: who owns it
+    std::optional<Producer> pinger;
+    bool unsignalable_logged = false;
+  };
+
+  void log(const std::string& line) const {
+    if (o_.log) o_.log(line);
+  }
+  std::string member_name(std::uint32_t m, std::uint64_t gen) const { return member_box_name(h_.name, m, gen); }
+  bool am_supervisor() const noexcept;
+  bool first_in_line() const noexcept;
+  void take_over();
+  bool segment_gone() const noexcept;
+  std::uint64_t tick();  // returns how long to sleep
+  // Runs `f(t, entry)` under the lock if member m still has `word` and `gen`.
+  template <class F>
+  bool with_member(std::uint32_t m, std::uint64_t word, std::uint64_t gen, const char* op, F f);
+  member_rt& rt(std::uint32_t m, std::uint64_t gen);
+  std::optional<owner_view> box_owner(std::uint32_t m, std::uint64_t gen);
+  void handle_starting(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  void handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
+  bool drain(std::uint32_t m, std::uint64_t gen);
+  pid_t spawn(std::uint32_t m, std::uint64_t gen, std::string& error);
+  void reap() noexcept;
+  bool finish_removal();
+
+  pool_handle& h_;
+  const supervise_options& o_;
+  std::map<std::uint32_t, member_rt> rt_;
+  std::vector<pid_t> children_;
+  std::optional<Producer> dead_letters_;
+  bool standby_logged_ = false;
+  bool done_ = false;
+};
+
+bool supervisor::am_supervisor() const noexcept {
+  const pool_state* st = h_.state();
+  return h_.client >= 0 && st->supervisor_key.load(std::memory_order_relaxed) == h_.key &&
+         st->supervisor_client.load(std::memory_order_relaxed) == static_cast<std::uint64_t>(h_.client);
+}
+
+bool supervisor::first_in_line() const noexcept {
+  const std::uint64_t mine = h_.client_at(static_cast<std::uint32_t>(h_.client))->order.load(std::memory_order_relaxed);
+  for (std::uint32_t c = 0; c < h_.max_clients(); ++c) {
+    if (static_cast<std::int32_t>(c) == h_.client) continue;
+    const pool_client* e = h_.client_at(c);
+    if (e->role.load(std::memory_order_relaxed) != static_cast<std::uint64_t>(pool_role::standby)) continue;
+    const std::uint64_t order = e->order.load(std::memory_order_relaxed);
+    if (order != 0 && order < mine && client_alive(h_, c, e->key.load(std::memory_order_relaxed))) return false;
+  }
+  return true;
+}
+
+void supervisor::take_over() {
+  table_txn t(h_, mono_ns() + kTxnWaitNs);
+  if (!t.locked()) return;
+  pool_state* st = h_.state();
+  const std::uint64_t c = t.read(st->supervisor_client);
+  if (c < h_.max_clients() && client_alive(h_, static_cast<std::uint32_t>(c), t.read(st->supervisor_key))) return;
+  const std::uint64_t epoch = t.read(st->supervisor_epoch) + 1;
+  const bool successor = t.read(st->supervisor_key) != 0;
+  t.write(st->supervisor_client, static_cast<std::uint64_t>(h_.client));
+  t.write(st->supervisor_key, h_.key);
+  t.write(st->supervisor_epoch, epoch);
+  t.write(h_.client_at(static_cast<std::uint32_t>(h_.client))->role, static_cast<std::uint64_t>(pool_role::supervisor));
+  t.commit("super");
+  rt_.clear();
+  log((successor ? "took over as supervisor of pool '" : "supervising pool '") + h_.name + "' (epoch " + std::to_string(epoch) + ")");
+}
+
+bool supervisor::segment_gone() const noexcept {
+  struct stat st {};
+  return ::fstat(h_.fd, &st) == 0 && st.st_nlink == 0;
+}
+
+template <class F>
+bool supervisor::with_member(std::uint32_t m, std::uint64_t word, std::uint64_t gen, const char* op, F f) {
+  table_txn t(h_, mono_ns() + kTxnWaitNs);
+  if (!t.locked()) return false;
+  pool_member* e = h_.member_at(m);
+  if (t.read(e->state) != word || t.read(e->generation) != gen) return false;
+  f(t, e);
+  t.commit(op);
+  return true;
+}
+
+supervisor::member_rt& supervisor::rt(std::uint32_t m, std::uint64_t gen) {
+  member_rt& r = rt_[m];
+  if (r.generation != gen) {
+    r = member_rt{};
+    r.generation = gen;
+  }
+  if (!r.box) {
+    if (auto b = Box::inspect(member_name(m, gen))) r.box.emplace(std::move(*b));
+  }
+  return r;
+}
+
+// The owner of member m's box; nullopt when the box does not exist (or cannot be opened).
+std::optional<owner_view> supervisor::box_owner(std::uint32_t m, std::uint64_t gen) {
+  member_rt& r = rt(m, gen);
+  if (!r.box) return std::nullopt;
+  return view_owner(*access::box(*r.box));
+}
+
+pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view v = *e;
+    if (v.starts_with("SHMBOX_POOL=") || v.starts_with("SHMBOX_BOX=") || v.starts_with("SHMBOX_MEMBER=") ||
+        v.starts_with("SHMBOX_MEMBER_GENERATION="))
+      continue;
+    env.emplace_back(v);
+  }
+  env.push_back("SHMBOX_POOL=" + h_.name);
+  env.push_back("SHMBOX_BOX=" + member_name(m, gen));
+  env.push_back("SHMBOX_MEMBER=" + std::to_string(m));
+  env.push_back("SHMBOX_MEMBER_GENERATION=" + std::to_string(gen));
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string command = h_.command;
+  char sh[] = "sh", dash_c[] = "-c";
+  char* argv[] = {sh, dash_c, command.data(), nullptr};
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);  // its own group: stopped as a group, untouched by our terminal's signals
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  sigemptyset(&defaults);
+  for (const int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) sigaddset(&defaults, s);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, "/bin/sh", nullptr, &attr, argv, envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    error = std::strerror(rc);
+    return -1;
+  }
+  children_.push_back(pid);
+  return pid;
+}
+
+void supervisor::reap() noexcept {
+  children_.erase(std::remove_if(children_.begin(), children_.end(),
+                                 [](pid_t p) {
+                                   int status = 0;
+                                   const pid_t r = ::waitpid(p, &status, WNOHANG);
+                                   return r == p || (r < 0 && errno == ECHILD);
+                                 }),
+                  children_.end());
+}
+
+bool supervisor::signal_worker(std::uint32_t m, std::uint64_t gen, int sig) {
+  const pool_member* e = h_.member_at(m);
+  bool sent = false;
+  const auto pid = static_cast<pid_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
+  const std::uint64_t start = e->worker_start.load(std::memory_order_relaxed);
+  if (pid > 1 && in_this_ns(e->worker_ns.load(std::memory_order_relaxed))) {
+    // The group of the worker we (or a predecessor) started: only while its
+    // leader is the same process (start time), or is our unreaped child
+    // (a zombie's pid is not reused).
+    const bool ours = std::find(children_.begin(), children_.end(), pid) != children_.end();
+    if ((start > 1 && process_start_ticks(static_cast<std::uint32_t>(pid)) == start) || ours) {
+      sent = ::kill(-pid, sig) == 0 || sent;
+      sent = ::kill(pid, sig) == 0 || sent;
+    }
+  }
+  // The box's owner (sh -c may have forked the real worker), when it is alive
+  // in our namespace: alive means its role lock is held, so its pid is its own.
+  if (auto v = box_owner(m, gen); v && v->alive && in_this_ns(v->pid_ns)) {
+    sent = ::kill(static_cast<pid_t>(key_pid(v->key)), sig) == 0 || sent;
+  }
+  return sent;
+}
+
+bool supervisor::drain(std::uint32_t m, std::uint64_t gen) {
+  const std::string name = member_name(m, gen);
+  auto b = Box::open(name, {.any_owner = true});
+  if (!b) return b.error() == errc::not_found;  // nothing left to drain
+  const std::uint64_t dead_worker = view_owner(*access::box(*b)).key;
+  auto o = Owner::acquire(*b);
+  if (!o) return false;  // a live owner: not yet
+  // The stopped worker's doorbell (notify_hub.hpp), which a killed process
+  // cannot remove itself: its key owned this box, and we own it now, so it is dead.
+  if (dead_worker != 0 && dead_worker != self_key()) {
+    const std::string bell = bell_path(dead_worker);
+    struct stat st {};
+    if (::lstat(bell.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) ::unlink(bell.c_str());
+  }
+  if (!h_.dead_letters.empty() && !dead_letters_) {
+    if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
+  }
+  std::uint64_t moved = 0, lost = 0;
+  batch msgs;
+  for (;;) {
+    msgs.clear();
+    if (o->read(msgs, {.max = 64, .timeout = std::chrono::nanoseconds(0)}) != recv_status::ok) break;
+    std::uint64_t ok = 0;
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      if (dead_letters_ && is_stored(dead_letters_->post(msgs[i], {.timeout = std::chrono::nanoseconds(0)}))) ++ok;
+    }
+    SHMBOX_FAULT("supervisor.mid_drain");
+    o->commit();
+    moved += ok;
+    lost += msgs.size() - ok;
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (t.locked()) {
+      t.add(pool_counter::dead_lettered, ok);
+      t.add(pool_counter::lost, msgs.size() - ok);
+      t.commit("drain");
+    }
+  }
+  ::shm_unlink(shm_path(name).c_str());  // P4: the name first, then our ownership (the Owner's destructor)
+  SHMBOX_FAULT("supervisor.after_unlink");
+  if (moved + lost > 0)
+    log("member " + std::to_string(m) + ": " + std::to_string(moved) + " messages to the dead-letter box, " + std::to_string(lost) +
+        " lost");
+  return true;
+}
+
+void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now) {
+  pool_member* e = h_.member_at(m);
+  std::uint64_t started = e->started_ns.load(std::memory_order_relaxed);
+  if (started == 0) {  // S1
+    if (!with_member(m, word, gen, "start", [&](table_txn& t, pool_member* me) { t.write(me->started_ns, now); })) return;
+    started = now;
+  }
+  const std::string name = member_name(m, gen);
+  const std::uint64_t worker_start = e->worker_start.load(std::memory_order_relaxed);
+  if (worker_start == 0) {
+    auto b = Box::create(name, member_box_options(h_));
+    if (!b && b.error() != errc::exists) {  // S2 (an existing box is a predecessor's S2)
+      log("member " + std::to_string(m) + ": cannot create its box: " + explain(b.error()));
+      with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      return;
+    }
+    SHMBOX_FAULT("supervisor.after_box");
+    if (!with_member(m, word, gen, "spawn", [&](table_txn& t, pool_member* me) {  // S3
+          t.write(me->worker_start, 1);
+          t.add(pool_counter::starts);
+        }))
+      return;
+    std::string error;
+    const pid_t pid = spawn(m, gen, error);  // S4
+    SHMBOX_FAULT("supervisor.after_spawn");
+    if (pid < 0) {
+      log("member " + std::to_string(m) + ": cannot start /bin/sh: " + error);
+      with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      return;
+    }
+    const std::uint64_t ticks = process_start_ticks(static_cast<std::uint32_t>(pid));
+    with_member(m, word, gen, "spawned", [&](table_txn& t, pool_member* me) {  // S5
+      t.write(me->worker_pid, static_cast<std::uint64_t>(pid));
+      t.write(me->worker_ns, self_pid_ns());
+      t.write(me->worker_start, ticks > 1 ? ticks : 2);
+    });
+    log("started member " + std::to_string(m) + " (pid " + std::to_string(pid) + ", box " + name + ")");
+    return;
+  }
+  if (auto v = box_owner(m, gen); v && v->alive) {  // S6
+    if (with_member(m, word, gen, "ready", [&](table_txn& t, pool_member*) { make_available(h_, t, m, false); }))
+      log("member " + std::to_string(m) + " is ready (box " + name + ")");
+    return;
+  }
+  if (now - started > std::uint64_t{h_.hdr.start_timeout_ms} * kMs) {
+    if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); }))
+      log("member " + std::to_string(m) + " did not take its box within " + std::to_string(h_.hdr.start_timeout_ms) +
+          " ms: stopping it");
+  }
+}
+
+void supervisor::handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now) {
+  const member_stop why = member_stop_of(word);
+  pool_member* e = h_.member_at(m);
+  const auto v = box_owner(m, gen);
+  const bool owned = v && v->alive;
+  const bool gentle = why == member_stop::culled || why == member_stop::removed;
+  const std::uint64_t signalled = e->stop_signal_ns.load(std::memory_order_relaxed);
+  if (signalled == 0) {  // P1
+    const bool sent = signal_worker(m, gen, gentle ? SIGTERM : SIGKILL);
+    with_member(m, word, gen, "signal", [&](table_txn& t, pool_member* me) { t.write(me->stop_signal_ns, now); });
+    SHMBOX_FAULT("supervisor.after_signal");
+    log("stopping member " + std::to_string(m) + " (" + std::string(to_string(why)) + ")" +
+        (sent || !owned ? "" : ": its worker is in another pid namespace and cannot be signalled from here"));
+    return;
+  }
+  if (owned) {
+    if (now - signalled > std::uint64_t{h_.hdr.stop_grace_ms} * kMs) {  // P2
+      if (!signal_worker(m, gen, SIGKILL) && !rt(m, gen).unsignalable_logged) {
+        rt(m, gen).unsignalable_logged = true;
+        log("member " + std::to_string(m) + ": its worker (pid " + std::to_string(key_pid(v->key)) +
+            " of another pid namespace) cannot be signalled from here; waiting for it to exit");
+      }
+    }
+    return;
+  }
+  if (!gentle || now - signalled > std::uint64_t{h_.hdr.stop_grace_ms} * kMs) signal_worker(m, gen, SIGKILL);
+  rt_.erase(m);  // drop our read-only mapping before the box goes
+  if (!drain(m, gen)) return;  // P3, P4
+  const bool replace = replaces(why) && h_.state()->removing.load(std::memory_order_relaxed) == 0;
+  with_member(m, word, gen, "stopped", [&](table_txn& t, pool_member* me) {  // P5
+    t.write(me->worker_pid, 0);
+    t.write(me->worker_ns, 0);
+    t.write(me->worker_start, 0);
+    t.write(me->stop_signal_ns, 0);
+    t.write(me->state, make_member_state(member_state::empty));
+    if (replace) request_start(h_, t);  // the first empty entry: this one, or an earlier one
+  });
+  log("member " + std::to_string(m) + " stopped (" + std::string(to_string(why)) + ")" + (replace ? ": replacing it" : ""));
+}
+
+void supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now) {
+  pool_member* e = h_.member_at(m);
+  const std::uint64_t seq = e->ping_seq.load(std::memory_order_relaxed);
+  // Acquire: pairs with the member's release store in PoolMember::answer_ping.
+  if (e->ping_ack.load(std::memory_order_acquire) == seq) {
+    with_member(m, word, gen, "healthy", [&](table_txn& t, pool_member*) { make_available(h_, t, m, true); });
+    return;
+  }
+  if (now - e->ping_sent_ns.load(std::memory_order_relaxed) > std::uint64_t{h_.hdr.health_timeout_ms} * kMs) {
+    if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::unhealthy); }))
+      log("member " + std::to_string(m) + " did not answer its health check within " + std::to_string(h_.hdr.health_timeout_ms) +
+          " ms: replacing it");
+  }
+}
+
+bool supervisor::finish_removal() {
+  // Every entry is empty: the segment goes (if it is still the one we have open).
+  const std::string path = pool_shm_path(h_.name);
+  const int fd = ::shm_open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+  if (fd >= 0) {
+    struct stat st {};
+    const bool same = ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_ino) == h_.ino &&
+                      static_cast<std::uint64_t>(st.st_dev) == h_.dev;
+    ::close(fd);
+    if (same) ::shm_unlink(path.c_str());
+  }
+  log("pool '" + h_.name + "' removed");
+  return true;
+}
+
+std::uint64_t supervisor::tick() {
+  reap();
+  const pool_header& p = h_.hdr;
+  {
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (t.locked()) {
+      sweep_dead_clients(h_, t);
+      t.commit("sweep");
+    }
+  }
+  const std::uint64_t now = mono_ns();
+  const std::uint64_t removing_v = h_.state()->removing.load(std::memory_order_relaxed);
+  bool busy = false, in_use = false;
+  std::uint32_t live = 0;  // members neither empty nor stopping
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> idle;  // (idle since, member) of free members
+  for (std::uint32_t m = 0; m < p.max_count; ++m) {
+    pool_member* e = h_.member_at(m);
+    const std::uint64_t word = e->state.load(std::memory_order_relaxed);
+    const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
+    const auto s = static_cast<member_state>(member_state_of(word));
+    switch (s) {
+      case member_state::empty: rt_.erase(m); continue;
+      case member_state::starting:
+        busy = true;
+        ++live;
+        if (removing_v != 0) with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::removed); });
+        else handle_starting(m, word, gen, now);
+        continue;
+      case member_state::stopping: busy = true; handle_stopping(m, word, gen, now); continue;
+      case member_state::free:
+      case member_state::checking:
+      case member_state::in_use: break;
+      default: continue;  // garbage: left alone (inspection shows nothing for it)
+    }
+    ++live;
+    if (s == member_state::in_use) in_use = true;
+    if (s == member_state::checking) busy = true;
+    // A worker that died on its own: its member is replaced (a lease on it becomes stale).
+    if (auto v = box_owner(m, gen); !v || !v->alive) {
+      if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::crashed); }))
+        log("member " + std::to_string(m) + "'s worker died: replacing it");
+      busy = true;
+      continue;
+    }
+    if (removing_v != 0 && (s != member_state::in_use || removing_v == 2)) {
+      with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::removed); });
+      busy = true;
+      continue;
+    }
+    if (s == member_state::checking) {
+      handle_checking(m, word, gen, now);
+      continue;
+    }
+    if (s != member_state::free) continue;
+    const std::uint64_t since = e->idle_since_ns.load(std::memory_order_relaxed);
+    idle.emplace_back(since, m);
+    if (p.health_interval_ms > 0) {
+      const std::uint64_t last = std::max(since, e->ping_sent_ns.load(std::memory_order_relaxed));
+      if (now - last > std::uint64_t{p.health_interval_ms} * kMs) {
+        const std::uint64_t seq = e->ping_seq.load(std::memory_order_relaxed) + 1;
+        const std::uint64_t checking = make_member_state(member_state::checking);
+        if (with_member(m, word, gen, "check", [&](table_txn& t, pool_member* me) {
+              t.write(me->state, checking);
+              t.write(me->ping_seq, seq);
+              t.write(me->ping_sent_ns, now);
+            })) {
+          member_rt& r = rt(m, gen);
+          if (!r.pinger) {
+            if (auto pr = Producer::attach(member_name(m, gen))) r.pinger.emplace(std::move(*pr));
+          }
+          // A ping that cannot be posted (full box) is not answered: the check fails by its timeout.
+          if (r.pinger) (void)r.pinger->post(ping_message(seq), {.lane = 0, .timeout = std::chrono::nanoseconds(0)});
+          busy = true;
+        }
+      }
+    }
+  }
+  // Culling: free members idle longer than cull_after, longest idle first, down to init_count.
+  if (p.cull_after_ms > 0 && removing_v == 0) {
+    std::sort(idle.begin(), idle.end());
+    for (const auto& [since, m] : idle) {
+      if (live <= p.init_count || now - since <= std::uint64_t{p.cull_after_ms} * kMs) break;
+      pool_member* e = h_.member_at(m);
+      const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
+      if (with_member(m, make_member_state(member_state::free), gen, "cull",
+                      [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::culled); })) {
+        log("culling member " + std::to_string(m) + " (idle " + std::to_string((now - since) / kMs) + " ms)");
+        --live;
+        busy = true;
+      }
+    }
+  }
+  // Replenish: init_count members, and one starting for each waiter that no free or starting member will serve.
+  {
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (t.locked()) {
+      if (t.read(h_.state()->removing) == 0) {
+        table_counts n = count_table(h_, t);
+        auto& starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
+        while (n.members < p.max_count && (n.members < p.init_count || n.waiters > starting) && request_start(h_, t)) {
+          ++n.members;
+          ++starting;
+          busy = true;
+        }
+        t.commit("replenish");
+      } else if (count_table(h_, t).members == 0) {
+        done_ = finish_removal();
+      }
+    }
+  }
+  if (busy) return kBusyTickNs;
+  std::uint64_t sleep = in_use ? kInUseTickNs : kIdleTickNs;
+  if (p.health_interval_ms > 0) sleep = std::min<std::uint64_t>(sleep, std::uint64_t{p.health_interval_ms} * kMs / 4 + kMs);
+  if (p.cull_after_ms > 0) sleep = std::min<std::uint64_t>(sleep, std::uint64_t{p.cull_after_ms} * kMs / 4 + kMs);
+  return sleep;
+}
+
+result<void> supervisor::run(std::uint64_t deadline) {
+  pool_state* st = h_.state();
+  for (;;) {
+    if (o_.stop != nullptr && o_.stop->load()) break;
+    if (segment_gone()) return {};
+    const std::uint64_t now = mono_ns();
+    if (now >= deadline)
+      return fail(errc::timed_out, "pool '" + h_.name + "': not removed before the timeout (members in use are stopped when they are given back)");
+    const std::uint32_t seen = st->work.load();  // seq_cst: before looking at the table
+    std::uint64_t sleep = kStandbyTickNs;
+    if (!am_supervisor()) {
+      const std::uint64_t c = st->supervisor_client.load(std::memory_order_relaxed);
+      const bool alive = c < h_.max_clients() &&
+                         client_alive(h_, static_cast<std::uint32_t>(c), st->supervisor_key.load(std::memory_order_relaxed));
+      if (!alive && first_in_line()) take_over();
+      if (!am_supervisor() && !standby_logged_) {
+        standby_logged_ = true;
+        log("standing by: pool '" + h_.name + "' has a live supervisor (pid " +
+            std::to_string(key_pid(st->supervisor_key.load(std::memory_order_relaxed))) + ")");
+      }
+    }
+    if (am_supervisor()) {
+      sleep = tick();
+      if (done_) return {};
+    }
+    futex_wait(&st->work, seen, std::min(deadline, mono_ns() + sleep));
+  }
+  // Stopped: a standby takes over at once (the members keep running).
+  if (am_supervisor()) {
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (t.locked()) {
+      t.write(st->supervisor_key, 0);
+      t.write(h_.client_at(static_cast<std::uint32_t>(h_.client))->role, static_cast<std::uint64_t>(pool_role::taker));
+      t.commit("resign");
+    }
+    log("supervisor stopped; the members keep running");
+  }
+  return {};
+}
+
+}  // namespace
+
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns) {
+  supervisor s(h, opts);
+  return s.run(deadline_ns);
+}
+
+}  // namespace shmbox::detail

@@ -1,0 +1,221 @@
+// lib/pool_table.hpp - a pool's member table: its lock, its redo journal, and
+// the operations take, give back, grant, sweep, start, stop (pooler in shared memory).
+//
+// THE LOCK (TL). Every change of the table is made by the holder of one lock
+// word, pool_state::lock, so that the table has one writer at a time (as
+// pooler's table has its one gen_server). The lock is a futex word whose
+// value names its holder, and a holder's death is asked of the kernel, in any
+// pid namespace (liveness.hpp):
+//  TL1 Every Pool handle is a client: an entry of the client table whose key
+//      byte it holds (shared OFD lock, L1) from before it publishes its key
+//      until after it clears it (or dies). Lock value c + 1 means "client c
+//      holds the table".
+//  TL2 A process that has no client entry yet (it is registering one) holds
+//      the table as kAnonHolder, and holds byte kPoolAnonByte EXCLUSIVELY
+//      (F_OFD_SETLK) for that time; only one such process can exist, since
+//      it must hold the table.
+//  TL3 Taking: CAS 0 -> value. Busy: set kPoolLockWaiters and sleep on the
+//      word (futex, at most 1 ms a time); after each sleep, if the holder is
+//      dead (its byte is not held: TL1/TL2), CAS its value -> ours: the lock
+//      is stolen, and the thief completes the dead holder's journal (J5)
+//      before anything else. A stopped (SIGSTOP) holder is alive: waiters
+//      wait, up to their deadline (slow is not dead).
+//  TL4 Releasing: exchange -> 0; if kPoolLockWaiters was set, FUTEX_WAKE all.
+//      The lock is never held across a wait for a member, a start or a stop.
+//
+// THE JOURNAL (J): one table operation changes several words (a member's
+// state, its holder, a counter, a waiter's grant). A process can be killed
+// between any two of them, so the holder writes what it will write first:
+//  J1 journal_offset[i], journal_value[i] for each write (words of the
+//     table only: pool_state from journal words on, clients, members; never
+//     the lock, the futex words, the header or the config).
+//  J2 journal_count = n, then journal_valid = 1: the commit point. Killed
+//     before it: nothing happened. (fault point pool.after_journal)
+//  J3 every write applied in order (pool.mid_apply after half of them,
+//     pool.after_apply after all).
+//  J4 journal_valid = 0.
+//  J5 Whoever takes the lock and finds journal_valid == 1 applies the
+//     journal again (every write is an absolute value computed under the
+//     lock, so applying twice is applying once: counters are written as
+//     "old + 1", never added), then J4. A journal whose count or offsets
+//     are out of bounds (a scribbled segment) is dropped, not applied.
+// Futex wake-ups (a waiter's `wake`, the supervisor's `work`) are sent after
+// the lock is released; a wake lost to a crash costs the sleeper one poll
+// slice (waiters re-check every 10 ms, the supervisor every tick).
+//
+// MEMBER STATES (member_state in shmbox/pool.hpp; pool_member::state):
+//   empty --start request (take, replenish)--> starting
+//   starting --its box has a live owner (supervisor)--> free | in_use (granted)
+//   free --take--> in_use --give back ok--> free | in_use (granted to the oldest waiter)
+//   free --health check--> checking --answered--> free | in_use
+//   in_use --give back fail / holder dead--> stopping --(supervisor: signal,
+//     drain to the dead-letter box, unlink the box)--> starting (replaced) | empty
+//   free --culled / worker died / unhealthy / removed--> stopping
+// The supervisor is the only one that starts or stops processes; take and
+// give back only change the table, so they never wait for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "layout.hpp"
+#include "liveness.hpp"
+#include "shmbox/pool.hpp"
+
+namespace shmbox::detail {
+
+constexpr std::uint32_t kAnonHolder = 0x7FFF;     // TL2
+constexpr std::uint64_t kPoolAnonByte = 8;        // TL2: a header byte (layout_version) that is no role's
+constexpr std::uint64_t kPoolCreatorByte = 24;    // L4: offsetof(pool_header, creator_key)
+
+// One mapped pool segment with its validated parameters (never re-read from
+// shared memory), and this handle's client entry.
+struct pool_handle {
+  std::string name;
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  bool read_only = false;
+  int fd = -1;  // the mapping's open file description: probes (L2); holds no lock
+  std::uint64_t dev = 0, ino = 0;
+  std::uint32_t mode = 0, uid = 0;
+  pool_header hdr{};  // validated copy
+  std::string group, dead_letters, command;
+
+  // This handle's client entry (TL1); -1 until the first operation needs it.
+  role_lock role;
+  std::int32_t client = -1;
+  std::uint64_t key = 0;
+  std::recursive_mutex mu;  // one operation at a time per handle
+  std::error_code last_error;
+
+  // Producers on member boxes, by member index, for the generation they were made for.
+  struct member_link {
+    std::uint64_t generation = 0;
+    std::shared_ptr<void> box;       // shmbox::Box (type-erased: keeps this header light)
+    std::shared_ptr<void> producer;  // shmbox::Producer
+  };
+  std::map<std::uint32_t, member_link> links;
+
+  pool_handle() = default;
+  pool_handle(const pool_handle&) = delete;
+  pool_handle& operator=(const pool_handle&) = delete;
+  ~pool_handle();
+
+  pool_state* state() const noexcept { return reinterpret_cast<pool_state*>(base + kPoolStateOffset); }
+  pool_client* client_at(std::uint32_t i) const noexcept {
+    return reinterpret_cast<pool_client*>(base + hdr.clients_offset) + i;
+  }
+  pool_member* member_at(std::uint32_t i) const noexcept {
+    return reinterpret_cast<pool_member*>(base + hdr.members_offset) + i;
+  }
+  std::uint64_t client_byte(std::uint32_t i) const noexcept {
+    return hdr.clients_offset + std::uint64_t{i} * sizeof(pool_client);
+  }
+  std::uint64_t offset_of(const void* p) const noexcept {
+    return static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - base);
+  }
+  std::uint32_t max_count() const noexcept { return hdr.max_count; }
+  std::uint32_t max_clients() const noexcept { return hdr.max_clients; }
+};
+
+// "/shmbox-pool.<name>" for shm_open.
+std::string pool_shm_path(std::string_view name);
+// The box of member `index`, generation `gen`: "<pool>.m<index>.<gen>".
+std::string member_box_name(std::string_view pool, std::uint32_t index, std::uint64_t gen);
+result<void> validate_pool_name(std::string_view name);
+result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bool read_only, bool any_owner);
+
+constexpr std::uint32_t member_state_of(std::uint64_t word) noexcept { return static_cast<std::uint32_t>(word & 0xFF); }
+constexpr member_stop member_stop_of(std::uint64_t word) noexcept { return static_cast<member_stop>((word >> 8) & 0xFF); }
+constexpr std::uint64_t make_member_state(member_state s, member_stop why = member_stop::none) noexcept {
+  return static_cast<std::uint64_t>(s) | (static_cast<std::uint64_t>(why) << 8);
+}
+std::string_view to_string(member_stop why) noexcept;
+
+// A client's liveness: key set and its byte held (TL1).
+bool client_alive(const pool_handle& h, std::uint32_t c, std::uint64_t key) noexcept;
+
+// One locked section: takes the table lock (TL3), completes a dead
+// holder's journal (J5); collects writes and applies them through the
+// journal (commit()); releases on destruction (TL4) and then sends the
+// wake-ups asked for. Only for a handle with a client entry, or anonymous (TL2).
+class table_txn {
+ public:
+  // Waits up to `deadline_ns` (CLOCK_MONOTONIC; UINT64_MAX: for ever) for the lock.
+  table_txn(pool_handle& h, std::uint64_t deadline_ns, bool anonymous = false) noexcept;
+  ~table_txn();
+  table_txn(const table_txn&) = delete;
+  table_txn& operator=(const table_txn&) = delete;
+
+  bool locked() const noexcept { return locked_; }
+  // Queues one write (the word must be in the table: J1). Reads after it in
+  // this section see the value (read()) before commit.
+  void write(a64& word, std::uint64_t value) noexcept;
+  std::uint64_t read(const a64& word) const noexcept;
+  // Writes that still fit in this section's journal (operations that loop
+  // over the table stop early and leave the rest to the next section).
+  std::size_t room() const noexcept { return kPoolJournalMax - writes_.size(); }
+  void add(pool_counter c, std::uint64_t n = 1) noexcept;
+  // J1-J4 for the writes queued so far; `op` names the operation (fault points, last_op).
+  void commit(const char* op) noexcept;
+  void wake_client(std::uint32_t c) noexcept { wake_clients_.push_back(c); }
+  void wake_supervisor() noexcept { wake_work_ = true; }
+  // Hands the lock from anonymous (TL2) to this handle's new client entry.
+  void become_client() noexcept;
+
+ private:
+  pool_handle& h_;
+  bool locked_ = false;
+  bool anonymous_ = false;
+  std::vector<std::pair<a64*, std::uint64_t>> writes_;
+  std::vector<std::uint32_t> wake_clients_;
+  bool wake_work_ = false;
+};
+
+// J5 (also used by open for a journal left valid by a dead holder, under the lock).
+void replay_journal(pool_handle& h) noexcept;
+
+// Registers this handle's client entry (TL1) if it has none. `role`: taker
+// or standby. false: the table is full of live clients (pool_clients_full), or an error.
+result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadline_ns);
+// Gives the entry back (clears waits; members it holds stay in_use until a sweep sees it gone).
+void release_client(pool_handle& h) noexcept;
+
+// --- Table operations: all under an open table_txn -------------------------
+
+// Counts of the member states (gauges) and of live waiters, from the table as the txn sees it.
+struct table_counts {
+  std::uint32_t by_state[6] = {};
+  std::uint32_t waiters = 0;
+  std::uint32_t members = 0;  // non-empty entries
+};
+table_counts count_table(const pool_handle& h, const table_txn& t) noexcept;
+// In-use members whose holder died -> stopping(consumer_died) (counted
+// killed_in_use); dead waiters' tickets cleared. Returns how many members it stopped.
+std::uint32_t sweep_dead_clients(pool_handle& h, table_txn& t) noexcept;
+// Member `m` is ready for use: to the oldest live waiter (granted, in_use),
+// else to the head of the free list (new stamp) unless `keep_stamp`.
+void make_available(pool_handle& h, table_txn& t, std::uint32_t m, bool keep_stamp) noexcept;
+// Member `m` -> stopping(why), counted as `why` says; wakes the supervisor.
+void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why) noexcept;
+// An empty entry -> starting (new generation), the supervisor woken. false: none empty.
+bool request_start(pool_handle& h, table_txn& t) noexcept;
+
+// The member boxes' options, from the validated header.
+options member_box_options(const pool_handle& h);
+// The health check's message (PoolMember::answer_ping recognises it).
+std::string ping_message(std::uint64_t seq);
+// Take and give back (pool.cpp), for the API and the leases.
+return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
+
+// The supervisor's loop (pool_supervisor.cpp).
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns);
+
+}  // namespace shmbox::detail
