@@ -503,6 +503,52 @@ TEST_CASE("cli pool: run supervises members; take posts into a member's box and 
   CHECK(shmtest::eventually([&] { return member_segments(g.name).empty(); }, 10s));
 }
 
+TEST_CASE("cli pool: its one member held: take is refused (3) at once or after --timeout; rm times out (3) and then "
+          "refuses takes (1); the give-back ends the removal and run exits 0") {
+  pool_guard g(shmtest::unique_name("pheld"));
+  REQUIRE(cli({"pool", "create", g.name, "--command", recv_member_command(), "--init", "1", "--max", "1"}).code == 0);
+  shmtest::child run({shmtest::cli_path(), "pool", "run", g.name});
+  REQUIRE(run.read_line(10s).has_value());
+  REQUIRE(shmtest::eventually([&] { return pool_json(g.name)["gauges"]["free"] == 1; }, 20s));
+  // A take that holds the member while its stdin stays open.
+  shmtest::child holder({shmtest::cli_path(), "pool", "take", g.name, "--timeout", "5s"}, {}, true);
+  REQUIRE(shmtest::eventually([&] { return pool_json(g.name)["gauges"]["in_use"] == 1; }, 20s));
+  CHECK(pool_json(g.name)["members"][0]["taker"]["pid"] == holder.pid());
+
+  auto r = cli({"pool", "take", g.name, "--timeout", "0", "x"});
+  CHECK(r.code == 3);  // none free, max reached
+  check_one_line_error(r);
+  r = cli({"pool", "take", g.name, "--timeout", "200ms", "x"});
+  CHECK(r.code == 3);  // none before the timeout
+  check_one_line_error(r);
+  json c = pool_json(g.name)["counters"];
+  CHECK(c["no_members_at_capacity"] == 1);
+  CHECK(c["take_timeouts"] == 1);
+
+  // Graceful removal waits for the member in use: timed out, exit 3, still there and marked.
+  r = cli({"pool", "rm", g.name, "--timeout", "300ms"});
+  CHECK(r.code == 3);
+  check_one_line_error(r);
+  CHECK(r.err.find("--now") != std::string::npos);  // what to do
+  CHECK(exists(pool_path(g.name)));
+  CHECK(pool_json(g.name)["removing"] == "graceful");
+  bool marked = false;
+  for (const auto& l : lines_of(cli({"pool", "ls"}).out))
+    if (l.rfind(g.name + " ", 0) == 0) marked = l.find("REMOVING(graceful)") != std::string::npos;
+  CHECK(marked);
+  r = cli({"pool", "take", g.name, "--timeout", "0", "x"});
+  CHECK(r.code == 1);  // no new takes: a failure, not a refusal to retry
+  check_one_line_error(r);
+
+  // The holder posts and gives back: the member stops, the pool goes, run exits 0.
+  holder.write_stdin("last\n");
+  holder.close_stdin();
+  CHECK(shmtest::exited_with(holder.wait(20s), 0));
+  CHECK(shmtest::eventually([&] { return !exists(pool_path(g.name)); }, 20s));
+  CHECK(shmtest::exited_with(run.wait(20s), 0));
+  CHECK_FALSE(run.timed_out());
+}
+
 TEST_CASE("cli pool: the manual page documents every pool command and every option its --help shows") {
   const char* path = std::getenv("SHMBOX_MANPAGE");
   REQUIRE_MESSAGE(path != nullptr, "SHMBOX_MANPAGE is set by tests/meson.build");

@@ -446,19 +446,22 @@ class pool_view final : public live_view {
     row("returned ok", rate(&shmbox::pool_counters::returns_ok), c.returns_ok, "");
     row("failed", rate(&shmbox::pool_counters::returns_fail), c.returns_fail, "");
     row("refused", rate_of(refused_of), refused_of(c),
-        format("capacity %llu  queue full %llu  starting %llu  timeouts %llu",
+        format("at max %llu  queue full %llu  starting %llu  timed out %llu",
                static_cast<unsigned long long>(c.no_members_at_capacity), static_cast<unsigned long long>(c.no_members_queue_full),
                static_cast<unsigned long long>(c.no_members_starting), static_cast<unsigned long long>(c.take_timeouts)));
-    add(format("%-12s started %llu  culled %llu  crashed %llu  unhealthy %llu  holder died %llu  start failed %llu", "members",
+    add(format("%-12s started %llu  culled %llu  crashed %llu  did not start %llu", "members",
                static_cast<unsigned long long>(c.starts), static_cast<unsigned long long>(c.killed_free_culled),
-               static_cast<unsigned long long>(c.crashed), static_cast<unsigned long long>(c.killed_free_unhealthy),
-               static_cast<unsigned long long>(c.killed_in_use), static_cast<unsigned long long>(c.start_failures)));
+               static_cast<unsigned long long>(c.crashed), static_cast<unsigned long long>(c.start_failures)));
+    add(format("%-12s unhealthy %llu  holder died %llu  dead-lettered %llu  lost %llu", "",
+               static_cast<unsigned long long>(c.killed_free_unhealthy), static_cast<unsigned long long>(c.killed_in_use),
+               static_cast<unsigned long long>(c.dead_lettered), static_cast<unsigned long long>(c.lost)));
     add("");
     add(format("%-10s %s  epoch %llu  %u standing by", "SUPERVISOR", alive_text(i.supervisor_pid, i.supervisor_alive).c_str(),
                static_cast<unsigned long long>(i.supervisor_epoch), i.standbys),
         i.supervisor_alive ? nullptr : "\x1b[7m");
     add("");
-    add(format("%-5s %-9s %-12s %-12s %8s %9s %8s", "INDEX", "STATE", "WORKER", "TAKER", "LEASES", "IDLE", "DEPTH"), "\x1b[1m");
+    add(format("%-5s %-9s %-12s %-12s %8s %9s %8s  %s", "INDEX", "STATE", "WORKER", "TAKER", "LEASES", "IDLE", "DEPTH", "WHY"),
+        "\x1b[1m");
     for (const auto& m : i.members)
       add(format("%-5u %-9s %-12s %-12s %8llu %9s %8llu  %s", m.index, std::string(shmbox::to_string(m.state)).c_str(),
                  worker_cell(m).c_str(), taker_cell(m).c_str(), static_cast<unsigned long long>(m.leases),
@@ -506,8 +509,8 @@ int pool_rm(const pool_args& a) {
   const auto r = shmbox::Pool::remove(a.name, how, std::chrono::milliseconds(a.timeout_ms));
   if (!r) {
     if (r.error() != shmbox::errc::timed_out) return fail(r.error());
-    say(shmbox::explain(r.error()) + " (pool '" + a.name + "' is still being removed; see 'shmbox pool stat " + a.name +
-        "', or remove it with --now)");
+    say(shmbox::explain(r.error()) + "; see 'shmbox pool stat " + a.name + "', or stop them at once with 'shmbox pool rm " +
+        a.name + " --now'");
     return kExitRefused;
   }
   std::cout << "removed pool '" << a.name << "'\n";
