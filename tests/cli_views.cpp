@@ -54,20 +54,8 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds tim
   return true;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  return lines;
-}
-
-// The blank-separated words of a line.
-std::vector<std::string> fields(const std::string& l) {
-  std::vector<std::string> f;
-  std::istringstream in(l);
-  for (std::string w; in >> w;) f.push_back(w);
-  return f;
-}
+using shmtest::fields;
+using shmtest::lines_of;
 
 // A segment named shmbox.<name> in /dev/shm holding `bytes` (nothing: size 0).
 

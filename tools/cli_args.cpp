@@ -174,6 +174,17 @@ void add_box_options(CLI::App* sub, create_args& c, const char* whose) {
       ->capture_default_str();
 }
 
+// The options of `watch` and `pool watch`.
+void add_watch_options(CLI::App* sub, watch_args& w) {
+  sub->add_option("--interval", w.interval_ms, "refresh this often (500 or 500ms, 2s, 1m)")
+      ->transform(duration_ms(50, 3'600'000))
+      ->capture_default_str();
+  sub->add_option("--count", w.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
+      ->transform(decimal(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
+  sub->add_flag("--plain", w.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+}
+
 // `shmbox pool ...`: its subcommands, which set out.cmd when parsed.
 struct pool_commands {
   CLI::App* group = nullptr;
@@ -256,13 +267,7 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
 
   auto* watch = pool->add_subcommand("watch", "A live view of a pool: members, takes and returns per second (q or Ctrl-C quits)");
   watch->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
-  watch->add_option("--interval", out.watch.interval_ms, "refresh this often")
-      ->transform(duration_ms(50, 3'600'000))
-      ->capture_default_str();
-  watch->add_option("--count", out.watch.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
-      ->transform(decimal(0, std::numeric_limits<std::uint64_t>::max()))
-      ->capture_default_str();
-  watch->add_flag("--plain", out.watch.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+  add_watch_options(watch, out.watch);
   pc.subs.emplace_back(watch, command::pool_watch);
 
   auto* rm = pool->add_subcommand("rm", "Remove a pool: its members stop (in use: when given back), then its segment goes");
@@ -390,13 +395,7 @@ int parse_args(int argc, char** argv, parsed& out) {
 
   auto* watch = app.add_subcommand("watch", "A live view of a box: depth per lane, rates, owner and heirs (q or Ctrl-C quits)");
   watch->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
-  watch->add_option("--interval", out.watch.interval_ms, "refresh every MS milliseconds")
-      ->transform(decimal(50, 3'600'000))
-      ->capture_default_str();
-  watch->add_option("--count", out.watch.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
-      ->transform(decimal(0, std::numeric_limits<std::uint64_t>::max()))
-      ->capture_default_str();
-  watch->add_flag("--plain", out.watch.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+  add_watch_options(watch, out.watch);
 
   auto* dump = app.add_subcommand("dump", "Show the messages in a box without taking them (the owner is not disturbed)");
   dump->add_option("NAME", out.name, "box name")->required()->check(box_name_check());

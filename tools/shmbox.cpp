@@ -644,9 +644,17 @@ int cmd_ls(bool as_json) {
   std::size_t rest = 0;
   for (const std::size_t w : width) rest += w + 1;
   if (marks_width != 0) rest += marks_width + 1;
-  if (pool_width != 0) rest += std::max<std::size_t>(pool_width, 4) + 1;
-  constexpr std::size_t kColumns = 100;
+  // POOL takes from NAME at most 13 columns; past what is left of the 100, a
+  // pool name is cut ("~" at its end; the box's own name starts with it).
+  constexpr std::size_t kColumns = 100, kPoolReserve = 12;
+  const std::size_t rest_without_pool = rest;
+  if (pool_width != 0) rest += std::clamp<std::size_t>(pool_width, 4, kPoolReserve) + 1;
   name_width = std::min(name_width, kColumns > rest + 12 ? kColumns - rest - 1 : std::size_t{12});
+  const std::size_t used = name_width + rest_without_pool + 1;  // up to the POOL cell
+  if (pool_width != 0 && used + pool_width >= kColumns) pool_width = used + 4 < kColumns ? kColumns - 1 - used : 4;
+  auto pool_cell = [&](const std::string& pool) {
+    return pool.size() <= pool_width ? pool : pool.substr(0, pool_width - 1) + "~";
+  };
   auto pad = [](const std::string& s, std::size_t w, bool to_right) {
     if (s.size() >= w) return s;
     return to_right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
@@ -656,7 +664,7 @@ int cmd_ls(bool as_json) {
     std::string line = pad(name, name_width, false);
     for (std::size_t c = 0; c < cells.size(); ++c) line += " " + pad(cells[c], width[c], right[c]);
     if (marks_width != 0) line += " " + pad(marks, marks_width, false);
-    if (!pool.empty()) line += " " + pool;
+    if (!pool.empty()) line += " " + pool_cell(pool);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::cout << line << "\n";
   };
