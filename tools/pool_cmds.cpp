@@ -203,14 +203,15 @@ int pool_ls(bool as_json) {
               "QUEUED", sw, "SUPERVISOR", "MARKS");
   for (const auto& p : pools) {
     if (!p.info) {
-      std::printf("%-*s unusable: %s\n", nw, p.name.c_str(), escaped(shmbox::explain(p.error)).c_str());
+      // A name from /dev/shm may hold any bytes: escaped, as every string the CLI prints from outside.
+      std::printf("%-*s unusable: %s\n", nw, escaped(p.name).c_str(), escaped(shmbox::explain(p.error)).c_str());
       continue;
     }
     const shmbox::pool_info& i = *p.info;
     std::string marks;
     if (!i.removing.empty()) marks = "REMOVING(" + i.removing + ")";
     if (i.supervisor_pid == 0 || !i.supervisor_alive) marks += std::string(marks.empty() ? "" : " ") + "NO-SUPERVISOR";
-    std::string line = format("%-*s %-*s %5u %6u %8u %4u %6u %-*s %s", nw, i.name.c_str(), gw,
+    std::string line = format("%-*s %-*s %5u %6u %8u %4u %6u %-*s %s", nw, escaped(i.name).c_str(), gw,
                               text_or(printable(i.group), "-").c_str(), i.free, i.in_use, i.starting, i.max_count, i.queued,
                               sw, alive_text(i.supervisor_pid, i.supervisor_alive).c_str(), marks.c_str());
     while (!line.empty() && line.back() == ' ') line.pop_back();
