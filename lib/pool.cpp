@@ -432,10 +432,15 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
     t.commit("return");
     return return_status::ok;
   }
+  // Given back already (and maybe taken again since), or replaced under the
+  // lease (its worker died, the pool was removed at once): a stopped
+  // member's entry cannot tell which, so only a failed return it still shows counts as double.
   const member_stop why = member_stop_of(word);
-  const bool replaced_under_it = s == member_state::stopping && (why == member_stop::crashed || why == member_stop::removed) &&
-                                 leases == tok.lease;
-  if (gen == tok.generation && leases >= tok.lease && !replaced_under_it) {
+  const bool again = gen == tok.generation &&
+                     (((s == member_state::free || s == member_state::checking) && leases >= tok.lease) ||
+                      (s == member_state::in_use && leases > tok.lease) ||
+                      (s == member_state::stopping && why == member_stop::failed && leases == tok.lease));
+  if (again) {
     t.add(pool_counter::double_returns);
     t.commit("return");
     return return_status::double_return;
@@ -542,6 +547,17 @@ return_status Pool::give_back(const lease_token& t, outcome o) { return give_bac
 result<void> Pool::supervise(const supervise_options& opts) {
   std::lock_guard<std::recursive_mutex> g(h_->mu);
   if (auto r = ensure_client(*h_, pool_role::standby, mono_ns() + 5'000'000'000ull); !r) return r.error();
+  pool_client* me = h_->client_at(static_cast<std::uint32_t>(h_->client));
+  if (me->role.load(std::memory_order_relaxed) == static_cast<std::uint64_t>(pool_role::taker)) {
+    // A handle that took members before: it joins the line of standbys now (SR1).
+    table_txn t(*h_, mono_ns() + 5'000'000'000ull);
+    if (!t.locked()) return fail(errc::timed_out, quote_pool(h_->name) + ": its table is held by a stopped process; retry");
+    const std::uint64_t order = t.read(h_->state()->next_order) + 1;
+    t.write(h_->state()->next_order, order);
+    t.write(me->order, order);
+    t.write(me->role, static_cast<std::uint64_t>(pool_role::standby));
+    t.commit("client");
+  }
   return run_supervisor(*h_, opts, UINT64_MAX);
 }
 
@@ -633,11 +649,13 @@ result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, 
     }
     link.generation = gen;
     link.producer = std::make_shared<Producer>(std::move(*p));
+    const pool_member* e = h->member_at(m);
+    link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
+                          ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
+                          : 0;
   }
   s->producer = std::static_pointer_cast<Producer>(link.producer);
-  const pool_member* e = h->member_at(m);
-  if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
-    s->worker_pid = static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed));
+  s->worker_pid = link.worker_pid;
   return Lease(std::move(s));
 }
 

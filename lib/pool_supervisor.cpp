@@ -80,6 +80,12 @@ constexpr std::uint64_t kBusyTickNs = 2 * kMs;      // members starting, stoppin
 constexpr std::uint64_t kInUseTickNs = 5 * kMs;     // members in use: a holder's death is seen within this
 constexpr std::uint64_t kIdleTickNs = 50 * kMs;     // also how soon a stop request is seen
 constexpr std::uint64_t kTxnWaitNs = 1000 * kMs;
+constexpr std::uint64_t kWorkerCheckNs = 20 * kMs;  // how often workers of started members are looked at
+// After a start fails (no box, no /bin/sh, no owner within start_timeout) or
+// a worker dies within kQuickDeathNs of its start, no new start begins for
+// this long: a command that cannot run is retried once a second, not in a loop.
+constexpr std::uint64_t kStartBackoffNs = 1000 * kMs;
+constexpr std::uint64_t kQuickDeathNs = 2000 * kMs;
 
 bool replaces(member_stop why) noexcept {
   return why == member_stop::failed || why == member_stop::consumer_died || why == member_stop::crashed ||
@@ -117,7 +123,7 @@ class supervisor {
   void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   void handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
-  bool drain(std::uint32_t m, std::uint64_t gen);
+  bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
   pid_t spawn(std::uint32_t m, std::uint64_t gen, std::string& error);
   void reap() noexcept;
   bool finish_removal();
@@ -129,6 +135,12 @@ class supervisor {
   std::optional<Producer> dead_letters_;
   bool standby_logged_ = false;
   bool done_ = false;
+  std::uint64_t last_worker_check_ns_ = 0;
+  std::uint64_t backoff_until_ns_ = 0;  // kStartBackoffNs
+  void start_failed(std::uint64_t now) {
+    if (now >= backoff_until_ns_) log("starts are failing: the next one in " + std::to_string(kStartBackoffNs / kMs) + " ms");
+    backoff_until_ns_ = now + kStartBackoffNs;
+  }
 };
 
 bool supervisor::am_supervisor() const noexcept {
@@ -274,7 +286,7 @@ bool supervisor::signal_worker(std::uint32_t m, std::uint64_t gen, int sig) {
   return sent;
 }
 
-bool supervisor::drain(std::uint32_t m, std::uint64_t gen) {
+bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   const std::string name = member_name(m, gen);
   auto b = Box::open(name, {.any_owner = true});
   if (!b) return b.error() == errc::not_found;  // nothing left to drain
@@ -297,8 +309,11 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen) {
     msgs.clear();
     if (o->read(msgs, {.max = 64, .timeout = std::chrono::nanoseconds(0)}) != recv_status::ok) break;
     std::uint64_t ok = 0;
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      if (dead_letters_ && is_stored(dead_letters_->post(msgs[i], {.timeout = std::chrono::nanoseconds(0)}))) ++ok;
+    for (std::size_t i = 0; dead_letters_ && i < msgs.size(); ++i) {
+      // As a box's own dead letters: "[origin reason] message" (README, Dead letters).
+      std::string letter;
+      letter.append("[").append(name).append(" ").append(to_string(why)).append("] ").append(msgs[i]);
+      if (is_stored(dead_letters_->post(letter, {.timeout = std::chrono::nanoseconds(0)}))) ++ok;
     }
     SHMBOX_FAULT("supervisor.mid_drain");
     o->commit();
@@ -323,6 +338,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
   pool_member* e = h_.member_at(m);
   std::uint64_t started = e->started_ns.load(std::memory_order_relaxed);
   if (started == 0) {  // S1
+    if (now < backoff_until_ns_) return;
     if (!with_member(m, word, gen, "start", [&](table_txn& t, pool_member* me) { t.write(me->started_ns, now); })) return;
     started = now;
   }
@@ -333,6 +349,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     if (!b && b.error() != errc::exists) {  // S2 (an existing box is a predecessor's S2)
       log("member " + std::to_string(m) + ": cannot create its box: " + explain(b.error()));
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      start_failed(now);
       return;
     }
     SHMBOX_FAULT("supervisor.after_box");
@@ -347,6 +364,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     if (pid < 0) {
       log("member " + std::to_string(m) + ": cannot start /bin/sh: " + error);
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      start_failed(now);
       return;
     }
     const std::uint64_t ticks = process_start_ticks(static_cast<std::uint32_t>(pid));
@@ -364,6 +382,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     return;
   }
   if (now - started > std::uint64_t{h_.hdr.start_timeout_ms} * kMs) {
+    start_failed(now);
     if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); }))
       log("member " + std::to_string(m) + " did not take its box within " + std::to_string(h_.hdr.start_timeout_ms) +
           " ms: stopping it");
@@ -397,7 +416,7 @@ void supervisor::handle_stopping(std::uint32_t m, std::uint64_t word, std::uint6
   }
   if (!gentle || now - signalled > std::uint64_t{h_.hdr.stop_grace_ms} * kMs) signal_worker(m, gen, SIGKILL);
   rt_.erase(m);  // drop our read-only mapping before the box goes
-  if (!drain(m, gen)) return;  // P3, P4
+  if (!drain(m, gen, why)) return;  // P3, P4
   const bool replace = replaces(why) && h_.state()->removing.load(std::memory_order_relaxed) == 0;
   with_member(m, word, gen, "stopped", [&](table_txn& t, pool_member* me) {  // P5
     t.write(me->worker_pid, 0);
@@ -452,6 +471,10 @@ std::uint64_t supervisor::tick() {
   }
   const std::uint64_t now = mono_ns();
   const std::uint64_t removing_v = h_.state()->removing.load(std::memory_order_relaxed);
+  // One probe per started member every kWorkerCheckNs, not every tick (a tick
+  // is 2-5 ms while anything is in use, for the holders' deaths).
+  const bool check_workers = now - last_worker_check_ns_ >= kWorkerCheckNs;
+  if (check_workers) last_worker_check_ns_ = now;
   bool busy = false, in_use = false;
   std::uint32_t live = 0;  // members neither empty nor stopping
   std::vector<std::pair<std::uint64_t, std::uint32_t>> idle;  // (idle since, member) of free members
@@ -478,7 +501,9 @@ std::uint64_t supervisor::tick() {
     if (s == member_state::in_use) in_use = true;
     if (s == member_state::checking) busy = true;
     // A worker that died on its own: its member is replaced (a lease on it becomes stale).
-    if (auto v = box_owner(m, gen); !v || !v->alive) {
+    if (auto v = check_workers || s == member_state::checking ? box_owner(m, gen) : std::optional<owner_view>(owner_view{.alive = true});
+        !v || !v->alive) {
+      if (now - e->started_ns.load(std::memory_order_relaxed) < kQuickDeathNs) start_failed(now);
       if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::crashed); }))
         log("member " + std::to_string(m) + "'s worker died: replacing it");
       busy = true;

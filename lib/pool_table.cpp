@@ -150,17 +150,19 @@ void table_txn::become_client() noexcept {
 }
 
 void table_txn::write(a64& word, std::uint64_t value) noexcept {
-  for (auto& w : writes_)
-    if (w.first == &word) {
-      w.second = value;
+  for (std::size_t i = 0; i < count_; ++i)
+    if (writes_[i].first == &word) {
+      writes_[i].second = value;
       return;
     }
-  writes_.emplace_back(&word, value);
+  // Operations stay within the journal (room()); a write past it would be
+  // a bug, and is dropped rather than applied outside the journal.
+  if (count_ < writes_.size()) writes_[count_++] = {&word, value};
 }
 
 std::uint64_t table_txn::read(const a64& word) const noexcept {
-  for (const auto& w : writes_)
-    if (w.first == &word) return w.second;
+  for (std::size_t i = 0; i < count_; ++i)
+    if (writes_[i].first == &word) return writes_[i].second;
   return word.load(std::memory_order_relaxed);  // under the lock: we are the only writer
 }
 
@@ -170,10 +172,9 @@ void table_txn::add(pool_counter c, std::uint64_t n) noexcept {
 }
 
 void table_txn::commit(const char* op) noexcept {
-  if (!locked_ || writes_.empty()) return;
+  if (!locked_ || count_ == 0) return;
   pool_state* st = h_.state();
-  std::size_t n = writes_.size();
-  if (n > kPoolJournalMax) n = kPoolJournalMax;  // callers stay far below; never overrun the journal
+  const std::size_t n = count_;
   for (std::size_t i = 0; i < n; ++i) {  // J1
     st->journal_offset[i].store(h_.offset_of(writes_[i].first), std::memory_order_relaxed);
     st->journal_value[i].store(writes_[i].second, std::memory_order_relaxed);
@@ -190,7 +191,7 @@ void table_txn::commit(const char* op) noexcept {
   std::uint64_t op_code = 0;
   for (const char* p = op; *p != '\0' && p - op < 8; ++p) op_code = (op_code << 8) | static_cast<unsigned char>(*p);
   st->last_op.store(op_code, std::memory_order_relaxed);  // display only
-  writes_.clear();
+  count_ = 0;
 }
 
 // --- clients ----------------------------------------------------------------
@@ -237,10 +238,10 @@ result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadlin
 
 void release_client(pool_handle& h) noexcept {
   if (h.client < 0) return;
+  pool_client* e = h.client_at(static_cast<std::uint32_t>(h.client));
   {
     table_txn t(h, mono_ns() + 5'000'000'000ull);
     if (t.locked()) {
-      pool_client* e = h.client_at(static_cast<std::uint32_t>(h.client));
       pool_state* st = h.state();
       t.write(e->wait_ticket, 0);
       t.write(e->granted, 0);
@@ -249,11 +250,13 @@ void release_client(pool_handle& h) noexcept {
         t.write(st->supervisor_key, 0);  // a standby takes over at once
       }
       t.commit("leave");
-      // L1: the key is cleared before the byte is dropped.
-      std::uint64_t k = h.key;
-      e->key.compare_exchange_strong(k, 0);
     }
   }
+  // Only after the table lock is released (TL4): while we hold it, a key of
+  // 0 would tell waiters that its holder is dead (TL3). L1: the key is
+  // cleared before the byte is dropped.
+  std::uint64_t k = h.key;
+  e->key.compare_exchange_strong(k, 0);
   h.role.reset();
   h.client = -1;
   h.key = 0;

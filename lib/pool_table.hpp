@@ -55,6 +55,7 @@
 // give back only change the table, so they never wait for it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -100,6 +101,7 @@ struct pool_handle {
     std::uint64_t generation = 0;
     std::shared_ptr<void> box;       // shmbox::Box (type-erased: keeps this header light)
     std::shared_ptr<void> producer;  // shmbox::Producer
+    std::uint32_t worker_pid = 0;    // its worker, when in our pid namespace (Lease::worker_pid)
   };
   std::map<std::uint32_t, member_link> links;
 
@@ -161,7 +163,7 @@ class table_txn {
   std::uint64_t read(const a64& word) const noexcept;
   // Writes that still fit in this section's journal (operations that loop
   // over the table stop early and leave the rest to the next section).
-  std::size_t room() const noexcept { return kPoolJournalMax - writes_.size(); }
+  std::size_t room() const noexcept { return kPoolJournalMax - count_; }
   void add(pool_counter c, std::uint64_t n = 1) noexcept;
   // J1-J4 for the writes queued so far; `op` names the operation (fault points, last_op).
   void commit(const char* op) noexcept;
@@ -174,7 +176,9 @@ class table_txn {
   pool_handle& h_;
   bool locked_ = false;
   bool anonymous_ = false;
-  std::vector<std::pair<a64*, std::uint64_t>> writes_;
+  // The queued writes (no allocation on the take/give-back path).
+  std::array<std::pair<a64*, std::uint64_t>, kPoolJournalMax> writes_{};
+  std::size_t count_ = 0;
   std::vector<std::uint32_t> wake_clients_;
   bool wake_work_ = false;
 };
