@@ -7,7 +7,9 @@
 // Groups: tput-64-1p, tput-64-4p, tput-1k-1p, tput-1k-4p (metric "rate",
 // unit "Mmsg/s"), rtt-busy-64, rtt-busy-1k, rtt-sleep-64 (metrics "p50",
 // "p99", "p99.9", unit "us"), wake, failover (metrics "p50", "p99", unit
-// "us"), memory (metric "bytes", unit "B", mechanism = the configuration).
+// "us"), memory (metric "bytes", unit "B", mechanism = the configuration),
+// pool-rtt (metrics "p50", "p99", "p99.9" in "us", and "ratio-p50",
+// "ratio-p99" in "x": to the box-rtt row of the same repetition).
 // Human-readable output goes to stderr.
 #pragma once
 

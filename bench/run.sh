@@ -88,6 +88,8 @@ run() {  # run NAME COMMAND...: rows to $rows, its own output to $log
 
 run throughput "$b/shmbox-bench-throughput" "${common[@]}"
 run "round trips" "$b/shmbox-bench-rtt" "${common[@]}"
+# Pools (issue 16): take + give_back against a box round trip (about 12 s here; --quick: 2 s).
+run pool "$b/shmbox-bench-pool" "${common[@]}"
 if [ -x "$b/shmbox-bench-iceoryx" ]; then
   run iceoryx "$b/shmbox-bench-iceoryx" "${common[@]}"
 else

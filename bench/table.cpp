@@ -221,6 +221,54 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
 
+  // --- Pools (shmbox-bench-pool, issue 16); always shown: a configuration not measured is "-"
+  {
+    const std::vector<std::pair<std::string, std::string>> cols = {
+        {"idle-1t", "idle, 1 taker"}, {"idle-4t", "idle, 4 takers"}, {"busy-1t", "busy, 1 taker"},
+        {"busy-4t", "busy, 4 takers"}};
+    std::printf("POOL: take + give_back of a member, microseconds: p50 (min-max over runs) / p99 / p99.9 (medians);\n"
+                "      and / box-rtt: that p50 and p99 over a box round trip's of the same repetition\n");
+    std::printf("%s", pad("configuration", 20).c_str());
+    for (const auto& [c, label] : cols) std::printf("| %s", pad(label, 34).c_str());
+    std::printf("\n");
+    const auto three = [&](const std::string& m) {
+      if (!get("pool-rtt", m, "p50")) {
+        const std::string why = skip_of("pool-rtt", m);
+        return why.empty() ? std::string("-") : "skipped: " + why;
+      }
+      std::string c = cell("pool-rtt", m, "p50");
+      c += " / ";
+      c += num(get("pool-rtt", m, "p99")->median);
+      c += " / ";
+      c += get("pool-rtt", m, "p99.9") ? num(get("pool-rtt", m, "p99.9")->median) : std::string("-");
+      return c;
+    };
+    for (const std::string op : {"take-return", "take-post-return"}) {
+      std::printf("%s", pad(op, 20).c_str());
+      for (const auto& [c, label] : cols) std::printf("| %s", pad(three(op + "-" + c), 34).c_str());
+      std::printf("\n%s", pad("  / box-rtt", 20).c_str());
+      for (const auto& [c, label] : cols) {
+        const auto r50 = get("pool-rtt", op + "-" + c, "ratio-p50");
+        const auto r99 = get("pool-rtt", op + "-" + c, "ratio-p99");
+        std::string t = "p50 ";
+        t += r50 ? num(r50->median) + "x" : std::string("-");
+        t += ", p99 ";
+        t += r99 ? num(r99->median) + "x" : std::string("-");
+        std::printf("| %s", pad(t, 34).c_str());
+      }
+      std::printf("\n");
+    }
+    std::printf("%s| %s\n", pad("box-rtt", 20).c_str(), three("box-rtt").c_str());
+    std::string note;
+    if (auto v = get("pool-rtt", "take-return-busy-1t", "p50")) note = v->note;
+    std::printf("  (take-return = take(1 s) + give_back(ok); take-post-return: with one 64 B post into the member's box\n"
+                "   in between; busy = holder processes keep most members, taking and giving back in a loop; box-rtt =\n"
+                "   ping-pong over two boxes, owners in receive (adaptive wait), as rtt-sleep-64 shmbox-adaptive;\n");
+    if (!note.empty()) std::printf("   %s;\n", note.c_str());
+    std::printf("   the ratios move with box-rtt, which is under 1 us when its two processes each have a core and\n"
+                "   ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n");
+  }
+
   // --- Wake-up, failover, idle
   std::printf("WAKE-UP (post -> a sleeping owner holds it), FAILOVER (kill -9 owner -> heir received), IDLE OWNER CPU\n");
   for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{

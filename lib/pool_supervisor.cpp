@@ -81,6 +81,11 @@ constexpr std::uint64_t kInUseTickNs = 5 * kMs;     // members in use: a holder'
 constexpr std::uint64_t kIdleTickNs = 50 * kMs;     // also how soon a stop request is seen
 constexpr std::uint64_t kTxnWaitNs = 1000 * kMs;
 constexpr std::uint64_t kWorkerCheckNs = 20 * kMs;  // how often workers of started members are looked at
+// After a start fails (no box, no /bin/sh, no owner within start_timeout) or
+// a worker dies within kQuickDeathNs of its start, no new start begins for
+// this long: a command that cannot run is retried once a second, not in a loop.
+constexpr std::uint64_t kStartBackoffNs = 1000 * kMs;
+constexpr std::uint64_t kQuickDeathNs = 2000 * kMs;
 
 bool replaces(member_stop why) noexcept {
   return why == member_stop::failed || why == member_stop::consumer_died || why == member_stop::crashed ||
@@ -131,6 +136,11 @@ class supervisor {
   bool standby_logged_ = false;
   bool done_ = false;
   std::uint64_t last_worker_check_ns_ = 0;
+  std::uint64_t backoff_until_ns_ = 0;  // kStartBackoffNs
+  void start_failed(std::uint64_t now) {
+    if (now >= backoff_until_ns_) log("starts are failing: the next one in " + std::to_string(kStartBackoffNs / kMs) + " ms");
+    backoff_until_ns_ = now + kStartBackoffNs;
+  }
 };
 
 bool supervisor::am_supervisor() const noexcept {
@@ -328,6 +338,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
   pool_member* e = h_.member_at(m);
   std::uint64_t started = e->started_ns.load(std::memory_order_relaxed);
   if (started == 0) {  // S1
+    if (now < backoff_until_ns_) return;
     if (!with_member(m, word, gen, "start", [&](table_txn& t, pool_member* me) { t.write(me->started_ns, now); })) return;
     started = now;
   }
@@ -338,6 +349,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     if (!b && b.error() != errc::exists) {  // S2 (an existing box is a predecessor's S2)
       log("member " + std::to_string(m) + ": cannot create its box: " + explain(b.error()));
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      start_failed(now);
       return;
     }
     SHMBOX_FAULT("supervisor.after_box");
@@ -352,6 +364,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     if (pid < 0) {
       log("member " + std::to_string(m) + ": cannot start /bin/sh: " + error);
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
+      start_failed(now);
       return;
     }
     const std::uint64_t ticks = process_start_ticks(static_cast<std::uint32_t>(pid));
@@ -369,6 +382,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     return;
   }
   if (now - started > std::uint64_t{h_.hdr.start_timeout_ms} * kMs) {
+    start_failed(now);
     if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); }))
       log("member " + std::to_string(m) + " did not take its box within " + std::to_string(h_.hdr.start_timeout_ms) +
           " ms: stopping it");
@@ -489,6 +503,7 @@ std::uint64_t supervisor::tick() {
     // A worker that died on its own: its member is replaced (a lease on it becomes stale).
     if (auto v = check_workers || s == member_state::checking ? box_owner(m, gen) : std::optional<owner_view>(owner_view{.alive = true});
         !v || !v->alive) {
+      if (now - e->started_ns.load(std::memory_order_relaxed) < kQuickDeathNs) start_failed(now);
       if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::crashed); }))
         log("member " + std::to_string(m) + "'s worker died: replacing it");
       busy = true;

@@ -238,10 +238,10 @@ result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadlin
 
 void release_client(pool_handle& h) noexcept {
   if (h.client < 0) return;
+  pool_client* e = h.client_at(static_cast<std::uint32_t>(h.client));
   {
     table_txn t(h, mono_ns() + 5'000'000'000ull);
     if (t.locked()) {
-      pool_client* e = h.client_at(static_cast<std::uint32_t>(h.client));
       pool_state* st = h.state();
       t.write(e->wait_ticket, 0);
       t.write(e->granted, 0);
@@ -250,11 +250,13 @@ void release_client(pool_handle& h) noexcept {
         t.write(st->supervisor_key, 0);  // a standby takes over at once
       }
       t.commit("leave");
-      // L1: the key is cleared before the byte is dropped.
-      std::uint64_t k = h.key;
-      e->key.compare_exchange_strong(k, 0);
     }
   }
+  // Only after the table lock is released (TL4): while we hold it, a key of
+  // 0 would tell waiters that its holder is dead (TL3). L1: the key is
+  // cleared before the byte is dropped.
+  std::uint64_t k = h.key;
+  e->key.compare_exchange_strong(k, 0);
   h.role.reset();
   h.client = -1;
   h.key = 0;

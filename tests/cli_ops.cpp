@@ -426,16 +426,8 @@ TEST_CASE("give-away is refused with a reason: owner does not accept, pid not wa
 }
 
 TEST_CASE("the manual page documents every command and every option that --help shows") {
-  const char* path = std::getenv("SHMBOX_MANPAGE");
-  REQUIRE_MESSAGE(path != nullptr, "SHMBOX_MANPAGE is set by tests/meson.build");
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  const std::string roff((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::string man;  // roff writes a dash as "\-"
-  for (std::size_t p = 0; p < roff.size(); ++p) {
-    if (roff[p] == '\\' && p + 1 < roff.size() && roff[p + 1] == '-') ++p;
-    man += roff[p];
-  }
+  const std::string man = shmtest::manual_text();
+  REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
   const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
                                              "give-away", "ls", "heirs", "rm", "verify", "gc"};
   const auto top = cli({"--help"});
@@ -448,12 +440,7 @@ TEST_CASE("the manual page documents every command and every option that --help 
     CHECK(h.code == 0);
     CHECK(h.out.find("Example: shmbox " + c) != std::string::npos);
     // Every long option of the command's --help is documented.
-    const std::string& text = h.out;
-    for (std::size_t p = text.find("--"); p != std::string::npos; p = text.find("--", p + 2)) {
-      std::size_t e = p + 2;
-      while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '-')) ++e;
-      const std::string opt = text.substr(p, e - p);
-      if (opt == "--help" || opt.size() <= 2) continue;
+    for (const std::string& opt : shmtest::long_options(h.out)) {
       CAPTURE(opt);
       CHECK(man.find(opt) != std::string::npos);
     }

@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string unique_pool(const char* what) { return shmtest::cat("ph-", what, "-", std::to_string(::getpid())); }
+std::string unique_pool(const char* what) { return shmtest::unique_name(std::string("ph-") + what); }
 
 // Removes the pool's segment (and any member boxes left) even when a check fails.
 struct pool_guard {

@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -249,6 +251,49 @@ class child {
   std::optional<int> status_;
   bool timed_out_ = false;
 };
+
+// The lines of `text` (without their '\n').
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The blank-separated words of a line.
+inline std::vector<std::string> fields(const std::string& l) {
+  std::vector<std::string> f;
+  std::istringstream in(l);
+  for (std::string w; in >> w;) f.push_back(w);
+  return f;
+}
+
+// The manual page (SHMBOX_MANPAGE, set by tests/meson.build) as text, roff's
+// "\-" read as "-"; "" when it cannot be read.
+inline std::string manual_text() {
+  const char* path = std::getenv("SHMBOX_MANPAGE");
+  if (path == nullptr) return {};
+  std::ifstream f(path);
+  const std::string roff((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string man;
+  for (std::size_t p = 0; p < roff.size(); ++p) {
+    if (roff[p] == '\\' && p + 1 < roff.size() && roff[p + 1] == '-') ++p;
+    man += roff[p];
+  }
+  return man;
+}
+
+// The long options (--name) a --help text shows, but --help.
+inline std::vector<std::string> long_options(const std::string& help) {
+  std::vector<std::string> opts;
+  for (std::size_t p = help.find("--"); p != std::string::npos; p = help.find("--", p + 2)) {
+    std::size_t e = p + 2;
+    while (e < help.size() && (std::isalnum(static_cast<unsigned char>(help[e])) || help[e] == '-')) ++e;
+    const std::string opt = help.substr(p, e - p);
+    if (opt != "--help" && opt.size() > 2) opts.push_back(opt);
+  }
+  return opts;
+}
 
 inline bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 inline bool killed_by(int status, int sig) { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }

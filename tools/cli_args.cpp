@@ -59,31 +59,74 @@ CLI::Validator decimal(std::uint64_t lo, std::uint64_t hi) {
       "N in " + std::to_string(lo) + ".." + std::to_string(hi));
 }
 
-}  // namespace
 
-int parse_args(int argc, char** argv, parsed& out) {
-  CLI::App app{"shmbox: bounded mailboxes in POSIX shared memory.\n"
-               "Many producer processes post into a box; one owner process receives from it."};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("shmbox 0.1.0"));
-  app.footer("Run 'shmbox COMMAND --help' for a command's options; the manual is shmbox(1).\n"
-             "Exit status: 0 success, 1 failure (one line on stderr says why), 2 usage error,\n"
-             "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused;\n"
-             "gc: skipped boxes it may not remove or that are not boxes, collected the rest).");
+// "1h", "2m", "1500ms", "2s"; "0" for zero: how a duration in ms is shown in help and errors.
+std::string duration_text(std::uint64_t ms) {
+  if (ms == 0) return "0";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
 
-  auto check_name = CLI::Validator(
+// A duration in [lo_ms, hi_ms]: digits with an optional unit, ms (the
+// default, as in every other option of the CLI), s, m or h: 250, 250ms, 2s,
+// 1m. The string is rewritten to plain milliseconds for CLI11's conversion
+// (add it with ->transform).
+CLI::Validator duration_ms(std::uint64_t lo, std::uint64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        const std::string range = duration_text(lo) + ".." + duration_text(hi);
+        const auto digits = s.find_first_not_of("0123456789");
+        const std::string unit = digits == std::string::npos ? "ms" : s.substr(digits);
+        std::uint64_t scale = 0;
+        if (unit == "ms") scale = 1;
+        else if (unit == "s") scale = 1000;
+        else if (unit == "m") scale = 60'000;
+        else if (unit == "h") scale = 3'600'000;
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + (digits == std::string::npos ? s.size() : digits), v, 10);
+        if (scale == 0 || digits == 0 || ec != std::errc{} || end != s.data() + (digits == std::string::npos ? s.size() : digits))
+          return "'" + s + "' is not a duration such as 500ms, 2s, 1m or 1h (a plain number is milliseconds)";
+        if (v > hi / scale || v * scale < lo || v * scale > hi) return "'" + s + "' is outside " + range;
+        s = std::to_string(v * scale);
+        return {};
+      },
+      "DURATION in " + duration_text(lo) + ".." + duration_text(hi));
+}
+
+CLI::Validator box_name_check() {
+  return CLI::Validator(
       [](std::string& s) -> std::string {
         auto r = shmbox::Box::validate_name(s);
         return r ? std::string() : shmbox::explain(r.error());
       },
       "NAME");
-  auto check_policy = CLI::Validator(
+}
+
+// A pool name: a box name (the members' boxes are named after it) of at most kMaxPoolName bytes.
+CLI::Validator pool_name_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.size() > shmbox::kMaxPoolName || !shmbox::Box::validate_name(s))
+          return "invalid pool name '" + escaped(s) + "': use 1.." + std::to_string(shmbox::kMaxPoolName) +
+                 " characters of A-Z a-z 0-9 . _ - (not starting with '.')";
+        return {};
+      },
+      "POOL");
+}
+
+CLI::Validator policy_check() {
+  return CLI::Validator(
       [](std::string& s) -> std::string {
         return shmbox::parse_policy(s) ? std::string()
                                        : "unknown policy '" + s + "' (use reject, drop-newest, drop-oldest, lifo or block)";
       },
       "POLICY");
-  auto check_mode = CLI::Validator(
+}
+
+CLI::Validator mode_check() {
+  return CLI::Validator(
       [](std::string& s) -> std::string {
         // Always octal, with or without the leading 0 (600 is 0600); only
         // permission bits: no setuid, setgid or sticky bit.
@@ -95,25 +138,191 @@ int parse_args(int argc, char** argv, parsed& out) {
         return {};
       },
       "OCTAL");
+}
 
-  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
-  create->add_option("NAME", out.create.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(check_name);
-  create->add_option("--capacity", out.create.capacity, "messages the box holds (a power of two is fastest)")
+// The options of a box's geometry and behaviour that `create` and `pool
+// create` (for each member box) share.
+// `whose`: nullptr for a box, else what the options are of (" (each member box)").
+void add_box_options(CLI::App* sub, create_args& c, const char* whose) {
+  const std::string of = whose == nullptr ? std::string() : std::string(" (") + whose + ")";
+  sub->add_option("--capacity", c.capacity, "messages the box holds (a power of two is fastest)" + of)
       ->transform(decimal(1, shmbox::kMaxCapacity))
       ->capture_default_str();
-  create->add_option("--slot-size", out.create.slot_size, "largest message in bytes")
+  sub->add_option("--slot-size", c.slot_size, "largest message in bytes" + of)
       ->transform(decimal(1, shmbox::kMaxSlotSize))
       ->capture_default_str();
-  create->add_option("--policy", out.create.policy, "when full: reject|drop-newest|drop-oldest|lifo|block")
-      ->check(check_policy)
+  sub->add_option("--policy", c.policy, "when full: reject|drop-newest|drop-oldest|lifo|block" + of)
+      ->check(policy_check())
       ->capture_default_str();
-  create->add_option("--mode", out.create.mode, "file mode of the segment, always octal (0660 or 660), at most 0777")->check(check_mode)->capture_default_str();
-  create->add_option("--max-producers", out.create.max_producers, "producer handles attached at once")
+  sub->add_option("--mode", c.mode,
+                  std::string(whose == nullptr ? "file mode of the segment" : "file mode of the pool segment and of each member box") +
+                      ", always octal (0660 or 660), at most 0777")
+      ->check(mode_check())
+      ->capture_default_str();
+  sub->add_option("--max-producers", c.max_producers, "producer handles attached at once" + of)
       ->transform(decimal(1, shmbox::kMaxProducers))
       ->capture_default_str();
-  create->add_option("--block-timeout", out.create.block_timeout_ms, "policy block: default wait of a post, in ms")
+  sub->add_option("--block-timeout", c.block_timeout_ms, "policy block: default wait of a post, in ms" + of)
       ->transform(decimal(0, 86'400'000))
       ->capture_default_str();
+  sub->add_option("--lanes", c.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number" + of)
+      ->transform(decimal(1, shmbox::kMaxLanes))
+      ->capture_default_str();
+  sub->add_option("--spin-us", c.spin_us,
+                  "adaptive wait: a blocking receive or post polls this long before it sleeps (0: sleep at once)" + of)
+      ->transform(decimal(0, 1'000'000))
+      ->capture_default_str();
+}
+
+// The options of `watch` and `pool watch`.
+void add_watch_options(CLI::App* sub, watch_args& w) {
+  sub->add_option("--interval", w.interval_ms, "refresh this often (500 or 500ms, 2s, 1m)")
+      ->transform(duration_ms(50, 3'600'000))
+      ->capture_default_str();
+  sub->add_option("--count", w.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
+      ->transform(decimal(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
+  sub->add_flag("--plain", w.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+}
+
+// `shmbox pool ...`: its subcommands, which set out.cmd when parsed.
+struct pool_commands {
+  CLI::App* group = nullptr;
+  std::vector<std::pair<CLI::App*, command>> subs;
+};
+
+pool_commands add_pool_commands(CLI::App& app, parsed& out) {
+  pool_commands pc;
+  auto* pool = app.add_subcommand("pool", "Pools of members: worker processes that each own a box, taken and given back by consumers");
+  pool->require_subcommand(1);
+  pc.group = pool;
+  pool_args& p = out.pool;
+  pool_create_args& c = p.create;
+  constexpr std::uint64_t kDay = 86'400'000;
+
+  auto* create = pool->add_subcommand("create", "Create a pool; 'shmbox pool run NAME' then starts its members");
+  create->add_option("NAME", p.name, "pool name (the segment is /dev/shm/shmbox-pool.NAME)")->required()->check(pool_name_check());
+  create->add_option("--command", c.command,
+                     "what a member runs (/bin/sh -c CMD, with SHMBOX_POOL, SHMBOX_BOX, SHMBOX_MEMBER and "
+                     "SHMBOX_MEMBER_GENERATION set); it must take $SHMBOX_BOX within --start-timeout")
+      ->required()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            if (v.empty()) return std::string("empty: give the members' command, e.g. --command 'exec my-worker'");
+            if (v.size() > shmbox::kMaxPoolCommand)
+              return std::to_string(v.size()) + " bytes; at most " + std::to_string(shmbox::kMaxPoolCommand) +
+                     " (put a longer one in a script)";
+            return std::string();
+          },
+          "CMD"));
+  create->add_option("--init", c.init, "members the supervisor keeps started")
+      ->transform(decimal(0, shmbox::kMaxPoolMembers))
+      ->capture_default_str();
+  create->add_option("--max", c.max, "members at most (started on demand)")
+      ->transform(decimal(1, shmbox::kMaxPoolMembers))
+      ->capture_default_str();
+  create->add_option("--cull-after", c.cull_after_ms, "free members idle this long are stopped, down to --init (0: never)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  create->add_option("--queue-max", c.queue_max, "takers that may wait for a member at once (0: a take never waits)")
+      ->transform(decimal(0, shmbox::kMaxPoolClients))
+      ->capture_default_str();
+  create->add_option("--max-clients", c.max_clients, "pool handles (takers, supervisors) open at once")
+      ->transform(decimal(1, shmbox::kMaxPoolClients))
+      ->capture_default_str();
+  add_box_options(create, c.member, "each member box");
+  create->add_option("--group", c.group, "a group name: a take from the group (Pool::take_group) goes to its freest pool")
+      ->check(pool_name_check());
+  create->add_option("--dead-letters", c.dead_letters,
+                     "a box that receives the messages left in a stopped member's box (none: they are counted as lost)")
+      ->check(box_name_check());
+  create->add_option("--start-timeout", c.start_timeout_ms, "a member that does not own its box by then is stopped")
+      ->transform(duration_ms(1, kDay))
+      ->capture_default_str();
+  create->add_option("--stop-grace", c.stop_grace_ms, "stopping a member: SIGTERM, then SIGKILL after this")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  create->add_option("--health-interval", c.health_interval_ms, "ping each free member this often (0: no health checks)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  create->add_option("--health-timeout", c.health_timeout_ms, "a member that does not answer a ping within this is replaced")
+      ->transform(duration_ms(1, kDay))
+      ->capture_default_str();
+  pc.subs.emplace_back(create, command::pool_create);
+
+  auto* run = pool->add_subcommand("run", "Supervise a pool: start, restart and cull its members until SIGINT/SIGTERM or removal");
+  run->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  pc.subs.emplace_back(run, command::pool_run);
+
+  auto* ls = pool->add_subcommand("ls", "List every pool, a line each: members free, in use, starting, queue, supervisor");
+  ls->add_flag("--json", out.json, "a JSON array");
+  pc.subs.emplace_back(ls, command::pool_ls);
+
+  auto* stat = pool->add_subcommand("stat", "Show a pool: parameters, gauges, supervisor, members and counters");
+  stat->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  auto* stat_json = stat->add_flag("--json", out.json, "one JSON object");
+  stat->add_flag("--prometheus", out.prometheus, "the gauges and counters in the Prometheus text exposition format, labelled by pool")
+      ->excludes(stat_json);
+  pc.subs.emplace_back(stat, command::pool_stat);
+
+  auto* watch = pool->add_subcommand("watch", "A live view of a pool: members, takes and returns per second (q or Ctrl-C quits)");
+  watch->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  add_watch_options(watch, out.watch);
+  pc.subs.emplace_back(watch, command::pool_watch);
+
+  auto* rm = pool->add_subcommand("rm", "Remove a pool: its members stop (in use: when given back), then its segment goes");
+  rm->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  rm->add_flag("--now", p.now, "stop every member now, also those in use (their leases become stale)");
+  p.timeout_ms = 10'000;
+  rm->add_option("--timeout", p.timeout_ms, "wait this long for the members to stop and the segment to go (exit 3 if not)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  pc.subs.emplace_back(rm, command::pool_rm);
+
+  auto* take = pool->add_subcommand("take", "Take a member, post messages into its box, print it, give it back");
+  take->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  take->add_option("MESSAGE", p.messages, "messages to post into the member's box (none: one per line of stdin)");
+  auto* take_timeout = take->add_option("--timeout", p.timeout_ms, "wait this long for a member (0: never wait; exit 3 if none)")
+                           ->transform(duration_ms(0, kDay));
+  take->add_flag("--fail", p.fail, "give the member back as failed: it is stopped and replaced");
+  pc.subs.emplace_back(take, command::pool_take);
+  // rm and take share timeout_ms; take's default (5s) is set after parsing when --timeout is not given.
+  take->callback([&p, take_timeout] {
+    if (take_timeout->count() == 0) p.timeout_ms = 5000;
+  });
+
+  const std::pair<CLI::App*, const char*> examples[] = {
+      {pool, "Example: shmbox pool create jobs --command 'exec my-worker' --max 8    shmbox pool run jobs"},
+      {create, "Example: shmbox pool create jobs --command 'exec my-worker' --init 2 --max 8 --cull-after 5m --capacity 64"},
+      {run, "Example: shmbox pool run jobs >> jobs-supervisor.log    (a second one stands by and takes over)"},
+      {ls, "Example: shmbox pool ls    shmbox pool ls --json | jq '.[].name'"},
+      {stat, "Example: shmbox pool stat jobs --json | jq .members    shmbox pool stat jobs --prometheus > jobs.prom"},
+      {watch, "Example: shmbox pool watch jobs --interval 500ms    shmbox pool watch jobs --count 10 > jobs.log"},
+      {rm, "Example: shmbox pool rm jobs --timeout 30s    shmbox pool rm jobs --now\n"
+           "Exit status 3: members in use kept the pool past --timeout (it is still being removed)."},
+      {take, "Example: shmbox pool take jobs --timeout 2s 'job 1' 'job 2'    echo job | shmbox pool take jobs --fail\n"
+             "Exit status 3: no member before the timeout (or none free, with --timeout 0)."},
+  };
+  for (const auto& [sub, text] : examples) sub->footer(text);
+  return pc;
+}
+
+}  // namespace
+
+int parse_args(int argc, char** argv, parsed& out) {
+  CLI::App app{"shmbox: bounded mailboxes in POSIX shared memory.\n"
+               "Many producer processes post into a box; one owner process receives from it."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("shmbox 0.1.0"));
+  app.footer("Run 'shmbox COMMAND --help' for a command's options; the manual is shmbox(1).\n"
+             "Exit status: 0 success, 1 failure (one line on stderr says why), 2 usage error,\n"
+             "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused;\n"
+             "gc: skipped boxes it may not remove or that are not boxes, collected the rest;\n"
+             "pool take: no member before the timeout; pool rm: the pool outlived the timeout).");
+
+  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
+  create->add_option("NAME", out.create.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(box_name_check());
+  add_box_options(create, out.create, nullptr);
   auto check_lane_pair = [](bool policy_value) {
     return CLI::Validator(
         [policy_value](std::string& v) -> std::string {
@@ -130,9 +339,6 @@ int parse_args(int argc, char** argv, parsed& out) {
         },
         policy_value ? "LANE=POLICY" : "LANE=N");
   };
-  create->add_option("--lanes", out.create.lanes, "lanes (rings) in the box: lane 0 is the control lane, read first; then by number")
-      ->transform(decimal(1, shmbox::kMaxLanes))
-      ->capture_default_str();
   create->add_option("--default-lane", out.create.default_lane,
                      "the lane of a plain post (default: 1 with several lanes, so that ordinary traffic never takes "
                      "the control lane's room; 0 with one)")
@@ -143,18 +349,14 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->check(check_lane_pair(true));
   create->add_option("--dead-letters", out.create.dead_letters,
                      "a box that receives, with their origin, the messages this one drops or evicts")
-      ->check(check_name);
+      ->check(box_name_check());
   create->add_option("--lease-ms", out.create.lease_ms,
                      "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
       ->transform(decimal(0, 86'400'000))
       ->capture_default_str();
-  create->add_option("--spin-us", out.create.spin_us,
-                     "adaptive wait: a blocking receive or post polls this long before it sleeps (0: sleep at once)")
-      ->transform(decimal(0, 1'000'000))
-      ->capture_default_str();
 
   auto* post = app.add_subcommand("post", "Post messages: each argument is one; with none, one per line of stdin");
-  post->add_option("NAME", out.post.name, "box name")->required()->check(check_name);
+  post->add_option("NAME", out.post.name, "box name")->required()->check(box_name_check());
   post->add_option("MESSAGE", out.post.messages, "messages to post");
   post->add_option("--timeout", out.post.timeout_ms, "policy block: how long to wait for space, in ms (default: the box's)")
       ->transform(decimal(0, 86'400'000));
@@ -165,7 +367,7 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->excludes(lane_opt);
 
   auto* recv = app.add_subcommand("recv", "Receive messages as the box's owner, one per line, in delivery order");
-  recv->add_option("NAME", out.recv.name, "box name")->required()->check(check_name);
+  recv->add_option("NAME", out.recv.name, "box name")->required()->check(box_name_check());
   auto* max_opt = recv->add_option("--max", out.recv.max, "receive at most N messages")->transform(decimal(1, std::numeric_limits<std::size_t>::max()))->capture_default_str();
   auto* all_opt = recv->add_flag("--all", out.recv.all, "receive every message in the box")->excludes(max_opt);
   auto* recv_timeout = recv->add_option("--timeout", out.recv.timeout_ms,
@@ -185,24 +387,18 @@ int parse_args(int argc, char** argv, parsed& out) {
                  "while receiving, hand the box over when 'shmbox give-away NAME PID' asks for it");
 
   auto* stat = app.add_subcommand("stat", "Show a box: geometry, lanes, counters, owner, heirs, producers, last transfer");
-  stat->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  stat->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   auto* stat_json = stat->add_flag("--json", out.json, "one JSON object");
   stat->add_flag("--prometheus", out.prometheus,
                  "the counters in the Prometheus text exposition format, labelled by box and lane")
       ->excludes(stat_json);
 
   auto* watch = app.add_subcommand("watch", "A live view of a box: depth per lane, rates, owner and heirs (q or Ctrl-C quits)");
-  watch->add_option("NAME", out.name, "box name")->required()->check(check_name);
-  watch->add_option("--interval", out.watch.interval_ms, "refresh every MS milliseconds")
-      ->transform(decimal(50, 3'600'000))
-      ->capture_default_str();
-  watch->add_option("--count", out.watch.count, "stop after N refreshes (0: until q, Ctrl-C or SIGTERM)")
-      ->transform(decimal(0, std::numeric_limits<std::uint64_t>::max()))
-      ->capture_default_str();
-  watch->add_flag("--plain", out.watch.plain, "a line per refresh, also on a terminal (the default when not a terminal)");
+  watch->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
+  add_watch_options(watch, out.watch);
 
   auto* dump = app.add_subcommand("dump", "Show the messages in a box without taking them (the owner is not disturbed)");
-  dump->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  dump->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   dump->add_option("--max", out.dump.max, "show at most N messages")
       ->transform(decimal(1, std::numeric_limits<std::size_t>::max()))
       ->capture_default_str();
@@ -211,7 +407,7 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->excludes(dump_hex);
 
   auto* give = app.add_subcommand("give-away", "Ask a box's owner to hand the box to a waiting process (if the owner accepts requests)");
-  give->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  give->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   auto* give_pid = give->add_option("PID", out.give_away.pid,
                                     "the process to hand it to: an heir or listener of the box, by its pid in this pid namespace")
                        ->transform(decimal(1, 4'194'304));
@@ -233,14 +429,14 @@ int parse_args(int argc, char** argv, parsed& out) {
   ls->add_flag("--json", out.json, "a JSON array");
 
   auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
-  heirs->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  heirs->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   heirs->add_flag("--json", out.json, "a JSON array");
 
   auto* rm = app.add_subcommand("rm", "Remove a box (processes that have it open keep using it)");
-  rm->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  rm->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
 
   auto* verify = app.add_subcommand("verify", "Check a box's segment against every invariant; exit 1 with the reasons when broken");
-  verify->add_option("NAME", out.name, "box name")->required()->check(check_name);
+  verify->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   verify->add_flag("--json", out.json, "one JSON object");
 
   auto* gc = app.add_subcommand("gc", "Remove boxes nobody uses: owner, heirs and producers all dead, and empty");
@@ -248,6 +444,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   gc->add_flag("--include-nonempty", out.include_nonempty, "also boxes that still hold messages (they are lost)");
   gc->add_option("--prefix", out.prefix, "only boxes whose names start with PREFIX");
   gc->add_flag("--json", out.json, "a JSON array of the boxes removed");
+
+  const pool_commands pool = add_pool_commands(app, out);
 
   // Examples, shown at the end of each command's --help.
   const std::pair<CLI::App*, const char*> examples[] = {
@@ -278,7 +476,14 @@ int parse_args(int argc, char** argv, parsed& out) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    say(std::string(e.what()) + " (run 'shmbox --help')");
+    // Under `pool`, point at the pool command's own help.
+    std::string help = "shmbox --help";
+    if (pool.group->parsed()) {
+      help = "shmbox pool --help";
+      for (const auto& [sub, cmd] : pool.subs)
+        if (sub->parsed()) help = "shmbox pool " + sub->get_name() + " --help";
+    }
+    say(std::string(e.what()) + " (run '" + help + "')");
     return kExitUsage;
   }
 
@@ -288,6 +493,24 @@ int parse_args(int argc, char** argv, parsed& out) {
     say("--dead-letters " + out.create.dead_letters + ": a box cannot be its own dead-letter box (run 'shmbox create --help')");
     return kExitUsage;
   }
+
+  for (const auto& [sub, cmd] : pool.subs)
+    if (sub->parsed()) out.cmd = cmd;
+  if (out.cmd == command::pool_create) {
+    const pool_create_args& c = out.pool.create;
+    if (c.init > c.max) {
+      say("--init " + std::to_string(c.init) + " is more than --max " + std::to_string(c.max) +
+          ": the supervisor cannot keep more members started than the pool may have (raise --max or lower --init)");
+      return kExitUsage;
+    }
+    if (c.queue_max > c.max_clients) {
+      say("--queue-max " + std::to_string(c.queue_max) + " is more than --max-clients " + std::to_string(c.max_clients) +
+          ": every waiting taker holds a client entry (raise --max-clients or lower --queue-max)");
+      return kExitUsage;
+    }
+    return -1;
+  }
+  if (out.cmd != command::none) return -1;
 
   const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv},
                                                    {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shmbox/pool.hpp"
+
 namespace shmbox_cli {
 
 constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2, kExitRefused = 3;
@@ -69,7 +71,40 @@ struct give_away_args {
   bool any_owner = false;
 };
 
-enum class command { none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away };
+// `shmbox pool create`: the pool's parameters (defaults: shmbox::pool_options).
+// Durations are in milliseconds (the parser reads 250, 250ms, 2s, 1m, 1h).
+struct pool_create_args {
+  std::string command;
+  std::uint32_t init = shmbox::pool_options{}.init_count;
+  std::uint32_t max = shmbox::pool_options{}.max_count;
+  std::uint64_t cull_after_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.cull_after.count());
+  std::uint32_t queue_max = shmbox::pool_options{}.queue_max;
+  std::uint32_t max_clients = shmbox::pool_options{}.max_clients;
+  std::string group;
+  std::string dead_letters;
+  std::uint64_t start_timeout_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.start_timeout.count());
+  std::uint64_t stop_grace_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.stop_grace.count());
+  std::uint64_t health_interval_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.health_interval.count());
+  std::uint64_t health_timeout_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.health_timeout.count());
+  // Each member box: capacity, slot size, policy, lanes, max producers, block
+  // timeout, spin and mode (also the pool segment's); `name` is unused.
+  create_args member;
+};
+
+// `shmbox pool ...`
+struct pool_args {
+  std::string name;
+  pool_create_args create;
+  std::uint64_t timeout_ms = 0;  // rm: for the members to stop; take: for a member
+  bool now = false;              // rm: immediate removal
+  bool fail = false;             // take: give the member back as failed
+  std::vector<std::string> messages;  // take
+};
+
+enum class command {
+  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away,
+  pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_take,
+};
 
 struct parsed {
   command cmd = command::none;
@@ -79,6 +114,7 @@ struct parsed {
   watch_args watch;
   dump_args dump;
   give_away_args give_away;
+  pool_args pool;
   std::string name;  // stat, heirs, rm, verify, watch, dump, give-away
   bool json = false;
   bool prometheus = false;        // stat

@@ -1,26 +1,107 @@
-// tools/commands.hpp - the shmbox commands that live in their own files.
+// tools/commands.hpp - the shmbox commands that live in their own files, and
+// what those files share.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "cli_args.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
+#include "shmbox/pool.hpp"
+#include "shmbox/producer.hpp"
 
 namespace shmbox_cli {
 
-// tools/watch.cpp: write(2) all of [p, p + n) to `fd`: a write cut short (a
-// signal, a full pipe taking part of it) is completed, EINTR retried (also
-// from a signal handler: async-signal-safe). false on an error (errno set).
+// ---- tools/shmbox.cpp ---------------------------------------------------------
+
+// Says shmbox::explain(ec) (one line on stderr); returns kExitFail.
+int fail(const std::error_code& ec);
+// "0600".
+std::string octal(std::uint32_t mode);
+// The box options of `shmbox create` (and of each member box of `shmbox pool
+// create`): geometry, policy, lanes (all of `capacity` and `policy`), mode,
+// producers, block timeout, lease, spin, dead letters. Validated by the parser.
+shmbox::options box_options(const create_args& a);
+// Posts each of `messages`, or with none each line of stdin, into `box`
+// through `producer`; a message not stored gets a line on stderr. Returns
+// kExitOk, kExitRefused (some were refused: full, dropped, timeout) or
+// kExitFail (too large, or the box cannot be used).
+int post_messages(shmbox::Producer& producer, const std::string& box, const std::vector<std::string>& messages,
+                  const shmbox::post_options& how);
+
+// ---- tools/watch.cpp ----------------------------------------------------------
+
+// write(2) all of [p, p + n) to `fd`: a write cut short (a signal, a full
+// pipe taking part of it) is completed, EINTR retried (also from a signal
+// handler: async-signal-safe). false on an error (errno set).
 bool write_all(int fd, const char* p, std::size_t n);
 
-// tools/watch.cpp: `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM
-// or --count refreshes; a line per refresh when stdout is not a terminal.
+// `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM or --count
+// refreshes; a line per refresh when stdout is not a terminal.
 int cmd_watch(const parsed& a);
 
-// tools/metrics.cpp: the box's figures in the Prometheus text exposition
-// format (version 0.0.4): one metric family per counter, labelled by box and lane.
+// One line of a full-screen frame.
+struct view_line {
+  std::string text;
+  const char* attr = nullptr;  // SGR for the whole line (bold, reverse), or none
+};
+
+// What a live view shows (`shmbox watch`, `shmbox pool watch`); the loop,
+// the terminal, the keys and the signals are run_live_view's.
+class live_view {
+ public:
+  virtual ~live_view() = default;
+  virtual std::string header(std::uint32_t interval_ms) = 0;  // plain mode: the '#' line, with its '\n'
+  virtual void refresh() = 0;                                 // takes a new sample
+  virtual std::string line() = 0;                             // plain mode: the last sample, one line with its '\n'
+  virtual std::vector<view_line> frame(std::uint32_t interval_ms, bool utf8) = 0;  // full screen: the last sample
+};
+
+// Runs `view` until q, Ctrl-C, SIGTERM or w.count refreshes: full screen on a
+// terminal (unless w.plain), else a line per refresh. Returns the exit code.
+int run_live_view(live_view& view, const watch_args& w);
+
+// Helpers of the views.
+std::string utc_stamp(std::chrono::system_clock::time_point t);  // "2026-11-24T11:39:35.123Z"
+// The bold first line of a frame: `title` left, local time and interval right, 79 columns.
+std::string title_line(const std::string& title, std::chrono::system_clock::time_point when, std::uint32_t interval_ms);
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));  // snprintf into a string (512 bytes at most)
+std::string printable(const std::string& s);  // text from a segment made safe for a terminal
+// [#####.....]: depth/capacity in `width` cells (eighths of a cell in UTF-8).
+std::string bar(std::uint64_t depth, std::uint32_t capacity, unsigned width, bool utf8);
+// (now - before) / seconds; 0 for a counter that went backwards.
+double per_second(std::uint64_t now, std::uint64_t before, double seconds);
+std::string rate_string(double per_second);  // "1500", "2.5", "0"
+
+// ---- tools/metrics.cpp --------------------------------------------------------
+
+// The box's figures in the Prometheus text exposition format (version 0.0.4):
+// one metric family per counter, labelled by box and lane.
 std::string prometheus_text(const shmbox::box_info& info);
+// The pool's gauges and counters, the same way: one family each, labelled by pool.
+std::string prometheus_pool_text(const shmbox::pool_info& info);
+
+// Every counter of shmbox::pool_counters, in order, once: its key ("takes";
+// the JSON key, the stat line, shmbox_pool_<key>_total), what it counts, the field.
+struct pool_counter_field {
+  const char* key;
+  const char* help;
+  std::uint64_t shmbox::pool_counters::*field;
+};
+std::span<const pool_counter_field> pool_counter_fields();
+
+// ---- tools/pool_cmds.cpp ------------------------------------------------------
+
+// `shmbox pool create|run|ls|stat|watch|rm|take`.
+int cmd_pool(const parsed& a);
+// Member box name -> pool name, for every pool that can be inspected now.
+std::map<std::string, std::string> pool_of_boxes();
 
 }  // namespace shmbox_cli

@@ -9,9 +9,17 @@
 // lane="L", one sample per lane and no box-wide sum beside them (sum them
 // with `sum by (box)`: the box's counters are exactly the lanes' sums).
 // Label values are escaped (\\, \", \n), and so is HELP text (\\, \n).
+//
+// `shmbox pool stat NAME --prometheus` is written the same way, labelled by
+// pool="NAME": shmbox_pool_<counter>_total for each counter of
+// shmbox::pool_counters, gauges for the members in each state (label state),
+// the queue, the clients and the supervisor, and per member its box's depth
+// and its leases (labels member, box).
 #include <cstdint>
 #include <string>
+#include <span>
 #include <string_view>
+#include <utility>
 
 #include "commands.hpp"
 
@@ -86,7 +94,8 @@ std::string seconds_from_ns(std::int64_t ns) { return fixed_point(ns < 0 ? 0 : s
 
 class exposition {
  public:
-  explicit exposition(std::string_view box) : box_(escape_label_value(box)) {}
+  // Every sample is labelled `key`="value" (box="jobs", pool="workers").
+  exposition(std::string_view key, std::string_view value) : first_(std::string(key) + "=\"" + escape_label_value(value) + "\"") {}
 
   // Starts a family: its HELP and TYPE lines.
   void family(std::string_view name, std::string_view type, std::string_view help) {
@@ -104,16 +113,15 @@ class exposition {
   // One sample: name{box="...",<extra>} value. `extra` is `,k="v",...` (values escaped).
   void sample(std::string_view name, const std::string& value, const std::string& extra = {}) {
     out_ += name;
-    out_ += "{box=\"";
-    out_ += box_;
-    out_ += '"';
+    out_ += '{';
+    out_ += first_;
     out_ += extra;
     out_ += "} ";
     out_ += value;
     out_ += '\n';
   }
 
-  // A family with a single sample labelled by box only.
+  // A family with a single sample labelled by box (pool) only.
   void single(std::string_view name, std::string_view type, std::string_view help, const std::string& value) {
     family(name, type, help);
     sample(name, value);
@@ -122,7 +130,7 @@ class exposition {
   std::string take() { return std::move(out_); }
 
  private:
-  std::string box_;
+  std::string first_;
   std::string out_;
 };
 
@@ -168,7 +176,7 @@ constexpr counter_family kCounters[] = {
 }  // namespace
 
 std::string prometheus_text(const shmbox::box_info& i) {
-  exposition e(i.name);
+  exposition e("box", i.name);
   const auto lane_label = [](std::size_t l) { return label("lane", std::to_string(l)); };
 
   e.family("shmbox_box_info", "gauge", "Constant 1; the labels tell the box's default policy and dead-letter box (\"\": none).");
@@ -226,5 +234,85 @@ std::string prometheus_text(const shmbox::box_info& i) {
   }
   return e.take();
 }
+
+// ---- pools ----------------------------------------------------------------------
+
+namespace {
+
+constexpr pool_counter_field kPoolCounters[] = {
+    {"takes", "Leases given (members taken).", &shmbox::pool_counters::takes},
+    {"returns_ok", "Members given back ok.", &shmbox::pool_counters::returns_ok},
+    {"returns_fail", "Members given back as failed (stopped and replaced).", &shmbox::pool_counters::returns_fail},
+    {"no_members_at_capacity", "Takes refused: none free and max members reached.",
+     &shmbox::pool_counters::no_members_at_capacity},
+    {"no_members_queue_full", "Takes refused: the queue of waiting takers was full.",
+     &shmbox::pool_counters::no_members_queue_full},
+    {"no_members_starting", "Takes with timeout 0 refused while a member was being started.",
+     &shmbox::pool_counters::no_members_starting},
+    {"take_timeouts", "Takes that waited in vain.", &shmbox::pool_counters::take_timeouts},
+    {"queue_max_reached", "Times the queue of waiting takers became full.", &shmbox::pool_counters::queue_max_reached},
+    {"granted", "Members handed straight to a waiting taker.", &shmbox::pool_counters::granted},
+    {"killed_free_culled", "Idle members stopped by cull-after.", &shmbox::pool_counters::killed_free_culled},
+    {"killed_free_unhealthy", "Free members stopped because they failed the health check.",
+     &shmbox::pool_counters::killed_free_unhealthy},
+    {"killed_in_use", "Members stopped because their holder died holding them.", &shmbox::pool_counters::killed_in_use},
+    {"crashed", "Members whose worker died on its own (restarted).", &shmbox::pool_counters::crashed},
+    {"start_failures", "Members that did not own their box within the start timeout.", &shmbox::pool_counters::start_failures},
+    {"starts", "Worker processes started.", &shmbox::pool_counters::starts},
+    {"double_returns", "Give-backs of a lease given back already.", &shmbox::pool_counters::double_returns},
+    {"stale_returns", "Give-backs of a member replaced while leased.", &shmbox::pool_counters::stale_returns},
+    {"dead_lettered", "Messages of stopped members moved to the dead-letter box.", &shmbox::pool_counters::dead_lettered},
+    {"lost", "Messages of stopped members that no dead-letter box took.", &shmbox::pool_counters::lost},
+};
+
+}  // namespace
+
+std::string prometheus_pool_text(const shmbox::pool_info& i) {
+  exposition e("pool", i.name);
+  e.family("shmbox_pool_info", "gauge", "Constant 1; the labels tell the pool's group and dead-letter box (\"\": none).");
+  e.sample("shmbox_pool_info", "1", label("group", i.group) + label("dead_letters", i.dead_letters));
+
+  e.family("shmbox_pool_members", "gauge", "Members in each state now.");
+  const std::pair<const char*, std::uint32_t> states[] = {
+      {"free", i.free}, {"in_use", i.in_use}, {"starting", i.starting}, {"checking", i.checking}, {"stopping", i.stopping}};
+  for (const auto& [state, n] : states) e.sample("shmbox_pool_members", num(n), label("state", state));
+
+  e.single("shmbox_pool_members_init", "gauge", "Members the supervisor keeps started.", num(i.init_count));
+  e.single("shmbox_pool_members_max", "gauge", "Members the pool may have at most.", num(i.max_count));
+  e.single("shmbox_pool_queued", "gauge", "Takers waiting for a member now.", num(i.queued));
+  e.single("shmbox_pool_queue_max", "gauge", "Takers that may wait at once.", num(i.queue_max));
+  e.single("shmbox_pool_clients", "gauge", "Live pool handles (takers, supervisors, standbys).", num(i.clients));
+  e.single("shmbox_pool_clients_max", "gauge", "Pool handles that may be open at once.", num(i.max_clients));
+  e.single("shmbox_pool_supervisor_pid", "gauge", "Process id of the supervisor (0: none).", num(i.supervisor_pid));
+  e.single("shmbox_pool_supervisor_alive", "gauge", "1 if the supervisor process is alive.", flag(i.supervisor_alive));
+  e.single("shmbox_pool_supervisor_epoch", "gauge", "Supervisor epoch: +1 on every change of supervisor.",
+           num(i.supervisor_epoch));
+  e.single("shmbox_pool_standbys", "gauge", "Live supervisors standing by.", num(i.standbys));
+  e.single("shmbox_pool_removing", "gauge", "1 while the pool is being removed.", flag(!i.removing.empty()));
+  e.single("shmbox_pool_cull_after_seconds", "gauge", "Idle time after which a free member is stopped (0: never).",
+           seconds_from_ms(i.cull_after.count()));
+  e.single("shmbox_pool_start_timeout_seconds", "gauge", "Time a new member has to own its box.",
+           seconds_from_ms(i.start_timeout.count()));
+  e.single("shmbox_pool_health_interval_seconds", "gauge", "Interval of the health checks (0: none).",
+           seconds_from_ms(i.health_interval.count()));
+  e.single("shmbox_pool_segment_bytes", "gauge", "Size of the pool's shared-memory segment.", num(i.segment_bytes));
+
+  e.family("shmbox_pool_member_depth_messages", "gauge", "Messages in each member's box now.");
+  for (const auto& m : i.members)
+    e.sample("shmbox_pool_member_depth_messages", num(m.depth), label("member", std::to_string(m.index)) + label("box", m.box));
+  e.family("shmbox_pool_member_leases_total", "counter", "Times each member was taken (a replacement starts at 0).");
+  for (const auto& m : i.members)
+    e.sample("shmbox_pool_member_leases_total", num(m.leases), label("member", std::to_string(m.index)) + label("box", m.box));
+
+  // One family per counter: shmbox_pool_<key>_total.
+  for (const pool_counter_field& c : kPoolCounters) {
+    const std::string name = std::string("shmbox_pool_") + c.key + "_total";
+    e.family(name, "counter", c.help);
+    e.sample(name, num(i.count.*c.field));
+  }
+  return e.take();
+}
+
+std::span<const pool_counter_field> pool_counter_fields() { return kPoolCounters; }
 
 }  // namespace shmbox_cli

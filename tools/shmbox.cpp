@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,10 +24,7 @@
 #include "commands.hpp"
 #include "shmbox/shmbox.hpp"
 
-namespace {
-
-using namespace shmbox_cli;
-using json = nlohmann::ordered_json;
+namespace shmbox_cli {
 
 int fail(const std::error_code& ec) {
   say(shmbox::explain(ec));
@@ -38,6 +36,68 @@ std::string octal(std::uint32_t mode) {
   std::snprintf(buf, sizeof buf, "%04o", mode);
   return buf;
 }
+
+shmbox::options box_options(const create_args& a) {
+  shmbox::options o;
+  o.capacity = a.capacity;
+  o.slot_size = a.slot_size;
+  o.overflow = *shmbox::parse_policy(a.policy);  // validated by the option's check
+  o.mode = static_cast<std::uint32_t>(std::stoul(a.mode, nullptr, 8));
+  o.max_producers = a.max_producers;
+  o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
+  o.lease = std::chrono::milliseconds(a.lease_ms);
+  o.spin = std::chrono::microseconds(a.spin_us);
+  o.dead_letters = a.dead_letters;
+  if (a.lanes > 1) o.lanes.resize(a.lanes);
+  return o;
+}
+
+int post_messages(shmbox::Producer& producer, const std::string& box, const std::vector<std::string>& messages,
+                  const shmbox::post_options& how) {
+  int worst = kExitOk;
+  std::size_t index = 0;
+  auto post_one = [&](const std::string& msg) {
+    ++index;
+    const shmbox::post_status st = producer.post(msg, how);
+    if (shmbox::is_stored(st)) return;
+    const std::string which = "message " + std::to_string(index);
+    switch (st) {
+      case shmbox::post_status::full:
+        say(which + " refused: full (box '" + box + "' is full, policy reject)");
+        break;
+      case shmbox::post_status::dropped:
+        say(which + " refused: dropped (box '" + box + "' is full, policy drop-newest)");
+        break;
+      case shmbox::post_status::timeout:
+        say(which + " refused: timeout (no space in box '" + box + "' before the timeout)");
+        break;
+      case shmbox::post_status::too_large:
+        say(which + " refused: too large (" + std::to_string(msg.size()) + " bytes; box '" + box + "' takes at most " +
+            std::to_string(producer.max_message_size()) + ", see --slot-size)");
+        worst = kExitFail;
+        return;
+      default:
+        say(which + ": " + shmbox::explain(producer.last_error()));
+        worst = kExitFail;
+        return;
+    }
+    if (worst == kExitOk) worst = kExitRefused;
+  };
+  if (!messages.empty()) {
+    for (const auto& m : messages) post_one(m);
+  } else {
+    std::string line;
+    while (std::getline(std::cin, line)) post_one(line);
+  }
+  return worst;
+}
+
+}  // namespace shmbox_cli
+
+namespace {
+
+using namespace shmbox_cli;
+using json = nlohmann::ordered_json;
 
 json counters_json(const shmbox::counters& c) {
   return json{{"posted", c.posted},
@@ -173,16 +233,7 @@ std::pair<std::uint32_t, std::string> lane_pair(const std::string& s) {
 }
 
 int cmd_create(const create_args& a) {
-  shmbox::options o;
-  o.capacity = a.capacity;
-  o.slot_size = a.slot_size;
-  o.overflow = *shmbox::parse_policy(a.policy);  // validated by the option's check
-  o.mode = static_cast<std::uint32_t>(std::stoul(a.mode, nullptr, 8));
-  o.max_producers = a.max_producers;
-  o.block_timeout = std::chrono::milliseconds(a.block_timeout_ms);
-  o.lease = std::chrono::milliseconds(a.lease_ms);
-  o.spin = std::chrono::microseconds(a.spin_us);
-  o.dead_letters = a.dead_letters;
+  shmbox::options o = box_options(a);
   if (a.default_lane >= 0) {
     if (a.default_lane >= a.lanes) {
       std::cerr << "shmbox: --default-lane " << a.default_lane << ": the box has lanes 0.." << a.lanes - 1 << " (see --lanes)\n";
@@ -226,46 +277,11 @@ int cmd_post(const post_args& a) {
   if (!box) return fail(box.error());
   auto producer = shmbox::Producer::attach(*box);
   if (!producer) return fail(producer.error());
-  int worst = kExitOk;
-  std::size_t index = 0;
-  auto post_one = [&](const std::string& msg) {
-    ++index;
-    // No --lane: a plain post, into the box's default lane.
-    const std::uint32_t lane = a.lane < 0 ? box->default_lane() : static_cast<std::uint32_t>(a.lane);
-    const shmbox::post_status st = a.timeout_ms < 0 ? producer->post(msg, {.lane = lane})
-                                                    : producer->post(msg, {.lane = lane, .timeout = std::chrono::milliseconds(a.timeout_ms)});
-    if (shmbox::is_stored(st)) return true;
-    const std::string which = "message " + std::to_string(index);
-    switch (st) {
-      case shmbox::post_status::full:
-        say(which + " refused: full (box '" + a.name + "' is full, policy reject)");
-        break;
-      case shmbox::post_status::dropped:
-        say(which + " refused: dropped (box '" + a.name + "' is full, policy drop-newest)");
-        break;
-      case shmbox::post_status::timeout:
-        say(which + " refused: timeout (no space in box '" + a.name + "' before the timeout)");
-        break;
-      case shmbox::post_status::too_large:
-        say(which + " refused: too large (" + std::to_string(msg.size()) + " bytes; box '" + a.name + "' takes at most " +
-            std::to_string(producer->max_message_size()) + ", see --slot-size)");
-        worst = kExitFail;
-        return false;
-      default:
-        say(which + ": " + shmbox::explain(producer->last_error()));
-        worst = kExitFail;
-        return false;
-    }
-    if (worst == kExitOk) worst = kExitRefused;
-    return false;
-  };
-  if (!a.messages.empty()) {
-    for (const auto& m : a.messages) post_one(m);
-  } else {
-    std::string line;
-    while (std::getline(std::cin, line)) post_one(line);
-  }
-  return worst;
+  // No --lane: a plain post, into the box's default lane; no --timeout: the box's block timeout.
+  shmbox::post_options how;
+  if (a.lane >= 0) how.lane = static_cast<std::uint32_t>(a.lane);
+  if (a.timeout_ms >= 0) how.timeout = std::chrono::milliseconds(a.timeout_ms);
+  return post_messages(*producer, a.name, a.messages, how);
 }
 
 // ---- recv -----------------------------------------------------------------
@@ -498,7 +514,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
 // to another uid). A segment that cannot be opened as a box gets a mark
 // (CORRUPT, INCOMPLETE, NO-ACCESS, UNUSABLE; NOT-A-BOX for a FIFO, link or
 // anything else that is not a regular file) and a short reason instead of
-// the columns.
+// the columns. POOL, last: the pool a member box belongs to (shmbox pool
+// stat); empty for other boxes, and the column is left out when no listed box
+// is a member (so existing parsers of ls still find DROPS or MARKS last).
 
 std::uint64_t drops_of(const shmbox::counters& c) {
   return c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest + c.filtered + c.abandoned;
@@ -539,11 +557,14 @@ int cmd_ls(bool as_json) {
   auto names = shmbox::Box::list();
   if (!names) return fail(names.error());
   const std::uint32_t my_uid = ::geteuid();
+  // The pool each member box belongs to (the POOL column, "pool" in JSON).
+  const std::map<std::string, std::string> pools = pool_of_boxes();
   json all = json::array();
   struct row {
     std::string name;
     std::vector<std::string> cells;  // the columns after NAME; empty for an unusable segment
     std::string marks;
+    std::string pool;  // "" when the box is no pool's member
   };
   std::vector<row> rows;
   for (const auto& n : *names) {
@@ -571,17 +592,20 @@ int cmd_ls(bool as_json) {
         for (auto& ch : status) ch = ch == '-' ? '_' : static_cast<char>(ch - 'A' + 'a');
         all.push_back(json{{"name", n}, {"error", shmbox::explain(box.error())}, {"status", status}, {"reason", reason}});
       } else {
-        rows.push_back({n, {}, mark + "  unusable: " + reason});
+        rows.push_back({n, {}, mark + "  unusable: " + reason, {}});
       }
       continue;
     }
     const shmbox::box_info i = shmbox::info(*box);
     const bool foreign = i.uid != my_uid;
+    const auto member_of = pools.find(n);
+    const std::string pool = member_of == pools.end() ? std::string() : member_of->second;
     if (as_json) {
       json j = info_json(i);
       j["status"] = "ok";
       j["drops"] = drops_of(i.count);
       j["foreign"] = foreign;
+      j["pool"] = pool.empty() ? json(nullptr) : json(pool);
       all.push_back(std::move(j));
       continue;
     }
@@ -592,7 +616,8 @@ int cmd_ls(bool as_json) {
                     {std::string(shmbox::to_string(i.overflow)), std::to_string(i.depth) + "/" + std::to_string(i.capacity),
                      fill_bar(i.depth, i.capacity), owner_cell(i.owner), i.owner.pid == 0 ? "-" : i.owner.state,
                      std::to_string(i.heirs.size()), std::to_string(drops_of(i.count))},
-                    marks});
+                    marks,
+                    pool});
   }
   if (as_json) {
     std::cout << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";  // as in stat --json
@@ -605,30 +630,45 @@ int cmd_ls(bool as_json) {
   const std::vector<bool> right = {false, true, false, false, false, true, true};
   std::vector<std::size_t> width(heads.size());
   for (std::size_t c = 0; c < heads.size(); ++c) width[c] = heads[c].size();
-  std::size_t marks_width = 0, name_width = 4;
+  // MARKS and POOL, the last columns, are there only when some row has one
+  // (a row without one ends at DROPS or MARKS).
+  std::size_t marks_width = 0, pool_width = 0, name_width = 4;
   for (const auto& r : rows) {
     name_width = std::max(name_width, r.name.size());
     if (r.cells.empty()) continue;
     for (std::size_t c = 0; c < heads.size(); ++c) width[c] = std::max(width[c], r.cells[c].size());
     marks_width = std::max(marks_width, r.marks.size());
+    pool_width = std::max(pool_width, r.pool.size());
   }
+  if (marks_width != 0 && pool_width != 0) marks_width = std::max<std::size_t>(marks_width, 5);  // "MARKS"
   std::size_t rest = 0;
   for (const std::size_t w : width) rest += w + 1;
   if (marks_width != 0) rest += marks_width + 1;
-  constexpr std::size_t kColumns = 100;
+  // POOL takes from NAME at most 13 columns; past what is left of the 100, a
+  // pool name is cut ("~" at its end; the box's own name starts with it).
+  constexpr std::size_t kColumns = 100, kPoolReserve = 12;
+  const std::size_t rest_without_pool = rest;
+  if (pool_width != 0) rest += std::clamp<std::size_t>(pool_width, 4, kPoolReserve) + 1;
   name_width = std::min(name_width, kColumns > rest + 12 ? kColumns - rest - 1 : std::size_t{12});
+  const std::size_t used = name_width + rest_without_pool + 1;  // up to the POOL cell
+  if (pool_width != 0 && used + pool_width >= kColumns) pool_width = used + 4 < kColumns ? kColumns - 1 - used : 4;
+  auto pool_cell = [&](const std::string& pool) {
+    return pool.size() <= pool_width ? pool : pool.substr(0, pool_width - 1) + "~";
+  };
   auto pad = [](const std::string& s, std::size_t w, bool to_right) {
     if (s.size() >= w) return s;
     return to_right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
   };
-  auto print_line = [&](const std::string& name, const std::vector<std::string>& cells, const std::string& marks) {
+  auto print_line = [&](const std::string& name, const std::vector<std::string>& cells, const std::string& marks,
+                        const std::string& pool) {
     std::string line = pad(name, name_width, false);
     for (std::size_t c = 0; c < cells.size(); ++c) line += " " + pad(cells[c], width[c], right[c]);
-    if (!marks.empty()) line += " " + marks;
+    if (marks_width != 0) line += " " + pad(marks, marks_width, false);
+    if (!pool.empty()) line += " " + pool_cell(pool);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::cout << line << "\n";
   };
-  print_line("NAME", heads, marks_width != 0 ? "MARKS" : "");
+  print_line("NAME", heads, marks_width != 0 ? "MARKS" : "", pool_width != 0 ? "POOL" : "");
   for (const auto& r : rows) {
     if (r.cells.empty()) {  // unusable: the name in full, then the mark and reason
       std::cout << pad(r.name, name_width, false) << " " << r.marks << "\n";
@@ -636,9 +676,9 @@ int cmd_ls(bool as_json) {
     }
     if (r.name.size() > name_width) {
       std::cout << r.name << "\n";
-      print_line("", r.cells, r.marks);
+      print_line("", r.cells, r.marks, r.pool);
     } else {
-      print_line(r.name, r.cells, r.marks);
+      print_line(r.name, r.cells, r.marks, r.pool);
     }
   }
   return kExitOk;
@@ -840,6 +880,13 @@ int main(int argc, char** argv) {
     case command::watch: return cmd_watch(a);
     case command::dump: return cmd_dump(a);
     case command::give_away: return cmd_give_away(a);
+    case command::pool_create:
+    case command::pool_run:
+    case command::pool_ls:
+    case command::pool_stat:
+    case command::pool_watch:
+    case command::pool_rm:
+    case command::pool_take: return cmd_pool(a);
     case command::none: break;
   }
   return kExitUsage;

@@ -1,5 +1,7 @@
 // tools/watch.cpp - `shmbox watch NAME [--interval MS] [--count N] [--plain]`:
-// a live, read-only view of a box, refreshed every interval (top-like).
+// a live, read-only view of a box, refreshed every interval (top-like). The
+// loop, terminal and signal handling below (run_live_view) also serve
+// `shmbox pool watch` (tools/pool_cmds.cpp), which brings its own live_view.
 //
 // The box is opened with Box::inspect (read-only: nothing in the segment is
 // written) and read with shmbox::info() at each refresh. Rates are counter
@@ -184,11 +186,22 @@ struct rates {
   double posted = 0, delivered = 0, dropped = 0, rejected = 0;
 };
 
+}  // namespace
+
 // A counter that went backwards (a scribbled segment) is a rate of 0, never negative.
 double per_second(std::uint64_t now, std::uint64_t before, double seconds) {
   if (now <= before || seconds <= 0) return 0;
   return static_cast<double>(now - before) / seconds;
 }
+
+std::string rate_string(double v) {
+  char buf[32];
+  if (v >= 100 || v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+namespace {
 
 rates rates_between(const sample& before, const sample& now) {
   const double s = std::chrono::duration<double>(now.at - before.at).count();
@@ -200,11 +213,7 @@ rates rates_between(const sample& before, const sample& now) {
 // "1500", "2.5", "0"; "-" before there is a rate.
 std::string rate_text(const std::optional<rates>& r, double rates::*which) {
   if (!r) return "-";
-  const double v = (*r).*which;
-  char buf[32];
-  if (v >= 100 || v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
+  return rate_string((*r).*which);
 }
 
 const char* owner_status(const shmbox::owner_info& o) {
@@ -217,6 +226,8 @@ std::size_t heirs_alive(const shmbox::box_info& i) {
   return static_cast<std::size_t>(std::count_if(i.heirs.begin(), i.heirs.end(), [](const shmbox::heir_info& h) { return h.alive; }));
 }
 
+}  // namespace
+
 std::string utc_stamp(wall::time_point t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   const time_t secs = static_cast<time_t>(ms / 1000);
@@ -227,6 +238,8 @@ std::string utc_stamp(wall::time_point t) {
                 g.tm_hour, g.tm_min, g.tm_sec, static_cast<int>(ms % 1000));
   return buf;
 }
+
+namespace {
 
 std::string local_clock(wall::time_point t) {
   const time_t secs = wall::to_time_t(t);
@@ -243,6 +256,19 @@ std::string interval_text(std::uint32_t ms) {
   else std::snprintf(buf, sizeof buf, "%.1f s", ms / 1000.0);
   return buf;
 }
+
+}  // namespace
+
+std::string title_line(const std::string& title, wall::time_point when, std::uint32_t interval_ms) {
+  std::string t = title;
+  const std::string right = local_clock(when) + "  every " + interval_text(interval_ms);
+  // A long name is cut so that the line keeps to 79 columns.
+  if (t.size() + 1 + right.size() > 79) t = t.substr(0, 79 - 1 - right.size());
+  t.append(79 - t.size() - right.size(), ' ');
+  return t + right;
+}
+
+namespace {
 
 // ---- plain: a line per refresh -----------------------------------------------
 
@@ -324,7 +350,8 @@ bool utf8_locale() {
   return cs != nullptr && (std::strcmp(cs, "UTF-8") == 0 || std::strcmp(cs, "utf8") == 0);
 }
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+}  // namespace
+
 std::string format(const char* fmt, ...) {
   char buf[512];
   va_list ap;
@@ -366,10 +393,7 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-struct line {
-  std::string text;
-  const char* attr = nullptr;  // SGR for the whole line (bold, reverse), or none
-};
+namespace {
 
 std::string percent(std::uint64_t depth, std::uint32_t capacity) {
   if (capacity == 0) return "  -";
@@ -378,18 +402,13 @@ std::string percent(std::uint64_t depth, std::uint32_t capacity) {
   return format("%3llu%%", static_cast<unsigned long long>(std::min<std::uint64_t>(p, 100)));
 }
 
-std::vector<line> frame_lines(const sample& s, const std::optional<rates>& r, std::uint32_t interval_ms, bool utf8) {
+std::vector<view_line> frame_lines(const sample& s, const std::optional<rates>& r, std::uint32_t interval_ms, bool utf8) {
   const shmbox::box_info& i = s.info;
   const shmbox::counters& c = i.count;
-  std::vector<line> out;
+  std::vector<view_line> out;
   auto add = [&out](std::string t, const char* attr = nullptr) { out.push_back({std::move(t), attr}); };
 
-  std::string title = "shmbox watch  " + i.name;
-  const std::string right = local_clock(s.when) + "  every " + interval_text(interval_ms);
-  // A long name is cut so that the line keeps to 79 columns.
-  if (title.size() + 1 + right.size() > 79) title = title.substr(0, 79 - 1 - right.size());
-  title.append(79 - title.size() - right.size(), ' ');
-  add(title + right, "\x1b[1m");
+  add(title_line("shmbox watch  " + i.name, s.when, interval_ms), "\x1b[1m");
   std::string geo = format("policy %s  capacity %u x %u B  lanes %zu  producers max %u", std::string(shmbox::to_string(i.overflow)).c_str(),
                            i.capacity, i.slot_size, i.lanes.size(), i.max_producers);
   geo.append(geo.size() < 68 ? 68 - geo.size() : 1, ' ');
@@ -500,7 +519,7 @@ std::string clip(const std::string& s, unsigned cols) {
 
 // The frame as bytes: home, each line cleared to its end, the rest cleared.
 // Never writes the last column or past the last row (no scrolling).
-std::string frame_bytes(const std::vector<line>& lines, term_size ts) {
+std::string frame_bytes(const std::vector<view_line>& lines, term_size ts) {
   std::string b = "\x1b[H";
   const unsigned cols = ts.cols > 1 ? ts.cols - 1 : 1;
   const std::size_t n = std::min<std::size_t>(lines.size(), ts.rows);
@@ -520,12 +539,42 @@ std::string frame_bytes(const std::vector<line>& lines, term_size ts) {
   return b;
 }
 
+// ---- the box's view ------------------------------------------------------------
+
+class box_view final : public live_view {
+ public:
+  explicit box_view(shmbox::Box box) : box_(std::move(box)), seg_(box_.name()) {}
+
+  std::string header(std::uint32_t interval_ms) override { return plain_header(shmbox::info(box_), interval_ms); }
+
+  void refresh() override {
+    sample s;
+    s.info = shmbox::info(box_);
+    s.at = steady::now();
+    s.when = wall::now();
+    s.segment = seg_.check();
+    r_ = prev_ ? std::optional<rates>(rates_between(*prev_, s)) : std::nullopt;
+    prev_ = std::move(s);
+  }
+
+  std::string line() override { return plain_line(*prev_, r_); }
+
+  std::vector<view_line> frame(std::uint32_t interval_ms, bool utf8) override {
+    return frame_lines(*prev_, r_, interval_ms, utf8);
+  }
+
+ private:
+  shmbox::Box box_;
+  segment_watch seg_;
+  std::optional<sample> prev_;
+  std::optional<rates> r_;
+};
+
 // ---- the loop ----------------------------------------------------------------
 
 class watcher {
  public:
-  watcher(const parsed& a, shmbox::Box box, bool full_screen)
-      : a_(a), box_(std::move(box)), full_(full_screen), seg_(box_.name()) {}
+  watcher(live_view& view, const watch_args& w, bool full_screen) : view_(view), w_(w), full_(full_screen) {}
 
   int run() {
     sigset_t block, old;
@@ -554,15 +603,6 @@ class watcher {
  private:
   enum class wake { time, quit, error };
 
-  sample take() {
-    sample s;
-    s.info = shmbox::info(box_);
-    s.at = steady::now();
-    s.when = wall::now();
-    s.segment = seg_.check();
-    return s;
-  }
-
   // A write to stdout failed: EPIPE (the reader left) ends quietly.
   int write_failed() {
     const int e = errno;
@@ -573,19 +613,15 @@ class watcher {
   }
 
   int run_plain() {
-    const std::string header = plain_header(shmbox::info(box_), a_.watch.interval_ms);
+    const std::string header = view_.header(w_.interval_ms);
     if (!write_all(STDOUT_FILENO, header.data(), header.size())) return write_failed();
-    std::optional<sample> prev;
     auto next = steady::now();
     for (std::uint64_t n = 1;; ++n) {
       if (g_quit != 0) return kExitOk;
-      sample s = take();
-      std::optional<rates> r;
-      if (prev) r = rates_between(*prev, s);
-      const std::string l = plain_line(s, r);
+      view_.refresh();
+      const std::string l = view_.line();
       if (!write_all(STDOUT_FILENO, l.data(), l.size())) return write_failed();
-      prev = std::move(s);
-      if (a_.watch.count != 0 && n >= a_.watch.count) return kExitOk;
+      if (w_.count != 0 && n >= w_.count) return kExitOk;
       next = next_refresh(next);
       const wake w = wait_until(next, nullptr);
       if (w == wake::quit) return kExitOk;
@@ -597,18 +633,14 @@ class watcher {
     const bool utf8 = utf8_locale();
     screen_session screen;  // restores the terminal however this returns
     key_fd_ = STDIN_FILENO;
-    std::optional<sample> prev;
-    std::optional<rates> r;
     auto draw = [&]() {
-      const std::string b = frame_bytes(frame_lines(*prev, r, a_.watch.interval_ms, utf8), terminal_size());
+      const std::string b = frame_bytes(view_.frame(w_.interval_ms, utf8), terminal_size());
       return write_all(STDOUT_FILENO, b.data(), b.size());
     };
     auto next = steady::now();
     for (std::uint64_t n = 1;; ++n) {
       if (g_quit != 0) return kExitOk;
-      sample s = take();
-      r = prev ? std::optional<rates>(rates_between(*prev, s)) : std::nullopt;
-      prev = std::move(s);
+      view_.refresh();
       if (!draw()) return write_failed();
       // After the last of --count refreshes the frame stays up one interval
       // (leaving the alternate screen at once would show nothing).
@@ -621,7 +653,7 @@ class watcher {
         g_redraw = 0;  // resized or resumed: the same figures, drawn again
         if (!draw()) return write_failed();
       }
-      if (a_.watch.count != 0 && n >= a_.watch.count) return kExitOk;
+      if (w_.count != 0 && n >= w_.count) return kExitOk;
     }
   }
 
@@ -635,7 +667,7 @@ class watcher {
   // The next refresh time on the interval's grid; after a long stop (Ctrl-Z,
   // SIGSTOP) the grid starts again from now instead of catching up.
   steady::time_point next_refresh(steady::time_point last) const {
-    const auto interval = std::chrono::milliseconds(a_.watch.interval_ms);
+    const auto interval = std::chrono::milliseconds(w_.interval_ms);
     const auto now = steady::now();
     auto next = last + interval;
     if (next <= now) next = now + (now - next > interval ? interval : std::chrono::milliseconds(0));
@@ -696,15 +728,26 @@ class watcher {
     screen.enter();
   }
 
-  const parsed& a_;
-  shmbox::Box box_;
+  live_view& view_;
+  const watch_args& w_;
   bool full_;
-  segment_watch seg_;
   sigset_t wait_mask_{};
   int key_fd_ = -1;
 };
 
 }  // namespace
+
+int run_live_view(live_view& view, const watch_args& w) {
+  const bool full_screen = !w.plain && ::isatty(STDOUT_FILENO) == 1;
+  try {
+    watcher loop(view, w, full_screen);
+    return loop.run();
+  } catch (const std::exception& e) {
+    restore_terminal();
+    say(std::string("watch: ") + e.what());
+    return kExitFail;
+  }
+}
 
 int cmd_watch(const parsed& a) {
   auto box = shmbox::Box::inspect(a.name);
@@ -712,15 +755,8 @@ int cmd_watch(const parsed& a) {
     say(shmbox::explain(box.error()));
     return kExitFail;
   }
-  const bool full_screen = !a.watch.plain && ::isatty(STDOUT_FILENO) == 1;
-  try {
-    watcher w(a, std::move(*box), full_screen);
-    return w.run();
-  } catch (const std::exception& e) {
-    restore_terminal();
-    say(std::string("watch: ") + e.what());
-    return kExitFail;
-  }
+  box_view view(std::move(*box));
+  return run_live_view(view, a.watch);
 }
 
 }  // namespace shmbox_cli
