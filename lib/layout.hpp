@@ -727,7 +727,7 @@ struct alignas(kCacheLine) pool_member {
   a64 ping_ack;       // ... the last ping the member answered (written by the member, not journalled)
   a64 ping_sent_ns;
   a64 stop_signal_ns; // stopping: when SIGTERM was sent (0: not yet)
-  a64 drain_count;    // stopping: messages found in its box, counted when the entry is cleared (+1; 0 unknown)
+  a64 drain_count;    // stopping: messages of its box forwarded or counted lost so far (pool_supervisor.cpp P3)
 };
 static_assert(sizeof(pool_member) == 128);
 static_assert(offsetof(pool_member, state) == 0);

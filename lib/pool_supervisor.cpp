@@ -29,10 +29,11 @@
 //                                                            [supervisor.after_signal]
 //     P2 after stop_grace: SIGKILL
 //     P3 once the box has no live owner: the supervisor takes the box
-//        (Owner::acquire) and moves every message to the dead-letter box
-//        (read, post, commit: a supervisor killed between post and commit
-//        posts those messages twice, never loses them), or counts them as
-//        lost without one                                   [supervisor.mid_drain]
+//        (Owner::acquire) and moves every message to the dead-letter box,
+//        or counts it as lost without one: read, post, record, commit
+//        (drain() says how a successor skips what was recorded: only a
+//        supervisor killed between one post and its record posts that
+//        message twice; none is lost)                        [supervisor.mid_drain]
 //     P4 the box is unlinked, then the supervisor lets go of it
 //                                                           [supervisor.after_unlink]
 //     P5 the entry becomes `starting` with a new generation (failed,
@@ -303,29 +304,39 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   if (!h_.dead_letters.empty() && !dead_letters_) {
     if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
   }
-  std::uint64_t moved = 0, lost = 0;
+  // P3: everything is read without committing, then committed once. Each
+  // message forwarded (or counted lost) is recorded in the entry
+  // (drain_count) in the same locked section as its count; a successor
+  // reads the same messages again, flagged redelivered and in the same
+  // order, and skips the ones already recorded. Only a supervisor killed
+  // between one post and its record posts that one message twice.
+  pool_member* e = h_.member_at(m);
+  const std::uint64_t recorded = e->drain_count.load(std::memory_order_relaxed);
+  std::uint64_t moved = 0, lost = 0, index = 0;
   batch msgs;
   for (;;) {
     msgs.clear();
     if (o->read(msgs, {.max = 64, .timeout = std::chrono::nanoseconds(0)}) != recv_status::ok) break;
-    std::uint64_t ok = 0;
-    for (std::size_t i = 0; dead_letters_ && i < msgs.size(); ++i) {
-      // As a box's own dead letters: "[origin reason] message" (README, Dead letters).
-      std::string letter;
-      letter.append("[").append(name).append(" ").append(to_string(why)).append("] ").append(msgs[i]);
-      if (is_stored(dead_letters_->post(letter, {.timeout = std::chrono::nanoseconds(0)}))) ++ok;
-    }
-    SHMBOX_FAULT("supervisor.mid_drain");
-    o->commit();
-    moved += ok;
-    lost += msgs.size() - ok;
-    table_txn t(h_, mono_ns() + kTxnWaitNs);
-    if (t.locked()) {
-      t.add(pool_counter::dead_lettered, ok);
-      t.add(pool_counter::lost, msgs.size() - ok);
-      t.commit("drain");
+    for (std::size_t i = 0; i < msgs.size(); ++i, ++index) {
+      if (msgs.redelivered(i) && index < recorded) continue;  // a predecessor forwarded it
+      bool ok = false;
+      if (dead_letters_) {
+        // As a box's own dead letters: "[origin reason] message" (README, Dead letters).
+        std::string letter;
+        letter.append("[").append(name).append(" ").append(to_string(why)).append("] ").append(msgs[i]);
+        ok = is_stored(dead_letters_->post(letter, {.timeout = std::chrono::nanoseconds(0)}));
+      }
+      table_txn t(h_, mono_ns() + kTxnWaitNs);
+      if (t.locked()) {
+        t.write(e->drain_count, index + 1);
+        t.add(ok ? pool_counter::dead_lettered : pool_counter::lost);
+        t.commit("drain");
+      }
+      ++(ok ? moved : lost);
     }
   }
+  SHMBOX_FAULT("supervisor.mid_drain");
+  o->commit();
   ::shm_unlink(shm_path(name).c_str());  // P4: the name first, then our ownership (the Owner's destructor)
   SHMBOX_FAULT("supervisor.after_unlink");
   if (moved + lost > 0)

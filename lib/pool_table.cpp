@@ -95,6 +95,12 @@ table_txn::table_txn(pool_handle& h, std::uint64_t deadline_ns, bool anonymous) 
   for (int spins = 0;; ++spins) {
     std::uint32_t v = 0;
     if (st->lock.compare_exchange_strong(v, me)) break;  // seq_cst: TL3
+    // TL2: we hold the anonymous byte exclusively, so an anonymous holder
+    // named by the word is dead (the byte was free for us to take).
+    if (anonymous && holder_of(v) == kAnonHolder) {
+      if (st->lock.compare_exchange_strong(v, me | (v & kPoolLockWaiters))) break;
+      continue;
+    }
     if (spins < 64) {
       sched_yield();
       continue;

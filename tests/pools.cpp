@@ -1016,12 +1016,10 @@ TEST_CASE("pool: a supervisor killed while stopping (culling) a member: the stan
   supervisor_killed_stopping("supervisor.after_unlink");
 }
 
-// LIBRARY BUG (skipped until fixed): killed at supervisor.mid_drain (letters
-// posted to the dead-letter box, not committed in the member box), the
-// standby drains the member box again: the dead-letter box holds the
-// message twice ("[<box> culled] keep-0 | [<box> culled] keep-0"), while
-// count.dead_lettered says 1.
-TEST_CASE("pool: a supervisor killed mid-drain: the standby does not dead-letter the messages again" * doctest::skip()) {
+// Killed at supervisor.mid_drain (letters posted to the dead-letter box and
+// recorded, not committed in the member box), the standby reads them again
+// (redelivered) and skips the recorded ones: one letter each, counted once.
+TEST_CASE("pool: a supervisor killed mid-drain: the standby does not dead-letter the messages again") {
   supervisor_killed_stopping("supervisor.mid_drain");
 }
 
@@ -1137,18 +1135,12 @@ TEST_CASE("pool: graceful removal waits for the members in use; immediate remova
 // pool.after_apply, pool.locked)
 // ---------------------------------------------------------------------------
 
-// LIBRARY BUG (skipped until fixed): a process killed at a pool point while
-// it registers its client entry (Pool::open/first take, the table lock held
-// "anonymously": lock word kAnonHolder) wedges the table for every process
-// that registers next: that one holds the anonymous byte itself, and
-// holder_alive() (lib/pool_table.cpp) asks F_OFD_GETLK on another open file
-// description of the segment, which reports its own lock, so the dead
-// holder looks alive. take() on a new handle: timed_out, "its table is held
-// by another process (stopped?); retry"; a standby started after a
-// supervisor killed there never takes over (supervisor=0, epoch=0). Only a
-// process already registered steals the lock (and replays the journal).
-TEST_CASE("pool: a process killed while registering (table lock held anonymously) does not wedge new handles" *
-          doctest::skip()) {
+// A process killed at a pool point while it registers its client entry
+// (the table lock held "anonymously", TL2) does not wedge the next one to
+// register: that one holds the anonymous byte itself, so the word's
+// anonymous holder is dead, and it takes the lock over and completes the
+// journal.
+TEST_CASE("pool: a process killed while registering (table lock held anonymously) does not wedge new handles") {
   for (const char* point : {"pool.after_journal", "pool.mid_apply", "pool.after_apply", "pool.locked"}) {
     const std::string point_name = point;
     CAPTURE(point_name);
@@ -1217,11 +1209,11 @@ TEST_CASE("fault matrix: a taker/returner killed at every pool point, at every p
   }
 }
 
-TEST_CASE("fault matrix: a supervisor killed at every pool point (passes 2..4), with a standby") {
+TEST_CASE("fault matrix: a supervisor killed at every pool point (passes 1..4), with a standby") {
   for (const char* point : kPoolPoints) {
     const std::string point_name = point;
     int killed = 0;
-    for (int n = 2; n <= 4; ++n) {  // n = 1: registering, see the test below
+    for (int n = 1; n <= 4; ++n) {  // n = 1: while it registers (the table held anonymously)
       CAPTURE(point_name);
       CAPTURE(n);
       pool_guard g(shmtest::unique_name("fmsup"));
