@@ -1,7 +1,7 @@
 // tests/namespaces.cpp - boxes shared between containers: roles in other pid
 // namespaces (unshare --pid --fork --mount-proc, as root), and as another
 // user, are alive exactly as long as the kernel says, and every role works
-// across them. Also: gc is exclusive against attaching (a post never lands
+// across them (boxes and pools). Also: gc is exclusive against attaching (a post never lands
 // in a box gc removes). Needs root and unshare(1): skipped (a message, no
 // checks) where a pid namespace cannot be made.
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/owner.hpp"
+#include "shmbox/pool.hpp"
 #include "shmbox/producer.hpp"
 #include "support.hpp"
 
@@ -493,4 +495,103 @@ TEST_CASE("heir entries are no confused deputy: a forged entry naming a process 
     CHECK(shmtest::exited_with(owner.wait(), 0));
     CHECK(victim.read_line(10s).value_or("") == "quiet");
   }
+}
+
+// --- pools across containers -------------------------------------------------
+
+namespace {
+
+// A pool whose members are the test helper, with a supervisor (a helper
+// child in our namespace); removed at once, members stopped, even when a
+// check fails.
+struct ns_pool {
+  std::string name = shmtest::unique_name("ns-pool");
+  std::string dead_letters = name + "-dl";
+  std::optional<child> supervisor;
+  explicit ns_pool(std::uint32_t max_count) {
+    make_box(dead_letters);
+    shmbox::pool_options o;
+    o.init_count = 1;
+    o.max_count = max_count;
+    o.queue_max = 4;
+    o.dead_letters = dead_letters;
+    o.command = "exec '" + shmtest::helper_path() + "' pool-worker";
+    REQUIRE(shmbox::Pool::create(name, o));
+    supervisor.emplace(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", name}, std::vector<std::string>{}, true);
+    REQUIRE(supervisor->read_line().value_or("").rfind("supervising", 0) == 0);
+  }
+  ~ns_pool() {
+    (void)shmbox::Pool::remove(name, shmbox::removal::immediate, 10s);  // the supervisor stops the members
+    if (supervisor) supervisor->close_stdin();
+    ::shm_unlink(("/shmbox-pool." + name).c_str());
+    (void)shmbox::Box::remove(dead_letters);
+  }
+  shmbox::pool_info info() const {
+    auto i = shmbox::inspect_pool(name);
+    REQUIRE(i);
+    return *i;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("namespaces: a pool taker in another pid namespace holds its lease while alive; its death there returns the member as failed") {
+  REQUIRE_NAMESPACES();
+  ns_pool pool(1);
+  REQUIRE(eventually([&] { return pool.info().free == 1; }));
+  child taker(in_new_ns({shmtest::helper_path(), "pool-take", pool.name, "5000", "--hold", "--post", "left-behind"}), {}, true);
+  const std::string took = taker.read_line().value_or("");
+  REQUIRE(took.rfind("took 0 ", 0) == 0);
+  REQUIRE(taker.read_line().value_or("").rfind("posted", 0) == 0);
+  shmbox::pool_info i = pool.info();
+  REQUIRE(i.members.size() == 1);
+  CHECK(i.members[0].state == shmbox::member_state::in_use);
+  CHECK(i.members[0].taker_alive);
+  CHECK(i.members[0].taker_pid == 2);  // its pid in its own namespace
+  CHECK(i.members[0].taker_pid_ns != shmbox::detail::self_pid_ns());
+  const std::uint64_t gen = i.members[0].generation;
+
+  taker.kill();  // unshare --kill-child: the namespace goes with it
+  taker.wait();
+  REQUIRE(eventually([&] {
+    const auto j = pool.info();
+    return j.count.killed_in_use == 1 && j.free == 1 && j.members.size() == 1 && j.members[0].generation > gen;
+  }));
+  // The worker never received "left-behind" (it was consumed, or moved to the dead letters): accounted either way.
+  const auto j = pool.info();
+  CHECK(j.count.dead_lettered + j.count.lost <= 1);
+  CHECK(j.count.takes == 1);
+}
+
+TEST_CASE("namespaces: a pool taker waiting in another pid namespace is handed the member given back here") {
+  REQUIRE_NAMESPACES();
+  ns_pool pool(1);
+  REQUIRE(eventually([&] { return pool.info().free == 1; }));
+  child holder({shmtest::helper_path(), "pool-take", pool.name, "5000", "--hold"}, {}, true);
+  REQUIRE(holder.read_line().value_or("").rfind("took 0 ", 0) == 0);
+  child waiter(in_new_ns({shmtest::helper_path(), "pool-take", pool.name, "20000"}));
+  REQUIRE(eventually([&] { return pool.info().queued == 1; }));
+  holder.write_stdin("go\n");
+  CHECK(holder.read_line().value_or("") == "returned ok");
+  CHECK(waiter.read_line().value_or("").rfind("took 0 ", 0) == 0);
+  CHECK(waiter.read_line().value_or("") == "returned ok");
+  const auto i = pool.info();
+  CHECK(i.count.granted == 1);
+  CHECK(i.count.takes == 2);
+  CHECK(i.count.returns_ok == 2);
+}
+
+TEST_CASE("namespaces: another user's process cannot open a pool unless it asks for any owner") {
+  REQUIRE_NAMESPACES();
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    MESSAGE("skipped: needs root and setpriv");
+    return;
+  }
+  ns_pool pool(1);
+  std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                        shmtest::helper_path(), "pool-take", pool.name, "0"};
+  child other(in_new_ns(as_nobody));
+  const std::string line = other.read_line().value_or("");
+  CHECK(line.rfind("error permission_denied", 0) == 0);
+  CHECK(pool.info().count.takes == 0);
 }
