@@ -23,6 +23,7 @@
 
 using namespace std::chrono_literals;
 using shmtest::child;
+using shmtest::line_starting;
 
 namespace {
 
@@ -53,16 +54,6 @@ std::map<std::string, std::string> owner_line(const std::string& line) {
   return f;
 }
 
-// Reads lines until one starts with `prefix` (or timeout); returns it.
-std::string line_starting(child& c, const std::string& prefix, std::chrono::milliseconds timeout = 30s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    auto l = c.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
-    if (!l) break;
-    if (l->rfind(prefix, 0) == 0) return *l;
-  }
-  return {};
-}
 
 // Messages "m <id> <seq> <redelivered>" printed by a serving process, until "done".
 struct received {

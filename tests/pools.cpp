@@ -35,6 +35,7 @@
 using namespace std::chrono_literals;
 using shmbox::member_state;
 using shmtest::child;
+using shmtest::line_starting;
 
 namespace {
 
@@ -183,16 +184,6 @@ shmbox::pool_options small_pool(const std::string& pool, std::uint32_t init, std
   return o;
 }
 
-// Reads lines until one starts with `prefix` (or timeout); returns it ("" if none).
-std::string line_starting(child& c, const std::string& prefix, std::chrono::milliseconds timeout = 30s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    auto l = c.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
-    if (!l) break;
-    if (l->rfind(prefix, 0) == 0) return *l;
-  }
-  return {};
-}
 
 // A supervisor (helper pool-supervise) of `pool`, optionally with a crash point.
 std::unique_ptr<child> supervisor(const std::string& pool, const std::string& fault = "") {

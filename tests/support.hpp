@@ -252,6 +252,18 @@ class child {
   bool timed_out_ = false;
 };
 
+// Reads lines of `c` until one starts with `prefix` (or the timeout); returns it ("" if none).
+inline std::string line_starting(child& c, const std::string& prefix,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    auto l = c.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
+    if (!l) break;
+    if (l->rfind(prefix, 0) == 0) return *l;
+  }
+  return {};
+}
+
 // The lines of `text` (without their '\n').
 inline std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
