@@ -237,7 +237,7 @@ struct member_info {
   std::uint32_t taker_pid = 0;   // in_use: the lease holder (in its own pid namespace)
   std::uint64_t taker_pid_ns = 0;
   bool taker_alive = false;
-  std::uint64_t leases = 0;                 // times taken
+  std::uint64_t leases = 0;                 // times this entry was taken, over all its generations
   std::chrono::milliseconds idle{0};        // free: since it was returned
   std::string stopping_why;                 // stopping: "culled", "failed", "consumer-died", ...
   std::uint64_t depth = 0;                  // messages in its box
@@ -276,7 +276,7 @@ struct pool_info {
   policy member_overflow = policy::reject;
   std::uint32_t free = 0, in_use = 0, starting = 0, checking = 0, stopping = 0;  // gauges
   std::uint32_t queued = 0;                  // takers waiting now
-  std::uint32_t clients = 0;                 // live Pool handles
+  std::uint32_t clients = 0;                 // live Pool handles that registered (a handle does at its first take, give back or supervise)
   std::uint32_t supervisor_pid = 0;          // 0: none
   std::uint64_t supervisor_pid_ns = 0;
   bool supervisor_alive = false;
