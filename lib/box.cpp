@@ -287,6 +287,7 @@ box_info info(const Box& box) {
   i.spin = std::chrono::nanoseconds(m.spin_ns);
   i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
+  i.dead_letter_refused = m.dead_letter_refused;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;

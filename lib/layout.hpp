@@ -202,14 +202,21 @@ static_assert(offsetof(segment_header, reserved) == 168);
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.
+// box_config::flags (bits a library does not know make the box refused: a
+// newer shmbox wrote them, or the segment is corrupt).
+constexpr std::uint32_t kConfigDeadLetterRefused = 1;  // refused posts go to the dead-letter box too
+constexpr std::uint32_t kConfigKnownFlags = kConfigDeadLetterRefused;
+
 struct box_config {
   std::uint32_t dead_letters_len;  // 0: no dead-letter box
   char dead_letters[132];          // its name (<= kMaxNameLength bytes, not NUL-terminated)
-  std::uint8_t reserved[120];
+  std::uint32_t flags;             // kConfig* (0 in boxes of earlier libraries: the field was reserved)
+  std::uint8_t reserved[116];
 };
 static_assert(sizeof(box_config) == 256);
 static_assert(offsetof(box_config, dead_letters_len) == 0);
 static_assert(offsetof(box_config, dead_letters) == 4);
+static_assert(offsetof(box_config, flags) == 136);
 
 // ---------------------------------------------------------------------------
 // The owner record (the lease). Ownership changes only by a CAS on `key`

@@ -88,8 +88,13 @@ struct Producer::state {
     const std::uint64_t timeout_ns = timeout_of(o);
     const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
     if (!ctx.capture) return st;
-    if (st == post_status::dropped)
-      forward(lane, "dropped-newest", std::string_view(static_cast<const char*>(data), size));
+    const std::string_view bytes(static_cast<const char*>(data), size);
+    if (st == post_status::dropped) forward(lane, "dropped-newest", bytes);
+    if (m->dead_letter_refused) {  // options::dead_letter_refused: the refusals too
+      if (st == post_status::full) forward(lane, "rejected", bytes);
+      else if (st == post_status::timeout) forward(lane, "timed-out", bytes);
+      else if (st == post_status::too_large) forward(lane, "too-large", bytes);
+    }
     forward_captured(lane);
     return st;
   }

@@ -180,6 +180,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
       return fail(errc::invalid_name, who + ": dead-letter box: " + explain(r.error()));
     if (o.dead_letters == name)
       return fail(errc::invalid_argument, who + " cannot be its own dead-letter box");
+  } else if (o.dead_letter_refused) {
+    return fail(errc::invalid_argument, who + ": dead_letter_refused needs a dead-letter box (options::dead_letters, --dead-letters)");
   }
 
   geometry_params p;
@@ -302,6 +304,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
   m->dead_letters = o.dead_letters;
+  cfg->flags = o.dead_letter_refused ? kConfigDeadLetterRefused : 0;
+  m->dead_letter_refused = o.dead_letter_refused;
   m->owner()->lease_ms = m->lease_ms_;
   for (std::uint32_t i = 0; i < kHeirSlots; ++i) m->heir(i)->wake_fd.store(-1, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < kMaxLanes; ++l) h->lane_capacity[l] = p.lane_capacity[l];
@@ -463,6 +467,12 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     m->dead_letters.assign(cfg.dead_letters, cfg.dead_letters_len);
     if (!m->dead_letters.empty() && !validate_box_name(m->dead_letters))
       return fail(errc::corrupt, who + ": the dead-letter box name in the segment is not a valid name (corrupt)");
+    if ((cfg.flags & ~kConfigKnownFlags) != 0)
+      return fail(errc::corrupt, who + ": unknown settings (flags " + std::to_string(cfg.flags) +
+                                     ") in the segment: a newer shmbox created it, or it is corrupt");
+    if ((cfg.flags & kConfigDeadLetterRefused) != 0 && m->dead_letters.empty())
+      return fail(errc::corrupt, who + ": refused posts go to dead letters, but no dead-letter box is named (corrupt)");
+    m->dead_letter_refused = (cfg.flags & kConfigDeadLetterRefused) != 0;
   }
   std::uint32_t policies[kMaxLanes] = {};
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {

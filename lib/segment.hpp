@@ -50,6 +50,7 @@ struct mapped_box {
   std::uint32_t spin_ns = 0;    // bounded copy of the header's spin_ns (options::spin)
   std::uint32_t default_lane = 0;  // validated copy of the header's default_lane (< lane_count)
   std::string dead_letters;     // validated copy of the config's dead-letter box name ("" none)
+  bool dead_letter_refused = false;  // refused posts are forwarded too (kConfigDeadLetterRefused)
   // The mapping's open file description, kept open: it holds the attach lock
   // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).
   int fd = -1;

@@ -229,6 +229,91 @@ TEST_CASE("dead letters: evicted, dropped and replaced messages reach the dead-l
   CHECK(st.out.find(shmtest::cat("-> box '", dl.name, "', 2 forwarded")) != std::string::npos);
 }
 
+TEST_CASE("dead letters: with dead_letter_refused, refused posts (full, timed out, too large) from 4 producer processes are forwarded and counted") {
+  shmtest::segment_guard dl(shmtest::unique_name("dlr"));
+  shmtest::segment_guard rej(shmtest::unique_name("dlrrej"));
+  shmtest::segment_guard blk(shmtest::unique_name("dlrblk"));
+  shmtest::segment_guard plain(shmtest::unique_name("dlrplain"));
+  REQUIRE(shmbox::Box::create(dl.name, {.capacity = 256, .slot_size = 256}));
+  // Needs a dead-letter box to go to.
+  CHECK(shmbox::Box::create(rej.name, {.dead_letter_refused = true}).error() == shmbox::errc::invalid_argument);
+  auto r = shmbox::Box::create(rej.name, {.capacity = 2, .slot_size = 16, .overflow = policy::reject, .dead_letters = dl.name,
+                                          .dead_letter_refused = true});
+  auto b = shmbox::Box::create(blk.name, {.capacity = 1, .slot_size = 16, .overflow = policy::block,
+                                          .block_timeout = 20ms, .dead_letters = dl.name, .dead_letter_refused = true});
+  auto n = shmbox::Box::create(plain.name, {.capacity = 1, .slot_size = 16, .overflow = policy::reject, .dead_letters = dl.name});
+  REQUIRE(r);
+  REQUIRE(b);
+  REQUIRE(n);
+  CHECK(shmbox::info(*r).dead_letter_refused);
+  CHECK_FALSE(shmbox::info(*n).dead_letter_refused);
+  const std::string big(40, 'x');  // larger than the 16-byte slot
+  // Four producer processes (the CLI) per box; nobody receives, so all but
+  // the first `capacity` fitting messages are refused.
+  for (const auto* g : {&rej, &blk, &plain}) {
+    std::vector<std::unique_ptr<shmtest::child>> ps;
+    for (int id = 0; id < 4; ++id)
+      ps.push_back(std::make_unique<shmtest::child>(std::vector<std::string>{
+          shmtest::cli_path(), "post", g->name, shmtest::cat("p", std::to_string(id), "a"), shmtest::cat("p", std::to_string(id), "b"), big}));
+    for (auto& p : ps) {
+      CHECK(shmtest::exited_with(p->wait(60s), 1));  // 1: a message too large (the others refused or stored)
+    }
+  }
+  auto owner = shmbox::Owner::acquire(dl.name);
+  REQUIRE(owner);
+  std::vector<shmbox::message> got;
+  while (owner->receive_batch(got, {.max = 256, .timeout = 0ns}) == shmbox::recv_status::ok) {
+  }
+  std::map<std::string, int> by_reason;  // "box reason" -> letters
+  for (const auto& m : got) {
+    const auto end = m.data.find("] ");
+    REQUIRE(end != std::string::npos);
+    by_reason[m.data.substr(1, end - 1)]++;
+    const std::string body = m.data.substr(end + 2);
+    CHECK_MESSAGE((body == big || (body.size() == 3 && body[0] == 'p')), m.data);  // whole messages
+  }
+  // reject box: 8 fitting messages, 2 stored, 6 rejected; 4 too large.
+  CHECK(by_reason[shmtest::cat(rej.name, " rejected")] == 6);
+  CHECK(by_reason[shmtest::cat(rej.name, " too-large")] == 4);
+  // block box: 1 stored, 7 timed out (nobody receives), 4 too large.
+  CHECK(by_reason[shmtest::cat(blk.name, " timed-out")] == 7);
+  CHECK(by_reason[shmtest::cat(blk.name, " too-large")] == 4);
+  // Without the option, refusals stay with their senders.
+  CHECK(by_reason.count(shmtest::cat(plain.name, " rejected")) == 0);
+  CHECK(by_reason.count(shmtest::cat(plain.name, " too-large")) == 0);
+  CHECK(got.size() == 21);
+  const shmbox::counters kr = r->read_counters(), kb = b->read_counters(), kn = n->read_counters();
+  CHECK(kr.rejected == 6);
+  CHECK(kr.too_large == 4);
+  CHECK(kr.dead_lettered == 10);
+  CHECK(kb.timeouts == 7);
+  CHECK(kb.dead_lettered == 11);
+  CHECK(kn.rejected + kn.too_large == 11);
+  CHECK(kn.dead_lettered == 0);
+  for (const shmbox::counters& k : {kr, kb, kn}) CHECK(k.dead_letter_failed == 0);
+  for (const auto* box : {&*r, &*b, &*n}) shmtest::check_invariant(*box);
+  // A full dead-letter box: the refusal is still the sender's answer, the
+  // failed forward is counted.
+  auto dl_prod = shmbox::Producer::attach(*r);
+  REQUIRE(dl_prod);
+  auto fill = shmbox::Producer::attach(dl.name);
+  REQUIRE(fill);
+  while (shmbox::is_stored(fill->post("filler"))) {
+  }
+  CHECK(dl_prod->post("one-more") == post_status::full);
+  CHECK(r->read_counters().dead_letter_failed == 1);
+  auto st = shmtest::run({shmtest::cli_path(), "stat", rej.name});
+  CHECK(st.out.find("(drops and refused posts)") != std::string::npos);
+  // The CLI: the option needs --dead-letters.
+  const std::string other = shmtest::unique_name("dlrcli");
+  auto bad = shmtest::run({shmtest::cli_path(), "create", other, "--dead-letter-refused"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--dead-letter-refused needs --dead-letters") != std::string::npos);
+  shmtest::segment_guard cli_box(other);
+  CHECK(shmtest::run({shmtest::cli_path(), "create", other, "--dead-letters", dl.name, "--dead-letter-refused"}).code == 0);
+  CHECK(shmbox::info(*shmbox::Box::inspect(other)).dead_letter_refused);
+}
+
 TEST_CASE("dead letters: a missing or full dead-letter box loses nothing else and is counted") {
   shmtest::segment_guard a(shmtest::unique_name("dlmiss"));
   const std::string missing = shmtest::unique_name("nosuchbox");

@@ -350,6 +350,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   create->add_option("--dead-letters", out.create.dead_letters,
                      "a box that receives, with their origin, the messages this one drops or evicts")
       ->check(box_name_check());
+  create->add_flag("--dead-letter-refused", out.create.dead_letter_refused,
+                   "also forward the posts this box refuses (full, timed out, too large) to --dead-letters");
   create->add_option("--lease-ms", out.create.lease_ms,
                      "lease deadline: an owner that stops receiving this long loses the box to its heir (0: none)")
       ->transform(decimal(0, 86'400'000))
@@ -491,6 +493,10 @@ int parse_args(int argc, char** argv, parsed& out) {
   out.recv.timeout_given = recv_timeout->count() > 0;
   if (create->parsed() && !out.create.dead_letters.empty() && out.create.dead_letters == out.create.name) {
     say("--dead-letters " + out.create.dead_letters + ": a box cannot be its own dead-letter box (run 'shmbox create --help')");
+    return kExitUsage;
+  }
+  if (create->parsed() && out.create.dead_letter_refused && out.create.dead_letters.empty()) {
+    say("--dead-letter-refused needs --dead-letters BOX: the box the refused posts go to (run 'shmbox create --help')");
     return kExitUsage;
   }
 

@@ -29,6 +29,7 @@ struct create_args {
   std::vector<std::string> lane_capacity;  // "L=N"
   std::vector<std::string> lane_policy;    // "L=POLICY"
   std::string dead_letters;
+  bool dead_letter_refused = false;
 };
 
 struct post_args {

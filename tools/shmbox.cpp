@@ -48,6 +48,7 @@ shmbox::options box_options(const create_args& a) {
   o.lease = std::chrono::milliseconds(a.lease_ms);
   o.spin = std::chrono::microseconds(a.spin_us);
   o.dead_letters = a.dead_letters;
+  o.dead_letter_refused = a.dead_letter_refused;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -184,6 +185,7 @@ json info_json(const shmbox::box_info& i) {
               {"spin_ns", i.spin.count()},
               {"default_lane", i.default_lane},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
+              {"dead_letter_refused", i.dead_letter_refused},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -459,6 +461,7 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
                                    : " (the only lane)\n")
             << "heirs        " << i.heirs.size() << "\n"
             << "dead letters " << (i.dead_letters.empty() ? std::string("none") : "-> box '" + i.dead_letters + "'")
+            << (i.dead_letter_refused ? " (drops and refused posts)" : "")
             << (i.dead_letters.empty() ? std::string() : ", " + std::to_string(c.dead_lettered) + " forwarded, " +
                                                              std::to_string(c.dead_letter_failed) + " not taken")
             << "\n"

@@ -51,6 +51,12 @@ struct options {
   // control lane 0 takes only explicit posts), lane 0 when it has one.
   std::optional<std::uint32_t> default_lane{};
   std::string dead_letters{};          // a box that receives what this one drops or evicts ("": none)
+  // Also forward posts this box refuses (reject: full, block: timed out, a
+  // message larger than the slot) to `dead_letters`, as Akka's bounded
+  // mailboxes do: best effort (the dead-letter box's policy, no waiting),
+  // counted in dead_lettered / dead_letter_failed. The sender still gets the
+  // refusal. Needs `dead_letters`.
+  bool dead_letter_refused = false;
   // Adaptive wait: a blocking receive that finds nothing, and a blocking post
   // that finds no space, poll the box this long before they sleep on a futex.
   // A busy pair then hands over without system calls; an idle owner sleeps

@@ -91,6 +91,7 @@ struct box_info {
   std::vector<lane_info> lanes;   // lane 0 is the control lane
   std::uint32_t default_lane = 0;  // the lane of a plain post
   std::string dead_letters;       // the dead-letter box ("" none)
+  bool dead_letter_refused = false;  // refused posts go there too (options::dead_letter_refused)
   counters count;                 // all lanes
 };
 

@@ -61,7 +61,8 @@ struct counters {
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
   std::uint64_t aborted = 0;         // loans given back unposted (slot_loan::abort)
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
-  std::uint64_t dead_lettered = 0;   // dropped/evicted messages stored in the dead-letter box
+  std::uint64_t dead_lettered = 0;   // dropped/evicted messages (and, with options::dead_letter_refused,
+                                     // refused posts) stored in the dead-letter box
   std::uint64_t dead_letter_failed = 0;  // ... that the dead-letter box did not take
 };
 
