@@ -184,9 +184,10 @@ class hub {
       for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
         auto [lo, hi] = by_file_.equal_range(recs[i]);
         for (auto f = lo; f != hi; ++f) {
-          write_eventfd(f->second);
-          // relaxed: a diagnostic count (shmbox stat)
+          // Counted first: whoever the eventfd wakes sees the count. relaxed: a
+          // diagnostic count (shmbox stat); the write(2) below comes after it.
           entries_[index_.at(f->second)].rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
+          write_eventfd(f->second);
         }
       }
     }

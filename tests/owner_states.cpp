@@ -507,7 +507,11 @@ TEST_CASE("notify_fd: the doorbell of a killed owner process is removed by gc, a
   // idle for a moment while they run beside this one.
   auto bells = [](bool dry_run) {
     std::vector<shmbox::collected_box> v;
-    for (std::string& b : shmbox::detail::collect_bells(dry_run)) v.push_back({.name = std::move(b)});
+    for (std::string& b : shmbox::detail::collect_bells(dry_run)) {
+      shmbox::collected_box c;
+      c.name = std::move(b);
+      v.push_back(std::move(c));
+    }
     return v;
   };
   CHECK(!listed(bells(true)));  // read by a live hub
