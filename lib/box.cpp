@@ -93,7 +93,7 @@ result<std::vector<std::string>> Box::list() {
 const std::string& Box::name() const noexcept { return m_->name; }
 std::uint32_t Box::capacity() const noexcept {
   std::uint32_t n = 0;
-  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) n += m_->geo.params.lane_capacity[l];
+  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) n += m_->lanes[l].limit();  // a resizable lane's limit now
   return n;
 }
 std::uint32_t Box::lane_count() const noexcept { return m_->lane_count(); }
@@ -122,7 +122,7 @@ namespace {
 counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   const detail::lane_view& L = m.lanes[l];
   std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
-                abandoned = 0;
+                abandoned = 0, shrunk = 0;
   counters c;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
@@ -134,6 +134,7 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     dropped_new += pc->dropped_new.load(std::memory_order_relaxed);
     replaced += pc->replaced.load(std::memory_order_relaxed);
     evicted += pc->evicted.load(std::memory_order_relaxed);
+    shrunk += pc->shrunk.load(std::memory_order_relaxed);
     timeouts += pc->timeouts.load(std::memory_order_relaxed);
     too_large += pc->too_large.load(std::memory_order_relaxed);
     abandoned += pc->abandoned.load(std::memory_order_relaxed);
@@ -152,7 +153,8 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   c.rejected = rejected;
   c.too_large = too_large;
   c.timeouts = timeouts;
-  c.dropped_newest = dropped_new + replaced;
+  c.dropped_newest = dropped_new + replaced + shrunk;  // shrunk: stored, then dropped by a resize (not posts)
+  c.shrunk = shrunk;
   c.dropped_oldest = evicted;
   c.abandoned = abandoned;
   c.posted = stored + rejected + dropped_new + timeouts + too_large;
@@ -167,6 +169,7 @@ void add(counters& sum, const counters& c) {
   sum.too_large += c.too_large;
   sum.timeouts += c.timeouts;
   sum.dropped_newest += c.dropped_newest;
+  sum.shrunk += c.shrunk;
   sum.dropped_oldest += c.dropped_oldest;
   sum.filtered += c.filtered;
   sum.abandoned += c.abandoned;
@@ -276,7 +279,8 @@ box_info info(const Box& box) {
   }
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     lane_info li;
-    li.capacity = m.lanes[l].capacity;
+    li.capacity = m.lanes[l].limit();
+    li.max_capacity = m.lanes[l].resizable ? m.lanes[l].capacity : 0;
     li.overflow = m.lanes[l].pol;
     li.depth = detail::lane_depth_scan(m, l);
     li.count = lane_counters(m, l);

@@ -17,6 +17,8 @@
 //   producer.loan_open       loan: slot claimed and handed to the caller, nothing written
 //   producer.mid_abort       loan abort: abort announced, slot not yet taken back
 //   producer.mid_run         post_batch: first message of a run published, the rest not
+//   resize.after_limit       resize: the lane's new limit stored, nothing dropped yet
+//   resize.mid_drop          resize (shrink): a message's slot taken for dropping and counted (or not yet), not freed
 //   owner.before_read        owner (read): ownership checked, nothing taken yet
 //   owner.after_take         owner: slots taken for reading, nothing committed
 //   owner.mid_commit         owner (read/commit, lease boxes): slots marked done, not yet counted

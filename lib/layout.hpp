@@ -34,7 +34,7 @@ namespace shmbox::detail {
 constexpr std::size_t kCacheLine = 64;
 // "SHMBOX" + two version-independent bytes; never changes.
 constexpr std::uint64_t kMagic = 0x0158'4F42'4D48'5301ULL;
-constexpr std::uint32_t kLayoutVersion = 4;  // 4: segment_header.default_lane; keys carry the pid namespace, roles record it, role locks
+constexpr std::uint32_t kLayoutVersion = 5;  // 5: lane_header.limit (resizable lanes); 4: segment_header.default_lane, keys carry the pid namespace, role locks
 constexpr std::uint32_t kReady = 0x5245'4459;  // 'REDY': written last at creation
 // Lanes per box: the one definition is public (shmbox/types.hpp); the
 // segment below is sized by it, so changing it changes the layout.
@@ -127,6 +127,7 @@ enum class op_kind : std::uint32_t {
   filter_drop = 9,   // owner: dropping FIFO position / lifo slot `target` by its filter (committed by filtered)
   abort = 10,        // producer: giving back its loaned FIFO position / lifo slot `target` (counted aborted)
   claim_run = 11,    // producer: about to CAS the tail for the run of positions in run_target (post_batch)
+  shrink_drop = 12,  // producer (a resize): dropping FIFO position `target`, one of the newest (counted shrunk)
 };
 // claim_run's target: the first position (low 48 bits) and the run length - 1 (8 bits).
 constexpr std::uint32_t kMaxClaimRun = 256;
@@ -408,7 +409,12 @@ static_assert(offsetof(heir_entry, data) == 64);
 
 // ---------------------------------------------------------------------------
 // A lane: one ring. Producers write line 0, the owner line 1, waiters line 2;
-// line 3 is immutable after creation.
+// line 3 is immutable after creation but for `limit`, which only a resize
+// writes (rarely: the line stays shared in every reader's cache).
+//
+// A resizable lane (created with a reserve: options::max_capacity) has
+// `capacity` slots (the reserve) and holds at most `limit` messages
+// (1..capacity). `limit` 0: not resizable, the lane holds `capacity`.
 // ---------------------------------------------------------------------------
 struct alignas(kCacheLine) lane_header {
   // line 0: claims (producers)
@@ -429,10 +435,13 @@ struct alignas(kCacheLine) lane_header {
   a32 reserved2a;
   a64 reserved2[5];
   // line 3: immutable description
-  alignas(kCacheLine) std::uint32_t capacity;  // slots in this lane
+  alignas(kCacheLine) std::uint32_t capacity;  // slots in this lane (a resizable lane's reserve)
   std::uint32_t policy;                         // shmbox::policy of this lane
   std::uint64_t slots_offset;                   // offset of slot 0 from the segment start
-  std::uint64_t reserved3[6];
+  a32 limit;                                    // resizable: messages it holds (1..capacity); 0: not resizable
+  std::uint32_t reserved3a;
+  a64 shrink_mark;  // keep-old resizable lane: the tail when a shrink last dropped the newest (ring.hpp THE LIMIT)
+  std::uint64_t reserved3[4];
 };
 static_assert(sizeof(lane_header) == 4 * kCacheLine);
 static_assert(offsetof(lane_header, tail) == 0);
@@ -445,6 +454,8 @@ static_assert(offsetof(lane_header, space_fence) == 144);
 static_assert(offsetof(lane_header, capacity) == 192);
 static_assert(offsetof(lane_header, policy) == 196);
 static_assert(offsetof(lane_header, slots_offset) == 200);
+static_assert(offsetof(lane_header, limit) == 208);
+static_assert(offsetof(lane_header, shrink_mark) == 216);
 
 // ---------------------------------------------------------------------------
 // A producer entry. One per attached Producer handle. The key word is claimed
@@ -485,7 +496,9 @@ struct alignas(kCacheLine) producer_lane_counters {
   a64 dead_lettered;      // dropped/evicted/replaced messages this entry forwarded to the dead-letter box
   a64 dead_letter_failed; // ... that the dead-letter box did not store (its policy, size, or it is gone)
   a64 aborted;            // loans this entry gave back without a message (slot_loan::abort)
-  a64 reserved[5];
+  a64 shrunk;             // newest messages this entry dropped shrinking a keep-old lane (Box::resize);
+                          // a shrink of a drop_oldest lane counts `evicted`
+  a64 reserved[4];
 };
 static_assert(sizeof(producer_lane_counters) == 2 * kCacheLine);
 static_assert(offsetof(producer_lane_counters, stored) == 0);
@@ -499,6 +512,7 @@ static_assert(offsetof(producer_lane_counters, abandoned) == 56);
 static_assert(offsetof(producer_lane_counters, dead_lettered) == 64);
 static_assert(offsetof(producer_lane_counters, dead_letter_failed) == 72);
 static_assert(offsetof(producer_lane_counters, aborted) == 80);
+static_assert(offsetof(producer_lane_counters, shrunk) == 88);
 
 // ---------------------------------------------------------------------------
 // A slot: sequence word, length, writer, then the payload.

@@ -128,7 +128,7 @@ usage_info Owner::usage() const {
   const detail::mapped_box& m = *s_->m;
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     u.depth.push_back(detail::lane_depth_scan(m, l));
-    u.capacity.push_back(m.lanes[l].capacity);
+    u.capacity.push_back(m.lanes[l].limit());
     u.depth_total += u.depth.back();
     u.capacity_total += u.capacity.back();
   }

@@ -77,7 +77,7 @@ struct Producer::state {
   // open): detail::post_fast, without the general path's machinery.
   bool try_fast(std::uint32_t lane, const void* data, std::size_t size) noexcept {
     const detail::lane_view& L = m->lanes[lane];
-    return !ctx.loan_open && size <= L.payload && !L.is_lifo() && detail::post_fast(ctx, L, data, size);
+    return !ctx.loan_open && size <= L.payload && L.fast && detail::post_fast(ctx, L, data, size);
   }
 
   // Every post: the fast path, else the general one with this call's wait.
@@ -166,7 +166,7 @@ slot_loan Producer::loan(const post_options& o) noexcept {
   const std::uint32_t lane = s_->lane_of(o);
   detail::slot_claim k;
   // The fast path (see try_fast): checks inline, the errors below.
-  if (lane < s_->m->lane_count() && !s_->ctx.loan_open && !s_->m->lanes[lane].is_lifo() &&
+  if (lane < s_->m->lane_count() && !s_->ctx.loan_open && s_->m->lanes[lane].fast &&
       detail::claim_fast_inline(s_->ctx, s_->m->lanes[lane], k)) {
     l.status_ = post_status::stored;
   } else {
@@ -281,6 +281,30 @@ std::size_t Producer::post_batch(std::span<const std::string_view> msgs, const p
   }
   if (last != nullptr) *last = st;
   return i;
+}
+
+// ---------------------------------------------------------------------------
+// Resize (Box::resize; here because it posts through a Producer's entry and
+// forwards what it drops as this file's dead letters do)
+// ---------------------------------------------------------------------------
+
+result<resize_report> Box::resize(std::uint32_t limit, std::optional<std::uint32_t> lane) const {
+  if (!lane && m_->lane_count() > 1)
+    return detail::fail(errc::invalid_argument, "box '" + m_->name + "' has " + std::to_string(m_->lane_count()) +
+                                                    " lanes: name the lane to resize (--lane L)");
+  auto p = Producer::attach(*this);
+  if (!p) return p.error();
+  Producer::state& s = *p->s_;
+  const std::uint32_t l = lane.value_or(0);
+  s.ctx.evicted = 0;
+  auto r = detail::resize_lane(s.ctx, l, limit);
+  if (!r) return r.error();
+  if (s.ctx.capture) {
+    for (const std::string& lost : s.ctx.captured)
+      s.forward(l, m_->lanes[l].pol == policy::drop_oldest ? "dropped-oldest" : "dropped-newest", lost);
+    s.ctx.captured.clear();
+  }
+  return resize_report{.lane = l, .before = r->before, .after = r->after, .max_capacity = r->max_capacity, .dropped = r->dropped};
 }
 
 std::uint32_t Producer::max_message_size() const noexcept { return s_ ? s_->m->geo.params.slot_payload : 0; }

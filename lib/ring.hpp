@@ -196,6 +196,45 @@
 //  turns B's fence back on where a producer may not call membarrier).
 //
 // ===========================================================================
+// THE LIMIT of a resizable lane (options::max_capacity; resize.cpp)
+// ===========================================================================
+// A resizable FIFO lane has `cap` slots (its reserve) and holds at most
+// `limit` messages (lane_header::limit, 1..cap, written only by a resize).
+// The ring above stays as it is: positions, slots, T1-T7 and the repairs do
+// not know the limit. Only the claim does: position t may be claimed when
+// slot(t) is free for it (P1-P2) AND the gate is open:
+//  drop_oldest: position g = t - limit is finished (slot(g) has moved on to
+//    g + cap). Positions are finished in order there (the owner from the
+//    head, evictions from the oldest), so every earlier one is finished too
+//    (or being finished) and at most `limit` are outstanding after the claim.
+//    Closed: evict the oldest message (from the owner's published head, or
+//    this handle's last eviction, up to g: E1-E4 on it) and retry.
+//  reject, drop_newest, block (keep-old): t - head < limit, head being the
+//    owner's published head (every position before it is finished). Not
+//    g as above: a shrink drops the NEWEST positions here, and a finished g
+//    would then admit posts while older messages fill the lane. Closed:
+//    reject -> full, drop_newest -> dropped, block -> wait on slot(head)
+//    (SYNC POINT A with that slot, and the limit word). The head is
+//    published once per receive call (T7), so a keep-old lane at its limit
+//    refuses a little early while the owner is inside a batch: by at most
+//    the messages that call has taken so far; it never holds more. Until
+//    the owner has passed the newest positions a shrink dropped (the lane's
+//    shrink_mark, stored before the drops), a closed gate counts what
+//    [head, t) holds instead (O(limit), only in that window). Resizable lanes
+// always take this general path (lane_view::fast is false): the inline fast
+// path, and RUN, are for fixed lanes only, which pay nothing for this.
+// RESIZE (resize_lane): exchange the limit (seq_cst), wake space waiters;
+// grown: done. Shrunk below the depth: scan [head, tail) for stored messages
+// and drop the excess by E1-E4 with the resizer's producer entry: the oldest
+// (drop_oldest; counted evicted) or the newest (reject, drop_newest; op
+// shrink_drop, counted `shrunk`, reported as dropped_newest); block drops
+// none. A resizer killed mid-drop leaves TAKEN(q, its entry) with its op:
+// R2 finishes the count once and frees the slot (fault point
+// resize.mid_drop, as producer.mid_evict). Known limits: a post that read
+// the old limit just before a shrink may still land against it (at most one
+// per producer in flight).
+//
+// ===========================================================================
 // lifo lanes (pobox's stack)
 // ===========================================================================
 // No positions: each push takes a 48-bit stamp from lane.lifo_stamp
@@ -284,6 +323,9 @@ struct producer_ctx {
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
   // Reset by each public call; a single writer, private memory.
   std::uint32_t evicted = 0;
+  // drop_oldest at a resizable lane's limit: where this handle's search for
+  // the oldest message starts (after its last eviction), per lane.
+  std::uint64_t evict_from[kMaxLanes] = {};
   bool loan_open = false;     // a slot_loan holds this entry's claim
   role_lock lock;             // holds the entry's byte (liveness.hpp L1)
   ~producer_ctx();
@@ -432,6 +474,15 @@ void owner_recover(owner_ctx& o) noexcept;
 // Sets the owner-sleeping bit when it returns true; owner_clear_sleep() undoes it.
 bool owner_arm_sleep(owner_ctx& o, std::uint32_t lane) noexcept;
 void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept;
+
+// RESIZE (resize.cpp): sets lane `lane`'s limit (resizable lanes: 1..its
+// reserve) and, shrinking below its depth, drops the excess by its policy
+// with p's producer entry (E1-E4; captured for dead letters when p.capture).
+struct resize_outcome {
+  std::uint32_t before = 0, after = 0, max_capacity = 0;
+  std::uint64_t dropped = 0;
+};
+result<resize_outcome> resize_lane(producer_ctx& p, std::uint32_t lane, std::uint32_t limit) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;

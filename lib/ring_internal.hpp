@@ -126,8 +126,19 @@ int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std:
 // Posting (ring_post.cpp) and lifo lanes (ring_lifo.cpp)
 // ---------------------------------------------------------------------------
 
-// E1-E4. Returns true when the slot of q is now free for q + cap.
-bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept;
+// E1-E4. Returns true when the slot of q is now free for q + cap. `kind`:
+// evict (counted evicted: drop_oldest) or shrink_drop (a resize dropping one
+// of the newest messages of a keep-old lane: counted shrunk).
+// `by_resize`: a shrink's drop (fault point resize.mid_drop instead of producer.mid_evict).
+bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen,
+                op_kind kind = op_kind::evict, bool by_resize = false) noexcept;
+
+// THE LIMIT of a resizable lane (ring.hpp): 1 when position t may not be
+// claimed yet because position t - limit is not finished (the lane holds
+// `limit` messages); *gate and *gate_seen then name that position's slot
+// and what it held. 0: not limited at t.
+bool limit_reached(const lane_view& L, std::uint64_t t, std::uint64_t& gate, std::uint64_t& gate_seen,
+                   std::uint32_t& limit) noexcept;
 
 // L1-L2 up to the payload: holds a lifo slot WRITING for one message.
 post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counters* c, lazy_deadline& deadline,

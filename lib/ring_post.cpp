@@ -19,12 +19,14 @@
 namespace shmbox::detail {
 
 // E1-E4. Returns true when the slot of q is now free for q + cap.
-bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen) noexcept {
+bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen, op_kind kind,
+                [[maybe_unused]] bool by_resize) noexcept {
   producer_lane_counters* c = p.m->producer_counters(p.entry, L.index);
-  const std::uint64_t before = c->evicted.load(std::memory_order_relaxed);
+  a64& counter = kind == op_kind::shrink_drop ? c->shrunk : c->evicted;
+  const std::uint64_t before = counter.load(std::memory_order_relaxed);
   p.pe->op_before_a.store(before, std::memory_order_relaxed);
   // relaxed: published by the seq_cst CAS below to whoever sees the slot taken by us
-  p.pe->op.store(make_op(op_kind::evict, L.index, q), std::memory_order_relaxed);
+  p.pe->op.store(make_op(kind, L.index, q), std::memory_order_relaxed);
   slot_header* s = L.slot_for(q);
   std::uint64_t expected = seen;
   // E2. acquire: pairs with P5's release (the payload we may capture); release: publishes
@@ -37,15 +39,90 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
     const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
     p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
   }
-  c->evicted.store(before + 1, std::memory_order_relaxed);
+  counter.store(before + 1, std::memory_order_relaxed);
   ++p.evicted;  // the caller's own count: what its post reports (E3)
-  SHMBOX_FAULT("producer.mid_evict");
+  SHMBOX_FAULT(by_resize ? "resize.mid_drop" : "producer.mid_evict");
   // release: pairs with the acquire of the producer claiming q + cap
   s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
   return true;
 }
 
+bool limit_reached(const lane_view& L, std::uint64_t t, std::uint64_t& gate, std::uint64_t& gate_seen,
+                   std::uint32_t& limit) noexcept {
+  if (!L.resizable) return false;
+  const std::uint32_t lim = limit = L.limit();
+  if (lim >= L.capacity) return false;  // the ring's own check (slot(t)) is the limit
+  if (L.pol == policy::drop_oldest) {
+    // Positions are finished in order here (the owner from the head, evictions
+    // from the oldest): position t - lim finished means every earlier one is.
+    if (t < lim) return false;
+    gate = t - lim;
+    // acquire: pairs with the release that finished the position (T6, E4, R1, R2):
+    // what we then read of the lane (the head, for an eviction) is at least as new.
+    gate_seen = L.slot_for(gate)->seq.load(std::memory_order_acquire);
+    // Finished: the slot has moved on to gate + capacity (or a later lap).
+    return pos_diff(seq_pos(gate_seen), gate) < static_cast<std::int64_t>(L.capacity);
+  }
+  // Keep-old lanes (reject, drop_newest, block): a shrink drops the NEWEST
+  // positions, so a finished t - lim proves nothing; the owner's published
+  // head does: every position before it is finished, so t - head bounds the
+  // depth (from above: the owner publishes it once per receive call).
+  // acquire: pairs with T7's release of the head.
+  const std::uint64_t head = L.hdr->head.load(std::memory_order_acquire);
+  if (head >= t || t - head < lim) return false;
+  gate = head;  // what to wait on: the owner finishing it
+  // acquire: as above
+  gate_seen = L.slot_for(gate)->seq.load(std::memory_order_acquire);
+  // A shrink dropped newest positions the owner has not passed yet: [head, t)
+  // has holes, so count what it holds (only until the owner passes the mark).
+  // acquire: pairs with the resizer's release of the mark, stored before its
+  // drops; an older mark only leaves the check above, which refuses early.
+  if (L.hdr->shrink_mark.load(std::memory_order_acquire) > head) {
+    std::uint64_t held = 0;
+    for (std::uint64_t q = std::max(head, t > L.capacity ? t - L.capacity : 0); q < t && held < lim; ++q)
+      // relaxed: a count; a slot we see finished is finished (positions only move on)
+      held += pos_diff(seq_pos(L.slot_for(q)->seq.load(std::memory_order_relaxed)), q) == 0;
+    if (held < lim) return false;
+  }
+  return true;
+}
+
 namespace {
+
+// drop_oldest at a resizable lane's limit: evicts the oldest message the
+// lane holds (E1-E4 on it), looking from the owner's published head (or
+// this handle's last eviction, if later) up to the gate position. Returns
+// 1 when it evicted one or found the gate finished meanwhile (retry P1), 0
+// when the oldest is busy (being written: *busy_pos/*busy_seen name it, to
+// wait on), -1 on a lost race (retry).
+int evict_oldest(producer_ctx& p, const lane_view& L, std::uint64_t t, std::uint64_t gate, std::uint64_t& busy_pos,
+                 std::uint64_t& busy_seen) noexcept {
+  const std::uint64_t cap = L.capacity;
+  // acquire: pairs with T7's release of the head: positions before it are finished.
+  std::uint64_t q = std::max(L.hdr->head.load(std::memory_order_acquire), t > cap ? t - cap : 0);
+  q = std::max(q, p.evict_from[L.index]);
+  for (; q <= gate; ++q) {
+    // acquire: pairs with P5's release (the payload evict_fifo may capture)
+    const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
+    const std::int64_t d = pos_diff(seq_pos(seen), q);
+    if (d >= static_cast<std::int64_t>(cap)) continue;  // finished
+    if (d != 0) return -1;                               // not yet claimable: our view is stale
+    const slot_state st = seq_state(seen);
+    if (st == slot_state::full) {
+      if (!evict_fifo(p, L, q, seen)) return -1;
+      p.evict_from[L.index] = q + 1;
+      return 1;
+    }
+    // Being read, committed or evicted by someone else: it is leaving. Claimed
+    // and not yet written: the oldest is busy; wait for it (or repair it).
+    if (st == slot_state::empty) {
+      busy_pos = q;
+      busy_seen = seen;
+      return 0;
+    }
+  }
+  return 1;
+}
 
 void write_payload(slot_header* s, const void* data, std::size_t size) noexcept {
   std::byte* dst = lane_view::payload_of(s);
@@ -91,6 +168,32 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
     const std::int64_t d = pos_diff(seq_pos(seen), t);
     const slot_state st = seq_state(seen);
 
+    // THE LIMIT of a resizable lane: full once position t - limit is not finished.
+    if (std::uint64_t g = 0, gseen = 0; d == 0 && st == slot_state::empty && limit_reached(L, t, g, gseen, waiting.limit)) {
+      p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim (as below)
+      std::uint64_t wait_pos = g, wait_seen = gseen;
+      switch (L.pol) {
+        case policy::reject:
+          if (seq_state(gseen) != slot_state::full) producer_maybe_repair(p, L, g, gseen, stuck_since);
+          return give_up(c->rejected, post_status::full);
+        case policy::drop_newest:
+          if (seq_state(gseen) != slot_state::full) producer_maybe_repair(p, L, g, gseen, stuck_since);
+          return give_up(c->dropped_new, post_status::dropped);
+        case policy::drop_oldest: {
+          const int r = evict_oldest(p, L, t, g, wait_pos, wait_seen);
+          if (r != 0) continue;
+          producer_maybe_repair(p, L, wait_pos, wait_seen, stuck_since);
+          break;
+        }
+        case policy::block:
+        case policy::lifo:
+          if (seq_state(gseen) != slot_state::full) producer_maybe_repair(p, L, g, gseen, stuck_since);
+          break;
+      }
+      if (!wait_for_space(L, t, wait_pos, wait_seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
+      continue;
+    }
+
     if (d == 0 && st == slot_state::empty) {  // P2
       // relaxed: published by the seq_cst CAS on the tail; R1 loads the tail
       // first. (No op_before: a FIFO lane's stored total is its tail, exact by
@@ -131,7 +234,7 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
             continue;
           case policy::block:
           case policy::lifo:
-            if (!wait_for_space(L, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
+            if (!wait_for_space(L, t, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
             continue;
         }
       }
@@ -140,7 +243,7 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
         producer_maybe_repair(p, L, t - cap, seen, stuck_since);
         if (L.pol == policy::reject) return give_up(c->rejected, post_status::full);
         if (L.pol == policy::drop_newest) return give_up(c->dropped_new, post_status::dropped);
-        if (!wait_for_space(L, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
+        if (!wait_for_space(L, t, t, seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
         continue;
       }
     } else if (d > 0 || (d == 0 && st != slot_state::empty)) {
@@ -258,7 +361,7 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
 // release store; a sleeping owner is woken once, after the last.
 std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view* msgs, std::size_t n) noexcept {
   const lane_view& L = p.m->lanes[lane];
-  if (L.is_lifo() || n == 0) return 0;
+  if (!L.fast || n == 0) return 0;  // lifo, or resizable (its limit: fifo_claim)
   lane_header* h = L.hdr;
   producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
   n = std::min<std::size_t>({n, kMaxClaimRun, L.capacity});

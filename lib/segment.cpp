@@ -117,6 +117,8 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.stride = m.geo.slot_stride;
     v.payload = m.geo.params.slot_payload;
     v.pol = static_cast<policy>(policies[l]);
+    v.resizable = v.hdr->limit.load(std::memory_order_relaxed) != 0;  // relaxed: set before `ready`
+    v.fast = !v.is_lifo() && !v.resizable;
   }
 }
 
@@ -186,12 +188,14 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
 
   geometry_params p;
   std::uint32_t policies[kMaxLanes] = {};
+  std::uint32_t limits[kMaxLanes] = {};  // resizable lanes: the limit (lane_header::limit); 0: not resizable
   if (o.lanes.size() > kMaxLanes)
     return fail(errc::invalid_argument, who + ": " + std::to_string(o.lanes.size()) + " lanes; a box has 1 to " +
                                             std::to_string(kMaxLanes));
   p.lane_count = o.lanes.empty() ? 1 : static_cast<std::uint32_t>(o.lanes.size());
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
-    const lane_options lo = o.lanes.empty() ? lane_options{} : o.lanes[l];
+    static const lane_options kBoxWide{};
+    const lane_options& lo = o.lanes.empty() ? kBoxWide : o.lanes[l];
     p.lane_capacity[l] = lo.capacity != 0 ? lo.capacity : o.capacity;
     if (p.lane_capacity[l] > kMaxCapacity)
       return fail(errc::invalid_argument, who + ": lane " + std::to_string(l) + " capacity " +
@@ -200,6 +204,18 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     if (static_cast<std::uint8_t>(pol) > static_cast<std::uint8_t>(policy::block))
       return fail(errc::invalid_argument, who + ": unknown overflow policy for lane " + std::to_string(l));
     policies[l] = static_cast<std::uint32_t>(pol);
+    if (const std::uint32_t reserve = lo.max_capacity != 0 ? lo.max_capacity : o.max_capacity; reserve != 0) {
+      const std::string lane_name = p.lane_count > 1 ? "lane " + std::to_string(l) : "the box";
+      if (pol == policy::lifo)
+        return fail(errc::invalid_argument, who + ": " + lane_name + " is lifo; a lifo lane cannot be resizable (no max capacity)");
+      if (p.lane_capacity[l] == 0)
+        return fail(errc::invalid_argument, who + ": " + lane_name + ": capacity 0");
+      if (reserve < p.lane_capacity[l] || reserve > kMaxCapacity)
+        return fail(errc::invalid_argument, who + ": " + lane_name + " max capacity " + std::to_string(reserve) + " must be " +
+                                                std::to_string(p.lane_capacity[l]) + " (its capacity) to " + std::to_string(kMaxCapacity));
+      limits[l] = p.lane_capacity[l];
+      p.lane_capacity[l] = reserve;  // the slots; the lane holds `limit` of them
+    }
   }
   // A plain post goes to the default lane: lane 1 when there are several
   // (lane 0, the control lane, takes only explicit posts), else lane 0.
@@ -314,6 +330,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     lh->capacity = p.lane_capacity[l];
     lh->policy = policies[l];
     lh->slots_offset = g.slots_offset[l];
+    lh->limit.store(limits[l], std::memory_order_relaxed);  // relaxed: published by the release on `ready`
   }
   fill_lanes(*m, policies);
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
@@ -481,6 +498,11 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     const std::uint64_t so = lh->slots_offset;
     if (cap != p.lane_capacity[l] || so != g.slots_offset[l] || pol > static_cast<std::uint32_t>(policy::block))
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " description disagrees with the header (corrupt)");
+    // A resizable lane's limit (lane_view::limit bounds it on every read as well).
+    if (const std::uint32_t lim = lh->limit.load(std::memory_order_relaxed);
+        lim > cap || (lim != 0 && pol == static_cast<std::uint32_t>(policy::lifo)))
+      return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " limit " + std::to_string(lim) + " with " +
+                                     std::to_string(cap) + " slots (corrupt)");
     policies[l] = pol;
   }
   fill_lanes(*m, policies);

@@ -28,6 +28,15 @@ struct lane_view {
   std::uint32_t stride = 0;
   std::uint32_t payload = 0;
   policy pol = policy::reject;
+  bool resizable = false;  // created with a reserve: posts check hdr->limit (the general path)
+  bool fast = false;       // FIFO and not resizable: the inline fast path may post here
+
+  // The lane's limit now: its capacity unless resizable (bounded: a scribbled word reads as the capacity).
+  std::uint32_t limit() const noexcept {
+    if (!resizable) return capacity;
+    const std::uint32_t l = hdr->limit.load(std::memory_order_relaxed);  // relaxed: a hint; the slots decide
+    return l == 0 || l > capacity ? capacity : l;
+  }
 
   std::uint64_t slot_index(std::uint64_t pos) const noexcept { return pow2 ? (pos & mask) : (pos % capacity); }
   slot_header* slot_at_index(std::uint64_t i) const noexcept {

@@ -32,7 +32,7 @@ struct checker {
   }
 
   bool valid_op(std::uint64_t op) const {
-    return op == 0 || (op_kind_of(op) <= op_kind::claim_run && op_lane(op) < m.lane_count());
+    return op == 0 || (op_kind_of(op) <= op_kind::shrink_drop && op_lane(op) < m.lane_count());
   }
   bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
 

@@ -200,7 +200,7 @@ void busy_backoff(unsigned& rounds, lazy_deadline& deadline, std::uint64_t now) 
 // w.spin.spin_ns (the box's or the call's adaptive wait: an owner draining a
 // busy box frees a slot within microseconds), then sleeps on the lane's
 // futex in 10 ms slices.
-bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, lazy_deadline& deadline,
+bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t watch, std::uint64_t seen, lazy_deadline& deadline,
                     space_wait& w) noexcept {
   if (deadline.timeout_ns == 0) return false;  // no wait at all
   if (w.spins < 64) {
@@ -231,8 +231,8 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, laz
     std::atomic_thread_fence(std::memory_order_seq_cst);
     slice = 1'000'000;  // an owner that has not seen the word yet may have freed a slot unseen
   }
-  if (L.slot_for(t)->seq.load(std::memory_order_relaxed) != seen ||
-      (h->tail.load(std::memory_order_relaxed) >> 1) != t)
+  if (L.slot_for(watch)->seq.load(std::memory_order_relaxed) != seen ||
+      (h->tail.load(std::memory_order_relaxed) >> 1) != t || (L.resizable && L.limit() != w.limit))
     return true;
   futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + slice));
   return true;

@@ -120,6 +120,7 @@ struct adaptive_spin {
 struct space_wait {
   unsigned spins = 0;  // short pauses first: the holder is usually mid-copy
   adaptive_spin spin;  // then the adaptive wait (spin.spin_ns: the box's or the call's)
+  std::uint32_t limit = 0;  // a resizable lane: the limit the wait was decided on (a resize wakes it)
 };
 
 // Waiting for a writer that claimed a slot and has not published it yet (or
@@ -131,9 +132,11 @@ void busy_backoff(unsigned& rounds, lazy_deadline& deadline, std::uint64_t now) 
 // Space waiters (SYNC POINTs A/B)
 // ---------------------------------------------------------------------------
 
-// Waits for the slot of position t (seen: its seq) to be freed. false: the
-// deadline passed. SYNC POINT A.
-bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t seen, lazy_deadline& deadline,
+// Waits for the slot of position `watch` (seen: its seq) to change, the tail
+// to leave t, or (a resizable lane) its limit to leave w.limit: the slot of
+// position t itself, or a resizable lane's gate position (THE LIMIT). false:
+// the deadline passed. SYNC POINT A.
+bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t watch, std::uint64_t seen, lazy_deadline& deadline,
                     space_wait& w) noexcept;
 
 void wake_space_waiters_now(lane_header* h) noexcept;

@@ -16,14 +16,15 @@ namespace shmtest {
 
 // Every posted message is in exactly one counter or still in the box:
 //   posted = delivered + rejected + too_large + timeouts + dropped + abandoned + aborted + depth
-//   stored = delivered + dropped_oldest + abandoned + aborted + depth (+ replaced tops, lifo)
+//   stored = delivered + dropped_oldest + abandoned + aborted + depth (+ replaced tops, lifo; + shrunk:
+//            the newest a shrink dropped, Box::resize)
 inline void check_invariant(const shmbox::Box& box) {
   const shmbox::counters c = box.read_counters();
   const std::uint64_t depth = shmbox::info(box).depth;
   CHECK(c.posted == c.delivered + c.rejected + c.too_large + c.timeouts + c.dropped_newest + c.dropped_oldest +
                         c.filtered + c.abandoned + c.aborted + depth);
   CHECK(c.stored == c.delivered + c.dropped_oldest + c.filtered + c.abandoned + c.aborted + depth +
-                        (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : 0));
+                        (box.overflow() == shmbox::policy::lifo ? c.dropped_newest : c.shrunk));
 }
 
 // utime + stime of a process, in clock ticks (/proc/<pid>/stat fields 14, 15).

@@ -429,7 +429,7 @@ TEST_CASE("the manual page documents every command and every option that --help 
   const std::string man = shmtest::manual_text();
   REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
   const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
-                                             "give-away", "ls", "heirs", "rm", "verify", "gc"};
+                                             "give-away", "ls", "heirs", "rm", "verify", "gc", "resize"};
   const auto top = cli({"--help"});
   CHECK(top.code == 0);
   for (const std::string& c : commands) {

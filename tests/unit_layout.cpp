@@ -11,7 +11,7 @@
 using namespace shmbox::detail;
 
 TEST_CASE("layout: version, magic and structure sizes") {
-  CHECK(kLayoutVersion == 4);
+  CHECK(kLayoutVersion == 5);
   CHECK(offsetof(segment_header, default_lane) == 164);  // version 4: taken from the reserved bytes
   CHECK(kMagic == 0x01584F424D485301ULL);
   CHECK(sizeof(segment_header) == 256);

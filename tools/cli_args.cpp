@@ -320,7 +320,7 @@ int parse_args(int argc, char** argv, parsed& out) {
              "gc: skipped boxes it may not remove or that are not boxes, collected the rest;\n"
              "pool take: no member before the timeout; pool rm: the pool outlived the timeout).");
 
-  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation");
+  auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation unless --max-capacity reserves room to resize it");
   create->add_option("NAME", out.create.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(box_name_check());
   add_box_options(create, out.create, nullptr);
   auto check_lane_pair = [](bool policy_value) {
@@ -350,6 +350,10 @@ int parse_args(int argc, char** argv, parsed& out) {
   create->add_option("--dead-letters", out.create.dead_letters,
                      "a box that receives, with their origin, the messages this one drops or evicts")
       ->check(box_name_check());
+  create->add_option("--max-capacity", out.create.max_capacity,
+                     "resizable: reserve slots for this many messages per lane ('shmbox resize' moves the limit up to it; "
+                     "the reserve's memory is taken now; not for lifo lanes)")
+      ->transform(decimal(1, shmbox::kMaxCapacity));
   create->add_flag("--dead-letter-refused", out.create.dead_letter_refused,
                    "also forward the posts this box refuses (full, timed out, too large) to --dead-letters");
   create->add_option("--lease-ms", out.create.lease_ms,
@@ -427,6 +431,17 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->capture_default_str();
   give->add_flag("--any-owner", out.give_away.any_owner, "a box whose segment belongs to another user");
 
+  auto* resize = app.add_subcommand("resize", "Change how many messages a resizable box (or lane) holds, up to its max capacity, while it runs");
+  resize->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
+  resize->add_option("LIMIT", out.resize.limit,
+                     "messages it holds from now on; below its depth, its policy drops the excess (drop-oldest: the oldest; "
+                     "reject, drop-newest: the newest; block: none, posts wait)")
+      ->required()
+      ->transform(decimal(1, shmbox::kMaxCapacity));
+  resize->add_option("--lane", out.resize.lane, "the lane to resize (required when the box has several)")
+      ->transform(decimal(0, shmbox::kMaxLanes - 1));
+  resize->add_flag("--json", out.json, "one JSON object: lane, before, after, max_capacity, dropped");
+
   auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
   ls->add_flag("--json", out.json, "a JSON array");
 
@@ -463,6 +478,7 @@ int parse_args(int argc, char** argv, parsed& out) {
       {heirs, "Example: shmbox heirs jobs --json"},
       {rm, "Example: shmbox rm jobs"},
       {verify, "Example: shmbox verify jobs || echo broken"},
+      {resize, "Example: shmbox resize jobs 8192    (made with: shmbox create jobs --capacity 1024 --max-capacity 65536)"},
       {gc, "Example: shmbox gc --dry-run --prefix test-\n"
            "Exit status 3: some boxes were skipped (another user's box it may not remove, or a FIFO or link\n"
            "at a box path: listed as 'skipped NAME (why)'); the rest was collected."},
@@ -521,7 +537,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv},
                                                    {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},
                                                    {rm, command::rm},         {verify, command::verify}, {gc, command::gc},
-                                                   {watch, command::watch},   {dump, command::dump},   {give, command::give_away}};
+                                                   {watch, command::watch},   {dump, command::dump},   {give, command::give_away},
+                                                   {resize, command::resize}};
   for (const auto& [sub, cmd] : commands)
     if (sub->parsed()) out.cmd = cmd;
   return out.cmd == command::none ? kExitUsage : -1;

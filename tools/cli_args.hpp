@@ -30,6 +30,12 @@ struct create_args {
   std::vector<std::string> lane_policy;    // "L=POLICY"
   std::string dead_letters;
   bool dead_letter_refused = false;
+  std::uint32_t max_capacity = 0;  // create: resizable up to this (0: not resizable)
+};
+
+struct resize_args {
+  std::uint32_t limit = 0;
+  long long lane = -1;  // -1: the only lane
 };
 
 struct post_args {
@@ -103,7 +109,7 @@ struct pool_args {
 };
 
 enum class command {
-  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away,
+  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize,
   pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_take,
 };
 
@@ -115,8 +121,9 @@ struct parsed {
   watch_args watch;
   dump_args dump;
   give_away_args give_away;
+  resize_args resize;
   pool_args pool;
-  std::string name;  // stat, heirs, rm, verify, watch, dump, give-away
+  std::string name;  // stat, heirs, rm, verify, watch, dump, give-away, resize
   bool json = false;
   bool prometheus = false;        // stat
   bool dry_run = false;           // gc

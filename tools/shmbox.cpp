@@ -16,6 +16,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ shmbox::options box_options(const create_args& a) {
   o.spin = std::chrono::microseconds(a.spin_us);
   o.dead_letters = a.dead_letters;
   o.dead_letter_refused = a.dead_letter_refused;
+  o.max_capacity = a.max_capacity;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -109,6 +111,7 @@ json counters_json(const shmbox::counters& c) {
               {"too_large", c.too_large},
               {"timeouts", c.timeouts},
               {"dropped_newest", c.dropped_newest},
+              {"shrunk", c.shrunk},
               {"dropped_oldest", c.dropped_oldest},
               {"abandoned", c.abandoned},
               {"aborted", c.aborted},
@@ -117,11 +120,21 @@ json counters_json(const shmbox::counters& c) {
               {"dead_letter_failed", c.dead_letter_failed}};
 }
 
+// " (resizable up to N)" for a box whose lanes have a reserve ("" none).
+std::string reserve_text(const shmbox::box_info& i) {
+  std::uint64_t reserve = 0;
+  for (const auto& l : i.lanes) reserve += l.max_capacity != 0 ? l.max_capacity : l.capacity;
+  for (const auto& l : i.lanes)
+    if (l.max_capacity != 0) return " (resizable up to " + std::to_string(reserve) + ": shmbox resize)";
+  return "";
+}
+
 json lanes_json(const shmbox::box_info& i) {
   json lanes = json::array();
   for (std::size_t l = 0; l < i.lanes.size(); ++l)
     lanes.push_back(json{{"lane", l},
                          {"capacity", i.lanes[l].capacity},
+                         {"max_capacity", i.lanes[l].max_capacity == 0 ? json(nullptr) : json(i.lanes[l].max_capacity)},
                          {"policy", std::string(shmbox::to_string(i.lanes[l].overflow))},
                          {"depth", i.lanes[l].depth},
                          {"counters", counters_json(i.lanes[l].count)}});
@@ -445,7 +458,7 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   const auto& c = i.count;
   std::cout << "box          " << i.name << "\n"
             << "policy       " << shmbox::to_string(i.overflow) << "\n"
-            << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes\n"
+            << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes" << reserve_text(i) << "\n"
             << "depth        " << i.depth << " / " << i.capacity << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
@@ -475,7 +488,8 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "rejected     " << c.rejected << "\n"
             << "too_large    " << c.too_large << "\n"
             << "timeouts     " << c.timeouts << "\n"
-            << "dropped_newest " << c.dropped_newest << "\n"
+            << "dropped_newest " << c.dropped_newest
+            << (c.shrunk != 0 ? " (" + std::to_string(c.shrunk) + " of them stored, dropped by a shrink)" : std::string()) << "\n"
             << "dropped_oldest " << c.dropped_oldest << "\n"
             << "filtered     " << c.filtered << "\n"
             << "abandoned    " << c.abandoned << "\n"
@@ -846,6 +860,33 @@ int cmd_dump(const parsed& a) {
   return kExitOk;
 }
 
+int cmd_resize(const parsed& a) {
+  auto box = shmbox::Box::open(a.name);
+  if (!box) return fail(box.error());
+  std::optional<std::uint32_t> lane;
+  if (a.resize.lane >= 0) lane = static_cast<std::uint32_t>(a.resize.lane);
+  const auto r = box->resize(a.resize.limit, lane);
+  if (!r) {
+    say(shmbox::explain(r.error()));
+    return r.error() == shmbox::errc::invalid_argument ? kExitUsage : kExitFail;
+  }
+  if (a.json) {
+    std::cout << json{{"box", a.name},          {"lane", r->lane},   {"before", r->before},
+                      {"after", r->after},      {"max_capacity", r->max_capacity}, {"dropped", r->dropped}}
+                     .dump()
+              << "\n";
+    return kExitOk;
+  }
+  const shmbox::policy pol = shmbox::info(*box).lanes.at(r->lane).overflow;
+  std::cout << "box '" << a.name << "'" << (box->lane_count() > 1 ? " lane " + std::to_string(r->lane) : std::string())
+            << ": limit " << r->before << " -> " << r->after << " (max capacity " << r->max_capacity << ")";
+  if (r->dropped != 0)
+    std::cout << "; " << r->dropped << " dropped (" << shmbox::to_string(pol) << ": the "
+              << (pol == shmbox::policy::drop_oldest ? "oldest" : "newest") << ")";
+  std::cout << "\n";
+  return kExitOk;
+}
+
 int cmd_give_away(const parsed& a) {
   auto box = shmbox::Box::open(a.name, {.any_owner = a.give_away.any_owner});
   if (!box) return fail(box.error());
@@ -883,6 +924,7 @@ int main(int argc, char** argv) {
     case command::watch: return cmd_watch(a);
     case command::dump: return cmd_dump(a);
     case command::give_away: return cmd_give_away(a);
+    case command::resize: return cmd_resize(a);
     case command::pool_create:
     case command::pool_run:
     case command::pool_ls:

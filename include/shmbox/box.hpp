@@ -33,11 +33,18 @@ struct access;  // the library's own way in (lib/access.hpp)
 struct lane_options {
   std::uint32_t capacity = 0;      // messages; 0: the box's `capacity`
   std::optional<policy> overflow{};  // unset: the box's `overflow`
+  std::uint32_t max_capacity = 0;  // resizable up to this (Box::resize); 0: the box's `max_capacity`
 };
 
 // Capacity and behaviour, chosen at creation and fixed for the box's life.
 struct options {
   std::uint32_t capacity = 1024;     // messages the box holds; a power of two is fastest
+  // Resizable: the box reserves slots for this many messages and Box::resize
+  // moves its limit (`capacity` at first) between 1 and this, while producers
+  // and the owner run. The reserve costs its memory from creation; posts to
+  // a resizable lane take the general path (no inline fast path). 0: not
+  // resizable. Not for lifo lanes.
+  std::uint32_t max_capacity = 0;
   std::uint32_t slot_size = 256;     // largest message, in bytes
   policy overflow = policy::reject;  // what a post does when the box is full
   std::uint32_t mode = 0600;         // file mode of /dev/shm/shmbox.<name>
@@ -63,6 +70,15 @@ struct options {
   // and uses no CPU. 0: sleep at once. At most kMaxSpin. Per call: post_options::spin,
   // receive_options::spin.
   std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+};
+
+// What Box::resize did.
+struct resize_report {
+  std::uint32_t lane = 0;
+  std::uint32_t before = 0;        // the lane's limit before
+  std::uint32_t after = 0;         // and now
+  std::uint32_t max_capacity = 0;  // its reserve: the largest limit it can have
+  std::uint64_t dropped = 0;       // messages the shrink dropped by the lane's policy (counted, dead-lettered)
 };
 
 struct open_options {
@@ -112,6 +128,19 @@ class SHMBOX_API Box {
   // not_owner (no live owner), invalid_argument (pid is not waiting for the
   // box, or another request is pending), timed_out.
   result<void> request_give_away(std::uint32_t pid, std::chrono::nanoseconds timeout) const;
+  // Changes how many messages a lane holds, between 1 and the max capacity
+  // reserved at creation (options::max_capacity), while producers and the
+  // owner run. `lane` unset: the box's only lane (a box with several lanes
+  // needs one named). Growing lets waiting posts in at once. Shrinking below
+  // the lane's depth applies its policy to the excess, as pobox does:
+  // drop_oldest drops the oldest (counted dropped_oldest), reject and
+  // drop_newest keep the old ones and drop the newest (counted
+  // dropped_newest), block drops nothing (posts wait until the owner has
+  // taken the excess); dropped messages go to the dead-letter box like any
+  // drop. The caller takes a producer entry for the call. Errors:
+  // invalid_argument (not resizable, a limit out of range, no such lane),
+  // producer_table_full, read-only handle.
+  result<resize_report> resize(std::uint32_t limit, std::optional<std::uint32_t> lane = {}) const;
   result<void> request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const;
 
  private:

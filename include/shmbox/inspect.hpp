@@ -61,7 +61,8 @@ struct peeked_message {
 
 // One lane, as seen by anyone.
 struct lane_info {
-  std::uint32_t capacity = 0;
+  std::uint32_t capacity = 0;      // messages it holds (a resizable lane: its limit now)
+  std::uint32_t max_capacity = 0;  // resizable up to this (its reserve); 0: not resizable
   policy overflow = policy::reject;
   std::uint64_t depth = 0;
   counters count;

@@ -92,6 +92,7 @@ class SHMBOX_API Producer {
  private:
   struct SHMBOX_LOCAL state;
   friend class slot_loan;
+  friend class Box;  // Box::resize drops through a Producer's entry
   SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };

@@ -55,8 +55,10 @@ struct counters {
   std::uint64_t rejected = 0;        // refused because the box was full (reject)
   std::uint64_t too_large = 0;       // refused because larger than the slot size
   std::uint64_t timeouts = 0;        // block: no space before the timeout
-  std::uint64_t dropped_newest = 0;  // drop_newest: the new message; lifo: the replaced top
-  std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages
+  std::uint64_t dropped_newest = 0;  // drop_newest: the new message; lifo: the replaced top; a shrink
+                                     // (Box::resize) of a reject/drop_newest/block lane: the newest it dropped
+  std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages (also by a shrink of a drop_oldest lane)
+  std::uint64_t shrunk = 0;          // of dropped_newest: stored messages a shrink dropped (not refused posts)
   std::uint64_t filtered = 0;        // dropped by the owner's filter
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
   std::uint64_t aborted = 0;         // loans given back unposted (slot_loan::abort)
