@@ -556,7 +556,9 @@ std::uint64_t supervisor::tick() {
   // Culling: free members idle longer than cull_after, longest idle first, down to init_count.
   if (p.cull_after_ms > 0 && removing_v == 0) {
     std::sort(idle.begin(), idle.end());
-    for (const auto& [since, m] : idle) {
+    for (const auto& entry : idle) {
+      const std::uint64_t since = entry.first;
+      const std::uint32_t m = entry.second;  // (a named copy: clang 14 does not let a lambda capture a structured binding)
       if (live <= p.init_count || now - since <= std::uint64_t{p.cull_after_ms} * kMs) break;
       pool_member* e = h_.member_at(m);
       const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
