@@ -93,35 +93,37 @@ namespace {
 // lane holds (E1-E4 on it), looking from the owner's published head (or
 // this handle's last eviction, if later) up to the gate position. Returns
 // 1 when it evicted one or found the gate finished meanwhile (retry P1), 0
-// when the oldest is busy (being written: *busy_pos/*busy_seen name it, to
-// wait on), -1 on a lost race (retry).
+// when nothing up to the gate can be evicted now (claimed and not yet
+// written, or held: being read, committed, evicted or repaired, maybe by a
+// dead process): *busy_pos/*busy_seen name the oldest such slot, for the
+// caller to repair (R1-R3) and wait on; -1 on a lost race (retry). (The
+// hint skips positions this handle saw finished or evicted; one given back
+// to FULL later, by a lease owner that lost its box, waits for the owner.)
 int evict_oldest(producer_ctx& p, const lane_view& L, std::uint64_t t, std::uint64_t gate, std::uint64_t& busy_pos,
                  std::uint64_t& busy_seen) noexcept {
   const std::uint64_t cap = L.capacity;
   // acquire: pairs with T7's release of the head: positions before it are finished.
   std::uint64_t q = std::max(L.hdr->head.load(std::memory_order_acquire), t > cap ? t - cap : 0);
   q = std::max(q, p.evict_from[L.index]);
+  bool busy = false;
   for (; q <= gate; ++q) {
     // acquire: pairs with P5's release (the payload evict_fifo may capture)
     const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
     const std::int64_t d = pos_diff(seq_pos(seen), q);
     if (d >= static_cast<std::int64_t>(cap)) continue;  // finished
     if (d != 0) return -1;                               // not yet claimable: our view is stale
-    const slot_state st = seq_state(seen);
-    if (st == slot_state::full) {
+    if (seq_state(seen) == slot_state::full) {
       if (!evict_fifo(p, L, q, seen)) return -1;
       p.evict_from[L.index] = q + 1;
       return 1;
     }
-    // Being read, committed or evicted by someone else: it is leaving. Claimed
-    // and not yet written: the oldest is busy; wait for it (or repair it).
-    if (st == slot_state::empty) {
+    if (!busy) {  // the oldest slot someone else holds: what we wait on if nothing is evictable
+      busy = true;
       busy_pos = q;
       busy_seen = seen;
-      return 0;
     }
   }
-  return 1;
+  return busy ? 0 : 1;
 }
 
 void write_payload(slot_header* s, const void* data, std::size_t size) noexcept {

@@ -303,3 +303,23 @@ TEST_CASE("resize: what a shrink drops goes to the dead-letter box; the CLI says
   CHECK(st["lanes"][0]["max_capacity"] == 8);
   CHECK(st["counters"]["dead_lettered"] == 2);
 }
+
+TEST_CASE("resize: at a drop-oldest lane's limit, an owner killed holding the oldest message does not stall posts") {
+  shmtest::segment_guard g(shmtest::unique_name("rzdead"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .max_capacity = 16, .slot_size = 16, .overflow = policy::drop_oldest});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  post_all(*p, 0, 4);
+  // An owner process dies holding position 0 (taken, not committed): the gate position.
+  shmtest::child victim({shmtest::helper_path(), "consume", g.name, "4", "1000"}, {"SHMBOX_FAULT=owner.after_take:1"});
+  REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+  // The post repairs that slot (R3: the dead owner's uncommitted message is the oldest: evicted) and stores.
+  CHECK(shmbox::is_stored(p->post("x", {.timeout = 10s})));
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  const auto got = drain(*owner);
+  CHECK(got == std::vector<std::string>{"1", "2", "3", "x"});
+  CHECK(box->read_counters().dropped_oldest == 1);
+  shmtest::check_invariant(*box);
+}
