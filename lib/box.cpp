@@ -144,6 +144,8 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     c.delivered += oc->delivered.load(std::memory_order_relaxed);
     c.redelivered += oc->redelivered.load(std::memory_order_relaxed);
     c.filtered += oc->filtered.load(std::memory_order_relaxed);
+    c.stashed += oc->stashed.load(std::memory_order_relaxed);
+    c.unstashed += oc->unstashed.load(std::memory_order_relaxed);
     abandoned += oc->abandoned.load(std::memory_order_relaxed);
   }
   // FIFO lanes: the tail counts every claimed position exactly (a claim is
@@ -177,6 +179,8 @@ void add(counters& sum, const counters& c) {
   sum.redelivered += c.redelivered;
   sum.dead_lettered += c.dead_lettered;
   sum.dead_letter_failed += c.dead_letter_failed;
+  sum.stashed += c.stashed;
+  sum.unstashed += c.unstashed;
 }
 }  // namespace
 
@@ -198,6 +202,32 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return s->seq.load(std::memory_order_relaxed) == seen;
   };
+  {
+    // The stash first, in stash order (seqlock reads of each entry, as above).
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> parked;  // (order, entry)
+    for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+      const detail::stash_kind k = detail::stash_kind_of(m.stash_at(i)->state.load(std::memory_order_acquire));
+      if (k == detail::stash_kind::parked || k == detail::stash_kind::front || k == detail::stash_kind::taken)
+        parked.emplace_back(m.stash_at(i)->order.load(std::memory_order_relaxed), i);
+    }
+    std::sort(parked.begin(), parked.end());
+    for (const auto& [order, i] : parked) {
+      if (out.size() >= max) break;
+      detail::stash_entry* e = m.stash_at(i);
+      const std::uint64_t seen = e->state.load(std::memory_order_acquire);
+      const detail::stash_kind k = detail::stash_kind_of(seen);
+      const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+      const std::uint32_t len = std::min(e->length.load(std::memory_order_relaxed), m.geo.params.slot_payload);
+      if (lane >= m.lane_count()) continue;
+      bytes.resize(len);
+      const auto* src = detail::mapped_box::stash_payload(e);
+      for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e->state.load(std::memory_order_relaxed) != seen) continue;
+      out.push_back({lane, order, bytes,
+                     k == detail::stash_kind::parked ? "parked" : k == detail::stash_kind::front ? "unstashed" : "reading"});
+    }
+  }
   for (std::uint32_t l = 0; l < m.lane_count() && out.size() < max; ++l) {
     const detail::lane_view& L = m.lanes[l];
     if (L.is_lifo()) {
@@ -212,7 +242,7 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         detail::slot_header* s = L.slot_at_index(i);
         const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
         if (detail::seq_state(seen) != detail::slot_state::full || detail::seq_pos(seen) != stamp) continue;
-        if (copy_if_stable(L, s, seen)) out.push_back({l, stamp, bytes});
+        if (copy_if_stable(L, s, seen)) out.push_back({l, stamp, bytes, {}});
       }
       continue;
     }
@@ -226,7 +256,7 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
       detail::slot_header* s = L.slot_for(p);
       const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       if (detail::seq_state(seen) != detail::slot_state::full || detail::pos_diff(detail::seq_pos(seen), p) != 0) continue;
-      if (copy_if_stable(L, s, seen)) out.push_back({l, p, bytes});
+      if (copy_if_stable(L, s, seen)) out.push_back({l, p, bytes, {}});
     }
   }
   return out;
@@ -284,6 +314,8 @@ box_info info(const Box& box) {
     li.overflow = m.lanes[l].pol;
     li.depth = detail::lane_depth_scan(m, l);
     li.count = lane_counters(m, l);
+    li.parked = detail::stash_count(m, l);
+    i.parked += li.parked;
     i.depth += li.depth;
     i.lanes.push_back(li);
   }
@@ -292,6 +324,7 @@ box_info info(const Box& box) {
   i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
   i.dead_letter_refused = m.dead_letter_refused;
+  i.stash = m.stash_entries();
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;

@@ -51,6 +51,8 @@ class shmbox_category final : public std::error_category {
       case errc::pool_removed: return "the pool is being removed: no new takes (see shmbox pool stat NAME)";
       case errc::pool_clients_full:
         return "every client entry of the pool is held by a live process: close Pool handles or raise max_clients";
+      case errc::stash_full:
+        return "the stash has no room for it (all entries parked, or its lane would be left no room): unstash first";
     }
     return "unknown shmbox error";
   }

@@ -23,6 +23,8 @@
 //   owner.after_take         owner: slots taken for reading, nothing committed
 //   owner.mid_commit         owner (read/commit, lease boxes): slots marked done, not yet counted
 //   owner.after_commit       owner: delivered counted, slots not yet freed
+//   owner.mid_stash          owner (stash): entry written and counted in parked, not yet PARKED
+//   owner.mid_unstash        owner: unstashed entries marked DONE, not yet counted or freed
 //   takeover.after_cas       new owner: owner key CASed to itself, epoch not yet bumped
 //   takeover.after_record    new owner: epoch bumped, transfer record written, heirs not signalled
 //   takeover.mid_recovery    new owner: one gone owner's in-flight slot adopted, others not yet

@@ -42,6 +42,13 @@ bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
     off += std::uint64_t{p.lane_capacity[l]} * g.slot_stride;
     if (off > kMaxSegmentBytes) return false;
   }
+  if (p.stash_entries > kMaxCapacity) return false;
+  if (p.stash_entries != 0) {
+    g.stash_stride = static_cast<std::uint32_t>(round_up(sizeof(stash_entry) + std::uint64_t{p.slot_payload}, kCacheLine));
+    g.stash_offset = round_up(off, 4096);
+    off = g.stash_offset + std::uint64_t{p.stash_entries} * g.stash_stride;
+    if (off > kMaxSegmentBytes) return false;
+  }
   g.total_bytes = round_up(off, 4096);
   return g.total_bytes <= kMaxSegmentBytes;
 }

@@ -128,6 +128,8 @@ enum class op_kind : std::uint32_t {
   abort = 10,        // producer: giving back its loaned FIFO position / lifo slot `target` (counted aborted)
   claim_run = 11,    // producer: about to CAS the tail for the run of positions in run_target (post_batch)
   shrink_drop = 12,  // producer (a resize): dropping FIFO position `target`, one of the newest (counted shrunk)
+  stash_put = 13,    // owner: parking a message in stash entry `target` (counted stashed)
+  stash_commit = 14, // owner: committing its TAKEN stash entries of lane `lane` (counted unstashed)
 };
 // claim_run's target: the first position (low 48 bits) and the run length - 1 (8 bits).
 constexpr std::uint32_t kMaxClaimRun = 256;
@@ -172,7 +174,11 @@ struct segment_header {
   std::uint64_t config_offset;     // offset of box_config
   std::uint32_t spin_ns;           // adaptive wait: poll this long before sleeping (options::spin)
   std::uint32_t default_lane;      // lane of a plain post (options::default_lane); < lane_count
-  std::uint8_t reserved[kSegmentHeaderBytes - 168];
+  std::uint32_t stash_entries;     // the owner's stash (options::stash): entries; 0 none (a reserved
+                                   // field before: 0 in older boxes)
+  std::uint32_t stash_stride;      // bytes per stash entry (stash_entry + payload, 64-B multiple)
+  std::uint64_t stash_offset;      // offset of stash_entry[0]
+  std::uint8_t reserved[kSegmentHeaderBytes - 184];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -199,7 +205,10 @@ static_assert(offsetof(segment_header, actor_stride) == 144);
 static_assert(offsetof(segment_header, config_offset) == 152);
 static_assert(offsetof(segment_header, spin_ns) == 160);
 static_assert(offsetof(segment_header, default_lane) == 164);
-static_assert(offsetof(segment_header, reserved) == 168);
+static_assert(offsetof(segment_header, stash_entries) == 168);
+static_assert(offsetof(segment_header, stash_stride) == 172);
+static_assert(offsetof(segment_header, stash_offset) == 176);
+static_assert(offsetof(segment_header, reserved) == 184);
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.
@@ -285,7 +294,7 @@ struct alignas(kCacheLine) owner_record {
   a32 tr_data_len;       // bytes in tr_data (<= kHeirDataMax)
   a64 tr_from_ns;        // pid namespace inodes of the previous and the new owner
   a64 tr_to_ns;
-  a64 reserved5;
+  a64 stash_next_order;  // the stash: the order the owner gives the next parked message (owner only)
   // line 5: transfer data (the heir's registered data, or the give_away data)
   alignas(kCacheLine) a64 tr_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
 };
@@ -370,13 +379,17 @@ struct alignas(kCacheLine) owner_lane_counters {
   a64 redelivered;  // of those, read before by an owner that died
   a64 abandoned;    // dead writers' positions this owner repaired
   a64 filtered;     // messages the owner's filter dropped (committed, not delivered)
-  a64 reserved[4];
+  a64 stashed;      // messages this owner parked in the stash (Owner::stash)
+  a64 unstashed;    // stash entries of this lane it received back (delivered or dropped by its filter)
+  a64 reserved[2];
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
 static_assert(offsetof(owner_lane_counters, redelivered) == 8);
 static_assert(offsetof(owner_lane_counters, abandoned) == 16);
 static_assert(offsetof(owner_lane_counters, filtered) == 24);
+static_assert(offsetof(owner_lane_counters, stashed) == 32);
+static_assert(offsetof(owner_lane_counters, unstashed) == 40);
 
 // ---------------------------------------------------------------------------
 // An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is
@@ -423,7 +436,8 @@ struct alignas(kCacheLine) lane_header {
   a64 reserved0[6];
   // line 1: consumption (owner)
   alignas(kCacheLine) a64 head;  // FIFO: first position the owner has not finished
-  a64 reserved1[7];
+  a64 parked;  // stash boxes: this lane's messages in the stash; they count against its limit (ring.hpp THE STASH)
+  a64 reserved1[6];
   // line 2: producers waiting for space (block, and drop_oldest/lifo behind a busy slot)
   alignas(kCacheLine) a32 space_seq;  // futex word, bumped by whoever frees a slot while wanted
   a32 space_wanted;  // 1 when a producer sleeps (or is about to) on space_seq
@@ -447,6 +461,7 @@ static_assert(sizeof(lane_header) == 4 * kCacheLine);
 static_assert(offsetof(lane_header, tail) == 0);
 static_assert(offsetof(lane_header, lifo_stamp) == 8);
 static_assert(offsetof(lane_header, head) == 64);
+static_assert(offsetof(lane_header, parked) == 72);
 static_assert(offsetof(lane_header, space_seq) == 128);
 static_assert(offsetof(lane_header, space_wanted) == 132);
 static_assert(offsetof(lane_header, space_wake_calls) == 136);
@@ -528,6 +543,40 @@ static_assert(offsetof(slot_header, length) == 8);
 static_assert(offsetof(slot_header, writer) == 12);
 
 // ---------------------------------------------------------------------------
+// A stash entry (ring.hpp THE STASH): written only by the owner of the box
+// (a stale one's CASes fail on the epoch). The payload follows the header.
+//   state: kind (bits 0..7) | redelivered (bit 8) | owner epoch << 16
+// ---------------------------------------------------------------------------
+enum class stash_kind : std::uint32_t {
+  free = 0,
+  writing = 1,  // being filled by its owner (not parked yet)
+  parked = 2,   // stashed (Owner::stash)
+  front = 3,    // unstashed: delivered before anything else, in `order`
+  taken = 4,    // being delivered (read, not committed)
+  done = 5,     // committed, not yet counted and freed (op stash_commit)
+};
+constexpr std::uint64_t kStashRedelivered = 1u << 8;
+constexpr std::uint64_t make_stash_state(stash_kind k, std::uint64_t epoch, bool redelivered = false) noexcept {
+  return static_cast<std::uint64_t>(k) | (redelivered ? kStashRedelivered : 0) | (epoch << 16);
+}
+constexpr stash_kind stash_kind_of(std::uint64_t s) noexcept { return static_cast<stash_kind>(s & 0xFFu); }
+constexpr std::uint64_t stash_epoch_of(std::uint64_t s) noexcept { return s >> 16; }
+constexpr bool stash_redelivered(std::uint64_t s) noexcept { return (s & kStashRedelivered) != 0; }
+
+struct stash_entry {
+  a64 state;    // make_stash_state
+  a64 order;    // stash order (owner_record::stash_next_order when parked)
+  a32 length;   // payload bytes; untrusted: bounded by slot_payload before use
+  a32 lane;     // the lane the message came from; untrusted: bounded by lane_count
+  a64 reserved;
+};
+static_assert(sizeof(stash_entry) == 32);
+static_assert(offsetof(stash_entry, state) == 0);
+static_assert(offsetof(stash_entry, order) == 8);
+static_assert(offsetof(stash_entry, length) == 16);
+static_assert(offsetof(stash_entry, lane) == 20);
+
+// ---------------------------------------------------------------------------
 // Geometry: the one place offsets are computed.
 // ---------------------------------------------------------------------------
 struct geometry_params {
@@ -535,6 +584,7 @@ struct geometry_params {
   std::uint32_t lane_capacity[kMaxLanes] = {};
   std::uint32_t slot_payload = 0;
   std::uint32_t max_producers = 0;
+  std::uint32_t stash_entries = 0;  // options::stash (0: no stash)
 };
 
 struct geometry {
@@ -549,6 +599,8 @@ struct geometry {
   std::uint64_t lanes_offset = 0;
   std::uint64_t producers_offset = 0;
   std::uint64_t slots_offset[kMaxLanes] = {};
+  std::uint32_t stash_stride = 0;
+  std::uint64_t stash_offset = 0;
   std::uint64_t total_bytes = 0;
 };
 

@@ -149,7 +149,7 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
 
 std::optional<recv_status> Owner::state::receive_fast(detail::owner_sink& sink) noexcept {
   detail::owner_ctx& o = ctx;
-  if (o.fenced || !o.pending.empty()) return std::nullopt;
+  if (o.fenced || !o.pending.empty() || !o.stash_front.empty()) return std::nullopt;
   const detail::owner_record* rec = m->owner();
   // still_owner() and serve_request()'s first test, as loads only: anything
   // else (lost, or asked to give away) is the general path's to report.
@@ -315,6 +315,12 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
     // the owner reads every tail anyway: owner_arm_sleep.)
     into.look_at_tail = (o.polls++ & 63) == 0;
     bool skipped = false;
+    if (!o.stash_front.empty()) {  // THE STASH: unstashed messages come first (ring.hpp)
+      into.max = max - into.appended;
+      const detail::take_result r = detail::stash_take(o, into, mode);
+      corrupt |= r.corrupt;
+      skipped |= r.skipped;
+    }
     for (std::uint32_t l = 0; l < box.lane_count() && into.appended < max && !skipped; ++l) {
       into.max = max - into.appended;
       const detail::take_result r = detail::owner_take(o, l, into, mode);
@@ -371,6 +377,30 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
     if (!detail::owner_sleep(o, until)) detail::busy_backoff(busy_rounds, deadline, now);
   }
 }
+
+recv_status Owner::stash(std::string_view data, std::uint32_t lane) {
+  if (!s_) return recv_status::not_owner;
+  if (!s_->still_owner()) {
+    s_->ctx.last_error = detail::fail(errc::not_owner, "box '" + s_->m->name + "': this handle lost ownership; nothing stashed");
+    return recv_status::not_owner;
+  }
+  if (auto r = detail::stash_put(s_->ctx, data, lane); !r) {
+    s_->ctx.last_error = r.error();
+    return r.error() == make_error_code(errc::not_owner) ? recv_status::not_owner : recv_status::error;
+  }
+  return recv_status::ok;
+}
+
+recv_status Owner::stash(const message& m) { return stash(m.data, m.lane); }
+
+std::size_t Owner::unstash_all() {
+  if (!s_ || !s_->still_owner()) return 0;
+  return detail::stash_unstash_all(s_->ctx);
+}
+
+std::size_t Owner::stashed() const noexcept { return s_ ? s_->ctx.stash_parked.size() : 0; }
+
+std::size_t Owner::unstashed_waiting() const noexcept { return s_ ? s_->ctx.stash_front.size() : 0; }
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
   return s_ && detail::give_away_to_pid(s_->ctx, s_->lease, dest_pid, data, detail::timeout_ns(timeout));

@@ -235,6 +235,48 @@
 // per producer in flight).
 //
 // ===========================================================================
+// THE STASH (options::stash; stash.cpp): actor-ts's stash / unstashAll
+// ===========================================================================
+// A box created with a stash has `stash` entries after its rings (segment
+// header stash_offset/stride), each a stash_entry header and a payload the
+// size of a slot. Only the box's owner writes them (lease boxes, whose
+// stale owner keeps running, cannot have a stash), and the ring protocol
+// above does not know them: a message leaves its ring as usual (received
+// and committed, counted delivered) and Owner::stash puts a copy in an
+// entry. An entry's state word is kind | redelivered | epoch << 16
+// (layout.hpp stash_kind):
+//  S1 op_before = stashed; op = stash_put(entry)
+//  S2 FREE -> WRITING(E)            (CAS; then payload, length, lane, order)
+//  S3 lane.parked += 1              (the gate counts it from here)
+//  S4 WRITING -> PARKED(E)          (release: the stash point)
+//  S5 stashed = op_before + 1; op = none
+// unstash_all: every PARKED(E) -> FRONT(E), in stash order, after any FRONT
+// ones still waiting. A receive first delivers FRONT entries (all lanes,
+// in `order`), then the lanes as usual:
+//  U1 FRONT -> TAKEN(E)             (CAS); the sink copies it out
+//  (held reads stop here until commit(); give-back: TAKEN -> FRONT)
+//  U2 op_before = unstashed; op = stash_commit(lane)
+//  U3 TAKEN -> DONE(E)              (release: the commit point)
+//  U4 unstashed = op_before + n; each DONE -> FREE; lane.parked -= n;
+//     op = none; wake space waiters.
+// Takeover (stash_recover, after the ring's R4): the new owner scans every
+// entry. WRITING: freed (the message is still its sender's: it was never
+// parked). PARKED, FRONT, TAKEN: FRONT(new epoch), flagged redelivered,
+// delivered before everything else in stash order (the heir cannot know
+// what the dead owner meant to do with them). DONE: freed; if the dead
+// owner's op is stash_commit of that lane and its `unstashed` still reads
+// op_before, it is finished to op_before + (its DONE entries there). A
+// PARKED entry named by a dead stash_put op whose `stashed` still reads
+// op_before is counted there. Then every lane's `parked` is recounted from
+// the entries. So any owner killed at any step loses no parked message,
+// and Σ stashed = Σ unstashed + entries held, exactly.
+// THE GATE: a stash box's lanes are gated (lane_view::gated, no inline fast
+// path): the claim's limit is limit - parked (at least 1), the THE LIMIT
+// rules above with that number. Owner::stash refuses a message whose lane
+// would be left no room (parked + 1 >= limit). A post that read `parked`
+// just before a stash may still land against the old count.
+//
+// ===========================================================================
 // lifo lanes (pobox's stack)
 // ===========================================================================
 // No positions: each push takes a 48-bit stamp from lane.lifo_stamp
@@ -266,6 +308,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <deque>
 #include <vector>
 
 #include "layout.hpp"
@@ -377,6 +420,7 @@ struct pending_slot {
   std::uint64_t orig = 0;   // what it was before we took it (FULL, or TAKEN by a gone owner)
   bool redelivered = false;
   bool drop = false;        // the filter dropped it: committed as filtered, not delivered
+  bool stash = false;       // a stash entry (`where`: its index), not a ring slot (THE STASH)
 };
 
 // One owner handle.
@@ -397,6 +441,10 @@ struct owner_ctx {
   std::uint64_t next_check_ns[kMaxLanes] = {};
   std::error_code last_error;
   std::uint32_t polls = 0;  // receive polls, for reading the tails only every 64th (owner.cpp)
+  // THE STASH (stash boxes): this owner's view of its entries.
+  std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order
+  std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
+  std::vector<std::uint32_t> stash_free;   // FREE entries
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
@@ -483,6 +531,23 @@ struct resize_outcome {
   std::uint64_t dropped = 0;
 };
 result<resize_outcome> resize_lane(producer_ctx& p, std::uint32_t lane, std::uint32_t limit) noexcept;
+
+// THE STASH (stash.cpp). Owner only.
+// Parks a copy of `data` (a message of lane `lane`): errors invalid_argument
+// (no stash, no such lane), too_large, full (no free entry, or the lane
+// would be left no room), not_owner (a newer owner holds the entries).
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept;
+// Makes every parked message FRONT (delivered next, in stash order); returns how many.
+std::size_t stash_unstash_all(owner_ctx& o) noexcept;
+// Delivers FRONT entries into the sink (before any lane): as owner_take.
+take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
+// owner_commit's and owner_give_back's part for held stash entries.
+void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& r) noexcept;
+void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
+// Takeover: see THE STASH.
+void stash_recover(owner_ctx& o) noexcept;
+// Entries in use per lane (inspection; exact when idle).
+std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;

@@ -49,8 +49,9 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
 
 bool limit_reached(const lane_view& L, std::uint64_t t, std::uint64_t& gate, std::uint64_t& gate_seen,
                    std::uint32_t& limit) noexcept {
-  if (!L.resizable) return false;
-  const std::uint32_t lim = limit = L.limit();
+  if (!L.gated) return false;
+  // A stash box: parked messages of this lane count against its limit (ring.hpp THE STASH).
+  const std::uint32_t lim = limit = L.gate_limit();
   if (lim >= L.capacity) return false;  // the ring's own check (slot(t)) is the limit
   if (L.pol == policy::drop_oldest) {
     // Positions are finished in order here (the owner from the head, evictions

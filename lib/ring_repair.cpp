@@ -526,7 +526,7 @@ void owner_recover(owner_ctx& o) noexcept {
     }
     o.stuck_since_ns[l] = 0;
     owner_clear_sleep(o, l);  // a previous owner may have died asleep: no stray wake-ups
-  }
+  }  stash_recover(o);  // THE STASH: after the rings (ring.hpp)
 }
 
 }  // namespace shmbox::detail

@@ -28,7 +28,7 @@ namespace {
 void publish_head(owner_ctx& o, const lane_view& L) noexcept {
   std::uint64_t h = o.head[L.index];
   for (const pending_slot& ps : o.pending)
-    if (ps.lane == L.index && ps.where < h) h = ps.where;
+    if (!ps.stash && ps.lane == L.index && ps.where < h) h = ps.where;
   // T7 release: pairs with the acquire loads of the head in owner_recover (R4, the next
   // owner: ring_repair.cpp) and lane_depth_scan (inspectors).
   L.hdr->head.store(h, std::memory_order_release);  // T7 release: read by inspectors and the next owner
@@ -204,7 +204,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     const lane_view& L = o.m->lanes[l];
     owner_lane_counters* oc = o.counters(l);
     bool any = false;
-    for (const pending_slot& ps : o.pending) any |= ps.lane == l;
+    for (const pending_slot& ps : o.pending) any |= !ps.stash && ps.lane == l;
     if (!any) continue;
     const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
     const std::uint64_t before_b = oc->filtered.load(std::memory_order_relaxed);
@@ -214,7 +214,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     std::uint64_t n = 0, dropped = 0, again = 0;
     for (std::size_t i = 0; i < o.pending.size(); ++i) {
       pending_slot& ps = o.pending[i];
-      if (ps.lane != l) continue;
+      if (ps.stash || ps.lane != l) continue;
       slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
       std::uint64_t expected = ps.seq;
       const std::uint64_t done =
@@ -243,7 +243,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     oc->filtered.store(before_b + dropped, std::memory_order_relaxed);
     SHMBOX_FAULT("owner.after_commit");
     for (const pending_slot& ps : o.pending) {
-      if (ps.lane != l || ps.seq == 0) continue;
+      if (ps.stash || ps.lane != l || ps.seq == 0) continue;
       slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
       std::uint64_t expected = ps.seq;
       // C4; pairs with the acquire of the next claimant (P1 / claim_fast_inline, L1).
@@ -256,9 +256,10 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
     o.act->op.store(0, std::memory_order_release);
     r.committed += n + dropped;
   }
+  stash_commit_pending(o, kept, r);  // THE STASH: held entries (U2-U4)
   std::vector<std::uint32_t> lanes;
   for (const pending_slot& ps : o.pending)
-    if (std::find(lanes.begin(), lanes.end(), ps.lane) == lanes.end()) lanes.push_back(ps.lane);
+    if (!ps.stash && std::find(lanes.begin(), lanes.end(), ps.lane) == lanes.end()) lanes.push_back(ps.lane);
   o.pending.clear();
   for (const std::uint32_t l : lanes) {
     const lane_view& L = o.m->lanes[l];
@@ -270,7 +271,12 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
 
 std::size_t owner_give_back(owner_ctx& o) noexcept {
   std::size_t n = 0;
+  // Stash entries go back to the front in the order they were taken.
+  if (o.m->stash_entries() != 0)
+    for (auto it = o.pending.rbegin(); it != o.pending.rend(); ++it)
+      if (it->stash) stash_give_back(o, *it);
   for (const pending_slot& ps : o.pending) {
+    if (ps.stash) continue;
     const lane_view& L = o.m->lanes[ps.lane];
     slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
     std::uint64_t expected = ps.seq;

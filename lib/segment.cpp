@@ -118,7 +118,8 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.payload = m.geo.params.slot_payload;
     v.pol = static_cast<policy>(policies[l]);
     v.resizable = v.hdr->limit.load(std::memory_order_relaxed) != 0;  // relaxed: set before `ready`
-    v.fast = !v.is_lifo() && !v.resizable;
+    v.gated = v.resizable || m.geo.params.stash_entries != 0;
+    v.fast = !v.is_lifo() && !v.gated;
   }
 }
 
@@ -225,6 +226,17 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
                                             std::to_string(p.lane_count) + " lanes (0.." + std::to_string(p.lane_count - 1) + ")");
   p.slot_payload = o.slot_size;
   p.max_producers = o.max_producers;
+  p.stash_entries = o.stash;
+  if (o.stash != 0) {
+    if (o.stash > kMaxCapacity)
+      return fail(errc::invalid_argument, who + ": stash of " + std::to_string(o.stash) + " entries is over " + std::to_string(kMaxCapacity));
+    for (std::uint32_t l = 0; l < p.lane_count; ++l)
+      if (policies[l] == static_cast<std::uint32_t>(policy::lifo))
+        return fail(errc::invalid_argument, who + ": " + (p.lane_count > 1 ? "lane " + std::to_string(l) : std::string("the box")) +
+                                                " is lifo; a box with a stash needs FIFO lanes (parked messages count against a lane's limit, which a lifo lane has no gate for)");
+    if (o.lease.count() != 0)
+      return fail(errc::invalid_argument, who + ": a lease box cannot have a stash (a stale owner's stash entries could not be fenced); drop --lease or --stash");
+  }
   geometry g;
   if (!compute_geometry(p, g))
     return fail(errc::too_large, who + ": " + std::to_string(o.capacity) + " slots of " + std::to_string(o.slot_size) +
@@ -316,6 +328,9 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->heirs_offset = g.heirs_offset;
   h->actor_stride = g.actor_stride;
   h->config_offset = g.config_offset;
+  h->stash_entries = p.stash_entries;
+  h->stash_stride = g.stash_stride;
+  h->stash_offset = g.stash_offset;
   auto* cfg = reinterpret_cast<box_config*>(m->base + g.config_offset);
   cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
@@ -449,12 +464,13 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   for (std::uint32_t l = 0; l < kMaxLanes; ++l) p.lane_capacity[l] = h.lane_capacity[l];
   p.slot_payload = h.slot_payload;
   p.max_producers = h.max_producers;
+  p.stash_entries = h.stash_entries;
   geometry g;
   if (!compute_geometry(p, g)) return fail(errc::corrupt, who + ": header geometry is out of range (corrupt header)");
   if (h.total_bytes != g.total_bytes || h.slot_stride != g.slot_stride || h.producer_stride != g.producer_stride ||
       h.owner_offset != g.owner_offset || h.lanes_offset != g.lanes_offset || h.producers_offset != g.producers_offset ||
       h.actors_offset != g.actors_offset || h.heirs_offset != g.heirs_offset || h.actor_stride != g.actor_stride ||
-      h.config_offset != g.config_offset)
+      h.config_offset != g.config_offset || h.stash_stride != g.stash_stride || h.stash_offset != g.stash_offset)
     return fail(errc::corrupt, who + ": header offsets disagree with its geometry (corrupt header)");
   if (g.total_bytes > bytes)
     return fail(errc::truncated, who + ": segment is " + std::to_string(bytes) + " bytes but its header says " +
@@ -500,7 +516,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " description disagrees with the header (corrupt)");
     // A resizable lane's limit (lane_view::limit bounds it on every read as well).
     if (const std::uint32_t lim = lh->limit.load(std::memory_order_relaxed);
-        lim > cap || (lim != 0 && pol == static_cast<std::uint32_t>(policy::lifo)))
+        lim > cap || (lim != 0 && pol == static_cast<std::uint32_t>(policy::lifo)) ||
+        (p.stash_entries != 0 && pol == static_cast<std::uint32_t>(policy::lifo)))
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " limit " + std::to_string(lim) + " with " +
                                      std::to_string(cap) + " slots (corrupt)");
     policies[l] = pol;

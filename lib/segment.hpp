@@ -29,7 +29,8 @@ struct lane_view {
   std::uint32_t payload = 0;
   policy pol = policy::reject;
   bool resizable = false;  // created with a reserve: posts check hdr->limit (the general path)
-  bool fast = false;       // FIFO and not resizable: the inline fast path may post here
+  bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash box's lane
+  bool fast = false;       // FIFO and not gated: the inline fast path may post here
 
   // The lane's limit now: its capacity unless resizable (bounded: a scribbled word reads as the capacity).
   std::uint32_t limit() const noexcept {
@@ -45,6 +46,15 @@ struct lane_view {
   slot_header* slot_for(std::uint64_t pos) const noexcept { return slot_at_index(slot_index(pos)); }
   static std::byte* payload_of(slot_header* s) noexcept { return reinterpret_cast<std::byte*>(s) + sizeof(slot_header); }
   bool is_lifo() const noexcept { return pol == policy::lifo; }
+  // What posts may fill: the limit less this lane's messages parked in a
+  // stash (ring.hpp THE STASH), at least 1 (a lane always takes one post).
+  std::uint32_t gate_limit() const noexcept {
+    const std::uint32_t lim = limit();
+    if (!gated) return lim;
+    // relaxed: a count for the gate, which tolerates an older value (THE STASH)
+    const std::uint64_t parked = hdr->parked.load(std::memory_order_relaxed);
+    return parked == 0 ? lim : parked >= lim ? 1 : lim - static_cast<std::uint32_t>(parked);
+  }
 };
 
 struct mapped_box {
@@ -85,6 +95,12 @@ struct mapped_box {
   owner_lane_counters* actor_counters(std::uint32_t i, std::uint32_t lane) const noexcept {
     return reinterpret_cast<owner_lane_counters*>(reinterpret_cast<std::byte*>(actor(i)) + sizeof(owner_actor)) + lane;
   }
+  // THE STASH (ring.hpp): its entries (0 in a box without one) and entry i's header and payload.
+  std::uint32_t stash_entries() const noexcept { return geo.params.stash_entries; }
+  stash_entry* stash_at(std::uint32_t i) const noexcept {
+    return reinterpret_cast<stash_entry*>(base + geo.stash_offset + std::uint64_t{i} * geo.stash_stride);
+  }
+  static std::byte* stash_payload(stash_entry* e) noexcept { return reinterpret_cast<std::byte*>(e) + sizeof(stash_entry); }
   heir_entry* heir(std::uint32_t i) const noexcept {
     return reinterpret_cast<heir_entry*>(base + geo.heirs_offset) + i;
   }

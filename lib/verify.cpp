@@ -32,7 +32,7 @@ struct checker {
   }
 
   bool valid_op(std::uint64_t op) const {
-    return op == 0 || (op_kind_of(op) <= op_kind::shrink_drop && op_lane(op) < m.lane_count());
+    return op == 0 || (op_kind_of(op) <= op_kind::stash_commit && op_lane(op) < m.lane_count());
   }
   bool producer_actor(std::uint32_t a) const { return a >= 1 && a <= m.max_producers(); }
 
@@ -188,6 +188,36 @@ struct checker {
     }
   }
 
+  // THE STASH (ring.hpp): each entry in a known state, with a lane and a
+  // length in range; each lane's parked count as its entries say (an owner
+  // between two steps may be one off: a problem only when idle).
+  void stash() {
+    std::uint64_t held[kMaxLanes] = {};
+    for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+      stash_entry* e = m.stash_at(i);
+      const std::uint64_t s = e->state.load(std::memory_order_acquire);
+      if (s == 0) continue;
+      const stash_kind k = stash_kind_of(s);
+      const std::uint32_t len = e->length.load(std::memory_order_relaxed), lane = e->lane.load(std::memory_order_relaxed);
+      if (k == stash_kind::free || k > stash_kind::done || (s & ~(0xFFull | kStashRedelivered | (~0ull << 16))) != 0) {
+        problem("stash entry " + std::to_string(i) + ": state word " + std::to_string(s) + " is invalid");
+        continue;
+      }
+      if (lane >= m.lane_count() || len > m.geo.params.slot_payload) {
+        problem("stash entry " + std::to_string(i) + ": lane " + std::to_string(lane) + ", length " + std::to_string(len) +
+                " out of range");
+        continue;
+      }
+      if (k != stash_kind::writing && k != stash_kind::done) ++held[lane];
+    }
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+      const std::uint64_t parked = m.lanes[l].hdr->parked.load(std::memory_order_acquire);
+      if (parked > held[l] + 1 || held[l] > parked + 1)
+        problem("lane " + std::to_string(l) + ": parked says " + std::to_string(parked) + " but the stash holds " +
+                std::to_string(held[l]) + " of its messages");
+    }
+  }
+
   void lifo_lane(const lane_view& L) {
     const std::string lane = "lane " + std::to_string(L.index);
     std::vector<std::uint64_t> seqs(L.capacity);
@@ -280,6 +310,7 @@ result<verify_report> verify(std::string_view name) {
     if (L.is_lifo()) c.lifo_lane(L);
     else c.fifo_lane(L);
   }
+  c.stash();
   c.counters(box);
   return r;
 }

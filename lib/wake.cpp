@@ -232,7 +232,7 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t watch, st
     slice = 1'000'000;  // an owner that has not seen the word yet may have freed a slot unseen
   }
   if (L.slot_for(watch)->seq.load(std::memory_order_relaxed) != seen ||
-      (h->tail.load(std::memory_order_relaxed) >> 1) != t || (L.resizable && L.limit() != w.limit))
+      (h->tail.load(std::memory_order_relaxed) >> 1) != t || (L.gated && L.gate_limit() != w.limit))
     return true;
   futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + slice));
   return true;

@@ -100,6 +100,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -368,6 +369,76 @@ int own(int argc, char** argv) {
   return 0;
 }
 
+// An owner driven line by line on stdin (the stash tests): each command
+// answers one line.
+//   read N        read() up to N messages (5 s for the first): "read K d1 d2 ..."
+//   stash-read    stash every message of the last read, then commit: "stashed K"
+//   commit        commit the last read: "committed"
+//   unstash       "unstashed K"
+//   recv N T      receive_batch up to N, waiting T ms for the first: "got K d1 d2* ..." (* redelivered)
+//   stat          "parked P front F"
+int stash_owner(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  shmbox::batch last;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    std::string out;
+    if (cmd == "read") {
+      std::size_t n = 0;
+      in >> n;
+      last.clear();
+      const auto st = o->read(last, {.max = n, .timeout = std::chrono::seconds(5)});
+      out = "read " + std::to_string(last.size());
+      for (std::size_t i = 0; i < last.size(); ++i) {
+        out += ' ';
+        out += last[i];
+      }
+      if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
+    } else if (cmd == "stash-read") {
+      std::size_t k = 0;
+      std::string err;
+      for (std::size_t i = 0; i < last.size(); ++i) {
+        if (o->stash(last[i], last.lane(i)) == shmbox::recv_status::ok) ++k;
+        else err = shmbox::explain(o->last_error());
+      }
+      const auto st = o->commit();
+      out = "stashed " + std::to_string(k) + (st == shmbox::recv_status::ok ? "" : " commit-failed") +
+            (err.empty() ? "" : " error " + err);
+    } else if (cmd == "commit") {
+      out = o->commit() == shmbox::recv_status::ok ? "committed" : "commit-failed";
+    } else if (cmd == "unstash") {
+      out = "unstashed " + std::to_string(o->unstash_all());
+    } else if (cmd == "recv") {
+      std::size_t n = 0;
+      long ms = 0;
+      in >> n >> ms;
+      std::vector<shmbox::message> got;
+      const auto st = o->receive_batch(got, {.max = n, .timeout = std::chrono::milliseconds(ms)});
+      out = "got " + std::to_string(got.size());
+      for (const auto& m : got) {
+        out += ' ';
+        out += m.data;
+        if (m.redelivered) out += '*';
+      }
+      if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
+    } else if (cmd == "stat") {
+      out = "parked " + std::to_string(o->stashed()) + " front " + std::to_string(o->unstashed_waiting());
+    } else {
+      out = "unknown " + cmd;
+    }
+    std::printf("%s\n", out.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int idle_wait(int argc, char** argv) {
   if (argc < 4) return usage();
   auto o = acquire_or_say(argv[2]);
@@ -613,7 +684,7 @@ std::string errc_name(std::error_code ec) {
       "ok", "invalid_name", "invalid_argument", "exists", "not_found", "permission_denied", "no_space",
       "too_large", "not_a_box", "version_mismatch", "truncated", "corrupt", "incomplete", "not_owner",
       "already_owner", "producer_table_full", "heir_table_full", "timed_out", "system_error", "refused",
-      "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full"};
+      "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full", "stash_full"};
   const int v = ec.value();
   return v >= 0 && v < static_cast<int>(std::size(names)) ? names[v] : "errc-" + std::to_string(v);
 }
@@ -727,6 +798,7 @@ int main(int argc, char** argv) {
   if (cmd == "produce") return produce(argc, argv);
   if (cmd == "consume") return consume(argc, argv);
   if (cmd == "own") return own(argc, argv);
+  if (cmd == "stash-owner") return stash_owner(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
   if (cmd == "idle-wait") return idle_wait(argc, argv);

@@ -354,6 +354,10 @@ int parse_args(int argc, char** argv, parsed& out) {
                      "resizable: reserve slots for this many messages per lane ('shmbox resize' moves the limit up to it; "
                      "the reserve's memory is taken now; not for lifo lanes)")
       ->transform(decimal(1, shmbox::kMaxCapacity));
+  create->add_option("--stash", out.create.stash,
+                     "the owner's stash: room for N parked messages (Owner::stash / unstash_all); they count against "
+                     "their lane's capacity and survive the owner; not with lifo lanes or --lease-ms")
+      ->transform(decimal(1, shmbox::kMaxCapacity));
   create->add_flag("--dead-letter-refused", out.create.dead_letter_refused,
                    "also forward the posts this box refuses (full, timed out, too large) to --dead-letters");
   create->add_option("--lease-ms", out.create.lease_ms,

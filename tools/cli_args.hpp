@@ -30,6 +30,7 @@ struct create_args {
   std::vector<std::string> lane_policy;    // "L=POLICY"
   std::string dead_letters;
   bool dead_letter_refused = false;
+  std::uint32_t stash = 0;  // create: the owner's stash entries (0: none)
   std::uint32_t max_capacity = 0;  // create: resizable up to this (0: not resizable)
 };
 

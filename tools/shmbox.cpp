@@ -51,6 +51,7 @@ shmbox::options box_options(const create_args& a) {
   o.dead_letters = a.dead_letters;
   o.dead_letter_refused = a.dead_letter_refused;
   o.max_capacity = a.max_capacity;
+  o.stash = a.stash;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -117,7 +118,9 @@ json counters_json(const shmbox::counters& c) {
               {"aborted", c.aborted},
               {"redelivered", c.redelivered},
               {"dead_lettered", c.dead_lettered},
-              {"dead_letter_failed", c.dead_letter_failed}};
+              {"dead_letter_failed", c.dead_letter_failed},
+              {"stashed", c.stashed},
+              {"unstashed", c.unstashed}};
 }
 
 // " (resizable up to N)" for a box whose lanes have a reserve ("" none).
@@ -137,6 +140,7 @@ json lanes_json(const shmbox::box_info& i) {
                          {"max_capacity", i.lanes[l].max_capacity == 0 ? json(nullptr) : json(i.lanes[l].max_capacity)},
                          {"policy", std::string(shmbox::to_string(i.lanes[l].overflow))},
                          {"depth", i.lanes[l].depth},
+                         {"parked", i.lanes[l].parked},
                          {"counters", counters_json(i.lanes[l].count)}});
   return lanes;
 }
@@ -199,6 +203,7 @@ json info_json(const shmbox::box_info& i) {
               {"default_lane", i.default_lane},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"dead_letter_refused", i.dead_letter_refused},
+              {"stash", i.stash == 0 ? json(nullptr) : json{{"entries", i.stash}, {"parked", i.parked}}},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -459,7 +464,14 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   std::cout << "box          " << i.name << "\n"
             << "policy       " << shmbox::to_string(i.overflow) << "\n"
             << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes" << reserve_text(i) << "\n"
-            << "depth        " << i.depth << " / " << i.capacity << "\n"
+            << "depth        " << i.depth << " / " << i.capacity
+            << (i.parked != 0 ? " (+ " + std::to_string(i.parked) + " parked in the owner's stash)" : std::string()) << "\n"
+            << "stash        "
+            << (i.stash == 0 ? std::string("none")
+                             : std::to_string(i.parked) + " parked of " + std::to_string(i.stash) + " entries (stashed " +
+                                   std::to_string(c.stashed) + ", unstashed " + std::to_string(c.unstashed) +
+                                   "; parked messages count against their lane's capacity)")
+            << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "give-away    "
@@ -822,6 +834,7 @@ int cmd_dump(const parsed& a) {
     for (const auto& m : msgs) {
       // JSON strings must be UTF-8: bytes that are not go as base16.
       json one{{"lane", m.lane}, {"position", m.position}, {"size", m.data.size()}};
+      if (!m.stash.empty()) one["stash"] = m.stash;
       try {
         (void)json(m.data).dump();  // throws on bytes that are not UTF-8
         one["text"] = m.data;
@@ -835,10 +848,10 @@ int cmd_dump(const parsed& a) {
   }
   const std::uint64_t depth = shmbox::info(*box).depth;
   std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << depth
-            << " message(s), oldest first per lane (lifo lanes: newest first)\n";
+            << " message(s), oldest first per lane (lifo lanes: newest first; the owner's stash first)\n";
   for (const auto& m : msgs) {
-    std::printf("lane %u  #%llu  %zu bytes%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
-                a.dump.hex ? "\n" : "  ");
+    std::printf("lane %u  #%llu  %zu bytes%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
+                m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), a.dump.hex ? "\n" : "  ");
     if (a.dump.hex) {
       print_hex(m.data);
     } else {

@@ -70,6 +70,14 @@ struct options {
   // and uses no CPU. 0: sleep at once. At most kMaxSpin. Per call: post_options::spin,
   // receive_options::spin.
   std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+  // The owner's stash (actor-ts's stash/unstashAll): entries for this many
+  // parked messages (Owner::stash), each the size of a slot. A parked
+  // message counts against its lane's limit (posts see room for limit -
+  // parked) and survives an owner crash: the next owner receives it first,
+  // flagged redelivered. 0: no stash. Posts to a box with a stash take the
+  // general path (the gate that counts parked messages). Not with lifo lanes
+  // or a lease.
+  std::uint32_t stash = 0;
 };
 
 // What Box::resize did.

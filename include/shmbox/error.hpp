@@ -42,6 +42,7 @@ enum class errc : int {
   no_members_queue_full,   // pool: no member free and queue_max takers wait already
   pool_removed,            // pool: it is being removed; no new takes
   pool_clients_full,       // pool: every client entry is held by a live Pool handle
+  stash_full,              // the owner's stash has no free entry, or the message's lane would be left no room
 };
 
 // The category of errc; name() is "shmbox".

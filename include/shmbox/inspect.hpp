@@ -55,8 +55,12 @@ struct producer_info {
 // A message seen by peek(), in delivery order, without taking it.
 struct peeked_message {
   std::uint32_t lane = 0;
-  std::uint64_t position = 0;  // FIFO position, or lifo stamp
+  std::uint64_t position = 0;  // FIFO position, or lifo stamp (stash: its stash order)
   std::string data;
+  // In the owner's stash (listed first, in stash order): "parked" (stashed),
+  // "unstashed" (delivered before the lanes), "reading" (read, not committed);
+  // "" in its lane.
+  std::string stash;
 };
 
 // One lane, as seen by anyone.
@@ -65,6 +69,7 @@ struct lane_info {
   std::uint32_t max_capacity = 0;  // resizable up to this (its reserve); 0: not resizable
   policy overflow = policy::reject;
   std::uint64_t depth = 0;
+  std::uint64_t parked = 0;        // its messages in the owner's stash (they count against `capacity`)
   counters count;
 };
 
@@ -93,6 +98,8 @@ struct box_info {
   std::uint32_t default_lane = 0;  // the lane of a plain post
   std::string dead_letters;       // the dead-letter box ("" none)
   bool dead_letter_refused = false;  // refused posts go there too (options::dead_letter_refused)
+  std::uint32_t stash = 0;           // stash entries (options::stash); 0: no stash
+  std::uint64_t parked = 0;          // messages in the stash now (all lanes)
   counters count;                 // all lanes
 };
 

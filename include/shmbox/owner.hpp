@@ -183,6 +183,28 @@ class SHMBOX_API Owner {
   // says how many of them went back to the new owner.
   recv_status commit(std::size_t* lost = nullptr);
 
+  // --- The stash (actor-ts's stash / unstashAll; boxes created with
+  // options::stash). stash() parks a copy of a message this owner received,
+  // to be handled later; unstash_all() makes every parked message the next
+  // ones delivered, before anything in the lanes, in stash order (after any
+  // unstashed earlier and not yet received). Parked messages stay in the
+  // box's shared memory: they count against their lane's limit (producers
+  // see room for limit - parked) and survive this owner: if it dies or lets
+  // go, the next owner receives them first, flagged redelivered, whether
+  // they were unstashed or not. To move a message into the stash with no
+  // window where a crash loses it, read() it, stash() it, then commit(): a
+  // crash between stash and commit delivers it twice (both flagged), never
+  // zero times. Counted per lane: stashed, and unstashed when received back.
+  // Errors (recv_status::error, last_error()): no stash in this box
+  // (invalid_argument), a message larger than the slot (too_large), the
+  // stash full or the lane left no room (full). Owner only.
+  recv_status stash(const message& m);
+  recv_status stash(std::string_view data, std::uint32_t lane);
+  // Returns how many messages it unstashed.
+  std::size_t unstash_all();
+  // Parked now (not yet unstashed), and unstashed but not yet received.
+  std::size_t stashed() const noexcept;
+  std::size_t unstashed_waiting() const noexcept;
   // Hands the box to process `dest_pid` of this pid namespace, which must be
   // waiting for it (Heir::await_transfer, as heir or listener). Returns true
   // once dest owns the box (this handle is then no longer the owner); false,

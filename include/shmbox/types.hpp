@@ -66,6 +66,9 @@ struct counters {
   std::uint64_t dead_lettered = 0;   // dropped/evicted messages (and, with options::dead_letter_refused,
                                      // refused posts) stored in the dead-letter box
   std::uint64_t dead_letter_failed = 0;  // ... that the dead-letter box did not take
+  std::uint64_t stashed = 0;    // messages the owner parked in the stash (Owner::stash; not part of
+                                // `stored`: a stashed message was received first)
+  std::uint64_t unstashed = 0;  // parked messages received back (stashed - unstashed are in the stash)
 };
 
 // Why a box changed owner.

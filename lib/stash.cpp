@@ -1,0 +1,318 @@
+// lib/stash.cpp - THE STASH (ring.hpp): the owner's parked messages
+// (actor-ts's stash / unstashAll), S1-S5 (stash_put), U1-U4 (stash_take,
+// stash_commit_pending), and their takeover (stash_recover).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "errors.hpp"
+#include "fault.hpp"
+#include "ring.hpp"
+#include "ring_internal.hpp"
+#include "wake.hpp"
+
+namespace shmbox::detail {
+
+namespace {
+
+// Bounds an entry's untrusted words: false when they cannot be a message.
+bool entry_sane(const mapped_box& m, stash_entry* e, std::uint32_t& len, std::uint32_t& lane) noexcept {
+  // relaxed: read after an acquire of the state (the owner's release published them)
+  len = e->length.load(std::memory_order_relaxed);
+  lane = e->lane.load(std::memory_order_relaxed);
+  return len <= m.geo.params.slot_payload && lane < m.lane_count();
+}
+
+// lane.parked: written by the owner only (the gate reads it relaxed).
+void add_parked(const lane_view& L, std::int64_t by) noexcept {
+  const std::uint64_t v = L.hdr->parked.load(std::memory_order_relaxed);
+  const std::uint64_t next = by < 0 && v < static_cast<std::uint64_t>(-by) ? 0 : v + static_cast<std::uint64_t>(by);
+  // release: a post that sees the lower count after our free (U4) finds the entry freed first
+  L.hdr->parked.store(next, std::memory_order_release);
+}
+
+}  // namespace
+
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept {
+  mapped_box& m = *o.m;
+  const std::string who = "box '" + m.name + "'";
+  if (m.stash_entries() == 0)
+    return fail(errc::invalid_argument, who + " has no stash: create it with a stash (options::stash, shmbox create --stash N)");
+  if (lane >= m.lane_count())
+    return fail(errc::invalid_argument, who + ": no lane " + std::to_string(lane) + " (it has " + std::to_string(m.lane_count()) + ")");
+  if (data.size() > m.geo.params.slot_payload)
+    return fail(errc::too_large, who + ": a message of " + std::to_string(data.size()) + " bytes; its stash holds at most " +
+                                     std::to_string(m.geo.params.slot_payload));
+  const lane_view& L = m.lanes[lane];
+  const std::uint64_t parked = L.hdr->parked.load(std::memory_order_relaxed);
+  if (parked + 1 >= L.limit())
+    return fail(errc::stash_full, who + ": lane " + std::to_string(lane) + " holds " + std::to_string(L.limit()) + " and has " +
+                                std::to_string(parked) + " parked: one more would leave its producers no room; unstash first");
+  if (o.stash_free.empty())
+    return fail(errc::stash_full, who + ": its stash is full (" + std::to_string(m.stash_entries()) +
+                                " entries); unstash first, or create the box with a larger --stash");
+  const std::uint32_t i = o.stash_free.back();
+  stash_entry* e = m.stash_at(i);
+  owner_lane_counters* oc = o.counters(lane);
+  // S1 (relaxed: published by S2's CAS)
+  o.act->op_before.store(oc->stashed.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  o.act->op.store(make_op(op_kind::stash_put, lane, i), std::memory_order_relaxed);
+  // S2. acq_rel: the release publishes S1 to a next owner's recovery (acquire of the
+  // state, then the op); the acquire pairs with the free (U4) before our writes.
+  std::uint64_t expected = make_stash_state(stash_kind::free, 0);
+  if (!e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::writing, o.epoch), std::memory_order_acq_rel,
+                                        std::memory_order_relaxed)) {
+    o.act->op.store(0, std::memory_order_release);
+    if (stash_epoch_of(expected) > o.epoch)
+      return fail(errc::not_owner, who + ": a newer owner holds the stash (epoch " + std::to_string(stash_epoch_of(expected)) + ")");
+    o.stash_free.pop_back();  // not free after all (a scribbled entry): leave it to verify
+    return fail(errc::corrupt, who + ": stash entry " + std::to_string(i) + " is in use but was listed free (corrupt segment)");
+  }
+  o.stash_free.pop_back();
+  std::memcpy(mapped_box::stash_payload(e), data.data(), data.size());
+  // relaxed: published by S4's release
+  e->length.store(static_cast<std::uint32_t>(data.size()), std::memory_order_relaxed);
+  e->lane.store(lane, std::memory_order_relaxed);
+  owner_record* rec = m.owner();
+  const std::uint64_t order = rec->stash_next_order.load(std::memory_order_relaxed);
+  rec->stash_next_order.store(order + 1, std::memory_order_relaxed);
+  e->order.store(order, std::memory_order_relaxed);
+  add_parked(L, 1);  // S3
+  SHMBOX_FAULT("owner.mid_stash");
+  // S4. release: payload, length, lane and order before the entry shows PARKED.
+  e->state.store(make_stash_state(stash_kind::parked, o.epoch), std::memory_order_release);
+  // S5
+  oc->stashed.store(o.act->op_before.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  o.act->op.store(0, std::memory_order_release);
+  o.stash_parked.push_back(i);
+  return {};
+}
+
+std::size_t stash_unstash_all(owner_ctx& o) noexcept {
+  const std::size_t n = o.stash_parked.size();
+  for (const std::uint32_t i : o.stash_parked) {
+    stash_entry* e = o.m->stash_at(i);
+    std::uint64_t expected = make_stash_state(stash_kind::parked, o.epoch);
+    // relaxed: the entry's contents were published by S4, and a next owner treats
+    // PARKED and FRONT alike; a failed CAS means a newer owner has it.
+    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::front, o.epoch), std::memory_order_relaxed))
+      o.stash_front.push_back(i);
+  }
+  o.stash_parked.clear();
+  return n;
+}
+
+namespace {
+
+// U2-U4 for `entries` (all TAKEN(E), all of lane `lane`); returns how many were ours to commit.
+std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
+                           std::size_t count, char* kept, std::size_t kept_stride) noexcept {
+  mapped_box& m = *o.m;
+  owner_lane_counters* oc = o.counters(lane);
+  const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
+  // U2 (relaxed: published by U3's release)
+  o.act->op_before.store(before, std::memory_order_relaxed);
+  o.act->op.store(make_op(op_kind::stash_commit, lane, 0), std::memory_order_relaxed);
+  std::size_t n = 0;
+  std::vector<std::uint32_t> done;
+  for (std::size_t k = 0; k < count; ++k) {
+    stash_entry* e = m.stash_at(entries[k]);
+    std::uint64_t expected = states[k];
+    // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
+    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch), std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+      ++n;
+      done.push_back(entries[k]);
+      if (kept != nullptr) kept[k * kept_stride] = 1;
+    }
+  }
+  SHMBOX_FAULT("owner.mid_unstash");
+  oc->unstashed.store(before + n, std::memory_order_relaxed);  // U4
+  for (const std::uint32_t i : done) {
+    // release: our payload reads happen before the next S2's writes (its acquire CAS)
+    m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+    o.stash_free.push_back(i);
+  }
+  add_parked(m.lanes[lane], -static_cast<std::int64_t>(n));
+  o.act->op.store(0, std::memory_order_release);
+  if (n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
+  return n;
+}
+
+}  // namespace
+
+take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
+  take_result res;
+  mapped_box& m = *o.m;
+  std::size_t n = 0;
+  while (n < sink.max && !o.stash_front.empty()) {
+    const std::uint32_t i = o.stash_front.front();
+    stash_entry* e = m.stash_at(i);
+    // acquire: pairs with S4's release (payload, length, lane)
+    std::uint64_t seen = e->state.load(std::memory_order_acquire);
+    if (stash_kind_of(seen) != stash_kind::front || stash_epoch_of(seen) != o.epoch) {
+      o.stash_front.pop_front();  // not ours any more (a newer owner), or scribbled
+      continue;
+    }
+    std::uint32_t len = 0, lane = 0;
+    if (!entry_sane(m, e, len, lane)) {
+      o.stash_front.pop_front();
+      res.corrupt = true;
+      o.last_error = fail(errc::corrupt, "box '" + m.name + "': stash entry " + std::to_string(i) + " has length " +
+                                             std::to_string(len) + " / lane " + std::to_string(lane) +
+                                             " out of range (corrupt segment; the entry is freed)");
+      e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+      o.stash_free.push_back(i);
+      continue;
+    }
+    const bool redelivered = stash_redelivered(seen);
+    const std::uint64_t mine = make_stash_state(stash_kind::taken, o.epoch, redelivered);
+    // U1. relaxed: the acquire above read the contents; the CAS only claims the entry for us.
+    if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;  // look again
+    o.stash_front.pop_front();
+    SHMBOX_FAULT("owner.after_take");
+    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane);
+    if (v == take_verdict::skip) {
+      e->state.store(seen, std::memory_order_relaxed);  // back to FRONT, first in line
+      o.stash_front.push_front(i);
+      res.skipped = true;
+      break;
+    }
+    ++n;
+    if (mode == take_mode::hold) {
+      o.pending.push_back({lane, i, mine, seen, redelivered, v == take_verdict::drop, true});
+      continue;
+    }
+    commit_entries(o, lane, &i, &mine, 1, nullptr, 0);
+  }
+  res.taken = n;
+  return res;
+}
+
+void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& r) noexcept {
+  if (o.m->stash_entries() == 0) return;
+  for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
+    std::vector<std::uint32_t> entries;
+    std::vector<std::uint64_t> states;
+    std::vector<std::size_t> at;
+    for (std::size_t k = 0; k < o.pending.size(); ++k) {
+      const pending_slot& ps = o.pending[k];
+      if (!ps.stash || ps.lane != l) continue;
+      entries.push_back(static_cast<std::uint32_t>(ps.where));
+      states.push_back(ps.seq);
+      at.push_back(k);
+    }
+    if (entries.empty()) continue;
+    std::vector<char> mine(entries.size(), 0);
+    const std::size_t n = commit_entries(o, l, entries.data(), states.data(), entries.size(), mine.data(), 1);
+    r.committed += n;
+    r.lost += entries.size() - n;
+    if (kept != nullptr)
+      for (std::size_t k = 0; k < at.size(); ++k) (*kept)[at[k]] = mine[k];
+  }
+}
+
+void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
+  stash_entry* e = o.m->stash_at(static_cast<std::uint32_t>(ps.where));
+  std::uint64_t expected = ps.seq;
+  // relaxed: the entry goes back as it was (FRONT); only we deliver it
+  if (e->state.compare_exchange_strong(expected, ps.orig, std::memory_order_relaxed)) o.stash_front.push_front(static_cast<std::uint32_t>(ps.where));
+}
+
+void stash_recover(owner_ctx& o) noexcept {
+  mapped_box& m = *o.m;
+  o.stash_front.clear();
+  o.stash_parked.clear();
+  o.stash_free.clear();
+  const std::uint32_t entries = m.stash_entries();
+  if (entries == 0) return;
+  // Pass 1 reads only, and finishes the gone owners' counts; pass 2 changes
+  // entries. A recovery killed half-way leaves the counts made and the
+  // entries for the next owner, which counts nothing twice (the CASes
+  // below expect op_before).
+  enum class act : std::uint8_t { keep, front, release };
+  std::vector<act> what(entries, act::keep);
+  std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    stash_entry* e = m.stash_at(i);
+    // acquire: pairs with the gone owner's releases (S2, S4, U3)
+    const std::uint64_t seen = e->state.load(std::memory_order_acquire);
+    if (seen == 0) continue;  // FREE
+    const stash_kind k = stash_kind_of(seen);
+    const std::uint64_t ep = stash_epoch_of(seen);
+    std::uint32_t len = 0, lane = 0;
+    if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::done) {
+      what[i] = act::release;  // scribbled: nothing can be delivered from it
+      continue;
+    }
+    const std::uint32_t ai = static_cast<std::uint32_t>(ep % kOwnerActors);
+    const owner_actor* ar = m.actor(ai);
+    // acquire: pairs with the gone owner's release stores of its op (S5, U4)
+    const bool its = ar->epoch.load(std::memory_order_acquire) == ep;
+    const std::uint64_t op = its ? ar->op.load(std::memory_order_acquire) : 0;
+    if (k == stash_kind::writing) {  // S2-S4: never parked, never counted
+      what[i] = act::release;
+    } else if (k == stash_kind::done) {  // U3-U4: delivered; counted below unless the count was made
+      if (op == make_op(op_kind::stash_commit, lane, 0)) done_count[ai * kMaxLanes + lane] += 1;
+      what[i] = act::release;
+    } else {
+      if (k == stash_kind::parked && op == make_op(op_kind::stash_put, lane, i))  // S5 not made
+        finish_count(m.actor_counters(ai, lane)->stashed, ar->op_before.load(std::memory_order_acquire));
+      what[i] = act::front;  // PARKED, FRONT, TAKEN: first to the new owner, flagged
+    }
+  }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = done_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above
+        std::uint64_t expected = m.actor(ai)->op_before.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->unstashed.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
+  std::uint64_t held[kMaxLanes] = {};
+  std::uint64_t next_order = m.owner()->stash_next_order.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    stash_entry* e = m.stash_at(i);
+    if (what[i] == act::release) {
+      // release: the gone owner's payload reads happen before the next S2's writes
+      e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+    } else if (what[i] == act::front) {
+      e->state.store(make_stash_state(stash_kind::front, o.epoch, true), std::memory_order_release);
+      const std::uint64_t order = e->order.load(std::memory_order_relaxed);
+      front.emplace_back(order, i);
+      next_order = std::max(next_order, order + 1);
+      ++held[e->lane.load(std::memory_order_relaxed)];  // bounded in pass 1
+      SHMBOX_FAULT("takeover.mid_recovery");
+      continue;
+    }
+    // acquire: what pass 1 saw may have been freed meanwhile only by us
+    if (e->state.load(std::memory_order_acquire) == 0) o.stash_free.push_back(i);
+  }
+  // Entries are taken from the back: lowest index first.
+  std::reverse(o.stash_free.begin(), o.stash_free.end());
+  std::sort(front.begin(), front.end());
+  for (const auto& [order, i] : front) o.stash_front.push_back(i);
+  m.owner()->stash_next_order.store(next_order, std::memory_order_relaxed);
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
+    wake_space_waiters(m.lanes[l], o.light_fence);
+  }
+}
+
+std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+    stash_entry* e = m.stash_at(i);
+    // acquire: pairs with S4 (a count for inspectors)
+    const std::uint64_t s = e->state.load(std::memory_order_acquire);
+    const stash_kind k = stash_kind_of(s);
+    if (k != stash_kind::parked && k != stash_kind::front && k != stash_kind::taken) continue;
+    std::uint32_t len = 0, l = 0;
+    if (entry_sane(m, e, len, l) && l == lane) ++n;
+  }
+  return n;
+}
+
+}  // namespace shmbox::detail
