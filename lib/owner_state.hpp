@@ -205,6 +205,7 @@ struct Owner::state {
   // Arms the owner's sleeping bit on every lane; false if any lane has
   // something (then nothing stays armed).
   bool arm_all() noexcept {
+    if (!ctx.stash_front.empty()) return false;  // unstashed messages wait (ring.hpp THE STASH)
     for (std::uint32_t l = 0; l < m->lane_count(); ++l)
       if (!detail::owner_arm_sleep(ctx, l)) {
         disarm_all();

@@ -348,3 +348,27 @@ TEST_CASE("stash: the CLI creates a stash box; the manual documents --stash") {
   CHECK(shmtest::run({shmtest::cli_path(), "stat", g.name}).out.find("0 parked of 4 entries") != std::string::npos);
   CHECK(shmtest::manual_text().find("--stash") != std::string::npos);
 }
+
+TEST_CASE("stash: pobox's owner states see unstashed messages as data (notify fires at once, active delivers them)") {
+  shmtest::segment_guard g(shmtest::unique_name("stashmode"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 8, .stash = 4});
+  REQUIRE(box);
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  REQUIRE(o->stash("s1", 0) == recv_status::ok);
+  REQUIRE(o->stash("s2", 0) == recv_status::ok);
+  shmbox::delivery d;
+  // Parked only: nothing to deliver, so an armed notify waits.
+  o->notify();
+  CHECK(o->wait(d, 50ms) == shmbox::owner_event::none);
+  o->passive();
+  CHECK(o->unstash_all() == 2);
+  o->notify();
+  CHECK(o->wait(d, 0ms) == shmbox::owner_event::notified);
+  // An active delivery through a filter: it sees them, drops s1, delivers s2.
+  o->active([](std::string& m) { return m == "s1" ? shmbox::filter_verdict::drop : shmbox::filter_verdict::deliver; });
+  REQUIRE(o->wait(d, 1s) == shmbox::owner_event::delivered);
+  REQUIRE(d.count == 1);
+  CHECK(d.messages[0] == "s2");
+  check_stash_ledger(*box, 2, 2);
+}
