@@ -171,6 +171,8 @@ constexpr counter_family kCounters[] = {
      &shmbox::counters::dead_lettered},
     {"shmbox_dead_letter_failed_total", "Dropped or evicted messages the dead-letter box did not take.",
      &shmbox::counters::dead_letter_failed},
+    {"shmbox_stashed_total", "Messages of the lane the owner parked in its stash.", &shmbox::counters::stashed},
+    {"shmbox_unstashed_total", "Parked messages of the lane the owner received back.", &shmbox::counters::unstashed},
 };
 
 }  // namespace
@@ -194,6 +196,9 @@ std::string prometheus_text(const shmbox::box_info& i) {
 
   e.family("shmbox_depth_messages", "gauge", "Messages in the lane now.");
   for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample("shmbox_depth_messages", num(i.lanes[l].depth), lane_label(l));
+
+  e.family("shmbox_parked_messages", "gauge", "Messages of the lane parked in the owner's stash (they count against its capacity).");
+  for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample("shmbox_parked_messages", num(i.lanes[l].parked), lane_label(l));
 
   e.single("shmbox_slot_size_bytes", "gauge", "Largest message the box takes.", num(i.slot_size));
   e.single("shmbox_segment_bytes", "gauge", "Size of the shared-memory segment.", num(i.segment_bytes));
