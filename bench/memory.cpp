@@ -32,8 +32,7 @@
 namespace {
 
 long cpu_ticks(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string all = shmbench::read_text("/proc/" + std::to_string(pid) + "/stat");
   const auto close = all.rfind(')');
   if (close == std::string::npos) return -1;
   // Fields after ")": 3 state ... 14 utime 15 stime.

@@ -281,8 +281,7 @@ std::string pool_error(std::string_view what, std::error_code ec) {
 // Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
 bool process_gone(pid_t pid) {
   if (::kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string all = shmbench::read_text("/proc/" + std::to_string(pid) + "/stat");
   const auto close = all.rfind(')');
   if (close == std::string::npos || close + 2 >= all.size()) return true;
   return all[close + 2] == 'Z' || all[close + 2] == 'X';

@@ -13,12 +13,15 @@
 // Human-readable output goes to stderr.
 #pragma once
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -89,12 +92,29 @@ inline std::array<summary, 3> print_percentile_rows(std::string_view group, std:
 
 // Handshake: waits until process `pid` sleeps in the kernel (state S in
 // /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
+// The contents of `path`, or what could be read of it; never throws (a /proc
+// file of a process that exits mid-read fails with ESRCH, which std::ifstream
+// would turn into an exception).
+inline std::string read_text(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
   timespec start{};
   ::clock_gettime(CLOCK_MONOTONIC, &start);
   for (;;) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string all = read_text("/proc/" + std::to_string(pid) + "/stat");
     const auto close = all.rfind(')');
     if (close == std::string::npos || close + 2 >= all.size()) return false;
     if (all[close + 2] == 'S') return true;

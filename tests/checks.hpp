@@ -29,8 +29,7 @@ inline void check_invariant(const shmbox::Box& box) {
 
 // utime + stime of a process, in clock ticks (/proc/<pid>/stat fields 14, 15).
 inline long cpu_ticks(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string all = shmtest::read_text("/proc/" + std::to_string(pid) + "/stat");
   const auto close = all.rfind(')');
   if (close == std::string::npos) return -1;
   std::istringstream in(all.substr(close + 2));

@@ -81,8 +81,7 @@ struct pool_guard {
         if (m.worker_pid != 0) workers.push_back(m.worker_pid);
     (void)shmbox::Pool::remove(name, shmbox::removal::immediate, 5s);
     for (const std::uint32_t pid : workers) {
-      std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-      const std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const std::string cmdline = shmtest::read_text("/proc/" + std::to_string(pid) + "/cmdline");
       if (cmdline.find(name) != std::string::npos) ::kill(static_cast<pid_t>(pid), SIGKILL);
     }
     ::shm_unlink(("/shmbox-pool." + name).c_str());

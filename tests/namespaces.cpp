@@ -65,7 +65,8 @@ std::vector<std::string> in_new_ns(std::vector<std::string> argv) {
 
 pid_t first_child(pid_t pid) {
   for (int i = 0; i < 5000; ++i) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    std::istringstream in(
+        shmtest::read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
     pid_t kid = 0;
     if (in >> kid && kid > 0) return kid;
     std::this_thread::sleep_for(1ms);

@@ -47,11 +47,6 @@ struct live_worker {
   std::uint64_t generation = 0;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 std::vector<std::string> split_nul(const std::string& s) {
   std::vector<std::string> v;
   std::size_t at = 0;
@@ -75,10 +70,10 @@ std::vector<live_worker> live_workers(const std::string& pool) {
     const std::string name = e->d_name;
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string dir = "/proc/" + name;
-    const auto argv = split_nul(slurp(dir + "/cmdline"));
+    const auto argv = split_nul(shmtest::read_text(dir + "/cmdline"));
     if (argv.size() < 2 || argv[1] != "pool-worker") continue;
     std::optional<std::string> pool_env, index_env, gen_env;
-    for (const auto& kv : split_nul(slurp(dir + "/environ"))) {
+    for (const auto& kv : split_nul(shmtest::read_text(dir + "/environ"))) {
       if (kv.rfind("SHMBOX_POOL=", 0) == 0) pool_env = kv.substr(12);
       if (kv.rfind("SHMBOX_MEMBER=", 0) == 0) index_env = kv.substr(14);
       if (kv.rfind("SHMBOX_MEMBER_GENERATION=", 0) == 0) gen_env = kv.substr(25);
@@ -161,14 +156,14 @@ std::string worker_command(const std::string& pool) {
 bool worker_said(const std::string& pool, const std::string& prefix, std::chrono::milliseconds limit = 15s) {
   const bool ok = shmtest::eventually(
       [&] {
-        std::istringstream in(slurp(worker_log_path(pool)));
+        std::istringstream in(shmtest::read_text(worker_log_path(pool)));
         std::string line;
         while (std::getline(in, line))
           if (line.rfind(prefix, 0) == 0) return true;
         return false;
       },
       limit);
-  if (!ok) MESSAGE("no worker line '" << prefix << "' in:\n" << slurp(worker_log_path(pool)));
+  if (!ok) MESSAGE("no worker line '" << prefix << "' in:\n" << shmtest::read_text(worker_log_path(pool)));
   return ok;
 }
 

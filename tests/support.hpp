@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -26,10 +27,27 @@
 
 namespace shmtest {
 
+// The contents of `path`, or what could be read of it. Never throws: a /proc
+// file of a process that exits while it is read fails with ESRCH, and
+// std::ifstream turns a read error into an exception (basic_filebuf::underflow).
+inline std::string read_text(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 // The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' ...), '?' if gone.
 inline char process_state(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string all = read_text("/proc/" + std::to_string(pid) + "/stat");
   const auto close = all.rfind(')');
   return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
 }

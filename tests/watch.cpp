@@ -148,8 +148,7 @@ pid_t child_of(pid_t parent, std::chrono::milliseconds timeout = 10s) {
       while (const dirent* e = ::readdir(d)) {
         const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
         if (pid <= 0) continue;
-        std::ifstream f(cat("/proc/", std::string(e->d_name), "/stat"));
-        std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        const std::string all = shmtest::read_text(cat("/proc/", std::string(e->d_name), "/stat"));
         const auto close = all.rfind(')');
         if (close == std::string::npos) continue;
         std::istringstream in(all.substr(close + 2));
