@@ -148,6 +148,10 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     c.unstashed += oc->unstashed.load(std::memory_order_relaxed);
     abandoned += oc->abandoned.load(std::memory_order_relaxed);
   }
+  // A priority box counts a message delivered when it leaves its ring for
+  // the owner's store (ring.hpp PRIORITY BOXES): those still in the store
+  // are not delivered yet (they are in the lane's depth).
+  if (m.priority()) c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l));
   // FIFO lanes: the tail counts every claimed position exactly (a claim is
   // the tail CAS itself); lifo lanes sum the entries' stored counters.
   if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;
@@ -324,7 +328,8 @@ box_info info(const Box& box) {
   i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
   i.dead_letter_refused = m.dead_letter_refused;
-  i.stash = m.stash_entries();
+  i.stash = m.user_stash();
+  i.priority = m.priority();
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;

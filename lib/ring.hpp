@@ -366,6 +366,9 @@ struct producer_ctx {
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
   // Reset by each public call; a single writer, private memory.
   std::uint32_t evicted = 0;
+  // A priority box: the priority the next post writes into its slot (set by
+  // the Producer before each call: post_options::priority or its function).
+  std::int64_t priority = 0;
   // drop_oldest at a resizable lane's limit: where this handle's search for
   // the oldest message starts (after its last eviction), per lane.
   std::uint64_t evict_from[kMaxLanes] = {};
@@ -382,6 +385,13 @@ struct slot_claim {
   std::uint64_t stamp = 0;  // lifo: the stamp it is published with
   bool wake = false;        // FIFO: the owner's sleeping bit was set at the claim
 };
+
+// A priority box's slot: its priority word, written before the publish (P5
+// releases it with the payload). Nothing in other boxes.
+inline void set_priority(const lane_view& L, slot_header* s, std::int64_t priority) noexcept {
+  // relaxed: published by P5's release store of the slot
+  if (L.is_priority()) L.priority_of(s)->store(static_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+}
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)
 // at most `timeout_ns` (UINT64_MAX: forever).
@@ -423,6 +433,14 @@ struct pending_slot {
   bool stash = false;       // a stash entry (`where`: its index), not a ring slot (THE STASH)
 };
 
+// A priority box's message in the owner's order (ring.hpp PRIORITY BOXES).
+struct sort_item {
+  std::int64_t priority = 0;
+  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities)
+  std::uint32_t entry = 0;   // its store entry
+};
+inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
+
 // One owner handle.
 struct owner_ctx {
   mapped_box* m = nullptr;
@@ -445,6 +463,8 @@ struct owner_ctx {
   std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order
   std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
   std::vector<std::uint32_t> stash_free;   // FREE entries
+  // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
+  std::vector<sort_item> sort_heap[kMaxLanes];
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
@@ -548,6 +568,24 @@ void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
 void stash_recover(owner_ctx& o) noexcept;
 // Entries in use per lane (inspection; exact when idle).
 std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept;
+// U2-U4 for `entries` (all TAKEN(E), all of lane `lane`): counts `unstashed`
+// for the parked ones (not a priority box's sorted ones); returns how many
+// were ours to commit (kept[k * kept_stride] = 1 for those).
+std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
+                           std::size_t count, char* kept, std::size_t kept_stride) noexcept;
+
+// PRIORITY BOXES (priority.cpp). Owner only.
+// Moves what the rings hold into the store (M1-M4), as far as it has free entries.
+take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept;
+// Delivers from the store: lane by lane, lowest priority first (Q1-Q3).
+take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
+// Whether the store holds messages for this owner to deliver.
+bool sort_waiting(const owner_ctx& o) noexcept;
+void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
+// The heaps, from the entries a takeover has made QUEUED (stash_recover).
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
+// A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
+std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;

@@ -52,6 +52,7 @@ shmbox::options box_options(const create_args& a) {
   o.dead_letter_refused = a.dead_letter_refused;
   o.max_capacity = a.max_capacity;
   o.stash = a.stash;
+  o.priority = a.priority;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -204,6 +205,7 @@ json info_json(const shmbox::box_info& i) {
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"dead_letter_refused", i.dead_letter_refused},
               {"stash", i.stash == 0 ? json(nullptr) : json{{"entries", i.stash}, {"parked", i.parked}}},
+              {"ordering", i.priority ? "priority" : "fifo"},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -301,6 +303,7 @@ int cmd_post(const post_args& a) {
   shmbox::post_options how;
   if (a.lane >= 0) how.lane = static_cast<std::uint32_t>(a.lane);
   if (a.timeout_ms >= 0) how.timeout = std::chrono::milliseconds(a.timeout_ms);
+  how.priority = a.priority;
   return post_messages(*producer, a.name, a.messages, how);
 }
 
@@ -472,6 +475,8 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
                                    std::to_string(c.stashed) + ", unstashed " + std::to_string(c.unstashed) +
                                    "; parked messages count against their lane's capacity)")
             << "\n"
+            << "ordering     "
+            << (i.priority ? "priority (lowest value first, FIFO among equals; lanes first)" : "fifo") << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "give-away    "

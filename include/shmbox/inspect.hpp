@@ -100,6 +100,7 @@ struct box_info {
   bool dead_letter_refused = false;  // refused posts go there too (options::dead_letter_refused)
   std::uint32_t stash = 0;           // stash entries (options::stash); 0: no stash
   std::uint64_t parked = 0;          // messages in the stash now (all lanes)
+  bool priority = false;             // a priority box (options::priority)
   counters count;                 // all lanes
 };
 
