@@ -277,6 +277,55 @@
 // just before a stash may still land against the old count.
 //
 // ===========================================================================
+// PRIORITY BOXES (options::priority; priority.cpp): actor-ts's PriorityMailbox
+// ===========================================================================
+// Producers post as into any FIFO lane (P1-P6, general path), and P4 also
+// writes the message's priority (an int64) into the word after the payload
+// (lane_view::priority_of). The rings stay FIFO: order is the owner's job.
+// The owner keeps a STORE: the stash region (THE STASH's entries), one
+// entry per slot of every lane, and for each lane a heap in its own memory
+// of the QUEUED entries, keyed (priority, ring position): lowest priority
+// first, FIFO among equal ones (positions are the lane's claim order,
+// across producers). Every receive first moves what the rings hold into
+// the store, then delivers from the heaps, lane 0 first.
+// MOVE (sort_drain: the ring's take T1-T7, commit_each, into sort_sink):
+//  M1 (inside T4) FREE -> SORTING(E) (CAS); M2 payload, length, lane,
+//     order = position, priority; M3 lane.parked += 1 (the gate counts it
+//     from here, before T6 frees the slot). Then T5 counts it delivered
+//     (it left its ring) and T6 frees the slot.
+//  M4 SORTING -> QUEUED(E) (release), at the next message's M1 or when the
+//     lane's take returns: after T5 and T6.
+// DELIVER (sort_take): Q1 pop the heap of the lowest lane that has one;
+//  U1 QUEUED -> TAKEN(E) (CAS), copy out; U2-U4 (commit_entries, counting
+//  nothing: the message was counted at T5) TAKEN -> DONE -> FREE, parked -= 1,
+//  wake space waiters. Held reads (Owner::read) stop after U1 until commit;
+//  give-back: TAKEN -> QUEUED, back into the heap. The public `delivered`
+//  is the rings' count less the store's QUEUED and TAKEN entries, and the
+//  lane's depth is the ring's plus those (lane_depth_scan, lane_counters),
+//  so stored = delivered + ... + depth holds as in any box.
+// Takeover (stash_recover, after R4): SORTING(E, entry i, position p) is
+//  the one move that may be in flight. Its ring take decides, with the very
+//  words R4 read: the gone owner's op is still recv(lane, p) and its
+//  `delivered` still reads op_before -> not committed: R4 re-took the slot
+//  to deliver it again (flagged), so the entry is freed; otherwise
+//  (committed, or the owner had gone on) the entry is kept. Kept SORTING,
+//  QUEUED: QUEUED(new epoch), flags as they were; TAKEN: QUEUED, flagged
+//  redelivered (it may have been handed out); DONE: freed (delivered).
+//  Then the heaps are rebuilt and every lane's parked recounted. So an
+//  owner killed at any step of a move or a delivery loses no stored message
+//  and counts none twice (fault points owner.mid_sort, owner.after_take,
+//  owner.after_commit, owner.mid_unstash; tests/priority.cpp).
+// THE GATE: a priority box's lanes are gated like a stash box's, but the
+//  gate may close at 0 (lane_view::gate_limit): ring + store <= limit, and a
+//  post that read `parked` just before a move may still land against the
+//  older count. Policies: reject, drop_newest and block; drop_oldest is
+//  refused (the oldest message may be in the store, where only the owner
+//  writes), lifo too. No lease (a stale owner's store could not be fenced)
+//  and no user stash yet. Costs: the store doubles the segment (a slot's
+//  size per entry); each message is copied once more (ring -> store) and
+//  costs O(log n) heap work; posts take the general path (bench/run.sh).
+//
+// ===========================================================================
 // lifo lanes (pobox's stack)
 // ===========================================================================
 // No positions: each push takes a 48-bit stamp from lane.lifo_stamp
