@@ -121,14 +121,20 @@ bool sort_waiting(const owner_ctx& o) noexcept {
 }
 
 // Q1 pick the first of the lowest lane's heap; Q2 U1 (QUEUED -> TAKEN), copy
-// out; Q3 U2-U4 (commit_entries: TAKEN -> DONE -> FREE, lane.parked -= 1),
-// or hold it (Owner::read) until commit.
+// out; Q3 U2-U4 for the lane's messages of this call together
+// (commit_entries: TAKEN -> DONE -> FREE, lane.parked -= n), or hold them
+// (Owner::read) until commit.
 take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
   take_result res;
   mapped_box& m = *o.m;
   std::size_t n = 0;
   for (std::uint32_t l = 0; l < m.lane_count() && n < sink.max && !res.skipped; ++l) {
     auto& heap = o.sort_heap[l];
+    // commit_each: the lane's messages of this call are committed together
+    // (U2-U4 once), after the sink has them: one that dies in between
+    // leaves them TAKEN, delivered again (flagged) by the next owner.
+    o.sort_taken.clear();
+    o.sort_taken_state.clear();
     while (n < sink.max && !heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), later);
       const sort_item it = heap.back();
@@ -166,8 +172,11 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
         o.pending.push_back({l, it.entry, mine, seen, redelivered, v == take_verdict::drop, true});
         continue;
       }
-      commit_entries(o, l, &it.entry, &mine, 1, nullptr, 0);
+      o.sort_taken.push_back(it.entry);
+      o.sort_taken_state.push_back(mine);
     }
+    if (!o.sort_taken.empty())
+      commit_entries(o, l, o.sort_taken.data(), o.sort_taken_state.data(), o.sort_taken.size(), nullptr, 0);
   }
   res.taken = n;
   return res;

@@ -514,6 +514,9 @@ struct owner_ctx {
   std::vector<std::uint32_t> stash_free;   // FREE entries
   // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
   std::vector<sort_item> sort_heap[kMaxLanes];
+  std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
+  std::vector<std::uint64_t> sort_taken_state;  // (their TAKEN states)
+  std::vector<std::uint32_t> commit_scratch;    // commit_entries: the entries it made DONE
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };

@@ -114,7 +114,8 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
   o.act->op_before.store(before, std::memory_order_relaxed);
   o.act->op.store(make_op(op_kind::stash_commit, lane, 0), std::memory_order_relaxed);
   std::size_t n = 0, parked = 0;
-  std::vector<std::uint32_t> done;
+  std::vector<std::uint32_t>& done = o.commit_scratch;
+  done.clear();
   for (std::size_t k = 0; k < count; ++k) {
     stash_entry* e = m.stash_at(entries[k]);
     std::uint64_t expected = states[k];
