@@ -197,8 +197,10 @@ void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexce
   for (auto& heap : o.sort_heap) heap.clear();
   for (const std::uint32_t i : queued) {
     stash_entry* e = o.m->stash_at(i);
-    // relaxed: entries this owner has just made QUEUED (bounded lanes: stash_recover)
+    // relaxed: entries this owner has just made QUEUED; the lane is read again
+    // (shared memory: bounded here, not only in stash_recover's first pass)
     const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+    if (lane >= o.m->lane_count()) continue;  // scribbled: sort_take never finds it; verify reports it
     o.sort_heap[lane].push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i});
   }
   for (auto& heap : o.sort_heap) std::make_heap(heap.begin(), heap.end(), later);

@@ -309,7 +309,8 @@ void stash_recover(owner_ctx& o) noexcept {
       e->state.store(make_stash_state(stash_kind::queued, o.epoch, what[i] == act::queue_flagged, true),
                      std::memory_order_release);
       queued.push_back(i);
-      ++held[e->lane.load(std::memory_order_relaxed)];  // bounded in pass 1
+      // Read again: another process may have written it since pass 1 (shared memory).
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
       SHMBOX_FAULT("takeover.mid_recovery");
       continue;
     } else if (what[i] == act::front) {
@@ -317,7 +318,8 @@ void stash_recover(owner_ctx& o) noexcept {
       const std::uint64_t order = e->order.load(std::memory_order_relaxed);
       front.emplace_back(order, i);
       next_order = std::max(next_order, order + 1);
-      ++held[e->lane.load(std::memory_order_relaxed)];  // bounded in pass 1
+      // Read again: another process may have written it since pass 1 (shared memory).
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
       SHMBOX_FAULT("takeover.mid_recovery");
       continue;
     }

@@ -397,7 +397,20 @@ TEST_CASE("priority: the CLI creates a priority box and posts with --priority; s
   CHECK(stat.out.find("ordering     priority") != std::string::npos);
   CHECK(stat.out.find("depth        3 / 8") != std::string::npos);
   CHECK(shmtest::run({shmtest::cli_path(), "stat", g.name, "--json"}).out.find("\"ordering\": \"priority\"") != std::string::npos);
+  // dump shows the owner's order: before any receive, all still in the ring.
+  const auto dump = shmtest::run({shmtest::cli_path(), "dump", g.name});
+  CHECK(dump.out.find("soon") < dump.out.find("plain"));
+  CHECK(dump.out.find("plain") < dump.out.find("late"));
+  CHECK(dump.err.find("lowest priority first") != std::string::npos);
+  const auto one = shmtest::run({shmtest::cli_path(), "recv", g.name});
+  CHECK(one.out == "soon\n");
+  // Now the other two are in the store: still listed, marked, in order.
+  REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "first", "--priority", "-100"}).code == 0);
+  const auto dump2 = shmtest::run({shmtest::cli_path(), "dump", g.name});
+  CHECK(dump2.out.find("first") < dump2.out.find("plain"));
+  CHECK(dump2.out.find("[stash: sorted]  plain") != std::string::npos);
+  CHECK(dump2.out.find("plain") < dump2.out.find("late"));
   const auto recv = shmtest::run({shmtest::cli_path(), "recv", g.name, "--all"});
-  CHECK(recv.out == "soon\nplain\nlate\n");
+  CHECK(recv.out == "first\nplain\nlate\n");
   CHECK(shmtest::manual_text().find("--priority") != std::string::npos);
 }

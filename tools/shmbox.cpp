@@ -851,9 +851,10 @@ int cmd_dump(const parsed& a) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  const std::uint64_t depth = shmbox::info(*box).depth;
-  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << depth
-            << " message(s), oldest first per lane (lifo lanes: newest first; the owner's stash first)\n";
+  const shmbox::box_info bi = shmbox::info(*box);
+  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << bi.depth << " message(s), "
+            << (bi.priority ? "in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n"
+                            : "oldest first per lane (lifo lanes: newest first; the owner's stash first)\n");
   for (const auto& m : msgs) {
     std::printf("lane %u  #%llu  %zu bytes%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
                 m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), a.dump.hex ? "\n" : "  ");

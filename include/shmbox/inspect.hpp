@@ -59,7 +59,9 @@ struct peeked_message {
   std::string data;
   // In the owner's stash (listed first, in stash order): "parked" (stashed),
   // "unstashed" (delivered before the lanes), "reading" (read, not committed);
-  // "" in its lane.
+  // "" in its lane. A priority box lists each lane in the owner's order
+  // (priority, then position), its store's messages marked "sorted" (or
+  // "reading"), the ring's not yet sorted ones "".
   std::string stash;
 };
 
