@@ -205,6 +205,7 @@ slot_loan Producer::loan(const post_options& o) noexcept {
   l.where_ = k.where;
   l.stamp_ = s_->m->lanes[lane].is_lifo() ? k.stamp : slot_loan::kNotLifo;
   l.wake_ = k.wake;
+  l.priority_ = s_->m->lanes[lane].is_priority();
   return l;
 }
 
@@ -227,6 +228,7 @@ slot_loan::slot_loan(slot_loan&& o) noexcept
       lane_(o.lane_),
       stamp_(o.stamp_),
       wake_(o.wake_),
+      priority_(o.priority_),
       status_(o.status_) {}
 
 slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
@@ -239,6 +241,7 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
     where_ = o.where_;
     stamp_ = o.stamp_;
     wake_ = o.wake_;
+    priority_ = o.priority_;
     status_ = o.status_;
   }
   return *this;
@@ -247,11 +250,11 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
-  if (const detail::lane_view& L = ctx_->m->lanes[lane_]; L.is_priority()) {
+  if (priority_) {  // (a priority lane's loans are never the fast path's)
     const std::string_view bytes(static_cast<const char*>(data_), size);
-    detail::set_priority(L, slot_of(data_), ctx_->loan_priority ? *ctx_->loan_priority
-                                            : ctx_->priority_fn ? ctx_->priority_fn(bytes)
-                                                                : 0);
+    detail::set_priority(ctx_->m->lanes[lane_], slot_of(data_), ctx_->loan_priority ? *ctx_->loan_priority
+                                                                : ctx_->priority_fn ? ctx_->priority_fn(bytes)
+                                                                                    : 0);
   }
   // FIFO: from the fields, not through a slot_claim copied from them (that
   // copy's wide loads of fields stored one by one stalled store forwarding).

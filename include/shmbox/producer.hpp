@@ -155,6 +155,7 @@ class SHMBOX_API slot_loan {
   static constexpr std::uint64_t kNotLifo = UINT64_MAX;
   std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
   bool wake_ = false;        // FIFO: the owner was asleep when we claimed
+  bool priority_ = false;    // a priority box's lane: commit writes the priority word
   post_status status_ = post_status::error;
 };
 
