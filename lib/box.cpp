@@ -122,7 +122,7 @@ namespace {
 counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   const detail::lane_view& L = m.lanes[l];
   std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
-                abandoned = 0, shrunk = 0;
+                abandoned = 0, shrunk = 0, sort_filtered = 0;
   counters c;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
@@ -146,12 +146,17 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     c.filtered += oc->filtered.load(std::memory_order_relaxed);
     c.stashed += oc->stashed.load(std::memory_order_relaxed);
     c.unstashed += oc->unstashed.load(std::memory_order_relaxed);
+    sort_filtered += oc->sort_filtered.load(std::memory_order_relaxed);
     abandoned += oc->abandoned.load(std::memory_order_relaxed);
   }
   // A priority box counts a message delivered when it leaves its ring for
   // the owner's store (ring.hpp PRIORITY BOXES): those still in the store
   // are not delivered yet (they are in the lane's depth).
-  if (m.priority()) c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l));
+  // And the store's messages the owner's filter dropped are filtered, not delivered.
+  if (m.priority()) {
+    c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l) + sort_filtered);
+    c.filtered += sort_filtered;
+  }
   // FIFO lanes: the tail counts every claimed position exactly (a claim is
   // the tail CAS itself); lifo lanes sum the entries' stored counters.
   if (!L.is_lifo()) stored = L.hdr->tail.load(std::memory_order_relaxed) >> 1;

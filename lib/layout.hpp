@@ -386,7 +386,9 @@ struct alignas(kCacheLine) owner_lane_counters {
   a64 filtered;     // messages the owner's filter dropped (committed, not delivered)
   a64 stashed;      // messages this owner parked in the stash (Owner::stash)
   a64 unstashed;    // stash entries of this lane it received back (delivered or dropped by its filter)
-  a64 reserved[2];
+  a64 sort_filtered;  // a priority box: messages of its store the owner's filter dropped (counted
+                      // delivered when they left the ring: inspectors move them to filtered)
+  a64 reserved;
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
@@ -395,6 +397,7 @@ static_assert(offsetof(owner_lane_counters, abandoned) == 16);
 static_assert(offsetof(owner_lane_counters, filtered) == 24);
 static_assert(offsetof(owner_lane_counters, stashed) == 32);
 static_assert(offsetof(owner_lane_counters, unstashed) == 40);
+static_assert(offsetof(owner_lane_counters, sort_filtered) == 48);
 
 // ---------------------------------------------------------------------------
 // An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is
@@ -566,6 +569,7 @@ enum class stash_kind : std::uint32_t {
 };
 constexpr std::uint64_t kStashRedelivered = 1u << 8;
 constexpr std::uint64_t kStashSorted = 1u << 9;  // a priority box's message (not a parked one)
+constexpr std::uint64_t kStashDropped = 1u << 10;  // DONE: the owner's filter dropped it (a sorted message)
 constexpr std::uint64_t make_stash_state(stash_kind k, std::uint64_t epoch, bool redelivered = false,
                                          bool sorted = false) noexcept {
   return static_cast<std::uint64_t>(k) | (redelivered ? kStashRedelivered : 0) | (sorted ? kStashSorted : 0) | (epoch << 16);

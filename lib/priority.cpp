@@ -135,6 +135,7 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
     // leaves them TAKEN, delivered again (flagged) by the next owner.
     o.sort_taken.clear();
     o.sort_taken_state.clear();
+    o.sort_taken_drop.clear();
     while (n < sink.max && !heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), later);
       const sort_item it = heap.back();
@@ -174,9 +175,11 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
       }
       o.sort_taken.push_back(it.entry);
       o.sort_taken_state.push_back(mine);
+      o.sort_taken_drop.push_back(v == take_verdict::drop ? 1 : 0);
     }
     if (!o.sort_taken.empty())
-      commit_entries(o, l, o.sort_taken.data(), o.sort_taken_state.data(), o.sort_taken.size(), nullptr, 0);
+      commit_entries(o, l, o.sort_taken.data(), o.sort_taken_state.data(), o.sort_taken.size(), nullptr, 0,
+                     o.sort_taken_drop.data());
   }
   res.taken = n;
   return res;

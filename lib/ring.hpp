@@ -516,6 +516,7 @@ struct owner_ctx {
   std::vector<sort_item> sort_heap[kMaxLanes];
   std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
   std::vector<std::uint64_t> sort_taken_state;  // (their TAKEN states)
+  std::vector<char> sort_taken_drop;            // (the filter dropped it)
   std::vector<std::uint32_t> commit_scratch;    // commit_entries: the entries it made DONE
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
@@ -621,10 +622,11 @@ void stash_recover(owner_ctx& o) noexcept;
 // Entries in use per lane (inspection; exact when idle).
 std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept;
 // U2-U4 for `entries` (all TAKEN(E), all of lane `lane`): counts `unstashed`
-// for the parked ones (not a priority box's sorted ones); returns how many
+// for the parked ones, and a priority box's sorted ones the filter dropped
+// (drops[k] != 0; drops may be null) in `sort_filtered`; returns how many
 // were ours to commit (kept[k * kept_stride] = 1 for those).
 std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
-                           std::size_t count, char* kept, std::size_t kept_stride) noexcept;
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept;
 
 // PRIORITY BOXES (priority.cpp). Owner only.
 // Moves what the rings hold into the store (M1-M4), as far as it has free entries.

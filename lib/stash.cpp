@@ -106,31 +106,36 @@ std::size_t stash_unstash_all(owner_ctx& o) noexcept {
 }
 
 std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
-                           std::size_t count, char* kept, std::size_t kept_stride) noexcept {
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept {
   mapped_box& m = *o.m;
   owner_lane_counters* oc = o.counters(lane);
   const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
+  const std::uint64_t before_b = oc->sort_filtered.load(std::memory_order_relaxed);
   // U2 (relaxed: published by U3's release)
   o.act->op_before.store(before, std::memory_order_relaxed);
+  o.act->op_before_b.store(before_b, std::memory_order_relaxed);
   o.act->op.store(make_op(op_kind::stash_commit, lane, 0), std::memory_order_relaxed);
-  std::size_t n = 0, parked = 0;
+  std::size_t n = 0, parked = 0, dropped = 0;
   std::vector<std::uint32_t>& done = o.commit_scratch;
   done.clear();
   for (std::size_t k = 0; k < count; ++k) {
     stash_entry* e = m.stash_at(entries[k]);
     std::uint64_t expected = states[k];
     const bool sorted = stash_sorted(states[k]);
+    const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
     // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch, false, sorted),
+    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch, false, sorted) | (drop ? kStashDropped : 0),
                                          std::memory_order_release, std::memory_order_relaxed)) {
       ++n;
       parked += !sorted;  // a sorted message was counted when it left its ring (T5)
+      dropped += drop;
       done.push_back(entries[k]);
       if (kept != nullptr) kept[k * kept_stride] = 1;
     }
   }
   SHMBOX_FAULT("owner.mid_unstash");
   oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
+  oc->sort_filtered.store(before_b + dropped, std::memory_order_relaxed);
   for (const std::uint32_t i : done) {
     // release: our payload reads happen before the next S2's writes (its acquire CAS)
     m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
@@ -184,7 +189,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
       o.pending.push_back({lane, i, mine, seen, redelivered, v == take_verdict::drop, true});
       continue;
     }
-    commit_entries(o, lane, &i, &mine, 1, nullptr, 0);
+    commit_entries(o, lane, &i, &mine, 1, nullptr, 0, nullptr);
   }
   res.taken = n;
   return res;
@@ -195,17 +200,19 @@ void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& 
   for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
     std::vector<std::uint32_t> entries;
     std::vector<std::uint64_t> states;
+    std::vector<char> drops;
     std::vector<std::size_t> at;
     for (std::size_t k = 0; k < o.pending.size(); ++k) {
       const pending_slot& ps = o.pending[k];
       if (!ps.stash || ps.lane != l) continue;
       entries.push_back(static_cast<std::uint32_t>(ps.where));
       states.push_back(ps.seq);
+      drops.push_back(ps.drop ? 1 : 0);
       at.push_back(k);
     }
     if (entries.empty()) continue;
     std::vector<char> mine(entries.size(), 0);
-    const std::size_t n = commit_entries(o, l, entries.data(), states.data(), entries.size(), mine.data(), 1);
+    const std::size_t n = commit_entries(o, l, entries.data(), states.data(), entries.size(), mine.data(), 1, drops.data());
     r.committed += n;
     r.lost += entries.size() - n;
     if (kept != nullptr)
@@ -236,6 +243,7 @@ void stash_recover(owner_ctx& o) noexcept {
   enum class act : std::uint8_t { keep, front, release, queue, queue_flagged };
   std::vector<act> what(entries, act::keep);
   std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
+  std::vector<std::uint64_t> drop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // PRIORITY BOXES
   for (std::uint32_t i = 0; i < entries; ++i) {
     stash_entry* e = m.stash_at(i);
     // acquire: pairs with the gone owner's releases (S2, S4, U3)
@@ -245,7 +253,7 @@ void stash_recover(owner_ctx& o) noexcept {
     const std::uint64_t ep = stash_epoch_of(seen);
     std::uint32_t len = 0, lane = 0;
     if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::queued ||
-        stash_sorted(seen) != m.priority()) {
+        stash_sorted(seen) != m.priority() || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
       what[i] = act::release;  // scribbled: nothing can be delivered from it
       continue;
     }
@@ -270,7 +278,11 @@ void stash_recover(owner_ctx& o) noexcept {
       } else if (k == stash_kind::taken) {
         what[i] = act::queue_flagged;  // the gone owner may have handed it out
       } else {
-        what[i] = act::release;  // DONE: delivered (counted when it left its ring); WRITING, PARKED, FRONT: not ours
+        // DONE: delivered (counted when it left its ring); the filter's drops
+        // are counted below unless the count was made. WRITING, PARKED, FRONT: not ours.
+        if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 0))
+          drop_count[ai * kMaxLanes + lane] += 1;
+        what[i] = act::release;
       }
       continue;
     }
@@ -295,6 +307,13 @@ void stash_recover(owner_ctx& o) noexcept {
         // acquire: as above
         std::uint64_t expected = m.actor(ai)->op_before.load(std::memory_order_acquire);
         m.actor_counters(ai, l)->unstashed.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = drop_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above (U2's op_before_b)
+        std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->sort_filtered.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
       }
   std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
   std::vector<std::uint32_t> queued;                           // PRIORITY BOXES

@@ -284,6 +284,42 @@ TEST_CASE("priority: the store counts against the limit; every policy a priority
   }
 }
 
+TEST_CASE("priority: pobox's filter sees the owner's order; its drops count as filtered, its skip keeps the rest") {
+  shmtest::segment_guard g(shmtest::unique_name("priofilter"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .priority = true});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  const int prio[] = {6, 2, 5, 1, 4, 3};
+  for (const int v : prio) REQUIRE(p->post(tag(v % 2 ? 'o' : 'e', v), {.priority = std::int64_t{v}}) == post_status::stored);
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  std::vector<std::string> seen;
+  // Drop the odd ones, stop at priority 5.
+  const shmbox::filter_fn f = [&](std::string& m) {
+    seen.push_back(m);
+    if (m == "o5") return shmbox::filter_verdict::skip;
+    return m[0] == 'o' ? shmbox::filter_verdict::drop : shmbox::filter_verdict::deliver;
+  };
+  shmbox::delivery d;
+  REQUIRE(o->deliver(d, 16, f) == recv_status::ok);
+  CHECK(seen == std::vector<std::string>{"o1", "e2", "o3", "e4", "o5"});
+  REQUIRE(d.count == 2);
+  CHECK(std::string(d.messages[0]) == "e2");
+  CHECK(std::string(d.messages[1]) == "e4");
+  auto c = box->read_counters();
+  CHECK(c.filtered == 2);
+  CHECK(c.delivered == 2);
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  CHECK(texts(drain(*o)) == std::vector<std::string>{"o5", "e6"});
+  c = box->read_counters();
+  CHECK(c.filtered == 2);
+  CHECK(c.delivered == 4);
+  shmtest::check_invariant(*box);
+  CHECK(shmbox::verify(g.name)->ok);
+}
+
 TEST_CASE("priority: read and commit; read, give-back by death: redelivered, still in priority order") {
   shmtest::segment_guard g(shmtest::unique_name("prioread"));
   auto box = shmbox::Box::create(g.name, {.capacity = 16, .priority = true});
