@@ -90,6 +90,8 @@ run throughput "$b/shmbox-bench-throughput" "${common[@]}"
 run "round trips" "$b/shmbox-bench-rtt" "${common[@]}"
 # Pools (issue 16): take + give_back against a box round trip (about 12 s here; --quick: 2 s).
 run pool "$b/shmbox-bench-pool" "${common[@]}"
+# Priority boxes (issue 17): against a FIFO box at 1 Ki and 64 Ki (about 20 s; --quick: 1 s).
+run priority "$b/shmbox-bench-priority" "${common[@]}"
 if [ -x "$b/shmbox-bench-iceoryx" ]; then
   run iceoryx "$b/shmbox-bench-iceoryx" "${common[@]}"
 else

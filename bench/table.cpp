@@ -269,6 +269,24 @@ int main(int argc, char** argv) {
                 "   ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n");
   }
 
+  // --- Priority boxes (shmbox-bench-priority, issue 17); always shown: a configuration not measured is "-"
+  {
+    std::printf("PRIORITY BOX against a FIFO box (64 B, block policy): fill = ns per post into the empty box,\n"
+                "      drain = ns per message received (64 per call) from the full box, stream = msg/s end to end\n");
+    std::printf("%s| %s| %s| %s\n", pad("capacity / box", 20).c_str(), pad("fill, ns/post", 30).c_str(),
+                pad("drain, ns/message", 30).c_str(), pad("stream, msg/s", 34).c_str());
+    for (const std::string g : {"prio-1k", "prio-64k"}) {
+      for (const std::string m : {"fifo", "priority", "ratio"}) {
+        std::string label = g.substr(5) + " " + m;
+        if (m == "ratio") label = "  priority / fifo";
+        std::printf("%s| %s| %s| %s\n", pad(label, 20).c_str(), pad(cell(g, m, "post-ns"), 30).c_str(),
+                    pad(cell(g, m, "drain-ns"), 30).c_str(), pad(cell(g, m, "stream-mps"), 34).c_str());
+      }
+    }
+    std::printf("  (a priority box moves each message into its store and keeps a heap per lane: O(log n) per\n"
+                "   message; a deep box with random priorities reads its store out of order: bench/priority.cpp)\n\n");
+  }
+
   // --- Wake-up, failover, idle
   std::printf("WAKE-UP (post -> a sleeping owner holds it), FAILOVER (kill -9 owner -> heir received), IDLE OWNER CPU\n");
   for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{

@@ -122,7 +122,7 @@ namespace {
 counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   const detail::lane_view& L = m.lanes[l];
   std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
-                abandoned = 0, shrunk = 0;
+                abandoned = 0, shrunk = 0, sort_filtered = 0;
   counters c;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
@@ -146,7 +146,16 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     c.filtered += oc->filtered.load(std::memory_order_relaxed);
     c.stashed += oc->stashed.load(std::memory_order_relaxed);
     c.unstashed += oc->unstashed.load(std::memory_order_relaxed);
+    sort_filtered += oc->sort_filtered.load(std::memory_order_relaxed);
     abandoned += oc->abandoned.load(std::memory_order_relaxed);
+  }
+  // A priority box counts a message delivered when it leaves its ring for
+  // the owner's store (ring.hpp PRIORITY BOXES): those still in the store
+  // are not delivered yet (they are in the lane's depth).
+  // And the store's messages the owner's filter dropped are filtered, not delivered.
+  if (m.priority()) {
+    c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l) + sort_filtered);
+    c.filtered += sort_filtered;
   }
   // FIFO lanes: the tail counts every claimed position exactly (a claim is
   // the tail CAS itself); lifo lanes sum the entries' stored counters.
@@ -202,6 +211,61 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return s->seq.load(std::memory_order_relaxed) == seen;
   };
+  if (m.priority()) {
+    // A priority box (ring.hpp PRIORITY BOXES): lane by lane, the store's
+    // messages and the ring's not yet sorted ones together, in the owner's
+    // order (priority, then ring position). Seqlock reads, as above.
+    struct item {
+      std::int64_t priority;
+      std::uint64_t position;
+      bool store;
+      std::uint32_t where;  // entry, or slot index
+      std::uint64_t seen;
+    };
+    for (std::uint32_t l = 0; l < m.lane_count() && out.size() < max; ++l) {
+      const detail::lane_view& L = m.lanes[l];
+      std::vector<item> items;
+      for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+        detail::stash_entry* e = m.stash_at(i);
+        const std::uint64_t seen = e->state.load(std::memory_order_acquire);
+        const detail::stash_kind k = detail::stash_kind_of(seen);
+        if (k != detail::stash_kind::queued && !(k == detail::stash_kind::taken && detail::stash_sorted(seen))) continue;
+        if (e->lane.load(std::memory_order_relaxed) != l) continue;
+        items.push_back({static_cast<std::int64_t>(e->priority.load(std::memory_order_relaxed)),
+                         e->order.load(std::memory_order_relaxed), true, i, seen});
+      }
+      const std::uint64_t tail = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+      const std::uint64_t head = L.hdr->head.load(std::memory_order_acquire);
+      std::uint64_t p = tail > L.capacity ? std::max(head, tail - L.capacity) : head;
+      if (p > tail) p = tail;  // a scribbled head
+      for (; p < tail; ++p) {
+        detail::slot_header* s = L.slot_for(p);
+        const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+        if (detail::seq_state(seen) != detail::slot_state::full || detail::pos_diff(detail::seq_pos(seen), p) != 0) continue;
+        items.push_back({static_cast<std::int64_t>(L.priority_of(s)->load(std::memory_order_relaxed)), p, false,
+                         static_cast<std::uint32_t>(L.slot_index(p)), seen});
+      }
+      std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
+        return a.priority != b.priority ? a.priority < b.priority : a.position < b.position;
+      });
+      for (const item& it : items) {
+        if (out.size() >= max) break;
+        if (!it.store) {
+          if (copy_if_stable(L, L.slot_at_index(it.where), it.seen)) out.push_back({l, it.position, bytes, {}});
+          continue;
+        }
+        detail::stash_entry* e = m.stash_at(it.where);
+        const std::uint32_t len = std::min(e->length.load(std::memory_order_relaxed), m.geo.params.slot_payload);
+        bytes.resize(len);
+        const auto* src = detail::mapped_box::stash_payload(e);
+        for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (e->state.load(std::memory_order_relaxed) != it.seen) continue;
+        out.push_back({l, it.position, bytes, detail::stash_kind_of(it.seen) == detail::stash_kind::queued ? "sorted" : "reading"});
+      }
+    }
+    return out;
+  }
   {
     // The stash first, in stash order (seqlock reads of each entry, as above).
     std::vector<std::pair<std::uint64_t, std::uint32_t>> parked;  // (order, entry)
@@ -324,7 +388,8 @@ box_info info(const Box& box) {
   i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
   i.dead_letter_refused = m.dead_letter_refused;
-  i.stash = m.stash_entries();
+  i.stash = m.user_stash();
+  i.priority = m.priority();
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;

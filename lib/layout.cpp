@@ -18,7 +18,10 @@ bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
   }
   g = geometry{};
   g.params = p;
-  g.slot_stride = static_cast<std::uint32_t>(round_up(sizeof(slot_header) + std::uint64_t{p.slot_payload}, kCacheLine));
+  // A priority box's slot ends with an 8-byte priority word after the payload.
+  if (p.priority) g.priority_offset = static_cast<std::uint32_t>(sizeof(slot_header) + round_up(p.slot_payload, 8));
+  g.slot_stride = static_cast<std::uint32_t>(
+      round_up(p.priority ? g.priority_offset + 8 : sizeof(slot_header) + std::uint64_t{p.slot_payload}, kCacheLine));
   g.producer_stride = static_cast<std::uint32_t>(sizeof(producer_entry) + p.lane_count * sizeof(producer_lane_counters));
   g.actor_stride = static_cast<std::uint32_t>(sizeof(owner_actor) + p.lane_count * sizeof(owner_lane_counters));
   std::uint64_t off = kSegmentHeaderBytes;
@@ -42,7 +45,8 @@ bool compute_geometry(const geometry_params& p, geometry& g) noexcept {
     off += std::uint64_t{p.lane_capacity[l]} * g.slot_stride;
     if (off > kMaxSegmentBytes) return false;
   }
-  if (p.stash_entries > kMaxCapacity) return false;
+  // The stash (at most kMaxCapacity) and a priority box's store (its lanes' slots).
+  if (p.stash_entries > std::uint64_t{kMaxCapacity} * (kMaxLanes + 1)) return false;
   if (p.stash_entries != 0) {
     g.stash_stride = static_cast<std::uint32_t>(round_up(sizeof(stash_entry) + std::uint64_t{p.slot_payload}, kCacheLine));
     g.stash_offset = round_up(off, 4096);

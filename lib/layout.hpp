@@ -178,7 +178,9 @@ struct segment_header {
                                    // field before: 0 in older boxes)
   std::uint32_t stash_stride;      // bytes per stash entry (stash_entry + payload, 64-B multiple)
   std::uint64_t stash_offset;      // offset of stash_entry[0]
-  std::uint8_t reserved[kSegmentHeaderBytes - 184];
+  std::uint32_t ordering;          // kOrdering*: 0 FIFO (a reserved field before: 0 in older boxes),
+                                   // 1 priority (options::priority; ring.hpp PRIORITY BOXES)
+  std::uint8_t reserved[kSegmentHeaderBytes - 188];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
 static_assert(offsetof(segment_header, magic) == 0);
@@ -208,7 +210,10 @@ static_assert(offsetof(segment_header, default_lane) == 164);
 static_assert(offsetof(segment_header, stash_entries) == 168);
 static_assert(offsetof(segment_header, stash_stride) == 172);
 static_assert(offsetof(segment_header, stash_offset) == 176);
-static_assert(offsetof(segment_header, reserved) == 184);
+static_assert(offsetof(segment_header, ordering) == 184);
+static_assert(offsetof(segment_header, reserved) == 188);
+constexpr std::uint32_t kOrderingFifo = 0;
+constexpr std::uint32_t kOrderingPriority = 1;
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.
@@ -381,7 +386,9 @@ struct alignas(kCacheLine) owner_lane_counters {
   a64 filtered;     // messages the owner's filter dropped (committed, not delivered)
   a64 stashed;      // messages this owner parked in the stash (Owner::stash)
   a64 unstashed;    // stash entries of this lane it received back (delivered or dropped by its filter)
-  a64 reserved[2];
+  a64 sort_filtered;  // a priority box: messages of its store the owner's filter dropped (counted
+                      // delivered when they left the ring: inspectors move them to filtered)
+  a64 reserved;
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
@@ -390,6 +397,7 @@ static_assert(offsetof(owner_lane_counters, abandoned) == 16);
 static_assert(offsetof(owner_lane_counters, filtered) == 24);
 static_assert(offsetof(owner_lane_counters, stashed) == 32);
 static_assert(offsetof(owner_lane_counters, unstashed) == 40);
+static_assert(offsetof(owner_lane_counters, sort_filtered) == 48);
 
 // ---------------------------------------------------------------------------
 // An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is
@@ -554,21 +562,29 @@ enum class stash_kind : std::uint32_t {
   front = 3,    // unstashed: delivered before anything else, in `order`
   taken = 4,    // being delivered (read, not committed)
   done = 5,     // committed, not yet counted and freed (op stash_commit)
+  // A priority box's sorted messages (ring.hpp PRIORITY BOXES); TAKEN and
+  // DONE entries of theirs carry kStashSorted.
+  sorting = 6,  // being moved in from the ring (kept or freed by the ring's op at a takeover)
+  queued = 7,   // in the owner's order, waiting to be delivered
 };
 constexpr std::uint64_t kStashRedelivered = 1u << 8;
-constexpr std::uint64_t make_stash_state(stash_kind k, std::uint64_t epoch, bool redelivered = false) noexcept {
-  return static_cast<std::uint64_t>(k) | (redelivered ? kStashRedelivered : 0) | (epoch << 16);
+constexpr std::uint64_t kStashSorted = 1u << 9;  // a priority box's message (not a parked one)
+constexpr std::uint64_t kStashDropped = 1u << 10;  // DONE: the owner's filter dropped it (a sorted message)
+constexpr std::uint64_t make_stash_state(stash_kind k, std::uint64_t epoch, bool redelivered = false,
+                                         bool sorted = false) noexcept {
+  return static_cast<std::uint64_t>(k) | (redelivered ? kStashRedelivered : 0) | (sorted ? kStashSorted : 0) | (epoch << 16);
 }
+constexpr bool stash_sorted(std::uint64_t s) noexcept { return (s & kStashSorted) != 0; }
 constexpr stash_kind stash_kind_of(std::uint64_t s) noexcept { return static_cast<stash_kind>(s & 0xFFu); }
 constexpr std::uint64_t stash_epoch_of(std::uint64_t s) noexcept { return s >> 16; }
 constexpr bool stash_redelivered(std::uint64_t s) noexcept { return (s & kStashRedelivered) != 0; }
 
 struct stash_entry {
   a64 state;    // make_stash_state
-  a64 order;    // stash order (owner_record::stash_next_order when parked)
+  a64 order;    // stash order (owner_record::stash_next_order when parked); a sorted message: its ring position
   a32 length;   // payload bytes; untrusted: bounded by slot_payload before use
   a32 lane;     // the lane the message came from; untrusted: bounded by lane_count
-  a64 reserved;
+  a64 priority; // a priority box's message: its priority (an int64 in two's complement)
 };
 static_assert(sizeof(stash_entry) == 32);
 static_assert(offsetof(stash_entry, state) == 0);
@@ -584,12 +600,14 @@ struct geometry_params {
   std::uint32_t lane_capacity[kMaxLanes] = {};
   std::uint32_t slot_payload = 0;
   std::uint32_t max_producers = 0;
-  std::uint32_t stash_entries = 0;  // options::stash (0: no stash)
+  std::uint32_t stash_entries = 0;  // options::stash, plus a priority box's store (0: none)
+  bool priority = false;            // options::priority: each slot ends with its priority word
 };
 
 struct geometry {
   geometry_params params;
   std::uint32_t slot_stride = 0;
+  std::uint32_t priority_offset = 0;  // a priority box: where a slot's priority word is (0: none)
   std::uint32_t producer_stride = 0;
   std::uint32_t actor_stride = 0;
   std::uint64_t config_offset = 0;

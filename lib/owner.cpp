@@ -149,7 +149,7 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
 
 std::optional<recv_status> Owner::state::receive_fast(detail::owner_sink& sink) noexcept {
   detail::owner_ctx& o = ctx;
-  if (o.fenced || !o.pending.empty() || !o.stash_front.empty()) return std::nullopt;
+  if (o.fenced || !o.pending.empty() || !o.stash_front.empty() || m->priority()) return std::nullopt;
   const detail::owner_record* rec = m->owner();
   // still_owner() and serve_request()'s first test, as loads only: anything
   // else (lost, or asked to give away) is the general path's to report.
@@ -321,7 +321,16 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
       corrupt |= r.corrupt;
       skipped |= r.skipped;
     }
-    for (std::uint32_t l = 0; l < box.lane_count() && into.appended < max && !skipped; ++l) {
+    if (box.priority()) {  // PRIORITY BOXES (ring.hpp): everything goes through the owner's order
+      const detail::take_result d = detail::sort_drain(o, into.look_at_tail);
+      busy |= d.busy;
+      corrupt |= d.corrupt;
+      into.max = max - into.appended;
+      const detail::take_result r = detail::sort_take(o, into, mode);
+      corrupt |= r.corrupt;
+      skipped |= r.skipped;
+    }
+    for (std::uint32_t l = 0; l < box.lane_count() && into.appended < max && !skipped && !box.priority(); ++l) {
       into.max = max - into.appended;
       const detail::take_result r = detail::owner_take(o, l, into, mode);
       busy |= r.busy;

@@ -206,6 +206,7 @@ struct Owner::state {
   // something (then nothing stays armed).
   bool arm_all() noexcept {
     if (!ctx.stash_front.empty()) return false;  // unstashed messages wait (ring.hpp THE STASH)
+    if (detail::sort_waiting(ctx)) return false;  // sorted messages wait (ring.hpp PRIORITY BOXES)
     for (std::uint32_t l = 0; l < m->lane_count(); ++l)
       if (!detail::owner_arm_sleep(ctx, l)) {
         disarm_all();

@@ -1,6 +1,8 @@
 #include "shmbox/producer.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <utility>
 
 #include "access.hpp"
@@ -20,7 +22,16 @@ struct Producer::state {
   // Dead letters: a producer on the dead-letter box, attached on first use.
   std::unique_ptr<Producer> dead_letters;
   bool dead_letters_tried = false;
+  // PRIORITY BOXES: set_priority_function's function, and an open loan's priority.
+  std::function<std::int64_t(std::string_view)> priority_fn;
+  std::optional<std::int64_t> loan_priority;
   ~state() { detail::release_producer_entry(ctx); }
+
+  // The priority of a message posted with options `o` (a priority box's lane).
+  std::int64_t priority_of(const post_options& o, std::string_view bytes) const noexcept {
+    if (o.priority) return *o.priority;
+    return priority_fn ? priority_fn(bytes) : 0;
+  }
 
   // Forwards one lost message, "[origin reason] bytes", best effort (the
   // dead-letter box's own policy, no waiting), and counts the outcome.
@@ -83,6 +94,7 @@ struct Producer::state {
   // Every post: the fast path, else the general one with this call's wait.
   post_status post(std::uint32_t lane, const void* data, std::size_t size, const post_options& o) noexcept {
     if (try_fast(lane, data, size)) return post_status::stored;
+    if (m->lanes[lane].is_priority()) ctx.priority = priority_of(o, std::string_view(static_cast<const char*>(data), size));
     if (loan_blocks()) return post_status::error;
     set_spin(o);
     const std::uint64_t timeout_ns = timeout_of(o);
@@ -155,6 +167,10 @@ post_status Producer::post(const void* data, std::size_t size, const post_option
   return s_->post(lane, data, size, o);
 }
 
+void Producer::set_priority_function(std::function<std::int64_t(std::string_view)> fn) noexcept {
+  if (s_) s_->priority_fn = std::move(fn);
+}
+
 // ---------------------------------------------------------------------------
 // Loans (zero-copy posts)
 // ---------------------------------------------------------------------------
@@ -180,6 +196,7 @@ slot_loan Producer::loan(const post_options& o) noexcept {
     if (!is_stored(l.status_)) return l;
   }
   SHMBOX_FAULT("producer.loan_open");
+  s_->loan_priority = o.priority;
   s_->ctx.loan_open = true;
   l.ctx_ = s_.get();
   l.data_ = detail::lane_view::payload_of(k.slot);
@@ -188,6 +205,7 @@ slot_loan Producer::loan(const post_options& o) noexcept {
   l.where_ = k.where;
   l.stamp_ = s_->m->lanes[lane].is_lifo() ? k.stamp : slot_loan::kNotLifo;
   l.wake_ = k.wake;
+  l.priority_ = s_->m->lanes[lane].is_priority();
   return l;
 }
 
@@ -210,6 +228,7 @@ slot_loan::slot_loan(slot_loan&& o) noexcept
       lane_(o.lane_),
       stamp_(o.stamp_),
       wake_(o.wake_),
+      priority_(o.priority_),
       status_(o.status_) {}
 
 slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
@@ -222,6 +241,7 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
     where_ = o.where_;
     stamp_ = o.stamp_;
     wake_ = o.wake_;
+    priority_ = o.priority_;
     status_ = o.status_;
   }
   return *this;
@@ -230,6 +250,12 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
+  if (priority_) {  // (a priority lane's loans are never the fast path's)
+    const std::string_view bytes(static_cast<const char*>(data_), size);
+    detail::set_priority(ctx_->m->lanes[lane_], slot_of(data_), ctx_->loan_priority ? *ctx_->loan_priority
+                                                                : ctx_->priority_fn ? ctx_->priority_fn(bytes)
+                                                                                    : 0);
+  }
   // FIFO: from the fields, not through a slot_claim copied from them (that
   // copy's wide loads of fields stored one by one stalled store forwarding).
   if (stamp_ == kNotLifo) detail::fifo_publish_inline(ctx_->ctx, slot_of(data_), where_, wake_, size);

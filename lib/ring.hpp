@@ -277,6 +277,55 @@
 // just before a stash may still land against the old count.
 //
 // ===========================================================================
+// PRIORITY BOXES (options::priority; priority.cpp): actor-ts's PriorityMailbox
+// ===========================================================================
+// Producers post as into any FIFO lane (P1-P6, general path), and P4 also
+// writes the message's priority (an int64) into the word after the payload
+// (lane_view::priority_of). The rings stay FIFO: order is the owner's job.
+// The owner keeps a STORE: the stash region (THE STASH's entries), one
+// entry per slot of every lane, and for each lane a heap in its own memory
+// of the QUEUED entries, keyed (priority, ring position): lowest priority
+// first, FIFO among equal ones (positions are the lane's claim order,
+// across producers). Every receive first moves what the rings hold into
+// the store, then delivers from the heaps, lane 0 first.
+// MOVE (sort_drain: the ring's take T1-T7, commit_each, into sort_sink):
+//  M1 (inside T4) FREE -> SORTING(E) (CAS); M2 payload, length, lane,
+//     order = position, priority; M3 lane.parked += 1 (the gate counts it
+//     from here, before T6 frees the slot). Then T5 counts it delivered
+//     (it left its ring) and T6 frees the slot.
+//  M4 SORTING -> QUEUED(E) (release), at the next message's M1 or when the
+//     lane's take returns: after T5 and T6.
+// DELIVER (sort_take): Q1 pop the heap of the lowest lane that has one;
+//  U1 QUEUED -> TAKEN(E) (CAS), copy out; U2-U4 (commit_entries, counting
+//  nothing: the message was counted at T5) TAKEN -> DONE -> FREE, parked -= 1,
+//  wake space waiters. Held reads (Owner::read) stop after U1 until commit;
+//  give-back: TAKEN -> QUEUED, back into the heap. The public `delivered`
+//  is the rings' count less the store's QUEUED and TAKEN entries, and the
+//  lane's depth is the ring's plus those (lane_depth_scan, lane_counters),
+//  so stored = delivered + ... + depth holds as in any box.
+// Takeover (stash_recover, after R4): SORTING(E, entry i, position p) is
+//  the one move that may be in flight. Its ring take decides, with the very
+//  words R4 read: the gone owner's op is still recv(lane, p) and its
+//  `delivered` still reads op_before -> not committed: R4 re-took the slot
+//  to deliver it again (flagged), so the entry is freed; otherwise
+//  (committed, or the owner had gone on) the entry is kept. Kept SORTING,
+//  QUEUED: QUEUED(new epoch), flags as they were; TAKEN: QUEUED, flagged
+//  redelivered (it may have been handed out); DONE: freed (delivered).
+//  Then the heaps are rebuilt and every lane's parked recounted. So an
+//  owner killed at any step of a move or a delivery loses no stored message
+//  and counts none twice (fault points owner.mid_sort, owner.after_take,
+//  owner.after_commit, owner.mid_unstash; tests/priority.cpp).
+// THE GATE: a priority box's lanes are gated like a stash box's, but the
+//  gate may close at 0 (lane_view::gate_limit): ring + store <= limit, and a
+//  post that read `parked` just before a move may still land against the
+//  older count. Policies: reject, drop_newest and block; drop_oldest is
+//  refused (the oldest message may be in the store, where only the owner
+//  writes), lifo too. No lease (a stale owner's store could not be fenced)
+//  and no user stash yet. Costs: the store doubles the segment (a slot's
+//  size per entry); each message is copied once more (ring -> store) and
+//  costs O(log n) heap work; posts take the general path (bench/run.sh).
+//
+// ===========================================================================
 // lifo lanes (pobox's stack)
 // ===========================================================================
 // No positions: each push takes a 48-bit stamp from lane.lifo_stamp
@@ -366,6 +415,9 @@ struct producer_ctx {
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
   // Reset by each public call; a single writer, private memory.
   std::uint32_t evicted = 0;
+  // A priority box: the priority the next post writes into its slot (set by
+  // the Producer before each call: post_options::priority or its function).
+  std::int64_t priority = 0;
   // drop_oldest at a resizable lane's limit: where this handle's search for
   // the oldest message starts (after its last eviction), per lane.
   std::uint64_t evict_from[kMaxLanes] = {};
@@ -382,6 +434,13 @@ struct slot_claim {
   std::uint64_t stamp = 0;  // lifo: the stamp it is published with
   bool wake = false;        // FIFO: the owner's sleeping bit was set at the claim
 };
+
+// A priority box's slot: its priority word, written before the publish (P5
+// releases it with the payload). Nothing in other boxes.
+inline void set_priority(const lane_view& L, slot_header* s, std::int64_t priority) noexcept {
+  // relaxed: published by P5's release store of the slot
+  if (L.is_priority()) L.priority_of(s)->store(static_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+}
 
 // Posts one message into `lane`; waits (block policy, or behind a busy slot)
 // at most `timeout_ns` (UINT64_MAX: forever).
@@ -423,6 +482,14 @@ struct pending_slot {
   bool stash = false;       // a stash entry (`where`: its index), not a ring slot (THE STASH)
 };
 
+// A priority box's message in the owner's order (ring.hpp PRIORITY BOXES).
+struct sort_item {
+  std::int64_t priority = 0;
+  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities)
+  std::uint32_t entry = 0;   // its store entry
+};
+inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
+
 // One owner handle.
 struct owner_ctx {
   mapped_box* m = nullptr;
@@ -445,6 +512,12 @@ struct owner_ctx {
   std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order
   std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
   std::vector<std::uint32_t> stash_free;   // FREE entries
+  // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
+  std::vector<sort_item> sort_heap[kMaxLanes];
+  std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
+  std::vector<std::uint64_t> sort_taken_state;  // (their TAKEN states)
+  std::vector<char> sort_taken_drop;            // (the filter dropped it)
+  std::vector<std::uint32_t> commit_scratch;    // commit_entries: the entries it made DONE
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
@@ -548,6 +621,25 @@ void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
 void stash_recover(owner_ctx& o) noexcept;
 // Entries in use per lane (inspection; exact when idle).
 std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept;
+// U2-U4 for `entries` (all TAKEN(E), all of lane `lane`): counts `unstashed`
+// for the parked ones, and a priority box's sorted ones the filter dropped
+// (drops[k] != 0; drops may be null) in `sort_filtered`; returns how many
+// were ours to commit (kept[k * kept_stride] = 1 for those).
+std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept;
+
+// PRIORITY BOXES (priority.cpp). Owner only.
+// Moves what the rings hold into the store (M1-M4), as far as it has free entries.
+take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept;
+// Delivers from the store: lane by lane, lowest priority first (Q1-Q3).
+take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
+// Whether the store holds messages for this owner to deliver.
+bool sort_waiting(const owner_ctx& o) noexcept;
+void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
+// The heaps, from the entries a takeover has made QUEUED (stash_recover).
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
+// A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
+std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;

@@ -53,6 +53,14 @@ bool limit_reached(const lane_view& L, std::uint64_t t, std::uint64_t& gate, std
   // A stash box: parked messages of this lane count against its limit (ring.hpp THE STASH).
   const std::uint32_t lim = limit = L.gate_limit();
   if (lim >= L.capacity) return false;  // the ring's own check (slot(t)) is the limit
+  if (lim == 0) {
+    // A priority box's lane whose store holds its limit (PRIORITY BOXES; keep-old
+    // policies only): closed until the owner delivers one, whatever the ring holds.
+    // acquire: as below
+    gate = L.hdr->head.load(std::memory_order_acquire);
+    gate_seen = L.slot_for(gate)->seq.load(std::memory_order_acquire);
+    return true;
+  }
   if (L.pol == policy::drop_oldest) {
     // Positions are finished in order here (the owner from the head, evictions
     // from the oldest): position t - lim finished means every earlier one is.
@@ -351,6 +359,7 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
   if (!is_stored(st)) return st;
   if (p.m->lanes[lane].is_lifo()) SHMBOX_FAULT("producer.lifo_mid_write");
   write_payload(k.slot, data, size);
+  set_priority(p.m->lanes[lane], k.slot, p.priority);
   publish_slot(p, k, size);
   return st;
 }

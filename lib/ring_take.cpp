@@ -344,7 +344,8 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
     if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
       ++n;
   }
-  return n;
+  // A priority box's lane holds its messages in the owner's store too.
+  return n + sorted_count(m, lane);
 }
 
 }  // namespace shmbox::detail

@@ -119,6 +119,7 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.pol = static_cast<policy>(policies[l]);
     v.resizable = v.hdr->limit.load(std::memory_order_relaxed) != 0;  // relaxed: set before `ready`
     v.gated = v.resizable || m.geo.params.stash_entries != 0;
+    v.priority_offset = m.geo.priority_offset;
     v.fast = !v.is_lifo() && !v.gated;
   }
 }
@@ -237,6 +238,22 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     if (o.lease.count() != 0)
       return fail(errc::invalid_argument, who + ": a lease box cannot have a stash (a stale owner's stash entries could not be fenced); drop --lease or --stash");
   }
+  if (o.priority) {  // ring.hpp PRIORITY BOXES
+    for (std::uint32_t l = 0; l < p.lane_count; ++l) {
+      const std::string lane_name = p.lane_count > 1 ? "lane " + std::to_string(l) : std::string("the box");
+      if (policies[l] == static_cast<std::uint32_t>(policy::lifo))
+        return fail(errc::invalid_argument, who + ": " + lane_name + " is lifo; a priority box orders by priority, not by stack: use reject, drop_newest or block");
+      if (policies[l] == static_cast<std::uint32_t>(policy::drop_oldest))
+        return fail(errc::invalid_argument, who + ": " + lane_name + " is drop_oldest, which a priority box does not support yet (the oldest message may already be in the owner's order, where producers cannot evict it): use reject, drop_newest or block");
+    }
+    if (o.lease.count() != 0)
+      return fail(errc::invalid_argument, who + ": a lease box cannot be a priority box (a stale owner's sorted messages could not be fenced); drop --lease or --priority");
+    if (o.stash != 0)
+      return fail(errc::invalid_argument, who + ": a priority box cannot have a stash yet; drop --stash or --priority");
+    // The store the owner sorts into: one entry per slot of every lane.
+    p.priority = true;
+    for (std::uint32_t l = 0; l < p.lane_count; ++l) p.stash_entries += p.lane_capacity[l];
+  }
   geometry g;
   if (!compute_geometry(p, g))
     return fail(errc::too_large, who + ": " + std::to_string(o.capacity) + " slots of " + std::to_string(o.slot_size) +
@@ -331,6 +348,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->stash_entries = p.stash_entries;
   h->stash_stride = g.stash_stride;
   h->stash_offset = g.stash_offset;
+  h->ordering = p.priority ? kOrderingPriority : kOrderingFifo;
   auto* cfg = reinterpret_cast<box_config*>(m->base + g.config_offset);
   cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
@@ -465,6 +483,18 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   p.slot_payload = h.slot_payload;
   p.max_producers = h.max_producers;
   p.stash_entries = h.stash_entries;
+  if (h.ordering > kOrderingPriority)
+    return fail(errc::corrupt, who + ": unknown ordering " + std::to_string(h.ordering) +
+                                   " in header: a newer shmbox created it, or it is corrupt");
+  p.priority = h.ordering == kOrderingPriority;
+  if (p.priority) {
+    // The store is exactly one entry per slot (ring.hpp PRIORITY BOXES).
+    std::uint64_t slots = 0;
+    for (std::uint32_t l = 0; l < kMaxLanes && l < p.lane_count; ++l) slots += p.lane_capacity[l];
+    if (slots != p.stash_entries)
+      return fail(errc::corrupt, who + ": a priority box with " + std::to_string(p.stash_entries) + " store entries for " +
+                                     std::to_string(slots) + " slots (corrupt header)");
+  }
   geometry g;
   if (!compute_geometry(p, g)) return fail(errc::corrupt, who + ": header geometry is out of range (corrupt header)");
   if (h.total_bytes != g.total_bytes || h.slot_stride != g.slot_stride || h.producer_stride != g.producer_stride ||
@@ -517,7 +547,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     // A resizable lane's limit (lane_view::limit bounds it on every read as well).
     if (const std::uint32_t lim = lh->limit.load(std::memory_order_relaxed);
         lim > cap || (lim != 0 && pol == static_cast<std::uint32_t>(policy::lifo)) ||
-        (p.stash_entries != 0 && pol == static_cast<std::uint32_t>(policy::lifo)))
+        (p.stash_entries != 0 && pol == static_cast<std::uint32_t>(policy::lifo)) ||
+        (p.priority && pol == static_cast<std::uint32_t>(policy::drop_oldest)))
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " limit " + std::to_string(lim) + " with " +
                                      std::to_string(cap) + " slots (corrupt)");
     policies[l] = pol;

@@ -31,6 +31,7 @@ struct lane_view {
   bool resizable = false;  // created with a reserve: posts check hdr->limit (the general path)
   bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash box's lane
   bool fast = false;       // FIFO and not gated: the inline fast path may post here
+  std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
 
   // The lane's limit now: its capacity unless resizable (bounded: a scribbled word reads as the capacity).
   std::uint32_t limit() const noexcept {
@@ -46,14 +47,22 @@ struct lane_view {
   slot_header* slot_for(std::uint64_t pos) const noexcept { return slot_at_index(slot_index(pos)); }
   static std::byte* payload_of(slot_header* s) noexcept { return reinterpret_cast<std::byte*>(s) + sizeof(slot_header); }
   bool is_lifo() const noexcept { return pol == policy::lifo; }
+  bool is_priority() const noexcept { return priority_offset != 0; }
+  // A priority box's slot: its priority word (ring.hpp PRIORITY BOXES).
+  a64* priority_of(slot_header* s) const noexcept {
+    return reinterpret_cast<a64*>(reinterpret_cast<std::byte*>(s) + priority_offset);
+  }
   // What posts may fill: the limit less this lane's messages parked in a
-  // stash (ring.hpp THE STASH), at least 1 (a lane always takes one post).
+  // stash (ring.hpp THE STASH), at least 1 (a lane always takes one post);
+  // a priority box's lane: less its messages in the owner's store, possibly
+  // 0 (its store is part of the lane, which then holds `limit` already).
   std::uint32_t gate_limit() const noexcept {
     const std::uint32_t lim = limit();
     if (!gated) return lim;
     // relaxed: a count for the gate, which tolerates an older value (THE STASH)
     const std::uint64_t parked = hdr->parked.load(std::memory_order_relaxed);
-    return parked == 0 ? lim : parked >= lim ? 1 : lim - static_cast<std::uint32_t>(parked);
+    if (parked >= lim) return is_priority() ? 0 : 1;
+    return lim - static_cast<std::uint32_t>(parked);
   }
 };
 
@@ -97,6 +106,10 @@ struct mapped_box {
   }
   // THE STASH (ring.hpp): its entries (0 in a box without one) and entry i's header and payload.
   std::uint32_t stash_entries() const noexcept { return geo.params.stash_entries; }
+  // The stash a user may park into (options::stash): none in a priority box,
+  // whose entries are its store (ring.hpp PRIORITY BOXES).
+  std::uint32_t user_stash() const noexcept { return geo.params.priority ? 0 : geo.params.stash_entries; }
+  bool priority() const noexcept { return geo.params.priority; }
   stash_entry* stash_at(std::uint32_t i) const noexcept {
     return reinterpret_cast<stash_entry*>(base + geo.stash_offset + std::uint64_t{i} * geo.stash_stride);
   }

@@ -38,8 +38,9 @@ void add_parked(const lane_view& L, std::int64_t by) noexcept {
 result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept {
   mapped_box& m = *o.m;
   const std::string who = "box '" + m.name + "'";
-  if (m.stash_entries() == 0)
-    return fail(errc::invalid_argument, who + " has no stash: create it with a stash (options::stash, shmbox create --stash N)");
+  if (m.user_stash() == 0)
+    return fail(errc::invalid_argument, who + (m.priority() ? " is a priority box, which has no stash yet"
+                                                            : " has no stash: create it with a stash (options::stash, shmbox create --stash N)"));
   if (lane >= m.lane_count())
     return fail(errc::invalid_argument, who + ": no lane " + std::to_string(lane) + " (it has " + std::to_string(m.lane_count()) + ")");
   if (data.size() > m.geo.params.slot_payload)
@@ -104,32 +105,37 @@ std::size_t stash_unstash_all(owner_ctx& o) noexcept {
   return n;
 }
 
-namespace {
-
-// U2-U4 for `entries` (all TAKEN(E), all of lane `lane`); returns how many were ours to commit.
 std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
-                           std::size_t count, char* kept, std::size_t kept_stride) noexcept {
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept {
   mapped_box& m = *o.m;
   owner_lane_counters* oc = o.counters(lane);
   const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
+  const std::uint64_t before_b = oc->sort_filtered.load(std::memory_order_relaxed);
   // U2 (relaxed: published by U3's release)
   o.act->op_before.store(before, std::memory_order_relaxed);
+  o.act->op_before_b.store(before_b, std::memory_order_relaxed);
   o.act->op.store(make_op(op_kind::stash_commit, lane, 0), std::memory_order_relaxed);
-  std::size_t n = 0;
-  std::vector<std::uint32_t> done;
+  std::size_t n = 0, parked = 0, dropped = 0;
+  std::vector<std::uint32_t>& done = o.commit_scratch;
+  done.clear();
   for (std::size_t k = 0; k < count; ++k) {
     stash_entry* e = m.stash_at(entries[k]);
     std::uint64_t expected = states[k];
+    const bool sorted = stash_sorted(states[k]);
+    const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
     // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch), std::memory_order_release,
-                                         std::memory_order_relaxed)) {
+    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch, false, sorted) | (drop ? kStashDropped : 0),
+                                         std::memory_order_release, std::memory_order_relaxed)) {
       ++n;
+      parked += !sorted;  // a sorted message was counted when it left its ring (T5)
+      dropped += drop;
       done.push_back(entries[k]);
       if (kept != nullptr) kept[k * kept_stride] = 1;
     }
   }
   SHMBOX_FAULT("owner.mid_unstash");
-  oc->unstashed.store(before + n, std::memory_order_relaxed);  // U4
+  oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
+  oc->sort_filtered.store(before_b + dropped, std::memory_order_relaxed);
   for (const std::uint32_t i : done) {
     // release: our payload reads happen before the next S2's writes (its acquire CAS)
     m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
@@ -140,8 +146,6 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
   if (n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
   return n;
 }
-
-}  // namespace
 
 take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
   take_result res;
@@ -185,7 +189,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
       o.pending.push_back({lane, i, mine, seen, redelivered, v == take_verdict::drop, true});
       continue;
     }
-    commit_entries(o, lane, &i, &mine, 1, nullptr, 0);
+    commit_entries(o, lane, &i, &mine, 1, nullptr, 0, nullptr);
   }
   res.taken = n;
   return res;
@@ -196,17 +200,19 @@ void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& 
   for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
     std::vector<std::uint32_t> entries;
     std::vector<std::uint64_t> states;
+    std::vector<char> drops;
     std::vector<std::size_t> at;
     for (std::size_t k = 0; k < o.pending.size(); ++k) {
       const pending_slot& ps = o.pending[k];
       if (!ps.stash || ps.lane != l) continue;
       entries.push_back(static_cast<std::uint32_t>(ps.where));
       states.push_back(ps.seq);
+      drops.push_back(ps.drop ? 1 : 0);
       at.push_back(k);
     }
     if (entries.empty()) continue;
     std::vector<char> mine(entries.size(), 0);
-    const std::size_t n = commit_entries(o, l, entries.data(), states.data(), entries.size(), mine.data(), 1);
+    const std::size_t n = commit_entries(o, l, entries.data(), states.data(), entries.size(), mine.data(), 1, drops.data());
     r.committed += n;
     r.lost += entries.size() - n;
     if (kept != nullptr)
@@ -215,6 +221,7 @@ void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& 
 }
 
 void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
+  if (stash_sorted(ps.seq)) return sort_give_back(o, ps);
   stash_entry* e = o.m->stash_at(static_cast<std::uint32_t>(ps.where));
   std::uint64_t expected = ps.seq;
   // relaxed: the entry goes back as it was (FRONT); only we deliver it
@@ -223,6 +230,7 @@ void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
 
 void stash_recover(owner_ctx& o) noexcept {
   mapped_box& m = *o.m;
+  for (auto& heap : o.sort_heap) heap.clear();
   o.stash_front.clear();
   o.stash_parked.clear();
   o.stash_free.clear();
@@ -232,9 +240,10 @@ void stash_recover(owner_ctx& o) noexcept {
   // entries. A recovery killed half-way leaves the counts made and the
   // entries for the next owner, which counts nothing twice (the CASes
   // below expect op_before).
-  enum class act : std::uint8_t { keep, front, release };
+  enum class act : std::uint8_t { keep, front, release, queue, queue_flagged };
   std::vector<act> what(entries, act::keep);
   std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
+  std::vector<std::uint64_t> drop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // PRIORITY BOXES
   for (std::uint32_t i = 0; i < entries; ++i) {
     stash_entry* e = m.stash_at(i);
     // acquire: pairs with the gone owner's releases (S2, S4, U3)
@@ -243,7 +252,8 @@ void stash_recover(owner_ctx& o) noexcept {
     const stash_kind k = stash_kind_of(seen);
     const std::uint64_t ep = stash_epoch_of(seen);
     std::uint32_t len = 0, lane = 0;
-    if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::done) {
+    if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::queued ||
+        stash_sorted(seen) != m.priority() || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
       what[i] = act::release;  // scribbled: nothing can be delivered from it
       continue;
     }
@@ -252,6 +262,34 @@ void stash_recover(owner_ctx& o) noexcept {
     // acquire: pairs with the gone owner's release stores of its op (S5, U4)
     const bool its = ar->epoch.load(std::memory_order_acquire) == ep;
     const std::uint64_t op = its ? ar->op.load(std::memory_order_acquire) : 0;
+    if (stash_sorted(seen)) {  // PRIORITY BOXES (ring.hpp)
+      if (k == stash_kind::sorting) {
+        // M1-M4: the ring's take of its position decides, as in R4: its op
+        // still names the position and `delivered` still reads op_before:
+        // not committed (the slot is redelivered from the ring), else moved.
+        const std::uint64_t order = e->order.load(std::memory_order_relaxed);
+        // acquire: pairs with the gone owner's release stores (T6, its op)
+        const bool undone = its && op == make_op(op_kind::recv, lane, order) &&
+                            m.actor_counters(ai, lane)->delivered.load(std::memory_order_acquire) ==
+                                ar->op_before.load(std::memory_order_acquire);
+        what[i] = undone ? act::release : stash_redelivered(seen) ? act::queue_flagged : act::queue;
+      } else if (k == stash_kind::queued) {
+        what[i] = stash_redelivered(seen) ? act::queue_flagged : act::queue;
+      } else if (k == stash_kind::taken) {
+        what[i] = act::queue_flagged;  // the gone owner may have handed it out
+      } else {
+        // DONE: delivered (counted when it left its ring); the filter's drops
+        // are counted below unless the count was made. WRITING, PARKED, FRONT: not ours.
+        if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 0))
+          drop_count[ai * kMaxLanes + lane] += 1;
+        what[i] = act::release;
+      }
+      continue;
+    }
+    if (k == stash_kind::sorting || k == stash_kind::queued) {
+      what[i] = act::release;  // scribbled: not a priority box
+      continue;
+    }
     if (k == stash_kind::writing) {  // S2-S4: never parked, never counted
       what[i] = act::release;
     } else if (k == stash_kind::done) {  // U3-U4: delivered; counted below unless the count was made
@@ -270,7 +308,15 @@ void stash_recover(owner_ctx& o) noexcept {
         std::uint64_t expected = m.actor(ai)->op_before.load(std::memory_order_acquire);
         m.actor_counters(ai, l)->unstashed.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
       }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = drop_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above (U2's op_before_b)
+        std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->sort_filtered.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
   std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
+  std::vector<std::uint32_t> queued;                           // PRIORITY BOXES
   std::uint64_t held[kMaxLanes] = {};
   std::uint64_t next_order = m.owner()->stash_next_order.load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < entries; ++i) {
@@ -278,12 +324,21 @@ void stash_recover(owner_ctx& o) noexcept {
     if (what[i] == act::release) {
       // release: the gone owner's payload reads happen before the next S2's writes
       e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+    } else if (what[i] == act::queue || what[i] == act::queue_flagged) {
+      e->state.store(make_stash_state(stash_kind::queued, o.epoch, what[i] == act::queue_flagged, true),
+                     std::memory_order_release);
+      queued.push_back(i);
+      // Read again: another process may have written it since pass 1 (shared memory).
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
+      SHMBOX_FAULT("takeover.mid_recovery");
+      continue;
     } else if (what[i] == act::front) {
       e->state.store(make_stash_state(stash_kind::front, o.epoch, true), std::memory_order_release);
       const std::uint64_t order = e->order.load(std::memory_order_relaxed);
       front.emplace_back(order, i);
       next_order = std::max(next_order, order + 1);
-      ++held[e->lane.load(std::memory_order_relaxed)];  // bounded in pass 1
+      // Read again: another process may have written it since pass 1 (shared memory).
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
       SHMBOX_FAULT("takeover.mid_recovery");
       continue;
     }
@@ -294,6 +349,7 @@ void stash_recover(owner_ctx& o) noexcept {
   std::reverse(o.stash_free.begin(), o.stash_free.end());
   std::sort(front.begin(), front.end());
   for (const auto& [order, i] : front) o.stash_front.push_back(i);
+  sort_rebuild(o, queued);
   m.owner()->stash_next_order.store(next_order, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
@@ -308,7 +364,7 @@ std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept {
     // acquire: pairs with S4 (a count for inspectors)
     const std::uint64_t s = e->state.load(std::memory_order_acquire);
     const stash_kind k = stash_kind_of(s);
-    if (k != stash_kind::parked && k != stash_kind::front && k != stash_kind::taken) continue;
+    if ((k != stash_kind::parked && k != stash_kind::front && k != stash_kind::taken) || stash_sorted(s)) continue;
     std::uint32_t len = 0, l = 0;
     if (entry_sane(m, e, len, l) && l == lane) ++n;
   }

@@ -199,7 +199,9 @@ struct checker {
       if (s == 0) continue;
       const stash_kind k = stash_kind_of(s);
       const std::uint32_t len = e->length.load(std::memory_order_relaxed), lane = e->lane.load(std::memory_order_relaxed);
-      if (k == stash_kind::free || k > stash_kind::done || (s & ~(0xFFull | kStashRedelivered | (~0ull << 16))) != 0) {
+      if (k == stash_kind::free || k > stash_kind::queued || (s & ~(0xFFull | kStashRedelivered | kStashSorted | kStashDropped | (~0ull << 16))) != 0 ||
+          ((s & kStashDropped) != 0 && (k != stash_kind::done || !stash_sorted(s))) ||
+          stash_sorted(s) != m.priority() || ((k == stash_kind::sorting || k == stash_kind::queued) && !m.priority())) {
         problem("stash entry " + std::to_string(i) + ": state word " + std::to_string(s) + " is invalid");
         continue;
       }

@@ -79,6 +79,12 @@
 //       opens pool NAME, prints "supervising <pid>", runs Pool::supervise
 //       (printing "log <line>" per event) until stdin closes; then prints
 //       "stopped" (or "error ...") and exits 0.
+//   prio-produce NAME ID COUNT [--seed S] [--range R] [--function] [--loan-every K] [--lane L] [--timeout-ms T]
+//       a producer of a priority box: prints "ready", waits for a line on
+//       stdin, posts COUNT messages "ID:SEQ:PRIO" with pseudo-random
+//       priorities in [0, R) (--function: computed from PRIO by the handle's
+//       priority function instead of given at post; every K-th by a loan),
+//       prints "done stored=N full=N dropped=N timeout=N error=N".
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
@@ -377,6 +383,66 @@ int own(int argc, char** argv) {
 //   unstash       "unstashed K"
 //   recv N T      receive_batch up to N, waiting T ms for the first: "got K d1 d2* ..." (* redelivered)
 //   stat          "parked P front F"
+// prio-produce BOX ID COUNT [--seed S] [--range R] [--function] [--loan-every K] [--lane L] [--timeout-ms T]:
+// posts COUNT messages "ID:SEQ:PRIO" into a priority box, each with a
+// pseudo-random priority in [0, R) from (S, ID). --function: the priority
+// is not given at post but computed by the handle's priority function from
+// the message's PRIO field (actor-ts's priorityFor; a deadline in a test).
+// Every K-th message is posted with a loan. Prints "ready", waits for a
+// line on stdin, posts, and prints "done stored=N full=N dropped=N timeout=N".
+void say(const std::string& line);
+
+int prio_produce(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string id = argv[3];
+  const std::uint64_t count = std::strtoull(argv[4], nullptr, 10);
+  const auto range = static_cast<std::uint64_t>(flag_value(argc, argv, "--range", 16));
+  const auto lane = static_cast<std::uint32_t>(flag_value(argc, argv, "--lane", 0));
+  const long loan_every = flag_value(argc, argv, "--loan-every", 0);
+  const auto timeout = std::chrono::milliseconds(flag_value(argc, argv, "--timeout-ms", 0));
+  std::mt19937_64 rng(static_cast<std::uint64_t>(flag_value(argc, argv, "--seed", 1)) * 1000003u + std::hash<std::string>{}(id));
+  auto p = shmbox::Producer::attach(argv[2]);
+  if (!p) {
+    say("error " + shmbox::explain(p.error()));
+    return 1;
+  }
+  const bool by_function = has_flag(argc, argv, "--function");
+  if (by_function)
+    p->set_priority_function([](std::string_view m) -> std::int64_t {
+      return std::strtoll(std::string(m.substr(m.rfind(':') + 1)).c_str(), nullptr, 10);
+    });
+  say("ready");
+  std::string go;
+  std::getline(std::cin, go);
+  std::map<shmbox::post_status, std::uint64_t> tally;
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    const auto prio = static_cast<std::int64_t>(rng() % range);
+    std::string msg = id;
+    msg += ':';
+    msg += std::to_string(seq);
+    msg += ':';
+    msg += std::to_string(prio);
+    shmbox::post_options how{.lane = lane, .timeout = timeout};
+    if (!by_function) how.priority = prio;
+    shmbox::post_status st;
+    if (loan_every > 0 && seq % static_cast<std::uint64_t>(loan_every) == 0) {
+      shmbox::slot_loan l = p->loan(how);
+      st = l.status();
+      if (l) {
+        std::memcpy(l.data(), msg.data(), msg.size());
+        st = l.commit(msg.size());
+      }
+    } else {
+      st = p->post(msg, how);
+    }
+    ++tally[shmbox::is_stored(st) ? shmbox::post_status::stored : st];
+  }
+  say("done stored=" + std::to_string(tally[shmbox::post_status::stored]) + " full=" + std::to_string(tally[shmbox::post_status::full]) +
+      " dropped=" + std::to_string(tally[shmbox::post_status::dropped]) + " timeout=" + std::to_string(tally[shmbox::post_status::timeout]) +
+      " error=" + std::to_string(tally[shmbox::post_status::error]));
+  return 0;
+}
+
 int stash_owner(int argc, char** argv) {
   if (argc < 3) return usage();
   auto o = acquire_or_say(argv[2]);
@@ -799,6 +865,7 @@ int main(int argc, char** argv) {
   if (cmd == "consume") return consume(argc, argv);
   if (cmd == "own") return own(argc, argv);
   if (cmd == "stash-owner") return stash_owner(argc, argv);
+  if (cmd == "prio-produce") return prio_produce(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
   if (cmd == "idle-wait") return idle_wait(argc, argv);

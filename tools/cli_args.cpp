@@ -358,6 +358,10 @@ int parse_args(int argc, char** argv, parsed& out) {
                      "the owner's stash: room for N parked messages (Owner::stash / unstash_all); they count against "
                      "their lane's capacity and survive the owner; not with lifo lanes or --lease-ms")
       ->transform(decimal(1, shmbox::kMaxCapacity));
+  create->add_flag("--priority", out.create.priority,
+                   "a priority box: the owner receives the lowest --priority first, FIFO among equal ones (lanes still "
+                   "first); the segment holds a store as large as the slots; policies reject, drop-newest, block; not "
+                   "with --stash or --lease-ms");
   create->add_flag("--dead-letter-refused", out.create.dead_letter_refused,
                    "also forward the posts this box refuses (full, timed out, too large) to --dead-letters");
   create->add_option("--lease-ms", out.create.lease_ms,
@@ -373,6 +377,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   post->add_flag("--any-owner", out.post.any_owner, "post into a box whose segment belongs to another user");
   auto* lane_opt = post->add_option("--lane", out.post.lane, "the lane to post into (0: the control lane; default: the box's default lane)")
                        ->transform(decimal(0, shmbox::kMaxLanes - 1));
+  post->add_option("--priority", out.post.priority,
+                   "a priority box: the messages' priority, a signed 64-bit number; lower is received first (default 0)");
   post->add_flag_callback("--control", [&out] { out.post.lane = 0; }, "post into the control lane (the same as --lane 0)")
       ->excludes(lane_opt);
 

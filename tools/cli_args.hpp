@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,7 @@ struct create_args {
   std::string dead_letters;
   bool dead_letter_refused = false;
   std::uint32_t stash = 0;  // create: the owner's stash entries (0: none)
+  bool priority = false;    // create: a priority box
   std::uint32_t max_capacity = 0;  // create: resizable up to this (0: not resizable)
 };
 
@@ -44,6 +46,7 @@ struct post_args {
   std::vector<std::string> messages;
   long long timeout_ms = -1;  // -1: the box's block timeout
   long long lane = -1;        // -1: the box's default lane (a plain post); --control: 0
+  std::optional<std::int64_t> priority;  // a priority box: the messages' priority (unset: 0)
   bool any_owner = false;
 };
 

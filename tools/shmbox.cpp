@@ -52,6 +52,7 @@ shmbox::options box_options(const create_args& a) {
   o.dead_letter_refused = a.dead_letter_refused;
   o.max_capacity = a.max_capacity;
   o.stash = a.stash;
+  o.priority = a.priority;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -204,6 +205,7 @@ json info_json(const shmbox::box_info& i) {
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"dead_letter_refused", i.dead_letter_refused},
               {"stash", i.stash == 0 ? json(nullptr) : json{{"entries", i.stash}, {"parked", i.parked}}},
+              {"ordering", i.priority ? "priority" : "fifo"},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -301,6 +303,7 @@ int cmd_post(const post_args& a) {
   shmbox::post_options how;
   if (a.lane >= 0) how.lane = static_cast<std::uint32_t>(a.lane);
   if (a.timeout_ms >= 0) how.timeout = std::chrono::milliseconds(a.timeout_ms);
+  how.priority = a.priority;
   return post_messages(*producer, a.name, a.messages, how);
 }
 
@@ -472,6 +475,8 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
                                    std::to_string(c.stashed) + ", unstashed " + std::to_string(c.unstashed) +
                                    "; parked messages count against their lane's capacity)")
             << "\n"
+            << "ordering     "
+            << (i.priority ? "priority (lowest value first, FIFO among equals; lanes first)" : "fifo") << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "give-away    "
@@ -846,9 +851,10 @@ int cmd_dump(const parsed& a) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  const std::uint64_t depth = shmbox::info(*box).depth;
-  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << depth
-            << " message(s), oldest first per lane (lifo lanes: newest first; the owner's stash first)\n";
+  const shmbox::box_info bi = shmbox::info(*box);
+  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << bi.depth << " message(s), "
+            << (bi.priority ? "in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n"
+                            : "oldest first per lane (lifo lanes: newest first; the owner's stash first)\n");
   for (const auto& m : msgs) {
     std::printf("lane %u  #%llu  %zu bytes%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
                 m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), a.dump.hex ? "\n" : "  ");

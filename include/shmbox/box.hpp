@@ -78,6 +78,16 @@ struct options {
   // general path (the gate that counts parked messages). Not with lifo lanes
   // or a lease.
   std::uint32_t stash = 0;
+  // A priority box (actor-ts's PriorityMailbox): each message carries a
+  // priority (post_options::priority, or the producer's
+  // Producer::set_priority function; 0 by default) and the owner receives
+  // the lowest value first, FIFO among equal values, across all producers;
+  // lanes still order first (lane 0 before lane 1, ...). The owner moves
+  // posted messages into a store of the box (one entry per slot, so the
+  // segment is about twice the size) and keeps them ordered in a heap:
+  // O(log n) per message. Policies: reject, drop_newest, block (not
+  // drop_oldest, lifo); no lease, no stash. See the README's "Priority boxes".
+  bool priority = false;
 };
 
 // What Box::resize did.

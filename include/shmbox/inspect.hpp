@@ -59,7 +59,9 @@ struct peeked_message {
   std::string data;
   // In the owner's stash (listed first, in stash order): "parked" (stashed),
   // "unstashed" (delivered before the lanes), "reading" (read, not committed);
-  // "" in its lane.
+  // "" in its lane. A priority box lists each lane in the owner's order
+  // (priority, then position), its store's messages marked "sorted" (or
+  // "reading"), the ring's not yet sorted ones "".
   std::string stash;
 };
 
@@ -100,6 +102,7 @@ struct box_info {
   bool dead_letter_refused = false;  // refused posts go there too (options::dead_letter_refused)
   std::uint32_t stash = 0;           // stash entries (options::stash); 0: no stash
   std::uint64_t parked = 0;          // messages in the stash now (all lanes)
+  bool priority = false;             // a priority box (options::priority)
   counters count;                 // all lanes
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +33,11 @@ struct post_options {
   // How long it polls before it sleeps on the futex (at most kMaxSpin).
   // Unset: the box's options::spin.
   std::optional<std::chrono::nanoseconds> spin{};
+  // A priority box (options::priority): this message's priority; the owner
+  // receives the lowest value first, FIFO among equal values. Unset: the
+  // handle's priority function (set_priority_function), else 0. Other boxes
+  // ignore it.
+  std::optional<std::int64_t> priority{};
 };
 
 // A producer handle: one entry in the box's producer table, used by one thread
@@ -73,6 +79,13 @@ class SHMBOX_API Producer {
   // waits up to the timeout for a message that finds no space.
   std::size_t post_batch(std::span<const std::string_view> msgs, const post_options& o = {},
                          post_status* last = nullptr) noexcept;
+
+  // A priority box: computes the priority of each message this handle posts
+  // without post_options::priority (actor-ts's priorityFor), e.g. a deadline
+  // read from the message. Called with the message's bytes (a loan's at
+  // commit), in the posting thread; it must not throw (post is noexcept).
+  // An empty function: priority 0. Other boxes never call it.
+  void set_priority_function(std::function<std::int64_t(std::string_view)> fn) noexcept;
 
   // The largest message this box takes, in bytes.
   std::uint32_t max_message_size() const noexcept;
@@ -142,6 +155,7 @@ class SHMBOX_API slot_loan {
   static constexpr std::uint64_t kNotLifo = UINT64_MAX;
   std::uint64_t stamp_ = kNotLifo;  // lifo stamp (a FIFO lane: kNotLifo)
   bool wake_ = false;        // FIFO: the owner was asleep when we claimed
+  bool priority_ = false;    // a priority box's lane: commit writes the priority word
   post_status status_ = post_status::error;
 };
 

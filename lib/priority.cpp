@@ -1,0 +1,227 @@
+// lib/priority.cpp - PRIORITY BOXES (ring.hpp): the owner's sort (moving
+// posted messages from the rings into the store, M1-M4), its delivery in
+// priority order (Q1-Q3 over the stash entries' U-steps), and the store's
+// part of a takeover (sort_recover_entry, called by stash_recover).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "errors.hpp"
+#include "fault.hpp"
+#include "ring.hpp"
+#include "ring_internal.hpp"
+#include "wake.hpp"
+
+namespace shmbox::detail {
+
+namespace {
+
+std::int64_t as_priority(std::uint64_t w) noexcept { return static_cast<std::int64_t>(w); }
+
+// The owner's order: lowest priority first, then ring position (FIFO among
+// equals: positions are the lane's claim order, across all producers).
+// std::push_heap keeps the largest first, so "larger" here means "later".
+bool later(const sort_item& a, const sort_item& b) noexcept {
+  return a.priority != b.priority ? a.priority > b.priority : a.order > b.order;
+}
+
+// lane.parked: written by the owner only (as stash.cpp's add_parked).
+void add_held(const lane_view& L, std::int64_t by) noexcept {
+  const std::uint64_t v = L.hdr->parked.load(std::memory_order_relaxed);
+  const std::uint64_t next = by < 0 && v < static_cast<std::uint64_t>(-by) ? 0 : v + static_cast<std::uint64_t>(by);
+  // release: a post that sees the lower count after a delivery (U4) finds the entry freed first
+  L.hdr->parked.store(next, std::memory_order_release);
+}
+
+// M1-M4: the sink through which the ring's take (T1-T7, commit_each) moves
+// each message into a store entry instead of handing it out. The entry
+// becomes QUEUED only after the take has committed and freed the slot (T5,
+// T6): at the next append, or at finish().
+struct sort_sink final : take_sink {
+  owner_ctx* o;
+  const lane_view* L;
+  std::uint32_t entry = kNoEntry;  // the SORTING entry of the message taken last
+  std::uint64_t state = 0;
+  sort_item item{};
+  std::size_t moved = 0;
+
+  sort_sink(owner_ctx& ctx, const lane_view& lane) : o(&ctx), L(&lane) {}
+
+  void publish() noexcept {
+    if (entry == kNoEntry) return;
+    stash_entry* e = o->m->stash_at(entry);
+    // M4. release: contents before the entry shows QUEUED (a takeover, inspectors).
+    e->state.store(make_stash_state(stash_kind::queued, o->epoch, stash_redelivered(state), true), std::memory_order_release);
+    auto& heap = o->sort_heap[L->index];
+    heap.push_back(item);
+    std::push_heap(heap.begin(), heap.end(), later);
+    entry = kNoEntry;
+    ++moved;
+  }
+  void finish() noexcept { publish(); }
+
+  take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+    publish();  // the previous message's take has committed and freed its slot
+    if (o->stash_free.empty()) return take_verdict::skip;  // (max is the free count: not reached)
+    const std::uint32_t i = o->stash_free.back();
+    stash_entry* e = o->m->stash_at(i);
+    auto* s = reinterpret_cast<slot_header*>(const_cast<std::byte*>(data) - sizeof(slot_header));
+    // relaxed: the slot is TAKEN by us (T3, or redelivered); T1's acquire published its contents
+    const std::uint64_t position = seq_pos(s->seq.load(std::memory_order_relaxed));
+    const std::uint64_t priority = L->priority_of(s)->load(std::memory_order_relaxed);
+    const std::uint64_t mine = make_stash_state(stash_kind::sorting, o->epoch, redelivered, true);
+    std::uint64_t expected = make_stash_state(stash_kind::free, 0);
+    // M1 FREE -> SORTING(E). acq_rel: the acquire pairs with the free (U4) before our
+    // writes; the release orders our op (T2) before it for a takeover.
+    if (!e->state.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      o->stash_free.pop_back();  // not free after all (a scribbled entry, or a newer owner's): leave it
+      return take_verdict::skip;
+    }
+    o->stash_free.pop_back();
+    // M2: contents (relaxed: published by M4's release)
+    std::memcpy(mapped_box::stash_payload(e), data, size);
+    e->length.store(size, std::memory_order_relaxed);
+    e->lane.store(lane, std::memory_order_relaxed);
+    e->order.store(position, std::memory_order_relaxed);
+    e->priority.store(priority, std::memory_order_relaxed);
+    // M3: the gate counts it from here, before T6 frees its slot
+    add_held(*L, 1);
+    SHMBOX_FAULT("owner.mid_sort");
+    entry = i;
+    state = mine;
+    item = {as_priority(priority), position, i};
+    return take_verdict::deliver;  // T5 commits it (counted delivered: it left the ring), T6 frees the slot
+  }
+};
+
+}  // namespace
+
+take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept {
+  take_result res;
+  mapped_box& m = *o.m;
+  for (std::uint32_t l = 0; l < m.lane_count() && !o.stash_free.empty(); ++l) {
+    sort_sink sink(o, m.lanes[l]);
+    sink.max = o.stash_free.size();
+    sink.look_at_tail = look_at_tail;
+    const take_result r = owner_take(o, l, sink, take_mode::commit_each);
+    sink.finish();
+    res.taken += sink.moved;
+    res.busy |= r.busy;
+    res.unknown |= r.unknown;
+    res.corrupt |= r.corrupt;
+  }
+  return res;
+}
+
+bool sort_waiting(const owner_ctx& o) noexcept {
+  for (const auto& heap : o.sort_heap)
+    if (!heap.empty()) return true;
+  return false;
+}
+
+// Q1 pick the first of the lowest lane's heap; Q2 U1 (QUEUED -> TAKEN), copy
+// out; Q3 U2-U4 for the lane's messages of this call together
+// (commit_entries: TAKEN -> DONE -> FREE, lane.parked -= n), or hold them
+// (Owner::read) until commit.
+take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
+  take_result res;
+  mapped_box& m = *o.m;
+  std::size_t n = 0;
+  for (std::uint32_t l = 0; l < m.lane_count() && n < sink.max && !res.skipped; ++l) {
+    auto& heap = o.sort_heap[l];
+    // commit_each: the lane's messages of this call are committed together
+    // (U2-U4 once), after the sink has them: one that dies in between
+    // leaves them TAKEN, delivered again (flagged) by the next owner.
+    o.sort_taken.clear();
+    o.sort_taken_state.clear();
+    o.sort_taken_drop.clear();
+    while (n < sink.max && !heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const sort_item it = heap.back();
+      heap.pop_back();
+      stash_entry* e = m.stash_at(it.entry);
+      // acquire: pairs with M4's release (payload, length, lane)
+      std::uint64_t seen = e->state.load(std::memory_order_acquire);
+      if (stash_kind_of(seen) != stash_kind::queued || stash_epoch_of(seen) != o.epoch) continue;  // a newer owner's, or scribbled
+      // relaxed: published by M4 (the acquire above)
+      const std::uint32_t len = e->length.load(std::memory_order_relaxed);
+      if (len > m.geo.params.slot_payload || e->lane.load(std::memory_order_relaxed) != l) {
+        res.corrupt = true;
+        o.last_error = fail(errc::corrupt, "box '" + m.name + "': store entry " + std::to_string(it.entry) + " has length " +
+                                               std::to_string(len) + " or a lane out of range (corrupt segment; the entry is freed)");
+        e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+        o.stash_free.push_back(it.entry);
+        add_held(m.lanes[l], -1);
+        continue;
+      }
+      const bool redelivered = stash_redelivered(seen);
+      const std::uint64_t mine = make_stash_state(stash_kind::taken, o.epoch, redelivered, true);
+      // U1. relaxed: the acquire above read the contents; the CAS only claims the entry.
+      if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;
+      SHMBOX_FAULT("owner.after_take");
+      const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l);
+      if (v == take_verdict::skip) {
+        e->state.store(seen, std::memory_order_relaxed);  // QUEUED again, first in line
+        heap.push_back(it);
+        std::push_heap(heap.begin(), heap.end(), later);
+        res.skipped = true;
+        break;
+      }
+      ++n;
+      if (mode == take_mode::hold) {
+        o.pending.push_back({l, it.entry, mine, seen, redelivered, v == take_verdict::drop, true});
+        continue;
+      }
+      o.sort_taken.push_back(it.entry);
+      o.sort_taken_state.push_back(mine);
+      o.sort_taken_drop.push_back(v == take_verdict::drop ? 1 : 0);
+    }
+    if (!o.sort_taken.empty())
+      commit_entries(o, l, o.sort_taken.data(), o.sort_taken_state.data(), o.sort_taken.size(), nullptr, 0,
+                     o.sort_taken_drop.data());
+  }
+  res.taken = n;
+  return res;
+}
+
+void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
+  const auto i = static_cast<std::uint32_t>(ps.where);
+  stash_entry* e = o.m->stash_at(i);
+  std::uint64_t expected = ps.seq;
+  // relaxed: the entry goes back as it was (QUEUED); only we deliver it
+  if (!e->state.compare_exchange_strong(expected, ps.orig, std::memory_order_relaxed)) return;
+  auto& heap = o.sort_heap[ps.lane];
+  heap.push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i});
+  std::push_heap(heap.begin(), heap.end(), later);
+}
+
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept {
+  for (auto& heap : o.sort_heap) heap.clear();
+  for (const std::uint32_t i : queued) {
+    stash_entry* e = o.m->stash_at(i);
+    // relaxed: entries this owner has just made QUEUED; the lane is read again
+    // (shared memory: bounded here, not only in stash_recover's first pass)
+    const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+    if (lane >= o.m->lane_count()) continue;  // scribbled: sort_take never finds it; verify reports it
+    o.sort_heap[lane].push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i});
+  }
+  for (auto& heap : o.sort_heap) std::make_heap(heap.begin(), heap.end(), later);
+}
+
+std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept {
+  if (!m.priority()) return 0;
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+    stash_entry* e = m.stash_at(i);
+    // acquire: pairs with M4 (a count for inspectors)
+    const std::uint64_t s = e->state.load(std::memory_order_acquire);
+    const stash_kind k = stash_kind_of(s);
+    if (!(k == stash_kind::queued || (k == stash_kind::taken && stash_sorted(s)))) continue;
+    // relaxed: after the acquire above
+    if (e->lane.load(std::memory_order_relaxed) == lane) ++n;
+  }
+  return n;
+}
+
+}  // namespace shmbox::detail
