@@ -1,7 +1,7 @@
 // lib/priority.cpp - PRIORITY BOXES (ring.hpp): the owner's sort (moving
 // posted messages from the rings into the store, M1-M4), its delivery in
-// priority order (Q1-Q3 over the stash entries' U-steps), and the store's
-// part of a takeover (sort_recover_entry, called by stash_recover).
+// priority order (Q1-Q3 over the stash entries' U-steps), and the heaps'
+// part of a takeover (sort_rebuild; the entries' part is in stash_recover).
 #include <algorithm>
 #include <cstring>
 #include <string>
