@@ -113,6 +113,9 @@ std::uint64_t Box::depth_approx() const noexcept {
     const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
     const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
     n += h >= t ? 0 : std::min<std::uint64_t>(t - h, L.capacity);
+    // A priority box's lane also holds the messages in the owner's store
+    // (ring.hpp PRIORITY BOXES), counted in `parked`. relaxed: an estimate.
+    if (L.is_priority()) n += std::min<std::uint64_t>(L.hdr->parked.load(std::memory_order_relaxed), L.capacity);
   }
   return n;
 }

@@ -230,6 +230,7 @@ TEST_CASE("priority: the store counts against the limit; every policy a priority
     REQUIRE(o->receive(m, {.timeout = 0ns}) == recv_status::ok);  // moves all 4 into the store, delivers m3
     CHECK(m.data == "m3");
     CHECK(shmbox::info(*box).depth == 3);
+    CHECK(box->depth_approx() == 3);  // the store's three, the ring empty
     REQUIRE(p->post("y", {.priority = std::int64_t{0}}) == post_status::stored);  // one free
     CHECK(p->post("z") == post_status::full);
     CHECK(texts(drain(*o)) == std::vector<std::string>{"y", "m2", "m1", "m0"});
