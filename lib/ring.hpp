@@ -107,7 +107,9 @@
 //       previous lap yet, so p is not claimed: stop.
 //  T2 owner.op_before = delivered; owner.op = recv(p).
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
-//     slots), a release store otherwise (no one else writes a FULL slot).
+//     slots) and resizable lanes (a shrink drops FULL slots: without the CAS
+//     a message could be both delivered and dropped, found by the ASan run of
+//     tests/resize.cpp), a release store otherwise (no one else writes a FULL slot).
 //  T4 copy payload (length checked against the slot size first).
 //       dies in T3..T4: slot TAKEN(p, O) and delivered == op_before: the next
 //       owner re-takes it and delivers it again, flagged (R4).

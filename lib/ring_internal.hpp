@@ -168,10 +168,11 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   owner_lane_counters* oc = o.counters(L.index);
   const std::uint64_t pos_or_stamp = seq_pos(seen);
   const std::uint64_t mine = make_seq(pos_or_stamp, slot_state::taken, o.rep.actor);
-  // Others race for FULL slots in drop_oldest lanes (evictors) and lifo lanes
-  // (replacers): a CAS there; a release store elsewhere (no one else writes a
-  // FULL slot). The hold path always CASes (a newer owner may race too).
-  const bool cas = mode == take_mode::hold || L.pol == policy::drop_oldest || L.is_lifo();
+  // Others race for FULL slots in drop_oldest lanes (evictors), lifo lanes
+  // (replacers) and resizable lanes (a shrink drops FULL slots, E2): a CAS
+  // there; a release store elsewhere (no one else writes a FULL slot). The
+  // hold path always CASes (a newer owner may race too).
+  const bool cas = mode == take_mode::hold || L.pol == policy::drop_oldest || L.is_lifo() || L.resizable;
   auto put_back = [&] {
     std::uint64_t expected = mine;
     // release: the slot is FULL (or ours) again; pairs with the acquire of its next
