@@ -29,7 +29,7 @@ struct lane_view {
   std::uint32_t payload = 0;
   policy pol = policy::reject;
   bool resizable = false;  // created with a reserve: posts check hdr->limit (the general path)
-  bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash box's lane
+  bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash or priority box's lane
   bool fast = false;       // FIFO and not gated: the inline fast path may post here
   std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
 
