@@ -125,7 +125,7 @@ namespace {
 counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   const detail::lane_view& L = m.lanes[l];
   std::uint64_t stored = 0, rejected = 0, dropped_new = 0, replaced = 0, evicted = 0, timeouts = 0, too_large = 0,
-                abandoned = 0, shrunk = 0, sort_filtered = 0;
+                abandoned = 0, shrunk = 0, sort_filtered = 0, buffer_dropped = 0;
   counters c;
   for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
     const detail::producer_lane_counters* pc = m.producer_counters(i, l);
@@ -150,15 +150,18 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     c.stashed += oc->stashed.load(std::memory_order_relaxed);
     c.unstashed += oc->unstashed.load(std::memory_order_relaxed);
     sort_filtered += oc->sort_filtered.load(std::memory_order_relaxed);
+    buffer_dropped += oc->buffer_dropped.load(std::memory_order_relaxed);
     abandoned += oc->abandoned.load(std::memory_order_relaxed);
   }
   // A priority box counts a message delivered when it leaves its ring for
   // the owner's store (ring.hpp PRIORITY BOXES): those still in the store
   // are not delivered yet (they are in the lane's depth).
   // And the store's messages the owner's filter dropped are filtered, not delivered.
+  // A custom buffer's drops likewise (CUSTOM BUFFERS): filtered, and of it buffer_dropped.
   if (m.priority()) {
-    c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l) + sort_filtered);
-    c.filtered += sort_filtered;
+    c.delivered -= std::min<std::uint64_t>(c.delivered, detail::sorted_count(m, l) + sort_filtered + buffer_dropped);
+    c.filtered += sort_filtered + buffer_dropped;
+    c.buffer_dropped = buffer_dropped;
   }
   // FIFO lanes: the tail counts every claimed position exactly (a claim is
   // the tail CAS itself); lifo lanes sum the entries' stored counters.
@@ -186,6 +189,7 @@ void add(counters& sum, const counters& c) {
   sum.shrunk += c.shrunk;
   sum.dropped_oldest += c.dropped_oldest;
   sum.filtered += c.filtered;
+  sum.buffer_dropped += c.buffer_dropped;
   sum.abandoned += c.abandoned;
   sum.aborted += c.aborted;
   sum.redelivered += c.redelivered;
@@ -248,9 +252,16 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         items.push_back({static_cast<std::int64_t>(L.priority_of(s)->load(std::memory_order_relaxed)), p, false,
                          static_cast<std::uint32_t>(L.slot_index(p)), seen});
       }
-      std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
-        return a.priority != b.priority ? a.priority < b.priority : a.position < b.position;
-      });
+      // A custom-buffer box (CUSTOM BUFFERS): its buffer's order is the
+      // owner's to know: the store's messages in arrival order, then the ring's.
+      if (m.buffered())
+        std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
+          return a.store != b.store ? a.store : a.position < b.position;
+        });
+      else
+        std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
+          return a.priority != b.priority ? a.priority < b.priority : a.position < b.position;
+        });
       for (const item& it : items) {
         if (out.size() >= max) break;
         if (!it.store) {
@@ -264,7 +275,8 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (e->state.load(std::memory_order_relaxed) != it.seen) continue;
-        out.push_back({l, it.position, bytes, detail::stash_kind_of(it.seen) == detail::stash_kind::queued ? "sorted" : "reading"});
+        out.push_back({l, it.position, bytes,
+                       detail::stash_kind_of(it.seen) != detail::stash_kind::queued ? "reading" : m.buffered() ? "buffered" : "sorted"});
       }
     }
     return out;
@@ -392,7 +404,8 @@ box_info info(const Box& box) {
   i.dead_letters = m.dead_letters;
   i.dead_letter_refused = m.dead_letter_refused;
   i.stash = m.user_stash();
-  i.priority = m.priority();
+  i.priority = m.priority() && !m.buffered();
+  i.buffer = m.buffer_name;
   const detail::owner_view v = detail::view_owner(m);
   i.owner.pid = detail::key_pid(v.key);
   i.owner.pid_ns = v.key != 0 ? v.pid_ns : 0;

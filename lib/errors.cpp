@@ -53,6 +53,10 @@ class shmbox_category final : public std::error_category {
         return "every client entry of the pool is held by a live process: close Pool handles or raise max_clients";
       case errc::stash_full:
         return "the stash has no room for it (all entries parked, or its lane would be left no room): unstash first";
+      case errc::buffer_unknown:
+        return "the box uses a custom buffer this process has not registered: call shmbox::register_buffer first";
+      case errc::buffer_broken:
+        return "the box's custom buffer broke its contract (see shmbox/buffer.hpp); it was rebuilt from the store";
     }
     return "unknown shmbox error";
   }

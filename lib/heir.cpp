@@ -147,6 +147,8 @@ result<Heir> Heir::listen(const Box& box) { return detail::access::make_heir(det
 result<Heir> detail::access::make_heir(std::shared_ptr<mapped_box> box, std::string_view data, bool listener) {
   const std::string who = "box '" + box->name + "'";
   if (box->read_only) return detail::fail(errc::permission_denied, who + " was opened read-only; open it with Box::open to be its heir");
+  if (box->buffered() && !detail::find_buffer(box->buffer_name))  // it could not own the box (CUSTOM BUFFERS)
+    return detail::buffer_unknown_error(*box, listener ? "Heir::listen" : "Heir::enlist");
   if (data.size() > detail::kHeirDataMax)
     return detail::fail(errc::invalid_argument, who + ": heir data of " + std::to_string(data.size()) + " bytes; at most 64");
   auto s = std::make_unique<Heir::state>();

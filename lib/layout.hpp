@@ -179,7 +179,8 @@ struct segment_header {
   std::uint32_t stash_stride;      // bytes per stash entry (stash_entry + payload, 64-B multiple)
   std::uint64_t stash_offset;      // offset of stash_entry[0]
   std::uint32_t ordering;          // kOrdering*: 0 FIFO (a reserved field before: 0 in older boxes),
-                                   // 1 priority (options::priority; ring.hpp PRIORITY BOXES)
+                                   // 1 priority (options::priority; ring.hpp PRIORITY BOXES),
+                                   // 2 custom buffer (options::buffer; ring.hpp CUSTOM BUFFERS)
   std::uint8_t reserved[kSegmentHeaderBytes - 188];
 };
 static_assert(sizeof(segment_header) == kSegmentHeaderBytes);
@@ -214,6 +215,8 @@ static_assert(offsetof(segment_header, ordering) == 184);
 static_assert(offsetof(segment_header, reserved) == 188);
 constexpr std::uint32_t kOrderingFifo = 0;
 constexpr std::uint32_t kOrderingPriority = 1;
+constexpr std::uint32_t kOrderingBuffer = 2;
+constexpr std::uint32_t kMaxBufferName = 48;  // options::buffer
 
 // Immutable settings, written before `ready` at creation. Untrusted on open:
 // lengths are bounded, names validated before use.
@@ -226,9 +229,13 @@ struct box_config {
   std::uint32_t dead_letters_len;  // 0: no dead-letter box
   char dead_letters[132];          // its name (<= kMaxNameLength bytes, not NUL-terminated)
   std::uint32_t flags;             // kConfig* (0 in boxes of earlier libraries: the field was reserved)
-  std::uint8_t reserved[116];
+  std::uint32_t buffer_len;        // kOrderingBuffer: its buffer type's name (1..kMaxBufferName); else 0
+  char buffer[kMaxBufferName];     // (not NUL-terminated)
+  std::uint8_t reserved[64];
 };
 static_assert(sizeof(box_config) == 256);
+static_assert(offsetof(box_config, buffer_len) == 140);
+static_assert(offsetof(box_config, buffer) == 144);
 static_assert(offsetof(box_config, dead_letters_len) == 0);
 static_assert(offsetof(box_config, dead_letters) == 4);
 static_assert(offsetof(box_config, flags) == 136);
@@ -388,7 +395,7 @@ struct alignas(kCacheLine) owner_lane_counters {
   a64 unstashed;    // stash entries of this lane it received back (delivered or dropped by its filter)
   a64 sort_filtered;  // a priority box: messages of its store the owner's filter dropped (counted
                       // delivered when they left the ring: inspectors move them to filtered)
-  a64 reserved;
+  a64 buffer_dropped;  // a custom-buffer box: messages of its store its buffer dropped (as sort_filtered)
 };
 static_assert(sizeof(owner_lane_counters) == kCacheLine);
 static_assert(offsetof(owner_lane_counters, delivered) == 0);
@@ -398,6 +405,7 @@ static_assert(offsetof(owner_lane_counters, filtered) == 24);
 static_assert(offsetof(owner_lane_counters, stashed) == 32);
 static_assert(offsetof(owner_lane_counters, unstashed) == 40);
 static_assert(offsetof(owner_lane_counters, sort_filtered) == 48);
+static_assert(offsetof(owner_lane_counters, buffer_dropped) == 56);
 
 // ---------------------------------------------------------------------------
 // An heir entry. Claimed by CAS of `key` (0 or a dead key -> mine); `seq` is
@@ -601,7 +609,8 @@ struct geometry_params {
   std::uint32_t slot_payload = 0;
   std::uint32_t max_producers = 0;
   std::uint32_t stash_entries = 0;  // options::stash, plus a priority box's store (0: none)
-  bool priority = false;            // options::priority: each slot ends with its priority word
+  bool priority = false;            // options::priority (and options::buffer): each slot ends with its
+                                    // priority (key) word, and the store follows the stash's entries
 };
 
 struct geometry {

@@ -83,6 +83,7 @@ Owner detail::access::adopt_owner(std::shared_ptr<mapped_box> m, std::uint64_t e
   s->ctx.m = s->m.get();
   s->ctx.key = self_key();
   s->ctx.epoch = epoch;
+  if (s->m->buffered()) s->ctx.buf_type = find_buffer(s->m->buffer_name);  // CUSTOM BUFFERS (checked before the lease)
   owner_recover(s->ctx);
   s->ctx.light_fence = owner_light_fence();
   const transfer_view t = read_transfer(*s->m);
@@ -109,6 +110,7 @@ result<Owner> Owner::acquire(const Box& box) {
   const auto& m = detail::access::box(box);
   if (m->read_only)
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to own it");
+  if (m->buffered() && !detail::find_buffer(m->buffer_name)) return detail::buffer_unknown_error(*m, "Owner::acquire");
   detail::role_lock lease;
   auto epoch = detail::acquire_ownership(*m, lease);
   if (!epoch) return epoch.error();
@@ -405,6 +407,11 @@ recv_status Owner::stash(const message& m) { return stash(m.data, m.lane); }
 std::size_t Owner::unstash_all() {
   if (!s_ || !s_->still_owner()) return 0;
   return detail::stash_unstash_all(s_->ctx);
+}
+
+std::size_t Owner::pump() {
+  if (!s_ || !s_->m->priority() || !s_->still_owner()) return 0;
+  return detail::sort_drain(s_->ctx, true).taken;
 }
 
 std::size_t Owner::stashed() const noexcept { return s_ ? s_->ctx.stash_parked.size() : 0; }

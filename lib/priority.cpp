@@ -53,9 +53,13 @@ struct sort_sink final : take_sink {
     stash_entry* e = o->m->stash_at(entry);
     // M4. release: contents before the entry shows QUEUED (a takeover, inspectors).
     e->state.store(make_stash_state(stash_kind::queued, o->epoch, stash_redelivered(state), true), std::memory_order_release);
-    auto& heap = o->sort_heap[L->index];
-    heap.push_back(item);
-    std::push_heap(heap.begin(), heap.end(), later);
+    if (L->buffered) {
+      o->buf_new[L->index].push_back(entry);  // CUSTOM BUFFERS: pushed after the take (buf_admit)
+    } else {
+      auto& heap = o->sort_heap[L->index];
+      heap.push_back(item);
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
     entry = kNoEntry;
     ++moved;
   }
@@ -101,15 +105,33 @@ take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept {
   take_result res;
   mapped_box& m = *o.m;
   for (std::uint32_t l = 0; l < m.lane_count() && !o.stash_free.empty(); ++l) {
-    sort_sink sink(o, m.lanes[l]);
-    sink.max = o.stash_free.size();
-    sink.look_at_tail = look_at_tail;
-    const take_result r = owner_take(o, l, sink, take_mode::commit_each);
-    sink.finish();
-    res.taken += sink.moved;
-    res.busy |= r.busy;
-    res.unknown |= r.unknown;
-    res.corrupt |= r.corrupt;
+    const lane_view& L = m.lanes[l];
+    // CUSTOM BUFFERS: a lane moves at most one message past its limit before
+    // its buffer decides (buf_admit: push_drop frees one), so that it never
+    // holds more than limit + 1 entries of the store; and again while that
+    // makes room.
+    // A shrink (Box::resize) may have left the buffer over the limit: it drops first.
+    if (L.buffered && o.buf_held[l] + o.buf_front[l].size() > L.limit() && !buf_admit(o, l)) res.corrupt = true;
+    for (;;) {
+      sort_sink sink(o, L);
+      sink.max = o.stash_free.size();
+      if (L.buffered) {
+        // relaxed: written by us only (add_held, commit_entries)
+        const std::uint64_t held = L.hdr->parked.load(std::memory_order_relaxed), lim = L.limit();
+        sink.max = std::min<std::uint64_t>(sink.max, held > lim ? 0 : lim + 1 - held);
+        if (sink.max == 0) break;
+      }
+      sink.look_at_tail = look_at_tail;
+      const take_result r = owner_take(o, l, sink, take_mode::commit_each);
+      sink.finish();
+      res.taken += sink.moved;
+      res.busy |= r.busy;
+      res.unknown |= r.unknown;
+      res.corrupt |= r.corrupt;
+      if (!L.buffered) break;
+      if (!o.buf_new[l].empty() && !buf_admit(o, l)) res.corrupt = true;  // last_error: buffer_broken
+      if (sink.moved == 0 || r.corrupt || o.stash_free.empty()) break;
+    }
   }
   return res;
 }
@@ -117,7 +139,7 @@ take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept {
 bool sort_waiting(const owner_ctx& o) noexcept {
   for (const auto& heap : o.sort_heap)
     if (!heap.empty()) return true;
-  return false;
+  return buf_waiting(o);
 }
 
 // Q1 pick the first of the lowest lane's heap; Q2 U1 (QUEUED -> TAKEN), copy
@@ -136,10 +158,21 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
     o.sort_taken.clear();
     o.sort_taken_state.clear();
     o.sort_taken_drop.clear();
-    while (n < sink.max && !heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      const sort_item it = heap.back();
-      heap.pop_back();
+    const bool buffered = m.lanes[l].buffered;
+    while (n < sink.max) {
+      sort_item it{};
+      if (buffered) {  // CUSTOM BUFFERS: what the lane's buffer pops (given-back entries first)
+        bool broken = false;
+        if (!buf_next(o, l, it.entry, broken)) {
+          res.corrupt |= broken;  // last_error: buffer_broken (rebuilt; nothing lost)
+          break;
+        }
+      } else {
+        if (heap.empty()) break;
+        std::pop_heap(heap.begin(), heap.end(), later);
+        it = heap.back();
+        heap.pop_back();
+      }
       stash_entry* e = m.stash_at(it.entry);
       // acquire: pairs with M4's release (payload, length, lane)
       std::uint64_t seen = e->state.load(std::memory_order_acquire);
@@ -163,8 +196,12 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
       const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l);
       if (v == take_verdict::skip) {
         e->state.store(seen, std::memory_order_relaxed);  // QUEUED again, first in line
-        heap.push_back(it);
-        std::push_heap(heap.begin(), heap.end(), later);
+        if (buffered) {
+          buf_put_back(o, l, it.entry, true);
+        } else {
+          heap.push_back(it);
+          std::push_heap(heap.begin(), heap.end(), later);
+        }
         res.skipped = true;
         break;
       }
@@ -191,6 +228,12 @@ void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
   std::uint64_t expected = ps.seq;
   // relaxed: the entry goes back as it was (QUEUED); only we deliver it
   if (!e->state.compare_exchange_strong(expected, ps.orig, std::memory_order_relaxed)) return;
+  if (o.m->lanes[ps.lane].buffered) {
+    // CUSTOM BUFFERS: first in line (owner_give_back goes through o.pending
+    // from the last taken, so they keep their delivery order).
+    buf_put_back(o, ps.lane, i, true);
+    return;
+  }
   auto& heap = o.sort_heap[ps.lane];
   heap.push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i});
   std::push_heap(heap.begin(), heap.end(), later);

@@ -25,12 +25,21 @@ struct Producer::state {
   // PRIORITY BOXES: set_priority_function's function, and an open loan's priority.
   std::function<std::int64_t(std::string_view)> priority_fn;
   std::optional<std::int64_t> loan_priority;
+  // CUSTOM BUFFERS: the registered type's key function (after priority_fn).
+  std::shared_ptr<const buffer_type> buf_type;
   ~state() { detail::release_producer_entry(ctx); }
 
-  // The priority of a message posted with options `o` (a priority box's lane).
-  std::int64_t priority_of(const post_options& o, std::string_view bytes) const noexcept {
-    if (o.priority) return *o.priority;
-    return priority_fn ? priority_fn(bytes) : 0;
+  // The priority (a custom-buffer box: the key) of a message posted with
+  // priority `given` (post_options::priority). A function that throws gives 0:
+  // the message is posted all the same.
+  std::int64_t priority_of(const std::optional<std::int64_t>& given, std::string_view bytes) const noexcept {
+    if (given) return *given;
+    try {
+      if (priority_fn) return priority_fn(bytes);
+      return buf_type && buf_type->key ? buf_type->key(bytes) : 0;
+    } catch (...) {
+      return 0;
+    }
   }
 
   // Forwards one lost message, "[origin reason] bytes", best effort (the
@@ -94,7 +103,7 @@ struct Producer::state {
   // Every post: the fast path, else the general one with this call's wait.
   post_status post(std::uint32_t lane, const void* data, std::size_t size, const post_options& o) noexcept {
     if (try_fast(lane, data, size)) return post_status::stored;
-    if (m->lanes[lane].is_priority()) ctx.priority = priority_of(o, std::string_view(static_cast<const char*>(data), size));
+    if (m->lanes[lane].is_priority()) ctx.priority = priority_of(o.priority, std::string_view(static_cast<const char*>(data), size));
     if (loan_blocks()) return post_status::error;
     set_spin(o);
     const std::uint64_t timeout_ns = timeout_of(o);
@@ -152,6 +161,10 @@ result<Producer> Producer::attach(const Box& box) {
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to post");
   auto s = std::make_unique<state>();
   s->m = m;
+  if (m->buffered()) {  // CUSTOM BUFFERS: posts carry the type's key
+    s->buf_type = detail::find_buffer(m->buffer_name);
+    if (!s->buf_type) return detail::buffer_unknown_error(*m, "Producer::attach");
+  }
   if (!detail::claim_producer_entry(*m, s->ctx))
     return detail::fail(errc::producer_table_full, "box '" + m->name + "': all " + std::to_string(m->max_producers()) +
                                                        " producer entries are held by live processes; create the box with more --max-producers");
@@ -252,9 +265,7 @@ post_status slot_loan::commit(std::size_t size) noexcept {
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
   if (priority_) {  // (a priority lane's loans are never the fast path's)
     const std::string_view bytes(static_cast<const char*>(data_), size);
-    detail::set_priority(ctx_->m->lanes[lane_], slot_of(data_), ctx_->loan_priority ? *ctx_->loan_priority
-                                                                : ctx_->priority_fn ? ctx_->priority_fn(bytes)
-                                                                                    : 0);
+    detail::set_priority(ctx_->m->lanes[lane_], slot_of(data_), ctx_->priority_of(ctx_->loan_priority, bytes));
   }
   // FIFO: from the fields, not through a slot_claim copied from them (that
   // copy's wide loads of fields stored one by one stalled store forwarding).

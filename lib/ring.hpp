@@ -328,6 +328,43 @@
 //  costs O(log n) heap work; posts take the general path (bench/run.sh).
 //
 // ===========================================================================
+// CUSTOM BUFFERS (options::buffer; buffer.cpp, shmbox/buffer.hpp): pobox's
+// custom buffers. A priority box whose heaps are replaced by user buffers.
+// ===========================================================================
+// The same slots (the priority word carries the producer's key), the same
+// store, the same M1-M4 and U1-U4, with three differences:
+//  - THE GATE counts the ring only (lane_view::buffered): the ring takes
+//    `limit` messages in transit and the box's policy applies there; the
+//    store holds at most limit + 1 entries of a lane, and has one entry
+//    more than the slots (the spare a push_drop decides on).
+//  - ADMIT (buf_admit, after the lane's take has returned: never inside a
+//    take, whose op word names the message in flight): each moved QUEUED
+//    entry is pushed, by id (entry | low half of its position << 32), into
+//    the lane's buffer: push() while it holds fewer than the limit, else
+//    push_drop(). The ids it names (and, after a shrink, drop(n)'s) are
+//    committed as dropped in one go: U2 (op = stash_commit(lane, 1),
+//    op_before_b = buffer_dropped), U3 QUEUED -> DONE(dropped), U4
+//    buffer_dropped += n, then FREE. The lane's take moves at most
+//    limit + 1 - parked at a time, so each message beyond the limit is
+//    decided before the next is moved.
+//  - DELIVER: what pop() names (given-back entries first); the library
+//    checks every id against its own table (buf_in) and the buffer's size()
+//    against its count: a buffer that breaks its contract (or throws) is
+//    rebuilt from the store (then, if that breaks too, replaced by a FIFO),
+//    and the receive fails once with buffer_broken. Nothing stored is lost.
+// Takeover: stash_recover as for a priority box; a DONE(dropped) entry whose
+//  owner's op is stash_commit(lane, 1) finishes that owner's buffer_dropped
+//  from op_before_b (as sort_filtered for target 0). Then buf_rebuild: a new
+//  buffer per lane (buffer_type::make) gets push() of the lane's QUEUED
+//  entries in arrival order (position), redelivered ones flagged, after
+//  `parked` is recounted (the rebuild may drop). So what a buffer knows must
+//  follow from what it holds (shmbox/buffer.hpp). Fault points:
+//  owner.mid_sort, owner.before_buffer_drop, owner.mid_unstash (the drop's
+//  U3-U4); tests/buffers.cpp kills the owner at each.
+// Counting: a dropped message was counted delivered when it left its ring
+//  (T5); the public counters move it to `filtered` and `buffer_dropped`.
+//
+// ===========================================================================
 // lifo lanes (pobox's stack)
 // ===========================================================================
 // No positions: each push takes a 48-bit stamp from lane.lifo_stamp
@@ -356,6 +393,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -365,6 +403,7 @@
 #include "layout.hpp"
 #include "liveness.hpp"
 #include "segment.hpp"
+#include "shmbox/buffer.hpp"
 #include "shmbox/producer.hpp"  // post_status
 
 namespace shmbox::detail {
@@ -520,6 +559,15 @@ struct owner_ctx {
   std::vector<std::uint64_t> sort_taken_state;  // (their TAKEN states)
   std::vector<char> sort_taken_drop;            // (the filter dropped it)
   std::vector<std::uint32_t> commit_scratch;    // commit_entries: the entries it made DONE
+  // CUSTOM BUFFERS (buffer.cpp): the type, each lane's buffer (ids of QUEUED
+  // entries), the entries moved but not yet pushed, those given back
+  // (delivered before the buffer's next pop), and which entries a buffer holds.
+  std::shared_ptr<const buffer_type> buf_type;
+  std::unique_ptr<buffer> bufs[kMaxLanes];
+  std::vector<std::uint32_t> buf_new[kMaxLanes];
+  std::deque<std::uint32_t> buf_front[kMaxLanes];
+  std::uint64_t buf_held[kMaxLanes] = {};
+  std::vector<char> buf_in;  // [entry]: held by its lane's buffer
 
   owner_lane_counters* counters(std::uint32_t lane) const noexcept { return m->actor_counters(actor_index, lane); }
 };
@@ -627,8 +675,10 @@ std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept;
 // for the parked ones, and a priority box's sorted ones the filter dropped
 // (drops[k] != 0; drops may be null) in `sort_filtered`; returns how many
 // were ours to commit (kept[k * kept_stride] = 1 for those).
+// buffer_drops: the drops are a custom buffer's (counted buffer_dropped, op target 1).
 std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
-                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept;
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops,
+                           bool buffer_drops = false) noexcept;
 
 // PRIORITY BOXES (priority.cpp). Owner only.
 // Moves what the rings hold into the store (M1-M4), as far as it has free entries.
@@ -642,6 +692,25 @@ void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
 void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
 // A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
+
+// CUSTOM BUFFERS (buffer.cpp). Owner only.
+// The registered type `name` (null: not registered in this process).
+std::shared_ptr<const buffer_type> find_buffer(std::string_view name);
+// The error for a process that has not registered the box's type (who: "box 'x'").
+std::error_code buffer_unknown_error(const mapped_box& m, std::string_view doing);
+// Pushes lane `lane`'s moved entries (buf_new) into its buffer and drops what
+// it names (and what exceeds the lane's limit), counted buffer_dropped.
+// False when the buffer broke its contract (last_error says how; rebuilt).
+bool buf_admit(owner_ctx& o, std::uint32_t lane) noexcept;
+// The next entry to deliver from lane `lane` (given back first, then pop());
+// false when none. `broken`: the buffer broke its contract (rebuilt).
+bool buf_next(owner_ctx& o, std::uint32_t lane, std::uint32_t& entry, bool& broken) noexcept;
+// Puts a taken entry back in front of the lane (a skip, an uncommitted read).
+void buf_put_back(owner_ctx& o, std::uint32_t lane, std::uint32_t entry, bool front) noexcept;
+// New buffers from the entries a takeover has made QUEUED (arrival order).
+void buf_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
+// Whether some lane's buffer (or its given-back entries) holds messages.
+bool buf_waiting(const owner_ctx& o) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;

@@ -120,6 +120,7 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.resizable = v.hdr->limit.load(std::memory_order_relaxed) != 0;  // relaxed: set before `ready`
     v.gated = v.resizable || m.geo.params.stash_entries != 0;
     v.priority_offset = m.geo.priority_offset;
+    v.buffered = !m.buffer_name.empty();
     v.fast = !v.is_lifo() && !v.gated;
   }
 }
@@ -238,21 +239,33 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     if (o.lease.count() != 0)
       return fail(errc::invalid_argument, who + ": a lease box cannot have a stash (a stale owner's stash entries could not be fenced); drop --lease or --stash");
   }
-  if (o.priority) {  // ring.hpp PRIORITY BOXES
+  const bool buffered = !o.buffer.empty();
+  if (buffered) {  // ring.hpp CUSTOM BUFFERS
+    if (!valid_buffer_name(o.buffer))
+      return fail(errc::invalid_argument, who + ": buffer type '" + o.buffer + "' is not a valid name (1-" +
+                                              std::to_string(kMaxBufferName) + " characters of A-Z a-z 0-9 . _ -)");
+    if (o.priority)
+      return fail(errc::invalid_argument, who + ": a box is a priority box or a custom-buffer box, not both (a buffer can order by the key: post_options::priority); drop --priority or --buffer");
+  }
+  if (o.priority || buffered) {  // ring.hpp PRIORITY BOXES, CUSTOM BUFFERS
+    const std::string kind = buffered ? "a custom-buffer box" : "a priority box";
+    const std::string flag = buffered ? "--buffer" : "--priority";
     for (std::uint32_t l = 0; l < p.lane_count; ++l) {
       const std::string lane_name = p.lane_count > 1 ? "lane " + std::to_string(l) : std::string("the box");
       if (policies[l] == static_cast<std::uint32_t>(policy::lifo))
-        return fail(errc::invalid_argument, who + ": " + lane_name + " is lifo; a priority box orders by priority, not by stack: use reject, drop_newest or block");
+        return fail(errc::invalid_argument, who + ": " + lane_name + " is lifo; " + kind + " orders by " + (buffered ? "its buffer" : "priority") + ", not by stack: use reject, drop_newest or block");
       if (policies[l] == static_cast<std::uint32_t>(policy::drop_oldest))
-        return fail(errc::invalid_argument, who + ": " + lane_name + " is drop_oldest, which a priority box does not support yet (the oldest message may already be in the owner's order, where producers cannot evict it): use reject, drop_newest or block");
+        return fail(errc::invalid_argument, who + ": " + lane_name + " is drop_oldest, which " + kind + " does not support yet (the oldest message may already be in the owner's store, where producers cannot evict it): use reject, drop_newest or block");
     }
     if (o.lease.count() != 0)
-      return fail(errc::invalid_argument, who + ": a lease box cannot be a priority box (a stale owner's sorted messages could not be fenced); drop --lease or --priority");
+      return fail(errc::invalid_argument, who + ": a lease box cannot be " + kind + " (a stale owner's stored messages could not be fenced); drop --lease or " + flag);
     if (o.stash != 0)
-      return fail(errc::invalid_argument, who + ": a priority box cannot have a stash yet; drop --stash or --priority");
-    // The store the owner sorts into: one entry per slot of every lane.
+      return fail(errc::invalid_argument, who + ": " + kind + " cannot have a stash yet; drop --stash or " + flag);
+    // The store the owner moves messages into: one entry per slot of every
+    // lane; a custom-buffer box one more, for the message push_drop decides on.
     p.priority = true;
     for (std::uint32_t l = 0; l < p.lane_count; ++l) p.stash_entries += p.lane_capacity[l];
+    if (buffered) p.stash_entries += 1;
   }
   geometry g;
   if (!compute_geometry(p, g))
@@ -348,8 +361,11 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   h->stash_entries = p.stash_entries;
   h->stash_stride = g.stash_stride;
   h->stash_offset = g.stash_offset;
-  h->ordering = p.priority ? kOrderingPriority : kOrderingFifo;
+  h->ordering = buffered ? kOrderingBuffer : p.priority ? kOrderingPriority : kOrderingFifo;
   auto* cfg = reinterpret_cast<box_config*>(m->base + g.config_offset);
+  cfg->buffer_len = static_cast<std::uint32_t>(o.buffer.size());
+  std::memcpy(cfg->buffer, o.buffer.data(), o.buffer.size());
+  m->buffer_name = o.buffer;
   cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
   m->dead_letters = o.dead_letters;
@@ -483,13 +499,14 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   p.slot_payload = h.slot_payload;
   p.max_producers = h.max_producers;
   p.stash_entries = h.stash_entries;
-  if (h.ordering > kOrderingPriority)
+  if (h.ordering > kOrderingBuffer)
     return fail(errc::corrupt, who + ": unknown ordering " + std::to_string(h.ordering) +
                                    " in header: a newer shmbox created it, or it is corrupt");
-  p.priority = h.ordering == kOrderingPriority;
+  p.priority = h.ordering == kOrderingPriority || h.ordering == kOrderingBuffer;
   if (p.priority) {
-    // The store is exactly one entry per slot (ring.hpp PRIORITY BOXES).
-    std::uint64_t slots = 0;
+    // The store is exactly one entry per slot (ring.hpp PRIORITY BOXES), and
+    // one more in a custom-buffer box (CUSTOM BUFFERS).
+    std::uint64_t slots = h.ordering == kOrderingBuffer ? 1 : 0;
     for (std::uint32_t l = 0; l < kMaxLanes && l < p.lane_count; ++l) slots += p.lane_capacity[l];
     if (slots != p.stash_entries)
       return fail(errc::corrupt, who + ": a priority box with " + std::to_string(p.stash_entries) + " store entries for " +
@@ -536,6 +553,12 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     if ((cfg.flags & kConfigDeadLetterRefused) != 0 && m->dead_letters.empty())
       return fail(errc::corrupt, who + ": refused posts go to dead letters, but no dead-letter box is named (corrupt)");
     m->dead_letter_refused = (cfg.flags & kConfigDeadLetterRefused) != 0;
+    if (cfg.buffer_len > kMaxBufferName || (cfg.buffer_len != 0) != (h.ordering == kOrderingBuffer))
+      return fail(errc::corrupt, who + ": buffer type name of " + std::to_string(cfg.buffer_len) + " bytes for ordering " +
+                                     std::to_string(h.ordering) + " (corrupt)");
+    m->buffer_name.assign(cfg.buffer, cfg.buffer_len);
+    if (!m->buffer_name.empty() && !valid_buffer_name(m->buffer_name))
+      return fail(errc::corrupt, who + ": the buffer type name in the segment is not a valid name (corrupt)");
   }
   std::uint32_t policies[kMaxLanes] = {};
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {

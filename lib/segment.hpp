@@ -32,6 +32,7 @@ struct lane_view {
   bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash or priority box's lane
   bool fast = false;       // FIFO and not gated: the inline fast path may post here
   std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
+  bool buffered = false;  // a custom-buffer box's lane: its store is not part of the gate (CUSTOM BUFFERS)
 
   // The lane's limit now: its capacity unless resizable (bounded: a scribbled word reads as the capacity).
   std::uint32_t limit() const noexcept {
@@ -55,10 +56,11 @@ struct lane_view {
   // What posts may fill: the limit less this lane's messages parked in a
   // stash (ring.hpp THE STASH), at least 1 (a lane always takes one post);
   // a priority box's lane: less its messages in the owner's store, possibly
-  // 0 (its store is part of the lane, which then holds `limit` already).
+  // 0 (its store is part of the lane, which then holds `limit` already);
+  // a custom-buffer box's lane: the limit (its buffer bounds the store).
   std::uint32_t gate_limit() const noexcept {
     const std::uint32_t lim = limit();
-    if (!gated) return lim;
+    if (!gated || buffered) return lim;
     // relaxed: a count for the gate, which tolerates an older value (THE STASH)
     const std::uint64_t parked = hdr->parked.load(std::memory_order_relaxed);
     if (parked >= lim) return is_priority() ? 0 : 1;
@@ -78,6 +80,7 @@ struct mapped_box {
   std::uint32_t spin_ns = 0;    // bounded copy of the header's spin_ns (options::spin)
   std::uint32_t default_lane = 0;  // validated copy of the header's default_lane (< lane_count)
   std::string dead_letters;     // validated copy of the config's dead-letter box name ("" none)
+  std::string buffer_name;      // validated copy of the config's buffer type (CUSTOM BUFFERS; "" none)
   bool dead_letter_refused = false;  // refused posts are forwarded too (kConfigDeadLetterRefused)
   // The mapping's open file description, kept open: it holds the attach lock
   // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).
@@ -110,6 +113,8 @@ struct mapped_box {
   // whose entries are its store (ring.hpp PRIORITY BOXES).
   std::uint32_t user_stash() const noexcept { return geo.params.priority ? 0 : geo.params.stash_entries; }
   bool priority() const noexcept { return geo.params.priority; }
+  // A custom-buffer box (ring.hpp CUSTOM BUFFERS; also priority(): the same store).
+  bool buffered() const noexcept { return !buffer_name.empty(); }
   stash_entry* stash_at(std::uint32_t i) const noexcept {
     return reinterpret_cast<stash_entry*>(base + geo.stash_offset + std::uint64_t{i} * geo.stash_stride);
   }
@@ -141,5 +146,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
 result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false,
                                                  bool attach = true);
 result<void> validate_box_name(std::string_view name);
+// A custom buffer type's name (options::buffer): 1..kMaxBufferName of [A-Za-z0-9._-] (buffer.cpp).
+bool valid_buffer_name(std::string_view name) noexcept;
 
 }  // namespace shmbox::detail

@@ -106,15 +106,17 @@ std::size_t stash_unstash_all(owner_ctx& o) noexcept {
 }
 
 std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t* entries, const std::uint64_t* states,
-                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops) noexcept {
+                           std::size_t count, char* kept, std::size_t kept_stride, const char* drops,
+                           bool buffer_drops) noexcept {
   mapped_box& m = *o.m;
   owner_lane_counters* oc = o.counters(lane);
+  a64& drop_counter = buffer_drops ? oc->buffer_dropped : oc->sort_filtered;
   const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
-  const std::uint64_t before_b = oc->sort_filtered.load(std::memory_order_relaxed);
+  const std::uint64_t before_b = drop_counter.load(std::memory_order_relaxed);
   // U2 (relaxed: published by U3's release)
   o.act->op_before.store(before, std::memory_order_relaxed);
   o.act->op_before_b.store(before_b, std::memory_order_relaxed);
-  o.act->op.store(make_op(op_kind::stash_commit, lane, 0), std::memory_order_relaxed);
+  o.act->op.store(make_op(op_kind::stash_commit, lane, buffer_drops ? 1 : 0), std::memory_order_relaxed);
   std::size_t n = 0, parked = 0, dropped = 0;
   std::vector<std::uint32_t>& done = o.commit_scratch;
   done.clear();
@@ -135,7 +137,7 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
   }
   SHMBOX_FAULT("owner.mid_unstash");
   oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
-  oc->sort_filtered.store(before_b + dropped, std::memory_order_relaxed);
+  drop_counter.store(before_b + dropped, std::memory_order_relaxed);
   for (const std::uint32_t i : done) {
     // release: our payload reads happen before the next S2's writes (its acquire CAS)
     m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
@@ -244,6 +246,7 @@ void stash_recover(owner_ctx& o) noexcept {
   std::vector<act> what(entries, act::keep);
   std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
   std::vector<std::uint64_t> drop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // PRIORITY BOXES
+  std::vector<std::uint64_t> bdrop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // CUSTOM BUFFERS
   for (std::uint32_t i = 0; i < entries; ++i) {
     stash_entry* e = m.stash_at(i);
     // acquire: pairs with the gone owner's releases (S2, S4, U3)
@@ -280,8 +283,11 @@ void stash_recover(owner_ctx& o) noexcept {
       } else {
         // DONE: delivered (counted when it left its ring); the filter's drops
         // are counted below unless the count was made. WRITING, PARKED, FRONT: not ours.
+        // A custom buffer's drops are committed with target 1 (buffer_dropped).
         if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 0))
           drop_count[ai * kMaxLanes + lane] += 1;
+        if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 1))
+          bdrop_count[ai * kMaxLanes + lane] += 1;
         what[i] = act::release;
       }
       continue;
@@ -314,6 +320,13 @@ void stash_recover(owner_ctx& o) noexcept {
         // acquire: as above (U2's op_before_b)
         std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
         m.actor_counters(ai, l)->sort_filtered.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = bdrop_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above (U2's op_before_b: buffer_dropped before)
+        std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->buffer_dropped.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
       }
   std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
   std::vector<std::uint32_t> queued;                           // PRIORITY BOXES
@@ -349,12 +362,14 @@ void stash_recover(owner_ctx& o) noexcept {
   std::reverse(o.stash_free.begin(), o.stash_free.end());
   std::sort(front.begin(), front.end());
   for (const auto& [order, i] : front) o.stash_front.push_back(i);
-  sort_rebuild(o, queued);
   m.owner()->stash_next_order.store(next_order, std::memory_order_relaxed);
-  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
-    m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
-    wake_space_waiters(m.lanes[l], o.light_fence);
-  }
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
+  // After `parked` is exact: a custom buffer's rebuild may drop (commit_entries).
+  if (m.buffered())
+    buf_rebuild(o, queued);
+  else
+    sort_rebuild(o, queued);
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) wake_space_waiters(m.lanes[l], o.light_fence);
 }
 
 std::uint64_t stash_count(const mapped_box& m, std::uint32_t lane) noexcept {

@@ -88,6 +88,15 @@ struct options {
   // O(log n) per message. Policies: reject, drop_newest, block (not
   // drop_oldest, lifo); no lease, no stash. See the README's "Priority boxes".
   bool priority = false;
+  // A custom-buffer box (pobox's custom buffers; shmbox/buffer.hpp): the
+  // owner delivers in the order a buffer of this registered type decides,
+  // and it decides what to drop once a lane's store holds the lane's limit.
+  // Every process that posts to the box, owns it or is its heir registers
+  // the type first (register_buffer). 1-48 characters of [A-Za-z0-9._-];
+  // "": none. Policies (of the lanes in front of the store): reject,
+  // drop_newest, block; no lease, no stash, not with `priority`. See the
+  // README's "Custom buffers".
+  std::string buffer{};
 };
 
 // What Box::resize did.

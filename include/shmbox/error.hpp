@@ -43,6 +43,8 @@ enum class errc : int {
   pool_removed,            // pool: it is being removed; no new takes
   pool_clients_full,       // pool: every client entry is held by a live Pool handle
   stash_full,              // the owner's stash has no free entry, or the message's lane would be left no room
+  buffer_unknown,          // the box uses a custom buffer this process has not registered (register_buffer)
+  buffer_broken,           // the box's custom buffer broke its contract (buffer.hpp); rebuilt from the store
 };
 
 // The category of errc; name() is "shmbox".

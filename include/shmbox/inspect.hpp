@@ -61,7 +61,9 @@ struct peeked_message {
   // "unstashed" (delivered before the lanes), "reading" (read, not committed);
   // "" in its lane. A priority box lists each lane in the owner's order
   // (priority, then position), its store's messages marked "sorted" (or
-  // "reading"), the ring's not yet sorted ones "".
+  // "reading"), the ring's not yet sorted ones "". A custom-buffer box lists
+  // each lane's store first, in arrival order (the delivery order is its
+  // owner's buffer's), marked "buffered" (or "reading"), then its ring's.
   std::string stash;
 };
 
@@ -103,6 +105,7 @@ struct box_info {
   std::uint32_t stash = 0;           // stash entries (options::stash); 0: no stash
   std::uint64_t parked = 0;          // messages in the stash now (all lanes)
   bool priority = false;             // a priority box (options::priority)
+  std::string buffer;                // a custom-buffer box: its buffer type (options::buffer); "" none
   counters count;                 // all lanes
 };
 

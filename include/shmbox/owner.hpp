@@ -205,6 +205,16 @@ class SHMBOX_API Owner {
   // Parked now (not yet unstashed), and unstashed but not yet received.
   std::size_t stashed() const noexcept;
   std::size_t unstashed_waiting() const noexcept;
+
+  // --- Priority and custom-buffer boxes (options::priority, options::buffer).
+  // Moves what the lanes hold into the box's store now, without delivering:
+  // a custom buffer sees every message (push / push_drop) and drops what it
+  // decides, so an owner that pumps when its notify_fd wakes keeps its
+  // buffer in charge while it is busy (pobox's passive mode). Receives pump
+  // too. Returns how many messages it moved (0 in other boxes, or when this
+  // handle is not the owner). last_error(): buffer_broken if the buffer
+  // broke its contract (it was rebuilt from the store; nothing is lost).
+  std::size_t pump();
   // Hands the box to process `dest_pid` of this pid namespace, which must be
   // waiting for it (Heir::await_transfer, as heir or listener). Returns true
   // once dest owns the box (this handle is then no longer the owner); false,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "shmbox/box.hpp"       // IWYU pragma: export
+#include "shmbox/buffer.hpp"    // IWYU pragma: export
 #include "shmbox/error.hpp"     // IWYU pragma: export
 #include "shmbox/heir.hpp"      // IWYU pragma: export
 #include "shmbox/inspect.hpp"   // IWYU pragma: export

@@ -59,7 +59,8 @@ struct counters {
                                      // (Box::resize) of a reject/drop_newest/block lane: the newest it dropped
   std::uint64_t dropped_oldest = 0;  // drop_oldest: evicted messages (also by a shrink of a drop_oldest lane)
   std::uint64_t shrunk = 0;          // of dropped_newest: stored messages a shrink dropped (not refused posts)
-  std::uint64_t filtered = 0;        // dropped by the owner's filter
+  std::uint64_t filtered = 0;        // dropped by the owner's filter (and by a custom buffer)
+  std::uint64_t buffer_dropped = 0;  // of filtered: dropped by the box's custom buffer (options::buffer)
   std::uint64_t abandoned = 0;       // producer died between claiming a slot and publishing it
   std::uint64_t aborted = 0;         // loans given back unposted (slot_loan::abort)
   std::uint64_t redelivered = 0;     // delivered again after an owner died before committing
