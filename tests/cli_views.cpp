@@ -71,7 +71,8 @@ const char* const kCounterFamilies[] = {
     "shmbox_posted_total",         "shmbox_stored_total",          "shmbox_delivered_total",      "shmbox_rejected_total",
     "shmbox_too_large_total",      "shmbox_timeouts_total",        "shmbox_dropped_newest_total", "shmbox_dropped_oldest_total",
     "shmbox_filtered_total",       "shmbox_abandoned_total",       "shmbox_aborted_total",        "shmbox_redelivered_total",
-    "shmbox_dead_lettered_total", "shmbox_dead_letter_failed_total", "shmbox_stashed_total", "shmbox_unstashed_total"};
+    "shmbox_dead_lettered_total", "shmbox_dead_letter_failed_total", "shmbox_stashed_total", "shmbox_unstashed_total",
+    "shmbox_buffer_dropped_total"};
 
 const char* const kGaugeFamilies[] = {"shmbox_depth_messages",     "shmbox_capacity_messages", "shmbox_slot_size_bytes",
                                       "shmbox_segment_bytes",      "shmbox_producers_attached", "shmbox_owner_alive",

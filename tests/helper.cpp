@@ -86,6 +86,11 @@
 //       priority function instead of given at post; every K-th by a loan),
 //       prints "done stored=N full=N dropped=N timeout=N error=N".
 //
+//   buf-produce NAME ID COUNT (--top-n-distinct N | --equal | --keys K) [--seed S] [--no-register]
+//   buf-own NAME
+//       a producer and an owner of a custom-buffer box (examples/buffers):
+//       see their functions. buf-produce exits 3 when attach fails.
+//
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
 #include <poll.h>
@@ -111,6 +116,8 @@
 #include <thread>
 #include <vector>
 
+#include "../examples/buffers/dedupe.hpp"
+#include "../examples/buffers/top_n.hpp"
 #include "layout.hpp"
 #include "shmbox/shmbox.hpp"
 
@@ -391,6 +398,7 @@ int own(int argc, char** argv) {
 // Every K-th message is posted with a loan. Prints "ready", waits for a
 // line on stdin, posts, and prints "done stored=N full=N dropped=N timeout=N".
 void say(const std::string& line);
+std::string errc_name(std::error_code ec);
 
 int prio_produce(int argc, char** argv) {
   if (argc < 5) return usage();
@@ -440,6 +448,92 @@ int prio_produce(int argc, char** argv) {
   say("done stored=" + std::to_string(tally[shmbox::post_status::stored]) + " full=" + std::to_string(tally[shmbox::post_status::full]) +
       " dropped=" + std::to_string(tally[shmbox::post_status::dropped]) + " timeout=" + std::to_string(tally[shmbox::post_status::timeout]) +
       " error=" + std::to_string(tally[shmbox::post_status::error]));
+  return 0;
+}
+
+// buf-produce BOX ID COUNT (--top-n-distinct N | --equal | --keys K) [--seed S] [--no-register]:
+// a producer of a custom-buffer box (examples/buffers). Registers both example
+// types (not with --no-register: then attach must fail), prints "ready",
+// waits for a line on stdin, posts COUNT messages "KEY:ID:SEQ" with no
+// timeout limit (block), and prints "done stored=N other=N". KEY:
+// --top-n-distinct N: an importance unique across N producers (ID is
+// "pINDEX"), in a shuffled order; --equal: 5; --keys K: "kX", X in [0, K).
+int buf_produce(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string id = argv[3];
+  const std::uint64_t count = std::strtoull(argv[4], nullptr, 10);
+  if (!has_flag(argc, argv, "--no-register")) {
+    if (!shmbox_examples::register_top_n() || !shmbox_examples::register_dedupe()) {
+      say("error register");
+      return 1;
+    }
+  }
+  auto p = shmbox::Producer::attach(argv[2]);
+  if (!p) {
+    say("error " + errc_name(p.error()) + " " + shmbox::explain(p.error()));
+    return 3;
+  }
+  std::mt19937_64 rng(static_cast<std::uint64_t>(flag_value(argc, argv, "--seed", 1)) * 1000003u + std::hash<std::string>{}(id));
+  const long producers = flag_value(argc, argv, "--top-n-distinct", 0);
+  const long keys = flag_value(argc, argv, "--keys", 0);
+  std::vector<std::uint64_t> order(count);
+  for (std::uint64_t i = 0; i < count; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const long index = std::strtol(id.c_str() + 1, nullptr, 10);
+  say("ready");
+  std::string go;
+  std::getline(std::cin, go);
+  std::uint64_t stored = 0, other = 0;
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    std::string msg;
+    if (producers > 0)
+      msg = std::to_string(order[seq] * static_cast<std::uint64_t>(producers) + static_cast<std::uint64_t>(index));
+    else if (keys > 0)
+      msg = "k" + std::to_string(rng() % static_cast<std::uint64_t>(keys));
+    else
+      msg = "5";
+    msg += ':';
+    msg += id;
+    msg += ':';
+    msg += std::to_string(seq);
+    const shmbox::post_status st = p->post(msg, {.timeout = std::chrono::nanoseconds::max()});
+    ++(shmbox::is_stored(st) ? stored : other);
+  }
+  say("done stored=" + std::to_string(stored) + " other=" + std::to_string(other));
+  return 0;
+}
+
+// buf-own BOX: the owner of a custom-buffer box (both example types
+// registered). Prints "owned EPOCH", then answers lines on stdin: "pump" ->
+// "pumped N"; "recv N" -> "got M1,M2,..." (up to N messages, no waiting;
+// a redelivered one ends in '*'). Runs until killed or stdin closes.
+int buf_own(int argc, char** argv) {
+  if (argc < 3) return usage();
+  if (!shmbox_examples::register_top_n() || !shmbox_examples::register_dedupe()) {
+    say("error register");
+    return 1;
+  }
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  say("owned " + std::to_string(o->epoch()));
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    std::size_t n = 0;
+    in >> cmd >> n;
+    if (cmd == "pump") {
+      say("pumped " + std::to_string(o->pump()));
+    } else if (cmd == "recv") {
+      std::vector<shmbox::message> got;
+      o->receive_batch(got, {.max = n, .timeout = std::chrono::nanoseconds(0)});
+      std::string out = "got ";
+      for (std::size_t i = 0; i < got.size(); ++i) out += (i ? "," : "") + got[i].data + (got[i].redelivered ? "*" : "");
+      say(out);
+    } else {
+      say("error unknown command " + cmd);
+    }
+  }
   return 0;
 }
 
@@ -750,7 +844,8 @@ std::string errc_name(std::error_code ec) {
       "ok", "invalid_name", "invalid_argument", "exists", "not_found", "permission_denied", "no_space",
       "too_large", "not_a_box", "version_mismatch", "truncated", "corrupt", "incomplete", "not_owner",
       "already_owner", "producer_table_full", "heir_table_full", "timed_out", "system_error", "refused",
-      "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full", "stash_full"};
+      "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full", "stash_full",
+      "buffer_unknown", "buffer_broken"};
   const int v = ec.value();
   return v >= 0 && v < static_cast<int>(std::size(names)) ? names[v] : "errc-" + std::to_string(v);
 }
@@ -866,6 +961,8 @@ int main(int argc, char** argv) {
   if (cmd == "own") return own(argc, argv);
   if (cmd == "stash-owner") return stash_owner(argc, argv);
   if (cmd == "prio-produce") return prio_produce(argc, argv);
+  if (cmd == "buf-produce") return buf_produce(argc, argv);
+  if (cmd == "buf-own") return buf_own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
   if (cmd == "idle-wait") return idle_wait(argc, argv);
