@@ -362,6 +362,10 @@ int parse_args(int argc, char** argv, parsed& out) {
                    "a priority box: the owner receives the lowest --priority first, FIFO among equal ones (lanes still "
                    "first); the segment holds a store as large as the slots; policies reject, drop-newest, block; not "
                    "with --stash or --lease-ms");
+  create->add_option("--buffer", out.create.buffer,
+                     "a custom-buffer box: its owner delivers and drops through buffer type NAME (shmbox::register_buffer), "
+                     "which every process that posts to it or owns it registers; the CLI registers none, so it cannot post "
+                     "to it or receive from it; policies reject, drop-newest, block; not with --priority, --stash or --lease-ms");
   create->add_flag("--dead-letter-refused", out.create.dead_letter_refused,
                    "also forward the posts this box refuses (full, timed out, too large) to --dead-letters");
   create->add_option("--lease-ms", out.create.lease_ms,
@@ -378,7 +382,8 @@ int parse_args(int argc, char** argv, parsed& out) {
   auto* lane_opt = post->add_option("--lane", out.post.lane, "the lane to post into (0: the control lane; default: the box's default lane)")
                        ->transform(decimal(0, shmbox::kMaxLanes - 1));
   post->add_option("--priority", out.post.priority,
-                   "a priority box: the messages' priority, a signed 64-bit number; lower is received first (default 0)");
+                   "a priority box: the messages' priority, a signed 64-bit number; lower is received first (default 0); a "
+                   "custom-buffer box: their key");
   post->add_flag_callback("--control", [&out] { out.post.lane = 0; }, "post into the control lane (the same as --lane 0)")
       ->excludes(lane_opt);
 

@@ -33,6 +33,7 @@ struct create_args {
   bool dead_letter_refused = false;
   std::uint32_t stash = 0;  // create: the owner's stash entries (0: none)
   bool priority = false;    // create: a priority box
+  std::string buffer;       // create: a custom-buffer box's buffer type ("" none)
   std::uint32_t max_capacity = 0;  // create: resizable up to this (0: not resizable)
 };
 

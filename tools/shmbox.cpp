@@ -53,6 +53,7 @@ shmbox::options box_options(const create_args& a) {
   o.max_capacity = a.max_capacity;
   o.stash = a.stash;
   o.priority = a.priority;
+  o.buffer = a.buffer;
   if (a.lanes > 1) o.lanes.resize(a.lanes);
   return o;
 }
@@ -107,6 +108,7 @@ using json = nlohmann::ordered_json;
 json counters_json(const shmbox::counters& c) {
   return json{{"posted", c.posted},
               {"filtered", c.filtered},
+              {"buffer_dropped", c.buffer_dropped},
               {"stored", c.stored},
               {"delivered", c.delivered},
               {"rejected", c.rejected},
@@ -205,7 +207,8 @@ json info_json(const shmbox::box_info& i) {
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"dead_letter_refused", i.dead_letter_refused},
               {"stash", i.stash == 0 ? json(nullptr) : json{{"entries", i.stash}, {"parked", i.parked}}},
-              {"ordering", i.priority ? "priority" : "fifo"},
+              {"ordering", !i.buffer.empty() ? "buffer" : i.priority ? "priority" : "fifo"},
+              {"buffer", i.buffer.empty() ? json(nullptr) : json(i.buffer)},
               {"heirs", heirs_json(i)},
               {"last_transfer", transfer_json(i.last_transfer)},
               {"producers_attached", i.producers_attached},
@@ -476,7 +479,10 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
                                    "; parked messages count against their lane's capacity)")
             << "\n"
             << "ordering     "
-            << (i.priority ? "priority (lowest value first, FIFO among equals; lanes first)" : "fifo") << "\n"
+            << (!i.buffer.empty() ? "custom buffer '" + i.buffer + "' (its owner's buffer orders and drops; lanes first)"
+                : i.priority        ? std::string("priority (lowest value first, FIFO among equals; lanes first)")
+                                    : std::string("fifo"))
+            << "\n"
             << "owner        " << owner_text(i.owner) << ", " << i.owner.state
             << (i.orphaned ? ", ORPHANED (no live heir: any process may claim it)" : "") << "\n"
             << "give-away    "
@@ -508,7 +514,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "dropped_newest " << c.dropped_newest
             << (c.shrunk != 0 ? " (" + std::to_string(c.shrunk) + " of them stored, dropped by a shrink)" : std::string()) << "\n"
             << "dropped_oldest " << c.dropped_oldest << "\n"
-            << "filtered     " << c.filtered << "\n"
+            << "filtered     " << c.filtered
+            << (c.buffer_dropped != 0 ? " (" + std::to_string(c.buffer_dropped) + " of them dropped by the custom buffer)" : std::string())
+            << "\n"
             << "abandoned    " << c.abandoned << "\n"
             << "aborted      " << c.aborted << " (loans given back)\n"
             << "redelivered  " << c.redelivered << "\n";
@@ -853,8 +861,9 @@ int cmd_dump(const parsed& a) {
   }
   const shmbox::box_info bi = shmbox::info(*box);
   std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << bi.depth << " message(s), "
-            << (bi.priority ? "in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n"
-                            : "oldest first per lane (lifo lanes: newest first; the owner's stash first)\n");
+            << (!bi.buffer.empty() ? "per lane, the owner's store first in arrival order ([stash: buffered]: its custom buffer '" + bi.buffer + "' decides the delivery order), then the lane\n"
+                : bi.priority ? std::string("in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n")
+                              : std::string("oldest first per lane (lifo lanes: newest first; the owner's stash first)\n"));
   for (const auto& m : msgs) {
     std::printf("lane %u  #%llu  %zu bytes%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
                 m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), a.dump.hex ? "\n" : "  ");
