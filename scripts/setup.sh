@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/setup.sh [BUILD_DIR] [meson options...]
 # Installs what shmbox needs from Debian (only what is missing), then
-# configures and builds. Used by demo.sh, test.sh and .ci/run.
+# configures and builds. Used by demo.sh, test.sh and .ci/run. cmake writes
+# the CMake package at configure time (cmake/meson.build); cmake and
+# pkg-config build the example consumers in the 'package' test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # shellcheck source=packages.sh
 source scripts/packages.sh
-install_missing setup meson ninja-build g++ pkg-config python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace
+install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace
 
 build="${1:-build}"
 shift || true

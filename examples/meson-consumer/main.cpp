@@ -1,0 +1,1 @@
+../cmake-consumer/main.cpp
