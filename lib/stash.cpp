@@ -39,7 +39,8 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
   mapped_box& m = *o.m;
   const std::string who = "box '" + m.name + "'";
   if (m.user_stash() == 0)
-    return fail(errc::invalid_argument, who + (m.priority() ? " is a priority box, which has no stash yet"
+    return fail(errc::invalid_argument, who + (m.buffered()   ? " is a custom-buffer box, which has no stash yet"
+                                               : m.priority() ? " is a priority box, which has no stash yet"
                                                             : " has no stash: create it with a stash (options::stash, shmbox create --stash N)"));
   if (lane >= m.lane_count())
     return fail(errc::invalid_argument, who + ": no lane " + std::to_string(lane) + " (it has " + std::to_string(m.lane_count()) + ")");
