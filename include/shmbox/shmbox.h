@@ -1,0 +1,561 @@
+/* shmbox/shmbox.h - the C API of shmbox (C99; also usable from C++).
+ *
+ * The same boxes as the C++ API (shmbox/shmbox.hpp), through opaque handles,
+ * plain error codes and C types only: for C programs and for other languages
+ * (the Python package in python/ is built on it).
+ *
+ * Conventions:
+ *   - Functions that make or find something return an int error code
+ *     (SHMBOX_OK = 0, else one of enum shmbox_error) and write the handle or
+ *     value through their last argument. shmbox_last_error_message() gives the
+ *     sentence for a person ("box 'jobs': no box of that name; create it ...").
+ *   - Posting returns a shmbox_post_status and receiving a shmbox_recv_status,
+ *     as the C++ API does: a full box is an outcome, not an error. Their
+ *     *_ERROR values come with the handle's last error
+ *     (shmbox_producer_last_error, shmbox_owner_last_error).
+ *   - Names are NUL-terminated; messages are (pointer, size) and may hold any
+ *     bytes. Timeouts are in nanoseconds: SHMBOX_FOREVER (any negative value)
+ *     waits for ever, 0 does not wait.
+ *   - Option and result structs begin with `struct_size`: set it to
+ *     sizeof(the struct) (the *_init functions do). A later release may add
+ *     fields at the end; the library reads and writes only the first
+ *     struct_size bytes, so a program built against this header keeps
+ *     working.
+ *   - A handle is used by one thread at a time; different handles (even of
+ *     one box) may be used by different threads at once. Every handle is
+ *     freed by its *_close function (NULL is ignored). Nothing throws, and
+ *     nothing aborts the program on bad input.
+ *   - What C cannot reach: custom buffers (options::buffer) are C++ objects;
+ *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
+ *
+ * ABI: every function is exported with the symbol version SHMBOX_0.1
+ * (lib/shmbox.map); the soname policy is in README.md ("The C API").
+ */
+#ifndef SHMBOX_SHMBOX_H
+#define SHMBOX_SHMBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SHMBOX_C_API __attribute__((visibility("default")))
+#else
+#define SHMBOX_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Versions, errors ------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (the one it was built as, which
+ * may differ from the header's SHMBOX_VERSION_STRING if the program was built
+ * against another release). */
+#define SHMBOX_VERSION_STRING "0.1.0"
+SHMBOX_C_API const char* shmbox_version(void);
+
+/* Error codes (the C++ API's shmbox::errc, value for value). */
+enum shmbox_error {
+  SHMBOX_OK = 0,
+  SHMBOX_E_INVALID_NAME = 1,       /* a name that is empty, too long, or has characters other than [A-Za-z0-9._-] */
+  SHMBOX_E_INVALID_ARGUMENT = 2,   /* an argument or option out of its documented range */
+  SHMBOX_E_EXISTS = 3,             /* a box of that name exists already */
+  SHMBOX_E_NOT_FOUND = 4,          /* no box of that name */
+  SHMBOX_E_PERMISSION_DENIED = 5,  /* the segment's mode or owner does not let this process in */
+  SHMBOX_E_NO_SPACE = 6,           /* /dev/shm has no room for the segment */
+  SHMBOX_E_TOO_LARGE = 7,          /* beyond the documented size limits */
+  SHMBOX_E_NOT_A_BOX = 8,          /* the segment is not a shmbox segment */
+  SHMBOX_E_VERSION_MISMATCH = 9,   /* made by an incompatible layout version */
+  SHMBOX_E_TRUNCATED = 10,         /* the segment is smaller than its header says */
+  SHMBOX_E_CORRUPT = 11,           /* the segment breaks an invariant */
+  SHMBOX_E_INCOMPLETE = 12,        /* being created, or its creator died half-way */
+  SHMBOX_E_NOT_OWNER = 13,         /* another live process owns the box, or this handle lost it */
+  SHMBOX_E_ALREADY_OWNER = 14,     /* this process holds an owner handle for the box already */
+  SHMBOX_E_PRODUCER_TABLE_FULL = 15,
+  SHMBOX_E_HEIR_TABLE_FULL = 16,
+  SHMBOX_E_TIMED_OUT = 17,
+  SHMBOX_E_SYSTEM = 18,            /* an unexpected errno from the kernel, or out of memory */
+  SHMBOX_E_REFUSED = 19,           /* the owner does not do what was asked */
+  SHMBOX_E_NO_MEMBERS_STARTING = 20,     /* pool: none free, one is being started */
+  SHMBOX_E_NO_MEMBERS_AT_CAPACITY = 21,  /* pool: none free, max_count members exist */
+  SHMBOX_E_NO_MEMBERS_QUEUE_FULL = 22,   /* pool: none free, queue_max takers wait already */
+  SHMBOX_E_POOL_REMOVED = 23,
+  SHMBOX_E_POOL_CLIENTS_FULL = 24,
+  SHMBOX_E_STASH_FULL = 25,
+  SHMBOX_E_BUFFER_UNKNOWN = 26,    /* the box uses a custom buffer (C++ only) */
+  SHMBOX_E_BUFFER_BROKEN = 27
+};
+
+/* What `code` means, in general ("no box of that name"); never NULL, static. */
+SHMBOX_C_API const char* shmbox_strerror(int code);
+/* The sentence about the most recent error a function of this API returned
+ * on this thread, naming the box and the numbers involved; "" when none.
+ * Valid until the next failing call on this thread. */
+SHMBOX_C_API const char* shmbox_last_error_message(void);
+/* The code of that error (SHMBOX_OK when none). */
+SHMBOX_C_API int shmbox_last_error(void);
+
+/* Wait for ever (any negative timeout does). */
+#define SHMBOX_FOREVER ((int64_t)-1)
+/* "Unset" for the int32 option fields below that say so (lane, overflow). */
+#define SHMBOX_DEFAULT (-1)
+
+/* ---- Boxes -------------------------------------------------------------- */
+
+typedef struct shmbox_box shmbox_box;
+typedef struct shmbox_producer shmbox_producer;
+typedef struct shmbox_owner shmbox_owner;
+typedef struct shmbox_heir shmbox_heir;
+
+/* What a post does when the box is full (shmbox::policy). */
+enum shmbox_policy {
+  SHMBOX_REJECT = 0,       /* nothing is stored; the post returns SHMBOX_FULL */
+  SHMBOX_DROP_NEWEST = 1,  /* the new message is discarded: SHMBOX_DROPPED */
+  SHMBOX_DROP_OLDEST = 2,  /* the oldest is evicted: SHMBOX_STORED_EVICTED */
+  SHMBOX_LIFO = 3,         /* newest first; the top is replaced: SHMBOX_STORED_EVICTED */
+  SHMBOX_BLOCK = 4         /* the post waits for room up to its timeout: SHMBOX_TIMEOUT */
+};
+
+/* Documented limits (shmbox/types.hpp). */
+#define SHMBOX_MAX_LANES 8
+#define SHMBOX_MAX_NAME 128
+
+/* One lane of a new box (shmbox::lane_options). */
+typedef struct shmbox_lane_options {
+  uint32_t capacity;      /* messages; 0: the box's capacity */
+  int32_t overflow;       /* an enum shmbox_policy, or SHMBOX_DEFAULT: the box's */
+  uint32_t max_capacity;  /* resizable up to this; 0: the box's max_capacity */
+} shmbox_lane_options;
+
+/* A new box's capacity and behaviour (shmbox::options; its comments say more). */
+typedef struct shmbox_options {
+  uint32_t struct_size;       /* sizeof(shmbox_options) */
+  uint32_t capacity;          /* messages (default 1024) */
+  uint32_t max_capacity;      /* resizable up to this (shmbox_box_resize); 0: not resizable */
+  uint32_t slot_size;         /* largest message in bytes (default 256) */
+  int32_t overflow;           /* enum shmbox_policy (default SHMBOX_REJECT) */
+  uint32_t mode;              /* file mode of /dev/shm/shmbox.<name> (default 0600) */
+  uint32_t max_producers;     /* producer handles attached at once (default 64) */
+  int64_t block_timeout_ms;   /* default wait of a post into a full block box (default 1000) */
+  int64_t lease_ms;           /* owner lease; 0: only death ends it (default 0) */
+  uint32_t lane_count;        /* entries in `lanes`; 0: one lane of capacity and overflow */
+  const shmbox_lane_options* lanes;
+  int32_t default_lane;       /* the lane of a plain post, or SHMBOX_DEFAULT */
+  const char* dead_letters;   /* a box that receives what this one drops; NULL: none */
+  int32_t dead_letter_refused; /* nonzero: also refused posts go there */
+  int64_t spin_ns;            /* adaptive wait before sleeping; negative: the default (50 us) */
+  uint32_t stash;             /* stash entries (shmbox_owner_stash); 0: none */
+  int32_t priority;           /* nonzero: a priority box */
+} shmbox_options;
+
+/* Fills `o` with the defaults above (and its struct_size). */
+SHMBOX_C_API void shmbox_options_init(shmbox_options* o);
+
+/* Creates /dev/shm/shmbox.<name>; SHMBOX_E_EXISTS if it is there.
+ * `o` NULL: the defaults. On success *out is a handle (shmbox_box_close). */
+SHMBOX_C_API int shmbox_box_create(const char* name, const shmbox_options* o, shmbox_box** out);
+/* Opens an existing box read-write. A segment owned by another user is
+ * refused (SHMBOX_E_PERMISSION_DENIED) unless any_owner is nonzero. */
+SHMBOX_C_API int shmbox_box_open(const char* name, int any_owner, shmbox_box** out);
+/* Opens an existing box read-only, for looking at it. */
+SHMBOX_C_API int shmbox_box_inspect(const char* name, shmbox_box** out);
+/* Frees the handle (the box stays). */
+SHMBOX_C_API void shmbox_box_close(shmbox_box* b);
+/* Unlinks the box's segment; processes that have it mapped keep using it. */
+SHMBOX_C_API int shmbox_box_remove(const char* name);
+/* Checks a name against the rules (1..128 of [A-Za-z0-9._-], no leading '.'). */
+SHMBOX_C_API int shmbox_validate_name(const char* name);
+/* Calls fn(ctx, name) for every shmbox segment in /dev/shm (valid or not). */
+SHMBOX_C_API int shmbox_box_list(void (*fn)(void* ctx, const char* name), void* ctx);
+
+/* The box's name (valid while the handle is). */
+SHMBOX_C_API const char* shmbox_box_name(const shmbox_box* b);
+/* Messages all lanes hold together. */
+SHMBOX_C_API uint32_t shmbox_box_capacity(const shmbox_box* b);
+/* The largest message, in bytes. */
+SHMBOX_C_API uint32_t shmbox_box_slot_size(const shmbox_box* b);
+/* How many lanes the box has (lane 0 is the control lane). */
+SHMBOX_C_API uint32_t shmbox_box_lane_count(const shmbox_box* b);
+/* The lane of a plain post. */
+SHMBOX_C_API uint32_t shmbox_box_default_lane(const shmbox_box* b);
+/* The box's overflow policy (enum shmbox_policy). */
+SHMBOX_C_API int shmbox_box_overflow(const shmbox_box* b);
+/* Messages in the box now, from two counters (exact when idle). */
+SHMBOX_C_API uint64_t shmbox_box_depth(const shmbox_box* b);
+
+/* Every message that is posted ends in exactly one of these, or in the box:
+ *   posted = delivered + rejected + too_large + timeouts + dropped_newest
+ *          + dropped_oldest + filtered + abandoned + aborted + depth
+ * (shmbox::counters; the same fields in the same order). */
+typedef struct shmbox_counters {
+  uint32_t struct_size;  /* sizeof(shmbox_counters) */
+  uint32_t reserved_;
+  uint64_t posted, stored, delivered, rejected, too_large, timeouts;
+  uint64_t dropped_newest, dropped_oldest, shrunk, filtered, buffer_dropped;
+  uint64_t abandoned, aborted, redelivered, dead_lettered, dead_letter_failed;
+  uint64_t stashed, unstashed;
+} shmbox_counters;
+
+/* Sums the box's counters into *out (set out->struct_size first). */
+SHMBOX_C_API int shmbox_box_counters(const shmbox_box* b, shmbox_counters* out);
+
+/* What shmbox_box_resize did (shmbox::resize_report). */
+typedef struct shmbox_resize_report {
+  uint32_t struct_size;
+  uint32_t lane, before, after, max_capacity;
+  uint64_t dropped;  /* messages the shrink dropped by the lane's policy */
+} shmbox_resize_report;
+
+/* Moves lane `lane`'s limit (SHMBOX_DEFAULT: the only lane) to `limit`,
+ * between 1 and its reserved max_capacity, while producers and the owner run
+ * (shmbox::Box::resize). `report` may be NULL. */
+SHMBOX_C_API int shmbox_box_resize(const shmbox_box* b, uint32_t limit, int32_t lane, shmbox_resize_report* report);
+/* Asks the owner (if it accepts requests) to give the box to process `pid`
+ * of this pid namespace, which waits for it as heir or listener; returns
+ * once it did (SHMBOX_E_REFUSED, SHMBOX_E_NOT_OWNER, SHMBOX_E_TIMED_OUT, ...). */
+SHMBOX_C_API int shmbox_box_request_give_away(const shmbox_box* b, uint32_t pid, int64_t timeout_ns);
+/* The same for heir-table entry `entry` (any pid namespace). */
+SHMBOX_C_API int shmbox_box_request_give_away_to_heir(const shmbox_box* b, uint32_t entry, int64_t timeout_ns);
+
+/* ---- Looking at a box ------------------------------------------------------ */
+
+/* One lane as anyone sees it (shmbox::lane_info). */
+typedef struct shmbox_lane_info {
+  uint32_t struct_size;
+  uint32_t capacity;      /* its limit now */
+  uint32_t max_capacity;  /* 0: not resizable */
+  int32_t overflow;       /* enum shmbox_policy */
+  uint64_t depth;
+  uint64_t parked;        /* its messages in the owner's stash */
+  shmbox_counters count;
+} shmbox_lane_info;
+
+/* One entry of the heir table, in registration order (shmbox::heir_info). */
+typedef struct shmbox_heir_info {
+  uint32_t struct_size;
+  uint32_t entry;
+  uint32_t pid;          /* in the heir's own pid namespace */
+  int32_t same_namespace;
+  int32_t alive;
+  int32_t listener;      /* waits only for give-away */
+  uint64_t pid_ns;
+  char data[65];         /* its registered data, NUL-terminated (cut at a NUL) */
+} shmbox_heir_info;
+
+/* Why a box changed owner (shmbox::transfer_reason). */
+enum shmbox_transfer_reason {
+  SHMBOX_TRANSFER_NONE = 0,
+  SHMBOX_TRANSFER_OWNER_DIED = 1,
+  SHMBOX_TRANSFER_GIVE_AWAY = 2,
+  SHMBOX_TRANSFER_LEASE_EXPIRED = 3
+};
+
+/* How an owner got its box (shmbox::transfer_record). */
+typedef struct shmbox_transfer {
+  uint32_t struct_size;
+  int32_t reason;          /* enum shmbox_transfer_reason */
+  uint32_t from_pid, to_pid;
+  uint64_t from_pid_ns, to_pid_ns;
+  uint64_t epoch;
+  uint32_t data_size;      /* bytes of data (it may hold NULs) */
+  char data[65];           /* the heir's registered data or the give-away data, NUL-terminated */
+} shmbox_transfer;
+
+/* pobox's owner states (shmbox::owner_mode). */
+enum shmbox_owner_mode { SHMBOX_PASSIVE = 0, SHMBOX_NOTIFY = 1, SHMBOX_ACTIVE = 2 };
+
+/* A snapshot of a box, read without locks (shmbox::box_info). */
+typedef struct shmbox_info {
+  uint32_t struct_size;
+  uint32_t capacity, slot_size, max_producers, producers_attached;
+  int32_t overflow;                 /* enum shmbox_policy */
+  uint32_t mode, uid;
+  uint64_t depth;                   /* exact scan */
+  uint64_t segment_bytes;
+  int64_t block_timeout_ms, lease_ms, spin_ns;
+  uint32_t owner_pid;               /* 0: no owner; in the owner's pid namespace */
+  int32_t owner_alive, owner_expired, owner_same_namespace;
+  uint64_t owner_pid_ns, epoch;
+  int32_t owner_mode;               /* enum shmbox_owner_mode */
+  int32_t accepts_requests, orphaned;
+  uint32_t lane_count, heir_count, default_lane;
+  uint32_t stash;                   /* stash entries; 0: none */
+  uint64_t parked;
+  int32_t priority;                 /* a priority box */
+  char buffer[49];                  /* its custom buffer type, "" none */
+  char dead_letters[129];           /* its dead-letter box, "" none */
+  shmbox_transfer last_transfer;    /* epoch 0: none yet */
+  shmbox_counters count;            /* all lanes */
+} shmbox_info;
+
+/* Fills *out (set out->struct_size) and up to lanes_cap lanes and heirs_cap
+ * heirs (either array may be NULL with cap 0; set each entry's struct_size);
+ * out->lane_count and out->heir_count say how many there are. */
+SHMBOX_C_API int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lanes, size_t lanes_cap,
+                                 shmbox_heir_info* heirs, size_t heirs_cap);
+/* Checks the segment's invariants (shmbox::verify): *ok is 1 when no problem
+ * was found; fn (may be NULL) gets one sentence per problem. An error code
+ * only when the box could not be looked at (not found, permission). */
+SHMBOX_C_API int shmbox_verify(const char* name, void (*fn)(void* ctx, const char* problem), void* ctx, int* ok);
+
+/* ---- Producers ---------------------------------------------------------- */
+
+/* Outcome of one post (shmbox::post_status). */
+enum shmbox_post_status {
+  SHMBOX_STORED = 0,
+  SHMBOX_STORED_EVICTED = 1,  /* stored after evicting (drop-oldest) or replacing the top (lifo) */
+  SHMBOX_DROPPED = 2,         /* drop-newest: discarded, counted */
+  SHMBOX_FULL = 3,            /* reject: nothing stored, counted */
+  SHMBOX_TIMEOUT = 4,         /* block: no room before the timeout, counted */
+  SHMBOX_POST_TOO_LARGE = 5,  /* larger than the slot size, counted */
+  SHMBOX_POST_ERROR = 6       /* see shmbox_producer_last_error */
+};
+
+/* Where one post goes and how long it may wait (shmbox::post_options). */
+typedef struct shmbox_post_options {
+  uint32_t struct_size;
+  int32_t lane;          /* SHMBOX_DEFAULT: the box's default lane; 0: the control lane */
+  int64_t timeout_ns;    /* block boxes; SHMBOX_FOREVER; (default: the box's block_timeout) */
+  int64_t spin_ns;       /* negative: the box's */
+  int32_t has_priority;  /* nonzero: `priority` is this message's priority (priority boxes) */
+  int32_t reserved_;
+  int64_t priority;
+} shmbox_post_options;
+
+/* Fills `o` with "the box's defaults" for every field. */
+SHMBOX_C_API void shmbox_post_options_init(shmbox_post_options* o);
+
+/* Takes a producer entry in box `name` (shmbox_producer_close gives it back). */
+SHMBOX_C_API int shmbox_producer_attach(const char* name, shmbox_producer** out);
+/* The same in a box this process has open. */
+SHMBOX_C_API int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out);
+/* Gives the entry back (an open loan is aborted); posted messages stay. */
+SHMBOX_C_API void shmbox_producer_close(shmbox_producer* p);
+/* Posts one message into the box's default lane (enum shmbox_post_status). */
+SHMBOX_C_API int shmbox_post(shmbox_producer* p, const void* data, size_t size);
+/* Posts one message with options (`o` NULL: the defaults). */
+SHMBOX_C_API int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmbox_post_options* o);
+/* Posts n messages in order until one is not stored; returns how many were
+ * (a prefix). *last (may be NULL) gets the outcome of the first not stored,
+ * or of the last one when all were. */
+SHMBOX_C_API size_t shmbox_post_batch(shmbox_producer* p, const void* const* data, const size_t* sizes, size_t n,
+                                      const shmbox_post_options* o, int* last);
+/* Zero-copy post: claims a slot and returns its status; when stored, *data
+ * and *capacity are the slot's payload to write in place, then
+ * shmbox_loan_commit (or shmbox_loan_abort). One open loan per handle. */
+SHMBOX_C_API int shmbox_loan(shmbox_producer* p, const shmbox_post_options* o, void** data, uint32_t* capacity);
+/* Publishes the first `size` bytes of the open loan: its status, or
+ * SHMBOX_POST_TOO_LARGE (size > capacity: still open) or SHMBOX_POST_ERROR. */
+SHMBOX_C_API int shmbox_loan_commit(shmbox_producer* p, size_t size);
+/* Gives the open loan's slot back without a message (counted aborted). */
+SHMBOX_C_API void shmbox_loan_abort(shmbox_producer* p);
+/* Priority boxes: fn(ctx, data, size) gives the priority of each message
+ * posted without has_priority (NULL: 0). It must not call this handle. */
+SHMBOX_C_API void shmbox_producer_set_priority_function(shmbox_producer* p,
+                                                        int64_t (*fn)(void* ctx, const void* data, size_t size),
+                                                        void* ctx);
+/* The largest message the box takes, in bytes. */
+SHMBOX_C_API uint32_t shmbox_producer_max_message_size(const shmbox_producer* p);
+/* Why the most recent post that returned SHMBOX_POST_ERROR did so (an error
+ * code; its sentence is shmbox_last_error_message on the posting thread). */
+SHMBOX_C_API int shmbox_producer_last_error(const shmbox_producer* p);
+/* Messages the most recent call evicted (drop-oldest) or replaced (lifo). */
+SHMBOX_C_API uint32_t shmbox_producer_last_evicted(const shmbox_producer* p);
+/* This handle's entry in the producer table. */
+SHMBOX_C_API uint32_t shmbox_producer_entry(const shmbox_producer* p);
+
+/* ---- Owners -------------------------------------------------------------- */
+
+/* Outcome of one receive (shmbox::recv_status). */
+enum shmbox_recv_status {
+  SHMBOX_RECV_OK = 0,
+  SHMBOX_RECV_EMPTY = 1,      /* nothing there (shmbox_try_receive) */
+  SHMBOX_RECV_TIMEOUT = 2,    /* nothing arrived before the timeout */
+  SHMBOX_RECV_NOT_OWNER = 3,  /* this handle no longer owns the box */
+  SHMBOX_RECV_ERROR = 4       /* see shmbox_owner_last_error */
+};
+
+/* What comes with a received message besides its bytes. */
+typedef struct shmbox_msg_info {
+  uint32_t lane;
+  int32_t redelivered;  /* a previous owner read it and died before committing */
+} shmbox_msg_info;
+
+/* Takes ownership of box `name` (SHMBOX_E_NOT_OWNER when another live
+ * process owns it; a dead owner's box is taken over with its messages). */
+SHMBOX_C_API int shmbox_owner_acquire(const char* name, shmbox_owner** out);
+/* The same for a box this process has open. */
+SHMBOX_C_API int shmbox_owner_acquire_box(const shmbox_box* b, shmbox_owner** out);
+/* Releases ownership (to the first live heir, if any); messages stay. */
+SHMBOX_C_API void shmbox_owner_close(shmbox_owner* o);
+
+/* Waits up to timeout_ns for a message and copies it into buf: *size gets
+ * its length, *info (may be NULL) its lane and flag. `cap` must be at least
+ * the box's slot size (else SHMBOX_RECV_ERROR, SHMBOX_E_INVALID_ARGUMENT,
+ * nothing taken), so a message is never cut. */
+SHMBOX_C_API int shmbox_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info,
+                                int64_t timeout_ns);
+/* The same without waiting: SHMBOX_RECV_EMPTY when nothing is there. */
+SHMBOX_C_API int shmbox_try_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info);
+/* Receives up to `max` messages (waiting up to timeout_ns for the first)
+ * into the handle's batch: *count gets how many; read them with
+ * shmbox_batch_message until the next receive, read, wait or deliver. */
+SHMBOX_C_API int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count);
+/* Message i of the handle's batch: *data (in the handle, not the box) and *size. */
+SHMBOX_C_API int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size,
+                                      shmbox_msg_info* info);
+/* Messages in the handle's batch. */
+SHMBOX_C_API size_t shmbox_batch_size(const shmbox_owner* o);
+/* Zero-copy receive: calls fn(ctx, data, size, info) for each of up to `max`
+ * messages in place in the box (waiting up to timeout_ns for the first);
+ * each is committed when fn returns. fn must not keep the pointer, nor call
+ * this handle. *count (may be NULL) gets how many. */
+SHMBOX_C_API int shmbox_receive_in_place(shmbox_owner* o,
+                                         void (*fn)(void* ctx, const void* data, size_t size,
+                                                    const shmbox_msg_info* info),
+                                         void* ctx, size_t max, int64_t timeout_ns, size_t* count);
+/* Two-phase receive: up to `max` messages into the handle's batch, not
+ * committed: a next owner receives them again (flagged) if this one dies. */
+SHMBOX_C_API int shmbox_read(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count);
+/* Commits everything read: SHMBOX_RECV_OK, or SHMBOX_RECV_NOT_OWNER (the box
+ * was taken meanwhile; *lost, may be NULL, gets how many went back). */
+SHMBOX_C_API int shmbox_commit(shmbox_owner* o, size_t* lost);
+
+/* The stash (boxes created with a stash): parks a copy of a received
+ * message (enum shmbox_recv_status; SHMBOX_RECV_ERROR with
+ * SHMBOX_E_STASH_FULL, SHMBOX_E_TOO_LARGE or SHMBOX_E_INVALID_ARGUMENT). */
+SHMBOX_C_API int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane);
+/* Makes every parked message the next ones received; returns how many. */
+SHMBOX_C_API size_t shmbox_unstash_all(shmbox_owner* o);
+/* Parked now (not yet unstashed). */
+SHMBOX_C_API size_t shmbox_stashed(const shmbox_owner* o);
+/* Priority boxes: moves what the lanes hold into the ordered store without
+ * delivering; returns how many it moved. */
+SHMBOX_C_API size_t shmbox_pump(shmbox_owner* o);
+
+/* What a filter makes of one message (shmbox::filter_verdict). */
+enum shmbox_verdict { SHMBOX_DELIVER = 0, SHMBOX_DROP = 1, SHMBOX_SKIP = 2 };
+/* A filter sees each message in delivery order: data has room for `cap`
+ * bytes (at least *size, at least the slot size); it may rewrite the message
+ * in place and set *size (<= cap). Returns an enum shmbox_verdict. */
+typedef int (*shmbox_filter_fn)(void* ctx, void* data, size_t* size, size_t cap);
+
+/* pobox's owner states: the box's state (enum shmbox_owner_mode). */
+SHMBOX_C_API int shmbox_owner_mode(const shmbox_owner* o);
+/* Disarms: messages accumulate, nothing is signalled. */
+SHMBOX_C_API void shmbox_owner_passive(shmbox_owner* o);
+/* Arms notify (one-shot): shmbox_owner_wait reports SHMBOX_EVENT_NOTIFIED
+ * once data is there. */
+SHMBOX_C_API void shmbox_owner_notify(shmbox_owner* o);
+/* Arms active (one-shot): the next delivery of up to `max` messages through
+ * `filter` (NULL: all; it is called from shmbox_owner_wait with ctx) is made
+ * as soon as data is there. */
+SHMBOX_C_API void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, size_t max);
+
+/* What shmbox_owner_wait saw (shmbox::owner_event). */
+enum shmbox_event {
+  SHMBOX_EVENT_NONE = 0,       /* the timeout passed */
+  SHMBOX_EVENT_NOTIFIED = 1,   /* notify fired: data is there */
+  SHMBOX_EVENT_DELIVERED = 2,  /* active fired: the delivery is in the handle's batch */
+  SHMBOX_EVENT_NOT_OWNER = 3,
+  SHMBOX_EVENT_ERROR = 4
+};
+/* Waits up to timeout_ns for the armed state to fire (enum shmbox_event).
+ * A delivery's messages are in the handle's batch (shmbox_batch_message);
+ * *dropped (may be NULL) gets the drops since the last delivery plus the
+ * filter's. Serves give-away requests. */
+SHMBOX_C_API int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped);
+/* A delivery now of up to `max` messages through `filter` (NULL: all) into
+ * the handle's batch, whatever the state (enum shmbox_recv_status:
+ * SHMBOX_RECV_EMPTY when the box is empty). */
+SHMBOX_C_API int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, void* ctx,
+                                      uint64_t* dropped);
+/* A descriptor for poll/epoll: readable when an armed notify or active
+ * fired (then call shmbox_owner_wait(o, 0, ...)). Owned by the handle; -1 on
+ * error. */
+SHMBOX_C_API int shmbox_owner_notify_fd(shmbox_owner* o);
+
+/* Hands the box to process `pid` of this pid namespace, waiting for it as
+ * heir or listener; 1 once it owns the box (this handle then no longer
+ * does), 0 with nothing changed (see shmbox::Owner::give_away). */
+SHMBOX_C_API int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size,
+                                        int64_t timeout_ns);
+/* The same for heir-table entry `entry`, in any pid namespace. */
+SHMBOX_C_API int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* data, size_t size,
+                                                int64_t timeout_ns);
+/* Serve (nonzero) or not give-away requests (shmbox_box_request_give_away). */
+SHMBOX_C_API void shmbox_owner_accept_give_away_requests(shmbox_owner* o, int accept);
+/* Renews the lease of a box created with one (receiving renews it too). */
+SHMBOX_C_API void shmbox_owner_renew(shmbox_owner* o);
+/* How this owner got the box (set out->struct_size). */
+SHMBOX_C_API int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out);
+/* The epoch this handle owns the box under. */
+SHMBOX_C_API uint64_t shmbox_owner_epoch(const shmbox_owner* o);
+/* Why the last call returned an *_ERROR status (an error code). */
+SHMBOX_C_API int shmbox_owner_last_error(const shmbox_owner* o);
+
+/* ---- Heirs ------------------------------------------------------------ */
+
+/* Registers this process as an heir of box `name` (data: up to 64 bytes,
+ * handed over in the transfer record; may be NULL). */
+SHMBOX_C_API int shmbox_heir_enlist(const char* name, const void* data, size_t size, shmbox_heir** out);
+/* Waits only for give-away offers to this process. */
+SHMBOX_C_API int shmbox_heir_listen(const char* name, shmbox_heir** out);
+/* Withdraws the entry. */
+SHMBOX_C_API void shmbox_heir_close(shmbox_heir* h);
+/* Waits up to timeout_ns to be given the box: *out is then its owner handle
+ * (shmbox_owner_transfer says how); SHMBOX_E_TIMED_OUT otherwise. */
+SHMBOX_C_API int shmbox_heir_await(shmbox_heir* h, int64_t timeout_ns, shmbox_owner** out);
+/* A descriptor for poll/epoll: readable when shmbox_heir_await(h, 0, ...) may succeed. */
+SHMBOX_C_API int shmbox_heir_fd(const shmbox_heir* h);
+/* 0 when this process is next in line (listeners: always 0). */
+SHMBOX_C_API uint32_t shmbox_heir_position(const shmbox_heir* h);
+
+/* ---- Pools (shmbox/pool.hpp) -------------------------------------------- */
+
+typedef struct shmbox_pool shmbox_pool;
+typedef struct shmbox_lease shmbox_lease;
+typedef struct shmbox_member shmbox_member;
+
+/* How a lease ends (shmbox::outcome). */
+enum shmbox_outcome { SHMBOX_OUTCOME_OK = 0, SHMBOX_OUTCOME_FAIL = 1 };
+/* What a give-back did (shmbox::return_status). */
+enum shmbox_return_status {
+  SHMBOX_RETURN_OK = 0,
+  SHMBOX_RETURN_DOUBLE = 1,  /* given back already */
+  SHMBOX_RETURN_STALE = 2,   /* the member was replaced while leased */
+  SHMBOX_RETURN_ERROR = 3
+};
+
+/* Opens pool `name` (created by `shmbox pool create`, run by `shmbox pool run`). */
+SHMBOX_C_API int shmbox_pool_open(const char* name, int any_owner, shmbox_pool** out);
+/* Frees the handle. */
+SHMBOX_C_API void shmbox_pool_close(shmbox_pool* p);
+/* Takes a free member, waiting up to timeout_ns (0: never waits): *out is
+ * the lease (SHMBOX_E_NO_MEMBERS_*, SHMBOX_E_TIMED_OUT, SHMBOX_E_POOL_REMOVED). */
+SHMBOX_C_API int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out);
+/* The member's box name (valid while the lease is). */
+SHMBOX_C_API const char* shmbox_lease_box(const shmbox_lease* l);
+/* A producer on the member's box, owned by the lease (do not close it). */
+SHMBOX_C_API shmbox_producer* shmbox_lease_producer(shmbox_lease* l);
+/* The member's worker process (0: unknown here). */
+SHMBOX_C_API uint32_t shmbox_lease_worker_pid(const shmbox_lease* l);
+/* Ends the lease (enum shmbox_return_status); outcome is enum shmbox_outcome. */
+SHMBOX_C_API int shmbox_lease_give_back(shmbox_lease* l, int outcome);
+/* Frees the lease; one not given back is given back as failed. */
+SHMBOX_C_API void shmbox_lease_close(shmbox_lease* l);
+/* The worker side, in a pool's member command: takes the member's box. */
+SHMBOX_C_API int shmbox_member_from_env(shmbox_member** out);
+/* The member's owner handle, owned by the member (do not close it). */
+SHMBOX_C_API shmbox_owner* shmbox_member_owner(shmbox_member* m);
+/* 1 when the message is the supervisor's health ping (then it is answered). */
+SHMBOX_C_API int shmbox_member_answer_ping(shmbox_member* m, const void* data, size_t size);
+/* Frees the member (releases its box). */
+SHMBOX_C_API void shmbox_member_close(shmbox_member* m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHMBOX_SHMBOX_H */
