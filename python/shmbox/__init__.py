@@ -1,0 +1,1107 @@
+"""shmbox: bounded mailboxes in POSIX shared memory, from Python.
+
+A thin, typed layer over the C API of libshmbox (``include/shmbox/shmbox.h``)
+through :mod:`ctypes`: nothing is compiled when the package is installed, and
+a Python process posts into, owns or inherits the same boxes as C and C++
+programs.
+
+    import shmbox
+
+    with shmbox.Box.create("jobs", capacity=1024, slot_size=256, overflow="drop-oldest"):
+        pass                                     # the box stays; the handle is closed
+
+    with shmbox.Producer.attach("jobs") as p:    # in any number of processes
+        p.post(b"hello")                         # -> PostStatus.STORED ('stored')
+
+    with shmbox.Owner.acquire("jobs") as owner:  # in one process
+        for msg in owner:                        # blocks; msg.data, msg.lane, msg.redelivered
+            print(msg.data)
+
+Timeouts are in seconds (int or float); ``None`` (or ``math.inf``) waits for
+ever, ``0`` does not wait. Errors raise subclasses of :class:`Error`
+(:mod:`shmbox.errors`) with the library's code and message. Outcomes that
+are not errors (a full box, a receive that timed out) are return values, as
+in the C++ API.
+
+The library is loaded from the path in the environment variable
+``SHMBOX_LIBRARY``, else found by ``ctypes.util.find_library('shmbox')``,
+else as ``libshmbox.so.0``.
+"""
+
+import ctypes
+import dataclasses
+import enum
+import math
+import time
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+from typing import List, NamedTuple, Optional
+
+from . import _capi
+from .errors import *  # noqa: F401,F403 (the exception classes are part of this module's API)
+from .errors import Error, NotOwner, TooLarge, error_class
+from . import errors as _errors
+
+__all__ = [
+    "Box", "Producer", "Owner", "Heir", "Message", "Event", "BatchResult", "Transfer",
+    "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
+    "library_path",
+] + _errors.__all__
+
+__version__ = "0.1.0"
+
+_lib = _capi.load()
+
+# Blocking calls wait in slices of this many seconds, so that a signal (Ctrl-C)
+# is handled within that time: ctypes runs the C call without the GIL and
+# Python handles signals only between calls.
+_SLICE = 0.25
+
+
+def version():
+    """The C library's version, "MAJOR.MINOR.PATCH"."""
+    return _lib.shmbox_version().decode()
+
+
+def library_path():
+    """The path or name the C library was loaded from."""
+    return _capi.library_path()
+
+
+# ---- enums ------------------------------------------------------------------
+
+
+class _StrEnum(str, enum.Enum):
+    """An enum whose members are also their names as strings: ``PostStatus.FULL == 'full'``."""
+
+    def __str__(self):
+        return self.value
+
+
+class Policy(_StrEnum):
+    """What a post does when the box (its lane) is full."""
+    REJECT = "reject"            # nothing is stored; post returns 'full'
+    DROP_NEWEST = "drop-newest"  # the new message is discarded; post returns 'dropped'
+    DROP_OLDEST = "drop-oldest"  # the oldest is evicted; post returns 'stored-evicted'
+    LIFO = "lifo"                # newest first; the top is replaced; post returns 'stored-evicted'
+    BLOCK = "block"              # the post waits for room up to its timeout, then returns 'timeout'
+
+
+_POLICIES = list(Policy)  # in the order of enum shmbox_policy
+
+
+class PostStatus(_StrEnum):
+    """What one post did (enum shmbox_post_status)."""
+    STORED = "stored"
+    STORED_EVICTED = "stored-evicted"
+    DROPPED = "dropped"
+    FULL = "full"
+    TIMEOUT = "timeout"
+    TOO_LARGE = "too-large"
+    ERROR = "error"
+
+    @property
+    def stored(self):
+        """True for 'stored' and 'stored-evicted'."""
+        return self in (PostStatus.STORED, PostStatus.STORED_EVICTED)
+
+
+_POST_STATUSES = list(PostStatus)
+
+
+class OwnerMode(_StrEnum):
+    """pobox's owner states (enum shmbox_owner_mode)."""
+    PASSIVE = "passive"
+    NOTIFY = "notify"
+    ACTIVE = "active"
+
+
+_OWNER_MODES = list(OwnerMode)
+
+
+class EventKind(_StrEnum):
+    """What :meth:`Owner.wait` saw."""
+    NONE = "none"            # the timeout passed
+    NOTIFIED = "notified"    # notify fired: data is there
+    DELIVERED = "delivered"  # active fired: Event.messages holds the delivery
+
+
+class TransferReason(_StrEnum):
+    """Why a box changed owner (enum shmbox_transfer_reason)."""
+    NONE = "none"
+    OWNER_DIED = "owner-died"
+    GIVE_AWAY = "give-away"
+    LEASE_EXPIRED = "lease-expired"
+
+
+_REASONS = list(TransferReason)
+
+
+def _enum_name(values, i):
+    return values[i] if 0 <= i < len(values) else int(i)
+
+
+def _policy_code(p):
+    if isinstance(p, int) and not isinstance(p, bool):
+        return p
+    try:
+        return _POLICIES.index(Policy(str(p).replace("_", "-").lower()))
+    except ValueError:
+        raise _errors.InvalidArgument(
+            f"unknown overflow policy {p!r}: one of " + ", ".join(x.value for x in Policy), 2) from None
+
+
+# ---- results ----------------------------------------------------------------
+
+
+class Message(NamedTuple):
+    """One received message."""
+    data: bytes
+    lane: int = 0
+    redelivered: bool = False  # a previous owner read it and died before committing
+
+
+class Event(NamedTuple):
+    """What :meth:`Owner.wait` (or :meth:`Owner.deliver`) saw."""
+    kind: EventKind
+    messages: List[Message] = []  # the delivery (active mode, deliver())
+    dropped: int = 0              # drops since the last delivery plus the filter's
+
+
+class BatchResult(NamedTuple):
+    """What :meth:`Producer.post_batch` did: the first ``stored`` messages were stored;
+    ``status`` is the outcome of the first one that was not (or of the last one)."""
+    stored: int
+    status: PostStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """How an owner got its box (struct shmbox_transfer)."""
+    reason: TransferReason
+    from_pid: int
+    to_pid: int
+    from_pid_ns: int
+    to_pid_ns: int
+    epoch: int
+    data: bytes  # the heir's registered data or the give-away data
+
+    def as_dict(self):
+        """A plain dict (reason as a string)."""
+        d = dataclasses.asdict(self)
+        d["reason"] = str(self.reason)
+        return d
+
+
+class _BoxDefault:
+    def __repr__(self):
+        return "shmbox.BOX_DEFAULT"
+
+
+#: The default timeout of :meth:`Producer.post`: the box's own block timeout
+#: (``block_timeout`` at creation). ``None`` there waits for ever, as everywhere.
+BOX_DEFAULT = _BoxDefault()
+
+
+# ---- helpers ------------------------------------------------------------------
+
+
+def _ns(timeout):
+    """Seconds (None or inf: for ever) to the C API's nanoseconds."""
+    if timeout is None or timeout == math.inf:
+        return _capi.FOREVER
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds or None (for ever), not {timeout!r}")
+    return int(timeout * 1e9)
+
+
+def _sliced(call, timeout, idle):
+    """Calls call(ns) in slices of _SLICE seconds until it returns something
+    other than `idle` or the timeout passed (None: for ever)."""
+    forever = timeout is None or timeout == math.inf
+    if not forever and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds or None (for ever), not {timeout!r}")
+    if not forever and timeout <= _SLICE:
+        return call(int(timeout * 1e9))
+    deadline = None if forever else time.monotonic() + timeout
+    while True:
+        if forever:
+            step = _SLICE
+        else:
+            step = min(_SLICE, max(0.0, deadline - time.monotonic()))
+        r = call(int(step * 1e9))
+        if r != idle or (not forever and step < _SLICE):
+            return r
+
+
+def _bytes(data, what="message"):
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"a {what} is bytes (or str, bytearray, memoryview), not {type(data).__name__}")
+
+
+def _name(name):
+    if isinstance(name, Box):
+        name = name.name
+    if isinstance(name, str):
+        return name.encode()
+    if isinstance(name, bytes):
+        return name
+    raise TypeError(f"a box name is a str, not {type(name).__name__}")
+
+
+def _error(code):
+    """The exception for error `code`, with the library's sentence when it is about this code."""
+    code = int(code)
+    meaning = _lib.shmbox_strerror(code).decode(errors="replace")
+    message = ""
+    if _lib.shmbox_last_error() == code:
+        message = _lib.shmbox_last_error_message().decode(errors="replace")
+    return error_class(code)(message or meaning, code, meaning)
+
+
+def _check(code):
+    if code != 0:
+        raise _error(code)
+
+
+def _counters_dict(c):
+    return {f: getattr(c, f) for f in _capi.COUNTER_FIELDS}
+
+
+def _transfer(t):
+    data = ctypes.string_at(ctypes.addressof(t) + _capi.Transfer.data.offset, min(t.data_size, 64))
+    return Transfer(_enum_name(_REASONS, t.reason), t.from_pid, t.to_pid, t.from_pid_ns, t.to_pid_ns, t.epoch, data)
+
+
+class _Handle:
+    """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected."""
+
+    _close_fn = None
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    @property
+    def closed(self):
+        """True once close() was called."""
+        return self._ptr is None
+
+    def _p(self):
+        if self._ptr is None:
+            raise ValueError(f"operation on a closed {type(self).__name__}")
+        return self._ptr
+
+    def close(self):
+        """Frees the handle (idempotent)."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            getattr(_lib, self._close_fn)(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+# ---- Box ---------------------------------------------------------------------------
+
+
+class Box(_Handle):
+    """A handle on a box (a segment /dev/shm/shmbox.<name>): its geometry, info and counters.
+
+    Closing the handle leaves the box as it is; :meth:`Box.remove` removes it.
+    """
+
+    _close_fn = "shmbox_box_close"
+
+    @classmethod
+    def create(cls, name, capacity=None, slot_size=None, overflow=None, *, lanes=None, max_capacity=None,
+               mode=None, max_producers=None, block_timeout=None, lease=None, default_lane=None,
+               dead_letters=None, dead_letter_refused=False, spin=None, stash=None, priority=False):
+        """Creates box `name`; raises :class:`Exists` if it is there already.
+
+        Arguments left as None take the library's defaults.
+
+        Args:
+            name: 1..128 characters of [A-Za-z0-9._-], not starting with '.'.
+            capacity: messages the box holds (default 1024).
+            slot_size: the largest message, in bytes (default 256).
+            overflow: what a post into a full box does: 'reject' (default),
+                'drop-newest', 'drop-oldest', 'lifo' or 'block' (a :class:`Policy`).
+            lanes: the box's lanes (lane 0 is the control lane, read first):
+                an int N for N lanes of the box's capacity and overflow, or a
+                list with one entry per lane, each an int (its capacity), a
+                dict with any of 'capacity', 'overflow', 'max_capacity', or
+                None (the box's). Default: one lane.
+            max_capacity: resizable up to this many messages (:meth:`resize`).
+            mode: file mode of the segment (default 0o600).
+            max_producers: producer handles attached at once (default 64).
+            block_timeout: seconds a post into a full 'block' box waits by default (default 1).
+            lease: seconds of the owner's lease (an owner that neither receives
+                nor renews for that long loses the box); default: none.
+            default_lane: the lane of a plain post.
+            dead_letters: the name of a box that receives what this one drops.
+            dead_letter_refused: also refused posts go to `dead_letters`.
+            spin: seconds a blocking call polls before it sleeps (default 50 us).
+            stash: entries of the owner's stash (default 0: none).
+            priority: a priority box (lowest priority value delivered first).
+
+        Returns:
+            a :class:`Box` handle (use it in a ``with`` block, or close it).
+        """
+        o = _capi.Options()
+        _lib.shmbox_options_init(byref(o))
+        o.struct_size = ctypes.sizeof(o)
+        if capacity is not None:
+            o.capacity = capacity
+        if slot_size is not None:
+            o.slot_size = slot_size
+        if overflow is not None:
+            o.overflow = _policy_code(overflow)
+        if max_capacity is not None:
+            o.max_capacity = max_capacity
+        if mode is not None:
+            o.mode = mode
+        if max_producers is not None:
+            o.max_producers = max_producers
+        if block_timeout is not None:
+            o.block_timeout_ms = int(round(block_timeout * 1000))
+        if lease is not None:
+            o.lease_ms = int(round(lease * 1000))
+        if default_lane is not None:
+            o.default_lane = default_lane
+        if dead_letters is not None:
+            o.dead_letters = _name(dead_letters)
+        o.dead_letter_refused = 1 if dead_letter_refused else 0
+        if spin is not None:
+            o.spin_ns = int(spin * 1e9)
+        if stash is not None:
+            o.stash = stash
+        o.priority = 1 if priority else 0
+        lane_array = None
+        if lanes is not None:
+            specs = [None] * lanes if isinstance(lanes, int) else list(lanes)
+            lane_array = (_capi.LaneOptions * max(1, len(specs)))()
+            for i, spec in enumerate(specs):
+                lo = lane_array[i]
+                lo.overflow = _capi.DEFAULT
+                if isinstance(spec, int):
+                    lo.capacity = spec
+                elif isinstance(spec, dict):
+                    unknown = set(spec) - {"capacity", "overflow", "max_capacity"}
+                    if unknown:
+                        raise TypeError(f"lane {i}: unknown keys {sorted(unknown)}")
+                    lo.capacity = spec.get("capacity") or 0
+                    if spec.get("overflow") is not None:
+                        lo.overflow = _policy_code(spec["overflow"])
+                    lo.max_capacity = spec.get("max_capacity") or 0
+                elif spec is not None:
+                    raise TypeError(f"lane {i}: an int (capacity), a dict or None, not {type(spec).__name__}")
+            o.lane_count = len(specs)
+            o.lanes = ctypes.cast(lane_array, ctypes.POINTER(_capi.LaneOptions))
+        out = c_void_p()
+        _check(_lib.shmbox_box_create(_name(name), byref(o), byref(out)))
+        return cls(out.value)
+
+    @classmethod
+    def open(cls, name, any_owner=False):
+        """Opens existing box `name` (:class:`NotFound` if there is none). A segment owned by
+        another user is refused (:class:`PermissionDenied`) unless `any_owner` is true."""
+        out = c_void_p()
+        _check(_lib.shmbox_box_open(_name(name), 1 if any_owner else 0, byref(out)))
+        return cls(out.value)
+
+    @classmethod
+    def inspect(cls, name):
+        """Opens existing box `name` read-only, to look at it (info, counters)."""
+        out = c_void_p()
+        _check(_lib.shmbox_box_inspect(_name(name), byref(out)))
+        return cls(out.value)
+
+    @staticmethod
+    def remove(name, missing_ok=False):
+        """Removes box `name` (processes that have it mapped keep using it).
+        Raises :class:`NotFound` if there is none, unless `missing_ok`."""
+        code = _lib.shmbox_box_remove(_name(name))
+        if code == _errors.NotFound.code and missing_ok:
+            return
+        _check(code)
+
+    @staticmethod
+    def list():
+        """The names of every shmbox segment in /dev/shm (valid or not), sorted."""
+        names = []
+
+        def collect(_ctx, name):
+            names.append(name.decode(errors="surrogateescape"))
+
+        fn = _capi.NAME_FN(collect)
+        _check(_lib.shmbox_box_list(fn, None))
+        return sorted(names)
+
+    @staticmethod
+    def validate_name(name):
+        """Raises :class:`InvalidName` if `name` is not a valid box name."""
+        _check(_lib.shmbox_validate_name(_name(name)))
+
+    @staticmethod
+    def verify(name):
+        """Checks box `name` against every invariant: (ok, [one sentence per problem])."""
+        problems = []
+
+        def collect(_ctx, problem):
+            problems.append(problem.decode(errors="replace"))
+
+        fn = _capi.PROBLEM_FN(collect)
+        ok = c_int(0)
+        _check(_lib.shmbox_verify(_name(name), fn, None, byref(ok)))
+        return bool(ok.value), problems
+
+    @property
+    def name(self):
+        """The box's name."""
+        return _lib.shmbox_box_name(self._p()).decode()
+
+    @property
+    def capacity(self):
+        """Messages all lanes hold together."""
+        return _lib.shmbox_box_capacity(self._p())
+
+    @property
+    def slot_size(self):
+        """The largest message, in bytes."""
+        return _lib.shmbox_box_slot_size(self._p())
+
+    @property
+    def lane_count(self):
+        """How many lanes the box has (lane 0 is the control lane)."""
+        return _lib.shmbox_box_lane_count(self._p())
+
+    @property
+    def default_lane(self):
+        """The lane of a plain post."""
+        return _lib.shmbox_box_default_lane(self._p())
+
+    @property
+    def overflow(self):
+        """The box's overflow :class:`Policy`."""
+        return _enum_name(_POLICIES, _lib.shmbox_box_overflow(self._p()))
+
+    @property
+    def depth(self):
+        """Messages in the box now (exact when idle)."""
+        return _lib.shmbox_box_depth(self._p())
+
+    def counters(self):
+        """The box's counters (all lanes) as a dict: posted, stored, delivered, rejected, ...
+
+        Every message posted ends in exactly one of them, or in the box::
+
+            posted == delivered + rejected + too_large + timeouts + dropped_newest
+                      + dropped_oldest + filtered + abandoned + aborted + depth
+        """
+        c = _capi.Counters()
+        c.struct_size = ctypes.sizeof(c)
+        _check(_lib.shmbox_box_counters(self._p(), byref(c)))
+        return _counters_dict(c)
+
+    def info(self):
+        """A snapshot of the box, read without locks, as a dict.
+
+        Keys: name, capacity, slot_size, overflow, mode, uid, depth,
+        segment_bytes, max_producers, producers_attached, block_timeout,
+        lease, spin (seconds), default_lane, stash, parked, priority, buffer,
+        dead_letters, orphaned, accepts_requests, epoch, owner (a dict: pid,
+        alive, expired, same_namespace, pid_ns, epoch, mode; None when the box
+        has no owner), lanes (a list of dicts: lane, capacity, max_capacity,
+        overflow, depth, parked, counters), heirs (a list of dicts in
+        registration order: entry, pid, alive, listener, same_namespace,
+        pid_ns, data), last_transfer (a dict as :meth:`Transfer.as_dict`, or
+        None when the box never changed owner) and counters (all lanes).
+        """
+        b = self._p()
+        lanes = (_capi.LaneInfo * _capi.MAX_LANES)()
+        for li in lanes:
+            li.struct_size = ctypes.sizeof(li)
+            li.count.struct_size = ctypes.sizeof(li.count)
+        heir_cap = 16
+        while True:
+            heirs = (_capi.HeirInfo * heir_cap)()
+            for h in heirs:
+                h.struct_size = ctypes.sizeof(h)
+            i = _capi.Info()
+            i.struct_size = ctypes.sizeof(i)
+            i.last_transfer.struct_size = ctypes.sizeof(i.last_transfer)
+            i.count.struct_size = ctypes.sizeof(i.count)
+            _check(_lib.shmbox_box_info(b, byref(i), lanes, len(lanes), heirs, heir_cap))
+            if i.heir_count <= heir_cap:
+                break
+            heir_cap = i.heir_count
+        t = i.last_transfer
+        return {
+            "name": self.name,
+            "capacity": i.capacity,
+            "slot_size": i.slot_size,
+            "overflow": _enum_name(_POLICIES, i.overflow),
+            "mode": i.mode,
+            "uid": i.uid,
+            "depth": i.depth,
+            "segment_bytes": i.segment_bytes,
+            "max_producers": i.max_producers,
+            "producers_attached": i.producers_attached,
+            "block_timeout": i.block_timeout_ms / 1000,
+            "lease": i.lease_ms / 1000,
+            "spin": i.spin_ns / 1e9,
+            "default_lane": i.default_lane,
+            "stash": i.stash,
+            "parked": i.parked,
+            "priority": bool(i.priority),
+            "buffer": i.buffer.decode(errors="replace"),
+            "dead_letters": i.dead_letters.decode(errors="replace"),
+            "orphaned": bool(i.orphaned),
+            "accepts_requests": bool(i.accepts_requests),
+            "epoch": i.epoch,
+            "owner": None if i.owner_pid == 0 else {
+                "pid": i.owner_pid,
+                "alive": bool(i.owner_alive),
+                "expired": bool(i.owner_expired),
+                "same_namespace": bool(i.owner_same_namespace),
+                "pid_ns": i.owner_pid_ns,
+                "epoch": i.epoch,
+                "mode": _enum_name(_OWNER_MODES, i.owner_mode),
+            },
+            "lanes": [{
+                "lane": n,
+                "capacity": li.capacity,
+                "max_capacity": li.max_capacity,
+                "overflow": _enum_name(_POLICIES, li.overflow),
+                "depth": li.depth,
+                "parked": li.parked,
+                "counters": _counters_dict(li.count),
+            } for n, li in enumerate(lanes[:min(i.lane_count, len(lanes))])],
+            "heirs": [{
+                "entry": h.entry,
+                "pid": h.pid,
+                "alive": bool(h.alive),
+                "listener": bool(h.listener),
+                "same_namespace": bool(h.same_namespace),
+                "pid_ns": h.pid_ns,
+                "data": h.data,
+            } for h in heirs[:min(i.heir_count, heir_cap)]],
+            "last_transfer": None if t.epoch == 0 else _transfer(t).as_dict(),
+            "counters": _counters_dict(i.count),
+        }
+
+    def resize(self, limit, lane=None):
+        """Moves lane `lane`'s limit (None: the only lane) to `limit` messages, between 1 and its
+        max_capacity, while producers and the owner run. Returns a dict: lane, before, after,
+        max_capacity, dropped (messages a shrink dropped by the lane's policy)."""
+        r = _capi.ResizeReport()
+        r.struct_size = ctypes.sizeof(r)
+        _check(_lib.shmbox_box_resize(self._p(), limit, _capi.DEFAULT if lane is None else lane, byref(r)))
+        return {"lane": r.lane, "before": r.before, "after": r.after, "max_capacity": r.max_capacity,
+                "dropped": r.dropped}
+
+    def request_give_away(self, pid, timeout=10.0):
+        """Asks the owner (if it accepts requests) to give the box to process `pid` of this pid
+        namespace, which waits for it as heir or listener; returns once it did. Raises
+        :class:`Refused`, :class:`NotOwner`, :class:`TimedOut`, ..."""
+        _check(_lib.shmbox_box_request_give_away(self._p(), pid, _ns(timeout)))
+
+    def request_give_away_to_heir(self, entry, timeout=10.0):
+        """The same for heir-table entry `entry` (any pid namespace)."""
+        _check(_lib.shmbox_box_request_give_away_to_heir(self._p(), entry, _ns(timeout)))
+
+    def __repr__(self):
+        return f"<shmbox.Box {self.name!r}>" if not self.closed else "<shmbox.Box (closed)>"
+
+
+# ---- Producer ------------------------------------------------------------------------
+
+
+class Producer(_Handle):
+    """A producer entry in a box: posts messages. Any number of processes (and handles) post at once."""
+
+    _close_fn = "shmbox_producer_close"
+
+    @classmethod
+    def attach(cls, box):
+        """Takes a producer entry in `box` (a name or an open :class:`Box`).
+        Raises :class:`NotFound`, :class:`ProducerTableFull`, ..."""
+        out = c_void_p()
+        if isinstance(box, Box):
+            _check(_lib.shmbox_producer_attach_box(box._p(), byref(out)))
+        else:
+            _check(_lib.shmbox_producer_attach(_name(box), byref(out)))
+        return cls(out.value)
+
+    def __init__(self, ptr):
+        super().__init__(ptr)
+        self._opts = _capi.PostOptions()
+        self._status = c_int(0)
+
+    def _options(self, lane, timeout, priority):
+        o = self._opts
+        _lib.shmbox_post_options_init(byref(o))
+        o.struct_size = ctypes.sizeof(o)
+        if lane is not None:
+            o.lane = lane
+        if timeout is not BOX_DEFAULT:
+            o.timeout_ns = _ns(timeout)
+        if priority is not None:
+            o.has_priority = 1
+            o.priority = priority
+        return o
+
+    def _outcome(self, st, size):
+        if st == _capi.POST_ERROR:
+            raise _error(_lib.shmbox_producer_last_error(self._ptr))
+        return _POST_STATUSES[st]
+
+    def post(self, data, lane=None, timeout=BOX_DEFAULT, priority=None):
+        """Posts one message.
+
+        Args:
+            data: the message (bytes; a str is posted UTF-8 encoded).
+            lane: the lane (None: the box's default lane; 0: the control lane).
+            timeout: seconds a post into a full 'block' box waits (None: for
+                ever; default: the box's block_timeout).
+            priority: this message's priority (priority boxes: lowest first).
+
+        Returns:
+            a :class:`PostStatus`: 'stored', 'stored-evicted' (drop-oldest,
+            lifo), 'dropped' (drop-newest), 'full' (reject) or 'timeout'
+            (block). A full box is an outcome, not an error.
+
+        Raises:
+            TooLarge: the message is larger than the box's slot size (it is
+                counted as too_large, as in every language).
+            Error: the box cannot be used (a corrupt segment, ...).
+        """
+        data = _bytes(data)
+        p = self._p()
+        if lane is None and timeout is BOX_DEFAULT and priority is None:
+            st = _lib.shmbox_post(p, data, len(data))
+        else:
+            st = _lib.shmbox_post_ex(p, data, len(data), byref(self._options(lane, timeout, priority)))
+        if st == _capi.STORED:
+            return PostStatus.STORED
+        if st == _capi.POST_TOO_LARGE:
+            raise self._too_large(len(data))
+        return self._outcome(st, len(data))
+
+    def _too_large(self, size):
+        if _lib.shmbox_last_error() == _capi.E_TOO_LARGE:
+            return _error(_capi.E_TOO_LARGE)
+        return TooLarge(f"message of {size} bytes is larger than the box's slot size "
+                        f"({self.max_message_size} bytes); nothing was stored", _capi.E_TOO_LARGE)
+
+    def post_batch(self, messages, lane=None, timeout=BOX_DEFAULT, priority=None):
+        """Posts messages in order until one is not stored.
+
+        Returns a :class:`BatchResult` (stored, status): the first `stored`
+        messages are in the box; `status` is the outcome of the first one that
+        was not (it may be 'too-large': a batch reports outcomes and does not
+        raise for them), or of the last one when all were stored. The
+        arguments are those of :meth:`post`.
+        """
+        msgs = [_bytes(m) for m in messages]
+        n = len(msgs)
+        if n == 0:
+            return BatchResult(0, PostStatus.STORED)
+        ptrs = (ctypes.c_char_p * n)(*msgs)
+        sizes = (c_size_t * n)(*map(len, msgs))
+        last = c_int(0)
+        opts = None if lane is None and timeout is BOX_DEFAULT and priority is None \
+            else byref(self._options(lane, timeout, priority))
+        k = _lib.shmbox_post_batch(self._p(), ctypes.cast(ptrs, ctypes.POINTER(c_void_p)), sizes, n, opts,
+                                   byref(last))
+        if last.value == _capi.POST_ERROR:
+            raise _error(_lib.shmbox_producer_last_error(self._ptr))
+        return BatchResult(k, _POST_STATUSES[last.value])
+
+    @property
+    def max_message_size(self):
+        """The largest message the box takes, in bytes."""
+        return _lib.shmbox_producer_max_message_size(self._p())
+
+    @property
+    def last_evicted(self):
+        """Messages the most recent post evicted (drop-oldest) or replaced (lifo)."""
+        return _lib.shmbox_producer_last_evicted(self._p())
+
+    @property
+    def entry(self):
+        """This handle's entry in the box's producer table."""
+        return _lib.shmbox_producer_entry(self._p())
+
+
+# ---- Owner -----------------------------------------------------------------------------
+
+
+class Owner(_Handle):
+    """The owner of a box: the one process that receives its messages.
+
+    Closing the handle (or leaving its ``with`` block) releases the box to its
+    first live heir, if any; the messages stay. Iterating over an owner
+    receives for ever (``for msg in owner: ...``).
+    """
+
+    _close_fn = "shmbox_owner_close"
+
+    @classmethod
+    def acquire(cls, name):
+        """Takes ownership of box `name`. Raises :class:`NotOwner` when another live process owns
+        it; a dead owner's box is taken over with its messages."""
+        box = Box.open(name)
+        try:
+            out = c_void_p()
+            _check(_lib.shmbox_owner_acquire_box(box._p(), byref(out)))
+        except BaseException:
+            box.close()
+            raise
+        return cls(out.value, box.name, box)
+
+    def __init__(self, ptr, name, box=None):
+        super().__init__(ptr)
+        self.name = name  #: the box's name
+        self._box = box
+        self._buf = None
+        self._size = c_size_t(0)
+        self._info = _capi.MsgInfo()
+        self._filter = None  # the active filter's C callback, kept alive while armed
+        self._filter_error = None
+
+    def close(self):
+        """Releases the box (to its first live heir, if any) and frees the handle."""
+        super().close()
+        box, self._box = self._box, None
+        if box is not None:
+            box.close()
+
+    @property
+    def box(self):
+        """A :class:`Box` handle on the owned box (for info(), counters(), slot_size)."""
+        if self._box is None:
+            self._p()
+            self._box = Box.inspect(self.name)
+        return self._box
+
+    def info(self):
+        """The box's :meth:`Box.info` dict."""
+        return self.box.info()
+
+    def counters(self):
+        """The box's :meth:`Box.counters` dict."""
+        return self.box.counters()
+
+    def _receive_status(self, st):
+        if st == _capi.RECV_NOT_OWNER:
+            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+        raise _error(_lib.shmbox_owner_last_error(self._ptr))
+
+    def receive(self, timeout=None):
+        """Waits up to `timeout` seconds (None: for ever) for one message.
+
+        Returns a :class:`Message` (data, lane, redelivered), or None when
+        nothing arrived in time. Raises :class:`NotOwner` once this handle
+        lost the box (given away, or a lease expired).
+        """
+        p = self._p()
+        if self._buf is None:
+            self._buf = ctypes.create_string_buffer(max(1, self.box.slot_size))
+        buf, size, info = self._buf, self._size, self._info
+        cap = len(buf)
+        st = _sliced(lambda ns: _lib.shmbox_receive(p, buf, cap, byref(size), byref(info), ns), timeout,
+                     _capi.RECV_TIMEOUT)
+        if st == _capi.RECV_OK:
+            return Message(ctypes.string_at(buf, size.value), info.lane, bool(info.redelivered))
+        if st == _capi.RECV_TIMEOUT:
+            return None
+        self._receive_status(st)
+
+    def try_receive(self):
+        """One message if one is there now, else None (never waits)."""
+        return self.receive(0)
+
+    def __iter__(self):
+        """Receives for ever: ``for msg in owner:`` (stop with break; raises NotOwner once the box is lost)."""
+        while True:
+            m = self.receive(None)
+            if m is not None:
+                yield m
+
+    def _batch(self, count):
+        p = self._ptr
+        data = c_void_p()
+        size = c_size_t(0)
+        info = _capi.MsgInfo()
+        out = []
+        for i in range(count):
+            _check(_lib.shmbox_batch_message(p, i, byref(data), byref(size), byref(info)))
+            out.append(Message(ctypes.string_at(data, size.value), info.lane, bool(info.redelivered)))
+        return out
+
+    def receive_batch(self, max=64, timeout=None):
+        """Receives up to `max` messages, waiting up to `timeout` seconds (None: for ever) for the
+        first. Returns a list of :class:`Message` (empty when nothing arrived in time)."""
+        p = self._p()
+        count = c_size_t(0)
+        st = _sliced(lambda ns: _lib.shmbox_receive_batch(p, max, ns, byref(count)), timeout, _capi.RECV_TIMEOUT)
+        if st == _capi.RECV_OK:
+            return self._batch(count.value)
+        if st in (_capi.RECV_TIMEOUT, _capi.RECV_EMPTY):
+            return []
+        self._receive_status(st)
+
+    def read(self, max=64, timeout=None):
+        """Two-phase receive: up to `max` messages, not committed. If this process dies before
+        :meth:`commit`, the next owner receives them again, flagged redelivered."""
+        p = self._p()
+        count = c_size_t(0)
+        st = _sliced(lambda ns: _lib.shmbox_read(p, max, ns, byref(count)), timeout, _capi.RECV_TIMEOUT)
+        if st == _capi.RECV_OK:
+            return self._batch(count.value)
+        if st in (_capi.RECV_TIMEOUT, _capi.RECV_EMPTY):
+            return []
+        self._receive_status(st)
+
+    def commit(self):
+        """Commits everything :meth:`read`. Raises :class:`NotOwner` if the box was taken
+        meanwhile (``e.lost``: how many went back to the next owner)."""
+        lost = c_size_t(0)
+        st = _lib.shmbox_commit(self._p(), byref(lost))
+        if st == _capi.RECV_OK:
+            return
+        if st == _capi.RECV_NOT_OWNER:
+            e = NotOwner(f"box '{self.name}' was taken before the commit; {lost.value} messages went back "
+                         "to the next owner", _capi.E_NOT_OWNER)
+            e.lost = lost.value
+            raise e
+        self._receive_status(st)
+
+    # -- pobox's owner states
+
+    @property
+    def mode(self):
+        """The box's :class:`OwnerMode`: 'passive', 'notify' or 'active'."""
+        return _enum_name(_OWNER_MODES, _lib.shmbox_owner_mode(self._p()))
+
+    def passive(self):
+        """Disarms: messages accumulate, nothing is signalled."""
+        _lib.shmbox_owner_passive(self._p())
+
+    def notify(self):
+        """Arms notify (one-shot): :meth:`wait` returns kind 'notified' (and :meth:`notify_fd`
+        becomes readable) once data is there."""
+        _lib.shmbox_owner_notify(self._p())
+
+    def _c_filter(self, fn):
+        if fn is None:
+            return _capi.FILTER_FN()
+
+        def call(_ctx, data, size_p, cap):
+            try:
+                verdict = fn(ctypes.string_at(data, size_p[0]))
+                if verdict is None or verdict is True or verdict == "deliver":
+                    return _capi.VERDICT_DELIVER
+                if verdict is False or verdict == "drop":
+                    return _capi.VERDICT_DROP
+                if verdict == "skip":
+                    return _capi.VERDICT_SKIP
+                new = _bytes(verdict, "filter result")
+                if len(new) > cap:
+                    raise TooLarge(f"the filter returned {len(new)} bytes; at most {cap} fit", _capi.E_TOO_LARGE)
+                ctypes.memmove(data, new, len(new))
+                size_p[0] = len(new)
+                return _capi.VERDICT_DELIVER
+            except BaseException as e:  # raised again by wait()/deliver(); this message stays
+                self._filter_error = e
+                return _capi.VERDICT_SKIP
+
+        return _capi.FILTER_FN(call)
+
+    def active(self, max=None, filter=None):
+        """Arms active (one-shot): :meth:`wait` delivers up to `max` messages (None: all there)
+        through `filter` as soon as data is there.
+
+        `filter(data: bytes)` returns what to do with each message, in
+        delivery order: True/None/'deliver', False/'drop' (counted as
+        filtered), 'skip' (stop here; the rest stays), or bytes to deliver
+        instead (rewritten in place, at most the slot size). An exception in
+        the filter stops the delivery there and is raised by :meth:`wait`.
+        """
+        self._filter = self._c_filter(filter)
+        _lib.shmbox_owner_active(self._p(), self._filter, None, ctypes.c_size_t(-1).value if max is None else max)
+
+    def _event(self, ev, dropped):
+        err, self._filter_error = self._filter_error, None
+        if err is not None:
+            raise err
+        if ev == _capi.EVENT_NONE:
+            return Event(EventKind.NONE, [], dropped)
+        if ev == _capi.EVENT_NOTIFIED:
+            return Event(EventKind.NOTIFIED, [], dropped)
+        if ev == _capi.EVENT_DELIVERED:
+            return Event(EventKind.DELIVERED, self._batch(_lib.shmbox_batch_size(self._ptr)), dropped)
+        if ev == _capi.EVENT_NOT_OWNER:
+            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+        raise _error(_lib.shmbox_owner_last_error(self._ptr))
+
+    def wait(self, timeout=None):
+        """Waits up to `timeout` seconds (None: for ever) for the armed state to fire; serves
+        give-away requests meanwhile.
+
+        Returns an :class:`Event` (kind, messages, dropped): kind 'none' (the
+        timeout passed), 'notified' (notify fired: receive what is there) or
+        'delivered' (active fired: `messages` is the delivery; `dropped`
+        counts drops since the last delivery plus the filter's).
+        """
+        p = self._p()
+        dropped = c_uint64(0)
+        ev = _sliced(lambda ns: _lib.shmbox_owner_wait(p, ns, byref(dropped)), timeout, _capi.EVENT_NONE)
+        return self._event(ev, dropped.value)
+
+    def deliver(self, max=None, filter=None):
+        """A delivery now, whatever the state, of up to `max` messages (None: all) through
+        `filter` (see :meth:`active`). Returns an :class:`Event`: kind 'delivered' or 'none'
+        (the box was empty)."""
+        dropped = c_uint64(0)
+        fn = self._c_filter(filter)
+        st = _lib.shmbox_owner_deliver(self._p(), ctypes.c_size_t(-1).value if max is None else max, fn, None,
+                                       byref(dropped))
+        err, self._filter_error = self._filter_error, None
+        if err is not None:
+            raise err
+        if st == _capi.RECV_OK:
+            return Event(EventKind.DELIVERED, self._batch(_lib.shmbox_batch_size(self._ptr)), dropped.value)
+        if st == _capi.RECV_EMPTY:
+            return Event(EventKind.NONE, [], dropped.value)
+        self._receive_status(st)
+
+    def notify_fd(self):
+        """A file descriptor for poll/select/asyncio (owned by this handle; do not close it):
+        readable when an armed notify or active fired. Then call ``wait(0)``.
+
+        Example with asyncio::
+
+            owner.notify()
+            loop.add_reader(owner.notify_fd(), on_ready)   # on_ready: owner.wait(0), receive, notify()
+        """
+        fd = _lib.shmbox_owner_notify_fd(self._p())
+        if fd < 0:
+            raise _error(_lib.shmbox_last_error() or _lib.shmbox_owner_last_error(self._ptr) or 18)
+        return fd
+
+    # -- ownership
+
+    def give_away(self, pid, data=b"", timeout=10.0):
+        """Hands the box to process `pid` (of this pid namespace), which waits for it as heir or
+        listener, with `data` (up to 64 bytes) in its transfer record. Returns True once it owns
+        the box (this handle then no longer does), False with nothing changed."""
+        data = _bytes(data, "give-away data")
+        r = _lib.shmbox_owner_give_away(self._p(), pid, data, len(data), _ns(timeout))
+        if r < 0:
+            raise _error(-r)
+        return r == 1
+
+    def give_away_to_heir(self, entry, data=b"", timeout=10.0):
+        """The same for heir-table entry `entry`, in any pid namespace."""
+        data = _bytes(data, "give-away data")
+        r = _lib.shmbox_owner_give_away_to_heir(self._p(), entry, data, len(data), _ns(timeout))
+        if r < 0:
+            raise _error(-r)
+        return r == 1
+
+    def accept_give_away_requests(self, accept=True):
+        """Serve (or not) give-away requests (:meth:`Box.request_give_away`, ``shmbox give-away``)."""
+        _lib.shmbox_owner_accept_give_away_requests(self._p(), 1 if accept else 0)
+
+    def renew(self):
+        """Renews the lease of a box created with one (receiving renews it too)."""
+        _lib.shmbox_owner_renew(self._p())
+
+    def transfer(self):
+        """How this owner got the box: a :class:`Transfer` (reason 'none' for a plain acquire)."""
+        t = _capi.Transfer()
+        t.struct_size = ctypes.sizeof(t)
+        _check(_lib.shmbox_owner_transfer(self._p(), byref(t)))
+        return _transfer(t)
+
+    @property
+    def epoch(self):
+        """The epoch this handle owns the box under (+1 on every change of owner)."""
+        return _lib.shmbox_owner_epoch(self._p())
+
+    def __repr__(self):
+        return f"<shmbox.Owner {self.name!r}{' (closed)' if self.closed else ''}>"
+
+
+# ---- Heir ------------------------------------------------------------------------------
+
+
+class Heir(_Handle):
+    """An entry in a box's heir table: waits to be given the box (owner died, give-away)."""
+
+    _close_fn = "shmbox_heir_close"
+
+    def __init__(self, ptr, name):
+        super().__init__(ptr)
+        self.name = name  #: the box's name
+
+    @classmethod
+    def enlist(cls, name, data=b""):
+        """Registers this process as an heir of box `name`, with `data` (up to 64 bytes) handed
+        over in the transfer record. Heirs take over in registration order."""
+        data = _bytes(data, "heir data")
+        out = c_void_p()
+        _check(_lib.shmbox_heir_enlist(_name(name), data, len(data), byref(out)))
+        return cls(out.value, _name(name).decode())
+
+    @classmethod
+    def listen(cls, name):
+        """Waits only for give-away offers to this process (not for the owner's death)."""
+        out = c_void_p()
+        _check(_lib.shmbox_heir_listen(_name(name), byref(out)))
+        return cls(out.value, _name(name).decode())
+
+    def await_transfer(self, timeout=None):
+        """Waits up to `timeout` seconds (None: for ever) to be given the box.
+
+        Returns the new :class:`Owner` (its :meth:`Owner.transfer` says how),
+        or None when the timeout passed.
+        """
+        h = self._p()
+        out = c_void_p()
+        code = _sliced(lambda ns: _lib.shmbox_heir_await(h, ns, byref(out)), timeout, _capi.E_TIMED_OUT)
+        if code == 0:
+            return Owner(out.value, self.name)
+        if code == _capi.E_TIMED_OUT:
+            return None
+        raise _error(code)
+
+    def fd(self):
+        """A file descriptor for poll/select/asyncio: readable when ``await_transfer(0)`` may succeed."""
+        fd = _lib.shmbox_heir_fd(self._p())
+        if fd < 0:
+            raise _error(_lib.shmbox_last_error() or 18)
+        return fd
+
+    @property
+    def position(self):
+        """0 when this process is next in line (listeners: always 0)."""
+        return _lib.shmbox_heir_position(self._p())
+
+    def __repr__(self):
+        return f"<shmbox.Heir {self.name!r}{' (closed)' if self.closed else ''}>"

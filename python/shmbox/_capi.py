@@ -1,0 +1,333 @@
+"""ctypes declarations of the C API (include/shmbox/shmbox.h).
+
+Private: the public classes are in shmbox/__init__.py. Every struct here
+mirrors its C counterpart field for field, in order (tests/test_layout.py
+compares sizes and offsets with a C compiler's when one is there), and every
+function the package calls has its argtypes and restype declared, so ctypes
+never guesses an int.
+
+The library is found by :func:`load`: the path in the environment variable
+SHMBOX_LIBRARY, else ``ctypes.util.find_library('shmbox')``, else the soname
+``libshmbox.so.0``.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64,
+                    c_void_p, CFUNCTYPE)
+
+# ---- constants (shmbox.h) ------------------------------------------------
+
+FOREVER = -1   # SHMBOX_FOREVER
+DEFAULT = -1   # SHMBOX_DEFAULT
+MAX_LANES = 8  # SHMBOX_MAX_LANES
+MAX_NAME = 128  # SHMBOX_MAX_NAME
+
+# enum shmbox_post_status
+STORED, STORED_EVICTED, DROPPED, FULL, TIMEOUT, POST_TOO_LARGE, POST_ERROR = range(7)
+# enum shmbox_recv_status
+RECV_OK, RECV_EMPTY, RECV_TIMEOUT, RECV_NOT_OWNER, RECV_ERROR = range(5)
+# enum shmbox_event
+EVENT_NONE, EVENT_NOTIFIED, EVENT_DELIVERED, EVENT_NOT_OWNER, EVENT_ERROR = range(5)
+# enum shmbox_verdict
+VERDICT_DELIVER, VERDICT_DROP, VERDICT_SKIP = range(3)
+# error codes used by the package itself
+E_INVALID_ARGUMENT = 2
+E_NOT_OWNER = 13
+E_TOO_LARGE = 7
+E_TIMED_OUT = 17
+
+# ---- structs ---------------------------------------------------------------
+
+
+class LaneOptions(Structure):
+    """struct shmbox_lane_options"""
+    _fields_ = [
+        ("capacity", c_uint32),
+        ("overflow", c_int32),
+        ("max_capacity", c_uint32),
+    ]
+
+
+class Options(Structure):
+    """struct shmbox_options"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("capacity", c_uint32),
+        ("max_capacity", c_uint32),
+        ("slot_size", c_uint32),
+        ("overflow", c_int32),
+        ("mode", c_uint32),
+        ("max_producers", c_uint32),
+        ("block_timeout_ms", c_int64),
+        ("lease_ms", c_int64),
+        ("lane_count", c_uint32),
+        ("lanes", POINTER(LaneOptions)),
+        ("default_lane", c_int32),
+        ("dead_letters", c_char_p),
+        ("dead_letter_refused", c_int32),
+        ("spin_ns", c_int64),
+        ("stash", c_uint32),
+        ("priority", c_int32),
+    ]
+
+
+COUNTER_FIELDS = ("posted", "stored", "delivered", "rejected", "too_large", "timeouts", "dropped_newest",
+                  "dropped_oldest", "shrunk", "filtered", "buffer_dropped", "abandoned", "aborted", "redelivered",
+                  "dead_lettered", "dead_letter_failed", "stashed", "unstashed")
+
+
+class Counters(Structure):
+    """struct shmbox_counters"""
+    _fields_ = [("struct_size", c_uint32), ("reserved_", c_uint32)] + [(f, c_uint64) for f in COUNTER_FIELDS]
+
+
+class ResizeReport(Structure):
+    """struct shmbox_resize_report"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("lane", c_uint32),
+        ("before", c_uint32),
+        ("after", c_uint32),
+        ("max_capacity", c_uint32),
+        ("dropped", c_uint64),
+    ]
+
+
+class LaneInfo(Structure):
+    """struct shmbox_lane_info"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("capacity", c_uint32),
+        ("max_capacity", c_uint32),
+        ("overflow", c_int32),
+        ("depth", c_uint64),
+        ("parked", c_uint64),
+        ("count", Counters),
+    ]
+
+
+class HeirInfo(Structure):
+    """struct shmbox_heir_info"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("entry", c_uint32),
+        ("pid", c_uint32),
+        ("same_namespace", c_int32),
+        ("alive", c_int32),
+        ("listener", c_int32),
+        ("pid_ns", c_uint64),
+        ("data", c_char * 65),
+    ]
+
+
+class Transfer(Structure):
+    """struct shmbox_transfer"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("reason", c_int32),
+        ("from_pid", c_uint32),
+        ("to_pid", c_uint32),
+        ("from_pid_ns", c_uint64),
+        ("to_pid_ns", c_uint64),
+        ("epoch", c_uint64),
+        ("data_size", c_uint32),
+        ("data", c_char * 65),
+    ]
+
+
+class Info(Structure):
+    """struct shmbox_info"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("capacity", c_uint32),
+        ("slot_size", c_uint32),
+        ("max_producers", c_uint32),
+        ("producers_attached", c_uint32),
+        ("overflow", c_int32),
+        ("mode", c_uint32),
+        ("uid", c_uint32),
+        ("depth", c_uint64),
+        ("segment_bytes", c_uint64),
+        ("block_timeout_ms", c_int64),
+        ("lease_ms", c_int64),
+        ("spin_ns", c_int64),
+        ("owner_pid", c_uint32),
+        ("owner_alive", c_int32),
+        ("owner_expired", c_int32),
+        ("owner_same_namespace", c_int32),
+        ("owner_pid_ns", c_uint64),
+        ("epoch", c_uint64),
+        ("owner_mode", c_int32),
+        ("accepts_requests", c_int32),
+        ("orphaned", c_int32),
+        ("lane_count", c_uint32),
+        ("heir_count", c_uint32),
+        ("default_lane", c_uint32),
+        ("stash", c_uint32),
+        ("parked", c_uint64),
+        ("priority", c_int32),
+        ("buffer", c_char * 49),
+        ("dead_letters", c_char * 129),
+        ("last_transfer", Transfer),
+        ("count", Counters),
+    ]
+
+
+class PostOptions(Structure):
+    """struct shmbox_post_options"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("lane", c_int32),
+        ("timeout_ns", c_int64),
+        ("spin_ns", c_int64),
+        ("has_priority", c_int32),
+        ("reserved_", c_int32),
+        ("priority", c_int64),
+    ]
+
+
+class MsgInfo(Structure):
+    """struct shmbox_msg_info"""
+    _fields_ = [("lane", c_uint32), ("redelivered", c_int32)]
+
+
+# Every struct the package mirrors, by its C name (tests/test_layout.py).
+STRUCTS = {
+    "shmbox_lane_options": LaneOptions,
+    "shmbox_options": Options,
+    "shmbox_counters": Counters,
+    "shmbox_resize_report": ResizeReport,
+    "shmbox_lane_info": LaneInfo,
+    "shmbox_heir_info": HeirInfo,
+    "shmbox_transfer": Transfer,
+    "shmbox_info": Info,
+    "shmbox_post_options": PostOptions,
+    "shmbox_msg_info": MsgInfo,
+}
+
+# Callback types.
+NAME_FN = CFUNCTYPE(None, c_void_p, c_char_p)                 # shmbox_box_list
+PROBLEM_FN = CFUNCTYPE(None, c_void_p, c_char_p)              # shmbox_verify
+FILTER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_size_t), c_size_t)  # shmbox_filter_fn
+
+box_p = c_void_p
+producer_p = c_void_p
+owner_p = c_void_p
+heir_p = c_void_p
+
+# name: (restype, argtypes)
+SIGNATURES = {
+    "shmbox_version": (c_char_p, []),
+    "shmbox_strerror": (c_char_p, [c_int]),
+    "shmbox_last_error_message": (c_char_p, []),
+    "shmbox_last_error": (c_int, []),
+    # boxes
+    "shmbox_options_init": (None, [POINTER(Options)]),
+    "shmbox_box_create": (c_int, [c_char_p, POINTER(Options), POINTER(box_p)]),
+    "shmbox_box_open": (c_int, [c_char_p, c_int, POINTER(box_p)]),
+    "shmbox_box_inspect": (c_int, [c_char_p, POINTER(box_p)]),
+    "shmbox_box_close": (None, [box_p]),
+    "shmbox_box_remove": (c_int, [c_char_p]),
+    "shmbox_validate_name": (c_int, [c_char_p]),
+    "shmbox_box_list": (c_int, [NAME_FN, c_void_p]),
+    "shmbox_box_name": (c_char_p, [box_p]),
+    "shmbox_box_capacity": (c_uint32, [box_p]),
+    "shmbox_box_slot_size": (c_uint32, [box_p]),
+    "shmbox_box_lane_count": (c_uint32, [box_p]),
+    "shmbox_box_default_lane": (c_uint32, [box_p]),
+    "shmbox_box_overflow": (c_int, [box_p]),
+    "shmbox_box_depth": (c_uint64, [box_p]),
+    "shmbox_box_counters": (c_int, [box_p, POINTER(Counters)]),
+    "shmbox_box_resize": (c_int, [box_p, c_uint32, c_int32, POINTER(ResizeReport)]),
+    "shmbox_box_request_give_away": (c_int, [box_p, c_uint32, c_int64]),
+    "shmbox_box_request_give_away_to_heir": (c_int, [box_p, c_uint32, c_int64]),
+    "shmbox_box_info": (c_int, [box_p, POINTER(Info), POINTER(LaneInfo), c_size_t, POINTER(HeirInfo), c_size_t]),
+    "shmbox_verify": (c_int, [c_char_p, PROBLEM_FN, c_void_p, POINTER(c_int)]),
+    # producers
+    "shmbox_post_options_init": (None, [POINTER(PostOptions)]),
+    "shmbox_producer_attach": (c_int, [c_char_p, POINTER(producer_p)]),
+    "shmbox_producer_attach_box": (c_int, [box_p, POINTER(producer_p)]),
+    "shmbox_producer_close": (None, [producer_p]),
+    "shmbox_post": (c_int, [producer_p, c_void_p, c_size_t]),
+    "shmbox_post_ex": (c_int, [producer_p, c_void_p, c_size_t, POINTER(PostOptions)]),
+    "shmbox_post_batch": (c_size_t, [producer_p, POINTER(c_void_p), POINTER(c_size_t), c_size_t,
+                                     POINTER(PostOptions), POINTER(c_int)]),
+    "shmbox_producer_max_message_size": (c_uint32, [producer_p]),
+    "shmbox_producer_last_error": (c_int, [producer_p]),
+    "shmbox_producer_last_evicted": (c_uint32, [producer_p]),
+    "shmbox_producer_entry": (c_uint32, [producer_p]),
+    # owners
+    "shmbox_owner_acquire": (c_int, [c_char_p, POINTER(owner_p)]),
+    "shmbox_owner_acquire_box": (c_int, [box_p, POINTER(owner_p)]),
+    "shmbox_owner_close": (None, [owner_p]),
+    "shmbox_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo), c_int64]),
+    "shmbox_try_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo)]),
+    "shmbox_receive_batch": (c_int, [owner_p, c_size_t, c_int64, POINTER(c_size_t)]),
+    "shmbox_batch_message": (c_int, [owner_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t), POINTER(MsgInfo)]),
+    "shmbox_batch_size": (c_size_t, [owner_p]),
+    "shmbox_read": (c_int, [owner_p, c_size_t, c_int64, POINTER(c_size_t)]),
+    "shmbox_commit": (c_int, [owner_p, POINTER(c_size_t)]),
+    "shmbox_owner_mode": (c_int, [owner_p]),
+    "shmbox_owner_passive": (None, [owner_p]),
+    "shmbox_owner_notify": (None, [owner_p]),
+    "shmbox_owner_active": (None, [owner_p, FILTER_FN, c_void_p, c_size_t]),
+    "shmbox_owner_wait": (c_int, [owner_p, c_int64, POINTER(c_uint64)]),
+    "shmbox_owner_deliver": (c_int, [owner_p, c_size_t, FILTER_FN, c_void_p, POINTER(c_uint64)]),
+    "shmbox_owner_notify_fd": (c_int, [owner_p]),
+    "shmbox_owner_give_away": (c_int, [owner_p, c_uint32, c_void_p, c_size_t, c_int64]),
+    "shmbox_owner_give_away_to_heir": (c_int, [owner_p, c_uint32, c_void_p, c_size_t, c_int64]),
+    "shmbox_owner_accept_give_away_requests": (None, [owner_p, c_int]),
+    "shmbox_owner_renew": (None, [owner_p]),
+    "shmbox_owner_transfer": (c_int, [owner_p, POINTER(Transfer)]),
+    "shmbox_owner_epoch": (c_uint64, [owner_p]),
+    "shmbox_owner_last_error": (c_int, [owner_p]),
+    # heirs
+    "shmbox_heir_enlist": (c_int, [c_char_p, c_void_p, c_size_t, POINTER(heir_p)]),
+    "shmbox_heir_listen": (c_int, [c_char_p, POINTER(heir_p)]),
+    "shmbox_heir_close": (None, [heir_p]),
+    "shmbox_heir_await": (c_int, [heir_p, c_int64, POINTER(owner_p)]),
+    "shmbox_heir_fd": (c_int, [heir_p]),
+    "shmbox_heir_position": (c_uint32, [heir_p]),
+}
+
+
+def library_path():
+    """Where the library is taken from: $SHMBOX_LIBRARY, find_library('shmbox'), or the soname."""
+    path = os.environ.get("SHMBOX_LIBRARY")
+    if path:
+        return path
+    return ctypes.util.find_library("shmbox") or "libshmbox.so.0"
+
+
+_lib = None
+
+
+def load():
+    """Loads the library once and declares every function of SIGNATURES on it."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            f"shmbox: cannot load the C library '{path}' ({e}); build shmbox and install it, or set "
+            "SHMBOX_LIBRARY to the path of libshmbox.so") from e
+    missing = []
+    for name, (restype, argtypes) in SIGNATURES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise ImportError(f"shmbox: the library '{path}' lacks the C API functions {', '.join(missing)} "
+                          "(a release older than this package?)")
+    _lib = lib
+    return lib
