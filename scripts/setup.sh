@@ -3,13 +3,17 @@
 # Installs what shmbox needs from Debian (only what is missing), then
 # configures and builds. Used by demo.sh, test.sh and .ci/run. cmake writes
 # the CMake package at configure time (cmake/meson.build); cmake and
-# pkg-config build the example consumers in the 'package' test.
+# pkg-config build the example consumers in the 'package' test. python3-pytest
+# runs the Python package's tests (suite 'python'); python3-venv,
+# python3-setuptools and python3-wheel let them install it offline as the
+# README says (python -m venv, pip install --no-build-isolation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # shellcheck source=packages.sh
 source scripts/packages.sh
-install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace
+install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
+  python3-pytest python3-venv python3-setuptools python3-wheel
 
 build="${1:-build}"
 shift || true

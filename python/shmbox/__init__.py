@@ -71,7 +71,10 @@ def library_path():
 
 
 class _StrEnum(str, enum.Enum):
-    """An enum whose members are also their names as strings: ``PostStatus.FULL == 'full'``."""
+    """An enum whose members are also their names as strings: ``PostStatus.FULL == 'full'``,
+    also as dict keys (the hash is the string's)."""
+
+    __hash__ = str.__hash__
 
     def __str__(self):
         return self.value
