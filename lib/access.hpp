@@ -20,6 +20,8 @@ class role_lock;
 struct access {
   static const std::shared_ptr<mapped_box>& box(const Box& b) noexcept { return b.m_; }
   static Box make_box(std::shared_ptr<mapped_box> m) { return Box(std::move(m)); }
+  // The mapping behind an Owner (c_api.cpp).
+  static const std::shared_ptr<mapped_box>& owner_box(const Owner& o) noexcept;
   static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane) {
     b.append(data, size, redelivered, lane);
   }

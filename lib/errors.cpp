@@ -1,14 +1,19 @@
 #include "errors.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace shmbox {
 namespace {
 
+// Trivially destructible on purpose: a shmbox call that fails in an atexit
+// handler or a static destructor runs after this thread's thread_local
+// destructors, and must not write into a destroyed std::string. Sentences
+// longer than the buffer are cut.
 struct last_error {
   std::error_code ec;
-  std::string sentence;
+  char sentence[1024];
 };
 thread_local last_error t_last;
 
@@ -70,7 +75,7 @@ const std::error_category& category() noexcept {
 }
 
 std::string explain(std::error_code ec) {
-  if (ec && ec == t_last.ec && !t_last.sentence.empty()) return t_last.sentence;
+  if (ec && ec == t_last.ec && t_last.sentence[0] != '\0') return t_last.sentence;
   return ec.message();
 }
 
@@ -78,7 +83,9 @@ namespace detail {
 
 std::error_code fail(errc e, std::string sentence) {
   t_last.ec = make_error_code(e);
-  t_last.sentence = std::move(sentence);
+  const std::size_t n = std::min(sentence.size(), sizeof t_last.sentence - 1);
+  std::memcpy(t_last.sentence, sentence.data(), n);
+  t_last.sentence[n] = '\0';
   return t_last.ec;
 }
 

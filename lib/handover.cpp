@@ -261,6 +261,16 @@ bool give_away_to_key(owner_ctx& o, role_lock& lease, std::uint64_t dest, const 
   auto given = [&] {
     const std::uint64_t k = rec->key.load(std::memory_order_acquire);  // acquire: pairs with O2
     if (k == dest) return true;
+    // dest may have taken the box and let it go already (released it, or
+    // died): then the transfer record of the epoch after ours names dest and
+    // the give-away, as long as no later transfer has written it over
+    // (read like its other readers: epoch, fields, epoch again).
+    const std::uint64_t e = rec->tr_epoch.load(std::memory_order_acquire);  // acquire: pairs with the record's release
+    if (e == o.epoch + 1 && rec->tr_to_key.load(std::memory_order_relaxed) == dest &&
+        rec->tr_reason.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(transfer_reason::give_away)) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (rec->tr_epoch.load(std::memory_order_relaxed) == e) return true;
+    }
     o.last_error = fail(errc::not_owner, who + ": lost the box during give_away: pid " + std::to_string(key_pid(k)) +
                                              " took it, not " + dest_name);
     return false;

@@ -10,6 +10,9 @@ c++filt, as nm -DC shows them) and fails when a symbol is not one of:
     (their private `state`), or its typeinfo / vtable;
   * a free function that include/shmbox declares `SHMBOX_API ... f(`
     (to_string, parse_policy, category, explain);
+  * a C function that include/shmbox/shmbox.h declares
+    `SHMBOX_C_API ... shmbox_name(` (the C API); every one of them must be
+    exported, with the symbol version SHMBOX_0.1 (lib/shmbox.map);
   * what g++ must emit for the standard library templates and inline
     functions the library uses: weak (W, V) or unique (u) symbols in std::
     (std::string members, shared_ptr's control block, bad_variant_access's
@@ -18,7 +21,7 @@ c++filt, as nm -DC shows them) and fails when a symbol is not one of:
     class is a leak).
 
 So anything in shmbox::detail, the crash points (fault_point,
-g_fault_armed), a strong std:: symbol or any C symbol fails it. It also
+g_fault_armed), a strong std:: symbol or any other C symbol fails it. It also
 fails when an expected public symbol is missing, and when the library
 contains a crash-point name (the production build has none).
 """
@@ -43,12 +46,23 @@ public_types.discard("owner_sink")
 public_types.discard("role_lock")
 public_types.discard("producer_ctx")
 
-if not api_classes or not api_functions:
+with open(include_dir + "/shmbox/shmbox.h") as f:
+    c_header = f.read()
+c_functions = set(re.findall(r"^SHMBOX_C_API\s[^(;]*?\b(shmbox_\w+)\(", c_header, re.M))
+
+if not api_classes or not api_functions or len(c_functions) < 50:
     sys.exit(f"FAIL: found no SHMBOX_API classes or functions in {include_dir}/shmbox")
 
 nm = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", so], check=True,
                     capture_output=True, text=True).stdout.splitlines()
 entries = [line.split()[:2] for line in nm if line.strip()]
+# nm's posix format names a versioned symbol NAME@@VERSION (the default
+# version); the version is checked below, the name here.
+versions = {}
+for e in entries:
+    name, _, version = e[0].partition("@")
+    versions[name] = version.lstrip("@")
+    e[0] = name
 mangled = [e[0] for e in entries]
 demangled = subprocess.run(["c++filt"], input="\n".join(mangled) + "\n", check=True,
                            capture_output=True, text=True).stdout.splitlines()
@@ -81,6 +95,8 @@ def allowed(kind, d):
         if body.startswith(prefix):
             body = body[len(prefix):]
             break
+    if d in c_functions and kind == "T":
+        return True
     if body.startswith("shmbox::"):
         # shmbox::Class::member(...) or shmbox::function(...): the symbol's own
         # name is what comes before the parameter list.
@@ -111,6 +127,8 @@ expected = ["shmbox::Producer::attach(", "shmbox::Owner::acquire(", "shmbox::Box
             "shmbox::Heir::enlist(", "shmbox::slot_loan::commit(", "shmbox::category()",
             "shmbox::to_string(shmbox::policy)"]
 missing = [e for e in expected if not any(d.startswith(e) for d in demangled)]
+missing += sorted(c_functions - set(mangled))
+unversioned = sorted(f for f in c_functions & set(mangled) if versions.get(f) != "SHMBOX_0.1")
 
 with open(so, "rb") as f:
     image = f.read()
@@ -118,7 +136,7 @@ crash_names = [n for n in (b"producer.after_claim", b"owner.after_take", b"takeo
                            b"SHMBOX_FAULT", b"fault_point", b"g_fault_armed") if n in image]
 
 print(f"{so}: {len(entries)} exported symbols; API classes {sorted(api_classes)}, "
-      f"functions {sorted(api_functions)}")
+      f"functions {sorted(api_functions)}, {len(c_functions)} C functions")
 ok = True
 if bad:
     ok = False
@@ -128,6 +146,9 @@ if bad:
 if missing:
     ok = False
     print("FAIL: public symbols not exported: " + ", ".join(missing))
+if unversioned:
+    ok = False
+    print("FAIL: C functions without the symbol version SHMBOX_0.1: " + ", ".join(unversioned))
 if crash_names:
     ok = False
     print("FAIL: the library contains crash-point names: " + ", ".join(n.decode() for n in crash_names))

@@ -98,6 +98,8 @@ SHMBOX_C_API int shmbox_last_error(void);
 
 /* Wait for ever (any negative timeout does). */
 #define SHMBOX_FOREVER ((int64_t)-1)
+/* shmbox_post_options.timeout_ns: the box's block_timeout (the default). */
+#define SHMBOX_BOX_TIMEOUT INT64_MIN
 /* "Unset" for the int32 option fields below that say so (lane, overflow). */
 #define SHMBOX_DEFAULT (-1)
 
@@ -316,7 +318,8 @@ enum shmbox_post_status {
 typedef struct shmbox_post_options {
   uint32_t struct_size;
   int32_t lane;          /* SHMBOX_DEFAULT: the box's default lane; 0: the control lane */
-  int64_t timeout_ns;    /* block boxes; SHMBOX_FOREVER; (default: the box's block_timeout) */
+  int64_t timeout_ns;    /* how long a post into a full block box may wait; SHMBOX_FOREVER;
+                            SHMBOX_BOX_TIMEOUT (the default): the box's block_timeout */
   int64_t spin_ns;       /* negative: the box's */
   int32_t has_priority;  /* nonzero: `priority` is this message's priority (priority boxes) */
   int32_t reserved_;

@@ -1,0 +1,1165 @@
+// lib/c_api.cpp - the C API (include/shmbox/shmbox.h) over the C++ one.
+//
+// Every function catches everything (nothing unwinds into C), checks its
+// pointers, and reports failures as an error code plus this thread's
+// sentence (shmbox_last_error_message). Option and result structs are
+// read and written through their struct_size only (copy_in, copy_out), so
+// a program built against an older, shorter struct keeps working.
+#include "shmbox/shmbox.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "access.hpp"
+#include "errors.hpp"
+#include "owner_state.hpp"
+#include "shmbox/inspect.hpp"
+#include "shmbox/shmbox.hpp"
+
+namespace sb = shmbox;
+
+// ---- The handles ---------------------------------------------------------
+
+struct shmbox_box {
+  sb::Box box;
+};
+
+struct shmbox_producer {
+  std::optional<sb::Producer> own;  // empty for a lease's producer (borrowed)
+  sb::Producer* p = nullptr;
+  sb::slot_loan loan;
+};
+
+struct shmbox_owner {
+  std::optional<sb::Owner> own;  // empty for a pool member's owner (borrowed)
+  sb::Owner* o = nullptr;
+  std::uint32_t slot_size = 0;
+  sb::batch batch;               // receive_batch, read
+  sb::delivery del;              // wait, deliver
+  const sb::batch* current = &batch;  // what shmbox_batch_message reads
+  std::error_code last;          // errors of the C layer itself (bad arguments)
+};
+
+struct shmbox_heir {
+  sb::Heir heir;
+};
+
+struct shmbox_pool {
+  sb::Pool pool;
+};
+
+struct shmbox_lease {
+  sb::Lease lease;
+  shmbox_producer producer;
+};
+
+struct shmbox_member {
+  sb::PoolMember member;
+  shmbox_owner owner;
+};
+
+// The C enums are the C++ ones, value for value.
+static_assert(SHMBOX_E_BUFFER_BROKEN == static_cast<int>(sb::errc::buffer_broken));
+static_assert(SHMBOX_E_STASH_FULL == static_cast<int>(sb::errc::stash_full));
+static_assert(SHMBOX_E_TIMED_OUT == static_cast<int>(sb::errc::timed_out));
+static_assert(SHMBOX_E_POOL_CLIENTS_FULL == static_cast<int>(sb::errc::pool_clients_full));
+static_assert(SHMBOX_BLOCK == static_cast<int>(sb::policy::block));
+static_assert(SHMBOX_POST_ERROR == static_cast<int>(sb::post_status::error));
+static_assert(SHMBOX_POST_TOO_LARGE == static_cast<int>(sb::post_status::too_large));
+static_assert(SHMBOX_RECV_ERROR == static_cast<int>(sb::recv_status::error));
+static_assert(SHMBOX_EVENT_ERROR == static_cast<int>(sb::owner_event::error));
+static_assert(SHMBOX_ACTIVE == static_cast<int>(sb::owner_mode::active));
+static_assert(SHMBOX_SKIP == static_cast<int>(sb::filter_verdict::skip));
+static_assert(SHMBOX_TRANSFER_LEASE_EXPIRED == static_cast<int>(sb::transfer_reason::lease_expired));
+static_assert(SHMBOX_RETURN_ERROR == static_cast<int>(sb::return_status::error));
+static_assert(SHMBOX_MAX_LANES == sb::kMaxLanes);
+static_assert(SHMBOX_MAX_NAME == sb::kMaxNameLength);
+static_assert(sizeof(shmbox_counters) == 8 + 18 * 8, "shmbox_counters mirrors shmbox::counters");
+
+namespace {
+
+// This thread's most recent failure, as the C API reported it. A plain
+// array, not a std::string: a C program's atexit handler runs after this
+// thread's thread_local destructors, and may still call us.
+thread_local int t_code = SHMBOX_OK;
+thread_local char t_message[1024];
+
+int record(std::error_code ec) {
+  t_code = ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
+  if (t_code == SHMBOX_OK) t_code = SHMBOX_E_SYSTEM;
+  const std::string s = sb::explain(ec);
+  const std::size_t n = std::min(s.size(), sizeof t_message - 1);
+  std::memcpy(t_message, s.data(), n);
+  t_message[n] = '\0';
+  return t_code;
+}
+
+int record(sb::errc e, const std::string& sentence) { return record(sb::detail::fail(e, sentence)); }
+
+// An argument the caller got wrong.
+int bad(const char* fn, const char* what) {
+  return record(sb::errc::invalid_argument, std::string(fn) + ": " + what);
+}
+
+// Runs `body` (returning an error code) with every exception turned into one.
+template <class F>
+int guarded(const char* fn, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    try {
+      return record(sb::errc::system_error, std::string(fn) + ": out of memory");
+    } catch (...) {
+      t_code = SHMBOX_E_SYSTEM;
+      return SHMBOX_E_SYSTEM;
+    }
+  } catch (const std::exception& e) {
+    try {
+      return record(sb::errc::system_error, std::string(fn) + ": " + e.what());
+    } catch (...) {
+      t_code = SHMBOX_E_SYSTEM;
+      return SHMBOX_E_SYSTEM;
+    }
+  } catch (...) {
+    t_code = SHMBOX_E_SYSTEM;
+    return SHMBOX_E_SYSTEM;
+  }
+}
+
+// Reads a caller's struct of `struct_size` bytes over the defaults in `def`.
+template <class T>
+bool copy_in(const T* in, T& def) noexcept {
+  if (in->struct_size < sizeof(std::uint32_t)) return false;
+  std::memcpy(&def, in, std::min<std::size_t>(in->struct_size, sizeof(T)));
+  def.struct_size = sizeof(T);
+  return true;
+}
+
+// Writes `full` into the caller's struct, no more than its struct_size bytes.
+template <class T>
+bool copy_out(T* out, const T& full) noexcept {
+  if (out->struct_size < sizeof(std::uint32_t)) return false;
+  const std::uint32_t size = out->struct_size;
+  std::memcpy(out, &full, std::min<std::size_t>(size, sizeof(T)));
+  out->struct_size = size;
+  return true;
+}
+
+std::chrono::nanoseconds to_ns(std::int64_t ns) noexcept {
+  return ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(ns);
+}
+
+void fill_counters(shmbox_counters& c, const sb::counters& k) noexcept {
+  c = {};
+  c.struct_size = sizeof c;
+  c.posted = k.posted;
+  c.stored = k.stored;
+  c.delivered = k.delivered;
+  c.rejected = k.rejected;
+  c.too_large = k.too_large;
+  c.timeouts = k.timeouts;
+  c.dropped_newest = k.dropped_newest;
+  c.dropped_oldest = k.dropped_oldest;
+  c.shrunk = k.shrunk;
+  c.filtered = k.filtered;
+  c.buffer_dropped = k.buffer_dropped;
+  c.abandoned = k.abandoned;
+  c.aborted = k.aborted;
+  c.redelivered = k.redelivered;
+  c.dead_lettered = k.dead_lettered;
+  c.dead_letter_failed = k.dead_letter_failed;
+  c.stashed = k.stashed;
+  c.unstashed = k.unstashed;
+}
+
+template <std::size_t N>
+void copy_text(char (&dst)[N], std::string_view s) noexcept {
+  const std::size_t n = std::min(s.size(), N - 1);
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+void fill_transfer(shmbox_transfer& t, const sb::transfer_record& r) noexcept {
+  t = {};
+  t.struct_size = sizeof t;
+  t.reason = static_cast<int32_t>(r.reason);
+  t.from_pid = r.from_pid;
+  t.to_pid = r.to_pid;
+  t.from_pid_ns = r.from_pid_ns;
+  t.to_pid_ns = r.to_pid_ns;
+  t.epoch = r.epoch;
+  t.data_size = static_cast<std::uint32_t>(std::min<std::size_t>(r.data.size(), sizeof t.data - 1));
+  std::memcpy(t.data, r.data.data(), t.data_size);
+  t.data[t.data_size] = '\0';
+}
+
+std::optional<sb::policy> to_policy(std::int32_t v) noexcept {
+  if (v < 0 || v > static_cast<std::int32_t>(sb::policy::block)) return std::nullopt;
+  return static_cast<sb::policy>(v);
+}
+
+// Post options from the C struct (NULL: the defaults).
+bool convert(const shmbox_post_options* o, sb::post_options& out) noexcept {
+  if (o == nullptr) return true;
+  shmbox_post_options c;
+  shmbox_post_options_init(&c);
+  if (!copy_in(o, c)) return false;
+  if (c.lane >= 0) out.lane = static_cast<std::uint32_t>(c.lane);
+  if (c.timeout_ns != SHMBOX_BOX_TIMEOUT) out.timeout = to_ns(c.timeout_ns);
+  if (c.spin_ns >= 0) out.spin = std::chrono::nanoseconds(c.spin_ns);
+  if (c.has_priority != 0) out.priority = c.priority;
+  return true;
+}
+
+// The slot size of the box an Owner owns (receive buffers are checked against it).
+std::uint32_t owner_slot_size(const sb::Owner& o) {
+  return sb::detail::access::make_box(sb::detail::access::owner_box(o)).slot_size();
+}
+
+void init_owner(shmbox_owner& h, sb::Owner* o) {
+  h.o = o;
+  h.slot_size = owner_slot_size(*o);
+}
+
+// A C filter as a C++ one: the message gets room for at least the slot size.
+sb::filter_fn wrap_filter(shmbox_filter_fn fn, void* ctx, std::size_t slot) {
+  if (fn == nullptr) return {};
+  return [fn, ctx, slot](std::string& m) {
+    std::size_t n = m.size();
+    const std::size_t cap = std::max(n, slot);
+    m.resize(cap);
+    const int v = fn(ctx, m.data(), &n, cap);
+    m.resize(std::min(n, cap));
+    switch (v) {
+      case SHMBOX_DELIVER: return sb::filter_verdict::deliver;
+      case SHMBOX_DROP: return sb::filter_verdict::drop;
+      default: return sb::filter_verdict::skip;  // SHMBOX_SKIP, and anything else: keep it in the box
+    }
+  };
+}
+
+// Marks a recv status the C++ layer reported as an error on this thread too.
+int recv_result(shmbox_owner* o, sb::recv_status s) {
+  if (s == sb::recv_status::error) {
+    o->last = {};
+    record(o->o->last_error());
+  }
+  return static_cast<int>(s);
+}
+
+int owner_bad(shmbox_owner* o, const char* fn, const char* what) {
+  o->last = sb::detail::fail(sb::errc::invalid_argument, std::string(fn) + ": " + what);
+  record(o->last);
+  return SHMBOX_RECV_ERROR;
+}
+
+}  // namespace
+
+namespace shmbox::detail {
+const std::shared_ptr<mapped_box>& access::owner_box(const Owner& o) noexcept { return o.s_->m; }
+}  // namespace shmbox::detail
+
+// The definitions keep the C linkage of their declarations in shmbox.h.
+
+// ---- Versions, errors ------------------------------------------------------
+
+const char* shmbox_version(void) { return SHMBOX_BUILD_VERSION; }  // meson's project version (lib/meson.build)
+
+const char* shmbox_strerror(int code) {
+  // One string per code, made once (category().message() returns a std::string).
+  static const auto* table = [] {
+    auto* t = new std::string[SHMBOX_E_BUFFER_BROKEN + 2];
+    for (int i = 0; i <= SHMBOX_E_BUFFER_BROKEN; ++i) t[i] = sb::category().message(i);
+    t[SHMBOX_E_BUFFER_BROKEN + 1] = "unknown shmbox error code";
+    return t;
+  }();
+  if (code < 0 || code > SHMBOX_E_BUFFER_BROKEN) return table[SHMBOX_E_BUFFER_BROKEN + 1].c_str();
+  return table[code].c_str();
+}
+
+const char* shmbox_last_error_message(void) { return t_message; }
+
+int shmbox_last_error(void) { return t_code; }
+
+// ---- Boxes ----------------------------------------------------------------
+
+void shmbox_options_init(shmbox_options* o) {
+  if (o == nullptr) return;
+  const sb::options d;
+  *o = {};
+  o->struct_size = sizeof *o;
+  o->capacity = d.capacity;
+  o->max_capacity = d.max_capacity;
+  o->slot_size = d.slot_size;
+  o->overflow = static_cast<int32_t>(d.overflow);
+  o->mode = d.mode;
+  o->max_producers = d.max_producers;
+  o->block_timeout_ms = d.block_timeout.count();
+  o->lease_ms = d.lease.count();
+  o->default_lane = SHMBOX_DEFAULT;
+  o->spin_ns = -1;
+  o->stash = d.stash;
+}
+
+int shmbox_box_create(const char* name, const shmbox_options* o, shmbox_box** out) {
+  return guarded("shmbox_box_create", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_box_create", "name and out must not be NULL");
+    *out = nullptr;
+    shmbox_options c;
+    shmbox_options_init(&c);
+    if (o != nullptr && !copy_in(o, c)) return bad("shmbox_box_create", "options.struct_size is not set (shmbox_options_init)");
+    sb::options opts;
+    opts.capacity = c.capacity;
+    opts.max_capacity = c.max_capacity;
+    opts.slot_size = c.slot_size;
+    const auto pol = to_policy(c.overflow);
+    if (!pol) return bad("shmbox_box_create", "options.overflow is not an enum shmbox_policy value");
+    opts.overflow = *pol;
+    opts.mode = c.mode;
+    opts.max_producers = c.max_producers;
+    if (c.block_timeout_ms < 0 || c.lease_ms < 0) return bad("shmbox_box_create", "a negative block_timeout_ms or lease_ms");
+    opts.block_timeout = std::chrono::milliseconds(c.block_timeout_ms);
+    opts.lease = std::chrono::milliseconds(c.lease_ms);
+    if (c.lane_count > 0) {
+      if (c.lanes == nullptr) return bad("shmbox_box_create", "options.lanes is NULL but lane_count is not 0");
+      if (c.lane_count > SHMBOX_MAX_LANES) {
+        return record(sb::errc::invalid_argument, "shmbox_box_create: " + std::to_string(c.lane_count) +
+                                                      " lanes; a box has 1 to " + std::to_string(SHMBOX_MAX_LANES));
+      }
+      for (std::uint32_t i = 0; i < c.lane_count; ++i) {
+        sb::lane_options l;
+        l.capacity = c.lanes[i].capacity;
+        l.max_capacity = c.lanes[i].max_capacity;
+        if (c.lanes[i].overflow != SHMBOX_DEFAULT) {
+          const auto lp = to_policy(c.lanes[i].overflow);
+          if (!lp) return bad("shmbox_box_create", "a lane's overflow is not an enum shmbox_policy value");
+          l.overflow = *lp;
+        }
+        opts.lanes.push_back(l);
+      }
+    }
+    if (c.default_lane >= 0) opts.default_lane = static_cast<std::uint32_t>(c.default_lane);
+    if (c.dead_letters != nullptr) opts.dead_letters = c.dead_letters;
+    opts.dead_letter_refused = c.dead_letter_refused != 0;
+    if (c.spin_ns >= 0) opts.spin = std::chrono::nanoseconds(c.spin_ns);
+    opts.stash = c.stash;
+    opts.priority = c.priority != 0;
+    auto b = sb::Box::create(name, opts);
+    if (!b) return record(b.error());
+    *out = new shmbox_box{std::move(*b)};
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_box_open(const char* name, int any_owner, shmbox_box** out) {
+  return guarded("shmbox_box_open", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_box_open", "name and out must not be NULL");
+    *out = nullptr;
+    auto b = sb::Box::open(name, {.any_owner = any_owner != 0});
+    if (!b) return record(b.error());
+    *out = new shmbox_box{std::move(*b)};
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_box_inspect(const char* name, shmbox_box** out) {
+  return guarded("shmbox_box_inspect", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_box_inspect", "name and out must not be NULL");
+    *out = nullptr;
+    auto b = sb::Box::inspect(name);
+    if (!b) return record(b.error());
+    *out = new shmbox_box{std::move(*b)};
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_box_close(shmbox_box* b) { delete b; }
+
+int shmbox_box_remove(const char* name) {
+  return guarded("shmbox_box_remove", [&]() -> int {
+    if (name == nullptr) return bad("shmbox_box_remove", "name must not be NULL");
+    auto r = sb::Box::remove(name);
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
+int shmbox_validate_name(const char* name) {
+  return guarded("shmbox_validate_name", [&]() -> int {
+    if (name == nullptr) return bad("shmbox_validate_name", "name must not be NULL");
+    auto r = sb::Box::validate_name(name);
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
+int shmbox_box_list(void (*fn)(void* ctx, const char* name), void* ctx) {
+  return guarded("shmbox_box_list", [&]() -> int {
+    if (fn == nullptr) return bad("shmbox_box_list", "fn must not be NULL");
+    auto names = sb::Box::list();
+    if (!names) return record(names.error());
+    for (const auto& n : *names) fn(ctx, n.c_str());
+    return SHMBOX_OK;
+  });
+}
+
+const char* shmbox_box_name(const shmbox_box* b) { return b == nullptr ? "" : b->box.name().c_str(); }
+uint32_t shmbox_box_capacity(const shmbox_box* b) { return b == nullptr ? 0 : b->box.capacity(); }
+uint32_t shmbox_box_slot_size(const shmbox_box* b) { return b == nullptr ? 0 : b->box.slot_size(); }
+uint32_t shmbox_box_lane_count(const shmbox_box* b) { return b == nullptr ? 0 : b->box.lane_count(); }
+uint32_t shmbox_box_default_lane(const shmbox_box* b) { return b == nullptr ? 0 : b->box.default_lane(); }
+int shmbox_box_overflow(const shmbox_box* b) { return b == nullptr ? -1 : static_cast<int>(b->box.overflow()); }
+uint64_t shmbox_box_depth(const shmbox_box* b) { return b == nullptr ? 0 : b->box.depth_approx(); }
+
+int shmbox_box_counters(const shmbox_box* b, shmbox_counters* out) {
+  return guarded("shmbox_box_counters", [&]() -> int {
+    if (b == nullptr || out == nullptr) return bad("shmbox_box_counters", "box and out must not be NULL");
+    shmbox_counters c;
+    fill_counters(c, b->box.read_counters());
+    if (!copy_out(out, c)) return bad("shmbox_box_counters", "out->struct_size is not set");
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_box_resize(const shmbox_box* b, uint32_t limit, int32_t lane, shmbox_resize_report* report) {
+  return guarded("shmbox_box_resize", [&]() -> int {
+    if (b == nullptr) return bad("shmbox_box_resize", "box must not be NULL");
+    std::optional<std::uint32_t> l;
+    if (lane >= 0) l = static_cast<std::uint32_t>(lane);
+    auto r = b->box.resize(limit, l);
+    if (!r) return record(r.error());
+    if (report != nullptr) {
+      shmbox_resize_report c{sizeof c, r->lane, r->before, r->after, r->max_capacity, r->dropped};
+      if (!copy_out(report, c)) return bad("shmbox_box_resize", "report->struct_size is not set");
+    }
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_box_request_give_away(const shmbox_box* b, uint32_t pid, int64_t timeout_ns) {
+  return guarded("shmbox_box_request_give_away", [&]() -> int {
+    if (b == nullptr) return bad("shmbox_box_request_give_away", "box must not be NULL");
+    auto r = b->box.request_give_away(pid, to_ns(timeout_ns));
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
+int shmbox_box_request_give_away_to_heir(const shmbox_box* b, uint32_t entry, int64_t timeout_ns) {
+  return guarded("shmbox_box_request_give_away_to_heir", [&]() -> int {
+    if (b == nullptr) return bad("shmbox_box_request_give_away_to_heir", "box must not be NULL");
+    auto r = b->box.request_give_away_to_heir(entry, to_ns(timeout_ns));
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
+// ---- Looking at a box ---------------------------------------------------------
+
+int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lanes, size_t lanes_cap,
+                    shmbox_heir_info* heirs, size_t heirs_cap) {
+  return guarded("shmbox_box_info", [&]() -> int {
+    if (b == nullptr || out == nullptr) return bad("shmbox_box_info", "box and out must not be NULL");
+    if ((lanes == nullptr && lanes_cap > 0) || (heirs == nullptr && heirs_cap > 0)) {
+      return bad("shmbox_box_info", "a NULL array with a capacity above 0");
+    }
+    const sb::box_info i = sb::info(b->box);
+    shmbox_info c{};
+    c.struct_size = sizeof c;
+    c.capacity = i.capacity;
+    c.slot_size = i.slot_size;
+    c.max_producers = i.max_producers;
+    c.producers_attached = i.producers_attached;
+    c.overflow = static_cast<int32_t>(i.overflow);
+    c.mode = i.mode;
+    c.uid = i.uid;
+    c.depth = i.depth;
+    c.segment_bytes = i.segment_bytes;
+    c.block_timeout_ms = i.block_timeout.count();
+    c.lease_ms = i.lease.count();
+    c.spin_ns = i.spin.count();
+    c.owner_pid = i.owner.pid;
+    c.owner_alive = i.owner.alive;
+    c.owner_expired = i.owner.expired;
+    c.owner_same_namespace = i.owner.same_namespace;
+    c.owner_pid_ns = i.owner.pid_ns;
+    c.epoch = i.owner.epoch;
+    c.owner_mode = i.owner.state == "notify" ? SHMBOX_NOTIFY : i.owner.state == "active" ? SHMBOX_ACTIVE : SHMBOX_PASSIVE;
+    c.accepts_requests = i.accepts_requests;
+    c.orphaned = i.orphaned;
+    c.lane_count = static_cast<std::uint32_t>(i.lanes.size());
+    c.heir_count = static_cast<std::uint32_t>(i.heirs.size());
+    c.default_lane = i.default_lane;
+    c.stash = i.stash;
+    c.parked = i.parked;
+    c.priority = i.priority;
+    copy_text(c.buffer, i.buffer);
+    copy_text(c.dead_letters, i.dead_letters);
+    fill_transfer(c.last_transfer, i.last_transfer);
+    fill_counters(c.count, i.count);
+    if (!copy_out(out, c)) return bad("shmbox_box_info", "out->struct_size is not set");
+    for (std::size_t k = 0; k < std::min(lanes_cap, i.lanes.size()); ++k) {
+      const auto& l = i.lanes[k];
+      shmbox_lane_info li{};
+      li.struct_size = sizeof li;
+      li.capacity = l.capacity;
+      li.max_capacity = l.max_capacity;
+      li.overflow = static_cast<int32_t>(l.overflow);
+      li.depth = l.depth;
+      li.parked = l.parked;
+      fill_counters(li.count, l.count);
+      if (!copy_out(&lanes[k], li)) return bad("shmbox_box_info", "lanes[i].struct_size is not set");
+    }
+    for (std::size_t k = 0; k < std::min(heirs_cap, i.heirs.size()); ++k) {
+      const auto& h = i.heirs[k];
+      shmbox_heir_info hi{};
+      hi.struct_size = sizeof hi;
+      hi.entry = h.entry;
+      hi.pid = h.pid;
+      hi.same_namespace = h.same_namespace;
+      hi.alive = h.alive;
+      hi.listener = h.listener;
+      hi.pid_ns = h.pid_ns;
+      copy_text(hi.data, std::string_view(h.data.c_str()));
+      if (!copy_out(&heirs[k], hi)) return bad("shmbox_box_info", "heirs[i].struct_size is not set");
+    }
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_verify(const char* name, void (*fn)(void* ctx, const char* problem), void* ctx, int* ok) {
+  return guarded("shmbox_verify", [&]() -> int {
+    if (name == nullptr || ok == nullptr) return bad("shmbox_verify", "name and ok must not be NULL");
+    *ok = 0;
+    auto r = sb::verify(name);
+    if (!r) return record(r.error());
+    if (fn != nullptr) {
+      for (const auto& p : r->problems) fn(ctx, p.c_str());
+    }
+    *ok = r->ok ? 1 : 0;
+    return SHMBOX_OK;
+  });
+}
+
+// ---- Producers ----------------------------------------------------------
+
+void shmbox_post_options_init(shmbox_post_options* o) {
+  if (o == nullptr) return;
+  *o = {};
+  o->struct_size = sizeof *o;
+  o->lane = SHMBOX_DEFAULT;
+  o->timeout_ns = SHMBOX_BOX_TIMEOUT;
+  o->spin_ns = -1;
+}
+
+int shmbox_producer_attach(const char* name, shmbox_producer** out) {
+  return guarded("shmbox_producer_attach", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_producer_attach", "name and out must not be NULL");
+    *out = nullptr;
+    auto p = sb::Producer::attach(std::string_view(name));
+    if (!p) return record(p.error());
+    auto* h = new shmbox_producer;
+    h->own.emplace(std::move(*p));
+    h->p = &*h->own;
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out) {
+  return guarded("shmbox_producer_attach_box", [&]() -> int {
+    if (b == nullptr || out == nullptr) return bad("shmbox_producer_attach_box", "box and out must not be NULL");
+    *out = nullptr;
+    auto p = sb::Producer::attach(b->box);
+    if (!p) return record(p.error());
+    auto* h = new shmbox_producer;
+    h->own.emplace(std::move(*p));
+    h->p = &*h->own;
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_producer_close(shmbox_producer* p) { delete p; }  // the loan (if open) aborts first: declared last
+
+int shmbox_post(shmbox_producer* p, const void* data, size_t size) {
+  if (p == nullptr || (data == nullptr && size > 0)) {
+    bad("shmbox_post", "producer must not be NULL, nor data when size is not 0");
+    return SHMBOX_POST_ERROR;
+  }
+  const sb::post_status s = p->p->post(data, size);
+  if (s == sb::post_status::error) record(p->p->last_error());
+  return static_cast<int>(s);
+}
+
+int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmbox_post_options* o) {
+  sb::post_options po;
+  if (p == nullptr || (data == nullptr && size > 0) || !convert(o, po)) {
+    bad("shmbox_post_ex", "producer must not be NULL, nor data when size is not 0; set options.struct_size");
+    return SHMBOX_POST_ERROR;
+  }
+  const sb::post_status s = p->p->post(data, size, po);
+  if (s == sb::post_status::error) record(p->p->last_error());
+  return static_cast<int>(s);
+}
+
+size_t shmbox_post_batch(shmbox_producer* p, const void* const* data, const size_t* sizes, size_t n,
+                         const shmbox_post_options* o, int* last) {
+  size_t stored = 0;
+  const int rc = guarded("shmbox_post_batch", [&]() -> int {
+    sb::post_options po;
+    if (p == nullptr || (n > 0 && (data == nullptr || sizes == nullptr)) || !convert(o, po)) {
+      if (last != nullptr) *last = SHMBOX_POST_ERROR;
+      return bad("shmbox_post_batch", "producer, data and sizes must not be NULL; set options.struct_size");
+    }
+    // The views live on the stack for small batches (no allocation per call).
+    constexpr std::size_t kChunk = 64;
+    std::string_view views[kChunk];
+    sb::post_status st = sb::post_status::stored;
+    for (std::size_t off = 0; off < n;) {
+      const std::size_t k = std::min(kChunk, n - off);
+      for (std::size_t i = 0; i < k; ++i) {
+        if (data[off + i] == nullptr && sizes[off + i] > 0) {
+          if (last != nullptr) *last = SHMBOX_POST_ERROR;
+          return bad("shmbox_post_batch", "a NULL message with a size above 0");
+        }
+        views[i] = std::string_view(static_cast<const char*>(data[off + i]), sizes[off + i]);
+      }
+      const std::size_t done = p->p->post_batch(std::span<const std::string_view>(views, k), po, &st);
+      stored += done;
+      off += done;
+      if (done < k) break;
+    }
+    if (last != nullptr) *last = static_cast<int>(st);
+    if (st == sb::post_status::error) record(p->p->last_error());
+    return SHMBOX_OK;
+  });
+  (void)rc;
+  return stored;
+}
+
+int shmbox_loan(shmbox_producer* p, const shmbox_post_options* o, void** data, uint32_t* capacity) {
+  sb::post_options po;
+  if (p == nullptr || data == nullptr || capacity == nullptr || !convert(o, po)) {
+    bad("shmbox_loan", "producer, data and capacity must not be NULL; set options.struct_size");
+    return SHMBOX_POST_ERROR;
+  }
+  *data = nullptr;
+  *capacity = 0;
+  if (p->loan) {
+    bad("shmbox_loan", "this producer has an open loan: commit or abort it first");
+    return SHMBOX_POST_ERROR;
+  }
+  p->loan = p->p->loan(po);
+  const sb::post_status s = p->loan.status();
+  if (p->loan) {
+    *data = p->loan.data();
+    *capacity = p->loan.capacity();
+  } else if (s == sb::post_status::error) {
+    record(p->p->last_error());
+  }
+  return static_cast<int>(s);
+}
+
+int shmbox_loan_commit(shmbox_producer* p, size_t size) {
+  if (p == nullptr || !p->loan) {
+    bad("shmbox_loan_commit", "no open loan on this producer (shmbox_loan first)");
+    return SHMBOX_POST_ERROR;
+  }
+  const sb::post_status s = p->loan.commit(size);
+  if (s == sb::post_status::too_large) {
+    record(sb::errc::too_large, "shmbox_loan_commit: " + std::to_string(size) + " bytes exceed the loan's " +
+                                    std::to_string(p->loan.capacity()) + "; the loan is still open: commit less");
+  }
+  return static_cast<int>(s);
+}
+
+void shmbox_loan_abort(shmbox_producer* p) {
+  if (p != nullptr && p->loan) p->loan.abort();
+}
+
+void shmbox_producer_set_priority_function(shmbox_producer* p, int64_t (*fn)(void* ctx, const void* data, size_t size),
+                                           void* ctx) {
+  if (p == nullptr) return;
+  try {
+    if (fn == nullptr) {
+      p->p->set_priority_function({});
+    } else {
+      p->p->set_priority_function([fn, ctx](std::string_view m) -> std::int64_t { return fn(ctx, m.data(), m.size()); });
+    }
+  } catch (...) {
+    // std::function's allocation failed: the handle keeps its old function.
+  }
+}
+
+uint32_t shmbox_producer_max_message_size(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->max_message_size(); }
+int shmbox_producer_last_error(const shmbox_producer* p) {
+  if (p == nullptr) return SHMBOX_E_INVALID_ARGUMENT;
+  const auto ec = p->p->last_error();
+  return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
+}
+uint32_t shmbox_producer_last_evicted(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->last_evicted(); }
+uint32_t shmbox_producer_entry(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->entry_index(); }
+
+// ---- Owners -----------------------------------------------------------------
+
+int shmbox_owner_acquire(const char* name, shmbox_owner** out) {
+  return guarded("shmbox_owner_acquire", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_owner_acquire", "name and out must not be NULL");
+    *out = nullptr;
+    auto o = sb::Owner::acquire(std::string_view(name));
+    if (!o) return record(o.error());
+    auto* h = new shmbox_owner;
+    h->own.emplace(std::move(*o));
+    init_owner(*h, &*h->own);
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_owner_acquire_box(const shmbox_box* b, shmbox_owner** out) {
+  return guarded("shmbox_owner_acquire_box", [&]() -> int {
+    if (b == nullptr || out == nullptr) return bad("shmbox_owner_acquire_box", "box and out must not be NULL");
+    *out = nullptr;
+    auto o = sb::Owner::acquire(b->box);
+    if (!o) return record(o.error());
+    auto* h = new shmbox_owner;
+    h->own.emplace(std::move(*o));
+    init_owner(*h, &*h->own);
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_owner_close(shmbox_owner* o) { delete o; }
+
+namespace {
+
+// Copies one message in place into the caller's buffer (a receive).
+struct copy_one {
+  void* buf;
+  std::size_t* size;
+  shmbox_msg_info* info;
+  void operator()(const sb::message_view& v) const noexcept {
+    std::memcpy(buf, v.data.data(), v.data.size());
+    if (size != nullptr) *size = v.data.size();
+    if (info != nullptr) *info = {v.lane, v.redelivered ? 1 : 0};
+  }
+};
+
+int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, std::chrono::nanoseconds t,
+                 const char* fn) {
+  if (o == nullptr) {
+    bad(fn, "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  if (buf == nullptr || cap < o->slot_size) {
+    return owner_bad(o, fn,
+                     ("buf must hold the box's slot size (" + std::to_string(o->slot_size) + " bytes; cap is " +
+                      std::to_string(cap) + "); nothing was taken")
+                         .c_str());
+  }
+  if (size != nullptr) *size = 0;
+  o->last = {};
+  sb::receive_options ro;
+  ro.max = 1;
+  ro.timeout = t;
+  const sb::recv_status s = o->o->receive_in_place(copy_one{buf, size, info}, ro);
+  return recv_result(o, s);
+}
+
+}  // namespace
+
+int shmbox_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, int64_t timeout_ns) {
+  try {
+    return receive_copy(o, buf, cap, size, info, to_ns(timeout_ns), "shmbox_receive");
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_receive: out of memory");
+    return SHMBOX_RECV_ERROR;
+  }
+}
+
+int shmbox_try_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info) {
+  try {
+    const int s = receive_copy(o, buf, cap, size, info, std::chrono::nanoseconds(0), "shmbox_try_receive");
+    return s == SHMBOX_RECV_TIMEOUT ? SHMBOX_RECV_EMPTY : s;
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_try_receive: out of memory");
+    return SHMBOX_RECV_ERROR;
+  }
+}
+
+int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
+  if (count != nullptr) *count = 0;
+  if (o == nullptr) {
+    bad("shmbox_receive_batch", "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    o->batch.clear();
+    o->current = &o->batch;
+    sb::receive_options ro;
+    ro.max = max;
+    ro.timeout = to_ns(timeout_ns);
+    const sb::recv_status s = o->o->receive_batch(o->batch, ro);
+    if (count != nullptr) *count = o->batch.size();
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_receive_batch", "out of memory");
+  }
+}
+
+int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size, shmbox_msg_info* info) {
+  if (o == nullptr || data == nullptr || size == nullptr) return bad("shmbox_batch_message", "owner, data and size must not be NULL");
+  if (i >= o->current->size()) {
+    return record(sb::errc::invalid_argument, "shmbox_batch_message: message " + std::to_string(i) +
+                                                  " of a batch of " + std::to_string(o->current->size()));
+  }
+  const std::string_view v = (*o->current)[i];
+  *data = v.data();
+  *size = v.size();
+  if (info != nullptr) *info = {o->current->lane(i), o->current->redelivered(i) ? 1 : 0};
+  return SHMBOX_OK;
+}
+
+size_t shmbox_batch_size(const shmbox_owner* o) { return o == nullptr ? 0 : o->current->size(); }
+
+int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* data, size_t size, const shmbox_msg_info* info),
+                            void* ctx, size_t max, int64_t timeout_ns, size_t* count) {
+  if (count != nullptr) *count = 0;
+  if (o == nullptr || fn == nullptr) {
+    bad("shmbox_receive_in_place", "owner and fn must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    sb::receive_options ro;
+    ro.max = max;
+    ro.timeout = to_ns(timeout_ns);
+    std::size_t n = 0;
+    const sb::recv_status s = o->o->receive_in_place(
+        [&](const sb::message_view& v) {
+          const shmbox_msg_info info{v.lane, v.redelivered ? 1 : 0};
+          ++n;
+          fn(ctx, v.data.data(), v.data.size(), &info);
+        },
+        ro);
+    if (count != nullptr) *count = n;
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_receive_in_place", "out of memory");
+  }
+}
+
+int shmbox_read(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
+  if (count != nullptr) *count = 0;
+  if (o == nullptr) {
+    bad("shmbox_read", "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    o->batch.clear();
+    o->current = &o->batch;
+    sb::receive_options ro;
+    ro.max = max;
+    ro.timeout = to_ns(timeout_ns);
+    const sb::recv_status s = o->o->read(o->batch, ro);
+    if (count != nullptr) *count = o->batch.size();
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_read", "out of memory");
+  }
+}
+
+int shmbox_commit(shmbox_owner* o, size_t* lost) {
+  if (lost != nullptr) *lost = 0;
+  if (o == nullptr) {
+    bad("shmbox_commit", "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  o->last = {};
+  return recv_result(o, o->o->commit(lost));
+}
+
+int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane) {
+  if (o == nullptr || (data == nullptr && size > 0)) {
+    bad("shmbox_stash", "owner must not be NULL, nor data when size is not 0");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    return recv_result(o, o->o->stash(std::string_view(static_cast<const char*>(data), size), lane));
+  } catch (...) {
+    return owner_bad(o, "shmbox_stash", "out of memory");
+  }
+}
+
+size_t shmbox_unstash_all(shmbox_owner* o) { return o == nullptr ? 0 : o->o->unstash_all(); }
+size_t shmbox_stashed(const shmbox_owner* o) { return o == nullptr ? 0 : o->o->stashed(); }
+
+size_t shmbox_pump(shmbox_owner* o) {
+  if (o == nullptr) return 0;
+  try {
+    return o->o->pump();
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_pump: out of memory");
+    return 0;
+  }
+}
+
+int shmbox_owner_mode(const shmbox_owner* o) { return o == nullptr ? -1 : static_cast<int>(o->o->mode()); }
+
+void shmbox_owner_passive(shmbox_owner* o) {
+  if (o == nullptr) return;
+  try {
+    o->o->passive();
+  } catch (...) {
+  }
+}
+
+void shmbox_owner_notify(shmbox_owner* o) {
+  if (o == nullptr) return;
+  try {
+    o->o->notify();
+  } catch (...) {
+  }
+}
+
+void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, size_t max) {
+  if (o == nullptr) return;
+  try {
+    o->o->active(wrap_filter(filter, ctx, o->slot_size), max);
+  } catch (...) {
+    // Could not copy the filter: the box stays as it was.
+  }
+}
+
+int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped) {
+  if (dropped != nullptr) *dropped = 0;
+  if (o == nullptr) {
+    bad("shmbox_owner_wait", "owner must not be NULL");
+    return SHMBOX_EVENT_ERROR;
+  }
+  try {
+    o->last = {};
+    o->del.messages.clear();
+    o->del.count = 0;
+    o->del.dropped = 0;
+    o->current = &o->del.messages;
+    const sb::owner_event e = o->o->wait(o->del, to_ns(timeout_ns));
+    if (dropped != nullptr) *dropped = o->del.dropped;
+    if (e == sb::owner_event::error) record(o->o->last_error());
+    return static_cast<int>(e);
+  } catch (...) {
+    owner_bad(o, "shmbox_owner_wait", "out of memory");
+    return SHMBOX_EVENT_ERROR;
+  }
+}
+
+int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, void* ctx, uint64_t* dropped) {
+  if (dropped != nullptr) *dropped = 0;
+  if (o == nullptr) {
+    bad("shmbox_owner_deliver", "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    o->del.messages.clear();
+    o->del.count = 0;
+    o->del.dropped = 0;
+    o->current = &o->del.messages;
+    const sb::recv_status s = o->o->deliver(o->del, max, wrap_filter(filter, ctx, o->slot_size));
+    if (dropped != nullptr) *dropped = o->del.dropped;
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_owner_deliver", "out of memory");
+  }
+}
+
+int shmbox_owner_notify_fd(shmbox_owner* o) {
+  if (o == nullptr) return -1;
+  try {
+    return o->o->notify_fd();
+  } catch (...) {
+    return -1;
+  }
+}
+
+int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size, int64_t timeout_ns) {
+  if (o == nullptr || (data == nullptr && size > 0)) return 0;
+  try {
+    if (o->o->give_away(pid, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) return 1;
+    record(o->o->last_error());
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* data, size_t size, int64_t timeout_ns) {
+  if (o == nullptr || (data == nullptr && size > 0)) return 0;
+  try {
+    if (o->o->give_away_to_heir(entry, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) {
+      return 1;
+    }
+    record(o->o->last_error());
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void shmbox_owner_accept_give_away_requests(shmbox_owner* o, int accept) {
+  if (o != nullptr) o->o->accept_give_away_requests(accept != 0);
+}
+
+void shmbox_owner_renew(shmbox_owner* o) {
+  if (o != nullptr) o->o->renew();
+}
+
+int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out) {
+  return guarded("shmbox_owner_transfer", [&]() -> int {
+    if (o == nullptr || out == nullptr) return bad("shmbox_owner_transfer", "owner and out must not be NULL");
+    shmbox_transfer t;
+    fill_transfer(t, o->o->transfer());
+    if (!copy_out(out, t)) return bad("shmbox_owner_transfer", "out->struct_size is not set");
+    return SHMBOX_OK;
+  });
+}
+
+uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return o == nullptr ? 0 : o->o->epoch(); }
+
+int shmbox_owner_last_error(const shmbox_owner* o) {
+  if (o == nullptr) return SHMBOX_E_INVALID_ARGUMENT;
+  const auto ec = o->last ? o->last : o->o->last_error();
+  return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
+}
+
+// ---- Heirs --------------------------------------------------------------
+
+int shmbox_heir_enlist(const char* name, const void* data, size_t size, shmbox_heir** out) {
+  return guarded("shmbox_heir_enlist", [&]() -> int {
+    if (name == nullptr || out == nullptr || (data == nullptr && size > 0)) {
+      return bad("shmbox_heir_enlist", "name and out must not be NULL, nor data when size is not 0");
+    }
+    *out = nullptr;
+    auto h = sb::Heir::enlist(std::string_view(name), std::string_view(static_cast<const char*>(data), size));
+    if (!h) return record(h.error());
+    *out = new shmbox_heir{std::move(*h)};
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_heir_listen(const char* name, shmbox_heir** out) {
+  return guarded("shmbox_heir_listen", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_heir_listen", "name and out must not be NULL");
+    *out = nullptr;
+    auto h = sb::Heir::listen(std::string_view(name));
+    if (!h) return record(h.error());
+    *out = new shmbox_heir{std::move(*h)};
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_heir_close(shmbox_heir* h) { delete h; }
+
+int shmbox_heir_await(shmbox_heir* h, int64_t timeout_ns, shmbox_owner** out) {
+  return guarded("shmbox_heir_await", [&]() -> int {
+    if (h == nullptr || out == nullptr) return bad("shmbox_heir_await", "heir and out must not be NULL");
+    *out = nullptr;
+    auto o = h->heir.await_transfer(to_ns(timeout_ns));
+    if (!o) return record(o.error());
+    auto* c = new shmbox_owner;
+    c->own.emplace(std::move(*o));
+    init_owner(*c, &*c->own);
+    *out = c;
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_heir_fd(const shmbox_heir* h) { return h == nullptr ? -1 : h->heir.fd(); }
+
+uint32_t shmbox_heir_position(const shmbox_heir* h) {
+  if (h == nullptr) return 0;
+  try {
+    return h->heir.position();
+  } catch (...) {
+    return 0;
+  }
+}
+
+// ---- Pools -----------------------------------------------------------------
+
+int shmbox_pool_open(const char* name, int any_owner, shmbox_pool** out) {
+  return guarded("shmbox_pool_open", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_pool_open", "name and out must not be NULL");
+    *out = nullptr;
+    auto p = sb::Pool::open(name, {.any_owner = any_owner != 0});
+    if (!p) return record(p.error());
+    *out = new shmbox_pool{std::move(*p)};
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_pool_close(shmbox_pool* p) { delete p; }
+
+int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out) {
+  return guarded("shmbox_pool_take", [&]() -> int {
+    if (p == nullptr || out == nullptr) return bad("shmbox_pool_take", "pool and out must not be NULL");
+    *out = nullptr;
+    auto l = p->pool.take(to_ns(timeout_ns));
+    if (!l) return record(l.error());
+    auto* c = new shmbox_lease{std::move(*l), {}};
+    c->producer.p = &c->lease.producer();
+    *out = c;
+    return SHMBOX_OK;
+  });
+}
+
+const char* shmbox_lease_box(const shmbox_lease* l) { return l == nullptr ? "" : l->lease.box().c_str(); }
+shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return l == nullptr ? nullptr : &l->producer; }
+uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return l == nullptr ? 0 : l->lease.worker_pid(); }
+
+int shmbox_lease_give_back(shmbox_lease* l, int outcome) {
+  if (l == nullptr || (outcome != SHMBOX_OUTCOME_OK && outcome != SHMBOX_OUTCOME_FAIL)) {
+    bad("shmbox_lease_give_back", "lease must not be NULL; outcome is SHMBOX_OUTCOME_OK or SHMBOX_OUTCOME_FAIL");
+    return SHMBOX_RETURN_ERROR;
+  }
+  try {
+    if (l->producer.loan) l->producer.loan.abort();
+    return static_cast<int>(l->lease.give_back(static_cast<sb::outcome>(outcome)));
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_lease_give_back: out of memory");
+    return SHMBOX_RETURN_ERROR;
+  }
+}
+
+void shmbox_lease_close(shmbox_lease* l) {
+  if (l != nullptr && l->producer.loan) l->producer.loan.abort();
+  delete l;
+}
+
+int shmbox_member_from_env(shmbox_member** out) {
+  return guarded("shmbox_member_from_env", [&]() -> int {
+    if (out == nullptr) return bad("shmbox_member_from_env", "out must not be NULL");
+    *out = nullptr;
+    auto m = sb::PoolMember::from_env();
+    if (!m) return record(m.error());
+    auto* c = new shmbox_member{std::move(*m), {}};
+    init_owner(c->owner, &c->member.owner());
+    *out = c;
+    return SHMBOX_OK;
+  });
+}
+
+shmbox_owner* shmbox_member_owner(shmbox_member* m) { return m == nullptr ? nullptr : &m->owner; }
+
+int shmbox_member_answer_ping(shmbox_member* m, const void* data, size_t size) {
+  if (m == nullptr || (data == nullptr && size > 0)) return 0;
+  return m->member.answer_ping(std::string_view(static_cast<const char*>(data), size)) ? 1 : 0;
+}
+
+void shmbox_member_close(shmbox_member* m) { delete m; }
+
