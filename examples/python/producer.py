@@ -31,7 +31,7 @@ def main():
     ap.add_argument("--lane", type=int, default=None)
     ap.add_argument("--retry", type=float, default=0.0, metavar="SECONDS")
     ap.add_argument("--create", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
 
     if args.create:
         try:
