@@ -70,9 +70,14 @@ def test_info_dict(box_name):
             assert o.transfer().reason == "none"
             msgs = o.receive_batch(10, timeout=1)
             assert [(m.data, m.lane) for m in msgs] == [(b"ctl", 0), (b"one", 1), (b"two", 2)]
+            with shmbox.Producer.attach(name) as p:
+                p.post(b"z", lane=2)
+                p.post(b"y", lane=0)
+            assert o.receive(1) == shmbox.Message(b"y", 0, False)  # the control lane first
+            assert o.receive(1) == shmbox.Message(b"z", 2, False)
             info = o.info()
-            assert info["counters"]["delivered"] == 3
-            assert sum(lane["counters"]["delivered"] for lane in info["lanes"]) == 3
+            assert info["counters"]["delivered"] == 5
+            assert sum(lane["counters"]["delivered"] for lane in info["lanes"]) == 5
         assert name in shmbox.Box.list()
         ok, problems = shmbox.Box.verify(name)
         assert ok and problems == []
