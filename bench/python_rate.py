@@ -23,7 +23,9 @@ messages per second:
   C++ -> C++            the helper's producer and consumer: the baseline
 
 The cross-process rows count process start-up only before the go (each side
-prints "ready"/"owned" first). What would make a number wrong: a box too
+prints "ready"/"owned" first); the Python producer makes its messages (in
+the helper's format: id, seq, pattern, which the C++ consumer checks)
+before the go too, as the C++ one makes each in a few ns. What would make a number wrong: a box too
 small (the producer then spins on 'full' and the row measures the owner),
 CPU frequency scaling, and other load on the 2 cores (run it on an idle
 machine; the spread of the reps is printed).
@@ -155,9 +157,10 @@ def main():
         py_producer = ("import shmbox, sys\n"
                        "n, size = int(sys.argv[2]), int(sys.argv[3])\n"
                        "p = shmbox.Producer.attach(sys.argv[1]); post = p.post\n"
+                       "pad = lambda i: bytes(((131 + i * 7 + k) & 0xFF) for k in range(16, size))\n"
+                       "msgs = [(1).to_bytes(8, 'little') + i.to_bytes(8, 'little') + pad(i) for i in range(n)]\n"
                        "print('ready', flush=True); sys.stdin.readline()\n"
-                       "for i in range(n):\n"
-                       "    m = i.to_bytes(8, 'little') * 2 + b'x' * (size - 16)\n"
+                       "for m in msgs:\n"
                        "    while not post(m).stored: pass\n"
                        "print('done', flush=True)\n")
         py_owner = ("import shmbox, sys, time\n"

@@ -824,10 +824,14 @@ class Owner(_Handle):
         p = self._p()
         if self._buf is None:
             self._buf = ctypes.create_string_buffer(max(1, self.box.slot_size))
-        buf, size, info = self._buf, self._size, self._info
-        cap = len(buf)
-        st = _sliced(lambda ns: _lib.shmbox_receive(p, buf, cap, byref(size), byref(info), ns), timeout,
-                     _capi.RECV_TIMEOUT)
+            self._recv_args = (self._buf, len(self._buf), byref(self._size), byref(self._info))
+        buf, cap, size_ref, info_ref = self._recv_args
+        size, info = self._size, self._info
+        if timeout == 0:  # the common polling case, without the slicing's closure
+            st = _lib.shmbox_receive(p, buf, cap, size_ref, info_ref, 0)
+        else:
+            st = _sliced(lambda ns: _lib.shmbox_receive(p, buf, cap, size_ref, info_ref, ns), timeout,
+                         _capi.RECV_TIMEOUT)
         if st == _capi.RECV_OK:
             return Message(ctypes.string_at(buf, size.value), info.lane, bool(info.redelivered))
         if st == _capi.RECV_TIMEOUT:
@@ -850,10 +854,14 @@ class Owner(_Handle):
         data = c_void_p()
         size = c_size_t(0)
         info = _capi.MsgInfo()
+        refs = (byref(data), byref(size), byref(info))
+        get, string_at = _lib.shmbox_batch_message, ctypes.string_at
         out = []
         for i in range(count):
-            _check(_lib.shmbox_batch_message(p, i, byref(data), byref(size), byref(info)))
-            out.append(Message(ctypes.string_at(data, size.value), info.lane, bool(info.redelivered)))
+            code = get(p, i, *refs)
+            if code:
+                raise _error(code)
+            out.append(Message(string_at(data.value, size.value), info.lane, bool(info.redelivered)))
         return out
 
     def receive_batch(self, max=64, timeout=None):

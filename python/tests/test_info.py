@@ -90,3 +90,18 @@ def test_give_away_in_process_threads(box_name):
     with shmbox.Owner.acquire(name) as o:
         assert o.give_away(os.getpid(), b"me", timeout=0.1) is False
         assert o.epoch == 1
+
+
+def test_empty_and_binary_messages(box_name):
+    """An empty message and one of every byte value arrive as they were posted, by every receive form."""
+    name = box_name()
+    shmbox.Box.create(name, capacity=8, slot_size=256).close()
+    every_byte = bytes(range(256))
+    with shmbox.Producer.attach(name) as p, shmbox.Owner.acquire(name) as o:
+        p.post_batch([b"", every_byte, bytearray(b"\x00\x01"), "text"])
+        assert o.receive(1).data == b""
+        assert [m.data for m in o.receive_batch(2, timeout=1)] == [every_byte, b"\x00\x01"]
+        p.post(b"")
+        assert [m.data for m in o.read(5, timeout=1)] == [b"text", b""]
+        o.commit()
+        assert o.receive(0) is None
