@@ -92,6 +92,8 @@ run "round trips" "$b/shmbox-bench-rtt" "${common[@]}"
 run pool "$b/shmbox-bench-pool" "${common[@]}"
 # Priority boxes (issue 17): against a FIFO box at 1 Ki and 64 Ki (about 20 s; --quick: 1 s).
 run priority "$b/shmbox-bench-priority" "${common[@]}"
+# The C API and Python next to C++ (issue 18): about 10 s; --quick: 1 s.
+SHMBOX_SOURCE_ROOT="$root" SHMBOX_LIBRARY="$build/lib/libshmbox.so.0" run api "$b/shmbox-bench-api" "${common[@]}"
 if [ -x "$b/shmbox-bench-iceoryx" ]; then
   run iceoryx "$b/shmbox-bench-iceoryx" "${common[@]}"
 else

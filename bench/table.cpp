@@ -287,6 +287,21 @@ int main(int argc, char** argv) {
                 "   message; a deep box with random priorities reads its store out of order: bench/priority.cpp)\n\n");
   }
 
+  // --- The C API and Python (shmbox-bench-api, issue 18)
+  {
+    std::printf("API LAYERS: post + receive of one 64-byte message, one call each, in one process (ns/message)\n");
+    for (const auto& [m, label] : std::vector<std::pair<std::string, std::string>>{
+             {"c++", "C++ post + receive(message&)"},
+             {"c++-in-place", "C++ post + receive_in_place + memcpy"},
+             {"c", "C API shmbox_post + shmbox_receive"},
+             {"python", "Python post + receive (ctypes)"}}) {
+      std::printf("%s| %s\n", pad(label, 40).c_str(), cell("api-64", m, "post-recv-ns").c_str());
+    }
+    std::printf("%s| %s\n", pad("  C / C++ in place (the C layer)", 40).c_str(), cell("api-64", "ratio-c-in-place", "ratio").c_str());
+    std::printf("%s| %s\n", pad("  C / C++", 40).c_str(), cell("api-64", "ratio-c-cpp", "ratio").c_str());
+    std::printf("%s| %s\n\n", pad("  Python / C", 40).c_str(), cell("api-64", "ratio-python-c", "ratio").c_str());
+  }
+
   // --- Wake-up, failover, idle
   std::printf("WAKE-UP (post -> a sleeping owner holds it), FAILOVER (kill -9 owner -> heir received), IDLE OWNER CPU\n");
   for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{

@@ -764,8 +764,44 @@ int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_ms
   sb::receive_options ro;
   ro.max = 1;
   ro.timeout = t;
-  const sb::recv_status s = o->o->receive_in_place(copy_one{buf, size, info}, ro);
+  const sb::recv_status s = o->o->receive_in_place(copy_one{buf, size, info}, ro);  // one copy, as Owner::receive makes
   return recv_result(o, s);
+}
+
+sb::receive_options recv_opts(std::size_t max, std::int64_t timeout_ns) noexcept {
+  sb::receive_options ro;
+  ro.max = max;
+  ro.timeout = to_ns(timeout_ns);
+  return ro;
+}
+
+// receive_batch and read: `take` fills the handle's batch.
+template <class Take>
+int into_batch(shmbox_owner* o, const char* fn, size_t* count, Take&& take) {
+  if (count != nullptr) *count = 0;
+  if (o == nullptr) {
+    bad(fn, "owner must not be NULL");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = {};
+    o->batch.clear();
+    o->current = &o->batch;
+    const sb::recv_status s = take(*o->o, o->batch);
+    if (count != nullptr) *count = o->batch.size();
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, fn, "out of memory");
+  }
+}
+
+// wait and deliver: the handle's delivery, emptied, is what the batch functions read.
+void start_delivery(shmbox_owner* o) noexcept {
+  o->last = {};
+  o->del.messages.clear();
+  o->del.count = 0;
+  o->del.dropped = 0;
+  o->current = &o->del.messages;
 }
 
 }  // namespace
@@ -790,24 +826,8 @@ int shmbox_try_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shm
 }
 
 int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
-  if (count != nullptr) *count = 0;
-  if (o == nullptr) {
-    bad("shmbox_receive_batch", "owner must not be NULL");
-    return SHMBOX_RECV_ERROR;
-  }
-  try {
-    o->last = {};
-    o->batch.clear();
-    o->current = &o->batch;
-    sb::receive_options ro;
-    ro.max = max;
-    ro.timeout = to_ns(timeout_ns);
-    const sb::recv_status s = o->o->receive_batch(o->batch, ro);
-    if (count != nullptr) *count = o->batch.size();
-    return recv_result(o, s);
-  } catch (...) {
-    return owner_bad(o, "shmbox_receive_batch", "out of memory");
-  }
+  return into_batch(o, "shmbox_receive_batch", count,
+                    [&](sb::Owner& w, sb::batch& b) { return w.receive_batch(b, recv_opts(max, timeout_ns)); });
 }
 
 int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size, shmbox_msg_info* info) {
@@ -834,9 +854,6 @@ int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* d
   }
   try {
     o->last = {};
-    sb::receive_options ro;
-    ro.max = max;
-    ro.timeout = to_ns(timeout_ns);
     std::size_t n = 0;
     const sb::recv_status s = o->o->receive_in_place(
         [&](const sb::message_view& v) {
@@ -844,7 +861,7 @@ int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* d
           ++n;
           fn(ctx, v.data.data(), v.data.size(), &info);
         },
-        ro);
+        recv_opts(max, timeout_ns));
     if (count != nullptr) *count = n;
     return recv_result(o, s);
   } catch (...) {
@@ -853,24 +870,7 @@ int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* d
 }
 
 int shmbox_read(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
-  if (count != nullptr) *count = 0;
-  if (o == nullptr) {
-    bad("shmbox_read", "owner must not be NULL");
-    return SHMBOX_RECV_ERROR;
-  }
-  try {
-    o->last = {};
-    o->batch.clear();
-    o->current = &o->batch;
-    sb::receive_options ro;
-    ro.max = max;
-    ro.timeout = to_ns(timeout_ns);
-    const sb::recv_status s = o->o->read(o->batch, ro);
-    if (count != nullptr) *count = o->batch.size();
-    return recv_result(o, s);
-  } catch (...) {
-    return owner_bad(o, "shmbox_read", "out of memory");
-  }
+  return into_batch(o, "shmbox_read", count, [&](sb::Owner& w, sb::batch& b) { return w.read(b, recv_opts(max, timeout_ns)); });
 }
 
 int shmbox_commit(shmbox_owner* o, size_t* lost) {
@@ -943,11 +943,7 @@ int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped) {
     return SHMBOX_EVENT_ERROR;
   }
   try {
-    o->last = {};
-    o->del.messages.clear();
-    o->del.count = 0;
-    o->del.dropped = 0;
-    o->current = &o->del.messages;
+    start_delivery(o);
     const sb::owner_event e = o->o->wait(o->del, to_ns(timeout_ns));
     if (dropped != nullptr) *dropped = o->del.dropped;
     if (e == sb::owner_event::error) record(o->o->last_error());
@@ -965,11 +961,7 @@ int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, v
     return SHMBOX_RECV_ERROR;
   }
   try {
-    o->last = {};
-    o->del.messages.clear();
-    o->del.count = 0;
-    o->del.dropped = 0;
-    o->current = &o->del.messages;
+    start_delivery(o);
     const sb::recv_status s = o->o->deliver(o->del, max, wrap_filter(filter, ctx, o->slot_size));
     if (dropped != nullptr) *dropped = o->del.dropped;
     return recv_result(o, s);

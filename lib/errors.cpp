@@ -13,6 +13,7 @@ namespace {
 // longer than the buffer are cut.
 struct last_error {
   std::error_code ec;
+  std::size_t length;  // of sentence (which may hold NULs: a bad name is quoted as given)
   char sentence[1024];
 };
 thread_local last_error t_last;
@@ -75,7 +76,7 @@ const std::error_category& category() noexcept {
 }
 
 std::string explain(std::error_code ec) {
-  if (ec && ec == t_last.ec && t_last.sentence[0] != '\0') return t_last.sentence;
+  if (ec && ec == t_last.ec && t_last.length > 0) return std::string(t_last.sentence, t_last.length);
   return ec.message();
 }
 
@@ -86,6 +87,7 @@ std::error_code fail(errc e, std::string sentence) {
   const std::size_t n = std::min(sentence.size(), sizeof t_last.sentence - 1);
   std::memcpy(t_last.sentence, sentence.data(), n);
   t_last.sentence[n] = '\0';
+  t_last.length = n;
   return t_last.ec;
 }
 

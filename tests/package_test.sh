@@ -12,6 +12,8 @@
 #      staged libshmbox.so.<soversion>;
 #   2. pkg-config: `pkg-config --cflags --libs shmbox` with the stage as
 #      PKG_CONFIG_SYSROOT_DIR (the .pc file holds the real prefix);
+#   2b. pkg-config, C: examples/c-consumer/main.c (the same through the C
+#      API, compiled as C99 by cc);
 #   3. meson: examples/meson-consumer with this source tree as
 #      subprojects/shmbox (--wrap-mode=forcefallback: never an installed
 #      shmbox), building only what the program needs.
@@ -47,7 +49,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/shmbox-package.XXXXXX")
 box="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}package-$$"  # the tests' prefix (tests/support.hpp test_prefix)
 cleanup() {
   local way
-  for way in cmake pkg-config meson; do rm -f "/dev/shm/shmbox.$box-$way"; done
+  for way in cmake pkg-config pkg-config-c meson; do rm -f "/dev/shm/shmbox.$box-$way"; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -140,6 +142,13 @@ esac
 # shellcheck disable=SC2086  # the flags are words
 step pkg-config-build "${cxx[@]}" -std=c++20 "$src/examples/cmake-consumer/main.cpp" -o "$tmp/pkg-config-consumer" $flags
 LD_LIBRARY_PATH="$slibdir" check_program pkg-config "$tmp/pkg-config-consumer" "$slibdir"
+# 2b. the C API from C: the same flags, a C compiler
+read -ra cc <<<"${CC:-cc}"
+command -v "${cc[0]}" >/dev/null || fail "no C compiler '${cc[0]}' (CC): apt-get install -y gcc"
+# shellcheck disable=SC2086  # the flags are words
+step pkg-config-c-build "${cc[@]}" -std=c99 -Wall -Wextra -pedantic -Werror "$src/examples/c-consumer/main.c" \
+  -o "$tmp/pkg-config-c-consumer" $flags
+LD_LIBRARY_PATH="$slibdir" check_program pkg-config-c "$tmp/pkg-config-c-consumer" "$slibdir"
 
 # 3. meson, shmbox as a subproject
 proj="$tmp/meson-consumer"
@@ -155,4 +164,4 @@ fi
 step meson-build ninja -C "$proj/build" -j 2 shmbox-consumer
 (unset LD_LIBRARY_PATH; check_program meson "$proj/build/shmbox-consumer" "$proj/build/subprojects/shmbox/lib")
 
-echo "package: CMake, pkg-config and meson consumers built and ran"
+echo "package: CMake, pkg-config (C++ and C) and meson consumers built and ran"
