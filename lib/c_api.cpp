@@ -520,7 +520,9 @@ int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lan
       hi.alive = h.alive;
       hi.listener = h.listener;
       hi.pid_ns = h.pid_ns;
-      copy_text(hi.data, std::string_view(h.data.c_str()));
+      hi.data_size = static_cast<std::uint32_t>(std::min<std::size_t>(h.data.size(), sizeof hi.data - 1));
+      std::memcpy(hi.data, h.data.data(), hi.data_size);
+      hi.data[hi.data_size] = '\0';
       if (!copy_out(&heirs[k], hi)) return bad("shmbox_box_info", "heirs[i].struct_size is not set");
     }
     return SHMBOX_OK;
@@ -582,13 +584,31 @@ int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out) {
 
 void shmbox_producer_close(shmbox_producer* p) { delete p; }  // the loan (if open) aborts first: declared last
 
+namespace {
+
+// The sentence of a post that was too large or failed (off the fast path).
+void post_failed(const shmbox_producer* p, sb::post_status s, std::size_t size) noexcept {
+  try {
+    if (s == sb::post_status::too_large) {
+      record(sb::errc::too_large, "message of " + std::to_string(size) + " bytes is larger than the box's slot size of " +
+                                      std::to_string(p->p->max_message_size()) + " bytes (counted too_large)");
+    } else {
+      record(p->p->last_error());
+    }
+  } catch (...) {
+    t_code = s == sb::post_status::too_large ? SHMBOX_E_TOO_LARGE : SHMBOX_E_SYSTEM;
+  }
+}
+
+}  // namespace
+
 int shmbox_post(shmbox_producer* p, const void* data, size_t size) {
   if (p == nullptr || (data == nullptr && size > 0)) {
     bad("shmbox_post", "producer must not be NULL, nor data when size is not 0");
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size);
-  if (s == sb::post_status::error) record(p->p->last_error());
+  if (s >= sb::post_status::too_large) post_failed(p, s, size);
   return static_cast<int>(s);
 }
 
@@ -599,7 +619,7 @@ int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmb
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size, po);
-  if (s == sb::post_status::error) record(p->p->last_error());
+  if (s >= sb::post_status::too_large) post_failed(p, s, size);
   return static_cast<int>(s);
 }
 
@@ -980,7 +1000,10 @@ int shmbox_owner_notify_fd(shmbox_owner* o) {
 }
 
 int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size, int64_t timeout_ns) {
-  if (o == nullptr || (data == nullptr && size > 0)) return 0;
+  if (o == nullptr || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away", "owner must not be NULL, nor data when size is not 0");
+    return 0;
+  }
   try {
     if (o->o->give_away(pid, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) return 1;
     record(o->o->last_error());
@@ -991,7 +1014,10 @@ int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size
 }
 
 int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* data, size_t size, int64_t timeout_ns) {
-  if (o == nullptr || (data == nullptr && size > 0)) return 0;
+  if (o == nullptr || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away_to_heir", "owner must not be NULL, nor data when size is not 0");
+    return 0;
+  }
   try {
     if (o->o->give_away_to_heir(entry, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) {
       return 1;
@@ -1020,6 +1046,8 @@ int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out) {
     return SHMBOX_OK;
   });
 }
+
+uint32_t shmbox_owner_max_message_size(const shmbox_owner* o) { return o == nullptr ? 0 : o->slot_size; }
 
 uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return o == nullptr ? 0 : o->o->epoch(); }
 

@@ -253,6 +253,7 @@ static void test_errors(void) {
   REQUIRE(shmbox_producer_attach_box(b, &p) == SHMBOX_OK);
   memset(big, 'x', sizeof big);
   CHECK(shmbox_post(p, big, sizeof big) == SHMBOX_POST_TOO_LARGE);
+  CHECK(shmbox_last_error() == SHMBOX_E_TOO_LARGE && strstr(shmbox_last_error_message(), "200 bytes") != NULL);
   CHECK(shmbox_post(p, NULL, 5) == SHMBOX_POST_ERROR);
   CHECK(shmbox_loan_commit(p, 3) == SHMBOX_POST_ERROR); /* no open loan */
   CHECK(shmbox_producer_max_message_size(p) == 64);
@@ -436,6 +437,7 @@ static void test_heir_takes_over(void) {
   heirs[0].struct_size = heirs[1].struct_size = sizeof heirs[0];
   REQUIRE(shmbox_box_info(b, &info, NULL, 0, heirs, 2) == SHMBOX_OK);
   CHECK(info.heir_count == 1 && heirs[0].alive && !heirs[0].listener && strcmp(heirs[0].data, "c-heir") == 0);
+  CHECK(heirs[0].data_size == 6);
   CHECK(info.depth == 5);
   CHECK(info.owner_pid == (uint32_t)owner.pid && info.owner_alive);
   kill(owner.pid, SIGKILL);
@@ -486,6 +488,8 @@ static void test_give_away(void) {
   read_line(&l, line, sizeof line);
   REQUIRE(strcmp(line, "ready") == 0);
   CHECK(shmbox_owner_give_away(o, (uint32_t)getpid(), "x", 1, 1000000) == 0); /* not to itself */
+  CHECK(shmbox_last_error() == SHMBOX_E_INVALID_ARGUMENT);
+  CHECK(shmbox_owner_max_message_size(o) == 64);
   if (shmbox_owner_give_away(o, (uint32_t)l.pid, "hello", 5, 10000000000LL) != 1) {
     fprintf(stderr, "give-away failed: %s\n", shmbox_last_error_message());
     CHECK(!"give-away to the listener");

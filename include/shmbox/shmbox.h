@@ -241,8 +241,9 @@ typedef struct shmbox_heir_info {
   int32_t same_namespace;
   int32_t alive;
   int32_t listener;      /* waits only for give-away */
+  uint32_t data_size;    /* bytes of data (it may hold NULs) */
   uint64_t pid_ns;
-  char data[65];         /* its registered data, NUL-terminated (cut at a NUL) */
+  char data[65];         /* its registered data, NUL-terminated */
 } shmbox_heir_info;
 
 /* Why a box changed owner (shmbox::transfer_reason). */
@@ -335,7 +336,9 @@ SHMBOX_C_API int shmbox_producer_attach(const char* name, shmbox_producer** out)
 SHMBOX_C_API int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out);
 /* Gives the entry back (an open loan is aborted); posted messages stay. */
 SHMBOX_C_API void shmbox_producer_close(shmbox_producer* p);
-/* Posts one message into the box's default lane (enum shmbox_post_status). */
+/* Posts one message into the box's default lane (enum shmbox_post_status).
+ * SHMBOX_POST_TOO_LARGE and SHMBOX_POST_ERROR leave a sentence in
+ * shmbox_last_error_message(); the other outcomes do not. */
 SHMBOX_C_API int shmbox_post(shmbox_producer* p, const void* data, size_t size);
 /* Posts one message with options (`o` NULL: the defaults). */
 SHMBOX_C_API int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmbox_post_options* o);
@@ -481,7 +484,9 @@ SHMBOX_C_API int shmbox_owner_notify_fd(shmbox_owner* o);
 
 /* Hands the box to process `pid` of this pid namespace, waiting for it as
  * heir or listener; 1 once it owns the box (this handle then no longer
- * does), 0 with nothing changed (see shmbox::Owner::give_away). */
+ * does), 0 with nothing changed (see shmbox::Owner::give_away):
+ * shmbox_last_error() and shmbox_last_error_message() say why (not
+ * waiting, timed out, not the owner, bad arguments). */
 SHMBOX_C_API int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size,
                                         int64_t timeout_ns);
 /* The same for heir-table entry `entry`, in any pid namespace. */
@@ -493,6 +498,9 @@ SHMBOX_C_API void shmbox_owner_accept_give_away_requests(shmbox_owner* o, int ac
 SHMBOX_C_API void shmbox_owner_renew(shmbox_owner* o);
 /* How this owner got the box (set out->struct_size). */
 SHMBOX_C_API int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out);
+/* The largest message the box holds (its slot size): the least `cap` of
+ * shmbox_receive. */
+SHMBOX_C_API uint32_t shmbox_owner_max_message_size(const shmbox_owner* o);
 /* The epoch this handle owns the box under. */
 SHMBOX_C_API uint64_t shmbox_owner_epoch(const shmbox_owner* o);
 /* Why the last call returned an *_ERROR status (an error code). */

@@ -600,7 +600,7 @@ class Box(_Handle):
                 "listener": bool(h.listener),
                 "same_namespace": bool(h.same_namespace),
                 "pid_ns": h.pid_ns,
-                "data": h.data,
+                "data": ctypes.string_at(ctypes.addressof(h) + _capi.HeirInfo.data.offset, min(h.data_size, 64)),
             } for h in heirs[:min(i.heir_count, heir_cap)]],
             "last_transfer": None if t.epoch == 0 else _transfer(t).as_dict(),
             "counters": _counters_dict(i.count),

@@ -118,6 +118,7 @@ class HeirInfo(Structure):
         ("same_namespace", c_int32),
         ("alive", c_int32),
         ("listener", c_int32),
+        ("data_size", c_uint32),
         ("pid_ns", c_uint64),
         ("data", c_char * 65),
     ]
