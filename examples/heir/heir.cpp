@@ -32,9 +32,10 @@ int run(const std::string& name, std::uint64_t count, const std::string& data, b
   std::printf("enlisted (position %u)\n", heir->position());
   std::fflush(stdout);
 
-  // Blocks until this process owns the box (the owner's death is seen at
-  // once, through a pidfd) or the timeout passes. Heir::fd() does the same
-  // for an event loop.
+  // Blocks until this process owns the box or the timeout passes. The
+  // owner's death is seen at once through a pidfd (within 5 ms when the
+  // owner runs in another pid namespace). Heir::fd() is the same wait for an
+  // event loop: readable when await_transfer(0) may succeed.
   auto owner = heir->await_transfer(std::chrono::seconds(30));
   if (!owner) {
     std::fprintf(stderr, "heir: await_transfer: %s\n", shmbox::explain(owner.error()).c_str());
