@@ -240,6 +240,13 @@ def exempt(name, params, rest, cls):
     return None
 
 
+def pretty_name(name):
+    """operator_5b5d -> operator[] (analyse() spells operators in hex)."""
+    if name == "operator_conversion":
+        return "operator (conversion)"
+    return re.sub(r"operator_([0-9a-f]+)", lambda m: "operator" + bytes.fromhex(m.group(1)).decode(), name)
+
+
 class Scope:
     def __init__(self, kind, name, public):
         self.kind = kind      # namespace, class, struct, enum, block
@@ -313,14 +320,13 @@ def check(path, display=None, listing=None):
         where = f"{cls}::" if cls else ""
         if listing is not None:
             ok = why or ("documented" if documented(line_of[first], last, len(scopes)) else "NO COMMENT")
-            listing.append(f"{display}:{line_of[first] + 1}: {where}{name}: {ok}")
+            listing.append(f"{display}:{line_of[first] + 1}: {where}{pretty_name(name)}: {ok}")
         if why:
             if name != "operator_conversion":
                 barriers.update(range(line_of[first], last + 1))
             return
         if not documented(line_of[first], last, len(scopes)):
-            pretty = re.sub(r"operator_([0-9a-f]+)", lambda m: "operator" + bytes.fromhex(m.group(1)).decode(), name)
-            problems.append(f"{display}:{line_of[first] + 1}: {where}{pretty}() has no comment")
+            problems.append(f"{display}:{line_of[first] + 1}: {where}{pretty_name(name)}() has no comment")
 
     def skip_braces(pos):
         """pos at '{': returns the index after its matching '}'."""
