@@ -135,12 +135,12 @@ class SHMBOX_API Box {
   Box& operator=(Box&&) noexcept;
   ~Box();
 
-  const std::string& name() const noexcept;
+  const std::string& name() const noexcept;  // the box's name (without the shmbox. prefix)
   std::uint32_t capacity() const noexcept;  // all lanes together
-  std::uint32_t lane_count() const noexcept;
+  std::uint32_t lane_count() const noexcept;  // lanes, the control lane 0 included
   std::uint32_t default_lane() const noexcept;  // the lane of a plain post (options::default_lane)
-  std::uint32_t slot_size() const noexcept;
-  policy overflow() const noexcept;
+  std::uint32_t slot_size() const noexcept;  // the largest message, in bytes
+  policy overflow() const noexcept;  // the box's policy (options::overflow; lanes may have their own)
   // Messages in the box right now, from two counters; exact when idle.
   std::uint64_t depth_approx() const noexcept;
   // Sums of the counters in the segment.
@@ -168,6 +168,8 @@ class SHMBOX_API Box {
   // invalid_argument (not resizable, a limit out of range, no such lane),
   // producer_table_full, read-only handle.
   result<resize_report> resize(std::uint32_t limit, std::optional<std::uint32_t> lane = {}) const;
+  // request_give_away, naming heir-table entry `entry` (heir_info::entry)
+  // instead of a pid: see request_give_away above.
   result<void> request_give_away_to_heir(std::uint32_t entry, std::chrono::nanoseconds timeout) const;
 
  private:

@@ -50,6 +50,7 @@ enum class errc : int {
 // The category of errc; name() is "shmbox".
 SHMBOX_API const std::error_category& category() noexcept;
 
+// An errc as a std::error_code of category() (found by ADL, so `ec == errc::x` works).
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), category()};
 }
@@ -65,19 +66,24 @@ SHMBOX_API std::string explain(std::error_code ec);
 template <class T>
 class [[nodiscard]] result {
  public:
+  // A value, or an error (implicit, so a function returns either as is).
   result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
   result(std::error_code ec) : v_(std::in_place_index<1>, ec) {}     // NOLINT
   result(errc e) : v_(std::in_place_index<1>, make_error_code(e)) {}  // NOLINT
 
+  // True when it holds a value (then error() is empty).
   bool has_value() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return has_value(); }
+  // The value; only when has_value() (std::get throws std::bad_variant_access otherwise).
   T& value() & { return std::get<0>(v_); }
   const T& value() const& { return std::get<0>(v_); }
   T&& value() && { return std::get<0>(std::move(v_)); }
+  // The value, as value() does; only when has_value().
   T& operator*() & { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
+  // The error; an empty error_code when it holds a value. shmbox::explain(error()) for a person.
   std::error_code error() const { return has_value() ? std::error_code{} : std::get<1>(v_); }
 
  private:
@@ -88,10 +94,13 @@ template <>
 class [[nodiscard]] result<void> {
  public:
   result() = default;
+  // An error (implicit, so a function returns it as is); result() is success.
   result(std::error_code ec) : ec_(ec) {}   // NOLINT
   result(errc e) : ec_(make_error_code(e)) {}  // NOLINT
+  // True on success.
   bool has_value() const noexcept { return !ec_; }
   explicit operator bool() const noexcept { return has_value(); }
+  // The error; an empty error_code on success.
   std::error_code error() const { return ec_; }
 
  private:

@@ -43,6 +43,7 @@ struct message_view {
 // the next receive into (or clear() of) this batch.
 class batch {
  public:
+  // How many messages it holds; empty() when none.
   std::size_t size() const noexcept { return entries_.size(); }
   bool empty() const noexcept { return entries_.empty(); }
   // The bytes of message i, exactly as posted.

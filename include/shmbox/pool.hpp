@@ -112,7 +112,7 @@ class SHMBOX_API Lease {
 
   const std::string& box() const noexcept;  // the member's box
   Producer& producer() noexcept;            // posts into the member's box
-  lease_token token() const noexcept;
+  lease_token token() const noexcept;       // names this lease (Pool::give_back from elsewhere)
   std::uint32_t worker_pid() const noexcept;  // the member's worker (0: unknown here)
   // Ends the lease; further calls return double_return.
   return_status give_back(outcome o = outcome::ok);
@@ -165,7 +165,7 @@ class SHMBOX_API Pool {
   Pool& operator=(Pool&&) noexcept;
   ~Pool();
 
-  const std::string& name() const noexcept;
+  const std::string& name() const noexcept;  // the pool's name
 
   // A lease on a free member: the most recently returned first. With none
   // free it asks the supervisor for a new one (below max_count) and waits

@@ -124,6 +124,7 @@ enum class recv_status : std::uint8_t {
   error,      // the box cannot be used (corrupt segment); see Owner::last_error()
 };
 
+// "ok", "empty", "timeout", "not-owner", "error".
 SHMBOX_API std::string_view to_string(recv_status s) noexcept;
 
 }  // namespace shmbox
