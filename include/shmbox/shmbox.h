@@ -49,10 +49,10 @@ extern "C" {
 
 /* ---- Versions, errors ------------------------------------------------- */
 
-/* The library's version, "MAJOR.MINOR.PATCH" (the one it was built as, which
- * may differ from the header's SHMBOX_VERSION_STRING if the program was built
- * against another release). */
+/* The version of this header, "MAJOR.MINOR.PATCH". */
 #define SHMBOX_VERSION_STRING "0.1.0"
+/* The library's version (the one it was built as, which may differ from
+ * SHMBOX_VERSION_STRING if the program was built against another release). */
 SHMBOX_C_API const char* shmbox_version(void);
 
 /* Error codes (the C++ API's shmbox::errc, value for value). */
