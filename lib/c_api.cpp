@@ -41,7 +41,7 @@ struct shmbox_owner {
   sb::batch batch;               // receive_batch, read
   sb::delivery del;              // wait, deliver
   const sb::batch* current = &batch;  // what shmbox_batch_message reads
-  std::error_code last;          // errors of the C layer itself (bad arguments)
+  int last = SHMBOX_OK;          // an error of the C layer itself (bad arguments); an int: reset on every call
 };
 
 struct shmbox_heir {
@@ -245,15 +245,14 @@ sb::filter_fn wrap_filter(shmbox_filter_fn fn, void* ctx, std::size_t slot) {
 // Marks a recv status the C++ layer reported as an error on this thread too.
 int recv_result(shmbox_owner* o, sb::recv_status s) {
   if (s == sb::recv_status::error) {
-    o->last = {};
+    o->last = SHMBOX_OK;
     record(o->o->last_error());
   }
   return static_cast<int>(s);
 }
 
 int owner_bad(shmbox_owner* o, const char* fn, const char* what) {
-  o->last = sb::detail::fail(sb::errc::invalid_argument, std::string(fn) + ": " + what);
-  record(o->last);
+  o->last = record(sb::errc::invalid_argument, std::string(fn) + ": " + what);
   return SHMBOX_RECV_ERROR;
 }
 
@@ -780,7 +779,7 @@ int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_ms
                          .c_str());
   }
   if (size != nullptr) *size = 0;
-  o->last = {};
+  o->last = SHMBOX_OK;
   sb::receive_options ro;
   ro.max = 1;
   ro.timeout = t;
@@ -804,7 +803,7 @@ int into_batch(shmbox_owner* o, const char* fn, size_t* count, Take&& take) {
     return SHMBOX_RECV_ERROR;
   }
   try {
-    o->last = {};
+    o->last = SHMBOX_OK;
     o->batch.clear();
     o->current = &o->batch;
     const sb::recv_status s = take(*o->o, o->batch);
@@ -817,7 +816,7 @@ int into_batch(shmbox_owner* o, const char* fn, size_t* count, Take&& take) {
 
 // wait and deliver: the handle's delivery, emptied, is what the batch functions read.
 void start_delivery(shmbox_owner* o) noexcept {
-  o->last = {};
+  o->last = SHMBOX_OK;
   o->del.messages.clear();
   o->del.count = 0;
   o->del.dropped = 0;
@@ -873,7 +872,7 @@ int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* d
     return SHMBOX_RECV_ERROR;
   }
   try {
-    o->last = {};
+    o->last = SHMBOX_OK;
     std::size_t n = 0;
     const sb::recv_status s = o->o->receive_in_place(
         [&](const sb::message_view& v) {
@@ -899,7 +898,7 @@ int shmbox_commit(shmbox_owner* o, size_t* lost) {
     bad("shmbox_commit", "owner must not be NULL");
     return SHMBOX_RECV_ERROR;
   }
-  o->last = {};
+  o->last = SHMBOX_OK;
   return recv_result(o, o->o->commit(lost));
 }
 
@@ -909,7 +908,7 @@ int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane) 
     return SHMBOX_RECV_ERROR;
   }
   try {
-    o->last = {};
+    o->last = SHMBOX_OK;
     return recv_result(o, o->o->stash(std::string_view(static_cast<const char*>(data), size), lane));
   } catch (...) {
     return owner_bad(o, "shmbox_stash", "out of memory");
@@ -1053,7 +1052,8 @@ uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return o == nullptr ? 0 : o
 
 int shmbox_owner_last_error(const shmbox_owner* o) {
   if (o == nullptr) return SHMBOX_E_INVALID_ARGUMENT;
-  const auto ec = o->last ? o->last : o->o->last_error();
+  if (o->last != SHMBOX_OK) return o->last;
+  const auto ec = o->o->last_error();
   return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
 }
 

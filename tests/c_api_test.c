@@ -13,6 +13,7 @@
 #include "shmbox/shmbox.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -191,6 +192,40 @@ static int role_listen(const char* name) {
   printf("got %d %s %zu\n", t.reason, t.data, got);
   shmbox_owner_close(o);
   shmbox_heir_close(h);
+  return 0;
+}
+
+/* member: a pool's member command (PoolMember through the C API). Each
+ * message names a box; the member posts "got <n>" into it, n counting the
+ * messages it has received, and answers the supervisor's health pings. */
+static int role_member(void) {
+  shmbox_member* m = NULL;
+  shmbox_owner* o;
+  char buf[256];
+  long n = 0;
+  REQUIRE(shmbox_member_from_env(&m) == SHMBOX_OK);
+  o = shmbox_member_owner(m);
+  REQUIRE(o != NULL && shmbox_owner_max_message_size(o) <= sizeof buf - 1);
+  for (;;) {
+    size_t size = 0;
+    shmbox_msg_info mi;
+    int st = shmbox_receive(o, buf, sizeof buf, &size, &mi, SHMBOX_FOREVER);
+    if (st == SHMBOX_RECV_NOT_OWNER) break;
+    REQUIRE(st == SHMBOX_RECV_OK);
+    if (mi.lane == 0 && shmbox_member_answer_ping(m, buf, size)) continue;
+    buf[size] = '\0';
+    ++n;
+    {
+      shmbox_producer* reply = NULL;
+      char text[64];
+      int len = snprintf(text, sizeof text, "got %ld", n);
+      if (shmbox_producer_attach(buf, &reply) == SHMBOX_OK) {
+        shmbox_post(reply, text, (size_t)len);
+        shmbox_producer_close(reply);
+      }
+    }
+  }
+  shmbox_member_close(m);
   return 0;
 }
 
@@ -752,6 +787,128 @@ static void test_list_and_resize(void) {
   shmbox_box_close(b);
 }
 
+/* Runs the CLI ($SHMBOX_CLI) with up to 20 arguments; its exit status. */
+static int cli(const char* const* args) {
+  const char* path = getenv("SHMBOX_CLI");
+  const char* argv[22];
+  int i, st = 0;
+  pid_t pid;
+  REQUIRE(path != NULL);
+  argv[0] = path;
+  for (i = 0; args[i] != NULL && i < 20; ++i) argv[i + 1] = args[i];
+  argv[i + 1] = NULL;
+  pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1);
+    execv(path, (char* const*)argv);
+    _exit(127);
+  }
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char pool_name[160];
+
+static void remove_pool(void) {
+  if (pool_name[0] != '\0') {
+    const char* args[] = {"pool", "rm", pool_name, "--now", "--timeout", "10s", NULL};
+    cli(args);
+  }
+}
+
+/* A pool of C members (this program's `member` role) supervised by `shmbox
+ * pool run`: a C taker leases a member, posts through the lease's producer
+ * (each message names a reply box the member answers into), gives it back,
+ * and a second give-back is a double return. Needs $SHMBOX_CLI. */
+static void test_pool(void) {
+  const char* reply = new_name("reply");
+  shmbox_box* rb = create_box(reply, 16, SHMBOX_REJECT);
+  shmbox_owner* ro = NULL;
+  shmbox_pool* pool = NULL;
+  shmbox_lease* lease = NULL;
+  char command[512], line[256], buf[64];
+  const char* run = getenv("SHMBOX_TEST_RUN");
+  child sup;
+  long i;
+
+  if (getenv("SHMBOX_CLI") == NULL) {
+    fprintf(stderr, "c-api-test: SHMBOX_CLI is not set: the pool case needs the CLI (meson test sets it)\n");
+    ++failures;
+    return;
+  }
+  snprintf(pool_name, sizeof pool_name, "t-%s-capi-%ld-pool", run ? run : "c", (long)getpid());
+  atexit(remove_pool);
+  {
+    char exe[256];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    REQUIRE(n > 0);
+    exe[n] = '\0';
+    snprintf(command, sizeof command, "exec '%s' member", exe);
+  }
+  {
+    const char* args[] = {"pool", "create", pool_name, "--command", command, "--init", "1", "--max", "2",
+                          "--capacity", "16", "--slot-size", "128", NULL};
+    REQUIRE(cli(args) == 0);
+  }
+  REQUIRE(shmbox_owner_acquire_box(rb, &ro) == SHMBOX_OK);
+  {
+    /* the supervisor: `shmbox pool run`, as a child (stdout: its event lines) */
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    sup.pid = fork();
+    REQUIRE(sup.pid >= 0);
+    if (sup.pid == 0) {
+      const char* path = getenv("SHMBOX_CLI");
+      close(fds[0]);
+      dup2(fds[1], 1);
+      execl(path, path, "pool", "run", pool_name, (char*)NULL);
+      _exit(127);
+    }
+    close(fds[1]);
+    sup.out = fdopen(fds[0], "r");
+    REQUIRE(sup.out != NULL);
+  }
+  REQUIRE(shmbox_pool_open(pool_name, 0, &pool) == SHMBOX_OK);
+  /* the take waits (up to 20 s) for the supervisor to start the member */
+  REQUIRE(shmbox_pool_take(pool, 20000000000LL, &lease) == SHMBOX_OK);
+  CHECK(strncmp(shmbox_lease_box(lease), pool_name, strlen(pool_name)) == 0);
+  for (i = 1; i <= 3; ++i) {
+    char want[32];
+    size_t size = 0;
+    REQUIRE(shmbox_post(shmbox_lease_producer(lease), reply, strlen(reply)) == SHMBOX_STORED);
+    REQUIRE(shmbox_receive(ro, buf, sizeof buf, &size, NULL, 10000000000LL) == SHMBOX_RECV_OK);
+    snprintf(want, sizeof want, "got %ld", i);
+    CHECK(size == strlen(want) && memcmp(buf, want, size) == 0);
+  }
+  CHECK(shmbox_lease_worker_pid(lease) > 0);
+  CHECK(shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_OK);
+  CHECK(shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_DOUBLE);
+  CHECK(shmbox_lease_give_back(lease, 7) == SHMBOX_RETURN_ERROR);
+  shmbox_lease_close(lease);
+  /* taken again: the same member (the most recently returned), which has
+   * now received 4 messages in all */
+  REQUIRE(shmbox_pool_take(pool, 10000000000LL, &lease) == SHMBOX_OK);
+  {
+    size_t size = 0;
+    REQUIRE(shmbox_post(shmbox_lease_producer(lease), reply, strlen(reply)) == SHMBOX_STORED);
+    REQUIRE(shmbox_receive(ro, buf, sizeof buf, &size, NULL, 10000000000LL) == SHMBOX_RECV_OK);
+    CHECK(size == 5 && memcmp(buf, "got 4", 5) == 0);
+  }
+  shmbox_lease_close(lease); /* not given back: given back as failed */
+  shmbox_pool_close(pool);
+  remove_pool();
+  pool_name[0] = '\0';
+  kill(sup.pid, SIGTERM);
+  while (fgets(line, sizeof line, sup.out) != NULL) {
+  }
+  CHECK(reap(&sup) == 0);
+  shmbox_owner_close(ro);
+  shmbox_box_close(rb);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "produce") == 0 && argc >= 5) {
     set_alarm(60);
@@ -765,6 +922,7 @@ int main(int argc, char** argv) {
     set_alarm(60);
     return role_listen(argv[2]);
   }
+  if (argc >= 2 && strcmp(argv[1], "member") == 0) return role_member();
   if (argc != 1) {
     fprintf(stderr, "usage: c-api-test (runs every case)\n");
     return 2;
@@ -779,6 +937,7 @@ int main(int argc, char** argv) {
   test_batch_stash_priority();
   test_stash();
   test_list_and_resize();
+  test_pool();
   if (failures > 0) {
     fprintf(stderr, "c-api-test: %d check(s) failed\n", failures);
     return 1;
