@@ -62,17 +62,9 @@ tagged parse(const std::string& m) {
   return t;
 }
 
-std::string tag(char c, int i) {
-  std::string s(1, c);
-  s += std::to_string(i);
-  return s;
-}
+using shmtest::tag;
 
-std::string ask(shmtest::child& c, const std::string& cmd) {
-  c.write_stdin(cmd + "\n");
-  const auto l = c.read_line(20s);
-  return l ? *l : "(no answer to " + cmd + ")";
-}
+using shmtest::ask;
 
 // Runs `n` buf-produce processes (each posts `count`, blocking on a full
 // lane) while this process, the owner, pumps the box; returns when every

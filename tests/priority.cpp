@@ -72,18 +72,9 @@ void check_fifo_within_priority(const std::vector<tagged>& got) {
   }
 }
 
-std::string tag(char c, int i) {
-  std::string s(1, c);
-  s += std::to_string(i);
-  return s;
-}
+using shmtest::tag;
 
-// A helper's answer to one command line.
-std::string ask(shmtest::child& c, const std::string& cmd) {
-  c.write_stdin(cmd + "\n");
-  const auto l = c.read_line(20s);
-  return l ? *l : "(no answer to " + cmd + ")";
-}
+using shmtest::ask;
 
 // Starts `n` prio-produce processes with `extra` arguments, lets them go
 // together, and returns their "done ..." lines.

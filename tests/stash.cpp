@@ -20,12 +20,7 @@ using shmbox::recv_status;
 
 namespace {
 
-// "<c><i>" (built by appending: g++ 12 warns, wrongly, on "literal" + std::string).
-std::string tag(char c, int i) {
-  std::string s(1, c);
-  s += std::to_string(i);
-  return s;
-}
+using shmtest::tag;
 
 // Every message there is now, as "data" or "data*" (redelivered).
 std::vector<std::string> drain(shmbox::Owner& o) {
@@ -46,12 +41,7 @@ shmbox::message receive_one(shmbox::Owner& o) {
   return m;
 }
 
-// A helper's answer to one command line.
-std::string ask(shmtest::child& c, const std::string& cmd) {
-  c.write_stdin(cmd + "\n");
-  const auto l = c.read_line(20s);
-  return l ? *l : "(no answer to " + cmd + ")";
-}
+using shmtest::ask;
 
 // Σ stashed = Σ unstashed + parked, and nothing counted twice.
 void check_stash_ledger(const shmbox::Box& box, std::uint64_t stashed, std::uint64_t unstashed) {

@@ -282,6 +282,21 @@ inline std::string line_starting(child& c, const std::string& prefix,
   return {};
 }
 
+// A helper's answer to one command line (the helper reads commands on stdin).
+inline std::string ask(child& c, const std::string& cmd) {
+  c.write_stdin(cmd + "\n");
+  const auto l = c.read_line(std::chrono::seconds(20));
+  return l ? *l : "(no answer to " + cmd + ")";
+}
+
+// "<c><i>", e.g. a producer's id or a message (built by appending: g++ 12
+// warns, wrongly, on "literal" + std::string).
+inline std::string tag(char c, int i) {
+  std::string s(1, c);
+  s += std::to_string(i);
+  return s;
+}
+
 // The lines of `text` (without their '\n').
 inline std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
