@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "errors.hpp"
@@ -100,24 +101,69 @@ std::uint32_t Box::lane_count() const noexcept { return m_->lane_count(); }
 std::uint32_t Box::default_lane() const noexcept { return m_->default_lane; }
 std::uint32_t Box::slot_size() const noexcept { return m_->geo.params.slot_payload; }
 policy Box::overflow() const noexcept { return m_->default_policy; }
+std::uint64_t Box::id() const noexcept { return m_->incarnation(); }
+
+std::string message_id::to_string() const {
+  if (!valid()) return {};
+  char buf[64];
+  const int n = std::snprintf(buf, sizeof buf, "%016llx-%u-%llu", static_cast<unsigned long long>(box), lane,
+                              static_cast<unsigned long long>(position));
+  return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+}
+
+std::optional<message_id> message_id::parse(std::string_view s) noexcept {
+  // Exactly: 16 hex digits, '-', a decimal lane below kMaxLanes, '-', a decimal position.
+  if (s.size() < 20 || s[16] != '-') return std::nullopt;
+  message_id id;
+  for (std::size_t i = 0; i < 16; ++i) {
+    const char c = s[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    id.box = (id.box << 4) | static_cast<std::uint64_t>(d);
+  }
+  auto number = [](std::string_view t, std::uint64_t& out) {
+    if (t.empty() || t.size() > 19 || (t.size() > 1 && t[0] == '0')) return false;
+    out = 0;
+    for (const char c : t) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return true;
+  };
+  const std::string_view rest = s.substr(17);
+  const std::size_t dash = rest.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  std::uint64_t lane = 0, position = 0;
+  if (!number(rest.substr(0, dash), lane) || lane >= kMaxLanes || !number(rest.substr(dash + 1), position) ||
+      position == kNoPosition)
+    return std::nullopt;
+  id.lane = static_cast<std::uint32_t>(lane);
+  id.position = position;
+  return id;
+}
+
+std::uint64_t Box::depth_approx(std::uint32_t lane) const noexcept {
+  if (lane >= m_->lane_count()) return 0;
+  const detail::lane_view& L = m_->lanes[lane];
+  if (L.is_lifo()) return detail::lane_depth_scan(*m_, lane);
+  // acquire: pairs with the release stores of head (T7); tail is an RMW chain
+  const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
+  const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
+  std::uint64_t n = h >= t ? 0 : std::min<std::uint64_t>(t - h, L.capacity);
+  // A priority box's lane also holds the messages in the owner's store
+  // (ring.hpp PRIORITY BOXES), counted in `parked`. relaxed: an estimate.
+  if (L.is_priority()) n += std::min<std::uint64_t>(L.hdr->parked.load(std::memory_order_relaxed), L.capacity);
+  return n;
+}
 
 std::uint64_t Box::depth_approx() const noexcept {
   std::uint64_t n = 0;
-  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) {
-    const detail::lane_view& L = m_->lanes[l];
-    if (L.is_lifo()) {
-      n += detail::lane_depth_scan(*m_, l);
-      continue;
-    }
-    // acquire: pairs with the release stores of head (T7); tail is an RMW chain
-    const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
-    const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
-    n += h >= t ? 0 : std::min<std::uint64_t>(t - h, L.capacity);
-    // A priority box's lane also holds the messages in the owner's store
-    // (ring.hpp PRIORITY BOXES), counted in `parked`. relaxed: an estimate.
-    if (L.is_priority()) n += std::min<std::uint64_t>(L.hdr->parked.load(std::memory_order_relaxed), L.capacity);
-  }
+  for (std::uint32_t l = 0; l < m_->lane_count(); ++l) n += depth_approx(l);
   return n;
+}
+
+std::uint32_t Box::capacity(std::uint32_t lane) const noexcept {
+  return lane < m_->lane_count() ? m_->lanes[lane].limit() : 0;
 }
 
 namespace {

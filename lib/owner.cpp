@@ -118,6 +118,10 @@ result<Owner> Owner::acquire(const Box& box) {
 }
 
 std::uint64_t Owner::epoch() const noexcept { return s_ ? s_->ctx.epoch : 0; }
+
+message_id Owner::id_of(std::uint32_t lane, std::uint64_t position) const noexcept {
+  return message_id{s_ ? s_->m->incarnation() : 0, lane, position};
+}
 std::error_code Owner::last_error() const noexcept { return s_ ? s_->ctx.last_error : make_error_code(errc::not_owner); }
 const transfer_record& Owner::transfer() const noexcept {
   static const transfer_record none;
@@ -354,7 +358,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
         if (kept[i] != 0 && (filter == nullptr || staging_drops[i] == 0)) {
           const std::string_view b = staging[i];
           sink.append(reinterpret_cast<const std::byte*>(b.data()), static_cast<std::uint32_t>(b.size()),
-                      staging.redelivered(i), staging.lane(i));
+                      staging.redelivered(i), staging.lane(i), staging.position(i));
         }
       if (sink.appended > 0 || (filter != nullptr && r.committed > 0)) return recv_status::ok;
       if (r.lost > 0) {

@@ -40,11 +40,13 @@ struct owner_sink : take_sink {
 struct vector_sink final : detail::owner_sink {
   std::vector<message>* out;
   explicit vector_sink(std::vector<message>& v) : out(&v) {}
-  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                                     std::uint64_t position) override {
     message& m = out->emplace_back();
     m.data.assign(reinterpret_cast<const char*>(data), size);
     m.redelivered = redelivered;
     m.lane = lane;
+    m.position = position;
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -54,10 +56,12 @@ struct vector_sink final : detail::owner_sink {
 struct message_sink final : detail::owner_sink {
   message* out;
   explicit message_sink(message& m) : out(&m) {}
-  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                                     std::uint64_t position) override {
     out->data.assign(reinterpret_cast<const char*>(data), size);
     out->redelivered = redelivered;
     out->lane = lane;
+    out->position = position;
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -65,8 +69,9 @@ struct message_sink final : detail::owner_sink {
 struct batch_sink final : detail::owner_sink {
   batch* out;
   explicit batch_sink(batch& b) : out(&b) {}
-  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
-    detail::access::append(*out, data, size, redelivered, lane);
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                                     std::uint64_t position) override {
+    detail::access::append(*out, data, size, redelivered, lane, position);
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -81,11 +86,12 @@ struct view_sink final : detail::owner_sink {
   void* ctx;
   std::exception_ptr thrown;
   view_sink(void (*f)(void*, const message_view&), void* c) : fn(f), ctx(c) {}
-  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                                     std::uint64_t position) override {
     if (thrown) return detail::take_verdict::skip;
     ++appended;
     try {
-      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane});
+      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane, position});
     } catch (...) {
       thrown = std::current_exception();
     }
@@ -101,7 +107,8 @@ struct filter_sink final : detail::owner_sink {
   std::vector<char>* drop_marks = nullptr;  // fenced path: one mark per non-skipped message
   std::string scratch;
   filter_sink(detail::owner_sink& in, const filter_fn* f) : inner(&in), filter(f) {}
-  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                                     std::uint64_t position) override {
     ++seen;
     filter_verdict v = filter_verdict::deliver;
     const std::byte* out = data;
@@ -117,10 +124,10 @@ struct filter_sink final : detail::owner_sink {
     if (drop_marks != nullptr) drop_marks->push_back(v == filter_verdict::drop ? 1 : 0);
     if (v == filter_verdict::drop) {
       ++drops;
-      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane);  // keeps the staging aligned
+      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane, position);  // keeps the staging aligned
       return detail::take_verdict::drop;
     }
-    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane);
+    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane, position);
     return detail::take_verdict::deliver;
   }
 };

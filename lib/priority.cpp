@@ -65,7 +65,8 @@ struct sort_sink final : take_sink {
   }
   void finish() noexcept { publish(); }
 
-  take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) override {
+  take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                      std::uint64_t /*position: read from the slot below*/) override {
     publish();  // the previous message's take has committed and freed its slot
     if (o->stash_free.empty()) return take_verdict::skip;  // (max is the free count: not reached)
     const std::uint32_t i = o->stash_free.back();
@@ -193,7 +194,10 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
       // U1. relaxed: the acquire above read the contents; the CAS only claims the entry.
       if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;
       SHMBOX_FAULT("owner.after_take");
-      const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l);
+      // relaxed: `order` (the ring position of a sorted message) was published with
+      // the entry's state, acquired above; a parked message has none.
+      const std::uint64_t position = stash_sorted(seen) ? e->order.load(std::memory_order_relaxed) & kPosMask : kNoPosition;
+      const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l, position);
       if (v == take_verdict::skip) {
         e->state.store(seen, std::memory_order_relaxed);  // QUEUED again, first in line
         if (buffered) {

@@ -583,7 +583,9 @@ enum class take_verdict {
 struct take_sink {
   std::size_t max = 0;        // take at most this many
   bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
-  virtual take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane) = 0;
+  // `position`: the message's lane position (message_id), kNoPosition for a parked one.
+  virtual take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
+                              std::uint64_t position) = 0;
 
  protected:
   ~take_sink() = default;

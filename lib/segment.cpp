@@ -580,4 +580,18 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   return m;
 }
 
+
+std::uint64_t mapped_box::incarnation() const noexcept {
+  // The header is immutable once ready (a hostile writer can only change the
+  // id it shows): copied out, then mixed (splitmix64's finalizer), so that
+  // boxes created in the same nanosecond by different processes differ.
+  std::uint64_t created = 0, creator = 0;
+  std::memcpy(&created, &header()->created_unix_ns, sizeof created);
+  std::memcpy(&creator, &header()->creator_key, sizeof creator);
+  std::uint64_t z = created ^ (creator * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace shmbox::detail

@@ -96,6 +96,8 @@ struct mapped_box {
   ~mapped_box();
 
   std::uint32_t lane_count() const noexcept { return geo.params.lane_count; }
+  // Box::id: a mix of the header's creator key and creation time (segment.cpp).
+  std::uint64_t incarnation() const noexcept;
   std::uint32_t max_producers() const noexcept { return geo.params.max_producers; }
   segment_header* header() const noexcept { return reinterpret_cast<segment_header*>(base); }
   owner_record* owner() const noexcept { return reinterpret_cast<owner_record*>(base + geo.owner_offset); }

@@ -180,7 +180,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
     if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;  // look again
     o.stash_front.pop_front();
     SHMBOX_FAULT("owner.after_take");
-    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane);
+    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane, kNoPosition);
     if (v == take_verdict::skip) {
       e->state.store(seen, std::memory_order_relaxed);  // back to FRONT, first in line
       o.stash_front.push_front(i);

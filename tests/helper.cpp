@@ -561,6 +561,13 @@ int stash_owner(int argc, char** argv) {
         out += last[i];
       }
       if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
+    } else if (cmd == "read-ids") {  // as read, then each message's id (Owner::id_of)
+      std::size_t n = 0;
+      in >> n;
+      last.clear();
+      (void)o->read(last, {.max = n, .timeout = std::chrono::seconds(5)});
+      out = "ids " + std::to_string(last.size());
+      for (std::size_t i = 0; i < last.size(); ++i) out += " " + o->id_of(last.lane(i), last.position(i)).to_string();
     } else if (cmd == "stash-read") {
       std::size_t k = 0;
       std::string err;

@@ -141,8 +141,17 @@ class SHMBOX_API Box {
   std::uint32_t default_lane() const noexcept;  // the lane of a plain post (options::default_lane)
   std::uint32_t slot_size() const noexcept;  // the largest message, in bytes
   policy overflow() const noexcept;  // the box's policy (options::overflow; lanes may have their own)
+  // This incarnation of the box: fixed at creation (from its creator and
+  // creation time), different for a box removed and created again under the
+  // same name. The first part of every message_id.
+  std::uint64_t id() const noexcept;
   // Messages in the box right now, from two counters; exact when idle.
   std::uint64_t depth_approx() const noexcept;
+  // The same for one lane (0 for a lane the box does not have).
+  std::uint64_t depth_approx(std::uint32_t lane) const noexcept;
+  // Messages lane `lane` holds at most now (a resizable lane: its limit; 0 for
+  // a lane the box does not have).
+  std::uint32_t capacity(std::uint32_t lane) const noexcept;
   // Sums of the counters in the segment.
   shmbox::counters read_counters() const;
   // Asks the box's owner to hand the box to process `pid` of the caller's pid

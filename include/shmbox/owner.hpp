@@ -28,6 +28,7 @@ struct message {
   std::string data;          // the bytes, exactly as posted
   bool redelivered = false;  // a previous owner read it and died before committing
   std::uint32_t lane = 0;
+  std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
 };
 
 // One message seen in place (zero-copy receive): `data` points into the
@@ -36,6 +37,7 @@ struct message_view {
   std::string_view data;
   bool redelivered = false;
   std::uint32_t lane = 0;
+  std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
 };
 
 // A reusable set of received messages. Receiving into it reuses its memory,
@@ -53,6 +55,8 @@ class batch {
   // True when a previous owner read message i and died before committing it.
   bool redelivered(std::size_t i) const noexcept { return entries_[i].redelivered; }
   std::uint32_t lane(std::size_t i) const noexcept { return entries_[i].lane; }
+  // Message i's lane position (message_id; Owner::id_of).
+  std::uint64_t position(std::size_t i) const noexcept { return entries_[i].position; }
   // Forgets the messages, keeps the memory.
   void clear() noexcept {
     bytes_.clear();
@@ -61,9 +65,9 @@ class batch {
 
  private:
   friend struct detail::access;  // the library appends while receiving
-  void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane) {
+  void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane, std::uint64_t position) {
     const auto* p = static_cast<const char*>(data);
-    entries_.push_back({bytes_.size(), size, redelivered, lane});
+    entries_.push_back({bytes_.size(), size, redelivered, lane, position});
     bytes_.insert(bytes_.end(), p, p + size);
   }
   struct entry {
@@ -71,6 +75,7 @@ class batch {
     std::size_t size;
     bool redelivered;
     std::uint32_t lane;
+    std::uint64_t position;
   };
   std::vector<char> bytes_;
   std::vector<entry> entries_;
@@ -269,6 +274,9 @@ class SHMBOX_API Owner {
   const transfer_record& transfer() const noexcept;
   // The epoch this handle owns the box under.
   std::uint64_t epoch() const noexcept;
+  // The id of a message this owner received (message::lane and ::position,
+  // or a batch's lane(i) and position(i)): the box's Box::id with them.
+  message_id id_of(std::uint32_t lane, std::uint64_t position) const noexcept;
   // Why the last call returned recv_status::error.
   std::error_code last_error() const noexcept;
 

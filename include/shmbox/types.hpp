@@ -127,4 +127,29 @@ enum class recv_status : std::uint8_t {
 // "ok", "empty", "timeout", "not-owner", "error".
 SHMBOX_API std::string_view to_string(recv_status s) noexcept;
 
+// A message's position when it has none (a message an owner parked in the
+// stash, Owner::stash, is a new message of the owner's).
+inline constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
+
+// A message's identity, stable for as long as the message is in its box:
+// the box's incarnation (Box::id: a removed and re-created box gets a new
+// one), the lane, and the lane position the post claimed (the claim order
+// across all producers; modulo 2^48, the positions `shmbox peek` shows). A
+// message redelivered after its owner died keeps its id, which is what
+// makes it a deduplication key (the NATS bridge's Nats-Msg-Id) and a trace
+// handle. A lifo lane's position is its stamp (unique per post too).
+struct message_id {
+  std::uint64_t box = 0;
+  std::uint32_t lane = 0;
+  std::uint64_t position = kNoPosition;
+  // False for a message without a position (kNoPosition).
+  bool valid() const noexcept { return position != kNoPosition; }
+  // "BOXID-LANE-POSITION": 16 hex digits, then decimals (e.g.
+  // "9f3c0a1b2c3d4e5f-1-42"); "" when !valid().
+  SHMBOX_API std::string to_string() const;
+  // Reads to_string()'s form back; nullopt for anything else.
+  SHMBOX_API static std::optional<message_id> parse(std::string_view s) noexcept;
+  friend bool operator==(const message_id&, const message_id&) = default;
+};
+
 }  // namespace shmbox
