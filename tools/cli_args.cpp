@@ -320,6 +320,9 @@ int parse_args(int argc, char** argv, parsed& out) {
              "gc: skipped boxes it may not remove or that are not boxes, collected the rest;\n"
              "pool take: no member before the timeout; pool rm: the pool outlived the timeout).");
 
+  // Dispatched by main before parsing (tools/shmbox.cpp run_bridge); listed for --help.
+  app.add_subcommand("bridge", "Bridge a box to NATS JetStream: 'shmbox bridge export BOX ...' / 'import ...' (shmbox-bridge --help)")
+      ->prefix_command();
   auto* create = app.add_subcommand("create", "Create a box; its capacity is fixed at creation unless --max-capacity reserves room to resize it");
   create->add_option("NAME", out.create.name, "box name (the segment is /dev/shm/shmbox.NAME)")->required()->check(box_name_check());
   add_box_options(create, out.create, nullptr);

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "bridge_status.hpp"
 #include "cli_args.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
@@ -85,6 +86,10 @@ std::string rate_string(double per_second);  // "1500", "2.5", "0"
 // The box's figures in the Prometheus text exposition format (version 0.0.4):
 // one metric family per counter, labelled by box and lane.
 std::string prometheus_text(const shmbox::box_info& info);
+// The box's NATS bridges (bridge_status.hpp): shmbox_bridge_info and one
+// shmbox_bridge_<counter>_total family per counter, labelled by role; "" when
+// the box has none.
+std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges);
 // The pool's gauges and counters, the same way: one family each, labelled by pool.
 std::string prometheus_pool_text(const shmbox::pool_info& info);
 

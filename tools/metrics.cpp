@@ -242,6 +242,27 @@ std::string prometheus_text(const shmbox::box_info& i) {
   return e.take();
 }
 
+std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges) {
+  if (bridges.empty()) return {};
+  exposition e("box", box);
+  const auto role = [](const bridge_info& b) { return label("role", to_string(b.role)); };
+  e.family("shmbox_bridge_info", "gauge", "Constant 1 per bridge of the box (export or import); labels: stream, subject, durable, server.");
+  for (const bridge_info& b : bridges)
+    e.sample("shmbox_bridge_info", "1",
+             role(b) + label("stream", b.stream) + label("subject", b.subject) + label("durable", b.durable) + label("nats", b.nats));
+  e.family("shmbox_bridge_alive", "gauge", "1 if a bridge process works the box now (holds its status segment's lock).");
+  for (const bridge_info& b : bridges) e.sample("shmbox_bridge_alive", flag(b.alive), role(b));
+  e.family("shmbox_bridge_pid", "gauge", "Process id of the bridge that works the box (last one).");
+  for (const bridge_info& b : bridges) e.sample("shmbox_bridge_pid", num(b.pid), role(b));
+  for (std::uint32_t c = 0; c < kBridgeCounters; ++c) {
+    const auto which = static_cast<bridge_counter>(c);
+    const std::string name = "shmbox_bridge_" + std::string(to_string(which)) + "_total";
+    e.family(name, "counter", help(which));
+    for (const bridge_info& b : bridges) e.sample(name, num(b.counters[c]), role(b));
+  }
+  return e.take();
+}
+
 // ---- pools ----------------------------------------------------------------------
 
 namespace {

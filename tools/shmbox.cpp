@@ -186,6 +186,25 @@ json producers_json(const shmbox::box_info& i) {
   return producers;
 }
 
+// `shmbox stat --json`'s "bridges": one object per bridge (export, import).
+json bridges_json(const std::vector<bridge_info>& bridges) {
+  json out = json::array();
+  for (const bridge_info& b : bridges) {
+    json counters = json::object();
+    for (std::uint32_t c = 0; c < kBridgeCounters; ++c) counters[std::string(to_string(static_cast<bridge_counter>(c)))] = b.counters[c];
+    out.push_back(json{{"role", to_string(b.role)},
+                       {"pid", b.pid},
+                       {"alive", b.alive},
+                       {"nats", b.nats},
+                       {"stream", b.stream},
+                       {"subject", b.subject},
+                       {"durable", b.durable.empty() ? json(nullptr) : json(b.durable)},
+                       {"started_unix_ns", b.started_unix_ns},
+                       {"counters", counters}});
+  }
+  return out;
+}
+
 json info_json(const shmbox::box_info& i) {
   return json{{"name", i.name},
               {"capacity", i.capacity},
@@ -451,19 +470,45 @@ int cmd_recv(const recv_args& a) {
   return receive_and_print(*owner, a);
 }
 
+// ---- bridge -------------------------------------------------------------------
+// `shmbox bridge ARGS`: runs shmbox-bridge ARGS (docs/bridge.md), the one
+// executable that links libnats: from this executable's directory, else PATH.
+int run_bridge(int argc, char** argv) {
+  std::vector<char*> args;
+  std::string exe = "shmbox-bridge";
+  args.push_back(exe.data());
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    const std::string beside = dir + "shmbox-bridge";
+    execv(beside.c_str(), args.data());
+  }
+  execvp("shmbox-bridge", args.data());
+  std::cerr << "shmbox: bridge: shmbox-bridge is not installed (" << std::strerror(errno)
+            << "): it is built when libnats-dev is present (apt-get install libnats-dev, then meson setup -Dbridge=enabled)\n";
+  return kExitFail;
+}
+
 // ---- stat / ls / rm ---------------------------------------------------------
 int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
   const shmbox::box_info i = shmbox::info(*box);
+  const std::vector<bridge_info> bridges = read_bridges(i.name);
   if (prometheus) {
-    std::cout << prometheus_text(i);
+    std::cout << prometheus_text(i) << prometheus_bridge_text(i.name, bridges);
     return kExitOk;
   }
   if (as_json) {
     // Strings from the segment (heir data, transfer data) may be any bytes:
     // what is not UTF-8 becomes U+FFFD instead of an exception.
-    std::cout << info_json(i).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    json j = info_json(i);
+    j["bridges"] = bridges_json(bridges);
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   const auto& c = i.count;
@@ -520,6 +565,19 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "abandoned    " << c.abandoned << "\n"
             << "aborted      " << c.aborted << " (loans given back)\n"
             << "redelivered  " << c.redelivered << "\n";
+  for (const bridge_info& b : bridges) {
+    std::cout << "bridge       " << to_string(b.role) << (b.role == bridge_role::export_ ? " to " : " from ") << "stream '"
+              << printable(b.stream) << "' subject '" << printable(b.subject) << "'"
+              << (b.durable.empty() ? std::string() : " durable '" + printable(b.durable) + "'") << " at " << printable(b.nats)
+              << ", pid " << b.pid << (b.alive ? " (working)" : " (not running)") << "\n            ";
+    for (std::uint32_t c = 0; c < kBridgeCounters; ++c) {
+      const auto which = static_cast<bridge_counter>(c);
+      const bool mine = b.role == bridge_role::export_ ? c <= static_cast<std::uint32_t>(bridge_counter::redeliveries)
+                                                       : c >= static_cast<std::uint32_t>(bridge_counter::redeliveries);
+      if (mine) std::cout << " " << to_string(which) << " " << b.counters[c];
+    }
+    std::cout << "\n";
+  }
   if (i.lanes.size() > 1) {
     std::printf("%-5s %-12s %12s %10s %10s %10s %10s %10s\n", "LANE", "POLICY", "DEPTH/CAP", "POSTED", "DELIVERED",
                 "REJECTED", "DROPPED", "ABANDONED");
@@ -749,6 +807,7 @@ int cmd_heirs(const std::string& name, bool as_json) {
 int cmd_rm(const std::string& name) {
   auto r = shmbox::Box::remove(name);
   if (!r) return fail(r.error());
+  remove_bridge_status(name);  // the box's bridges' counters go with it
   return kExitOk;
 }
 
@@ -936,6 +995,7 @@ int cmd_give_away(const parsed& a) {
 }
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "bridge") == 0) return run_bridge(argc, argv);
   parsed a;
   const int early = parse_args(argc, argv, a);
   if (early >= 0) return early;

@@ -1,0 +1,243 @@
+// tools/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
+#include "bridge_status.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace shmbox_cli {
+
+namespace {
+
+constexpr std::uint64_t kBridgeMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
+constexpr std::uint32_t kBridgeVersion = 1;
+
+std::string segment_name(std::string_view box, bridge_role r) {
+  return "/shmbox-bridge." + std::string(box) + "." + std::string(to_string(r));
+}
+
+std::uint64_t unix_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Whether another open file description holds the lock on byte 0 (a working bridge).
+bool lock_held(int fd) {
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return false;
+  return fl.l_type != F_UNLCK;
+}
+
+template <std::size_t N>
+void put(char (&dst)[N], std::string_view s) {
+  const std::size_t n = s.size() < N - 1 ? s.size() : N - 1;
+  std::memcpy(dst, s.data(), n);
+  std::memset(dst + n, 0, N - n);
+}
+
+template <std::size_t N>
+std::string get(const char (&src)[N]) {
+  char copy[N];
+  std::memcpy(copy, src, N);  // another process may write it meanwhile: bounded by N, cut at the first NUL
+  return std::string(copy, strnlen(copy, N));
+}
+
+}  // namespace
+
+// The segment. Written by one working bridge at a time; the strings are
+// display only (a reader racing a start may see them half-written).
+struct bridge_status::shm {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t role;
+  std::atomic<std::uint64_t> pid;
+  std::atomic<std::uint64_t> started_unix_ns;
+  char nats[256];
+  char stream[128];
+  char subject[256];
+  char durable[128];
+  std::atomic<std::uint64_t> counters[32];
+};
+static_assert(kBridgeCounters <= 32);
+
+std::string_view to_string(bridge_role r) noexcept { return r == bridge_role::import_ ? "import" : "export"; }
+
+std::string_view to_string(bridge_counter c) noexcept {
+  switch (c) {
+    case bridge_counter::published: return "published";
+    case bridge_counter::acked: return "acked";
+    case bridge_counter::publish_errors: return "publish_errors";
+    case bridge_counter::dedupe_hits: return "dedupe_hits";
+    case bridge_counter::redeliveries: return "redeliveries";
+    case bridge_counter::remote_drops: return "remote_drops";
+    case bridge_counter::imported: return "imported";
+    case bridge_counter::naks: return "naks";
+    case bridge_counter::local_drops: return "local_drops";
+    case bridge_counter::count_: break;
+  }
+  return "unknown";
+}
+
+std::string_view help(bridge_counter c) noexcept {
+  switch (c) {
+    case bridge_counter::published: return "Messages the bridge published to JetStream (republishes included).";
+    case bridge_counter::acked: return "Exported messages JetStream acknowledged, then committed in the box.";
+    case bridge_counter::publish_errors: return "Publishes refused, failed or not acknowledged in time (published again).";
+    case bridge_counter::dedupe_hits: return "Acknowledgements marked duplicate: a republish JetStream already stored (Nats-Msg-Id).";
+    case bridge_counter::redeliveries:
+      return "Export: messages a dead bridge had read (flagged redelivered); import: messages JetStream delivered again.";
+    case bridge_counter::remote_drops: return "Import: gaps in the stream sequence (messages gone from the stream before they were fetched).";
+    case bridge_counter::imported: return "Imported messages posted into the box and acked (stored or dropped by its policy).";
+    case bridge_counter::naks: return "Imported messages the box refused (full under reject, block timeout), nak'ed for later.";
+    case bridge_counter::local_drops: return "Of the imported: messages the box's drop-newest or drop-oldest policy dropped.";
+    case bridge_counter::count_: break;
+  }
+  return "";
+}
+
+std::string without_credentials(std::string_view url) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= url.size()) {  // a comma-separated list of URLs
+    std::size_t end = url.find(',', start);
+    if (end == std::string_view::npos) end = url.size();
+    std::string_view one = url.substr(start, end - start);
+    const std::size_t scheme = one.find("://");
+    const std::size_t host = scheme == std::string_view::npos ? 0 : scheme + 3;
+    const std::size_t at = one.rfind('@');
+    if (!out.empty()) out += ',';
+    if (at != std::string_view::npos && at >= host)
+      out += std::string(one.substr(0, host)) + std::string(one.substr(at + 1));
+    else
+      out += std::string(one);
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<bridge_info> read_bridges(std::string_view box) {
+  std::vector<bridge_info> out;
+  for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
+    const int fd = shm_open(segment_name(box, r).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) continue;
+    struct stat st{};
+    void* mem = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) >= sizeof(bridge_status::shm))
+      mem = mmap(nullptr, sizeof(bridge_status::shm), PROT_READ, MAP_SHARED, fd, 0);
+    if (mem != MAP_FAILED) {
+      const auto* p = static_cast<const bridge_status::shm*>(mem);
+      if (p->magic == kBridgeMagic && p->version == kBridgeVersion && p->role == static_cast<std::uint32_t>(r)) {
+        bridge_info i;
+        i.role = r;
+        i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
+        i.alive = lock_held(fd);
+        i.started_unix_ns = p->started_unix_ns.load(std::memory_order_relaxed);
+        i.nats = get(p->nats);
+        i.stream = get(p->stream);
+        i.subject = get(p->subject);
+        i.durable = get(p->durable);
+        for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
+        out.push_back(std::move(i));
+      }
+      munmap(mem, sizeof(bridge_status::shm));
+    }
+    close(fd);
+  }
+  return out;
+}
+
+void remove_bridge_status(std::string_view box) {
+  for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) (void)shm_unlink(segment_name(box, r).c_str());
+}
+
+std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error) {
+  const std::string name = segment_name(box, role);
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode & 0666);
+  if (fd < 0) {
+    error = "cannot open the bridge's status segment /dev/shm" + name + ": " + std::strerror(errno) +
+            (errno == EACCES ? " (it belongs to another user: run the bridge as the box's user, or remove it)" : "");
+    return std::nullopt;
+  }
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = "/dev/shm" + name + " is not a regular file; remove it";
+    close(fd);
+    return std::nullopt;
+  }
+  if (static_cast<std::uint64_t>(st.st_size) < sizeof(shm) && ftruncate(fd, sizeof(shm)) != 0) {
+    error = "cannot size /dev/shm" + name + ": " + std::strerror(errno) + (errno == ENOSPC ? " (/dev/shm is full)" : "");
+    close(fd);
+    return std::nullopt;
+  }
+  void* mem = mmap(nullptr, sizeof(shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) {
+    error = "cannot map /dev/shm" + name + ": " + std::strerror(errno);
+    close(fd);
+    return std::nullopt;
+  }
+  auto* p = static_cast<shm*>(mem);
+  if (p->magic != kBridgeMagic || p->version != kBridgeVersion || p->role != static_cast<std::uint32_t>(role)) {
+    if (p->magic != 0 && p->magic != kBridgeMagic) {
+      error = "/dev/shm" + name + " is not a shmbox bridge status segment (or another version); remove it";
+      munmap(mem, sizeof(shm));
+      close(fd);
+      return std::nullopt;
+    }
+    // New (zero-filled by ftruncate) or of another version: start it afresh.
+    for (auto& c : p->counters) c.store(0, std::memory_order_relaxed);
+    p->pid.store(0, std::memory_order_relaxed);
+    p->version = kBridgeVersion;
+    p->role = static_cast<std::uint32_t>(role);
+    std::atomic_thread_fence(std::memory_order_release);
+    p->magic = kBridgeMagic;
+  }
+  bridge_status s;
+  s.p_ = p;
+  s.fd_ = fd;
+  return s;
+}
+
+bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_) {
+  o.p_ = nullptr;
+  o.fd_ = -1;
+}
+
+bridge_status::~bridge_status() {
+  if (p_ != nullptr) munmap(p_, sizeof(shm));
+  if (fd_ >= 0) close(fd_);  // drops the lock: the bridge no longer works the box
+}
+
+void bridge_status::activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable) {
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  (void)fcntl(fd_, F_OFD_SETLK, &fl);  // held by a previous bridge that lost the box: it still shows alive
+  p_->pid.store(static_cast<std::uint64_t>(getpid()), std::memory_order_relaxed);
+  p_->started_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+  put(p_->nats, without_credentials(nats));
+  put(p_->stream, stream);
+  put(p_->subject, subject);
+  put(p_->durable, durable);
+}
+
+void bridge_status::add(bridge_counter c, std::uint64_t n) noexcept {
+  p_->counters[static_cast<std::uint32_t>(c)].fetch_add(n, std::memory_order_relaxed);
+}
+
+std::uint64_t bridge_status::get(bridge_counter c) const noexcept {
+  return p_->counters[static_cast<std::uint32_t>(c)].load(std::memory_order_relaxed);
+}
+
+}  // namespace shmbox_cli

@@ -1,0 +1,84 @@
+// tools/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
+// finds them: a small shared-memory segment per bridged box and direction,
+// /dev/shm/shmbox-bridge.BOX.ROLE, written by the bridge that works the box
+// (an export bridge that owns it, or the import bridge), read by anyone.
+// Needs no NATS: the CLI reads it, tools/bridge.cpp writes it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shmbox_cli {
+
+enum class bridge_role : std::uint32_t { export_ = 1, import_ = 2 };
+std::string_view to_string(bridge_role r) noexcept;  // "export", "import"
+
+// The counters, in segment order (the names are the JSON keys and, with
+// shmbox_bridge_ and _total, the Prometheus families).
+enum class bridge_counter : std::uint32_t {
+  published,       // publishes sent (republishes included)
+  acked,           // export: messages JetStream acknowledged (then committed in the box)
+  publish_errors,  // export: publishes refused, failed or not acknowledged in time (published again)
+  dedupe_hits,     // export: acknowledgements that said "duplicate" (a republish JetStream already had)
+  redeliveries,    // export: messages read flagged redelivered (a bridge died holding them);
+                   // import: messages JetStream delivered more than once
+  remote_drops,    // import: gaps in the stream sequence: messages gone from the stream before the bridge
+                   // fetched them (discard old, max age; or other subjects of a shared stream)
+  imported,        // import: messages posted into the box and acked (stored, or dropped by its policy)
+  naks,            // import: messages refused by the box (full under reject, block timeout) and nak'ed
+  local_drops,     // import: of imported, messages the box's drop-newest / drop-oldest policy dropped
+  count_
+};
+inline constexpr std::uint32_t kBridgeCounters = static_cast<std::uint32_t>(bridge_counter::count_);
+std::string_view to_string(bridge_counter c) noexcept;
+// One line of help per counter (Prometheus HELP, README).
+std::string_view help(bridge_counter c) noexcept;
+
+// What a reader sees.
+struct bridge_info {
+  bridge_role role = bridge_role::export_;
+  std::uint32_t pid = 0;     // the bridge working the box, as it saw itself (0: none yet)
+  bool alive = false;        // a bridge holds the segment's lock now (in any pid namespace)
+  std::uint64_t started_unix_ns = 0;
+  std::string nats, stream, subject, durable;  // as the working bridge was started (credentials removed)
+  std::uint64_t counters[kBridgeCounters] = {};
+};
+
+// The bridges of box `box` (export, import), those whose segment exists.
+// A segment that is not a bridge's (size, magic) is skipped.
+std::vector<bridge_info> read_bridges(std::string_view box);
+
+// Removes the box's bridge status segments, if any (`shmbox rm`).
+void remove_bridge_status(std::string_view box);
+
+// The writer's side (tools/bridge.cpp).
+class bridge_status {
+ public:
+  // Opens or creates /dev/shm/shmbox-bridge.BOX.ROLE (mode: `mode`, e.g. the
+  // box's). Counters survive a bridge's restart (a standby continues them).
+  static std::optional<bridge_status> open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error);
+  bridge_status(bridge_status&&) noexcept;
+  bridge_status& operator=(bridge_status&&) = delete;
+  ~bridge_status();
+  // Marks this process as the working bridge: takes the segment's lock
+  // (waiting for none: an active bridge and its standby do not overlap, the
+  // box's ownership orders them), writes pid, start time and the settings.
+  void activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable);
+  void add(bridge_counter c, std::uint64_t n = 1) noexcept;
+  std::uint64_t get(bridge_counter c) const noexcept;
+  struct shm;  // the segment's layout (bridge_status.cpp)
+
+ private:
+  bridge_status() = default;
+  shm* p_ = nullptr;
+  int fd_ = -1;
+};
+
+// "nats://user:secret@host:4222" -> "nats://host:4222" (what is shown and stored).
+std::string without_credentials(std::string_view url);
+
+}  // namespace shmbox_cli
