@@ -6,14 +6,15 @@
 # pkg-config build the example consumers in the 'package' test. python3-pytest
 # runs the Python package's tests (suite 'python'); python3-venv,
 # python3-setuptools and python3-wheel let them install it offline as the
-# README says (python -m venv, pip install --no-build-isolation).
+# README says (python -m venv, pip install --no-build-isolation). libnats-dev
+# builds shmbox-bridge (docs/bridge.md); nats-server runs its tests and bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # shellcheck source=packages.sh
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
-  python3-pytest python3-venv python3-setuptools python3-wheel
+  python3-pytest python3-venv python3-setuptools python3-wheel libnats-dev nats-server
 
 build="${1:-build}"
 shift || true

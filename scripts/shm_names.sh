@@ -8,10 +8,11 @@
 # among them; it removes its box itself.)
 export SHMBOX_TEST_RUN="${SHMBOX_TEST_RUN:-r$$}"
 
-# This run's segment names (boxes shmbox.t-<run>-..., pools shmbox-pool.t-<run>-...), sorted.
+# This run's segment names (boxes shmbox.t-<run>-..., pools shmbox-pool.t-<run>-...,
+# NATS bridge counters shmbox-bridge.t-<run>-...), sorted.
 shm_test_names() {
   ls /dev/shm | awk -v b="shmbox.t-$SHMBOX_TEST_RUN-" -v p="shmbox-pool.t-$SHMBOX_TEST_RUN-" \
-    'index($0, b) == 1 || index($0, p) == 1' | sort
+    -v g="shmbox-bridge.t-$SHMBOX_TEST_RUN-" 'index($0, b) == 1 || index($0, p) == 1 || index($0, g) == 1' | sort
 }
 
 # shm_left BEFORE AFTER: the names in AFTER that were not in BEFORE.
