@@ -103,15 +103,15 @@ std::uint32_t Box::slot_size() const noexcept { return m_->geo.params.slot_paylo
 policy Box::overflow() const noexcept { return m_->default_policy; }
 std::uint64_t Box::id() const noexcept { return m_->incarnation(); }
 
-std::string message_id::to_string() const {
-  if (!valid()) return {};
+std::string to_string(const message_id& id) {
+  if (!id.valid()) return {};
   char buf[64];
-  const int n = std::snprintf(buf, sizeof buf, "%016llx-%u-%llu", static_cast<unsigned long long>(box), lane,
-                              static_cast<unsigned long long>(position));
+  const int n = std::snprintf(buf, sizeof buf, "%016llx-%u-%llu", static_cast<unsigned long long>(id.box), id.lane,
+                              static_cast<unsigned long long>(id.position));
   return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
 }
 
-std::optional<message_id> message_id::parse(std::string_view s) noexcept {
+std::optional<message_id> parse_message_id(std::string_view s) noexcept {
   // Exactly: 16 hex digits, '-', a decimal lane below kMaxLanes, '-', a decimal position.
   if (s.size() < 20 || s[16] != '-') return std::nullopt;
   message_id id;

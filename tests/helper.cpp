@@ -567,7 +567,10 @@ int stash_owner(int argc, char** argv) {
       last.clear();
       (void)o->read(last, {.max = n, .timeout = std::chrono::seconds(5)});
       out = "ids " + std::to_string(last.size());
-      for (std::size_t i = 0; i < last.size(); ++i) out += " " + o->id_of(last.lane(i), last.position(i)).to_string();
+      for (std::size_t i = 0; i < last.size(); ++i) {
+        out += ' ';
+        out += shmbox::to_string(o->id_of(last.lane(i), last.position(i)));
+      }
     } else if (cmd == "stash-read") {
       std::size_t k = 0;
       std::string err;

@@ -341,6 +341,12 @@ int run_export(const export_args& a) {
   nats_link link;
   if (!connect(link, a, &jo, error)) return die(error);
   if (!check_stream(link, a, info, error)) return die(error);
+  // A message the server cannot take would be published again for ever:
+  // refuse now. (Headers: the id, the lane and the box name, well under 512 bytes.)
+  const std::int64_t max_payload = natsConnection_GetMaxPayload(link.nc);
+  if (max_payload > 0 && static_cast<std::int64_t>(info.slot_size) + 512 > max_payload)
+    return die("box '" + a.box + "' takes messages of up to " + std::to_string(info.slot_size) + " bytes, but the NATS server takes at most " +
+               std::to_string(max_payload) + " per message (with headers); raise max_payload in the server's configuration, or export a box with a smaller --slot-size");
 
   // Own the box, or stand by as its heir.
   auto owner = shmbox::Owner::acquire(*box);
@@ -372,7 +378,7 @@ int run_export(const export_args& a) {
     if (r != shmbox::recv_status::ok) return die(shmbox::explain(owner->last_error()));
     ids.resize(b.size());
     for (std::size_t i = 0; i < b.size(); ++i) {
-      ids[i] = owner->id_of(b.lane(i), b.position(i)).to_string();
+      ids[i] = shmbox::to_string(owner->id_of(b.lane(i), b.position(i)));
       if (b.redelivered(i)) st->add(bridge_counter::redeliveries);
     }
     if (!publish_all(link, a, *owner, b, f, *st, ids, box->default_lane())) break;  // stopped: the next owner publishes them again

@@ -144,12 +144,13 @@ struct message_id {
   std::uint64_t position = kNoPosition;
   // False for a message without a position (kNoPosition).
   bool valid() const noexcept { return position != kNoPosition; }
-  // "BOXID-LANE-POSITION": 16 hex digits, then decimals (e.g.
-  // "9f3c0a1b2c3d4e5f-1-42"); "" when !valid().
-  SHMBOX_API std::string to_string() const;
-  // Reads to_string()'s form back; nullopt for anything else.
-  SHMBOX_API static std::optional<message_id> parse(std::string_view s) noexcept;
   friend bool operator==(const message_id&, const message_id&) = default;
 };
+
+// "BOXID-LANE-POSITION": 16 hex digits, then decimals (e.g.
+// "9f3c0a1b2c3d4e5f-1-42"); "" when !id.valid().
+SHMBOX_API std::string to_string(const message_id& id);
+// Reads to_string(message_id)'s form back; nullopt for anything else.
+SHMBOX_API std::optional<message_id> parse_message_id(std::string_view s) noexcept;
 
 }  // namespace shmbox
