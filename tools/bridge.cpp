@@ -264,11 +264,21 @@ bool publish_all(nats_link& l, const export_args& a, shmbox::Owner& owner, const
     }
     if (todo.empty()) return true;
     if (g_stop.load()) return false;
-    for (const std::size_t i : todo) {
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+      const std::size_t i = todo[k];
       natsMsg* m = nullptr;
       const std::string_view data = b[i];
       natsStatus s = natsMsg_Create(&m, a.subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
       if (s == NATS_OK) s = natsMsgHeader_Set(m, "Nats-Msg-Id", ids[i].c_str());
+      // Order: each message of a lane after the first of this round is stored
+      // only right after the one before it. Without this, a stream that
+      // refuses one (full, discard new) and has room again for the next
+      // (the import acked meanwhile) would store them out of order; with
+      // it, the rest of the round is refused too and published again, in
+      // order. (JetStream checks Nats-Msg-Id first: a republish already
+      // stored is answered as a duplicate, not refused.)
+      if (s == NATS_OK && k > 0 && b.lane(todo[k - 1]) == b.lane(i))
+        s = natsMsgHeader_Set(m, "Nats-Expected-Last-Msg-Id", ids[todo[k - 1]].c_str());
       // A message of the box's default lane (a plain post) goes without a
       // lane: the importing box puts it in its own default lane.
       if (s == NATS_OK && b.lane(i) != default_lane) s = natsMsgHeader_Set(m, "Shmbox-Lane", std::to_string(b.lane(i)).c_str());
@@ -518,6 +528,13 @@ int run_import(import_args a) {
       }
     }
     natsMsgList_Destroy(&list);
+    if (refused) {
+      // Fetch nothing until the nak'ed ones are due again: JetStream hands
+      // out due redeliveries before newer messages, so the lane keeps its
+      // order (a fetch now would post newer messages ahead of them).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.nak_delay_ms) + 20ms;
+      while (!g_stop.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    }
   }
   natsSubscription_Destroy(sub);
   if (rc == kExitOk)
@@ -525,12 +542,42 @@ int run_import(import_args a) {
   return rc;
 }
 
+// A stream or consumer name: no spaces, dots, wildcards or path separators (JetStream's rule).
+CLI::Validator name_token(const char* what) {
+  return CLI::Validator(
+      [what](std::string& v) -> std::string {
+        if (v.empty()) return std::string(what) + " cannot be empty";
+        for (const char ch : v)
+          if (ch == '.' || ch == '*' || ch == '>' || ch == '/' || ch == '\\' || ch == ' ' || ch < 0x21 || ch == 0x7f)
+            return std::string(what) + " '" + v + "' may not contain '.', '*', '>', '/', '\\' or spaces";
+        return {};
+      },
+      "NAME");
+}
+
 void add_common(CLI::App* c, common_args& a) {
   c->add_option("--nats", a.url, "NATS server URL(s), comma-separated (nats://[user:password@]host:port)")->capture_default_str();
-  c->add_option("--stream", a.stream, "JetStream stream")->required();
-  c->add_option("--user", a.user, "NATS user (with --password)");
-  c->add_option("--password", a.password, "NATS password");
-  c->add_option("--token", a.token, "NATS token");
+  c->add_option("--stream", a.stream, "JetStream stream")->required()->check(name_token("a stream name"));
+  auto* user = c->add_option("--user", a.user, "NATS user (with --password)");
+  auto* password = c->add_option("--password", a.password, "NATS password (with --user)");
+  auto* token = c->add_option("--token", a.token, "NATS token (instead of --user and --password)");
+  user->needs(password);
+  password->needs(user);
+  token->excludes(user)->excludes(password);
+}
+
+// A subject to publish to: dot-separated tokens, no wildcard, no space.
+CLI::Validator publish_subject() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.front() == '.' || v.back() == '.' || v.find("..") != std::string::npos)
+          return "'" + v + "' is not a subject: dot-separated tokens, e.g. jobs.host-a";
+        for (const char ch : v)
+          if (ch == '*' || ch == '>' || ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n')
+            return "'" + v + "': a bridge publishes to one subject, without wildcards (* >) or spaces";
+        return {};
+      },
+      "SUBJECT");
 }
 
 }  // namespace
@@ -542,7 +589,7 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("export", "Own BOX and publish its messages to a stream (a second one stands by as heir)");
   e->add_option("BOX", ex.box, "the box to export")->required();
   add_common(e, ex);
-  e->add_option("--subject", ex.subject, "subject to publish to")->required();
+  e->add_option("--subject", ex.subject, "subject to publish to")->required()->check(publish_subject());
   e->add_flag("--create-stream", ex.create_stream, "create the stream if missing, with the box's policy mapped");
   e->add_option("--storage", ex.storage, "storage of a created stream")->check(CLI::IsMember({"file", "memory"}))->capture_default_str();
   e->add_option("--dedupe-window", ex.dedupe_window_s, "seconds: a created stream's duplicate window")
@@ -554,7 +601,7 @@ int main(int argc, char** argv) {
   import_args im;
   auto* i = app.add_subcommand("import", "Pull a stream with a durable consumer into BOX (acks what the box took)");
   add_common(i, im);
-  i->add_option("--durable", im.durable, "durable consumer name (created if missing)")->required();
+  i->add_option("--durable", im.durable, "durable consumer name (created if missing)")->required()->check(name_token("a durable name"));
   i->add_option("--into", im.into, "the box to post into (it must exist)")->required();
   i->add_option("--subject", im.subject, "filter subject (default: the stream's only subject)");
   i->add_option("--max-batch", im.max_batch, "messages per fetch at most")->check(CLI::Range(1u, 65536u))->capture_default_str();
