@@ -906,6 +906,8 @@ int cmd_dump(const parsed& a) {
     for (const auto& m : msgs) {
       // JSON strings must be UTF-8: bytes that are not go as base16.
       json one{{"lane", m.lane}, {"position", m.position}, {"size", m.data.size()}};
+      // A message in its lane: its shmbox::message_id (Nats-Msg-Id when bridged).
+      if (m.stash.empty()) one["id"] = shmbox::to_string(shmbox::message_id{box->id(), m.lane, m.position});
       if (!m.stash.empty()) one["stash"] = m.stash;
       try {
         (void)json(m.data).dump();  // throws on bytes that are not UTF-8
@@ -919,7 +921,9 @@ int cmd_dump(const parsed& a) {
     return kExitOk;
   }
   const shmbox::box_info bi = shmbox::info(*box);
-  std::cerr << "box '" << a.name << "': showing " << msgs.size() << " of " << bi.depth << " message(s), "
+  char box_id[17];
+  std::snprintf(box_id, sizeof box_id, "%016llx", static_cast<unsigned long long>(box->id()));
+  std::cerr << "box '" << a.name << "' (id " << box_id << ": a message's id is ID-LANE-#POSITION): showing " << msgs.size() << " of " << bi.depth << " message(s), "
             << (!bi.buffer.empty() ? "per lane, the owner's store first in arrival order ([stash: buffered]: its custom buffer '" + bi.buffer + "' decides the delivery order), then the lane\n"
                 : bi.priority ? std::string("in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n")
                               : std::string("oldest first per lane (lifo lanes: newest first; the owner's stash first)\n"));
