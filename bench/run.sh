@@ -94,6 +94,15 @@ run pool "$b/shmbox-bench-pool" "${common[@]}"
 run priority "$b/shmbox-bench-priority" "${common[@]}"
 # The C API and Python next to C++ (issue 18): about 10 s; --quick: 1 s.
 SHMBOX_SOURCE_ROOT="$root" SHMBOX_LIBRARY="$build/lib/libshmbox.so.0" run api "$b/shmbox-bench-api" "${common[@]}"
+# The NATS bridge (issue 19) next to core NATS and JetStream on a nats-server
+# it starts (about 30 s; --quick: 1 s). setup.sh installs libnats-dev and nats-server.
+if [ -x "$b/shmbox-bench-bridge" ]; then
+  SHMBOX_BRIDGE="$build/tools/shmbox-bridge" run bridge "$b/shmbox-bench-bridge" "${common[@]}"
+else
+  for m in nats-core nats-core-asap jetstream-sync jetstream-async jetstream-pull shmbox-bridge; do
+    printf 'skip\tbridge-64\t%s\t%s\n' "$m" "not built (libnats-dev not found at configure time)" >>"$rows"
+  done
+fi
 if [ -x "$b/shmbox-bench-iceoryx" ]; then
   run iceoryx "$b/shmbox-bench-iceoryx" "${common[@]}"
 else

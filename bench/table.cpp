@@ -302,6 +302,43 @@ int main(int argc, char** argv) {
     std::printf("%s| %s\n\n", pad("  Python / C", 40).c_str(), cell("api-64", "ratio-python-c", "ratio").c_str());
   }
 
+  // --- The NATS bridge (shmbox-bench-bridge, docs/bridge.md); always shown: not measured is "-"
+  {
+    std::vector<std::string> groups;  // bridge-64, bridge-1k, ... as measured or skipped
+    auto note_group = [&](const std::string& g) {
+      if (g.starts_with("bridge-") && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+    };
+    for (const auto& [key, v] : g_rows) note_group(std::get<0>(key));
+    for (const auto& [key, why] : g_skips) note_group(key.first);
+    if (groups.empty()) groups.push_back("bridge-64");
+    for (const auto& g : groups) {
+      std::printf("NATS BRIDGE, %s B: box -> shmbox-bridge export -> JetStream -> import -> box, against core NATS\n"
+                  "      and JetStream on the same local nats-server; msg/s, and us one message at a time: median (min-max)\n",
+                  g.substr(7).c_str());
+      std::printf("%s| %s| %s| %s\n", pad("mechanism", 20).c_str(), pad("msg/s", 26).c_str(), pad("p50 us", 26).c_str(),
+                  "p99 us");
+      for (const std::string m :
+           {"nats-core", "nats-core-asap", "jetstream-sync", "jetstream-async", "jetstream-pull", "shmbox-bridge"}) {
+        if (const std::string why = skip_of(g, m); !why.empty()) {
+          std::printf("%s| skipped: %s\n", pad(m, 20).c_str(), why.c_str());
+          continue;
+        }
+        std::printf("%s| %s| %s| %s\n", pad(m, 20).c_str(), pad(cell(g, m, "rate"), 26).c_str(),
+                    pad(cell(g, m, "p50"), 26).c_str(), cell(g, m, "p99").c_str());
+      }
+      for (const auto& [label, suffix, rate_ref, lat_ref] :
+           std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+               {"  bridge / js", "", "x async", "x sync"}, {"  bridge / pull", "-pull", "x pull", "x pull"}})
+        std::printf("%s| %s| %s| %s\n", pad(label, 20).c_str(),
+                    pad(cell(g, "shmbox-bridge", "ratio-rate" + suffix) + " " + rate_ref, 26).c_str(),
+                    pad(cell(g, "shmbox-bridge", "ratio-p50" + suffix) + " " + lat_ref, 26).c_str(),
+                    (cell(g, "shmbox-bridge", "ratio-p99" + suffix) + " " + lat_ref).c_str());
+      std::printf("  (all on this machine; nats-core: default client options, -asap: a SendAsap publisher; jetstream-sync:\n"
+                  "   publish -> ack; jetstream-pull: async publishes -> a pull consumer fetching and acking, as the\n"
+                  "   import does; ratios per repetition; bench/bridge.cpp METHOD)\n\n");
+    }
+  }
+
   // --- Wake-up, failover, idle
   std::printf("WAKE-UP (post -> a sleeping owner holds it), FAILOVER (kill -9 owner -> heir received), IDLE OWNER CPU\n");
   for (const auto& [g, m, label] : std::vector<std::tuple<std::string, std::string, std::string>>{
