@@ -416,6 +416,7 @@ struct import_args : common_args {
   std::string into, durable;
   std::uint32_t max_batch = 256;
   std::uint32_t nak_delay_ms = 500;
+  std::uint32_t ack_wait_ms = 30000;
 };
 
 // The free slots of the box's default lane now (where a message without a
@@ -454,6 +455,8 @@ int run_import(import_args a) {
   so.Stream = a.stream.c_str();
   so.Config.AckPolicy = js_AckExplicit;
   so.Config.MaxAckPending = static_cast<int64_t>(a.max_batch) * 4;
+  // How soon JetStream delivers again what a killed import fetched and never acked.
+  so.Config.AckWait = static_cast<int64_t>(a.ack_wait_ms) * 1000000;
   natsSubscription* sub = nullptr;
   s = js_PullSubscribe(&sub, link.js, a.subject.c_str(), a.durable.c_str(), nullptr, &so, &jerr);
   if (s != NATS_OK)
@@ -613,6 +616,9 @@ int main(int argc, char** argv) {
   i->add_option("--max-batch", im.max_batch, "messages per fetch at most")->check(CLI::Range(1u, 65536u))->capture_default_str();
   i->add_option("--nak-delay", im.nak_delay_ms, "ms before JetStream redelivers a message the box refused")
       ->check(CLI::Range(0u, 3600000u))->capture_default_str();
+  i->add_option("--ack-wait", im.ack_wait_ms,
+                "ms before JetStream redelivers what an import fetched and never acked (it was killed); a new durable's setting")
+      ->check(CLI::Range(100u, 3600000u))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {

@@ -283,6 +283,48 @@ def test_standby_takes_over_after_sigkill_no_loss_no_duplicate(h):
     print(f"kill at stream {at_kill}/{n}, in flight {inflight}, export counters {e}")
 
 
+def test_import_killed_and_restarted_delivers_at_least_once(h):
+    """kill -9 of the import bridge mid-stream, then a new one on the same durable: every stored
+    message reaches B; the only duplicates are what the killed one posted and had not acked (at
+    most one fetch), and the new one counts them as JetStream redeliveries."""
+    n, batch = 1000, 64
+    server = h.server()
+    a = h.box("A", capacity=512, slot_size=128)
+    b = h.box("B", capacity=4096, slot_size=128)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+    h.export(a, server, stream, subject)
+    args = ("--ack-wait", "1000", "--max-batch", str(batch))
+    i1 = h.import_(b, server, stream, "dk", *args)
+    producer = h.producer(a, "i")
+    post(producer, n, pace_us=300)
+    wait_until("B has some", lambda: stat(b)["counters"]["stored"] >= 100, 20)
+    i1.signal(signal.SIGKILL)
+    i1.proc.wait(10)
+    at_kill = stat(b)["counters"]["stored"]
+    assert at_kill < n, "the kill landed mid-stream"
+    assert posted(producer)[0] == n
+    stored = report(producer)["stored"]
+    h.import_(b, server, stream, "dk", *args)
+
+    def all_acked():
+        with server.client() as nc:
+            c = nc.consumer_info(stream, "dk")
+        return c is not None and c["num_pending"] == 0 and c["num_ack_pending"] == 0 and \
+            c["delivered"]["stream_seq"] == n and stat(b)["counters"]["stored"] >= n
+    wait_until("every message imported and acked", all_acked, 30)
+    total = stat(b)["counters"]["stored"]
+    got = [m[0] for m in drain(h.receiver(b, total, timeout=20))["messages"]]
+    assert len(got) == total
+    assert set(got) == set(stored), f"{len(set(stored) - set(got))} stored in A never reached B"
+    dups = len(got) - len(set(got))
+    assert dups == total - n and dups <= batch, f"{dups} duplicates in B (at most one fetch of {batch})"
+    i = counters_of(b, "import")
+    assert i["redeliveries"] >= dups, f"import counters {i}: {dups} duplicates were JetStream redeliveries"
+    print(f"import killed with B at {at_kill}/{n}; {dups} posted twice; import counters {i}")
+
+
 # ---------------------------------------------------------------------------
 # 3: the server stopped (SIGSTOP): the small reject box fills, refuses, counts; SIGCONT: it flows again
 
