@@ -186,7 +186,10 @@ TEST_CASE("resize under load: 4 producer processes and an owner process while th
     auto box = shmbox::Box::create(g.name, {.capacity = 64, .max_capacity = 1024, .slot_size = 64, .overflow = pol});
     REQUIRE(box);
     const int per = 20000;
-    shmtest::child owner({shmtest::helper_path(), "consume", g.name, std::to_string(4 * per), "3000"});
+    // 10 s without a message ends the owner: the producers start after it (four
+    // processes under a sanitizer on a loaded machine can take seconds), and it
+    // must not stop before them (CI once saw got=0 with 3 s).
+    shmtest::child owner({shmtest::helper_path(), "consume", g.name, std::to_string(4 * per), "10000"});
     REQUIRE(owner.read_line(30s).value_or("").rfind("owned", 0) == 0);
     std::vector<std::unique_ptr<shmtest::child>> producers;
     for (int id = 1; id <= 4; ++id)
@@ -322,4 +325,33 @@ TEST_CASE("resize: at a drop-oldest lane's limit, an owner killed holding the ol
   CHECK(got == std::vector<std::string>{"1", "2", "3", "x"});
   CHECK(box->read_counters().dropped_oldest == 1);
   shmtest::check_invariant(*box);
+}
+
+TEST_CASE("verify: a drop-oldest lane posted far past its capacity with no owner receiving is not corrupt") {
+  // Evictors take the oldest without moving head (only the owner does), so
+  // the tail runs on past head + capacity. verify once called that corrupt
+  // (CI: the resize-under-load box, after its owner had stopped).
+  for (const std::uint32_t max_capacity : {0u, 16u}) {
+    CAPTURE(max_capacity);
+    shmtest::segment_guard g(shmtest::unique_name("vfydrop"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .max_capacity = max_capacity, .overflow = policy::drop_oldest});
+    REQUIRE(box);
+    auto p = shmbox::Producer::attach(*box);
+    REQUIRE(p);
+    for (int i = 0; i < 100; ++i) REQUIRE(shmbox::is_stored(p->post(shmtest::tag('v', i))));
+    auto v = shmbox::verify(g.name);
+    REQUIRE(v);
+    CHECK_MESSAGE(v->ok, (v->problems.empty() ? std::string() : v->problems.front()));
+    auto o = shmbox::Owner::acquire(*box);
+    REQUIRE(o);
+    std::vector<std::string> got;
+    shmbox::message m;
+    while (o->try_receive(m) == shmbox::recv_status::ok) got.push_back(m.data);
+    REQUIRE(got.size() == 8);
+    CHECK(got.front() == shmtest::tag('v', 92));
+    CHECK(got.back() == shmtest::tag('v', 99));
+    v = shmbox::verify(g.name);
+    REQUIRE(v);
+    CHECK(v->ok);
+  }
 }
