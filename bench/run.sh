@@ -41,6 +41,11 @@ done
 
 # shellcheck source=../scripts/packages.sh
 source "$root/scripts/packages.sh"
+# shellcheck source=../scripts/shm_names.sh
+source "$root/scripts/shm_names.sh"
+# The benchmarks fork owners that leave by _exit or SIGKILL: their notify
+# doorbells are swept at the end, pass or fail.
+trap shm_sweep_bells EXIT
 if [ "$curves" = 1 ]; then
   # The plots need gnuplot; without it the points are still written.
   install_missing bench gnuplot-nox || echo "bench: gnuplot-nox not installed: points only, no plots" >&2

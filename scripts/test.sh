@@ -10,6 +10,8 @@ bash scripts/setup.sh "$build" "$@"
 # (t-<run>-..., see scripts/shm_names.sh).
 # shellcheck source=shm_names.sh
 source scripts/shm_names.sh
+# The doorbells of the tests' killed owner processes go too, pass or fail.
+trap shm_sweep_bells EXIT
 before=$(shm_test_names)
 meson test -C "$build" --print-errorlogs --num-processes 2
 after=$(shm_test_names)
