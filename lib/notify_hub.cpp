@@ -334,6 +334,32 @@ bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& f
   return n == static_cast<ssize_t>(sizeof r);
 }
 
+namespace {
+// A doorbell nobody reads (its owner process is gone): a FIFO, not followed,
+// that opening for writing refuses with ENXIO. The kernel's answer, not the
+// segment's: a forged key can name a live process's doorbell, never make it unread.
+bool bell_unread(const std::string& path) noexcept {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return false;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    ::close(fd);
+    return false;
+  }
+  return errno == ENXIO;
+}
+}  // namespace
+
+bool remove_bell_if_unread(std::uint64_t key) noexcept {
+  if (key == 0) return false;
+  try {
+    const std::string path = bell_path(key);
+    return bell_unread(path) && ::unlink(path.c_str()) == 0;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::vector<std::string> collect_bells(bool dry_run) {
   std::vector<std::string> out;
   DIR* d = ::opendir("/dev/shm");
@@ -342,15 +368,7 @@ std::vector<std::string> collect_bells(bool dry_run) {
   while (const dirent* e = ::readdir(d)) {
     if (std::strncmp(e->d_name, kBellPrefix, plen) != 0) continue;
     const std::string path = std::string("/dev/shm/") + e->d_name;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
-    // Nobody reads it: opening it for writing fails with ENXIO.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-      ::close(fd);
-      continue;
-    }
-    if (errno != ENXIO) continue;
+    if (!bell_unread(path)) continue;
     if (dry_run || ::unlink(path.c_str()) == 0) out.emplace_back(e->d_name);
   }
   ::closedir(d);

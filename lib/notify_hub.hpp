@@ -67,6 +67,9 @@ static_assert(sizeof(bell_record) == 16);
 
 // The doorbell of the owner process with key `key` ("/dev/shm/shmbox-bell.<hex>").
 std::string bell_path(std::uint64_t key);
+// Removes the doorbell of the owner with key `key` if nobody reads it (its
+// process is gone); a live owner's doorbell stays, whatever key a segment names.
+bool remove_bell_if_unread(std::uint64_t key) noexcept;
 // The prefix every doorbell name has in /dev/shm (for gc and ls).
 inline constexpr const char* kBellPrefix = "shmbox-bell.";
 

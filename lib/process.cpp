@@ -1,5 +1,6 @@
 #include "process.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/random.h>
@@ -7,11 +8,14 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 
 namespace shmbox::detail {
 namespace {
@@ -142,6 +146,78 @@ int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino,
     else if (fd >= 0) ::close(static_cast<int>(fd));
   }
   ::close(static_cast<int>(pidfd));
+  return out;
+}
+
+namespace {
+
+// Whether the NUL-separated environment block of /proc/<pid>/environ holds
+// every entry (at most 4 MiB are read: an environment is far smaller).
+bool environ_holds(std::uint32_t pid, std::initializer_list<std::string_view> entries) noexcept {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%u/environ", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  std::string block;
+  try {
+    char buf[8192];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || block.size() > (4u << 20)) break;
+      block.append(buf, static_cast<std::size_t>(n));
+    }
+  } catch (...) {
+    ::close(fd);
+    return false;
+  }
+  ::close(fd);
+  std::size_t found = 0;
+  for (const std::string_view want : entries) {
+    bool here = false;
+    for (std::size_t at = 0; at < block.size() && !here;) {
+      const std::size_t end = std::min(block.find('\0', at), block.size());
+      here = std::string_view(block).substr(at, end - at) == want;
+      at = end + 1;
+    }
+    found += here ? 1 : 0;
+  }
+  return found == entries.size() && entries.size() > 0;
+}
+
+}  // namespace
+
+int pidfd_with_environ(std::uint32_t pid, std::initializer_list<std::string_view> entries) noexcept {
+  if (pid <= 1 || pid > kPidMask || pid == static_cast<std::uint32_t>(::getpid())) return -1;
+  const long pidfd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (pidfd < 0) return -1;
+  // The pidfd first: while it says alive, /proc/<pid> is the process it names.
+  if (environ_holds(pid, entries) && pidfd_signal(static_cast<int>(pidfd), 0)) return static_cast<int>(pidfd);
+  ::close(static_cast<int>(pidfd));
+  return -1;
+}
+
+bool pidfd_signal(int pidfd, int sig) noexcept {
+  return pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
+}
+
+std::vector<std::pair<std::uint32_t, int>> processes_with_environ(std::string_view entry) {
+  std::vector<std::pair<std::uint32_t, int>> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const unsigned long pid = std::strtoul(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid > kPidMask) continue;
+    if (const int fd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {entry}); fd >= 0) {
+      try {
+        out.emplace_back(static_cast<std::uint32_t>(pid), fd);
+      } catch (...) {
+        ::close(fd);
+      }
+    }
+  }
+  ::closedir(d);
   return out;
 }
 

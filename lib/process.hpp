@@ -23,6 +23,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace shmbox::detail {
 
@@ -63,6 +67,24 @@ bool process_maps_file(std::uint32_t pid, std::uint64_t dev, std::uint64_t ino) 
 // checked instead of its maps (one pidfd_getfd and fstat instead of reading
 // /proc/<pid>/maps, which grows with every box the process has mapped).
 int eventfd_of(std::uint32_t pid, int num, std::uint64_t dev, std::uint64_t ino, int seg_num = -1) noexcept;
+
+// PROOF BEFORE A SIGNAL. A pid read from shared memory is a claim, not a
+// proof: anyone who can write the segment can name any process, with its
+// start time. A process is ours to signal only on evidence a writer of the
+// segment cannot forge: it is our own unreaped child, or its environment
+// (the block it was started with, /proc/<pid>/environ, readable only by its
+// own user and root) carries what we gave our workers at spawn.
+//
+// A pidfd for process `pid` of this pid namespace if its environment holds
+// every one of `entries` exactly ("NAME=value"), else -1. The pidfd is opened
+// before the read and checked alive after it, so the proof is about the
+// process the pidfd names (not a pid reused in between).
+int pidfd_with_environ(std::uint32_t pid, std::initializer_list<std::string_view> entries) noexcept;
+// Sends `sig` through `pidfd` (pidfd_send_signal: never to a reused pid). false with errno.
+bool pidfd_signal(int pidfd, int sig) noexcept;
+// The pids of this pid namespace (but this process) whose environment holds
+// `entry`, each with an open pidfd (pidfd_with_environ); the caller closes them.
+std::vector<std::pair<std::uint32_t, int>> processes_with_environ(std::string_view entry);
 
 // True when `fd` (a descriptor of this process) is an eventfd. Descriptor
 // numbers read from shared memory are checked with this before anything is
