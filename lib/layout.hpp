@@ -657,7 +657,7 @@ bool compute_geometry(const geometry_params& p, geometry& out) noexcept;
 // Rule: bump kPoolLayoutVersion on every incompatible change here.
 // ===========================================================================
 constexpr std::uint64_t kPoolMagic = 0x0158'4C4F'4F50'5302ULL;  // "SPOOLX" + 02: never changes
-constexpr std::uint32_t kPoolLayoutVersion = 1;
+constexpr std::uint32_t kPoolLayoutVersion = 2;  // 2: the table lock is the kernel's (TL2), not the word
 constexpr std::uint32_t kPoolHeaderBytes = 256;
 constexpr std::uint32_t kPoolConfigBytes = 2560;
 constexpr std::uint32_t kPoolStateBytes = 1024;
@@ -745,6 +745,7 @@ enum class pool_counter : std::uint32_t {
   takes, returns_ok, returns_fail, no_members_at_capacity, no_members_queue_full, no_members_starting,
   take_timeouts, queue_max_reached, granted, killed_free_culled, killed_free_unhealthy, killed_in_use,
   crashed, start_failures, starts, double_returns, stale_returns, dead_lettered, lost,
+  refused_signals,
   count_  // number of counters (<= kPoolCounterSlots)
 };
 static_assert(static_cast<std::uint32_t>(pool_counter::count_) <= kPoolCounterSlots);

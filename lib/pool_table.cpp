@@ -17,19 +17,7 @@
 namespace shmbox::detail {
 namespace {
 
-constexpr std::uint64_t kLockSliceNs = 1'000'000;  // TL3: a waiter looks at the holder every 1 ms
-
-std::uint32_t holder_of(std::uint32_t lock_word) noexcept { return lock_word & 0xFFFFu; }
-
-// TL1/TL2: is the holder named by `lock_word` alive?
-bool holder_alive(const pool_handle& h, std::uint32_t lock_word) noexcept {
-  const std::uint32_t holder = holder_of(lock_word);
-  if (holder == kAnonHolder) return lock_held_fd(h.fd, kPoolAnonByte);
-  if (holder == 0 || holder > h.max_clients()) return false;  // garbage: nobody can hold it
-  const std::uint32_t c = holder - 1;
-  // Relaxed: the key only says whether the entry is in use; the byte decides (L1).
-  return h.client_at(c)->key.load(std::memory_order_relaxed) != 0 && lock_held_fd(h.fd, h.client_byte(c));
-}
+constexpr std::uint64_t kLockSliceNs = 1'000'000;  // TL3: a waiter tries the byte again every 1 ms at most
 
 // J1's bounds: a word of the table that operations may write.
 bool journal_target_ok(const pool_handle& h, std::uint64_t off) noexcept {
@@ -77,49 +65,33 @@ void replay_journal(pool_handle& h) noexcept {
 
 table_txn::table_txn(pool_handle& h, std::uint64_t deadline_ns, bool anonymous) noexcept
     : h_(h), anonymous_(anonymous) {
-  if (h.read_only) return;
+  if (h.read_only || h.in_txn) return;  // TL4: never nested (the byte is already ours)
+  if (!anonymous && h.client < 0) return;
+  if (!h.role.open_file(h.fd)) return;  // the handle's own open file description (TL2)
   pool_state* st = h.state();
-  if (anonymous) {
-    // TL2: the anonymous byte first (only one process can hold it), then the word.
-    if (!h.role.open_file(h.fd)) return;
-    std::uint64_t pause_ns = 20'000;
-    while (!h.role.try_exclusive(kPoolAnonByte)) {
-      if (mono_ns() >= deadline_ns) return;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
-      pause_ns = std::min<std::uint64_t>(pause_ns * 2, kLockSliceNs);
-    }
-  } else if (h.client < 0) {
-    return;
-  }
   const std::uint32_t me = anonymous ? kAnonHolder : static_cast<std::uint32_t>(h.client) + 1;
   for (int spins = 0;; ++spins) {
-    std::uint32_t v = 0;
-    if (st->lock.compare_exchange_strong(v, me)) break;  // seq_cst: TL3
-    // TL2: we hold the anonymous byte exclusively, so an anonymous holder
-    // named by the word is dead (the byte was free for us to take).
-    if (anonymous && holder_of(v) == kAnonHolder) {
-      if (st->lock.compare_exchange_strong(v, me | (v & kPoolLockWaiters))) break;
-      continue;
-    }
+    if (h.role.try_exclusive(kPoolTableByte)) break;  // TL3: the kernel's lock is ours
     if (spins < 64) {
       sched_yield();
       continue;
     }
     const std::uint64_t now = mono_ns();
-    if (now >= deadline_ns) {
-      if (anonymous) h.role.unlock(kPoolAnonByte);
-      return;
-    }
-    if (!holder_alive(h, v)) {
-      // TL3: steal from a dead holder, keeping the waiters bit so that
-      // the release wakes the others.
-      if (st->lock.compare_exchange_strong(v, me | (v & kPoolLockWaiters))) break;
-      continue;
-    }
-    if ((v & kPoolLockWaiters) == 0 && !st->lock.compare_exchange_strong(v, v | kPoolLockWaiters)) continue;
-    futex_wait(&st->lock, v | kPoolLockWaiters, std::min(deadline_ns, now + kLockSliceNs));
+    if (now >= deadline_ns || (h.stop != nullptr && h.stop->load())) return;
+    // Busy: ask to be woken (the holder's release sees the bit, TL4). A word
+    // of 0 with the byte held is a holder between its two steps: just retry.
+    std::uint32_t v = st->lock.load();
+    if (v != 0 && (v & kPoolLockWaiters) == 0 && !st->lock.compare_exchange_strong(v, v | kPoolLockWaiters)) continue;
+    futex_wait(&st->lock, v | (v != 0 ? kPoolLockWaiters : 0), std::min(deadline_ns, now + kLockSliceNs));
+  }
+  // TL3: whatever the word says now is stale (holders write it only while
+  // they hold the byte). seq_cst exchange: after the byte, before the
+  // journal is read. The waiters bit is kept so that our release wakes them.
+  std::uint32_t v = st->lock.load();
+  while (!st->lock.compare_exchange_weak(v, me | (v & kPoolLockWaiters))) {
   }
   locked_ = true;
+  h.in_txn = true;
   SHMBOX_FAULT("pool.locked");
   replay_journal(h);
 }
@@ -127,10 +99,12 @@ table_txn::table_txn(pool_handle& h, std::uint64_t deadline_ns, bool anonymous) 
 table_txn::~table_txn() {
   if (!locked_) return;
   pool_state* st = h_.state();
-  // TL4: seq_cst exchange publishes every write of the section before the release.
+  // TL4: seq_cst exchange publishes every write of the section before the
+  // release; then the kernel's lock, then the wake (a woken waiter finds the byte free).
   const std::uint32_t old = st->lock.exchange(0);
+  h_.role.unlock(kPoolTableByte);
+  h_.in_txn = false;
   if (old & kPoolLockWaiters) futex_wake(&st->lock);
-  if (anonymous_) h_.role.unlock(kPoolAnonByte);
   for (const std::uint32_t c : wake_clients_) {
     if (c >= h_.max_clients()) continue;
     a32& w = h_.client_at(c)->wake;
@@ -148,10 +122,9 @@ void table_txn::become_client() noexcept {
   pool_state* st = h_.state();
   const std::uint32_t me = static_cast<std::uint32_t>(h_.client) + 1;
   std::uint32_t v = st->lock.load();
-  // Keep the waiters bit; the new value names our client entry (TL1), whose byte we hold.
+  // Display only (TL2): the word now names our client entry; the byte stays ours.
   while (!st->lock.compare_exchange_weak(v, me | (v & kPoolLockWaiters))) {
   }
-  h_.role.unlock(kPoolAnonByte);
   anonymous_ = false;
 }
 
@@ -200,6 +173,13 @@ void table_txn::commit(const char* op) noexcept {
   count_ = 0;
 }
 
+std::error_code table_busy(std::string_view pool, std::string_view then) {
+  return fail(errc::timed_out, "pool '" + std::string(pool) +
+                                   "': its table lock stayed held by another process (stopped, or one that writes the segment "
+                                   "without the protocol); " + std::string(then) + ", or remove the pool with 'shmbox pool rm " +
+                                   std::string(pool) + " --now'");
+}
+
 // --- clients ----------------------------------------------------------------
 
 result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadline_ns) {
@@ -209,7 +189,7 @@ result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadlin
   const std::uint64_t key = self_key();
   table_txn t(h, deadline_ns, /*anonymous=*/true);  // TL2
   if (!t.locked())
-    return fail(errc::timed_out, "pool '" + h.name + "': its table is held by another process (stopped?); retry");
+    return table_busy(h.name, "retry");
   for (std::uint32_t c = 0; c < h.max_clients(); ++c) {
     pool_client* e = h.client_at(c);
     std::uint64_t old = e->key.load(std::memory_order_relaxed);

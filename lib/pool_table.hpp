@@ -1,27 +1,39 @@
 // lib/pool_table.hpp - a pool's member table: its lock, its redo journal, and
 // the operations take, give back, grant, sweep, start, stop (pooler in shared memory).
 //
-// THE LOCK (TL). Every change of the table is made by the holder of one lock
-// word, pool_state::lock, so that the table has one writer at a time (as
-// pooler's table has its one gen_server). The lock is a futex word whose
-// value names its holder, and a holder's death is asked of the kernel, in any
-// pid namespace (liveness.hpp):
+// THE LOCK (TL). Every change of the table is made by the holder of one lock,
+// so that the table has one writer at a time (as pooler's table has its one
+// gen_server). The lock is the KERNEL's, not a word of the segment: a word
+// can be written by anyone who can write the segment (a 0666 pool), so a
+// word that names a holder proves nothing (acceptance testing set it to the
+// supervisor's own live client entry and wedged the pool).
 //  TL1 Every Pool handle is a client: an entry of the client table whose key
 //      byte it holds (shared OFD lock, L1) from before it publishes its key
-//      until after it clears it (or dies). Lock value c + 1 means "client c
-//      holds the table".
-//  TL2 A process that has no client entry yet (it is registering one) holds
-//      the table as kAnonHolder, and holds byte kPoolAnonByte EXCLUSIVELY
-//      (F_OFD_SETLK) for that time; only one such process can exist, since
-//      it must hold the table.
-//  TL3 Taking: CAS 0 -> value. Busy: set kPoolLockWaiters and sleep on the
-//      word (futex, at most 1 ms a time); after each sleep, if the holder is
-//      dead (its byte is not held: TL1/TL2), CAS its value -> ours: the lock
-//      is stolen, and the thief completes the dead holder's journal (J5)
-//      before anything else. A stopped (SIGSTOP) holder is alive: waiters
-//      wait, up to their deadline (slow is not dead).
-//  TL4 Releasing: exchange -> 0; if kPoolLockWaiters was set, FUTEX_WAKE all.
-//      The lock is never held across a wait for a member, a start or a stop.
+//      until after it clears it (or dies).
+//  TL2 Holding the table = holding byte kPoolTableByte of the segment
+//      EXCLUSIVELY (F_OFD_SETLK) through the handle's own open file
+//      description (its role_lock), for the whole section. The kernel drops
+//      it when the holder dies, in any pid namespace; no process can hold it
+//      for another. The word pool_state::lock then names the holder (client
+//      c + 1, or kAnonHolder for a process registering its client entry) for
+//      display, and is the futex word that waiters sleep on.
+//  TL3 Taking: the byte first (F_OFD_SETLK, never waiting in the kernel),
+//      then the word is exchanged for ours. A holder writes the word only
+//      while it holds the byte, so whatever the word said before the
+//      exchange is stale: a dead holder's, or a scribbler's (counted in
+//      last_op nowhere; it costs nothing). The journal is then completed
+//      (J5) before anything else. Busy: set kPoolLockWaiters in the word and
+//      sleep on it (futex, at most kLockSliceNs a time), then try the byte
+//      again. A stopped (SIGSTOP) holder keeps the byte: waiters wait, up to
+//      their deadline (slow is not dead), and a supervisor's stop flag ends
+//      its wait at once. A byte held by a process that is not a holder (a
+//      hostile writer of a 0666 pool can take it too) costs the waiters their
+//      deadline, never more; `shmbox pool rm NAME --now` then removes the pool.
+//  TL4 Releasing: exchange the word -> 0, unlock the byte, then FUTEX_WAKE
+//      if kPoolLockWaiters was set. The lock is never held across a wait for
+//      a member, a start or a stop, and sections never nest (a nested
+//      table_txn on a handle that holds the table is refused: the kernel
+//      lock would not tell them apart).
 //
 // THE JOURNAL (J): one table operation changes several words (a member's
 // state, its holder, a counter, a waiter's grant). A process can be killed
@@ -56,6 +68,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -72,8 +85,8 @@
 
 namespace shmbox::detail {
 
-constexpr std::uint32_t kAnonHolder = 0x7FFF;     // TL2
-constexpr std::uint64_t kPoolAnonByte = 8;        // TL2: a header byte (layout_version) that is no role's
+constexpr std::uint32_t kAnonHolder = 0x7FFF;     // TL2: the word's value for a process registering
+constexpr std::uint64_t kPoolTableByte = 8;       // TL2: a header byte (layout_version) that is no role's
 constexpr std::uint64_t kPoolCreatorByte = 24;    // L4: offsetof(pool_header, creator_key)
 
 // One mapped pool segment with its validated parameters (never re-read from
@@ -95,6 +108,9 @@ struct pool_handle {
   std::uint64_t key = 0;
   std::recursive_mutex mu;  // one operation at a time per handle
   std::error_code last_error;
+  bool in_txn = false;  // a table_txn of this handle holds the table (TL4: sections never nest)
+  // A supervisor's stop flag (supervise_options::stop): a wait for the table gives up when it is set.
+  const std::atomic<bool>* stop = nullptr;
 
   // Producers on member boxes, by member index, for the generation they were made for.
   struct member_link {
@@ -127,6 +143,10 @@ struct pool_handle {
   std::uint32_t max_clients() const noexcept { return hdr.max_clients; }
 };
 
+// The pool's incarnation as 16 hex digits, from its header's creator key and
+// creation time: a pool removed and created again under its name has another.
+// Workers get it as SHMBOX_POOL_ID (the supervisor's signal proof, SP2).
+std::string pool_incarnation(const pool_header& h);
 // "/shmbox-pool.<name>" for shm_open.
 std::string pool_shm_path(std::string_view name);
 // The box of member `index`, generation `gen`: "<pool>.m<index>.<gen>".
@@ -150,7 +170,8 @@ bool client_alive(const pool_handle& h, std::uint32_t c, std::uint64_t key) noex
 // wake-ups asked for. Only for a handle with a client entry, or anonymous (TL2).
 class table_txn {
  public:
-  // Waits up to `deadline_ns` (CLOCK_MONOTONIC; UINT64_MAX: for ever) for the lock.
+  // Waits up to `deadline_ns` (CLOCK_MONOTONIC; UINT64_MAX: for ever) for the
+  // lock, or until the handle's stop flag is set. Not locked() when it gave up.
   table_txn(pool_handle& h, std::uint64_t deadline_ns, bool anonymous = false) noexcept;
   ~table_txn();
   table_txn(const table_txn&) = delete;
@@ -183,6 +204,9 @@ class table_txn {
   bool wake_work_ = false;
 };
 
+// The error of a wait for the table that gave up (TL3): says what may hold it and what to do.
+std::error_code table_busy(std::string_view pool, std::string_view then);
+
 // J5 (also used by open for a journal left valid by a dead holder, under the lock).
 void replay_journal(pool_handle& h) noexcept;
 
@@ -211,6 +235,14 @@ void make_available(pool_handle& h, table_txn& t, std::uint32_t m, bool keep_sta
 void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why) noexcept;
 // An empty entry -> starting (new generation), the supervisor woken. false: none empty.
 bool request_start(pool_handle& h, table_txn& t) noexcept;
+
+// An open_pool_segment error that means "a file at the pool's name that is
+// not a usable pool" (empty, half made, damaged, foreign): `pool rm --now` removes it.
+bool unusable_pool_file(std::error_code ec) noexcept;
+// Unlinks the pool's segment if it is a regular file (not followed) and, when
+// `ino` is given, still the file with that identity; `why` goes into the
+// error when it is not a regular file.
+result<void> remove_pool_file(std::string_view name, std::error_code why, std::uint64_t ino = 0, std::uint64_t dev = 0);
 
 // The member boxes' options, from the validated header.
 options member_box_options(const pool_handle& h);
