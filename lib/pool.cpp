@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -58,6 +59,17 @@ struct fd_closer {
 };
 
 }  // namespace
+
+std::string pool_incarnation(const pool_header& h) {
+  // splitmix64 of the two words: equal inputs, equal ids; any change, another.
+  std::uint64_t z = h.creator_key ^ (h.created_unix_ns * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(z));
+  return b;
+}
 
 std::string pool_shm_path(std::string_view name) { return "/shmbox-pool." + std::string(name); }
 
@@ -147,23 +159,26 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   }
   std::memcpy(static_cast<void*>(&h->hdr), live, sizeof h->hdr);
   const pool_header& p = h->hdr;
-  if (p.magic != kPoolMagic) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a shmbox pool (wrong magic)");
+  const std::string rm_now = "'shmbox pool rm " + std::string(name) + " --now'";
+  if (p.magic != kPoolMagic)
+    return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a shmbox pool (wrong magic); if it is garbage, " + rm_now + " removes it");
   if (p.layout_version != kPoolLayoutVersion)
     return fail(errc::version_mismatch, who + " was made by an incompatible shmbox (pool layout " + std::to_string(p.layout_version) +
-                                            ", this library reads " + std::to_string(kPoolLayoutVersion) + ")");
+                                            ", this library reads " + std::to_string(kPoolLayoutVersion) +
+                                            "): use that version's shmbox, or remove it with " + rm_now);
   std::uint64_t co = 0, mo = 0, total = 0;
   if (!compute_pool_geometry(p.max_clients, p.max_count, co, mo, total) || co != p.clients_offset || mo != p.members_offset ||
       total != p.total_bytes || p.init_count > p.max_count || p.queue_max > p.max_clients || p.member_lanes < 1 ||
       p.member_lanes > kMaxLanes || p.cull_after_ms > kMaxPoolMs || p.start_timeout_ms > kMaxPoolMs ||
       p.stop_grace_ms > kMaxPoolMs || p.health_interval_ms > kMaxPoolMs || p.health_timeout_ms > kMaxPoolMs)
-    return fail(errc::corrupt, who + ": its header breaks the pool's invariants; remove and recreate it");
-  if (total > bytes) return fail(errc::truncated, who + ": the segment is shorter than its header says");
+    return fail(errc::corrupt, who + ": its header breaks the pool's invariants; remove it with " + rm_now + " and create it again");
+  if (total > bytes) return fail(errc::truncated, who + ": the segment is shorter than its header says; remove it with " + rm_now);
   const auto* cfg = reinterpret_cast<const pool_config*>(h->base + kPoolConfigOffset);
   std::string cfg_name;
   if (!read_string(cfg->name, sizeof cfg->name, cfg_name) || !read_string(cfg->group, sizeof cfg->group, h->group) ||
       !read_string(cfg->dead_letters, sizeof cfg->dead_letters, h->dead_letters) ||
       !read_string(cfg->command, sizeof cfg->command, h->command) || cfg_name != name)
-    return fail(errc::corrupt, who + ": its configuration is not valid text; remove and recreate it");
+    return fail(errc::corrupt, who + ": its configuration is not valid text; remove it with " + rm_now + " and create it again");
   return h;
 }
 
@@ -409,7 +424,7 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   }
   table_txn t(h, mono_ns() + kReturnLockWaitNs);
   if (!t.locked()) {
-    h.last_error = fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; the lease was not given back");
+    h.last_error = table_busy(h.name, "the lease was not given back");
     return return_status::error;
   }
   if (tok.member >= h.max_count()) {
@@ -451,6 +466,45 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   return return_status::stale;
 }
 
+// Under the lock, no member free: refuses the take (counted, with the
+// sentence), or queues this handle (a ticket; a start asked for when needed).
+std::optional<std::error_code> queue_or_refuse(pool_handle& h, table_txn& t, bool wait) {
+  sweep_dead_clients(h, t);
+  const table_counts n = count_table(h, t);
+  const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
+  const bool can_start = n.members < h.max_count();
+  const bool start_needed = starting < n.waiters + 1;
+  const pool_header& p = h.hdr;
+  if (!wait) {
+    const bool started = can_start && start_needed && request_start(h, t);
+    if (started || starting > 0) {
+      t.add(pool_counter::no_members_starting);
+      t.commit("refuse");
+      return no_supervisor_sentence(h, errc::no_members_starting,
+                                    quote_pool(h.name) + ": no member is free; one is being started: take again, or take with a timeout");
+    }
+    t.add(pool_counter::no_members_at_capacity);
+    t.commit("refuse");
+    return fail(errc::no_members_at_capacity, quote_pool(h.name) + ": no member is free and all " + std::to_string(p.max_count) +
+                                                  " (max_count) are in use: take with a timeout to queue for one");
+  }
+  if (n.waiters >= p.queue_max) {
+    t.add(pool_counter::no_members_queue_full);
+    t.commit("refuse");
+    return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member is free and " + std::to_string(n.waiters) +
+                                                 " takers wait already (queue_max " + std::to_string(p.queue_max) + "): retry later");
+  }
+  pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
+  const std::uint64_t ticket = t.read(h.state()->next_ticket) + 1;
+  t.write(h.state()->next_ticket, ticket);
+  t.write(me->wait_ticket, ticket);
+  t.write(me->granted, 0);
+  if (n.waiters + 1 == p.queue_max) t.add(pool_counter::queue_max_reached);
+  if (can_start && start_needed) request_start(h, t);
+  t.commit("queue");
+  return std::nullopt;
+}
+
 result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nanoseconds timeout) {
   pool_handle& h = *hp;
   std::lock_guard<std::recursive_mutex> g(h.mu);
@@ -461,53 +515,25 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
   pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   std::uint32_t m = 0;
   std::uint64_t gen = 0, lease = 0;
+  bool got = false;
   {
     table_txn t(h, lock_deadline);
-    if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
+    if (!t.locked()) return table_busy(h.name, "retry");
     if (t.read(h.state()->removing) != 0) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
     if (collect_grant(h, t, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up
       t.commit("collect");
-      return access::make_lease(hp, m, gen, lease);
-    }
-    if (const std::int64_t best = best_free(h, t); best >= 0) {
+      got = true;
+    } else if (const std::int64_t best = best_free(h, t); best >= 0) {
       m = static_cast<std::uint32_t>(best);
       assign(h, t, m, gen, lease);
       t.commit("take");
-      return access::make_lease(hp, m, gen, lease);
+      got = true;
+    } else if (auto refused = queue_or_refuse(h, t, wait)) {
+      return *refused;
     }
-    sweep_dead_clients(h, t);
-    const table_counts n = count_table(h, t);
-    const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
-    const bool can_start = n.members < h.max_count();
-    const bool start_needed = starting < n.waiters + 1;
-    const pool_header& p = h.hdr;
-    if (!wait) {
-      const bool started = can_start && start_needed && request_start(h, t);
-      if (started || starting > 0) {
-        t.add(pool_counter::no_members_starting);
-        t.commit("refuse");
-        return no_supervisor_sentence(h, errc::no_members_starting,
-                                      quote_pool(h.name) + ": no member is free; one is being started: take again, or take with a timeout");
-      }
-      t.add(pool_counter::no_members_at_capacity);
-      t.commit("refuse");
-      return fail(errc::no_members_at_capacity, quote_pool(h.name) + ": no member is free and all " + std::to_string(p.max_count) +
-                                                    " (max_count) are in use: take with a timeout to queue for one");
-    }
-    if (n.waiters >= p.queue_max) {
-      t.add(pool_counter::no_members_queue_full);
-      t.commit("refuse");
-      return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member is free and " + std::to_string(n.waiters) +
-                                                   " takers wait already (queue_max " + std::to_string(p.queue_max) + "): retry later");
-    }
-    const std::uint64_t ticket = t.read(h.state()->next_ticket) + 1;
-    t.write(h.state()->next_ticket, ticket);
-    t.write(me->wait_ticket, ticket);
-    t.write(me->granted, 0);
-    if (n.waiters + 1 == p.queue_max) t.add(pool_counter::queue_max_reached);
-    if (can_start && start_needed) request_start(h, t);
-    t.commit("queue");
   }
+  // The lease is made after the section: make_lease may give it back (TL4: sections never nest).
+  if (got) return access::make_lease(hp, m, gen, lease);
   // Wait for a grant (make_available hands a returned or new member to the oldest waiter).
   for (;;) {
     const std::uint32_t seen = me->wake.load();  // seq_cst: before the grant re-check below
@@ -515,22 +541,23 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
     const std::uint64_t now = mono_ns();
     if (granted || now >= deadline || removing(h)) {
       table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
-      if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
+      if (!t.locked()) return table_busy(h.name, "retry");
       if (collect_grant(h, t, m, gen, lease)) {
         t.commit("collect");
-        return access::make_lease(hp, m, gen, lease);
-      }
-      if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
+        got = true;
+      } else if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
         t.write(me->wait_ticket, 0);
         const bool gone = t.read(h.state()->removing) != 0;
         if (!gone) t.add(pool_counter::take_timeouts);
         t.commit("cancel");
         if (gone) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
         return no_supervisor_sentence(h, errc::timed_out, quote_pool(h.name) + ": no member became free before the timeout");
+      } else {
+        t.commit("collect");
       }
-      t.commit("collect");
-      continue;
     }
+    if (got) return access::make_lease(hp, m, gen, lease);
+    if (granted || now >= deadline || removing(h)) continue;
     futex_wait(&me->wake, seen, std::min(deadline, now + kWaitSliceNs));
   }
 }
@@ -545,14 +572,62 @@ result<Lease> Pool::take(std::chrono::nanoseconds timeout) {
 
 return_status Pool::give_back(const lease_token& t, outcome o) { return give_back_impl(*h_, t, o); }
 
+namespace detail {
+namespace {
+
+// Whether a user other than this process's could have written the pool's
+// stored configuration: the segment is group- or other-writable, or is
+// another user's (its owner may write it). Such a pool's stored command and
+// dead-letter box are never used by a supervisor (pool.hpp, supervise_options).
+bool writable_by_others(const pool_handle& h) noexcept { return h.uid != ::geteuid() || (h.mode & 022) != 0; }
+
+std::string mode_text(std::uint32_t mode) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%04o", mode & 07777);
+  return b;
+}
+
+}  // namespace
+}  // namespace detail
+
 result<void> Pool::supervise(const supervise_options& opts) {
   std::lock_guard<std::recursive_mutex> g(h_->mu);
-  if (auto r = ensure_client(*h_, pool_role::standby, mono_ns() + 5'000'000'000ull); !r) return r.error();
+  if (opts.command) {
+    if (opts.command->empty() || opts.command->size() >= kMaxPoolCommand || opts.command->find('\0') != std::string::npos)
+      return fail(errc::invalid_argument, quote_pool(h_->name) + ": the member command must be 1 to " +
+                                              std::to_string(kMaxPoolCommand - 1) + " bytes, without NUL");
+  }
+  if (opts.dead_letters && !opts.dead_letters->empty()) {
+    if (auto r = validate_box_name(*opts.dead_letters); !r) return r.error();
+  }
+  if (writable_by_others(*h_)) {
+    const std::string why = quote_pool(h_->name) + " can be written by other users (mode " + mode_text(h_->mode) + ", owner uid " +
+                            std::to_string(h_->uid) + "), so its stored ";
+    if (!opts.command)
+      return fail(errc::permission_denied,
+                  why + "member command may not be what its creator wrote: give the command to run on the supervisor's own command line "
+                        "('shmbox pool run " + h_->name + " --command CMD')");
+    if (!opts.dead_letters && !h_->dead_letters.empty())
+      return fail(errc::permission_denied,
+                  why + "dead-letter box name may not be what its creator wrote: give it on the supervisor's own command line ("
+                        "'--dead-letters " + h_->dead_letters + "', or --dead-letters '' to count those messages as lost)");
+  }
+  if (opts.command) h_->command = *opts.command;
+  if (opts.dead_letters) h_->dead_letters = *opts.dead_letters;
+  // TL3: every wait for the table below ends when opts.stop is set (SIGTERM
+  // to `shmbox pool run` while a stopped process holds the table).
+  h_->stop = opts.stop;
+  struct unset_stop {
+    pool_handle& h;
+    ~unset_stop() { h.stop = nullptr; }
+  } unset{*h_};
+  const auto stopped = [&] { return opts.stop != nullptr && opts.stop->load(); };
+  if (auto r = ensure_client(*h_, pool_role::standby, mono_ns() + 5'000'000'000ull); !r) return stopped() ? result<void>{} : r.error();
   pool_client* me = h_->client_at(static_cast<std::uint32_t>(h_->client));
   if (me->role.load(std::memory_order_relaxed) == static_cast<std::uint64_t>(pool_role::taker)) {
     // A handle that took members before: it joins the line of standbys now (SR1).
     table_txn t(*h_, mono_ns() + 5'000'000'000ull);
-    if (!t.locked()) return fail(errc::timed_out, quote_pool(h_->name) + ": its table is held by a stopped process; retry");
+    if (!t.locked()) return stopped() ? result<void>{} : table_busy(h_->name, "retry");
     const std::uint64_t order = t.read(h_->state()->next_order) + 1;
     t.write(h_->state()->next_order, order);
     t.write(me->order, order);
@@ -565,13 +640,30 @@ result<void> Pool::supervise(const supervise_options& opts) {
 result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanoseconds timeout) {
   const std::uint64_t deadline = saturating_deadline(timeout);
   auto hr = open_pool_segment(name, false, false);
-  if (!hr) return hr.error();
+  if (!hr) {
+    // Garbage at a pool's name (an empty file, a creator that died, a damaged
+    // or foreign header): removed at once on request, never gracefully.
+    if (how == removal::immediate && unusable_pool_file(hr.error())) return remove_pool_file(name, hr.error());
+    return hr.error();
+  }
   auto h = std::move(*hr);
+  // A configuration others could have written is not acted on (Pool::supervise):
+  // messages of the members stopped here are counted lost, not posted to a box it names.
+  if (writable_by_others(*h)) h->dead_letters.clear();
   std::lock_guard<std::recursive_mutex> g(h->mu);
-  if (auto r = ensure_client(*h, pool_role::standby, std::max<std::uint64_t>(deadline, mono_ns() + 1'000'000'000ull)); !r) return r.error();
+  if (auto r = ensure_client(*h, pool_role::standby, std::max<std::uint64_t>(deadline, mono_ns() + 1'000'000'000ull)); !r) {
+    if (how == removal::immediate && r.error() == errc::timed_out) return remove_pool_file(name, r.error(), h->ino, h->dev);
+    return r.error();
+  }
   {
     table_txn t(*h, std::max<std::uint64_t>(deadline, mono_ns() + 1'000'000'000ull));
-    if (!t.locked()) return fail(errc::timed_out, quote_pool(name) + ": its table is held by a stopped process; retry");
+    if (!t.locked()) {
+      // A table nobody lets go of (a stopped process, or one that holds the
+      // lock without the protocol): immediate removal unlinks the segment;
+      // its supervisor sees it gone and stops its workers (E).
+      if (how == removal::immediate) return remove_pool_file(name, table_busy(name, "retry"), h->ino, h->dev);
+      return table_busy(name, "retry");
+    }
     const std::uint64_t want = how == removal::immediate ? 2 : 1;
     if (t.read(h->state()->removing) < want) t.write(h->state()->removing, want);
     for (std::uint32_t c = 0; c < h->max_clients(); ++c)
@@ -582,6 +674,34 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
   // The running supervisor stops the members and removes the segment; with none, this call does it.
   return run_supervisor(*h, {}, deadline);
 }
+
+namespace detail {
+
+bool unusable_pool_file(std::error_code ec) noexcept {
+  return ec == errc::incomplete || ec == errc::truncated || ec == errc::corrupt || ec == errc::version_mismatch ||
+         ec == errc::not_a_box;
+}
+
+result<void> remove_pool_file(std::string_view name, std::error_code why, std::uint64_t ino, std::uint64_t dev) {
+  const std::string path = pool_shm_path(name);
+  // Only a regular file, not followed, and (when given) still the file we judged.
+  fd_closer fd;
+  fd.fd = ::shm_open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
+  struct stat st {};
+  if (fd.fd < 0 || ::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(errc::not_a_box, quote_pool(name) + ": /dev/shm" + path +
+                                     " is not a regular file (" + explain(why) + "); it is not shmbox's: remove it by hand if it is garbage");
+  if (ino != 0 && (static_cast<std::uint64_t>(st.st_ino) != ino || static_cast<std::uint64_t>(st.st_dev) != dev)) return {};  // replaced meanwhile: not ours to judge
+  if (::shm_unlink(path.c_str()) != 0 && errno != ENOENT) {
+    if (errno == EPERM || errno == EACCES)
+      return fail(errc::permission_denied, quote_pool(name) + ": cannot remove /dev/shm" + path + ": it belongs to uid " +
+                                               std::to_string(st.st_uid) + "; that user or root may remove it");
+    return fail_errno(errno, quote_pool(name) + ": cannot remove /dev/shm" + path);
+  }
+  return {};
+}
+
+}  // namespace detail
 
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
   auto names = Pool::list();
@@ -714,6 +834,14 @@ PoolMember::PoolMember(PoolMember&&) noexcept = default;
 PoolMember& PoolMember::operator=(PoolMember&&) noexcept = default;
 PoolMember::~PoolMember() = default;
 Owner& PoolMember::owner() noexcept { return *s_->owner; }
+bool PoolMember::stopped() const noexcept {
+  const pool_handle& h = *s_->h;
+  struct stat st {};
+  if (::fstat(h.fd, &st) != 0 || st.st_nlink == 0) return true;  // the pool's segment was unlinked
+  const pool_member* e = h.member_at(s_->index);
+  const auto s = static_cast<member_state>(member_state_of(e->state.load(std::memory_order_relaxed)));
+  return e->generation.load(std::memory_order_relaxed) != s_->generation || s == member_state::empty || s == member_state::stopping;
+}
 std::uint32_t PoolMember::index() const noexcept { return s_->index; }
 
 result<PoolMember> PoolMember::from_env() {
@@ -909,6 +1037,7 @@ result<pool_info> inspect_pool(std::string_view name) {
   n.stale_returns = c(pool_counter::stale_returns);
   n.dead_lettered = c(pool_counter::dead_lettered);
   n.lost = c(pool_counter::lost);
+  n.refused_signals = c(pool_counter::refused_signals);
   return info;
 }
 

@@ -25,8 +25,8 @@
 //   STOP (entry `stopping`, why):
 //     P1 the worker (process group, and the box's owner when it is in our
 //        pid namespace) gets SIGTERM (culled, removed) or SIGKILL (failed,
-//        consumer died, unhealthy, crashed, start timeout); stop_signal_ns = now
-//                                                            [supervisor.after_signal]
+//        consumer died, unhealthy, crashed, start timeout), each only on
+//        proof (SP below); stop_signal_ns = now              [supervisor.after_signal]
 //     P2 after stop_grace: SIGKILL
 //     P3 once the box has no live owner: the supervisor takes the box
 //        (Owner::acquire) and moves every message to the dead-letter box,
@@ -42,6 +42,34 @@
 //     A worker in another pid namespace cannot be signalled from here: its
 //     entry stays `stopping` until it exits or a supervisor in its
 //     namespace takes over.
+//
+// SIGNAL PROOF (SP). Every pid in the member table (worker_pid) and every
+// key in a member box (its owner) can be written by any process that can
+// write the segment (a 0666 pool, a scribbler), with a real victim's pid and
+// start time. So a pid read there is only a candidate; the supervisor
+// signals it only on evidence such a writer cannot forge (process.hpp):
+//  SP1 it is this process's own unreaped child, spawned for that very member
+//      box (children_): a zombie's pid is not reused, and we set its group;
+//  SP2 or its environment, which only its own user (and root) can read and
+//      nobody else can change, carries SHMBOX_POOL_ID=<this pool's
+//      incarnation> and SHMBOX_BOX=<that member's box>, which S4 gives every
+//      worker (and its children inherit): a successor supervisor after a
+//      takeover proves the workers its predecessor started this way. Its
+//      group gets the signal too when it leads one.
+// A candidate without proof is not signalled: counted (refused_signals) and
+// logged once. Files are held to the same rule: a doorbell is removed only
+// when the kernel says nobody reads it (remove_bell_if_unread), a member box
+// only after we took its ownership (P3), the pool segment only when it is
+// still the file we opened (finish_removal).
+//
+// THE END (E). A supervisor that ends because its pool is gone (unlinked
+// from outside, or removed: finish_removal) stops every worker it can prove
+// is this pool's, whatever the table says by then (it may be garbage):
+// its children (SP1) and every process of this pid namespace whose
+// environment carries SHMBOX_POOL_ID=<incarnation> (SP2): SIGTERM, up to
+// stop_grace, then SIGKILL. Their boxes are drained and removed (P3, P4)
+// where the table still names them. A worker can see the end by itself too
+// (PoolMember::stopped()).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -55,7 +83,10 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
+#include <thread>
 #include <vector>
 
 #include "access.hpp"
@@ -109,6 +140,12 @@ class supervisor {
   void log(const std::string& line) const {
     if (o_.log) o_.log(line);
   }
+  void count(pool_counter c) {
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (!t.locked()) return;
+    t.add(c);
+    t.commit("count");
+  }
   std::string member_name(std::uint32_t m, std::uint64_t gen) const { return member_box_name(h_.name, m, gen); }
   bool am_supervisor() const noexcept;
   bool first_in_line() const noexcept;
@@ -124,6 +161,8 @@ class supervisor {
   void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   void handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
+  bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
+  void stop_own_workers();  // E
   bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
   pid_t spawn(std::uint32_t m, std::uint64_t gen, std::string& error);
   void reap() noexcept;
@@ -131,8 +170,10 @@ class supervisor {
 
   pool_handle& h_;
   const supervise_options& o_;
+  const std::string pool_id_ = "SHMBOX_POOL_ID=" + pool_incarnation(h_.hdr);  // SP2
   std::map<std::uint32_t, member_rt> rt_;
-  std::vector<pid_t> children_;
+  std::set<std::tuple<std::uint32_t, std::uint64_t, pid_t>> refused_;  // (member, generation, pid) reported unproven (SP)
+  std::map<pid_t, std::string> children_;  // SP1: our unreaped children, by the member box each was spawned for
   std::optional<Producer> dead_letters_;
   bool standby_logged_ = false;
   bool done_ = false;
@@ -219,11 +260,12 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) 
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view v = *e;
     if (v.starts_with("SHMBOX_POOL=") || v.starts_with("SHMBOX_BOX=") || v.starts_with("SHMBOX_MEMBER=") ||
-        v.starts_with("SHMBOX_MEMBER_GENERATION="))
+        v.starts_with("SHMBOX_MEMBER_GENERATION=") || v.starts_with("SHMBOX_POOL_ID="))
       continue;
     env.emplace_back(v);
   }
   env.push_back("SHMBOX_POOL=" + h_.name);
+  env.push_back(pool_id_);  // SP2: the proof a successor checks before it signals this worker
   env.push_back("SHMBOX_BOX=" + member_name(m, gen));
   env.push_back("SHMBOX_MEMBER=" + std::to_string(m));
   env.push_back("SHMBOX_MEMBER_GENERATION=" + std::to_string(gen));
@@ -250,41 +292,95 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) 
     error = std::strerror(rc);
     return -1;
   }
-  children_.push_back(pid);
+  children_.emplace(pid, member_name(m, gen));
   return pid;
 }
 
 void supervisor::reap() noexcept {
-  children_.erase(std::remove_if(children_.begin(), children_.end(),
-                                 [](pid_t p) {
-                                   int status = 0;
-                                   const pid_t r = ::waitpid(p, &status, WNOHANG);
-                                   return r == p || (r < 0 && errno == ECHILD);
-                                 }),
-                  children_.end());
+  for (auto it = children_.begin(); it != children_.end();) {
+    int status = 0;
+    const pid_t r = ::waitpid(it->first, &status, WNOHANG);
+    it = r == it->first || (r < 0 && errno == ECHILD) ? children_.erase(it) : std::next(it);
+  }
 }
 
 bool supervisor::signal_worker(std::uint32_t m, std::uint64_t gen, int sig) {
   const pool_member* e = h_.member_at(m);
   bool sent = false;
   const auto pid = static_cast<pid_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
-  const std::uint64_t start = e->worker_start.load(std::memory_order_relaxed);
-  if (pid > 1 && in_this_ns(e->worker_ns.load(std::memory_order_relaxed))) {
-    // The group of the worker we (or a predecessor) started: only while its
-    // leader is the same process (start time), or is our unreaped child
-    // (a zombie's pid is not reused).
-    const bool ours = std::find(children_.begin(), children_.end(), pid) != children_.end();
-    if ((start > 1 && process_start_ticks(static_cast<std::uint32_t>(pid)) == start) || ours) {
-      sent = ::kill(-pid, sig) == 0 || sent;
-      sent = ::kill(pid, sig) == 0 || sent;
-    }
-  }
+  if (pid > 1 && in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
+    sent = signal_proven(m, gen, pid, sig, "the member table") || sent;
   // The box's owner (sh -c may have forked the real worker), when it is alive
-  // in our namespace: alive means its role lock is held, so its pid is its own.
-  if (auto v = box_owner(m, gen); v && v->alive && in_this_ns(v->pid_ns)) {
-    sent = ::kill(static_cast<pid_t>(key_pid(v->key)), sig) == 0 || sent;
-  }
+  // in our namespace. Its key is a claim like any other: proven first (SP).
+  if (auto v = box_owner(m, gen); v && v->alive && in_this_ns(v->pid_ns))
+    sent = signal_proven(m, gen, static_cast<pid_t>(key_pid(v->key)), sig, "its box's owner record") || sent;
   return sent;
+}
+
+bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by) {
+  const std::string box = member_name(m, gen);
+  if (pid <= 1 || pid == ::getpid()) return false;
+  if (const auto child = children_.find(pid); child != children_.end() && child->second == box) {  // SP1
+    const bool group = ::kill(-pid, sig) == 0;
+    return ::kill(pid, sig) == 0 || group;
+  }
+  const std::string box_entry = "SHMBOX_BOX=" + box;
+  if (const int pidfd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {pool_id_, box_entry}); pidfd >= 0) {  // SP2
+    // Its group too when it leads one (a group's id is not reused while its leader lives: the pidfd says it does).
+    const bool group = ::getpgid(pid) == pid && pidfd_signal(pidfd, 0) && ::kill(-pid, sig) == 0;
+    const bool sent = pidfd_signal(pidfd, sig) || group;
+    ::close(pidfd);
+    return sent;
+  }
+  if (refused_.size() < 4096 && refused_.emplace(m, gen, pid).second) {
+    count(pool_counter::refused_signals);
+    log("member " + std::to_string(m) + ": pid " + std::to_string(pid) + ", named by " + named_by +
+        ", is not proven to be this pool's worker (its environment lacks " + box_entry +
+        " of this pool): not signalled (a forged or stale entry)");
+  }
+  return false;
+}
+
+void supervisor::stop_own_workers() {
+  reap();
+  // SP1 and SP2, whatever the table says now.
+  std::vector<std::pair<pid_t, int>> targets;  // (pid, pidfd or -1 for our children)
+  for (const auto& [pid, box] : children_) targets.emplace_back(pid, -1);
+  for (const auto& [pid, fd] : processes_with_environ(pool_id_)) {
+    if (children_.count(static_cast<pid_t>(pid)) != 0) {
+      ::close(fd);
+      continue;
+    }
+    targets.emplace_back(static_cast<pid_t>(pid), fd);
+  }
+  if (targets.empty()) return;
+  auto signal_all = [&](int sig) {
+    for (const auto& [pid, fd] : targets) {
+      if (fd < 0) {
+        ::kill(-pid, sig);
+        ::kill(pid, sig);
+      } else {
+        if (::getpgid(pid) == pid && pidfd_signal(fd, 0)) ::kill(-pid, sig);
+        pidfd_signal(fd, sig);
+      }
+    }
+  };
+  auto all_gone = [&] {
+    reap();
+    for (const auto& [pid, fd] : targets) {
+      if (fd < 0 ? children_.count(pid) != 0 : pidfd_signal(fd, 0)) return false;
+    }
+    return true;
+  };
+  log("pool '" + h_.name + "' is gone: stopping its " + std::to_string(targets.size()) + " worker process(es)");
+  signal_all(SIGTERM);
+  const std::uint64_t until = mono_ns() + std::min<std::uint64_t>(h_.hdr.stop_grace_ms, 10'000) * kMs;
+  while (!all_gone() && mono_ns() < until) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!all_gone()) signal_all(SIGKILL);
+  const std::uint64_t reap_until = mono_ns() + 1000 * kMs;
+  while (!all_gone() && mono_ns() < reap_until) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (const auto& [pid, fd] : targets)
+    if (fd >= 0) ::close(fd);
 }
 
 bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
@@ -295,12 +391,9 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   auto o = Owner::acquire(*b);
   if (!o) return false;  // a live owner: not yet
   // The stopped worker's doorbell (notify_hub.hpp), which a killed process
-  // cannot remove itself: its key owned this box, and we own it now, so it is dead.
-  if (dead_worker != 0 && dead_worker != self_key()) {
-    const std::string bell = bell_path(dead_worker);
-    struct stat st {};
-    if (::lstat(bell.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) ::unlink(bell.c_str());
-  }
+  // cannot remove itself. The key is the box's word, so only a doorbell that
+  // the kernel says nobody reads goes (SP: a forged key names a live one).
+  if (dead_worker != self_key()) remove_bell_if_unread(dead_worker);
   if (!h_.dead_letters.empty() && !dead_letters_) {
     if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
   }
@@ -597,9 +690,28 @@ std::uint64_t supervisor::tick() {
 
 result<void> supervisor::run(std::uint64_t deadline) {
   pool_state* st = h_.state();
+  h_.stop = o_.stop;  // TL3: a wait for the table ends when we are told to stop
+  struct unset_stop {
+    pool_handle& h;
+    ~unset_stop() { h.stop = nullptr; }
+  } unset{h_};
   for (;;) {
     if (o_.stop != nullptr && o_.stop->load()) break;
-    if (segment_gone()) return {};
+    if (segment_gone()) {  // E: unlinked from outside (pool rm --now of a wedged or corrupt pool, a person)
+      {  // also a standby: the supervisor may be dead
+        stop_own_workers();
+        // Their boxes, where the table still names them: drained and removed (P3, P4).
+        rt_.clear();
+        for (std::uint32_t m = 0; m < h_.max_count(); ++m) {
+          const pool_member* e = h_.member_at(m);
+          const std::uint32_t s = member_state_of(e->state.load(std::memory_order_relaxed));
+          if (s != 0 && s <= static_cast<std::uint32_t>(member_state::stopping))
+            drain(m, e->generation.load(std::memory_order_relaxed), member_stop::removed);
+        }
+        log("pool '" + h_.name + "' was removed from outside; supervisor done");
+      }
+      return {};
+    }
     const std::uint64_t now = mono_ns();
     if (now >= deadline)
       return fail(errc::timed_out, "pool '" + h_.name + "': not removed before the timeout (members in use are stopped when they are given back)");
@@ -618,11 +730,15 @@ result<void> supervisor::run(std::uint64_t deadline) {
     }
     if (am_supervisor()) {
       sleep = tick();
-      if (done_) return {};
+      if (done_) {  // E: removed; entries the table could not name (garbage) may still have workers
+        stop_own_workers();
+        return {};
+      }
     }
     futex_wait(&st->work, seen, std::min(deadline, mono_ns() + sleep));
   }
   // Stopped: a standby takes over at once (the members keep running).
+  h_.stop = nullptr;  // the resignation below is not interrupted by the stop that asked for it
   if (am_supervisor()) {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {

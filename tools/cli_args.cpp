@@ -156,7 +156,10 @@ void add_box_options(CLI::App* sub, create_args& c, const char* whose) {
       ->capture_default_str();
   sub->add_option("--mode", c.mode,
                   std::string(whose == nullptr ? "file mode of the segment" : "file mode of the pool segment and of each member box") +
-                      ", always octal (0660 or 660), at most 0777")
+                      ", always octal (0660 or 660), at most 0777" +
+                      (whose == nullptr ? std::string("; whoever may write it may post, scribble and lose its messages, nothing else")
+                                        : std::string("; group/other write lets those users change the pool's table and stored "
+                                                      "command: 'pool run' then needs --command")))
       ->check(mode_check())
       ->capture_default_str();
   sub->add_option("--max-producers", c.max_producers, "producer handles attached at once" + of)
@@ -252,6 +255,17 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
 
   auto* run = pool->add_subcommand("run", "Supervise a pool: start, restart and cull its members until SIGINT/SIGTERM or removal");
   run->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  run->add_option_function<std::string>(
+         "--command", [&p](const std::string& v) { p.run_command = v; },
+         "the member command to run instead of the stored one; required for a pool other users can write "
+         "(a supervisor never runs a command someone else could have written)")
+      ->type_name("CMD");
+  run->add_option_function<std::string>(
+         "--dead-letters", [&p](const std::string& v) { p.run_dead_letters = v; },
+         "the dead-letter box instead of the stored one (\"\": count those messages lost); required for a pool other users "
+         "can write when it names one")
+      ->type_name("BOX");
+  run->add_flag("--any-owner", p.any_owner, "supervise a pool that belongs to another user (it then needs --command)");
   pc.subs.emplace_back(run, command::pool_run);
 
   auto* ls = pool->add_subcommand("ls", "List every pool, a line each: members free, in use, starting, queue, supervisor");

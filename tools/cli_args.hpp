@@ -111,6 +111,9 @@ struct pool_args {
   bool now = false;              // rm: immediate removal
   bool fail = false;             // take: give the member back as failed
   std::vector<std::string> messages;  // take
+  std::optional<std::string> run_command;       // run --command
+  std::optional<std::string> run_dead_letters;  // run --dead-letters
+  bool any_owner = false;                       // run, take: another user's pool
 };
 
 enum class command {

@@ -291,6 +291,8 @@ constexpr pool_counter_field kPoolCounters[] = {
     {"stale_returns", "Give-backs of a member replaced while leased.", &shmbox::pool_counters::stale_returns},
     {"dead_lettered", "Messages of stopped members moved to the dead-letter box.", &shmbox::pool_counters::dead_lettered},
     {"lost", "Messages of stopped members that no dead-letter box took.", &shmbox::pool_counters::lost},
+    {"refused_signals", "Signals not sent: the process a pool entry named was not proven to be this pool's worker.",
+     &shmbox::pool_counters::refused_signals},
 };
 
 }  // namespace

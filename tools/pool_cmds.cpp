@@ -113,11 +113,12 @@ int pool_run(const pool_args& a) {
   catch_signal(SIGINT, on_stop_supervising);
   catch_signal(SIGTERM, on_stop_supervising);
   catch_signal(SIGPIPE, on_sigpipe);
-  auto pool = shmbox::Pool::open(a.name);
+  auto pool = shmbox::Pool::open(a.name, {.any_owner = a.any_owner});
   if (!pool) return fail(pool.error());
   log_line("pool '" + a.name + "': supervisor process " + std::to_string(::getpid()) +
            " running (SIGINT or SIGTERM stops it)");
-  const auto r = pool->supervise({.stop = &g_stop_supervising, .log = log_line});
+  const auto r = pool->supervise(
+      {.stop = &g_stop_supervising, .log = log_line, .command = a.run_command, .dead_letters = a.run_dead_letters});
   if (!r && r.error() != shmbox::errc::pool_removed) {
     log_line("pool '" + a.name + "': supervisor failed: " + shmbox::explain(r.error()));
     return fail(r.error());

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,6 +133,14 @@ struct supervise_options {
   // Told one line per event ("started member 2 (pid 812)", "standing by",
   // "took over as supervisor (epoch 3)"). The library never logs itself.
   std::function<void(std::string_view)> log{};
+  // The member command to run, instead of the one stored in the pool. A
+  // pool that another user can write (group/other-writable mode, or owned
+  // by another user) is supervised only with the command given here: a
+  // supervisor never runs a command that someone else could have written.
+  std::optional<std::string> command{};
+  // The dead-letter box, instead of the stored one; required for such a
+  // pool when it names one ("" here: stopped members' messages are counted lost).
+  std::optional<std::string> dead_letters{};
 };
 
 enum class removal : std::uint8_t {
@@ -182,7 +191,11 @@ class SHMBOX_API Pool {
 
   // Runs the supervisor until opts.stop (or the pool is removed): as standby
   // while another supervisor is alive, then as the supervisor. Returns ok
-  // when stopped or the pool is gone.
+  // when stopped or the pool is gone; when the pool is gone, the workers it
+  // can prove are this pool's (its children, and processes started with
+  // this pool's SHMBOX_POOL_ID) are stopped first. errc::permission_denied:
+  // the pool is writable by others and opts.command (or opts.dead_letters,
+  // when the pool names a dead-letter box) was not given.
   result<void> supervise(const supervise_options& opts);
 
  private:
@@ -202,6 +215,10 @@ class SHMBOX_API PoolMember {
   ~PoolMember();
 
   Owner& owner() noexcept;  // receives what the lease holders post
+  // True when this worker should end: its pool was removed (its segment is
+  // gone) or its entry no longer names this member (stopped, replaced).
+  // A worker checks it when a receive times out; a few system calls.
+  bool stopped() const noexcept;
   // True when `msg` is the supervisor's health ping; then it is answered.
   // Call it on each message of lane 0 (pings arrive there).
   bool answer_ping(std::string_view msg) noexcept;
@@ -263,6 +280,9 @@ struct pool_counters {
   std::uint64_t stale_returns = 0;
   std::uint64_t dead_lettered = 0;           // messages of stopped members moved to the dead-letter box
   std::uint64_t lost = 0;                    // ... that could not be (no dead-letter box, or it refused)
+  // Signals a supervisor did not send: the process that the pool segment
+  // named could not be proven to be this pool's worker (a forged or stale entry).
+  std::uint64_t refused_signals = 0;
 };
 
 struct pool_info {
