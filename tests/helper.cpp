@@ -65,7 +65,10 @@
 //       time: health pings are answered; "crash" kills itself (SIGKILL),
 //       "exit" exits 0, "hang" prints "hanging <index> <generation>" and
 //       stops receiving (sleeps until killed); anything else is printed as
-//       "got <index> <generation> <message>". Every line goes to stdout
+//       "got <index> <generation> <message>"; when a receive times out
+//       (200 ms) and PoolMember::stopped() (its pool is gone, its entry
+//       stopped or replaced), prints "stopped <index> <generation>" and
+//       exits 0. Every line goes to stdout
 //       (the supervisor's) and, with --log, is appended to PATH (one write
 //       per line), where tests look for it.
 //   pool-take NAME TIMEOUT_MS [--group] [--hold] [--fail] [--post MSG]... [--again]
@@ -864,11 +867,12 @@ int pool_worker(int argc, char** argv) {
   const std::string log_path = flag_string(argc, argv, "--log", "");
   const int log_fd = log_path.empty() ? -1 : ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   auto tell = [log_fd](const std::string& line) {
-    say(line);
+    // The log first: stdout is the supervisor's, and a dead supervisor's pipe raises SIGPIPE.
     if (log_fd >= 0) {
       const std::string l = line + "\n";
       [[maybe_unused]] const ssize_t n = ::write(log_fd, l.data(), l.size());
     }
+    say(line);
   };
   auto member = shmbox::PoolMember::from_env();
   if (!member) {
@@ -881,8 +885,14 @@ int pool_worker(int argc, char** argv) {
   shmbox::Owner& owner = member->owner();
   for (;;) {
     shmbox::message m;
-    const shmbox::recv_status st = owner.receive(m, {.timeout = std::chrono::seconds(1)});
-    if (st == shmbox::recv_status::timeout) continue;
+    const shmbox::recv_status st = owner.receive(m, {.timeout = std::chrono::milliseconds(200)});
+    if (st == shmbox::recv_status::timeout) {
+      if (member->stopped()) {  // the pool is gone, or this member was stopped or replaced
+        tell("stopped " + who);
+        return 0;
+      }
+      continue;
+    }
     if (st == shmbox::recv_status::not_owner) {
       tell("not-owner " + who);
       return 0;

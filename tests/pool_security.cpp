@@ -1,0 +1,396 @@
+// Pools against writers of their segment (issue 29): nothing written in a
+// pool segment or a member box may make a supervisor signal, unlink or run
+// anything that is not provably the pool's own; the table lock cannot be
+// wedged by a word; SIGTERM always stops a supervisor; workers do not
+// outlive their pool; `pool rm --now` removes what is at a pool's name.
+//
+// Every party is a separate program: supervisors are `shmbox pool run` (the
+// CLI) or `shmbox-test-helper pool-supervise`, members `pool-worker`, the
+// victim a plain /bin/sleep. The tests write the segments themselves, as a
+// hostile writer would (as uid 65534 when they run as root).
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "access.hpp"
+#include "layout.hpp"
+#include "liveness.hpp"
+#include "notify_hub.hpp"
+#include "pool_support.hpp"
+#include "pool_table.hpp"
+#include "process.hpp"
+#include "segment.hpp"
+
+using namespace std::chrono_literals;
+using namespace pooltest;
+namespace detail = shmbox::detail;
+
+namespace {
+
+bool alive(pid_t pid) {
+  const char st = shmtest::process_state(pid);
+  return st != '?' && st != 'Z' && st != 'X';
+}
+
+// Runs `f` in a child process as uid/gid 65534 when this process is root (a
+// second user), else in a child of our own uid; true when it exited 0.
+template <class F>
+bool as_other_user(F f) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+    ::_exit(f() ? 0 : 1);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+std::string file_in_tmp(const std::string& what) {
+  return (std::filesystem::temp_directory_path() / shmtest::unique_name(what)).string();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::string sh_quote(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+TEST_CASE("pool security: a forged member entry names a victim of the supervisor's uid: not signalled, counted") {
+  pool_guard g(shmtest::unique_name("psig"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 2)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  child victim({"/bin/sleep", "120"});
+  REQUIRE(shmtest::eventually([&] { return detail::process_start_ticks(static_cast<std::uint32_t>(victim.pid())) != 0; }, 5s));
+  const std::uint64_t ticks = detail::process_start_ticks(static_cast<std::uint32_t>(victim.pid()));
+
+  // What uid 65534 did to a 0666 pool: one member entry naming the victim,
+  // with its real start time, as a member being stopped because it failed.
+  raw_pool raw(g.name);
+  detail::pool_member* e = raw.member(1);
+  e->generation.store(77);
+  e->worker_pid.store(static_cast<std::uint64_t>(victim.pid()));
+  e->worker_ns.store(detail::self_pid_ns());
+  e->worker_start.store(ticks);
+  e->stop_signal_ns.store(0);
+  e->state.store(detail::make_member_state(member_state::stopping, detail::member_stop::failed));
+
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.refused_signals >= 1; }, 15s));
+  const std::string said = line_starting(*sup, "log member 1: pid " + std::to_string(victim.pid()), 10s);
+  CHECK(said.find("not signalled") != std::string::npos);
+  CHECK(alive(victim.pid()));
+  // The entry is handled all the same (a failed member is replaced), and the real member is untouched.
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) {
+    const auto* m = find_member(i, 1);
+    return m == nullptr || m->state != member_state::stopping;
+  }));
+  CHECK(alive(victim.pid()));
+  check_take_works(g.name);
+}
+
+TEST_CASE("pool security: a member box whose owner record names a victim and its live doorbell: neither is touched") {
+  pool_guard g(shmtest::unique_name("pbell"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  const shmbox::pool_info before = snapshot(g.name);
+  REQUIRE(before.members.size() == 1);
+  const std::string box_name = before.members[0].box;
+  child victim({"/bin/sleep", "120"});
+
+  // A key naming the victim's pid (any incarnation bits), and a doorbell at
+  // that key's path that a live process reads (this test).
+  const std::uint64_t forged = (std::uint64_t{0x1234567} << 22) | static_cast<std::uint64_t>(victim.pid());
+  const std::string bell = detail::bell_path(forged);
+  REQUIRE(::mkfifo(bell.c_str(), 0600) == 0);
+  struct bell_guard {
+    std::string path;
+    int fd;
+    ~bell_guard() {
+      if (fd >= 0) ::close(fd);
+      ::unlink(path.c_str());
+    }
+  } reader{bell, ::open(bell.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  REQUIRE(reader.fd >= 0);
+  // The writer also holds the owner's byte (liveness.hpp L1) through its own
+  // description of the box, so the forged record stays "alive" after the
+  // real worker is gone: the supervisor meets the forged owner at every step.
+  const int holder = ::shm_open(("/shmbox." + box_name).c_str(), O_RDWR | O_CLOEXEC, 0);
+  REQUIRE(holder >= 0);
+  {
+    auto b = shmbox::Box::open(box_name);
+    REQUIRE(b);
+    const auto& m = detail::access::box(*b);
+    REQUIRE(detail::try_lock_byte(holder, detail::owner_byte(*m), false));
+    detail::owner_record* rec = m->owner();
+    rec->key.store(forged);
+    rec->owner_pid_ns.store(detail::self_pid_ns());
+  }
+  raw_pool raw(g.name);
+  raw.member(0)->state.store(detail::make_member_state(member_state::stopping, detail::member_stop::culled));
+
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.refused_signals >= 1; }, 15s));
+  const auto workers = live_workers(g.name);  // the real worker was proven (SP1) and stopped
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 10s));
+  // Past stop_grace (1 s), the supervisor's SIGKILL round meets the forged owner again.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(shmtest::eventually([&] { return since(t0) > 1500ms && !alive(victim.pid()); }, 2500ms) == false);
+  CHECK(alive(victim.pid()));
+  ::close(holder);  // the "owner" is gone: the box is drained and removed (P3, P4)
+  CHECK(settles(g.name, [&](const shmbox::pool_info&) { return !shmbox::Box::inspect(box_name); }));
+  CHECK(alive(victim.pid()));
+  CHECK(exists(bell));  // the live doorbell was not unlinked
+}
+
+TEST_CASE("pool security: a pool others can write runs only the command on the supervisor's own command line") {
+  pool_guard g(shmtest::unique_name("pcmd"));
+  const std::string mark_a = file_in_tmp("cmd-a"), mark_b = file_in_tmp("cmd-b");
+  struct files_guard {
+    std::string a, b;
+    ~files_guard() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } files{mark_a, mark_b};
+  auto opts = small_pool(g.name, 1, 1);
+  const std::string good = "touch " + sh_quote(mark_a) + "; " + opts.command;
+  const std::string evil = "touch " + sh_quote(mark_b) + "; " + opts.command;
+  opts.command = good;
+  opts.mode = 0666;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  // Another user rewrites the stored command (root: uid 65534 does it).
+  CHECK(as_other_user([&] {
+    const int fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
+    if (fd < 0) return false;
+    void* p = ::mmap(nullptr, detail::kPoolConfigOffset + sizeof(detail::pool_config), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return false;
+    auto* cfg = reinterpret_cast<detail::pool_config*>(static_cast<char*>(p) + detail::kPoolConfigOffset);
+    std::memset(cfg->command, 0, sizeof cfg->command);
+    std::memcpy(cfg->command, evil.data(), evil.size());
+    return true;
+  }));
+
+  // Without --command: refused at once, nothing run.
+  const auto refused = shmtest::run({shmtest::cli_path(), "pool", "run", g.name}, {}, 20s);
+  CHECK(refused.code != 0);
+  CHECK(refused.err.find("--command") != std::string::npos);
+  CHECK(refused.err.find("written by other users") != std::string::npos);
+  CHECK(!exists(mark_b));
+  CHECK(!exists(mark_a));
+
+  // With it: that command, not the stored one.
+  child run({shmtest::cli_path(), "pool", "run", g.name, "--command", good});
+  check_settled(g.name, 1);
+  CHECK(exists(mark_a));
+  CHECK(!exists(mark_b));
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(10s), 0));
+  CHECK(!run.timed_out());
+
+  if (::geteuid() == 0) {
+    // A 0600 pool that belongs to another user: its owner may have written it.
+    REQUIRE(::fchmodat(AT_FDCWD, ("/dev/shm/shmbox-pool." + g.name).c_str(), 0600, 0) == 0);
+    REQUIRE(::chown(("/dev/shm/shmbox-pool." + g.name).c_str(), 65534, 65534) == 0);
+    const auto foreign = shmtest::run({shmtest::cli_path(), "pool", "run", g.name, "--any-owner"}, {}, 20s);
+    CHECK(foreign.code != 0);
+    CHECK(foreign.err.find("--command") != std::string::npos);
+    CHECK(!exists(mark_b));
+  }
+}
+
+TEST_CASE("pool security: a lock word naming the supervisor's own live client wedges nothing; SIGTERM stops it") {
+  pool_guard g(shmtest::unique_name("pwedge"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  child run({shmtest::cli_path(), "pool", "run", g.name});
+  check_settled(g.name, 1);
+  raw_pool raw(g.name);
+  const auto sup_client = static_cast<std::uint32_t>(raw.state()->supervisor_client.load());
+  raw.state()->lock.store(sup_client + 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto took = shmtest::run({shmtest::cli_path(), "pool", "take", g.name, "--timeout", "1s", "hello"}, {}, 20s);
+  INFO(took.out << took.err);
+  CHECK(took.code == 0);
+  CHECK(since(t0) < 5s);
+  raw.state()->lock.store(sup_client + 1);
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(5s), 0));
+  CHECK(!run.timed_out());
+}
+
+TEST_CASE("pool security: a table byte held without the protocol costs waits their deadline; pool rm --now removes the pool") {
+  pool_guard g(shmtest::unique_name("pheld"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  {
+    child run({shmtest::cli_path(), "pool", "run", g.name});
+    check_settled(g.name, 1);
+    run.kill(SIGTERM);  // the members keep running
+    REQUIRE(shmtest::exited_with(run.wait(5s), 0));
+  }
+  const auto workers = live_workers(g.name);
+  REQUIRE(workers.size() == 1);
+  // A writer of the segment takes the table's kernel lock (TL2) and keeps it.
+  const int fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR | O_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  struct fd_guard {
+    int fd;
+    ~fd_guard() { ::close(fd); }
+  } hold{fd};
+  REQUIRE(detail::try_lock_byte(fd, detail::kPoolTableByte, true));
+
+  auto t0 = std::chrono::steady_clock::now();
+  const auto took = shmtest::run({shmtest::cli_path(), "pool", "take", g.name, "--timeout", "500ms", "x"}, {}, 20s);
+  CHECK(took.code != 0);
+  CHECK(took.err.find("pool rm " + g.name + " --now") != std::string::npos);
+  CHECK(since(t0) < 5s);
+
+  // A supervisor waiting for the table ends on SIGTERM, at once.
+  {
+    child run({shmtest::cli_path(), "pool", "run", g.name});
+    REQUIRE(!line_starting(run, "", 10s).empty());  // its first line: it runs
+    t0 = std::chrono::steady_clock::now();
+    run.kill(SIGTERM);
+    run.wait(10s);
+    CHECK(!run.timed_out());
+    CHECK(since(t0) < 2s);
+  }
+
+  const auto rm = shmtest::run({shmtest::cli_path(), "pool", "rm", g.name, "--now", "--timeout", "1s"}, {}, 30s);
+  INFO(rm.out << rm.err);
+  CHECK(rm.code == 0);
+  CHECK(!pool_segment_exists(g.name));
+  // Its worker, with no supervisor left, sees its pool gone by itself (PoolMember::stopped).
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 10s));
+}
+
+namespace {
+
+// Member `m` of pool `pool` (free, with a live worker): taken, told to
+// "hang" (it stops receiving, so it never looks at PoolMember::stopped()),
+// given back.
+void make_hang(const std::string& pool) {
+  auto p = shmbox::Pool::open(pool);
+  REQUIRE(p);
+  auto l = p->take(5s);
+  REQUIRE(l);
+  REQUIRE(l->producer().post("hang") == shmbox::post_status::stored);
+  REQUIRE(worker_said(pool, "hanging " + std::to_string(l->token().member)));
+  REQUIRE(l->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+}
+
+}  // namespace
+
+TEST_CASE("pool security: a supervisor whose pool is unlinked stops the workers it started") {
+  pool_guard g(shmtest::unique_name("pgone"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 2);
+  make_hang(g.name);
+  make_hang(g.name);
+  REQUIRE(live_workers(g.name).size() == 2);
+  REQUIRE(::shm_unlink(("/shmbox-pool." + g.name).c_str()) == 0);
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 10s));
+  CHECK(shmtest::exited_with(sup->wait(10s), 0));
+}
+
+TEST_CASE("pool security: pool rm --now of a pool whose member table is garbage leaves no worker running") {
+  pool_guard g(shmtest::unique_name("pgarb"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 2);
+  make_hang(g.name);
+  make_hang(g.name);
+  {
+    raw_pool raw(g.name);
+    std::mt19937_64 rng(29);
+    for (std::uint32_t m = 0; m < 2; ++m) {
+      raw.member(m)->state.store(0xEE00 | 0xEE);  // no state at all
+      raw.member(m)->generation.store(rng());
+      raw.member(m)->worker_pid.store(rng());
+    }
+  }
+  const auto rm = shmtest::run({shmtest::cli_path(), "pool", "rm", g.name, "--now", "--timeout", "10s"}, {}, 30s);
+  INFO(rm.out << rm.err);
+  CHECK(rm.code == 0);
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 10s));
+}
+
+TEST_CASE("pool security: a worker alone (its supervisor killed) ends when its pool is unlinked") {
+  pool_guard g(shmtest::unique_name("palone"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  {
+    auto sup = supervisor(g.name);
+    check_settled(g.name, 1);
+    sup->kill(SIGKILL);
+    sup->wait(5s);
+  }
+  REQUIRE(live_workers(g.name).size() == 1);
+  REQUIRE(::shm_unlink(("/shmbox-pool." + g.name).c_str()) == 0);
+  CHECK(worker_said(g.name, "stopped 0"));
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 10s));
+}
+
+TEST_CASE("pool security: pool rm --now removes garbage at a pool's name; a graceful rm says so; a FIFO stays") {
+  const std::string name = shmtest::unique_name("prmg");
+  const std::string path = "/dev/shm/shmbox-pool." + name;
+  struct guard {
+    std::string path;
+    ~guard() { ::unlink(path.c_str()); }
+  } cleanup{path};
+  auto rm = [&](bool now) {
+    std::vector<std::string> argv{shmtest::cli_path(), "pool", "rm", name, "--timeout", "1s"};
+    if (now) argv.push_back("--now");
+    return shmtest::run(argv, {}, 20s);
+  };
+
+  SUBCASE("an empty file") {
+    const int fd = ::shm_open(("/shmbox-pool." + name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  SUBCASE("a damaged header (breaks the invariants)") {
+    REQUIRE(shmbox::Pool::create(name, small_pool(name, 0, 2)));
+    raw_pool raw(name);
+    raw.header()->init_count = 9;
+  }
+  SUBCASE("a creator that died before finishing it") {
+    REQUIRE(shmbox::Pool::create(name, small_pool(name, 0, 2)));
+    raw_pool raw(name);
+    raw.header()->ready.store(0);
+    raw.header()->creator_key = 12345;  // nobody holds the creator's byte
+  }
+  const auto graceful = rm(false);
+  CHECK(graceful.code != 0);
+  CHECK(graceful.err.find("--now") != std::string::npos);
+  CHECK(exists(path));
+  const auto now = rm(true);
+  INFO(now.out << now.err);
+  CHECK(now.code == 0);
+  CHECK(!exists(path));
+}
+
+TEST_CASE("pool security: pool rm --now does not remove a FIFO planted at a pool's name") {
+  const std::string name = shmtest::unique_name("prmf");
+  const std::string path = "/dev/shm/shmbox-pool." + name;
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  struct guard {
+    std::string path;
+    ~guard() { ::unlink(path.c_str()); }
+  } cleanup{path};
+  const auto r = shmtest::run({shmtest::cli_path(), "pool", "rm", name, "--now", "--timeout", "1s"}, {}, 20s);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("not a regular file") != std::string::npos);
+  CHECK(exists(path));
+}
