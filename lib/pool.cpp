@@ -114,7 +114,8 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
     if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
     if (!read_only && !any_owner && st.st_uid != ::geteuid())
       return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
-                                               ", not to this user; open another user's pool only on purpose (any_owner)");
+                                               ", not to this user (uid " + std::to_string(::geteuid()) +
+                                               "); open another user's pool only on purpose: Pool::open(name, {.any_owner = true}), or --any-owner");
     if (st.st_size != 0 || mono_ns() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -639,14 +640,30 @@ result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, 
   s->box = member_box_name(h->name, m, gen);
   auto& link = h->links[m];
   if (link.generation != gen || !link.producer) {
-    auto p = Producer::attach(s->box);
+    // The member's box is the pool owner's (its supervisor made it): a taker
+    // of another user's pool (opened with any_owner, or readable and
+    // writable by mode) opens it as such; a box of a third user at that name
+    // is refused all the same.
+    auto p = [&]() -> result<Producer> {
+      auto b = Box::open(s->box, {.any_owner = true});
+      if (!b) return b.error();
+      const std::uint32_t uid = access::box(*b)->uid;
+      if (uid != h->uid && uid != ::geteuid())
+        return fail(errc::permission_denied, "pool '" + h->name + "': member box '" + s->box + "' belongs to uid " +
+                                                 std::to_string(uid) + ", neither the pool's (uid " + std::to_string(h->uid) +
+                                                 ") nor yours: not used (remove it if it was planted)");
+      return Producer::attach(*b);
+    }();
     if (!p) {
-      // The member's box is gone (removed by hand, a scribbled table): it is given back as failed.
+      // The member's box is gone (removed by hand, a scribbled table) or not
+      // the pool's: it is given back as failed. The sentence is kept (the
+      // give-back may leave one of its own for explain()).
       const std::error_code ec = p.error();
+      const std::string said = explain(ec);
       h->links.erase(m);
       give_back_impl(*h, s->token, outcome::fail);
-      h->last_error = ec;
-      return ec;
+      h->last_error = ec.category() == category() ? fail(static_cast<errc>(ec.value()), said) : ec;
+      return h->last_error;
     }
     link.generation = gen;
     link.producer = std::make_shared<Producer>(std::move(*p));

@@ -110,6 +110,7 @@ struct pool_args {
   std::uint64_t timeout_ms = 0;  // rm: for the members to stop; take: for a member
   bool now = false;              // rm: immediate removal
   bool fail = false;             // take: give the member back as failed
+  bool any_owner = false;        // take: the pool may belong to another user
   std::vector<std::string> messages;  // take
 };
 

@@ -521,7 +521,7 @@ int pool_rm(const pool_args& a) {
 // ---- take ---------------------------------------------------------------------
 
 int pool_take(const pool_args& a) {
-  auto pool = shmbox::Pool::open(a.name);
+  auto pool = shmbox::Pool::open(a.name, {.any_owner = a.any_owner});
   if (!pool) return fail(pool.error());
   auto lease = pool->take(std::chrono::milliseconds(a.timeout_ms));
   if (!lease) return fail_or_refuse(lease.error());
