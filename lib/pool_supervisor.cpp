@@ -67,6 +67,7 @@
 #include "pool_table.hpp"
 #include "process.hpp"
 #include "segment.hpp"
+#include "shm_file.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/producer.hpp"
 
@@ -295,12 +296,9 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   auto o = Owner::acquire(*b);
   if (!o) return false;  // a live owner: not yet
   // The stopped worker's doorbell (notify_hub.hpp), which a killed process
-  // cannot remove itself: its key owned this box, and we own it now, so it is dead.
-  if (dead_worker != 0 && dead_worker != self_key()) {
-    const std::string bell = bell_path(dead_worker);
-    struct stat st {};
-    if (::lstat(bell.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) ::unlink(bell.c_str());
-  }
+  // cannot remove itself: its key owned this box, and we own it now, so it is
+  // dead. The key was read from the box: only a doorbell proven unread goes.
+  if (dead_worker != 0 && dead_worker != self_key()) (void)remove_unread_bell(bell_entry(dead_worker), false);
   if (!h_.dead_letters.empty() && !dead_letters_) {
     if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
   }
@@ -458,7 +456,7 @@ void supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint6
 bool supervisor::finish_removal() {
   // Every entry is empty: the segment goes (if it is still the one we have open).
   const std::string path = pool_shm_path(h_.name);
-  const int fd = ::shm_open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+  const int fd = open_shm_file(path, O_RDONLY, shm_expect::segment).fd;
   if (fd >= 0) {
     struct stat st {};
     const bool same = ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_ino) == h_.ino &&
