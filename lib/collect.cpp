@@ -10,7 +10,9 @@
 // What it cannot remove it skips and lists (collected_box::skipped): a box
 // of another user it may read but not unlink (EPERM/EACCES in the sticky
 // /dev/shm), and a file at a box path that is not a regular file (a FIFO,
-// a link). The rest is collected all the same.
+// a link, a directory, a socket, a device: never followed, opened or
+// removed). The rest is collected all the same. Doorbells: only those
+// notify_hub.cpp proves are ours and unread (collect_bells).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -31,6 +33,7 @@
 #include "notify_hub.hpp"
 #include "process.hpp"
 #include "segment.hpp"
+#include "shm_file.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 
@@ -102,7 +105,7 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
     // A FIFO, link, directory... at a box path is not a box: listed as
     // skipped (its sentence says what it is), never removed or waited on.
     if (not_a_regular_file(name)) {
-      auto m = open_segment(name, true, false, /*attach=*/false);
+      auto m = open_segment(name, true, false, /*attach=*/false);  // refused at once (shm_file.hpp S1): its sentence
       c.skipped = true;
       c.why = m ? "not a regular file" : explain(m.error());
       out.push_back(std::move(c));
@@ -116,13 +119,13 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
     // A box we may read but not write (another user's) can only be asked:
     // we will not be allowed to unlink it either (sticky /dev/shm).
     const std::string path = shm_path(name);
-    const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    fd_closer fd{::shm_open(path.c_str(), O_RDWR | flags, 0)};
-    const bool exclusive = fd.fd >= 0;
-    if (!exclusive) fd.fd = ::shm_open(path.c_str(), O_RDONLY | flags, 0);
-    if (fd.fd < 0) continue;  // gone, or not ours to read: for a person to judge
-    struct stat st {};
-    if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    // Never followed, never waited on, and only a regular file (shm_file.hpp S1-S3).
+    shm_file f = open_shm_file(path, O_RDWR, shm_expect::segment);
+    const bool exclusive = f.fd >= 0;
+    if (!exclusive) f = open_shm_file(path, O_RDONLY, shm_expect::segment);
+    fd_closer fd{f.fd};
+    if (fd.fd < 0) continue;  // gone, replaced by something else, or not ours to read: for a person to judge
+    const struct stat st = f.st;  // fstat of fd
     if (exclusive ? !try_lock_byte(fd.fd, kAttachByte, true) : lock_held_fd(fd.fd, kAttachByte)) continue;  // in use
     // A file not yet sized: judged as is (open_segment would wait for its
     // creator while we hold the byte its creator needs).
@@ -148,8 +151,8 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
     }
     if (!opts.dry_run) {
       struct stat now {};
-      // Still the file we locked (not removed and created anew meanwhile)?
-      if (::stat(("/dev/shm" + path).c_str(), &now) == 0 && (now.st_ino != st.st_ino || now.st_dev != st.st_dev)) continue;
+      // Still the file we locked (not removed, nor replaced by a new file or a link, meanwhile)?
+      if (::lstat(("/dev/shm" + path).c_str(), &now) == 0 && (now.st_ino != st.st_ino || now.st_dev != st.st_dev)) continue;
       if (::shm_unlink(path.c_str()) != 0) {
         const int err = errno;
         if (err == ENOENT) continue;  // someone else removed it

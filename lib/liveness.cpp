@@ -16,6 +16,7 @@
 
 #include "layout.hpp"
 #include "segment.hpp"
+#include "shm_file.hpp"
 
 namespace shmbox::detail {
 namespace {
@@ -107,12 +108,14 @@ int reopen_segment(const mapped_box& m) noexcept {
   // description), even when its name was unlinked meanwhile.
   int fd = ::open(path, flags & ~O_NOFOLLOW);
   if (fd >= 0) return fd;
-  // No /proc: by name, checked to be the same file.
-  fd = ::shm_open(shm_path(m.name).c_str(), flags, 0);
-  if (fd < 0) return -1;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != m.ino ||
-      static_cast<std::uint64_t>(st.st_dev) != m.dev) {
+  // No /proc: by name (shm_file.hpp S1-S3), checked to be the same file.
+  const shm_file f = open_shm_file(shm_path(m.name), flags & (O_RDONLY | O_WRONLY | O_RDWR), shm_expect::segment);
+  fd = f.fd;
+  if (fd < 0) {
+    errno = f.refused != 0 ? ENOENT : f.error;  // something else is at the name now: not our file
+    return -1;
+  }
+  if (static_cast<std::uint64_t>(f.st.st_ino) != m.ino || static_cast<std::uint64_t>(f.st.st_dev) != m.dev) {
     ::close(fd);
     errno = ENOENT;
     return -1;

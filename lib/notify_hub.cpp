@@ -28,17 +28,27 @@
 #include "layout.hpp"
 #include "process.hpp"
 #include "ring.hpp"
+#include "shm_file.hpp"
 #include "wake.hpp"
 
 namespace shmbox::detail {
 
-std::string bell_path(std::uint64_t key) {
+std::string bell_entry(std::uint64_t key) {
   char b[64];
-  std::snprintf(b, sizeof b, "/dev/shm/%s%016" PRIx64, kBellPrefix, key);
+  std::snprintf(b, sizeof b, "%s%016" PRIx64, kBellPrefix, key);
   return b;
 }
 
+std::string bell_path(std::uint64_t key) { return std::string(kShmDir) + "/" + bell_entry(key); }
+
 namespace {
+// "/<entry>", the name open_shm_file() takes. (Not "/" + std::string: GCC 12
+// warns falsely about it, PR105329.)
+std::string shm_name(std::string_view entry) {
+  std::string s(1, '/');
+  s.append(entry);
+  return s;
+}
 
 // The doorbell's name, for the exit handler (a fork child that made its own
 // hub has its own name and pid here).
@@ -141,18 +151,18 @@ class hub {
   void make_bell() noexcept {
     const std::string path = bell_path(self_key());
     const std::string tmp = path + ".new";
+    const std::string tmp_name = shm_name(bell_entry(self_key())) + ".new";  // for open_shm_file
     for (int attempt = 0; attempt < 3 && bell_r_ < 0; ++attempt) {
       ::unlink(tmp.c_str());
       if (::mkfifo(tmp.c_str(), 0600) != 0) return;
       // Our reader first (a gc that finds no reader may remove it meanwhile:
       // then try again), then the mode, then our own writer (no end-of-file
-      // when the last waker closes), then the real name.
-      bell_r_ = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+      // when the last waker closes), then the real name. Each open: a FIFO,
+      // not followed, not waiting (shm_file.hpp S1-S3).
+      bell_r_ = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell).fd;
     }
     if (bell_r_ < 0) return;
-    struct stat st {};
-    if (::fstat(bell_r_, &st) != 0 || !S_ISFIFO(st.st_mode) || ::fchmod(bell_r_, 0622) != 0 ||
-        (bell_w_ = ::open(tmp.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+    if (::fchmod(bell_r_, 0622) != 0 || (bell_w_ = open_shm_file(tmp_name, O_WRONLY, shm_expect::doorbell).fd) < 0 ||
         ::rename(tmp.c_str(), path.c_str()) != 0) {
       ::unlink(tmp.c_str());
       if (bell_w_ >= 0) ::close(bell_w_);
@@ -309,13 +319,9 @@ bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& f
   if (fd_key != key) {
     if (fd >= 0) ::close(fd);
     fd_key = key;
-    // Not a link, and a FIFO: the key was read from a segment others can write.
-    fd = ::open(bell_path(key).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-    struct stat st {};
-    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))) {
-      ::close(fd);
-      fd = -1;
-    }
+    // A FIFO, never a link, a regular file or a device (not even opened):
+    // the key was read from a segment others can write (shm_file.hpp S1-S3).
+    fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
   }
   if (fd < 0) return false;
   const bell_record r{m.dev, m.ino};
@@ -334,27 +340,27 @@ bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& f
   return n == static_cast<ssize_t>(sizeof r);
 }
 
-namespace {
-// A doorbell nobody reads (its owner process is gone): a FIFO, not followed,
-// that opening for writing refuses with ENXIO. The kernel's answer, not the
-// segment's: a forged key can name a live process's doorbell, never make it unread.
-bool bell_unread(const std::string& path) noexcept {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return false;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-  if (fd >= 0) {
-    ::close(fd);
-    return false;
-  }
-  return errno == ENXIO;
-}
-}  // namespace
-
-bool remove_bell_if_unread(std::uint64_t key) noexcept {
-  if (key == 0) return false;
+bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept {
+  // The name: the prefix, 16 hex digits (bell_entry), maybe ".new" (make_bell's temporary).
+  const std::size_t plen = std::strlen(kBellPrefix);
+  if (entry.size() < plen + 16 || entry.compare(0, plen, kBellPrefix) != 0) return false;
+  for (std::size_t i = plen; i < plen + 16; ++i)
+    if (std::strchr("0123456789abcdef", entry[i]) == nullptr || entry[i] == '\0') return false;
+  const std::string_view rest = entry.substr(plen + 16);
+  if (!rest.empty() && rest != ".new") return false;
   try {
-    const std::string path = bell_path(key);
-    return bell_unread(path) && ::unlink(path.c_str()) == 0;
+    // A FIFO, nobody reading it: an open for writing fails with ENXIO (its st: lstat's).
+    const shm_file f = open_shm_file(shm_name(entry), O_WRONLY, shm_expect::doorbell);
+    if (f.fd >= 0) ::close(f.fd);
+    if (f.fd >= 0 || f.refused != 0 || f.error != ENXIO) return false;
+    // make_bell's mode: 0622 once in place, 0600 (less under a umask) before.
+    const mode_t mode = f.st.st_mode & 07777;
+    if (rest.empty() ? mode != 0622 : (mode & ~mode_t{0622}) != 0) return false;
+    if (dry_run) return true;
+    struct stat now {};
+    if (::lstat(f.path.c_str(), &now) != 0 || !S_ISFIFO(now.st_mode) || now.st_ino != f.st.st_ino || now.st_dev != f.st.st_dev)
+      return false;  // replaced meanwhile
+    return ::unlink(f.path.c_str()) == 0;
   } catch (...) {
     return false;
   }
@@ -362,15 +368,10 @@ bool remove_bell_if_unread(std::uint64_t key) noexcept {
 
 std::vector<std::string> collect_bells(bool dry_run) {
   std::vector<std::string> out;
-  DIR* d = ::opendir("/dev/shm");
+  DIR* d = ::opendir(std::string(kShmDir).c_str());
   if (d == nullptr) return out;
-  const std::size_t plen = std::strlen(kBellPrefix);
-  while (const dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, kBellPrefix, plen) != 0) continue;
-    const std::string path = std::string("/dev/shm/") + e->d_name;
-    if (!bell_unread(path)) continue;
-    if (dry_run || ::unlink(path.c_str()) == 0) out.emplace_back(e->d_name);
-  }
+  while (const dirent* e = ::readdir(d))
+    if (remove_unread_bell(e->d_name, dry_run)) out.emplace_back(e->d_name);
   ::closedir(d);
   return out;
 }

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "segment.hpp"
@@ -65,11 +66,10 @@ struct bell_record {
 };
 static_assert(sizeof(bell_record) == 16);
 
-// The doorbell of the owner process with key `key` ("/dev/shm/shmbox-bell.<hex>").
+// The doorbell of the owner process with key `key` ("/dev/shm/shmbox-bell.<hex>"),
+// and its name in /dev/shm ("shmbox-bell.<hex>").
 std::string bell_path(std::uint64_t key);
-// Removes the doorbell of the owner with key `key` if nobody reads it (its
-// process is gone); a live owner's doorbell stays, whatever key a segment names.
-bool remove_bell_if_unread(std::uint64_t key) noexcept;
+std::string bell_entry(std::uint64_t key);
 // The prefix every doorbell name has in /dev/shm (for gc and ls).
 inline constexpr const char* kBellPrefix = "shmbox-bell.";
 
@@ -86,8 +86,17 @@ void hub_remove(int efd) noexcept;
 bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept;
 
 // The doorbells in /dev/shm that nobody reads (their process is gone): their
-// file names; removed unless `dry_run`.
+// file names; removed unless `dry_run`. Only what remove_unread_bell proves.
 std::vector<std::string> collect_bells(bool dry_run);
+
+// Removes /dev/shm/<entry> (unless `dry_run`) if it is proven a doorbell
+// that nobody reads: named kBellPrefix + 16 hex digits (+ ".new", make_bell's
+// temporary name), a FIFO (never followed), mode 0622 as make_bell leaves it
+// (0600 or less for a temporary one), with no reader (an open for writing
+// fails with ENXIO), and still that file just before the unlink. Anything
+// else at such a name (a FIFO someone else made, a link, a directory, ...)
+// is left alone. True if it was (or, dry run, would be) removed.
+bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept;
 
 #pragma GCC visibility pop
 

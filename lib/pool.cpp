@@ -21,6 +21,7 @@
 #include "pool_table.hpp"
 #include "process.hpp"
 #include "segment.hpp"
+#include "shm_file.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/pool.hpp"
 
@@ -31,6 +32,7 @@ namespace {
 constexpr std::uint64_t kWaitSliceNs = 10'000'000;       // a waiting take re-checks its grant every 10 ms
 constexpr std::uint64_t kReturnLockWaitNs = 5'000'000'000ull;  // give_back waits this long for the table lock
 constexpr std::uint32_t kMaxPoolMs = 86'400'000;
+constexpr std::uint64_t kEmptyPoolGraceNs = 50'000'000;  // an empty pool file nobody is creating: judged after this
 
 std::string quote_pool(std::string_view name) { return "pool '" + std::string(name) + "'"; }
 
@@ -107,33 +109,45 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   if (auto r = validate_pool_name(name); !r) return r.error();
   const std::string who = quote_pool(name);
   const std::string path = pool_shm_path(name);
+  // What to do with a file at the pool's path that is not a usable pool.
+  const std::string remove_it = ": remove it with 'shmbox pool rm " + std::string(name) + " --now'";
   fd_closer fd;
-  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
+  // A FIFO, link, directory, socket or device planted at the pool's path is
+  // refused without blocking, following or opening it (shm_file.hpp S1-S3).
+  const shm_file f = open_shm_file(path, read_only ? O_RDONLY : O_RDWR, shm_expect::segment);
+  fd.fd = f.fd;
   if (fd.fd < 0) {
-    if (errno == ENOENT)
+    if (f.refused != 0) return fail(errc::not_a_box, who + ": " + shm_refusal(f, "a shmbox pool"));
+    if (f.error == ENOENT)
       return fail(errc::not_found, who + " does not exist (no /dev/shm" + path + "): create it with 'shmbox pool create " +
                                        std::string(name) + " --command CMD'");
-    if (errno == ELOOP || errno == EISDIR || errno == ENXIO)
-      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file; it was not followed");
-    if (errno == EACCES)
-      return fail(errc::permission_denied, who + ": permission denied on /dev/shm" + path);
-    return fail_errno(errno, who + ": cannot open /dev/shm" + path);
+    if (f.error == EACCES)
+      return fail(errc::permission_denied, who + ": permission denied on /dev/shm" + path +
+                                               ": it belongs to another user or its mode does not let you " +
+                                               (read_only ? "read it" : "write it"));
+    return fail_errno(f.error, who + ": cannot open /dev/shm" + path);
   }
   struct stat st {};
-  const std::uint64_t give_up = mono_ns() + 2'000'000'000ull;
+  const std::uint64_t first_look = mono_ns();
+  const std::uint64_t give_up = first_look + 2'000'000'000ull;
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
-    if (!S_ISREG(st.st_mode)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file");
     if (!read_only && !any_owner && st.st_uid != ::geteuid())
       return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
-                                               ", not to this user; open another user's pool only on purpose (any_owner)");
+                                               ", not to this user (uid " + std::to_string(::geteuid()) +
+                                               "); open another user's pool only on purpose: Pool::open(name, {.any_owner = true}), or --any-owner");
     if (st.st_size != 0 || mono_ns() > give_up) break;
+    // An empty file: a creator sizes it right away, holding its byte (L4)
+    // from just after its O_EXCL create. Nobody holding it for a moment:
+    // nobody is creating it.
+    if (!lock_held_fd(fd.fd, kPoolCreatorByte) && mono_ns() - first_look > kEmptyPoolGraceNs) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (st.st_size == 0) return fail(errc::incomplete, who + " is not a valid pool (an empty file)" + remove_it);
   if (st.st_size < static_cast<off_t>(kPoolStateOffset + kPoolStateBytes))
-    return fail(st.st_size == 0 ? errc::incomplete : errc::truncated,
-                who + ": /dev/shm" + path + " is too small to be a pool; remove it with 'shmbox pool rm " + std::string(name) + " --now'");
-  if (static_cast<std::uint64_t>(st.st_size) > (1ull << 30)) return fail(errc::not_a_box, who + ": /dev/shm" + path + " is larger than any pool");
+    return fail(errc::truncated, who + " is not a valid pool (" + std::to_string(st.st_size) + " bytes, too small for one)" + remove_it);
+  if (static_cast<std::uint64_t>(st.st_size) > (1ull << 30))
+    return fail(errc::not_a_box, who + " is not a valid pool (" + std::to_string(st.st_size) + " bytes, larger than any pool)" + remove_it);
   const auto bytes = static_cast<std::size_t>(st.st_size);
   void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (addr == MAP_FAILED) return fail_errno(errno, who + ": mmap");
@@ -152,33 +166,39 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   // Acquire: pairs with the creator's release of `ready`.
   while (live->ready.load(std::memory_order_acquire) != kReady) {
     if (live->magic != 0 && live->magic != kPoolMagic) break;
-    if (live->creator_key != 0 && !lock_held_fd(h->fd, kPoolCreatorByte))
-      return fail(errc::incomplete, who + ": its creator died before finishing it; remove it with 'shmbox pool rm " + std::string(name) + " --now'");
-    if (mono_ns() > give_up) return fail(errc::incomplete, who + " is not ready: it is being created; retry");
+    // L4: a creator holds its byte until `ready`.
+    if (!lock_held_fd(h->fd, kPoolCreatorByte)) {
+      if (live->creator_key != 0)
+        return fail(errc::incomplete, who + " is not a valid pool (its creator died before finishing it)" + remove_it);
+      if (mono_ns() - first_look > kEmptyPoolGraceNs)
+        return fail(errc::incomplete, who + " is not a valid pool (no pool header, and nobody is creating one)" + remove_it);
+    }
+    if (mono_ns() > give_up)
+      return fail(errc::incomplete, who + " is not ready: it is being created; retry, or if it stays so" + remove_it);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::memcpy(static_cast<void*>(&h->hdr), live, sizeof h->hdr);
   const pool_header& p = h->hdr;
-  const std::string rm_now = "'shmbox pool rm " + std::string(name) + " --now'";
   if (p.magic != kPoolMagic)
-    return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a shmbox pool (wrong magic); if it is garbage, " + rm_now + " removes it");
+    return fail(errc::not_a_box, who + " is not a valid pool (/dev/shm" + path + " has no pool header: wrong magic number)" + remove_it);
   if (p.layout_version != kPoolLayoutVersion)
     return fail(errc::version_mismatch, who + " was made by an incompatible shmbox (pool layout " + std::to_string(p.layout_version) +
                                             ", this library reads " + std::to_string(kPoolLayoutVersion) +
-                                            "): use that version's shmbox, or remove it with " + rm_now);
+                                            "): use a matching shmbox, or" + remove_it);
   std::uint64_t co = 0, mo = 0, total = 0;
   if (!compute_pool_geometry(p.max_clients, p.max_count, co, mo, total) || co != p.clients_offset || mo != p.members_offset ||
       total != p.total_bytes || p.init_count > p.max_count || p.queue_max > p.max_clients || p.member_lanes < 1 ||
       p.member_lanes > kMaxLanes || p.cull_after_ms > kMaxPoolMs || p.start_timeout_ms > kMaxPoolMs ||
       p.stop_grace_ms > kMaxPoolMs || p.health_interval_ms > kMaxPoolMs || p.health_timeout_ms > kMaxPoolMs)
-    return fail(errc::corrupt, who + ": its header breaks the pool's invariants; remove it with " + rm_now + " and create it again");
-  if (total > bytes) return fail(errc::truncated, who + ": the segment is shorter than its header says; remove it with " + rm_now);
+    return fail(errc::corrupt, who + " is not a valid pool (its header breaks the pool's invariants)" + remove_it + " and create it again");
+  if (total > bytes)
+    return fail(errc::truncated, who + " is not a valid pool (the segment is shorter than its header says)" + remove_it + " and create it again");
   const auto* cfg = reinterpret_cast<const pool_config*>(h->base + kPoolConfigOffset);
   std::string cfg_name;
   if (!read_string(cfg->name, sizeof cfg->name, cfg_name) || !read_string(cfg->group, sizeof cfg->group, h->group) ||
       !read_string(cfg->dead_letters, sizeof cfg->dead_letters, h->dead_letters) ||
       !read_string(cfg->command, sizeof cfg->command, h->command) || cfg_name != name)
-    return fail(errc::corrupt, who + ": its configuration is not valid text; remove it with " + rm_now + " and create it again");
+    return fail(errc::corrupt, who + " is not a valid pool (its configuration is not valid text)" + remove_it + " and create it again");
   return h;
 }
 
@@ -685,12 +705,11 @@ bool unusable_pool_file(std::error_code ec) noexcept {
 result<void> remove_pool_file(std::string_view name, std::error_code why, std::uint64_t ino, std::uint64_t dev) {
   const std::string path = pool_shm_path(name);
   // Only a regular file, not followed, and (when given) still the file we judged.
-  fd_closer fd;
-  fd.fd = ::shm_open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
-  struct stat st {};
-  if (fd.fd < 0 || ::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return fail(errc::not_a_box, quote_pool(name) + ": /dev/shm" + path +
-                                     " is not a regular file (" + explain(why) + "); it is not shmbox's: remove it by hand if it is garbage");
+  shm_file f = open_shm_file(path, O_RDONLY, shm_expect::segment);
+  fd_closer fd{f.fd};
+  if (f.refused != 0) return fail(errc::not_a_box, quote_pool(name) + ": " + shm_refusal(f, "a shmbox pool"));
+  if (fd.fd < 0) return why;  // gone meanwhile, or unreadable: the first sentence stands
+  const struct stat& st = f.st;
   if (ino != 0 && (static_cast<std::uint64_t>(st.st_ino) != ino || static_cast<std::uint64_t>(st.st_dev) != dev)) return {};  // replaced meanwhile: not ours to judge
   if (::shm_unlink(path.c_str()) != 0 && errno != ENOENT) {
     if (errno == EPERM || errno == EACCES)
@@ -759,14 +778,30 @@ result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, 
   s->box = member_box_name(h->name, m, gen);
   auto& link = h->links[m];
   if (link.generation != gen || !link.producer) {
-    auto p = Producer::attach(s->box);
+    // The member's box is the pool owner's (its supervisor made it): a taker
+    // of another user's pool (opened with any_owner, or readable and
+    // writable by mode) opens it as such; a box of a third user at that name
+    // is refused all the same.
+    auto p = [&]() -> result<Producer> {
+      auto b = Box::open(s->box, {.any_owner = true});
+      if (!b) return b.error();
+      const std::uint32_t uid = access::box(*b)->uid;
+      if (uid != h->uid && uid != ::geteuid())
+        return fail(errc::permission_denied, "pool '" + h->name + "': member box '" + s->box + "' belongs to uid " +
+                                                 std::to_string(uid) + ", neither the pool's (uid " + std::to_string(h->uid) +
+                                                 ") nor yours: not used (remove it if it was planted)");
+      return Producer::attach(*b);
+    }();
     if (!p) {
-      // The member's box is gone (removed by hand, a scribbled table): it is given back as failed.
+      // The member's box is gone (removed by hand, a scribbled table) or not
+      // the pool's: it is given back as failed. The sentence is kept (the
+      // give-back may leave one of its own for explain()).
       const std::error_code ec = p.error();
+      const std::string said = explain(ec);
       h->links.erase(m);
       give_back_impl(*h, s->token, outcome::fail);
-      h->last_error = ec;
-      return ec;
+      h->last_error = ec.category() == category() ? fail(static_cast<errc>(ec.value()), said) : ec;
+      return h->last_error;
     }
     link.generation = gen;
     link.producer = std::make_shared<Producer>(std::move(*p));

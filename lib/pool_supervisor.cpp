@@ -58,7 +58,7 @@
 //      group gets the signal too when it leads one.
 // A candidate without proof is not signalled: counted (refused_signals) and
 // logged once. Files are held to the same rule: a doorbell is removed only
-// when the kernel says nobody reads it (remove_bell_if_unread), a member box
+// when the kernel says nobody reads it (remove_unread_bell), a member box
 // only after we took its ownership (P3), the pool segment only when it is
 // still the file we opened (finish_removal).
 //
@@ -98,6 +98,7 @@
 #include "pool_table.hpp"
 #include "process.hpp"
 #include "segment.hpp"
+#include "shm_file.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/producer.hpp"
 
@@ -393,7 +394,7 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   // The stopped worker's doorbell (notify_hub.hpp), which a killed process
   // cannot remove itself. The key is the box's word, so only a doorbell that
   // the kernel says nobody reads goes (SP: a forged key names a live one).
-  if (dead_worker != self_key()) remove_bell_if_unread(dead_worker);
+  if (dead_worker != 0 && dead_worker != self_key()) (void)remove_unread_bell(bell_entry(dead_worker), false);
   if (!h_.dead_letters.empty() && !dead_letters_) {
     if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
   }
@@ -551,7 +552,7 @@ void supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint6
 bool supervisor::finish_removal() {
   // Every entry is empty: the segment goes (if it is still the one we have open).
   const std::string path = pool_shm_path(h_.name);
-  const int fd = ::shm_open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+  const int fd = open_shm_file(path, O_RDONLY, shm_expect::segment).fd;
   if (fd >= 0) {
     struct stat st {};
     const bool same = ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_ino) == h_.ino &&

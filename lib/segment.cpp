@@ -25,6 +25,7 @@
 #include "errors.hpp"
 #include "liveness.hpp"
 #include "process.hpp"
+#include "shm_file.hpp"
 
 namespace shmbox::detail {
 namespace {
@@ -52,17 +53,6 @@ bool attach_lock(int fd, std::uint64_t give_up_ns) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
-}
-
-// What a file that is not a regular file is, for "... is not a regular file (a FIFO)".
-const char* file_kind(mode_t m) {
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISLNK(m)) return "a symbolic link";
-  return "not a file shmbox knows";
 }
 
 // The soft limit `resource` (RLIMIT_FSIZE, RLIMIT_AS) when it is below
@@ -402,24 +392,19 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   const std::string who = quote(name);
   const std::string path = shm_path(name);
   fd_guard fd;
-  // O_NONBLOCK: a FIFO planted at a box path would block the open (of a
-  // reader) forever; with it the open returns and fstat below refuses the
-  // FIFO. O_NOFOLLOW: a symbolic link is refused (ELOOP), never followed.
-  fd.fd = ::shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0);
+  // A FIFO, link, directory, socket or device planted at the box path is
+  // refused without blocking, following or opening it (shm_file.hpp S1-S3).
+  const shm_file f = open_shm_file(path, read_only ? O_RDONLY : O_RDWR, shm_expect::segment);
+  fd.fd = f.fd;
   if (fd.fd < 0) {
-    if (errno == ELOOP)
-      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is a symbolic link, not a box; it was not followed (remove it with 'shmbox rm " +
-                                       std::string(name) + "')");
-    if (errno == EISDIR || errno == ENXIO)  // a directory opened for writing, a socket
-      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + (errno == EISDIR ? "a directory" : "a socket") +
-                                       "), not a box");
-    if (errno == ENOENT)
+    if (f.refused != 0) return fail(errc::not_a_box, who + ": " + shm_refusal(f, "a shmbox box"));
+    if (f.error == ENOENT)
       return fail(errc::not_found, who + " does not exist (no /dev/shm" + path + "): create it with 'shmbox create " + std::string(name) + "'");
-    if (errno == EACCES)
+    if (f.error == EACCES)
       return fail(errc::permission_denied, who + ": permission denied on /dev/shm" + path +
                                                ": it belongs to another user or its mode does not let you " +
                                                (read_only ? "read it" : "write it"));
-    return fail_errno(errno, who + ": cannot open /dev/shm" + path);
+    return fail_errno(f.error, who + ": cannot open /dev/shm" + path);
   }
 
   const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
@@ -435,9 +420,6 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   struct stat st {};
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
-    if (!S_ISREG(st.st_mode))
-      return fail(errc::not_a_box, who + ": /dev/shm" + path + " is not a regular file (" + file_kind(st.st_mode) +
-                                       "), not a box; remove it with 'shmbox rm " + std::string(name) + "' if it is stale");
     // Unlinked (by gc or rm) between our shm_open and our attach lock.
     if (st.st_nlink == 0)
       return fail(errc::not_found, who + " was removed while it was being opened (by 'shmbox gc' or 'shmbox rm'): create it again");

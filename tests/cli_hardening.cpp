@@ -143,10 +143,10 @@ TEST_CASE("a FIFO or a symbolic link at a box path: every reading command answer
     CAPTURE(r.err);
     CHECK(r.code == 1);
     if (verb == "verify") {
-      CHECK(r.out.find("is not a regular file (a FIFO)") != std::string::npos);
+      CHECK(r.out.find("is a FIFO, not a shmbox box") != std::string::npos);
     } else {
       check_one_line_error(r);
-      CHECK(r.err.find("is not a regular file (a FIFO)") != std::string::npos);
+      CHECK(r.err.find("is a FIFO, not a shmbox box") != std::string::npos);
     }
   }
   // A link is refused and not followed (before: "unexpected system error").

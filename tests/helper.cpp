@@ -94,6 +94,14 @@
 //       a producer and an owner of a custom-buffer box (examples/buffers):
 //       see their functions. buf-produce exits 3 when attach fails.
 //
+//   try-open WHAT NAME
+//       one library call on NAME, WHAT: box (Box::open), inspect
+//       (Box::inspect), producer (Producer::attach), pool (Pool::open),
+//       pool-any (Pool::open with any_owner), inspect-pool (inspect_pool),
+//       verify (shmbox::verify); prints "ok" (verify: "ok" or "problems
+//       <first problem>") or "error <errc> <explain()>", exits 0 (tests/planted.cpp
+//       runs it under a deadline: a hang is the failure).
+//
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
 #include <poll.h>
@@ -971,10 +979,35 @@ int pool_supervise(int argc, char** argv) {
   say(r ? "stopped" : "error " + errc_name(r.error()) + " " + shmbox::explain(r.error()));
   std::_Exit(0);  // the stdin thread may still be reading
 }
+
+int try_open(int argc, char** argv) {
+  if (argc < 4) return usage();
+  const std::string what = argv[2], name = argv[3];
+  std::error_code ec;
+  std::string problem;
+  if (what == "box") ec = shmbox::Box::open(name).error();
+  else if (what == "inspect") ec = shmbox::Box::inspect(name).error();
+  else if (what == "producer") ec = shmbox::Producer::attach(name).error();
+  else if (what == "pool") ec = shmbox::Pool::open(name).error();
+  else if (what == "pool-any") ec = shmbox::Pool::open(name, {.any_owner = true}).error();
+  else if (what == "inspect-pool") ec = shmbox::inspect_pool(name).error();
+  else if (what == "verify") {
+    auto r = shmbox::verify(name);
+    if (!r) ec = r.error();
+    else if (!r->ok) problem = r->problems.empty() ? "?" : r->problems.front();
+  } else {
+    return usage();
+  }
+  if (ec) say("error " + errc_name(ec) + " " + shmbox::explain(ec));
+  else say(problem.empty() ? "ok" : "problems " + problem);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
+  if (std::string(argv[1]) == "try-open") return try_open(argc, argv);
   const std::string cmd = argv[1];
   if (cmd == "produce") return produce(argc, argv);
   if (cmd == "consume") return consume(argc, argv);

@@ -149,3 +149,62 @@ TEST_CASE("permissions: gc run by another user skips a box it may read but not r
   CHECK(r.code == 0);
   CHECK(r.out.find("removed " + roots.name) != std::string::npos);
 }
+
+TEST_CASE("permissions: pool take --any-owner lets another user take from a 0666 pool; without it, refused naming the flag") {
+  if (!usable()) return;
+  const std::string pool = shmtest::unique_name("permpool");
+  // Removes the pool at once (its supervisor stops the member) even when a check failed, then what is left.
+  struct pool_guard {
+    std::string name;
+    ~pool_guard() {
+      (void)shmbox::Pool::remove(name, shmbox::removal::immediate, std::chrono::seconds(5));
+      ::shm_unlink(("/shmbox-pool." + name).c_str());
+    }
+  };
+  // The member: the CLI receiving from its box (as root, the supervisor's user) until stopped.
+  const std::string member = "exec '" + shmtest::cli_path() + "' recv \"$SHMBOX_BOX\" --follow >/dev/null";
+  REQUIRE(shmtest::run({shmtest::cli_path(), "pool", "create", pool, "--command", member, "--init", "1", "--max", "1",
+                        "--capacity", "8", "--mode", "0666", "--stop-grace", "500ms"})
+              .code == 0);
+  // A pool others can write: its supervisor runs the command of its own command line only.
+  shmtest::child run({shmtest::cli_path(), "pool", "run", pool, "--command", member});
+  const pool_guard guard{pool};  // destroyed before `run`: the live supervisor stops the member
+  REQUIRE(shmtest::eventually([&] {
+    const auto i = shmbox::inspect_pool(pool);
+    return i && i->free == 1;
+  }));
+  const auto i = shmbox::inspect_pool(pool);
+  REQUIRE(i);
+  REQUIRE(i->members.size() == 1);
+  const std::string box = i->members[0].box;
+
+  // Another user's pool: refused unless asked, and the sentence says how to ask.
+  const auto unasked = as_nobody(65534, {"pool", "take", pool, "--timeout", "5s", "hello"});
+  CAPTURE(unasked.err);
+  CHECK(unasked.code == 1);
+  CHECK(unasked.err.find("belongs to uid 0") != std::string::npos);
+  CHECK(unasked.err.find("--any-owner") != std::string::npos);
+  // Asked: the take, the post into the member's box (root's too) and the give-back all work.
+  const auto asked = as_nobody(65534, {"pool", "take", pool, "--any-owner", "--timeout", "5s", "hello"});
+  CAPTURE(asked.out);
+  CAPTURE(asked.err);
+  CHECK(asked.code == 0);
+  CHECK(asked.out.find("box=" + box) != std::string::npos);
+  CHECK(shmtest::eventually([&] {
+    const auto b = shmbox::Box::inspect(box);
+    return b && b->read_counters().delivered == 1;
+  }));
+  const auto after = shmbox::inspect_pool(pool);
+  REQUIRE(after);
+  CHECK(after->count.takes == 1);
+  CHECK(after->count.returns_ok == 1);
+
+  // A member box of a third user (here: given to nobody, the pool being root's) is not posted into.
+  const passwd* pw = ::getpwnam("nobody");
+  REQUIRE(::chown(("/dev/shm/shmbox." + box).c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  const auto third = shmtest::run({shmtest::cli_path(), "pool", "take", pool, "--timeout", "5s", "x"});
+  CAPTURE(third.err);
+  CHECK(third.code == 1);
+  CHECK(third.err.find("member box '" + box + "' belongs to uid " + std::to_string(pw->pw_uid) + ", neither the pool's (uid 0)") !=
+        std::string::npos);
+}

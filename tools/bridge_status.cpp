@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shm_file.hpp"
+
 namespace shmbox_cli {
 
 namespace {
@@ -125,14 +127,20 @@ std::string without_credentials(std::string_view url) {
   return out;
 }
 
-std::vector<bridge_info> read_bridges(std::string_view box) {
+std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems) {
   std::vector<bridge_info> out;
   for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
-    const int fd = shm_open(segment_name(box, r).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
-    if (fd < 0) continue;
-    struct stat st{};
+    // Anyone may plant a FIFO (an open for reading would wait for a writer
+    // forever: a Prometheus scrape that never returns), a link, a directory
+    // ... at this name: refused unopened (lib/shm_file.hpp S1-S3).
+    const shmbox::detail::shm_file f = shmbox::detail::open_shm_file(segment_name(box, r), O_RDONLY, shmbox::detail::shm_expect::segment);
+    if (f.refused != 0 && problems != nullptr)
+      problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) +
+                          "' is not shown: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment"));
+    if (f.fd < 0) continue;
+    const int fd = f.fd;
     void* mem = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) >= sizeof(bridge_status::shm))
+    if (static_cast<std::uint64_t>(f.st.st_size) >= sizeof(bridge_status::shm))
       mem = mmap(nullptr, sizeof(bridge_status::shm), PROT_READ, MAP_SHARED, fd, 0);
     if (mem != MAP_FAILED) {
       const auto* p = static_cast<const bridge_status::shm*>(mem);
@@ -148,6 +156,10 @@ std::vector<bridge_info> read_bridges(std::string_view box) {
         i.durable = get(p->durable);
         for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
         out.push_back(std::move(i));
+      } else if (p->magic != 0 && p->magic != kBridgeMagic && problems != nullptr) {  // 0: a bridge is starting it
+        problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " +
+                            f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " +
+                            f.path);
       }
       munmap(mem, sizeof(bridge_status::shm));
     }
@@ -162,18 +174,20 @@ void remove_bridge_status(std::string_view box) {
 
 std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error) {
   const std::string name = segment_name(box, role);
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode & 0666);
-  if (fd < 0) {
-    error = "cannot open the bridge's status segment /dev/shm" + name + ": " + std::strerror(errno) +
-            (errno == EACCES ? " (it belongs to another user: run the bridge as the box's user, or remove it)" : "");
+  // Created if missing; a FIFO, link, directory ... there is refused unopened (lib/shm_file.hpp S1-S3).
+  const shmbox::detail::shm_file f =
+      shmbox::detail::open_shm_file(name, O_RDWR | O_CREAT, shmbox::detail::shm_expect::segment, mode & 0666);
+  if (f.refused != 0) {
+    error = "cannot use the bridge's status segment: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment");
     return std::nullopt;
   }
-  struct stat st{};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = "/dev/shm" + name + " is not a regular file; remove it";
-    close(fd);
+  if (f.fd < 0) {
+    error = "cannot open the bridge's status segment /dev/shm" + name + ": " + std::strerror(f.error) +
+            (f.error == EACCES ? " (it belongs to another user: run the bridge as the box's user, or remove it)" : "");
     return std::nullopt;
   }
+  const int fd = f.fd;
+  const struct stat st = f.st;
   if (static_cast<std::uint64_t>(st.st_size) < sizeof(shm) && ftruncate(fd, sizeof(shm)) != 0) {
     error = "cannot size /dev/shm" + name + ": " + std::strerror(errno) + (errno == ENOSPC ? " (/dev/shm is full)" : "");
     close(fd);

@@ -49,8 +49,10 @@ struct bridge_info {
 };
 
 // The bridges of box `box` (export, import), those whose segment exists.
-// A segment that is not a bridge's (size, magic) is skipped.
-std::vector<bridge_info> read_bridges(std::string_view box);
+// A file at a status path that is not a bridge's (a FIFO, a link, a
+// directory..., or a wrong magic number) is skipped, never waited on nor
+// followed, with a sentence in `problems` (if given) saying what it is.
+std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems = nullptr);
 
 // Removes the box's bridge status segments, if any (`shmbox rm`).
 void remove_bridge_status(std::string_view box);

@@ -299,6 +299,8 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
   auto* take_timeout = take->add_option("--timeout", p.timeout_ms, "wait this long for a member (0: never wait; exit 3 if none)")
                            ->transform(duration_ms(0, kDay));
   take->add_flag("--fail", p.fail, "give the member back as failed: it is stopped and replaced");
+  take->add_flag("--any-owner", p.any_owner,
+                 "take from a pool whose segment belongs to another user (its member boxes are that user's too)");
   pc.subs.emplace_back(take, command::pool_take);
   // rm and take share timeout_ms; take's default (5s) is set after parsing when --timeout is not given.
   take->callback([&p, take_timeout] {

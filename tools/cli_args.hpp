@@ -110,10 +110,10 @@ struct pool_args {
   std::uint64_t timeout_ms = 0;  // rm: for the members to stop; take: for a member
   bool now = false;              // rm: immediate removal
   bool fail = false;             // take: give the member back as failed
+  bool any_owner = false;        // run, take: the pool may belong to another user
   std::vector<std::string> messages;  // take
   std::optional<std::string> run_command;       // run --command
   std::optional<std::string> run_dead_letters;  // run --dead-letters
-  bool any_owner = false;                       // run, take: another user's pool
 };
 
 enum class command {

@@ -147,6 +147,7 @@ struct listed_pool {
   std::string name;
   std::optional<shmbox::pool_info> info;
   std::error_code error;
+  std::string sentence;  // explain(error), taken at once: explain() keeps only this thread's last sentence
 };
 
 std::vector<listed_pool> inspect_all_pools(std::error_code& list_error) {
@@ -159,7 +160,7 @@ std::vector<listed_pool> inspect_all_pools(std::error_code& list_error) {
   for (const auto& n : *names) {
     auto info = shmbox::inspect_pool(n);
     if (!info && info.error() == shmbox::errc::not_found) continue;  // removed since list()
-    listed_pool p{n, std::nullopt, info.error()};
+    listed_pool p{n, std::nullopt, info.error(), info ? std::string() : shmbox::explain(info.error())};
     if (info) p.info = std::move(*info);
     pools.push_back(std::move(p));
   }
@@ -174,7 +175,7 @@ int pool_ls(bool as_json) {
     json all = json::array();
     for (const auto& p : pools) {
       if (!p.info) {
-        all.push_back(json{{"name", p.name}, {"status", "unusable"}, {"error", shmbox::explain(p.error)}});
+        all.push_back(json{{"name", p.name}, {"status", "unusable"}, {"error", p.sentence}});
         continue;
       }
       const shmbox::pool_info& i = *p.info;
@@ -205,7 +206,7 @@ int pool_ls(bool as_json) {
   for (const auto& p : pools) {
     if (!p.info) {
       // A name from /dev/shm may hold any bytes: escaped, as every string the CLI prints from outside.
-      std::printf("%-*s unusable: %s\n", nw, escaped(p.name).c_str(), escaped(shmbox::explain(p.error)).c_str());
+      std::printf("%-*s unusable: %s\n", nw, escaped(p.name).c_str(), escaped(p.sentence).c_str());
       continue;
     }
     const shmbox::pool_info& i = *p.info;
@@ -522,7 +523,7 @@ int pool_rm(const pool_args& a) {
 // ---- take ---------------------------------------------------------------------
 
 int pool_take(const pool_args& a) {
-  auto pool = shmbox::Pool::open(a.name);
+  auto pool = shmbox::Pool::open(a.name, {.any_owner = a.any_owner});
   if (!pool) return fail(pool.error());
   auto lease = pool->take(std::chrono::milliseconds(a.timeout_ms));
   if (!lease) return fail_or_refuse(lease.error());

@@ -23,6 +23,7 @@
 
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "shm_file.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace shmbox_cli {
@@ -498,7 +499,10 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
   const shmbox::box_info i = shmbox::info(*box);
-  const std::vector<bridge_info> bridges = read_bridges(i.name);
+  // A file planted at a bridge status path: said on stderr, the box shown all the same.
+  std::vector<std::string> bridge_problems;
+  const std::vector<bridge_info> bridges = read_bridges(i.name, &bridge_problems);
+  for (const std::string& p : bridge_problems) say("warning: " + p);
   if (prometheus) {
     std::cout << prometheus_text(i) << prometheus_bridge_text(i.name, bridges);
     return kExitOk;
@@ -677,15 +681,12 @@ int cmd_ls(bool as_json) {
       const std::string said = shmbox::explain(box.error()), prefix = "box '" + n + "': ";
       if (box.error() == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
         reason = said.substr(prefix.size());
-      // A FIFO, link, directory... at the box path: not a box at all.
-      if (box.error() == shmbox::errc::not_a_box) {
-        if (const auto at = said.find("is not a regular file ("); at != std::string::npos) {
-          mark = "NOT-A-BOX";
-          reason = "not a regular file " + said.substr(at + 22, said.find(')', at) - at - 21);
-        } else if (said.find("is a symbolic link") != std::string::npos) {
-          mark = "NOT-A-BOX";
-          reason = "a symbolic link (not followed)";
-        }
+      // A FIFO, link, directory, socket, device... at the box path: not a box
+      // at all (the library refused it unopened; lstat says which, for the row).
+      struct stat st {};
+      if (box.error() == shmbox::errc::not_a_box && ::lstat(("/dev/shm/shmbox." + n).c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        mark = "NOT-A-BOX";
+        reason = std::string(shmbox::detail::file_kind(st.st_mode)) + (S_ISLNK(st.st_mode) ? " (not followed)" : "") + ", not a box";
       }
       if (as_json) {
         std::string status = mark;  // "corrupt", "incomplete", "no_access", "unusable"

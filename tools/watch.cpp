@@ -153,15 +153,16 @@ const char* to_string(segment_state s) {
 
 // The file behind the mapping: still there, gone (shmbox rm), or another
 // box created under the same name since (our mapping still shows the old one).
+// lstat, never stat: a symbolic link put at the name is a replacement, not followed.
 class segment_watch {
  public:
   explicit segment_watch(const std::string& name) : path_("/dev/shm/shmbox." + name) {
     struct stat st {};
-    if (::stat(path_.c_str(), &st) == 0) id_ = {st.st_dev, st.st_ino};
+    if (::lstat(path_.c_str(), &st) == 0) id_ = {st.st_dev, st.st_ino};
   }
   segment_state check() const {
     struct stat st {};
-    if (::stat(path_.c_str(), &st) != 0) return errno == ENOENT ? segment_state::removed : segment_state::present;
+    if (::lstat(path_.c_str(), &st) != 0) return errno == ENOENT ? segment_state::removed : segment_state::present;
     if (id_ && (id_->first != st.st_dev || id_->second != st.st_ino)) return segment_state::replaced;
     return segment_state::present;
   }
