@@ -388,6 +388,15 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   const std::string name = member_name(m, gen);
   auto b = Box::open(name, {.any_owner = true});
   if (!b) return b.error() == errc::not_found;  // nothing left to drain
+  // SP for files: a member box is made by a supervisor of this pool, as this
+  // user or the pool's owner. A box of a third user at a member's name (a
+  // forged generation can name one) is not ours to drain or remove.
+  if (const std::uint32_t uid = access::box(*b)->uid; uid != ::geteuid() && uid != h_.uid) {
+    if (refused_.size() < 4096 && refused_.emplace(m, gen, -1).second)
+      log("member " + std::to_string(m) + ": box '" + name + "' belongs to uid " + std::to_string(uid) +
+          ", not to this pool's users: left alone");
+    return true;
+  }
   const std::uint64_t dead_worker = view_owner(*access::box(*b)).key;
   auto o = Owner::acquire(*b);
   if (!o) return false;  // a live owner: not yet
