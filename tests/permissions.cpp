@@ -159,6 +159,10 @@ TEST_CASE("permissions: pool take --any-owner lets another user take from a 0666
     ~pool_guard() {
       (void)shmbox::Pool::remove(name, shmbox::removal::immediate, std::chrono::seconds(5));
       ::shm_unlink(("/shmbox-pool." + name).c_str());
+      // A member box the supervisor would not touch (given to a third user below).
+      if (auto boxes = shmbox::Box::list())
+        for (const auto& b : *boxes)
+          if (b.rfind(name + ".m", 0) == 0) ::shm_unlink(("/shmbox." + b).c_str());
     }
   };
   // The member: the CLI receiving from its box (as root, the supervisor's user) until stopped.
