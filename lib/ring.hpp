@@ -402,6 +402,7 @@
 
 #include "layout.hpp"
 #include "liveness.hpp"
+#include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/buffer.hpp"
 #include "shmbox/producer.hpp"  // post_status
@@ -427,6 +428,7 @@ struct repairer {
 
 // One attached producer handle.
 struct producer_ctx {
+  made_here born;  // process.hpp H1: an inherited (fork) handle never posts through, or gives back, the entry (H3)
   mapped_box* m = nullptr;
   std::uint32_t entry = 0;  // index in the producer table
   producer_entry* pe = nullptr;
@@ -533,6 +535,7 @@ inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
 
 // One owner handle.
 struct owner_ctx {
+  made_here born;  // process.hpp H1: an inherited (fork) handle never acts as the owner (H3)
   mapped_box* m = nullptr;
   std::uint64_t key = 0;
   std::uint64_t epoch = 0;

@@ -52,7 +52,7 @@ class SHMBOX_API Producer {
 
   Producer(Producer&&) noexcept;
   Producer& operator=(Producer&&) noexcept;
-  ~Producer();  // gives the entry back; the messages it posted stay in the box
+  ~Producer();  // gives the entry back (not from a fork child's copy); the messages it posted stay in the box
 
   // Posts one message. By default into the box's default lane
   // (Box::default_lane: lane 1 of a box with several lanes, so ordinary

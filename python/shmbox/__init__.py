@@ -32,6 +32,8 @@ import ctypes
 import dataclasses
 import enum
 import math
+import numbers
+import os
 import time
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 from typing import List, NamedTuple, Optional
@@ -281,12 +283,18 @@ def _transfer(t):
 
 
 class _Handle:
-    """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected."""
+    """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected.
+
+    In a fork child (os.fork) a handle made by the parent only frees the child's copy when it
+    is closed or collected: the role it holds (owner, heir entry, producer entry) stays the
+    parent's, and its calls fail (NotOwner, InheritedHandle). The child makes its own handles.
+    """
 
     _close_fn = None
 
     def __init__(self, ptr):
         self._ptr = ptr
+        self._maker = os.getpid()  # the process that made it (messages about inherited handles)
 
     @property
     def closed(self):
@@ -809,9 +817,16 @@ class Owner(_Handle):
         """The box's :meth:`Box.counters` dict."""
         return self.box.counters()
 
+    def _not_owner(self):
+        if self._maker != os.getpid():  # a fork child's copy: the library refuses it (it owns nothing)
+            return _errors.NotOwner(
+                f"box '{self.name}': this Owner handle was made by process {self._maker}; a fork child does not "
+                "own the box (its parent does): acquire it, or enlist as its heir, in the child", _capi.E_NOT_OWNER)
+        return _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+
     def _receive_status(self, st):
         if st == _capi.RECV_NOT_OWNER:
-            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+            raise self._not_owner()
         raise _error(_lib.shmbox_owner_last_error(self._ptr))
 
     def receive(self, timeout=None):
@@ -967,7 +982,7 @@ class Owner(_Handle):
         if ev == _capi.EVENT_DELIVERED:
             return Event(EventKind.DELIVERED, self._batch(_lib.shmbox_batch_size(self._ptr)), dropped)
         if ev == _capi.EVENT_NOT_OWNER:
-            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+            raise self._not_owner()
         raise _error(_lib.shmbox_owner_last_error(self._ptr))
 
     def wait(self, timeout=None):
