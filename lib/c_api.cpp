@@ -282,6 +282,7 @@ bool convert(const shmbox_post_options* o, sb::post_options& out) noexcept {
   if (c.timeout_ns != SHMBOX_BOX_TIMEOUT) out.timeout = to_ns(c.timeout_ns);
   if (c.spin_ns >= 0) out.spin = std::chrono::nanoseconds(c.spin_ns);
   if (c.has_priority != 0) out.priority = c.priority;
+  out.quiet_timeout = c.quiet_timeout != 0;
   return true;
 }
 

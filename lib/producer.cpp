@@ -93,7 +93,9 @@ struct Producer::state {
     return true;
   }
 
+  // This call's adaptive wait and whether its timeout counts (post_options).
   void set_spin(const post_options& o) noexcept {
+    ctx.quiet_timeout = o.quiet_timeout;
     ctx.spin_ns = o.spin ? static_cast<std::uint64_t>(std::clamp(*o.spin, std::chrono::nanoseconds(0),
                                                                  std::chrono::nanoseconds(kMaxSpin)).count())
                          : m->spin_ns;
@@ -133,7 +135,7 @@ struct Producer::state {
     if (st == post_status::dropped) forward(lane, "dropped-newest", bytes);
     if (m->dead_letter_refused) {  // options::dead_letter_refused: the refusals too
       if (st == post_status::full) forward(lane, "rejected", bytes);
-      else if (st == post_status::timeout) forward(lane, "timed-out", bytes);
+      else if (st == post_status::timeout && !o.quiet_timeout) forward(lane, "timed-out", bytes);
       else if (st == post_status::too_large) forward(lane, "too-large", bytes);
     }
     forward_captured(lane);

@@ -454,6 +454,7 @@ struct producer_ctx {
   int bell_fd = -1;            // the doorbell of the owner process with key bell_key (-1: none there)
   std::uint64_t bell_key = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
+  bool quiet_timeout = false;  // this call's timeout is not counted (post_options::quiet_timeout; set with spin_ns)
   // Messages this handle's current call (post, loan, post_batch) evicted
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
   // Reset by each public call; a single writer, private memory.

@@ -346,6 +346,9 @@ typedef struct shmbox_post_options {
   int32_t has_priority;  /* nonzero: `priority` is this message's priority (priority boxes) */
   int32_t reserved_;
   int64_t priority;
+  int32_t quiet_timeout; /* nonzero: a timeout leaves no trace (not counted, not dead-lettered), for a
+                            caller that waits in slices and posts again (shmbox::post_options) */
+  int32_t reserved2_;
 } shmbox_post_options;
 
 /* Fills `o` with "the box's defaults" for every field. */

@@ -189,6 +189,8 @@ class PostOptions(Structure):
         ("has_priority", c_int32),
         ("reserved_", c_int32),
         ("priority", c_int64),
+        ("quiet_timeout", c_int32),
+        ("reserved2_", c_int32),
     ]
 
 
