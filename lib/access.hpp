@@ -36,6 +36,8 @@ struct access {
   static Pool make_pool(std::shared_ptr<pool_handle> h) { return Pool(std::move(h)); }
   static result<Lease> make_lease(const std::shared_ptr<pool_handle>& h, std::uint32_t member, std::uint64_t generation,
                                   std::uint64_t lease);
+  // Why a Lease's last give_back returned return_status::error (its pool's last error).
+  static std::error_code lease_error(const Lease& l) noexcept;
   static result<PoolMember> make_member(std::string_view pool, std::string_view box, std::uint32_t index, std::uint64_t generation);
 };
 

@@ -23,18 +23,35 @@
 namespace sb = shmbox;
 
 // ---- The handles ---------------------------------------------------------
+//
+// Every handle begins with a tag naming its kind, checked by every function
+// (live()) and cleared by its *_close before the memory goes back
+// (close_handle). After a close the pointer is as invalid as a pointer after
+// free() (shmbox.h says so): the tag only makes a second close or a call
+// through the stale pointer fail cleanly, nothing done, as long as the
+// allocator has not given that memory to another handle of the same kind.
+// A borrowed handle (a lease's producer, a member's owner) is live until its
+// lease or member is closed; its own *_close refuses it.
 
-struct shmbox_box {
+template <std::uint32_t Tag>
+struct tagged {
+  static constexpr std::uint32_t kTag = Tag;
+  std::uint32_t tag = Tag;  // first: a handle of another kind fails the check too
+};
+
+struct shmbox_box : tagged<0x5342'4258> {  // "SBBX"
+  explicit shmbox_box(sb::Box b) : box(std::move(b)) {}
   sb::Box box;
 };
 
-struct shmbox_producer {
+struct shmbox_producer : tagged<0x5342'5052> {  // "SBPR"
   std::optional<sb::Producer> own;  // empty for a lease's producer (borrowed)
   sb::Producer* p = nullptr;
   sb::slot_loan loan;
+  bool borrowed = false;  // part of a shmbox_lease: closed with it
 };
 
-struct shmbox_owner {
+struct shmbox_owner : tagged<0x5342'4f57> {  // "SBOW"
   std::optional<sb::Owner> own;  // empty for a pool member's owner (borrowed)
   sb::Owner* o = nullptr;
   std::uint32_t slot_size = 0;
@@ -42,28 +59,55 @@ struct shmbox_owner {
   sb::delivery del;              // wait, deliver
   const sb::batch* current = &batch;  // what shmbox_batch_message reads
   int last = SHMBOX_OK;          // an error of the C layer itself (bad arguments); an int: reset on every call
+  bool borrowed = false;         // part of a shmbox_member: closed with it
 };
 
-struct shmbox_heir {
+struct shmbox_heir : tagged<0x5342'4852> {  // "SBHR"
+  explicit shmbox_heir(sb::Heir h) : heir(std::move(h)) {}
   sb::Heir heir;
 };
 
-struct shmbox_pool {
+struct shmbox_pool : tagged<0x5342'504c> {  // "SBPL"
+  explicit shmbox_pool(sb::Pool p) : pool(std::move(p)) {}
   sb::Pool pool;
 };
 
-struct shmbox_lease {
+struct shmbox_lease : tagged<0x5342'4c53> {  // "SBLS"
+  explicit shmbox_lease(sb::Lease l) : lease(std::move(l)) {
+    producer.p = &lease.producer();
+    producer.borrowed = true;
+  }
   sb::Lease lease;
   shmbox_producer producer;
 };
 
-struct shmbox_member {
+struct shmbox_member : tagged<0x5342'4d42> {  // "SBMB"
+  explicit shmbox_member(sb::PoolMember m) : member(std::move(m)) { owner.borrowed = true; }
   sb::PoolMember member;
   shmbox_owner owner;
 };
 
+namespace {
+
+// A handle the caller may use: not NULL, of its kind, not closed (as far as
+// the cleared tag tells: see above).
+template <class H>
+bool live(const H* h) noexcept {
+  return h != nullptr && h->tag == H::kTag;
+}
+
+// Clears the tag so that it survives the delete that follows: a volatile
+// store is not removed as a dead store to an object about to die.
+template <class H>
+void clear_tag(H* h) noexcept {
+  *static_cast<volatile std::uint32_t*>(&h->tag) = 0;
+}
+
+}  // namespace
+
 // The C enums are the C++ ones, value for value.
 static_assert(SHMBOX_E_BUFFER_BROKEN == static_cast<int>(sb::errc::buffer_broken));
+static_assert(SHMBOX_E_INHERITED_HANDLE == static_cast<int>(sb::errc::inherited_handle));
 static_assert(SHMBOX_E_STASH_FULL == static_cast<int>(sb::errc::stash_full));
 static_assert(SHMBOX_E_TIMED_OUT == static_cast<int>(sb::errc::timed_out));
 static_assert(SHMBOX_E_POOL_CLIENTS_FULL == static_cast<int>(sb::errc::pool_clients_full));
@@ -103,6 +147,32 @@ int record(sb::errc e, const std::string& sentence) { return record(sb::detail::
 // An argument the caller got wrong.
 int bad(const char* fn, const char* what) {
   return record(sb::errc::invalid_argument, std::string(fn) + ": " + what);
+}
+
+// The start of every *_close: true when `h` is a handle it may free. NULL is
+// ignored; a closed handle (as far as its cleared tag tells) or a borrowed
+// one is reported (this thread's last error) and left alone.
+template <class H>
+bool closable(H* h, const char* fn) noexcept {
+  if (h == nullptr) return false;
+  try {
+    if (!live(h)) {
+      bad(fn, "not an open handle of this kind: closed already? (after a close the pointer is invalid: set it to NULL)");
+      return false;
+    }
+    if constexpr (requires { h->borrowed; }) {
+      if (h->borrowed) {
+        bad(fn, "this handle belongs to a lease or pool member (shmbox_lease_producer, shmbox_member_owner): "
+                "it is closed with it; nothing was done");
+        return false;
+      }
+    }
+  } catch (...) {
+    t_code = SHMBOX_E_INVALID_ARGUMENT;
+    return false;
+  }
+  clear_tag(h);
+  return true;
 }
 
 // Runs `body` (returning an error code) with every exception turned into one.
@@ -212,6 +282,7 @@ bool convert(const shmbox_post_options* o, sb::post_options& out) noexcept {
   if (c.timeout_ns != SHMBOX_BOX_TIMEOUT) out.timeout = to_ns(c.timeout_ns);
   if (c.spin_ns >= 0) out.spin = std::chrono::nanoseconds(c.spin_ns);
   if (c.has_priority != 0) out.priority = c.priority;
+  out.quiet_timeout = c.quiet_timeout != 0;
   return true;
 }
 
@@ -271,12 +342,12 @@ const char* shmbox_version(void) { return SHMBOX_BUILD_VERSION; }  // meson's pr
 const char* shmbox_strerror(int code) {
   // One string per code, made once (category().message() returns a std::string).
   static const auto* table = [] {
-    auto* t = new std::string[SHMBOX_E_BUFFER_BROKEN + 2];
-    for (int i = 0; i <= SHMBOX_E_BUFFER_BROKEN; ++i) t[i] = sb::category().message(i);
-    t[SHMBOX_E_BUFFER_BROKEN + 1] = "unknown shmbox error code";
+    auto* t = new std::string[SHMBOX_E_INHERITED_HANDLE + 2];
+    for (int i = 0; i <= SHMBOX_E_INHERITED_HANDLE; ++i) t[i] = sb::category().message(i);
+    t[SHMBOX_E_INHERITED_HANDLE + 1] = "unknown shmbox error code";
     return t;
   }();
-  if (code < 0 || code > SHMBOX_E_BUFFER_BROKEN) return table[SHMBOX_E_BUFFER_BROKEN + 1].c_str();
+  if (code < 0 || code > SHMBOX_E_INHERITED_HANDLE) return table[SHMBOX_E_INHERITED_HANDLE + 1].c_str();
   return table[code].c_str();
 }
 
@@ -376,7 +447,9 @@ int shmbox_box_inspect(const char* name, shmbox_box** out) {
   });
 }
 
-void shmbox_box_close(shmbox_box* b) { delete b; }
+void shmbox_box_close(shmbox_box* b) {
+  if (closable(b, "shmbox_box_close")) delete b;
+}
 
 int shmbox_box_remove(const char* name) {
   return guarded("shmbox_box_remove", [&]() -> int {
@@ -404,17 +477,17 @@ int shmbox_box_list(void (*fn)(void* ctx, const char* name), void* ctx) {
   });
 }
 
-const char* shmbox_box_name(const shmbox_box* b) { return b == nullptr ? "" : b->box.name().c_str(); }
-uint32_t shmbox_box_capacity(const shmbox_box* b) { return b == nullptr ? 0 : b->box.capacity(); }
-uint32_t shmbox_box_slot_size(const shmbox_box* b) { return b == nullptr ? 0 : b->box.slot_size(); }
-uint32_t shmbox_box_lane_count(const shmbox_box* b) { return b == nullptr ? 0 : b->box.lane_count(); }
-uint32_t shmbox_box_default_lane(const shmbox_box* b) { return b == nullptr ? 0 : b->box.default_lane(); }
-int shmbox_box_overflow(const shmbox_box* b) { return b == nullptr ? -1 : static_cast<int>(b->box.overflow()); }
-uint64_t shmbox_box_depth(const shmbox_box* b) { return b == nullptr ? 0 : b->box.depth_approx(); }
+const char* shmbox_box_name(const shmbox_box* b) { return !live(b) ? "" : b->box.name().c_str(); }
+uint32_t shmbox_box_capacity(const shmbox_box* b) { return !live(b) ? 0 : b->box.capacity(); }
+uint32_t shmbox_box_slot_size(const shmbox_box* b) { return !live(b) ? 0 : b->box.slot_size(); }
+uint32_t shmbox_box_lane_count(const shmbox_box* b) { return !live(b) ? 0 : b->box.lane_count(); }
+uint32_t shmbox_box_default_lane(const shmbox_box* b) { return !live(b) ? 0 : b->box.default_lane(); }
+int shmbox_box_overflow(const shmbox_box* b) { return !live(b) ? -1 : static_cast<int>(b->box.overflow()); }
+uint64_t shmbox_box_depth(const shmbox_box* b) { return !live(b) ? 0 : b->box.depth_approx(); }
 
 int shmbox_box_counters(const shmbox_box* b, shmbox_counters* out) {
   return guarded("shmbox_box_counters", [&]() -> int {
-    if (b == nullptr || out == nullptr) return bad("shmbox_box_counters", "box and out must not be NULL");
+    if (!live(b) || out == nullptr) return bad("shmbox_box_counters", "box and out must not be NULL (nor closed)");
     shmbox_counters c;
     fill_counters(c, b->box.read_counters());
     if (!copy_out(out, c)) return bad("shmbox_box_counters", "out->struct_size is not set");
@@ -424,7 +497,7 @@ int shmbox_box_counters(const shmbox_box* b, shmbox_counters* out) {
 
 int shmbox_box_resize(const shmbox_box* b, uint32_t limit, int32_t lane, shmbox_resize_report* report) {
   return guarded("shmbox_box_resize", [&]() -> int {
-    if (b == nullptr) return bad("shmbox_box_resize", "box must not be NULL");
+    if (!live(b)) return bad("shmbox_box_resize", "box must not be NULL (nor closed)");
     std::optional<std::uint32_t> l;
     if (lane >= 0) l = static_cast<std::uint32_t>(lane);
     auto r = b->box.resize(limit, l);
@@ -439,7 +512,7 @@ int shmbox_box_resize(const shmbox_box* b, uint32_t limit, int32_t lane, shmbox_
 
 int shmbox_box_request_give_away(const shmbox_box* b, uint32_t pid, int64_t timeout_ns) {
   return guarded("shmbox_box_request_give_away", [&]() -> int {
-    if (b == nullptr) return bad("shmbox_box_request_give_away", "box must not be NULL");
+    if (!live(b)) return bad("shmbox_box_request_give_away", "box must not be NULL (nor closed)");
     auto r = b->box.request_give_away(pid, to_ns(timeout_ns));
     return r ? SHMBOX_OK : record(r.error());
   });
@@ -447,7 +520,7 @@ int shmbox_box_request_give_away(const shmbox_box* b, uint32_t pid, int64_t time
 
 int shmbox_box_request_give_away_to_heir(const shmbox_box* b, uint32_t entry, int64_t timeout_ns) {
   return guarded("shmbox_box_request_give_away_to_heir", [&]() -> int {
-    if (b == nullptr) return bad("shmbox_box_request_give_away_to_heir", "box must not be NULL");
+    if (!live(b)) return bad("shmbox_box_request_give_away_to_heir", "box must not be NULL (nor closed)");
     auto r = b->box.request_give_away_to_heir(entry, to_ns(timeout_ns));
     return r ? SHMBOX_OK : record(r.error());
   });
@@ -458,7 +531,7 @@ int shmbox_box_request_give_away_to_heir(const shmbox_box* b, uint32_t entry, in
 int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lanes, size_t lanes_cap,
                     shmbox_heir_info* heirs, size_t heirs_cap) {
   return guarded("shmbox_box_info", [&]() -> int {
-    if (b == nullptr || out == nullptr) return bad("shmbox_box_info", "box and out must not be NULL");
+    if (!live(b) || out == nullptr) return bad("shmbox_box_info", "box and out must not be NULL (nor closed)");
     if ((lanes == nullptr && lanes_cap > 0) || (heirs == nullptr && heirs_cap > 0)) {
       return bad("shmbox_box_info", "a NULL array with a capacity above 0");
     }
@@ -569,7 +642,7 @@ int shmbox_producer_attach(const char* name, shmbox_producer** out) {
 
 int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out) {
   return guarded("shmbox_producer_attach_box", [&]() -> int {
-    if (b == nullptr || out == nullptr) return bad("shmbox_producer_attach_box", "box and out must not be NULL");
+    if (!live(b) || out == nullptr) return bad("shmbox_producer_attach_box", "box and out must not be NULL (nor closed)");
     *out = nullptr;
     auto p = sb::Producer::attach(b->box);
     if (!p) return record(p.error());
@@ -581,7 +654,9 @@ int shmbox_producer_attach_box(const shmbox_box* b, shmbox_producer** out) {
   });
 }
 
-void shmbox_producer_close(shmbox_producer* p) { delete p; }  // the loan (if open) aborts first: declared last
+void shmbox_producer_close(shmbox_producer* p) {
+  if (closable(p, "shmbox_producer_close")) delete p;  // the loan (if open) aborts first: declared last
+}
 
 namespace {
 
@@ -602,8 +677,8 @@ void post_failed(const shmbox_producer* p, sb::post_status s, std::size_t size) 
 }  // namespace
 
 int shmbox_post(shmbox_producer* p, const void* data, size_t size) {
-  if (p == nullptr || (data == nullptr && size > 0)) {
-    bad("shmbox_post", "producer must not be NULL, nor data when size is not 0");
+  if (!live(p) || (data == nullptr && size > 0)) {
+    bad("shmbox_post", "producer must not be NULL (nor closed), nor data when size is not 0");
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size);
@@ -613,8 +688,8 @@ int shmbox_post(shmbox_producer* p, const void* data, size_t size) {
 
 int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmbox_post_options* o) {
   sb::post_options po;
-  if (p == nullptr || (data == nullptr && size > 0) || !convert(o, po)) {
-    bad("shmbox_post_ex", "producer must not be NULL, nor data when size is not 0; set options.struct_size");
+  if (!live(p) || (data == nullptr && size > 0) || !convert(o, po)) {
+    bad("shmbox_post_ex", "producer must not be NULL (nor closed), nor data when size is not 0; set options.struct_size");
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size, po);
@@ -627,9 +702,9 @@ size_t shmbox_post_batch(shmbox_producer* p, const void* const* data, const size
   size_t stored = 0;
   const int rc = guarded("shmbox_post_batch", [&]() -> int {
     sb::post_options po;
-    if (p == nullptr || (n > 0 && (data == nullptr || sizes == nullptr)) || !convert(o, po)) {
+    if (!live(p) || (n > 0 && (data == nullptr || sizes == nullptr)) || !convert(o, po)) {
       if (last != nullptr) *last = SHMBOX_POST_ERROR;
-      return bad("shmbox_post_batch", "producer, data and sizes must not be NULL; set options.struct_size");
+      return bad("shmbox_post_batch", "producer, data and sizes must not be NULL (nor closed); set options.struct_size");
     }
     // The views live on the stack for small batches (no allocation per call).
     constexpr std::size_t kChunk = 64;
@@ -659,8 +734,8 @@ size_t shmbox_post_batch(shmbox_producer* p, const void* const* data, const size
 
 int shmbox_loan(shmbox_producer* p, const shmbox_post_options* o, void** data, uint32_t* capacity) {
   sb::post_options po;
-  if (p == nullptr || data == nullptr || capacity == nullptr || !convert(o, po)) {
-    bad("shmbox_loan", "producer, data and capacity must not be NULL; set options.struct_size");
+  if (!live(p) || data == nullptr || capacity == nullptr || !convert(o, po)) {
+    bad("shmbox_loan", "producer, data and capacity must not be NULL (nor closed); set options.struct_size");
     return SHMBOX_POST_ERROR;
   }
   *data = nullptr;
@@ -681,7 +756,7 @@ int shmbox_loan(shmbox_producer* p, const shmbox_post_options* o, void** data, u
 }
 
 int shmbox_loan_commit(shmbox_producer* p, size_t size) {
-  if (p == nullptr || !p->loan) {
+  if (!live(p) || !p->loan) {
     bad("shmbox_loan_commit", "no open loan on this producer (shmbox_loan first)");
     return SHMBOX_POST_ERROR;
   }
@@ -694,12 +769,12 @@ int shmbox_loan_commit(shmbox_producer* p, size_t size) {
 }
 
 void shmbox_loan_abort(shmbox_producer* p) {
-  if (p != nullptr && p->loan) p->loan.abort();
+  if (live(p) && p->loan) p->loan.abort();
 }
 
 void shmbox_producer_set_priority_function(shmbox_producer* p, int64_t (*fn)(void* ctx, const void* data, size_t size),
                                            void* ctx) {
-  if (p == nullptr) return;
+  if (!live(p)) return;
   try {
     if (fn == nullptr) {
       p->p->set_priority_function({});
@@ -711,14 +786,14 @@ void shmbox_producer_set_priority_function(shmbox_producer* p, int64_t (*fn)(voi
   }
 }
 
-uint32_t shmbox_producer_max_message_size(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->max_message_size(); }
+uint32_t shmbox_producer_max_message_size(const shmbox_producer* p) { return !live(p) ? 0 : p->p->max_message_size(); }
 int shmbox_producer_last_error(const shmbox_producer* p) {
-  if (p == nullptr) return SHMBOX_E_INVALID_ARGUMENT;
+  if (!live(p)) return SHMBOX_E_INVALID_ARGUMENT;
   const auto ec = p->p->last_error();
   return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
 }
-uint32_t shmbox_producer_last_evicted(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->last_evicted(); }
-uint32_t shmbox_producer_entry(const shmbox_producer* p) { return p == nullptr ? 0 : p->p->entry_index(); }
+uint32_t shmbox_producer_last_evicted(const shmbox_producer* p) { return !live(p) ? 0 : p->p->last_evicted(); }
+uint32_t shmbox_producer_entry(const shmbox_producer* p) { return !live(p) ? 0 : p->p->entry_index(); }
 
 // ---- Owners -----------------------------------------------------------------
 
@@ -738,7 +813,7 @@ int shmbox_owner_acquire(const char* name, shmbox_owner** out) {
 
 int shmbox_owner_acquire_box(const shmbox_box* b, shmbox_owner** out) {
   return guarded("shmbox_owner_acquire_box", [&]() -> int {
-    if (b == nullptr || out == nullptr) return bad("shmbox_owner_acquire_box", "box and out must not be NULL");
+    if (!live(b) || out == nullptr) return bad("shmbox_owner_acquire_box", "box and out must not be NULL (nor closed)");
     *out = nullptr;
     auto o = sb::Owner::acquire(b->box);
     if (!o) return record(o.error());
@@ -750,7 +825,9 @@ int shmbox_owner_acquire_box(const shmbox_box* b, shmbox_owner** out) {
   });
 }
 
-void shmbox_owner_close(shmbox_owner* o) { delete o; }
+void shmbox_owner_close(shmbox_owner* o) {
+  if (closable(o, "shmbox_owner_close")) delete o;
+}
 
 namespace {
 
@@ -768,8 +845,8 @@ struct copy_one {
 
 int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, std::chrono::nanoseconds t,
                  const char* fn) {
-  if (o == nullptr) {
-    bad(fn, "owner must not be NULL");
+  if (!live(o)) {
+    bad(fn, "owner must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
   }
   if (buf == nullptr || cap < o->slot_size) {
@@ -798,8 +875,8 @@ sb::receive_options recv_opts(std::size_t max, std::int64_t timeout_ns) noexcept
 template <class Take>
 int into_batch(shmbox_owner* o, const char* fn, size_t* count, Take&& take) {
   if (count != nullptr) *count = 0;
-  if (o == nullptr) {
-    bad(fn, "owner must not be NULL");
+  if (!live(o)) {
+    bad(fn, "owner must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
   }
   try {
@@ -850,7 +927,7 @@ int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t
 }
 
 int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size, shmbox_msg_info* info) {
-  if (o == nullptr || data == nullptr || size == nullptr) return bad("shmbox_batch_message", "owner, data and size must not be NULL");
+  if (!live(o) || data == nullptr || size == nullptr) return bad("shmbox_batch_message", "owner, data and size must not be NULL (nor closed)");
   if (i >= o->current->size()) {
     return record(sb::errc::invalid_argument, "shmbox_batch_message: message " + std::to_string(i) +
                                                   " of a batch of " + std::to_string(o->current->size()));
@@ -862,13 +939,13 @@ int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, siz
   return SHMBOX_OK;
 }
 
-size_t shmbox_batch_size(const shmbox_owner* o) { return o == nullptr ? 0 : o->current->size(); }
+size_t shmbox_batch_size(const shmbox_owner* o) { return !live(o) ? 0 : o->current->size(); }
 
 int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* data, size_t size, const shmbox_msg_info* info),
                             void* ctx, size_t max, int64_t timeout_ns, size_t* count) {
   if (count != nullptr) *count = 0;
-  if (o == nullptr || fn == nullptr) {
-    bad("shmbox_receive_in_place", "owner and fn must not be NULL");
+  if (!live(o) || fn == nullptr) {
+    bad("shmbox_receive_in_place", "owner and fn must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
   }
   try {
@@ -894,8 +971,8 @@ int shmbox_read(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) 
 
 int shmbox_commit(shmbox_owner* o, size_t* lost) {
   if (lost != nullptr) *lost = 0;
-  if (o == nullptr) {
-    bad("shmbox_commit", "owner must not be NULL");
+  if (!live(o)) {
+    bad("shmbox_commit", "owner must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
   }
   o->last = SHMBOX_OK;
@@ -903,8 +980,8 @@ int shmbox_commit(shmbox_owner* o, size_t* lost) {
 }
 
 int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane) {
-  if (o == nullptr || (data == nullptr && size > 0)) {
-    bad("shmbox_stash", "owner must not be NULL, nor data when size is not 0");
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_stash", "owner must not be NULL (nor closed), nor data when size is not 0");
     return SHMBOX_RECV_ERROR;
   }
   try {
@@ -915,11 +992,11 @@ int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane) 
   }
 }
 
-size_t shmbox_unstash_all(shmbox_owner* o) { return o == nullptr ? 0 : o->o->unstash_all(); }
-size_t shmbox_stashed(const shmbox_owner* o) { return o == nullptr ? 0 : o->o->stashed(); }
+size_t shmbox_unstash_all(shmbox_owner* o) { return !live(o) ? 0 : o->o->unstash_all(); }
+size_t shmbox_stashed(const shmbox_owner* o) { return !live(o) ? 0 : o->o->stashed(); }
 
 size_t shmbox_pump(shmbox_owner* o) {
-  if (o == nullptr) return 0;
+  if (!live(o)) return 0;
   try {
     return o->o->pump();
   } catch (...) {
@@ -928,10 +1005,10 @@ size_t shmbox_pump(shmbox_owner* o) {
   }
 }
 
-int shmbox_owner_mode(const shmbox_owner* o) { return o == nullptr ? -1 : static_cast<int>(o->o->mode()); }
+int shmbox_owner_mode(const shmbox_owner* o) { return !live(o) ? -1 : static_cast<int>(o->o->mode()); }
 
 void shmbox_owner_passive(shmbox_owner* o) {
-  if (o == nullptr) return;
+  if (!live(o)) return;
   try {
     o->o->passive();
   } catch (...) {
@@ -939,7 +1016,7 @@ void shmbox_owner_passive(shmbox_owner* o) {
 }
 
 void shmbox_owner_notify(shmbox_owner* o) {
-  if (o == nullptr) return;
+  if (!live(o)) return;
   try {
     o->o->notify();
   } catch (...) {
@@ -947,7 +1024,7 @@ void shmbox_owner_notify(shmbox_owner* o) {
 }
 
 void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, size_t max) {
-  if (o == nullptr) return;
+  if (!live(o)) return;
   try {
     o->o->active(wrap_filter(filter, ctx, o->slot_size), max);
   } catch (...) {
@@ -957,8 +1034,8 @@ void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, si
 
 int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped) {
   if (dropped != nullptr) *dropped = 0;
-  if (o == nullptr) {
-    bad("shmbox_owner_wait", "owner must not be NULL");
+  if (!live(o)) {
+    bad("shmbox_owner_wait", "owner must not be NULL (nor closed)");
     return SHMBOX_EVENT_ERROR;
   }
   try {
@@ -975,8 +1052,8 @@ int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped) {
 
 int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, void* ctx, uint64_t* dropped) {
   if (dropped != nullptr) *dropped = 0;
-  if (o == nullptr) {
-    bad("shmbox_owner_deliver", "owner must not be NULL");
+  if (!live(o)) {
+    bad("shmbox_owner_deliver", "owner must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
   }
   try {
@@ -990,7 +1067,7 @@ int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, v
 }
 
 int shmbox_owner_notify_fd(shmbox_owner* o) {
-  if (o == nullptr) return -1;
+  if (!live(o)) return -1;
   try {
     return o->o->notify_fd();
   } catch (...) {
@@ -999,8 +1076,8 @@ int shmbox_owner_notify_fd(shmbox_owner* o) {
 }
 
 int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size, int64_t timeout_ns) {
-  if (o == nullptr || (data == nullptr && size > 0)) {
-    bad("shmbox_owner_give_away", "owner must not be NULL, nor data when size is not 0");
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away", "owner must not be NULL (nor closed), nor data when size is not 0");
     return 0;
   }
   try {
@@ -1013,8 +1090,8 @@ int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size
 }
 
 int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* data, size_t size, int64_t timeout_ns) {
-  if (o == nullptr || (data == nullptr && size > 0)) {
-    bad("shmbox_owner_give_away_to_heir", "owner must not be NULL, nor data when size is not 0");
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away_to_heir", "owner must not be NULL (nor closed), nor data when size is not 0");
     return 0;
   }
   try {
@@ -1029,16 +1106,16 @@ int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* 
 }
 
 void shmbox_owner_accept_give_away_requests(shmbox_owner* o, int accept) {
-  if (o != nullptr) o->o->accept_give_away_requests(accept != 0);
+  if (live(o)) o->o->accept_give_away_requests(accept != 0);
 }
 
 void shmbox_owner_renew(shmbox_owner* o) {
-  if (o != nullptr) o->o->renew();
+  if (live(o)) o->o->renew();
 }
 
 int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out) {
   return guarded("shmbox_owner_transfer", [&]() -> int {
-    if (o == nullptr || out == nullptr) return bad("shmbox_owner_transfer", "owner and out must not be NULL");
+    if (!live(o) || out == nullptr) return bad("shmbox_owner_transfer", "owner and out must not be NULL (nor closed)");
     shmbox_transfer t;
     fill_transfer(t, o->o->transfer());
     if (!copy_out(out, t)) return bad("shmbox_owner_transfer", "out->struct_size is not set");
@@ -1046,12 +1123,12 @@ int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out) {
   });
 }
 
-uint32_t shmbox_owner_max_message_size(const shmbox_owner* o) { return o == nullptr ? 0 : o->slot_size; }
+uint32_t shmbox_owner_max_message_size(const shmbox_owner* o) { return !live(o) ? 0 : o->slot_size; }
 
-uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return o == nullptr ? 0 : o->o->epoch(); }
+uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return !live(o) ? 0 : o->o->epoch(); }
 
 int shmbox_owner_last_error(const shmbox_owner* o) {
-  if (o == nullptr) return SHMBOX_E_INVALID_ARGUMENT;
+  if (!live(o)) return SHMBOX_E_INVALID_ARGUMENT;
   if (o->last != SHMBOX_OK) return o->last;
   const auto ec = o->o->last_error();
   return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
@@ -1083,11 +1160,13 @@ int shmbox_heir_listen(const char* name, shmbox_heir** out) {
   });
 }
 
-void shmbox_heir_close(shmbox_heir* h) { delete h; }
+void shmbox_heir_close(shmbox_heir* h) {
+  if (closable(h, "shmbox_heir_close")) delete h;
+}
 
 int shmbox_heir_await(shmbox_heir* h, int64_t timeout_ns, shmbox_owner** out) {
   return guarded("shmbox_heir_await", [&]() -> int {
-    if (h == nullptr || out == nullptr) return bad("shmbox_heir_await", "heir and out must not be NULL");
+    if (!live(h) || out == nullptr) return bad("shmbox_heir_await", "heir and out must not be NULL (nor closed)");
     *out = nullptr;
     auto o = h->heir.await_transfer(to_ns(timeout_ns));
     if (!o) return record(o.error());
@@ -1099,10 +1178,10 @@ int shmbox_heir_await(shmbox_heir* h, int64_t timeout_ns, shmbox_owner** out) {
   });
 }
 
-int shmbox_heir_fd(const shmbox_heir* h) { return h == nullptr ? -1 : h->heir.fd(); }
+int shmbox_heir_fd(const shmbox_heir* h) { return !live(h) ? -1 : h->heir.fd(); }
 
 uint32_t shmbox_heir_position(const shmbox_heir* h) {
-  if (h == nullptr) return 0;
+  if (!live(h)) return 0;
   try {
     return h->heir.position();
   } catch (...) {
@@ -1123,33 +1202,35 @@ int shmbox_pool_open(const char* name, int any_owner, shmbox_pool** out) {
   });
 }
 
-void shmbox_pool_close(shmbox_pool* p) { delete p; }
+void shmbox_pool_close(shmbox_pool* p) {
+  if (closable(p, "shmbox_pool_close")) delete p;
+}
 
 int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out) {
   return guarded("shmbox_pool_take", [&]() -> int {
-    if (p == nullptr || out == nullptr) return bad("shmbox_pool_take", "pool and out must not be NULL");
+    if (!live(p) || out == nullptr) return bad("shmbox_pool_take", "pool and out must not be NULL (nor closed)");
     *out = nullptr;
     auto l = p->pool.take(to_ns(timeout_ns));
     if (!l) return record(l.error());
-    auto* c = new shmbox_lease{std::move(*l), {}};
-    c->producer.p = &c->lease.producer();
-    *out = c;
+    *out = new shmbox_lease{std::move(*l)};
     return SHMBOX_OK;
   });
 }
 
-const char* shmbox_lease_box(const shmbox_lease* l) { return l == nullptr ? "" : l->lease.box().c_str(); }
-shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return l == nullptr ? nullptr : &l->producer; }
-uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return l == nullptr ? 0 : l->lease.worker_pid(); }
+const char* shmbox_lease_box(const shmbox_lease* l) { return !live(l) ? "" : l->lease.box().c_str(); }
+shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return !live(l) ? nullptr : &l->producer; }
+uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return !live(l) ? 0 : l->lease.worker_pid(); }
 
 int shmbox_lease_give_back(shmbox_lease* l, int outcome) {
-  if (l == nullptr || (outcome != SHMBOX_OUTCOME_OK && outcome != SHMBOX_OUTCOME_FAIL)) {
-    bad("shmbox_lease_give_back", "lease must not be NULL; outcome is SHMBOX_OUTCOME_OK or SHMBOX_OUTCOME_FAIL");
+  if (!live(l) || (outcome != SHMBOX_OUTCOME_OK && outcome != SHMBOX_OUTCOME_FAIL)) {
+    bad("shmbox_lease_give_back", "lease must not be NULL (nor closed); outcome is SHMBOX_OUTCOME_OK or SHMBOX_OUTCOME_FAIL");
     return SHMBOX_RETURN_ERROR;
   }
   try {
     if (l->producer.loan) l->producer.loan.abort();
-    return static_cast<int>(l->lease.give_back(static_cast<sb::outcome>(outcome)));
+    const sb::return_status r = l->lease.give_back(static_cast<sb::outcome>(outcome));
+    if (r == sb::return_status::error) record(sb::detail::access::lease_error(l->lease));
+    return static_cast<int>(r);
   } catch (...) {
     record(sb::errc::system_error, "shmbox_lease_give_back: out of memory");
     return SHMBOX_RETURN_ERROR;
@@ -1157,7 +1238,9 @@ int shmbox_lease_give_back(shmbox_lease* l, int outcome) {
 }
 
 void shmbox_lease_close(shmbox_lease* l) {
-  if (l != nullptr && l->producer.loan) l->producer.loan.abort();
+  if (!closable(l, "shmbox_lease_close")) return;
+  if (l->producer.loan) l->producer.loan.abort();
+  clear_tag(&l->producer);  // its producer goes with it
   delete l;
 }
 
@@ -1167,19 +1250,25 @@ int shmbox_member_from_env(shmbox_member** out) {
     *out = nullptr;
     auto m = sb::PoolMember::from_env();
     if (!m) return record(m.error());
-    auto* c = new shmbox_member{std::move(*m), {}};
+    auto* c = new shmbox_member{std::move(*m)};
     init_owner(c->owner, &c->member.owner());
     *out = c;
     return SHMBOX_OK;
   });
 }
 
-shmbox_owner* shmbox_member_owner(shmbox_member* m) { return m == nullptr ? nullptr : &m->owner; }
+shmbox_owner* shmbox_member_owner(shmbox_member* m) { return !live(m) ? nullptr : &m->owner; }
 
 int shmbox_member_answer_ping(shmbox_member* m, const void* data, size_t size) {
-  if (m == nullptr || (data == nullptr && size > 0)) return 0;
+  if (!live(m) || (data == nullptr && size > 0)) return 0;
   return m->member.answer_ping(std::string_view(static_cast<const char*>(data), size)) ? 1 : 0;
 }
 
-void shmbox_member_close(shmbox_member* m) { delete m; }
+int shmbox_member_stopped(shmbox_member* m) { return !live(m) || m->member.stopped() ? 1 : 0; }
+
+void shmbox_member_close(shmbox_member* m) {
+  if (!closable(m, "shmbox_member_close")) return;
+  clear_tag(&m->owner);  // its owner goes with it
+  delete m;
+}
 

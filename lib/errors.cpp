@@ -63,6 +63,9 @@ class shmbox_category final : public std::error_category {
         return "the box uses a custom buffer this process has not registered: call shmbox::register_buffer first";
       case errc::buffer_broken:
         return "the box's custom buffer broke its contract (see shmbox/buffer.hpp); it was rebuilt from the store";
+      case errc::inherited_handle:
+        return "the handle was made by another process (a fork child inherits its parent's handles, not its roles): "
+               "open, attach or enlist handles of its own in the child";
     }
     return "unknown shmbox error";
   }

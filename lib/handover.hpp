@@ -91,7 +91,8 @@ std::uint64_t heir_take(mapped_box& m, std::uint64_t key, bool listener, std::st
 
 // Still the owner (key and epoch ours)? When not (for good: epochs only
 // grow), lets go of the owner byte so that it speaks only for the owner
-// that holds the key.
+// that holds the key. Never for a handle inherited through fork
+// (process.hpp H3): release_ownership and give-away do nothing with it.
 bool still_owner(const owner_ctx& o, role_lock& lease) noexcept;
 
 // RELEASE: gives the box back if it is still ours (key -> 0), signals the

@@ -41,6 +41,7 @@ constexpr std::uint32_t kTagEventfd = 1, kTagPidfd = 2;
 }  // namespace
 
 struct Heir::state {
+  detail::made_here born;  // process.hpp H1
   std::shared_ptr<detail::mapped_box> m;
   std::uint32_t index = 0;
   std::uint64_t key = 0;
@@ -56,7 +57,9 @@ struct Heir::state {
   detail::role_lock taking;      // the owner's role lock, while we take the box over
 
   ~state() {
-    detail::withdraw(*m, index, key, &entry_lock);
+    // process.hpp H3: a fork child's copy leaves the entry to its parent (its
+    // entry lock points at /dev/null there: L6).
+    if (born.here_for_sure()) detail::withdraw(*m, index, key, &entry_lock);
     if (pidfd >= 0) ::close(pidfd);
     if (ep >= 0) ::close(ep);
     if (efd >= 0) ::close(efd);
@@ -173,6 +176,10 @@ result<Heir> detail::access::make_heir(std::shared_ptr<mapped_box> box, std::str
 
 result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
   if (!s_) return detail::fail(errc::not_owner, "this Heir handle was moved from");
+  if (!s_->born.here())  // process.hpp H3: it would take the box as its parent
+    return detail::fail(errc::inherited_handle,
+                        s_->born.inherited_sentence(s_->listener ? "Heir (listener)" : "Heir", "box '" + s_->m->name + "'",
+                                                    "the heir entry is its parent's; enlist the child itself (Heir::enlist)"));
   const std::uint64_t deadline = timeout == std::chrono::nanoseconds::max()
                                      ? UINT64_MAX
                                      : detail::mono_ns() + static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));

@@ -155,7 +155,9 @@ void Owner::accept_give_away_requests(bool accept) noexcept {
 
 std::optional<recv_status> Owner::state::receive_fast(detail::owner_sink& sink) noexcept {
   detail::owner_ctx& o = ctx;
-  if (o.fenced || !o.pending.empty() || !o.stash_front.empty() || m->priority()) return std::nullopt;
+  // born.here(): a handle inherited by a fork child compares its parent's key
+  // equal below; the general path refuses it (process.hpp H2, H3).
+  if (o.fenced || !o.pending.empty() || !o.stash_front.empty() || m->priority() || !o.born.here()) return std::nullopt;
   const detail::owner_record* rec = m->owner();
   // still_owner() and serve_request()'s first test, as loads only: anything
   // else (lost, or asked to give away) is the general path's to report.
@@ -246,6 +248,10 @@ recv_status Owner::receive_in_place_impl(void (*fn)(void*, const message_view&),
 recv_status Owner::commit(std::size_t* lost) {
   if (lost != nullptr) *lost = 0;
   if (!s_) return recv_status::not_owner;
+  if (!s_->ctx.born.here()) {  // process.hpp H3: the reads are the parent's to commit
+    s_->ctx.last_error = s_->not_owner_error("");
+    return recv_status::not_owner;
+  }
   if (s_->ctx.pending.empty()) return s_->still_owner() ? recv_status::ok : recv_status::not_owner;
   if (!s_->still_owner()) {
     // Our application has seen these: they stay TAKEN by our (stale) actor,
@@ -274,8 +280,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
   detail::owner_ctx& o = ctx;
   detail::mapped_box& box = *this->m;
   if (!still_owner()) {
-    o.last_error = detail::fail(errc::not_owner, "box '" + box.name + "': this handle lost ownership (epoch " +
-                                                     std::to_string(o.epoch) + ")");
+    o.last_error = not_owner_error("box '" + box.name + "': this handle lost ownership (epoch " + std::to_string(o.epoch) + ")");
     return recv_status::not_owner;
   }
   if (max == 0) return recv_status::empty;
@@ -396,7 +401,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
 recv_status Owner::stash(std::string_view data, std::uint32_t lane) {
   if (!s_) return recv_status::not_owner;
   if (!s_->still_owner()) {
-    s_->ctx.last_error = detail::fail(errc::not_owner, "box '" + s_->m->name + "': this handle lost ownership; nothing stashed");
+    s_->ctx.last_error = s_->not_owner_error("box '" + s_->m->name + "': this handle lost ownership; nothing stashed");
     return recv_status::not_owner;
   }
   if (auto r = detail::stash_put(s_->ctx, data, lane); !r) {
@@ -423,10 +428,18 @@ std::size_t Owner::stashed() const noexcept { return s_ ? s_->ctx.stash_parked.s
 std::size_t Owner::unstashed_waiting() const noexcept { return s_ ? s_->ctx.stash_front.size() : 0; }
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
+  if (s_ && !s_->ctx.born.here()) {  // process.hpp H3: the box is the parent's to give
+    s_->ctx.last_error = s_->not_owner_error("");
+    return false;
+  }
   return s_ && detail::give_away_to_pid(s_->ctx, s_->lease, dest_pid, data, detail::timeout_ns(timeout));
 }
 
 bool Owner::give_away_to_heir(std::uint32_t entry, std::string_view data, std::chrono::nanoseconds timeout) {
+  if (s_ && !s_->ctx.born.here()) {  // process.hpp H3
+    s_->ctx.last_error = s_->not_owner_error("");
+    return false;
+  }
   return s_ && detail::give_away_to_entry(s_->ctx, s_->lease, entry, data, detail::timeout_ns(timeout));
 }
 

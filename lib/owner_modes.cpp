@@ -95,6 +95,10 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
 
 owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
   if (!s_) return owner_event::not_owner;
+  if (!s_->ctx.born.here()) {  // process.hpp H3: armed states and requests are the parent's
+    s_->ctx.last_error = s_->not_owner_error("");
+    return owner_event::not_owner;
+  }
   detail::owner_record* rec = s_->m->owner();
   detail::lazy_deadline deadline{detail::timeout_ns(timeout)};
   for (;;) {
@@ -160,6 +164,10 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
 
 int Owner::notify_fd() {
   if (!s_) return -1;
+  if (!s_->ctx.born.here()) {  // process.hpp H3: the owner record's notify_fd stays the parent's
+    s_->ctx.last_error = s_->not_owner_error("");
+    return -1;
+  }
   if (s_->efd >= 0) return s_->efd;
   s_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s_->efd < 0) {

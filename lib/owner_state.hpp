@@ -172,6 +172,17 @@ struct Owner::state {
 
   bool still_owner() const noexcept { return detail::still_owner(ctx, lease); }
 
+  // The error of a call this handle may not make as the owner: inherited by
+  // a fork child (process.hpp H3), or `lost` (the box was taken from it).
+  std::error_code not_owner_error(const std::string& lost) const {
+    if (!ctx.born.here())
+      return detail::fail(errc::not_owner, ctx.born.inherited_sentence(
+                                               "Owner", "box '" + m->name + "'",
+                                               "the child does not own the box (its parent does); acquire it, or "
+                                               "enlist as its heir, in the child"));
+    return detail::fail(errc::not_owner, lost);
+  }
+
   // Every receive form: takes up to `max` messages into `sink` (through the
   // filter, if any), waiting up to `timeout` (the adaptive wait: spin, then
   // sleep on the futex); `hold`: keep them taken until commit() (read).
@@ -226,6 +237,14 @@ struct Owner::state {
   }
 
   ~state() {
+    // process.hpp H3: in a fork child (or a raw clone, H4) only our own copy
+    // goes: the eventfd (the hub is the parent's; hub_remove would be a
+    // no-op here) and the lease descriptor (pointing at /dev/null, L6). The
+    // owner record, its notify_fd and the lease stay the parent's.
+    if (!ctx.born.here_for_sure()) {
+      if (efd >= 0) ::close(efd);
+      return;
+    }
     // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
     // owner_eventfd (wake.cpp): producers stop writing our descriptor.
     if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);

@@ -90,9 +90,17 @@ result<void> validate_pool_name(std::string_view name) {
 }
 
 pool_handle::~pool_handle() {
-  release_client(*this);
+  // process.hpp H3: a fork child's copy leaves the client entry (and the
+  // leases it holds) to its parent; its lock descriptor points at /dev/null
+  // there (L6) and closes with `role`.
+  if (born.here_for_sure()) release_client(*this);
   if (base != nullptr) ::munmap(base, bytes);
   if (fd >= 0) ::close(fd);
+}
+
+std::error_code refuse_inherited(const pool_handle& h, std::string_view what, std::string_view instead) {
+  if (h.born.here()) return {};
+  return fail(errc::inherited_handle, h.born.inherited_sentence(what, quote_pool(h.name), instead));
 }
 
 bool compute_pool_geometry(std::uint32_t max_clients, std::uint32_t max_count, std::uint64_t& clients_offset,
@@ -437,6 +445,11 @@ std::error_code no_supervisor_sentence(const pool_handle& h, errc e, std::string
 }  // namespace
 
 return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) {
+  // Before the mutex: a thread of the parent may have held it at the fork.
+  if (const std::error_code ec = refuse_inherited(h, "Pool", "open the pool in the child (Pool::open) to give a lease back by its token")) {
+    h.last_error = ec;
+    return return_status::error;
+  }
   std::lock_guard<std::recursive_mutex> g(h.mu);
   if (auto r = ensure_client(h, pool_role::taker, mono_ns() + kReturnLockWaitNs); !r) {
     h.last_error = r.error();
@@ -527,6 +540,9 @@ std::optional<std::error_code> queue_or_refuse(pool_handle& h, table_txn& t, boo
 
 result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nanoseconds timeout) {
   pool_handle& h = *hp;
+  // Before the mutex: a thread of the parent may have held it at the fork.
+  if (const std::error_code ec = refuse_inherited(h, "Pool", "its client entry is its parent's; open the pool in the child (Pool::open)"))
+    return ec;
   std::lock_guard<std::recursive_mutex> g(h.mu);
   const std::uint64_t deadline = saturating_deadline(timeout);
   const bool wait = timeout_ns(timeout) > 0;
@@ -611,6 +627,7 @@ std::string mode_text(std::uint32_t mode) {
 }  // namespace detail
 
 result<void> Pool::supervise(const supervise_options& opts) {
+  if (const std::error_code ec = refuse_inherited(*h_, "Pool", "open the pool in the child (Pool::open) to supervise it")) return ec;
   std::lock_guard<std::recursive_mutex> g(h_->mu);
   if (opts.command) {
     if (opts.command->empty() || opts.command->size() >= kMaxPoolCommand || opts.command->find('\0') != std::string::npos)
@@ -762,7 +779,7 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
 // --- Lease ---------------------------------------------------------------
 
 struct Lease::state {
-  std::shared_ptr<pool_handle> h;
+  std::shared_ptr<pool_handle> h;  // (h->born: made in the same process, by a take)
   lease_token token;
   std::string box;
   std::shared_ptr<Producer> producer;
@@ -815,17 +832,21 @@ result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, 
   return Lease(std::move(s));
 }
 
+std::error_code detail::access::lease_error(const Lease& l) noexcept { return l.s_ ? l.s_->h->last_error : std::error_code{}; }
+
 Lease::Lease(std::unique_ptr<state> s) : s_(std::move(s)) {}
 Lease::Lease(Lease&&) noexcept = default;
 Lease& Lease::operator=(Lease&& o) noexcept {
   if (this != &o) {
-    if (s_ && !s_->returned) give_back(outcome::fail);
+    if (s_ && !s_->returned && s_->h->born.here_for_sure()) give_back(outcome::fail);
     s_ = std::move(o.s_);
   }
   return *this;
 }
 Lease::~Lease() {
-  if (s_ && !s_->returned) give_back(outcome::fail);
+  // process.hpp H3: in a fork child the lease stays its parent's (not given
+  // back as failed: the parent still uses the member).
+  if (s_ && !s_->returned && s_->h->born.here_for_sure()) give_back(outcome::fail);
 }
 const std::string& Lease::box() const noexcept { return s_->box; }
 Producer& Lease::producer() noexcept { return *s_->producer; }
@@ -834,6 +855,10 @@ std::uint32_t Lease::worker_pid() const noexcept { return s_->worker_pid; }
 bool Lease::returned() const noexcept { return s_->returned; }
 
 return_status Lease::give_back(outcome o) {
+  if (const std::error_code ec = refuse_inherited(*s_->h, "Lease", "the lease is its parent's to give back")) {
+    s_->h->last_error = ec;
+    return return_status::error;
+  }
   if (s_->returned) {
     // Detected here, counted in the pool like any double return.
     std::lock_guard<std::recursive_mutex> g(s_->h->mu);
@@ -932,6 +957,7 @@ bool PoolMember::answer_ping(std::string_view msg) noexcept {
     if (c < '0' || c > '9') return false;
     seq = seq * 10 + static_cast<std::uint64_t>(c - '0');
   }
+  if (!s_->h->born.here()) return true;  // process.hpp H3: a ping is the worker's (the parent's) to answer
   pool_member* e = s_->h->member_at(s_->index);
   // Release: pairs with the supervisor's acquire load of ping_ack. Only for our own generation.
   if (e->generation.load(std::memory_order_relaxed) == s_->generation) e->ping_ack.store(seq, std::memory_order_release);

@@ -81,6 +81,7 @@
 
 #include "layout.hpp"
 #include "liveness.hpp"
+#include "process.hpp"
 #include "shmbox/pool.hpp"
 
 namespace shmbox::detail {
@@ -92,6 +93,7 @@ constexpr std::uint64_t kPoolCreatorByte = 24;    // L4: offsetof(pool_header, c
 // One mapped pool segment with its validated parameters (never re-read from
 // shared memory), and this handle's client entry.
 struct pool_handle {
+  made_here born;  // process.hpp H1: a fork child's copy neither uses nor gives back the client entry (H3)
   std::string name;
   std::byte* base = nullptr;
   std::size_t bytes = 0;
@@ -214,7 +216,11 @@ void replay_journal(pool_handle& h) noexcept;
 // or standby. false: the table is full of live clients (pool_clients_full), or an error.
 result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadline_ns);
 // Gives the entry back (clears waits; members it holds stay in_use until a sweep sees it gone).
+// Not for a handle inherited through fork (process.hpp H3): its destructor skips it.
 void release_client(pool_handle& h) noexcept;
+// errc::inherited_handle when `h` was made by another process (a fork
+// parent: process.hpp H3), naming `instead`; an empty code otherwise.
+std::error_code refuse_inherited(const pool_handle& h, std::string_view what, std::string_view instead);
 
 // --- Table operations: all under an open table_txn -------------------------
 

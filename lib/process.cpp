@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -247,6 +248,27 @@ std::uint64_t self_key() noexcept {
   return k;
 }
 
+
+// H2: +1 in every fork child. Installed when the library is loaded, so that
+// no handle can be made before it.
+std::atomic<std::uint32_t> g_fork_generation{0};
+
+namespace {
+void next_fork_generation() noexcept {
+  // relaxed: the one thread of the new child reads it later (process.hpp H2)
+  g_fork_generation.store(g_fork_generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+[[maybe_unused]] const bool g_fork_handler_installed = ::pthread_atfork(nullptr, nullptr, next_fork_generation) == 0;
+}  // namespace
+
+std::string made_here::inherited_sentence(std::string_view what, std::string_view box, std::string_view instead) const {
+  std::string s;
+  if (!box.empty()) s.append(box).append(": ");
+  s.append("this ").append(what).append(" handle was made by process ").append(std::to_string(pid));
+  s.append("; in a fork child it does not act for its parent (it only frees its own copy): ");
+  s.append(instead);
+  return s;
+}
 
 std::uint64_t mono_ns() noexcept {
   timespec ts{};

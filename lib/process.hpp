@@ -21,9 +21,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -98,6 +100,49 @@ inline void write_eventfd(int fd) noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
 }
+
+// ---------------------------------------------------------------------------
+// FORK INHERITANCE (H). A fork child gets copies of its parent's handles:
+// their memory, their mapping, their descriptors. The role a handle holds
+// in a segment (owner lease, heir entry, producer entry, pool client, a
+// member's lease) stays the parent's: the child is another process.
+//  H1 Every handle that holds a role records its birth (made_here) when it
+//     is made: the process's fork generation and its pid.
+//  H2 The fork generation is 0 in a process that was exec'd and +1 in each
+//     fork child (a pthread_atfork child handler, installed when the
+//     library is loaded). So in a fork child it differs from every handle
+//     it inherited, and equals it for every handle it makes itself. Reading
+//     it is one relaxed load of a process-local word: the per-message calls
+//     (post, receive) check it, where a getpid() would be a system call.
+//  H3 A handle used in another process than its maker's only frees what is
+//     its own copy (unmaps, closes its descriptors; its role locks point at
+//     /dev/null there already: liveness.hpp L6). Its destructor and close
+//     never clear a key, release or give back a lease, withdraw an heir
+//     entry, hand over, or write the segment for the role; its operations
+//     refuse (errc::inherited_handle; an Owner's: not_owner), naming the
+//     process that made it. The child opens handles of its own (an
+//     inherited Box may be used to attach or acquire them).
+//  H4 Destructors also compare the pid (a system call, but rare): a child
+//     made by a raw clone() without the atfork handlers keeps generation
+//     and memory, not the pid.
+// ---------------------------------------------------------------------------
+
+// H2: this process's fork generation. relaxed: written only by the atfork
+// child handler, in the one thread of a new child, before fork() returns to it.
+extern std::atomic<std::uint32_t> g_fork_generation;
+inline std::uint32_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+
+// H1: where a handle was made.
+struct made_here {
+  std::uint32_t generation = fork_generation();
+  std::uint32_t pid = static_cast<std::uint32_t>(::getpid());
+  // H2: the handle is used in the process that made it (one relaxed load).
+  bool here() const noexcept { return generation == fork_generation(); }
+  // H4: the same, also by pid (destructors, close: a getpid() system call).
+  bool here_for_sure() const noexcept { return here() && pid == static_cast<std::uint32_t>(::getpid()); }
+  // "this <what> handle was made by process P; a fork child must ..." (H3).
+  std::string inherited_sentence(std::string_view what, std::string_view box, std::string_view instead) const;
+};
 
 // Monotonic and wall clocks in nanoseconds.
 std::uint64_t mono_ns() noexcept;

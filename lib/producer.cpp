@@ -27,7 +27,24 @@ struct Producer::state {
   std::optional<std::int64_t> loan_priority;
   // CUSTOM BUFFERS: the registered type's key function (after priority_fn).
   std::shared_ptr<const buffer_type> buf_type;
-  ~state() { detail::release_producer_entry(ctx); }
+  // process.hpp H3: a fork child's copy gives nothing back: the entry (and
+  // any claim it announces) is its parent's; its lock descriptor points at
+  // /dev/null in the child (L6) and closes with ctx.
+  ~state() {
+    if (ctx.born.here_for_sure()) detail::release_producer_entry(ctx);
+  }
+
+  // A post through a handle inherited by a fork child: refused (H3). A post
+  // through the parent's entry could leave a claim that the repairers
+  // attribute to the parent, alive, and so never repair.
+  bool inherited() noexcept {
+    if (ctx.born.here()) return false;
+    ctx.last_error = detail::fail(errc::inherited_handle,
+                                  ctx.born.inherited_sentence("Producer", "box '" + m->name + "'",
+                                                              "the producer entry is its parent's; attach a Producer "
+                                                              "in the child (Producer::attach)"));
+    return true;
+  }
 
   // The priority (a custom-buffer box: the key) of a message posted with
   // priority `given` (post_options::priority). A function that throws gives 0:
@@ -59,7 +76,10 @@ struct Producer::state {
       std::string letter;
       letter.reserve(m->name.size() + reason.size() + bytes.size() + 4);
       letter.append("[").append(m->name).append(" ").append(reason).append("] ").append(bytes);
-      ok = is_stored(dead_letters->post(letter, {.timeout = std::chrono::nanoseconds(0)}));
+      // (A constant, not a temporary: GCC 12 warned, falsely, of the
+      // temporary's disengaged optional lane read once post() was inlined here.)
+      static constexpr post_options kNoWait{.timeout = std::chrono::nanoseconds(0)};
+      ok = is_stored(dead_letters->post(letter, kNoWait));
     }
     a64_bump(ok ? c->dead_lettered : c->dead_letter_failed);
   }
@@ -73,7 +93,9 @@ struct Producer::state {
     return true;
   }
 
+  // This call's adaptive wait and whether its timeout counts (post_options).
   void set_spin(const post_options& o) noexcept {
+    ctx.quiet_timeout = o.quiet_timeout;
     ctx.spin_ns = o.spin ? static_cast<std::uint64_t>(std::clamp(*o.spin, std::chrono::nanoseconds(0),
                                                                  std::chrono::nanoseconds(kMaxSpin)).count())
                          : m->spin_ns;
@@ -113,7 +135,7 @@ struct Producer::state {
     if (st == post_status::dropped) forward(lane, "dropped-newest", bytes);
     if (m->dead_letter_refused) {  // options::dead_letter_refused: the refusals too
       if (st == post_status::full) forward(lane, "rejected", bytes);
-      else if (st == post_status::timeout) forward(lane, "timed-out", bytes);
+      else if (st == post_status::timeout && !o.quiet_timeout) forward(lane, "timed-out", bytes);
       else if (st == post_status::too_large) forward(lane, "too-large", bytes);
     }
     forward_captured(lane);
@@ -173,7 +195,7 @@ result<Producer> Producer::attach(const Box& box) {
 }
 
 post_status Producer::post(const void* data, std::size_t size, const post_options& o) noexcept {
-  if (!s_) return post_status::error;
+  if (!s_ || s_->inherited()) return post_status::error;  // (inherited: one relaxed load, process.hpp H2)
   s_->ctx.evicted = 0;
   const std::uint32_t lane = s_->lane_of(o);
   if (o.lane && !s_->valid_lane(lane)) return post_status::error;
@@ -190,7 +212,7 @@ void Producer::set_priority_function(std::function<std::int64_t(std::string_view
 
 slot_loan Producer::loan(const post_options& o) noexcept {
   slot_loan l;
-  if (!s_) return l;
+  if (!s_ || s_->inherited()) return l;
   s_->ctx.evicted = 0;
   const std::uint32_t lane = s_->lane_of(o);
   detail::slot_claim k;
@@ -262,6 +284,11 @@ slot_loan& slot_loan::operator=(slot_loan&& o) noexcept {
 
 post_status slot_loan::commit(std::size_t size) noexcept {
   if (ctx_ == nullptr) return post_status::error;
+  if (ctx_->inherited()) {  // process.hpp H3: the parent's copy of the loan commits the slot
+    ctx_ = nullptr;
+    data_ = nullptr;
+    return post_status::error;
+  }
   if (size > capacity_) return post_status::too_large;  // still open: the caller may write less
   if (priority_) {  // (a priority lane's loans are never the fast path's)
     const std::string_view bytes(static_cast<const char*>(data_), size);
@@ -279,6 +306,11 @@ post_status slot_loan::commit(std::size_t size) noexcept {
 
 void slot_loan::abort() noexcept {
   if (ctx_ == nullptr) return;
+  if (!ctx_->ctx.born.here_for_sure()) {  // process.hpp H3: the parent's copy of the loan aborts or commits it
+    ctx_ = nullptr;
+    data_ = nullptr;
+    return;
+  }
   detail::abort_slot(ctx_->ctx, claim_of(data_, lane_, where_, stamp_, wake_));
   ctx_->ctx.loan_open = false;
   ctx_ = nullptr;
@@ -295,7 +327,7 @@ std::size_t Producer::post_batch(std::span<const std::string_view> msgs, const p
   std::size_t i = 0;
   if (s_) s_->ctx.evicted = 0;  // this call's evictions, all messages
   const std::uint32_t lane = s_ ? s_->lane_of(o) : 0;
-  if (!s_ || !s_->valid_lane(lane) || s_->loan_blocks()) {
+  if (!s_ || s_->inherited() || !s_->valid_lane(lane) || s_->loan_blocks()) {
     st = post_status::error;
   } else {
     const std::uint32_t payload = s_->m->lanes[lane].payload;

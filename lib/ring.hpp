@@ -402,6 +402,7 @@
 
 #include "layout.hpp"
 #include "liveness.hpp"
+#include "process.hpp"
 #include "segment.hpp"
 #include "shmbox/buffer.hpp"
 #include "shmbox/producer.hpp"  // post_status
@@ -427,6 +428,7 @@ struct repairer {
 
 // One attached producer handle.
 struct producer_ctx {
+  made_here born;  // process.hpp H1: an inherited (fork) handle never posts through, or gives back, the entry (H3)
   mapped_box* m = nullptr;
   std::uint32_t entry = 0;  // index in the producer table
   producer_entry* pe = nullptr;
@@ -452,6 +454,7 @@ struct producer_ctx {
   int bell_fd = -1;            // the doorbell of the owner process with key bell_key (-1: none there)
   std::uint64_t bell_key = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
+  bool quiet_timeout = false;  // this call's timeout is not counted (post_options::quiet_timeout; set with spin_ns)
   // Messages this handle's current call (post, loan, post_batch) evicted
   // (drop_oldest, E1-E4, also R3) or replaced (lifo, L2): Producer::last_evicted().
   // Reset by each public call; a single writer, private memory.
@@ -533,6 +536,7 @@ inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
 
 // One owner handle.
 struct owner_ctx {
+  made_here born;  // process.hpp H1: an inherited (fork) handle never acts as the owner (H3)
   mapped_box* m = nullptr;
   std::uint64_t key = 0;
   std::uint64_t epoch = 0;

@@ -138,7 +138,7 @@ post_status lifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
     // L3: every slot is being written or read right now.
     producer_maybe_repair_lifo(p, L, stuck_since);
     if (deadline.timeout_ns == 0 || mono_ns() >= deadline.get()) {
-      bump(c->timeouts);
+      if (!p.quiet_timeout) bump(c->timeouts);  // (post_options::quiet_timeout)
       return post_status::timeout;
     }
     if (++rounds < 16) cpu_relax();

@@ -164,7 +164,7 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
   waiting.spin.spin_ns = p.spin_ns;
   auto give_up = [&](a64& counter, post_status st) {
     p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim
-    bump(counter);
+    if (st != post_status::timeout || !p.quiet_timeout) bump(counter);  // (post_options::quiet_timeout)
     return st;
   };
   for (;;) {

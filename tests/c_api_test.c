@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -209,7 +210,11 @@ static int role_member(void) {
   for (;;) {
     size_t size = 0;
     shmbox_msg_info mi;
-    int st = shmbox_receive(o, buf, sizeof buf, &size, &mi, SHMBOX_FOREVER);
+    int st = shmbox_receive(o, buf, sizeof buf, &size, &mi, 200000000LL);
+    if (st == SHMBOX_RECV_TIMEOUT) {
+      if (shmbox_member_stopped(m)) break; /* its pool is gone, or it was stopped */
+      continue;
+    }
     if (st == SHMBOX_RECV_NOT_OWNER) break;
     REQUIRE(st == SHMBOX_RECV_OK);
     if (mi.lane == 0 && shmbox_member_answer_ping(m, buf, size)) continue;
@@ -503,6 +508,98 @@ static void test_heir_takes_over(void) {
   shmbox_owner_close(o);
   shmbox_heir_close(h);
   shmbox_producer_close(p);
+  shmbox_box_close(b);
+}
+
+/* A fork child (no exec) that uses and closes its copies of this process's
+ * owner, producer, heir and box handles: every call through a copy fails
+ * (the owner's not-owner, the others SHMBOX_E_INHERITED_HANDLE), and its
+ * closes free only the child's copies: this process is still the owner
+ * (receive works, info shows it), the producer and the heir, whose entry
+ * still takes over when box B's owner dies. The child leaves by _exit: its
+ * exit() would run this process's atexit handlers (they remove the boxes). */
+static void test_fork_roles(void) {
+  const char* name = new_name("fork");
+  const char* other = new_name("fork-heir");
+  shmbox_box* b = create_box(name, 8, SHMBOX_REJECT);
+  shmbox_box* b2 = create_box(other, 8, SHMBOX_REJECT);
+  shmbox_owner* o = NULL;
+  shmbox_owner* o2 = NULL;
+  shmbox_producer* p = NULL;
+  shmbox_producer* p2 = NULL;
+  shmbox_heir* h = NULL;
+  shmbox_info info;
+  shmbox_heir_info heirs[2];
+  child owner2;
+  char line[64], buf[64];
+  size_t size = 0;
+  uint64_t epoch;
+  pid_t kid;
+  int st = 0;
+
+  REQUIRE(shmbox_owner_acquire_box(b, &o) == SHMBOX_OK);
+  REQUIRE(shmbox_producer_attach_box(b, &p) == SHMBOX_OK);
+  epoch = shmbox_owner_epoch(o);
+  /* box B: owned by another process, this one its heir */
+  REQUIRE(shmbox_producer_attach_box(b2, &p2) == SHMBOX_OK);
+  REQUIRE(shmbox_post(p2, "b0", 2) == SHMBOX_STORED);
+  owner2 = spawn("read-and-hang", other, "1", "");
+  read_line(&owner2, line, sizeof line);
+  REQUIRE(strcmp(line, "ready") == 0);
+  REQUIRE(shmbox_heir_enlist(other, "c-fork", 6, &h) == SHMBOX_OK);
+
+  fflush(NULL);
+  kid = fork();
+  REQUIRE(kid >= 0);
+  if (kid == 0) {
+    int code = 0;
+    shmbox_owner* stolen = NULL;
+    if (shmbox_try_receive(o, buf, sizeof buf, &size, NULL) != SHMBOX_RECV_NOT_OWNER) code = 10;
+    else if (shmbox_owner_notify_fd(o) != -1) code = 11;
+    else if (shmbox_post(p, "child", 5) != SHMBOX_POST_ERROR) code = 12;
+    else if (shmbox_last_error() != SHMBOX_E_INHERITED_HANDLE) code = 13;
+    else if (shmbox_producer_last_error(p) != SHMBOX_E_INHERITED_HANDLE) code = 14;
+    else if (shmbox_heir_await(h, 0, &stolen) != SHMBOX_E_INHERITED_HANDLE) code = 15;
+    shmbox_owner_close(o);
+    shmbox_producer_close(p);
+    shmbox_producer_close(p2);
+    shmbox_heir_close(h);
+    shmbox_box_close(b);
+    shmbox_box_close(b2);
+    _exit(code);
+  }
+  while (waitpid(kid, &st, 0) < 0 && errno == EINTR) {
+  }
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+  /* still the owner of A, under the same epoch, and its producer */
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  REQUIRE(shmbox_box_info(b, &info, NULL, 0, NULL, 0) == SHMBOX_OK);
+  CHECK(info.owner_pid == (uint32_t)getpid() && info.owner_alive);
+  CHECK(info.epoch == epoch);
+  CHECK(info.depth == 0);
+  CHECK(shmbox_post(p, "after", 5) == SHMBOX_STORED);
+  CHECK(shmbox_receive(o, buf, sizeof buf, &size, NULL, 5000000000LL) == SHMBOX_RECV_OK);
+  CHECK(size == 5 && memcmp(buf, "after", 5) == 0);
+  /* still B's heir: it takes over when B's owner dies */
+  memset(heirs, 0, sizeof heirs);
+  heirs[0].struct_size = heirs[1].struct_size = sizeof heirs[0];
+  REQUIRE(shmbox_box_info(b2, &info, NULL, 0, heirs, 2) == SHMBOX_OK);
+  CHECK(info.heir_count == 1 && heirs[0].alive && heirs[0].pid == (uint32_t)getpid());
+  kill(owner2.pid, SIGKILL);
+  CHECK(reap(&owner2) == 128 + SIGKILL);
+  CHECK(shmbox_heir_await(h, 10000000000LL, &o2) == SHMBOX_OK);
+  if (o2 != NULL) {
+    CHECK(shmbox_receive(o2, buf, sizeof buf, &size, NULL, 1000000000LL) == SHMBOX_RECV_OK);
+    CHECK(size == 2 && memcmp(buf, "b0", 2) == 0);
+    shmbox_owner_close(o2);
+  }
+  shmbox_heir_close(h);
+  shmbox_producer_close(p2);
+  shmbox_producer_close(p);
+  shmbox_owner_close(o);
+  shmbox_box_close(b2);
   shmbox_box_close(b);
 }
 
@@ -884,27 +981,88 @@ static void test_pool(void) {
     CHECK(size == strlen(want) && memcmp(buf, want, size) == 0);
   }
   CHECK(shmbox_lease_worker_pid(lease) > 0);
+  /* the lease's producer is borrowed: its close is refused (nothing freed),
+   * and it keeps working */
+  shmbox_producer_close(shmbox_lease_producer(lease));
+  CHECK(shmbox_last_error() == SHMBOX_E_INVALID_ARGUMENT);
+  CHECK(shmbox_post(shmbox_lease_producer(lease), reply, strlen(reply)) == SHMBOX_STORED);
+  {
+    size_t size = 0;
+    REQUIRE(shmbox_receive(ro, buf, sizeof buf, &size, NULL, 10000000000LL) == SHMBOX_RECV_OK);
+    CHECK(size == 5 && memcmp(buf, "got 4", 5) == 0);
+  }
+  {
+    /* a fork child closes its copies of the lease and the pool: nothing is
+     * given back (the lease is still ours to give back ok) */
+    pid_t kid;
+    int st = 0;
+    fflush(NULL);
+    kid = fork();
+    REQUIRE(kid >= 0);
+    if (kid == 0) {
+      int code = shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_ERROR &&
+                         shmbox_last_error() == SHMBOX_E_INHERITED_HANDLE
+                     ? 0
+                     : 20;
+      shmbox_lease_close(lease);
+      shmbox_pool_close(pool);
+      _exit(code);
+    }
+    while (waitpid(kid, &st, 0) < 0 && errno == EINTR) {
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
   CHECK(shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_OK);
   CHECK(shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_DOUBLE);
   CHECK(shmbox_lease_give_back(lease, 7) == SHMBOX_RETURN_ERROR);
   shmbox_lease_close(lease);
   /* taken again: the same member (the most recently returned), which has
-   * now received 4 messages in all */
+   * now received 5 messages in all */
   REQUIRE(shmbox_pool_take(pool, 10000000000LL, &lease) == SHMBOX_OK);
   {
     size_t size = 0;
     REQUIRE(shmbox_post(shmbox_lease_producer(lease), reply, strlen(reply)) == SHMBOX_STORED);
     REQUIRE(shmbox_receive(ro, buf, sizeof buf, &size, NULL, 10000000000LL) == SHMBOX_RECV_OK);
-    CHECK(size == 5 && memcmp(buf, "got 4", 5) == 0);
+    CHECK(size == 5 && memcmp(buf, "got 5", 5) == 0);
   }
-  shmbox_lease_close(lease); /* not given back: given back as failed */
-  shmbox_pool_close(pool);
-  remove_pool();
+  {
+    /* a worker left alone (its supervisor killed) ends by itself when its
+     * pool is unlinked: shmbox_member_stopped */
+    const uint32_t worker = shmbox_lease_worker_pid(lease);
+    char stat_path[64];
+    int ended = 0;
+    CHECK(shmbox_lease_give_back(lease, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_OK);
+    shmbox_lease_close(lease);
+    shmbox_pool_close(pool);
+    kill(sup.pid, SIGKILL); /* (its pipe stays open: the member inherited it) */
+    CHECK(reap(&sup) == 128 + SIGKILL);
+    REQUIRE(worker > 0);
+    snprintf(line, sizeof line, "/shmbox-pool.%s", pool_name);
+    CHECK(shm_unlink(line) == 0);
+    snprintf(stat_path, sizeof stat_path, "/proc/%u/stat", (unsigned)worker);
+    for (i = 0; i < 1000 && !ended; ++i) { /* up to 10 s */
+      FILE* f = fopen(stat_path, "r");
+      char state = '?';
+      if (f != NULL) {
+        if (fgets(line, sizeof line, f) != NULL && strrchr(line, ')') != NULL) state = strrchr(line, ')')[2];
+        fclose(f);
+      }
+      ended = f == NULL || state == 'Z' || state == 'X';
+      if (!ended) {
+        const struct timespec ten_ms = {0, 10000000L};
+        nanosleep(&ten_ms, NULL);
+      }
+    }
+    CHECK(ended);
+  }
+  {
+    /* the member boxes left behind (nobody drained them): gc, by prefix */
+    char prefix[200];
+    const char* args[] = {"gc", "--include-nonempty", "--prefix", prefix, NULL};
+    snprintf(prefix, sizeof prefix, "%s.m", pool_name);
+    CHECK(cli(args) == 0);
+  }
   pool_name[0] = '\0';
-  kill(sup.pid, SIGTERM);
-  while (fgets(line, sizeof line, sup.out) != NULL) {
-  }
-  CHECK(reap(&sup) == 0);
   shmbox_owner_close(ro);
   shmbox_box_close(rb);
 }
@@ -932,6 +1090,7 @@ int main(int argc, char** argv) {
   test_errors();
   test_producers_to_owner();
   test_heir_takes_over();
+  test_fork_roles();
   test_give_away();
   test_notify_and_filter();
   test_batch_stash_priority();

@@ -866,7 +866,7 @@ std::string errc_name(std::error_code ec) {
       "too_large", "not_a_box", "version_mismatch", "truncated", "corrupt", "incomplete", "not_owner",
       "already_owner", "producer_table_full", "heir_table_full", "timed_out", "system_error", "refused",
       "no_members_starting", "no_members_at_capacity", "no_members_queue_full", "pool_removed", "pool_clients_full", "stash_full",
-      "buffer_unknown", "buffer_broken"};
+      "buffer_unknown", "buffer_broken", "inherited_handle"};
   const int v = ec.value();
   return v >= 0 && v < static_cast<int>(std::size(names)) ? names[v] : "errc-" + std::to_string(v);
 }

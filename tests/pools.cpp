@@ -387,6 +387,61 @@ TEST_CASE("pool: a lease dropped without give_back counts as failed: the member 
   CHECK(pool->give_back(t, shmbox::outcome::ok) != shmbox::return_status::ok);  // ended already
 }
 
+TEST_CASE("pool: a fork child that destroys inherited Pool and Lease copies gives nothing back; the parent keeps both") {
+  pool_guard g(shmtest::unique_name("pfork"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  std::optional<shmbox::Pool> pool;
+  std::optional<shmbox::Lease> lease;
+  {
+    auto p = shmbox::Pool::open(g.name);
+    REQUIRE(p);
+    pool.emplace(std::move(*p));
+    auto l = pool->take(10s);
+    REQUIRE(l);
+    lease.emplace(std::move(*l));
+  }
+  const shmbox::lease_token t = lease->token();
+  std::fflush(nullptr);
+  const pid_t kid = ::fork();  // no exec: the child inherits the handles (lib/process.hpp H3)
+  REQUIRE(kid >= 0);
+  if (kid == 0) {
+    int code = 0;
+    if (lease->give_back(shmbox::outcome::ok) != shmbox::return_status::error) code = 10;
+    else if (pool->last_error() != shmbox::errc::inherited_handle) code = 11;
+    else if (pool->take(0ns).error() != shmbox::errc::inherited_handle) code = 12;
+    else if (pool->give_back(t, shmbox::outcome::fail) != shmbox::return_status::error) code = 13;
+    else if (lease->producer().post("from-the-child") != shmbox::post_status::error) code = 14;
+    lease.reset();  // ~Lease: would give it back as failed
+    pool.reset();   // ~Pool: would give the client entry back
+    std::exit(code);
+  }
+  int st = 0;
+  CHECK(shmtest::eventually([&] { return ::waitpid(kid, &st, WNOHANG) == kid; }, 30s));
+  CHECK(shmtest::exited_with(st, 0));
+  {
+    const auto i = snapshot(g.name);
+    const auto* m = find_member(i, t.member);
+    REQUIRE(m != nullptr);
+    CHECK(m->state == member_state::in_use);
+    CHECK(m->generation == t.generation);
+    CHECK(m->taker_pid == static_cast<std::uint32_t>(::getpid()));
+    CHECK(m->taker_alive);
+    CHECK(i.count.returns_fail == 0);
+    CHECK(i.count.returns_ok == 0);
+  }
+  CHECK(lease->producer().post("still-ours") == shmbox::post_status::stored);
+  CHECK(worker_said(g.name, shmtest::cat("got ", std::to_string(t.member), " ", std::to_string(t.generation), " still-ours")));
+  CHECK(lease->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+  check_settled(g.name, 1);
+  const auto after = snapshot(g.name);
+  CHECK(after.count.returns_ok == 1);
+  CHECK(after.count.returns_fail == 0);
+  CHECK(after.count.starts == 1);  // nothing was replaced
+  check_take_works(g.name, &*pool);
+}
+
 // ---------------------------------------------------------------------------
 // Starting on demand, culling
 // ---------------------------------------------------------------------------

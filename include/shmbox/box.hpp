@@ -3,6 +3,18 @@
 // A Box handle maps the segment. Producers (producer.hpp) post into it from any
 // number of processes; one Owner (owner.hpp) at a time receives from it;
 // heirs (heir.hpp) wait to take it over. Looking at boxes: inspect.hpp.
+//
+// Handles and fork(): a fork child inherits copies of its parent's handles,
+// not their roles. A role (owner, heir entry, producer entry, pool client
+// and lease) stays with the process that made the handle: in another
+// process, destroying a copy only unmaps and closes that process's own
+// resources (it never releases, withdraws, gives back or hands over
+// anything), and calls that would act for the role fail: Owner calls with
+// not_owner, the others with errc::inherited_handle. The child makes handles
+// of its own (it may use an inherited Box to attach or acquire them: a Box
+// holds no role). This holds for a child made by fork() (the library's
+// pthread_atfork handler marks it); the copies of a raw clone() without
+// those handlers are told apart only when destroyed (by pid).
 #pragma once
 
 #include <chrono>
@@ -133,7 +145,7 @@ class SHMBOX_API Box {
 
   Box(Box&&) noexcept;
   Box& operator=(Box&&) noexcept;
-  ~Box();
+  ~Box();  // unmaps the segment; a fork child may keep using an inherited Box (it holds no role)
 
   const std::string& name() const noexcept;  // the box's name (without the shmbox. prefix)
   std::uint32_t capacity() const noexcept;  // all lanes together

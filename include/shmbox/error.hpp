@@ -45,6 +45,7 @@ enum class errc : int {
   stash_full,              // the owner's stash has no free entry, or the message's lane would be left no room
   buffer_unknown,          // the box uses a custom buffer this process has not registered (register_buffer)
   buffer_broken,           // the box's custom buffer broke its contract (buffer.hpp); rebuilt from the store
+  inherited_handle,        // the handle was made by another process (a fork parent): a fork child opens its own
 };
 
 // The category of errc; name() is "shmbox".

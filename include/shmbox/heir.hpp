@@ -16,7 +16,9 @@ namespace shmbox {
 // A process waiting to be given a box: as an heir (it takes the box over when
 // the owner dies, exits or lets its lease expire, first live heir first, in
 // registration order) or as a listener (only give_away). The entry is
-// withdrawn when the handle is destroyed.
+// withdrawn when the handle is destroyed (not by a fork child's copy: the
+// entry is the parent's, and the copy's await_transfer fails with
+// errc::inherited_handle; box.hpp: handles and fork()).
 class SHMBOX_API Heir {
  public:
   // Registers this process as an heir of `box`; `data` (up to 64 bytes) is

@@ -143,6 +143,9 @@ struct receive_options {
 };
 
 // The owner handle. Receiving copies a message out and commits it in one call.
+// A fork child's copy of an Owner does not own the box (box.hpp: handles and
+// fork()): its calls return not_owner (last_error() names the process that
+// made it), notify_fd() -1, and destroying it leaves the box to the parent.
 class SHMBOX_API Owner {
  public:
   // Takes ownership of the box by name. Fails with errc::not_owner when another
@@ -152,7 +155,7 @@ class SHMBOX_API Owner {
 
   Owner(Owner&&) noexcept;
   Owner& operator=(Owner&&) noexcept;
-  ~Owner();  // releases ownership; the messages stay in the box
+  ~Owner();  // releases ownership (not from a fork child's copy); the messages stay in the box
 
   // Takes the next message if there is one (empty if not). Owner only.
   recv_status try_receive(message& out);

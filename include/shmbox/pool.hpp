@@ -103,12 +103,15 @@ struct lease_token {
 };
 
 // Exclusive use of one member until give_back (or the holder dies). Move-only.
+// The lease is the taking process's: a fork child's copy gives nothing back
+// (give_back: return_status::error, Pool::last_error() inherited_handle; its
+// destructor: nothing) and its producer() posts nothing (box.hpp: handles and fork()).
 class SHMBOX_API Lease {
  public:
   Lease(Lease&&) noexcept;
   Lease& operator=(Lease&&) noexcept;
   // Gives back a lease not given back yet as failed (its state is unknown,
-  // as when the holder dies).
+  // as when the holder dies); a fork child's copy does not.
   ~Lease();
 
   const std::string& box() const noexcept;  // the member's box
@@ -148,6 +151,10 @@ enum class removal : std::uint8_t {
   immediate,  // every member stops now; outstanding leases become stale
 };
 
+// A handle on a pool. Its client entry (registered at its first take, give
+// back or supervise) is the process's that opened it: a fork child's copy
+// refuses take, give_back and supervise (errc::inherited_handle) and gives
+// nothing back when destroyed; the child opens the pool itself.
 class SHMBOX_API Pool {
  public:
   // Creates /dev/shm/shmbox-pool.<name>; errc::exists if it is there. Members
@@ -219,8 +226,9 @@ class SHMBOX_API PoolMember {
   // gone) or its entry no longer names this member (stopped, replaced).
   // A worker checks it when a receive times out; a few system calls.
   bool stopped() const noexcept;
-  // True when `msg` is the supervisor's health ping; then it is answered.
-  // Call it on each message of lane 0 (pings arrive there).
+  // True when `msg` is the supervisor's health ping; then it is answered
+  // (not by a fork child's copy: the worker answers). Call it on each
+  // message of lane 0 (pings arrive there).
   bool answer_ping(std::string_view msg) noexcept;
   std::uint32_t index() const noexcept;
 

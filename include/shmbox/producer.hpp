@@ -38,11 +38,20 @@ struct post_options {
   // handle's priority function (set_priority_function), else 0. Other boxes
   // ignore it.
   std::optional<std::int64_t> priority{};
+  // For a caller that waits in slices and posts the same message again after
+  // each (the Python package waits 0.25 s at a time, so that Ctrl-C is
+  // handled): true makes a post, loan or batch that times out leave no
+  // trace (not counted as a timeout, not dead-lettered); the caller's last
+  // slice leaves it false, so a post that really times out counts once.
+  bool quiet_timeout = false;
 };
 
 // A producer handle: one entry in the box's producer table, used by one thread
 // at a time. Any number of processes (and threads, each with its own handle)
-// may post into the same box.
+// may post into the same box. The entry belongs to the process that attached:
+// a fork child's copy posts nothing (post_status::error, last_error()
+// errc::inherited_handle) and gives nothing back when destroyed; the child
+// attaches its own (box.hpp: handles and fork()).
 class SHMBOX_API Producer {
  public:
   // Opens the box by name and takes a producer entry.
@@ -52,7 +61,7 @@ class SHMBOX_API Producer {
 
   Producer(Producer&&) noexcept;
   Producer& operator=(Producer&&) noexcept;
-  ~Producer();  // gives the entry back; the messages it posted stay in the box
+  ~Producer();  // gives the entry back (not from a fork child's copy); the messages it posted stay in the box
 
   // Posts one message. By default into the box's default lane
   // (Box::default_lane: lane 1 of a box with several lanes, so ordinary

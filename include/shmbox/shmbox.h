@@ -24,7 +24,27 @@
  *   - A handle is used by one thread at a time; different handles (even of
  *     one box) may be used by different threads at once. Every handle is
  *     freed by its *_close function (NULL is ignored). Nothing throws, and
- *     nothing aborts the program on bad input.
+ *     nothing aborts the program on bad input: NULL handles or pointers,
+ *     out-of-range values, an unset struct_size, closing a borrowed handle
+ *     (shmbox_lease_producer, shmbox_member_owner: it is closed with its
+ *     lease or member) are errors (SHMBOX_E_INVALID_ARGUMENT; getters return
+ *     0, "" or -1), and nothing is done.
+ *   - What is undefined: after h's *_close, h is invalid, as a pointer is
+ *     after free(). Passing it to any function again, a second close
+ *     included, is undefined behaviour: set it to NULL after the close. (The
+ *     library catches it where it can: every handle carries a tag that its
+ *     close clears, checked by every function, so such a call usually
+ *     returns SHMBOX_E_INVALID_ARGUMENT and does nothing instead of freeing
+ *     twice; but not once the allocator has given that memory to another
+ *     handle of the same kind, and memory checkers such as AddressSanitizer
+ *     report it as the use after free it is.) The same holds for a borrowed
+ *     handle once its lease or member is closed.
+ *   - fork(): a child inherits copies of its parent's handles, not their
+ *     roles (shmbox/box.hpp says more). Closing a copy in the child frees
+ *     only the child's memory and descriptors: the parent stays owner, heir,
+ *     producer, pool client and lease holder. Calls through a copy fail:
+ *     owner calls with SHMBOX_RECV_NOT_OWNER (SHMBOX_EVENT_NOT_OWNER), the
+ *     others with SHMBOX_E_INHERITED_HANDLE. The child opens its own.
  *   - What C cannot reach: custom buffers (options::buffer) are C++ objects;
  *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
  *
@@ -84,7 +104,8 @@ enum shmbox_error {
   SHMBOX_E_POOL_CLIENTS_FULL = 24,
   SHMBOX_E_STASH_FULL = 25,
   SHMBOX_E_BUFFER_UNKNOWN = 26,    /* the box uses a custom buffer (C++ only) */
-  SHMBOX_E_BUFFER_BROKEN = 27
+  SHMBOX_E_BUFFER_BROKEN = 27,
+  SHMBOX_E_INHERITED_HANDLE = 28   /* the handle was made by another process: a fork child opens its own */
 };
 
 /* What `code` means, in general ("no box of that name"); never NULL, static. */
@@ -325,6 +346,9 @@ typedef struct shmbox_post_options {
   int32_t has_priority;  /* nonzero: `priority` is this message's priority (priority boxes) */
   int32_t reserved_;
   int64_t priority;
+  int32_t quiet_timeout; /* nonzero: a timeout leaves no trace (not counted, not dead-lettered), for a
+                            caller that waits in slices and posts again (shmbox::post_options) */
+  int32_t reserved2_;
 } shmbox_post_options;
 
 /* Fills `o` with "the box's defaults" for every field. */
@@ -548,20 +572,27 @@ SHMBOX_C_API void shmbox_pool_close(shmbox_pool* p);
 SHMBOX_C_API int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out);
 /* The member's box name (valid while the lease is). */
 SHMBOX_C_API const char* shmbox_lease_box(const shmbox_lease* l);
-/* A producer on the member's box, owned by the lease (do not close it). */
+/* A producer on the member's box, owned by the lease (closed with it;
+ * shmbox_producer_close refuses it). */
 SHMBOX_C_API shmbox_producer* shmbox_lease_producer(shmbox_lease* l);
 /* The member's worker process (0: unknown here). */
 SHMBOX_C_API uint32_t shmbox_lease_worker_pid(const shmbox_lease* l);
 /* Ends the lease (enum shmbox_return_status); outcome is enum shmbox_outcome. */
 SHMBOX_C_API int shmbox_lease_give_back(shmbox_lease* l, int outcome);
-/* Frees the lease; one not given back is given back as failed. */
+/* Frees the lease; one not given back is given back as failed (not by a
+ * fork child's copy: the lease stays the parent's). */
 SHMBOX_C_API void shmbox_lease_close(shmbox_lease* l);
 /* The worker side, in a pool's member command: takes the member's box. */
 SHMBOX_C_API int shmbox_member_from_env(shmbox_member** out);
-/* The member's owner handle, owned by the member (do not close it). */
+/* The member's owner handle, owned by the member (closed with it;
+ * shmbox_owner_close refuses it). */
 SHMBOX_C_API shmbox_owner* shmbox_member_owner(shmbox_member* m);
 /* 1 when the message is the supervisor's health ping (then it is answered). */
 SHMBOX_C_API int shmbox_member_answer_ping(shmbox_member* m, const void* data, size_t size);
+/* 1 when the worker should end: its pool was removed or its entry no longer
+ * names this member (stopped, replaced); 0 otherwise. Check it when a
+ * receive times out. */
+SHMBOX_C_API int shmbox_member_stopped(shmbox_member* m);
 /* Frees the member (releases its box). */
 SHMBOX_C_API void shmbox_member_close(shmbox_member* m);
 

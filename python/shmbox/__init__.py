@@ -32,6 +32,8 @@ import ctypes
 import dataclasses
 import enum
 import math
+import numbers
+import os
 import time
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 from typing import List, NamedTuple, Optional
@@ -53,7 +55,9 @@ _lib = _capi.load()
 
 # Blocking calls wait in slices of this many seconds, so that a signal (Ctrl-C)
 # is handled within that time: ctypes runs the C call without the GIL and
-# Python handles signals only between calls.
+# Python handles signals only between calls. Every call that blocks does:
+# receive, receive_batch, read, wait, Heir.await_transfer, post, post_batch,
+# give_away, give_away_to_heir, Box.request_give_away(_to_heir).
 _SLICE = 0.25
 
 
@@ -208,31 +212,67 @@ BOX_DEFAULT = _BoxDefault()
 # ---- helpers ------------------------------------------------------------------
 
 
+def _seconds(value, what="timeout"):
+    """A timeout in seconds, checked: None (or math.inf) -> None (for ever), a number >= 0 -> float.
+    NaN and negative numbers raise ValueError (as C values they would mean "do not wait" or "for ever")."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} is a number of seconds, or None (for ever), not {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{what} is NaN: give a number of seconds >= 0, or None to wait for ever")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0 seconds or None (for ever), not {value!r}")
+    return None if value == math.inf else value
+
+
+def _finite(value, what):
+    """An option in seconds (block_timeout, lease, spin): a finite number >= 0; NaN, negative and
+    infinite values raise ValueError."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and not (value >= 0 and value != math.inf):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return _seconds(value, what)
+
+
 def _ns(timeout):
     """Seconds (None or inf: for ever) to the C API's nanoseconds."""
-    if timeout is None or timeout == math.inf:
-        return _capi.FOREVER
-    if timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds or None (for ever), not {timeout!r}")
-    return int(timeout * 1e9)
+    t = _seconds(timeout)
+    return _capi.FOREVER if t is None else int(t * 1e9)
+
+
+class _Slices:
+    """The slices of one blocking call: ``for ns, last in _Slices(timeout)`` yields the
+    nanoseconds each C call may wait (at most _SLICE seconds, so that Python runs its
+    signal handlers between them: Ctrl-C raises KeyboardInterrupt within a slice) and
+    whether it is the last one (the timeout ends with it; never, when waiting for ever)."""
+
+    def __init__(self, timeout):
+        self.timeout = _seconds(timeout)
+
+    def __iter__(self):
+        t = self.timeout
+        if t is not None and t <= _SLICE:
+            yield int(t * 1e9), True
+            return
+        deadline = None if t is None else time.monotonic() + t
+        while True:
+            if deadline is None:
+                yield int(_SLICE * 1e9), False
+                continue
+            left = max(0.0, deadline - time.monotonic())
+            if left <= _SLICE:
+                yield int(left * 1e9), True
+                return
+            yield int(_SLICE * 1e9), False
 
 
 def _sliced(call, timeout, idle):
     """Calls call(ns) in slices of _SLICE seconds until it returns something
     other than `idle` or the timeout passed (None: for ever)."""
-    forever = timeout is None or timeout == math.inf
-    if not forever and timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds or None (for ever), not {timeout!r}")
-    if not forever and timeout <= _SLICE:
-        return call(int(timeout * 1e9))
-    deadline = None if forever else time.monotonic() + timeout
-    while True:
-        if forever:
-            step = _SLICE
-        else:
-            step = min(_SLICE, max(0.0, deadline - time.monotonic()))
-        r = call(int(step * 1e9))
-        if r != idle or (not forever and step < _SLICE):
+    for ns, last in _Slices(timeout):
+        r = call(ns)
+        if r != idle or last:
             return r
 
 
@@ -246,14 +286,20 @@ def _bytes(data, what="message"):
     raise TypeError(f"a {what} is bytes (or str, bytearray, memoryview), not {type(data).__name__}")
 
 
-def _name(name):
+def _name(name, what="box name"):
+    """A name for the C API (NUL-terminated there): a str or bytes without NUL characters."""
     if isinstance(name, Box):
         name = name.name
     if isinstance(name, str):
-        return name.encode()
-    if isinstance(name, bytes):
-        return name
-    raise TypeError(f"a box name is a str, not {type(name).__name__}")
+        raw = name.encode()
+    elif isinstance(name, bytes):
+        raw = name
+    else:
+        raise TypeError(f"a {what} is a str, not {type(name).__name__}")
+    if b"\0" in raw:
+        # C would read the name only up to the NUL: "name\0evil" would be "name".
+        raise _errors.InvalidName(f"invalid {what} {name!r}: it contains a NUL character", _capi.E_INVALID_NAME)
+    return raw
 
 
 def _error(code):
@@ -281,12 +327,18 @@ def _transfer(t):
 
 
 class _Handle:
-    """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected."""
+    """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected.
+
+    In a fork child (os.fork) a handle made by the parent only frees the child's copy when it
+    is closed or collected: the role it holds (owner, heir entry, producer entry) stays the
+    parent's, and its calls fail (NotOwner, InheritedHandle). The child makes its own handles.
+    """
 
     _close_fn = None
 
     def __init__(self, ptr):
         self._ptr = ptr
+        self._maker = os.getpid()  # the process that made it (messages about inherited handles)
 
     @property
     def closed(self):
@@ -379,16 +431,16 @@ class Box(_Handle):
         if max_producers is not None:
             o.max_producers = max_producers
         if block_timeout is not None:
-            o.block_timeout_ms = int(round(block_timeout * 1000))
+            o.block_timeout_ms = int(round(_finite(block_timeout, "block_timeout") * 1000))
         if lease is not None:
-            o.lease_ms = int(round(lease * 1000))
+            o.lease_ms = int(round(_finite(lease, "lease") * 1000))
         if default_lane is not None:
             o.default_lane = default_lane
         if dead_letters is not None:
             o.dead_letters = _name(dead_letters)
         o.dead_letter_refused = 1 if dead_letter_refused else 0
         if spin is not None:
-            o.spin_ns = int(spin * 1e9)
+            o.spin_ns = int(_finite(spin, "spin") * 1e9)
         if stash is not None:
             o.stash = stash
         o.priority = 1 if priority else 0
@@ -620,11 +672,30 @@ class Box(_Handle):
         """Asks the owner (if it accepts requests) to give the box to process `pid` of this pid
         namespace, which waits for it as heir or listener; returns once it did. Raises
         :class:`Refused`, :class:`NotOwner`, :class:`TimedOut`, ..."""
-        _check(_lib.shmbox_box_request_give_away(self._p(), pid, _ns(timeout)))
+        self._request(_lib.shmbox_box_request_give_away, pid, timeout, lambda: pid)
 
     def request_give_away_to_heir(self, entry, timeout=10.0):
         """The same for heir-table entry `entry` (any pid namespace)."""
-        _check(_lib.shmbox_box_request_give_away_to_heir(self._p(), entry, _ns(timeout)))
+        def entry_pid():
+            return next((h["pid"] for h in self.info()["heirs"] if h["entry"] == entry), None)
+        self._request(_lib.shmbox_box_request_give_away_to_heir, entry, timeout, entry_pid)
+
+    def _request(self, fn, dest, timeout, dest_pid):
+        # In slices (Ctrl-C works): a request the owner did not serve within a slice is
+        # withdrawn and made again. One that failed after an earlier slice may have been
+        # served just then: it succeeded if the destination owns the box now.
+        b = self._p()
+        pid = None
+        for i, (ns, last) in enumerate(_Slices(timeout)):
+            if i == 1:
+                pid = dest_pid()  # (before the second request: while the destination still waits)
+            code = fn(b, dest, ns)
+            if code == 0:
+                return
+            if i > 0 and pid is not None and (self.info()["owner"] or {}).get("pid") == pid:
+                return
+            if code != _capi.E_TIMED_OUT or last:
+                _check(code)
 
     def __repr__(self):
         return f"<shmbox.Box {self.name!r}>" if not self.closed else "<shmbox.Box (closed)>"
@@ -642,20 +713,26 @@ class Producer(_Handle):
     def attach(cls, box):
         """Takes a producer entry in `box` (a name or an open :class:`Box`).
         Raises :class:`NotFound`, :class:`ProducerTableFull`, ..."""
+        if not isinstance(box, Box):
+            with Box.open(box) as b:
+                return cls.attach(b)
         out = c_void_p()
-        if isinstance(box, Box):
-            _check(_lib.shmbox_producer_attach_box(box._p(), byref(out)))
-        else:
-            _check(_lib.shmbox_producer_attach(_name(box), byref(out)))
-        return cls(out.value)
+        _check(_lib.shmbox_producer_attach_box(box._p(), byref(out)))
+        # The box's block_timeout: the wait of a post that gives none, which waits in slices.
+        return cls(out.value, box.name, box.info()["block_timeout"])
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, name=None, block_timeout=1.0):
         super().__init__(ptr)
-        self._opts = _capi.PostOptions()
-        self._status = c_int(0)
+        self.name = name  #: the box's name
+        self._block_timeout = block_timeout
+        # The first try of a plain post: no wait (a post that has to wait for room waits in
+        # slices: _post_sliced), and a "timeout" of it is not counted (quiet_timeout).
+        self._quick = self._options(None, 0, None)
+        self._quick.quiet_timeout = 1
+        self._quick_ref = byref(self._quick)
 
     def _options(self, lane, timeout, priority):
-        o = self._opts
+        o = _capi.PostOptions()
         _lib.shmbox_post_options_init(byref(o))
         o.struct_size = ctypes.sizeof(o)
         if lane is not None:
@@ -694,15 +771,31 @@ class Producer(_Handle):
         """
         data = _bytes(data)
         p = self._p()
+        if timeout is not BOX_DEFAULT:
+            _seconds(timeout)  # NaN, negative: ValueError before anything is posted
         if lane is None and timeout is BOX_DEFAULT and priority is None:
-            st = _lib.shmbox_post(p, data, len(data))
+            st = _lib.shmbox_post_ex(p, data, len(data), self._quick_ref)  # does not wait
+            if st == _capi.TIMEOUT:  # no room now: wait for it, in slices
+                st = self._post_sliced(p, data, lane, timeout, priority)
         else:
-            st = _lib.shmbox_post_ex(p, data, len(data), byref(self._options(lane, timeout, priority)))
+            st = self._post_sliced(p, data, lane, timeout, priority)
         if st == _capi.STORED:
             return PostStatus.STORED
         if st == _capi.POST_TOO_LARGE:
             raise self._too_large(len(data))
         return self._outcome(st, len(data))
+
+    def _post_sliced(self, p, data, lane, timeout, priority):
+        """One post whose wait for room goes in slices (Ctrl-C works during it): each slice
+        but the last times out quietly (not counted, not dead-lettered) and is posted again."""
+        o = self._options(lane, None, priority)
+        ref = byref(o)
+        for ns, last in _Slices(self._block_timeout if timeout is BOX_DEFAULT else timeout):
+            o.timeout_ns = ns
+            o.quiet_timeout = 0 if last else 1
+            st = _lib.shmbox_post_ex(p, data, len(data), ref)
+            if st != _capi.TIMEOUT or last:
+                return st
 
     def _too_large(self, size):
         if _lib.shmbox_last_error() == _capi.E_TOO_LARGE:
@@ -721,18 +814,37 @@ class Producer(_Handle):
         """
         msgs = [_bytes(m) for m in messages]
         n = len(msgs)
+        if timeout is not BOX_DEFAULT:
+            _seconds(timeout)  # NaN, negative: ValueError before anything is posted
         if n == 0:
             return BatchResult(0, PostStatus.STORED)
+        p = self._p()
         ptrs = (ctypes.c_char_p * n)(*msgs)
         sizes = (c_size_t * n)(*map(len, msgs))
         last = c_int(0)
-        opts = None if lane is None and timeout is BOX_DEFAULT and priority is None \
-            else byref(self._options(lane, timeout, priority))
-        k = _lib.shmbox_post_batch(self._p(), ctypes.cast(ptrs, ctypes.POINTER(c_void_p)), sizes, n, opts,
-                                   byref(last))
+        o = self._options(lane, 0, priority)
+        o.quiet_timeout = 1
+        done = 0
+        # The first try does not wait; then the rest waits for room in slices (Ctrl-C works),
+        # each slice but the last timing out quietly (not counted).
+        slices = None
+        while True:
+            k = _lib.shmbox_post_batch(p, ctypes.cast(ctypes.addressof(ptrs) + done * ctypes.sizeof(c_void_p),
+                                                      ctypes.POINTER(c_void_p)),
+                                       ctypes.cast(ctypes.addressof(sizes) + done * ctypes.sizeof(c_size_t),
+                                                   ctypes.POINTER(c_size_t)),
+                                       n - done, byref(o), byref(last))
+            done += k
+            if last.value != _capi.TIMEOUT or done == n or not o.quiet_timeout:
+                break
+            if slices is None:
+                slices = iter(_Slices(self._block_timeout if timeout is BOX_DEFAULT else timeout))
+            ns, final = next(slices)
+            o.timeout_ns = ns
+            o.quiet_timeout = 0 if final else 1
         if last.value == _capi.POST_ERROR:
             raise _error(_lib.shmbox_producer_last_error(self._ptr))
-        return BatchResult(k, _POST_STATUSES[last.value])
+        return BatchResult(done, _POST_STATUSES[last.value])
 
     @property
     def max_message_size(self):
@@ -809,9 +921,16 @@ class Owner(_Handle):
         """The box's :meth:`Box.counters` dict."""
         return self.box.counters()
 
+    def _not_owner(self):
+        if self._maker != os.getpid():  # a fork child's copy: the library refuses it (it owns nothing)
+            return _errors.NotOwner(
+                f"box '{self.name}': this Owner handle was made by process {self._maker}; a fork child does not "
+                "own the box (its parent does): acquire it, or enlist as its heir, in the child", _capi.E_NOT_OWNER)
+        return _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+
     def _receive_status(self, st):
         if st == _capi.RECV_NOT_OWNER:
-            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+            raise self._not_owner()
         raise _error(_lib.shmbox_owner_last_error(self._ptr))
 
     def receive(self, timeout=None):
@@ -967,7 +1086,7 @@ class Owner(_Handle):
         if ev == _capi.EVENT_DELIVERED:
             return Event(EventKind.DELIVERED, self._batch(_lib.shmbox_batch_size(self._ptr)), dropped)
         if ev == _capi.EVENT_NOT_OWNER:
-            raise _errors.NotOwner(f"box '{self.name}': this handle no longer owns the box", _capi.E_NOT_OWNER)
+            raise self._not_owner()
         raise _error(_lib.shmbox_owner_last_error(self._ptr))
 
     def wait(self, timeout=None):
@@ -1021,19 +1140,23 @@ class Owner(_Handle):
         """Hands the box to process `pid` (of this pid namespace), which waits for it as heir or
         listener, with `data` (up to 64 bytes) in its transfer record. Returns True once it owns
         the box (this handle then no longer does), False with nothing changed."""
-        data = _bytes(data, "give-away data")
-        r = _lib.shmbox_owner_give_away(self._p(), pid, data, len(data), _ns(timeout))
-        if r < 0:
-            raise _error(-r)
-        return r == 1
+        return self._give_away(_lib.shmbox_owner_give_away, pid, data, timeout)
 
     def give_away_to_heir(self, entry, data=b"", timeout=10.0):
         """The same for heir-table entry `entry`, in any pid namespace."""
+        return self._give_away(_lib.shmbox_owner_give_away_to_heir, entry, data, timeout)
+
+    def _give_away(self, fn, dest, data, timeout):
+        # In slices (Ctrl-C works): an offer not taken within a slice is withdrawn (nothing
+        # changed) and made again in the next, until the timeout.
         data = _bytes(data, "give-away data")
-        r = _lib.shmbox_owner_give_away_to_heir(self._p(), entry, data, len(data), _ns(timeout))
-        if r < 0:
-            raise _error(-r)
-        return r == 1
+        p = self._p()
+        for ns, last in _Slices(timeout):
+            r = fn(p, dest, data, len(data), ns)
+            if r < 0:
+                raise _error(-r)
+            if r == 1 or last or _lib.shmbox_owner_last_error(p) != _capi.E_TIMED_OUT:
+                return r == 1
 
     def accept_give_away_requests(self, accept=True):
         """Serve (or not) give-away requests (:meth:`Box.request_give_away`, ``shmbox give-away``)."""

@@ -34,10 +34,12 @@ EVENT_NONE, EVENT_NOTIFIED, EVENT_DELIVERED, EVENT_NOT_OWNER, EVENT_ERROR = rang
 # enum shmbox_verdict
 VERDICT_DELIVER, VERDICT_DROP, VERDICT_SKIP = range(3)
 # error codes used by the package itself
+E_INVALID_NAME = 1
 E_INVALID_ARGUMENT = 2
 E_NOT_OWNER = 13
 E_TOO_LARGE = 7
 E_TIMED_OUT = 17
+E_INHERITED_HANDLE = 28
 
 # ---- structs ---------------------------------------------------------------
 
@@ -187,6 +189,8 @@ class PostOptions(Structure):
         ("has_priority", c_int32),
         ("reserved_", c_int32),
         ("priority", c_int64),
+        ("quiet_timeout", c_int32),
+        ("reserved2_", c_int32),
     ]
 
 

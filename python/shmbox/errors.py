@@ -18,7 +18,8 @@ __all__ = [
     "Error", "InvalidName", "InvalidArgument", "Exists", "NotFound", "PermissionDenied", "NoSpace", "TooLarge",
     "BadSegment", "NotABox", "VersionMismatch", "Truncated", "Corrupt", "Incomplete", "NotOwner", "AlreadyOwner",
     "ProducerTableFull", "HeirTableFull", "TimedOut", "SystemFailure", "Refused", "NoMembers", "PoolRemoved",
-    "PoolClientsFull", "StashFull", "BufferUnknown", "BufferBroken", "error_class",
+    "PoolClientsFull", "StashFull", "BufferUnknown", "BufferBroken", "InheritedHandle",
+    "error_class",
 ]
 
 
@@ -164,10 +165,17 @@ class BufferBroken(Error):
     code = 27
 
 
+class InheritedHandle(Error):
+    """The handle was made by another process: a fork child inherits its parent's handles,
+    not its roles (owner, heir, producer entry); it opens handles of its own."""
+    code = 28
+
+
 _BY_CODE = {cls.code: cls for cls in (
     InvalidName, InvalidArgument, Exists, NotFound, PermissionDenied, NoSpace, TooLarge, NotABox, VersionMismatch,
     Truncated, Corrupt, Incomplete, NotOwner, AlreadyOwner, ProducerTableFull, HeirTableFull, TimedOut,
-    SystemFailure, Refused, PoolRemoved, PoolClientsFull, StashFull, BufferUnknown, BufferBroken)}
+    SystemFailure, Refused, PoolRemoved, PoolClientsFull, StashFull, BufferUnknown, BufferBroken,
+    InheritedHandle)}
 for _code in (20, 21, 22):
     _BY_CODE[_code] = NoMembers
 

@@ -77,3 +77,32 @@ def test_error_classes():
     assert errors.error_class(21) is shmbox.NoMembers
     assert errors.error_class(999) is shmbox.Error
     assert issubclass(shmbox.TimedOut, TimeoutError) and issubclass(shmbox.Corrupt, shmbox.BadSegment)
+
+
+def test_a_name_with_nul_is_refused(box_name):
+    name = box_name()
+    shmbox.Box.create(name).close()
+    evil = name + "\0evil"
+    calls = [
+        lambda: shmbox.Box.create(evil),
+        lambda: shmbox.Box.create(box_name("x") + "\0y"),
+        lambda: shmbox.Box.create(box_name("dl"), dead_letters=evil),
+        lambda: shmbox.Box.open(evil),
+        lambda: shmbox.Box.inspect(evil),
+        lambda: shmbox.Box.remove(evil),
+        lambda: shmbox.Box.validate_name(evil),
+        lambda: shmbox.Producer.attach(evil),
+        lambda: shmbox.Owner.acquire(evil),
+        lambda: shmbox.Heir.enlist(evil),
+        lambda: shmbox.Heir.listen(evil),
+        lambda: shmbox.Box.create(evil.encode()),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert isinstance(e.value, shmbox.InvalidName)
+        assert "NUL" in str(e.value), str(e.value)
+    # nothing reached C: the box is there, untouched, and no other box was made
+    with shmbox.Box.inspect(name) as b:
+        assert b.info()["owner"] is None and b.info()["heirs"] == []
+    assert not any(n.startswith(name) and n != name for n in shmbox.Box.list())
