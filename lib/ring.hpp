@@ -117,6 +117,11 @@
 //  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
 //       dies here: delivered != op_before: the next owner frees the slot
 //       without delivering it again (R4). Fault point owner.after_commit.
+//  T5b a redelivery (TAKEN(p, O) re-taken at acquire): redelivered =
+//     op_before_b + 1, which T2 stored with its op marked kRecvAgain.
+//       dies before it: whoever frees the committed slot (R3, R4) finishes
+//       the count from op_before_b, once (a CAS; a no-op after T5b).
+//     (A priority box's move into its store is no delivery: not counted here.)
 //  T6 seq = EMPTY(p + cap) (release: our payload read happens before the next
 //     writer's payload writes; pairs with P1's acquire). Freeing each slot as
 //     soon as it is committed lets the producer refill it while the owner
@@ -140,7 +145,9 @@
 //     may race for the slot), copy, remember it in o.pending. Nothing counted.
 //       dies here: TAKEN(p, O), uncommitted: R4 delivers it again, flagged.
 //  Then COMMIT (owner_commit, below): C1 announce, C2 CAS TAKEN -> DONE per
-//  slot, C3 count, C4 free. Why a CAS at C2: only with a lease can an owner
+//  slot, C3 count, C4 free; per lane, the redeliveries in a commit of their
+//  own (op commit(lane, 1), op_before_b = redelivered), so that C3 and a
+//  repairer's count of them include `redelivered` exactly. Why a CAS at C2: only with a lease can an owner
 //  lose the box while alive (stopped past its deadline); its heir re-takes
 //  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
 //  hands out a message the heir delivers. A lease box's receive commits the
@@ -171,10 +178,12 @@
 //  R4 At acquire, the new owner scans [head, tail) (lease box: [tail - cap,
 //     tail); lifo lane: every slot). DONE(_, old owner) whose
 //     process is dead: committed; counted once for all of them (op_before of
-//     the old actor), then freed (a stale owner that still runs finishes its
-//     own). TAKEN(_, old owner): committed by the fast path (its recv op and
-//     delivered != op_before) -> free; repair op -> finish it; otherwise CAS
-//     to TAKEN(_, new owner) and deliver again with the redelivered flag.
+//     the old actor; a commit of redeliveries also redelivered, op_before_b),
+//     then freed (a stale owner that still runs finishes its own).
+//     TAKEN(_, old owner): committed by the fast path (its recv op and
+//     delivered != op_before) -> free (kRecvAgain: T5b finished); repair op
+//     -> finish it; otherwise CAS to TAKEN(_, new owner) and deliver again
+//     with the redelivered flag.
 //  A producer entry held by a dead process is reused only after its pending
 //  op has been finished by the new holder (R1-R2 on that op).
 //
@@ -257,17 +266,25 @@
 // in `order`), then the lanes as usual:
 //  U1 FRONT -> TAKEN(E)             (CAS); the sink copies it out
 //  (held reads stop here until commit(); give-back: TAKEN -> FRONT)
-//  U2 op_before = unstashed; op = stash_commit(lane)
+//  U2 op_before = unstashed; op_before_b = (below); op = stash_commit(lane)
 //  U3 TAKEN -> DONE(E)              (release: the commit point)
 //  U4 unstashed = op_before + n; each DONE -> FREE; lane.parked -= n;
 //     op = none; wake space waiters.
+//  Redeliveries (flagged, and not dropped by the filter) are committed in
+//  U2-U4 of their own, after the others: op_before_b = redelivered, their
+//  DONE keeps the flag, U4 also counts redelivered = op_before_b + n. (In
+//  the others op_before_b is a priority box's filter drops: see below.) So
+//  a takeover tells the two apart by the DONE entries' flag, and counts a
+//  redelivery exactly once, as for a ring's (T5b, C1-C4).
 // Takeover (stash_recover, after the ring's R4): the new owner scans every
 // entry. WRITING: freed (the message is still its sender's: it was never
 // parked). PARKED, FRONT, TAKEN: FRONT(new epoch), flagged redelivered,
 // delivered before everything else in stash order (the heir cannot know
 // what the dead owner meant to do with them). DONE: freed; if the dead
 // owner's op is stash_commit of that lane and its `unstashed` still reads
-// op_before, it is finished to op_before + (its DONE entries there). A
+// op_before, it is finished to op_before + (its DONE entries there), and
+// (flagged DONE entries: a commit of redeliveries) its `redelivered` from
+// op_before_b likewise. A
 // PARKED entry named by a dead stash_put op whose `stashed` still reads
 // op_before is counted there. Then every lane's `parked` is recounted from
 // the entries. So any owner killed at any step loses no parked message,
@@ -323,7 +340,9 @@
 //  older count. Policies: reject, drop_newest and block; drop_oldest is
 //  refused (the oldest message may be in the store, where only the owner
 //  writes), lifo too. No lease (a stale owner's store could not be fenced)
-//  and no user stash yet. Costs: the store doubles the segment (a slot's
+//  and no user stash yet. Redeliveries are counted when the store hands them
+//  out (U2-U4 of their own), not at the move (T5b does not count a move).
+//  Costs: the store doubles the segment (a slot's
 //  size per entry); each message is copied once more (ring -> store) and
 //  costs O(log n) heap work; posts take the general path (bench/run.sh).
 //

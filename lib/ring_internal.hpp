@@ -197,7 +197,18 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   // T2: announce. relaxed: published by the release/seq_cst of the take.
   const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
   o.act->op_before.store(before, std::memory_order_relaxed);
-  o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index, where), std::memory_order_relaxed);
+  // A redelivery is counted in `redelivered` too (T5b), from op_before_b, and its op
+  // says so (kRecvAgain). A priority box's move into its store is not a delivery:
+  // the store counts the redelivery when it hands the message out (commit_entries).
+  const bool again = redeliver && !L.is_priority();
+  std::uint64_t again_before = 0;
+  if (again) {
+    again_before = oc->redelivered.load(std::memory_order_relaxed);  // we are its only writer
+    o.act->op_before_b.store(again_before, std::memory_order_relaxed);
+  }
+  o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index,
+                          (where & kPosMask) | (again ? kRecvAgain : 0)),
+                  std::memory_order_relaxed);
   if (!redeliver) {  // T3
     if (cas) {
       // T3 (CAS). acquire: pairs with P5's / L1-L2's publish (the payload we copy);
@@ -230,11 +241,13 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     o.act->op.store(make_op(op_kind::filter_drop, L.index, where), std::memory_order_release);
     oc->filtered.store(fb + 1, std::memory_order_relaxed);
   } else {
-    if (redeliver) bump(oc->redelivered);
     // T5: the commit. relaxed: single writer; the free below is a release store.
     oc->delivered.store(before + 1, std::memory_order_relaxed);
   }
   SHMBOX_FAULT("owner.after_commit");
+  // T5b: a redelivery counted. Dies before it: the repairer that frees the
+  // committed slot (R3/R4, verdict "committed") finishes it from op_before_b.
+  if (again && v != take_verdict::drop) oc->redelivered.store(again_before + 1, std::memory_order_relaxed);
   // T6 release: our payload read happens before the next writer's payload
   // writes (pairs with P1's acquire / L1's acquire).
   s->seq.store(finished_seq(L, mine), std::memory_order_release);

@@ -111,42 +111,59 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
                            bool buffer_drops) noexcept {
   mapped_box& m = *o.m;
   owner_lane_counters* oc = o.counters(lane);
-  a64& drop_counter = buffer_drops ? oc->buffer_dropped : oc->sort_filtered;
-  const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
-  const std::uint64_t before_b = drop_counter.load(std::memory_order_relaxed);
-  // U2 (relaxed: published by U3's release)
-  o.act->op_before.store(before, std::memory_order_relaxed);
-  o.act->op_before_b.store(before_b, std::memory_order_relaxed);
-  o.act->op.store(make_op(op_kind::stash_commit, lane, buffer_drops ? 1 : 0), std::memory_order_relaxed);
-  std::size_t n = 0, parked = 0, dropped = 0;
-  std::vector<std::uint32_t>& done = o.commit_scratch;
-  done.clear();
-  for (std::size_t k = 0; k < count; ++k) {
-    stash_entry* e = m.stash_at(entries[k]);
-    std::uint64_t expected = states[k];
-    const bool sorted = stash_sorted(states[k]);
-    const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
-    // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch, false, sorted) | (drop ? kStashDropped : 0),
-                                         std::memory_order_release, std::memory_order_relaxed)) {
-      ++n;
-      parked += !sorted;  // a sorted message was counted when it left its ring (T5)
-      dropped += drop;
-      done.push_back(entries[k]);
-      if (kept != nullptr) kept[k * kept_stride] = 1;
+  std::size_t n = 0;
+  // Two commits: the entries that are not redeliveries, then the
+  // redeliveries (delivered, not dropped), whose second count is
+  // `redelivered` and whose DONE state keeps the flag (the takeover's
+  // recovery tells the two apart by it: THE STASH, U2-U4).
+  for (int again = 0; again < 2; ++again) {
+    auto in_round = [&](std::size_t k) {
+      const bool filtered = drops != nullptr && drops[k] != 0;
+      return (stash_redelivered(states[k]) && !filtered) == (again == 1);
+    };
+    std::size_t first = 0;
+    while (first < count && !in_round(first)) ++first;
+    if (first == count) continue;
+    a64& second = again == 1 ? oc->redelivered : buffer_drops ? oc->buffer_dropped : oc->sort_filtered;
+    const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
+    const std::uint64_t before_b = second.load(std::memory_order_relaxed);
+    // U2 (relaxed: published by U3's release)
+    o.act->op_before.store(before, std::memory_order_relaxed);
+    o.act->op_before_b.store(before_b, std::memory_order_relaxed);
+    o.act->op.store(make_op(op_kind::stash_commit, lane, buffer_drops ? 1 : 0), std::memory_order_relaxed);
+    std::size_t done_n = 0, parked = 0, dropped = 0;
+    std::vector<std::uint32_t>& done = o.commit_scratch;
+    done.clear();
+    for (std::size_t k = first; k < count; ++k) {
+      if (!in_round(k)) continue;
+      stash_entry* e = m.stash_at(entries[k]);
+      std::uint64_t expected = states[k];
+      const bool sorted = stash_sorted(states[k]);
+      const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
+      // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
+      if (e->state.compare_exchange_strong(expected,
+                                           make_stash_state(stash_kind::done, o.epoch, again == 1, sorted) | (drop ? kStashDropped : 0),
+                                           std::memory_order_release, std::memory_order_relaxed)) {
+        ++done_n;
+        parked += !sorted;  // a sorted message was counted when it left its ring (T5)
+        dropped += drop;
+        done.push_back(entries[k]);
+        if (kept != nullptr) kept[k * kept_stride] = 1;
+      }
     }
+    SHMBOX_FAULT("owner.mid_unstash");
+    oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
+    second.store(before_b + (again == 1 ? done_n : dropped), std::memory_order_relaxed);
+    for (const std::uint32_t i : done) {
+      // release: our payload reads happen before the next S2's writes (its acquire CAS)
+      m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+      o.stash_free.push_back(i);
+    }
+    add_parked(m.lanes[lane], -static_cast<std::int64_t>(done_n));
+    o.act->op.store(0, std::memory_order_release);
+    if (done_n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
+    n += done_n;
   }
-  SHMBOX_FAULT("owner.mid_unstash");
-  oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
-  drop_counter.store(before_b + dropped, std::memory_order_relaxed);
-  for (const std::uint32_t i : done) {
-    // release: our payload reads happen before the next S2's writes (its acquire CAS)
-    m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
-    o.stash_free.push_back(i);
-  }
-  add_parked(m.lanes[lane], -static_cast<std::int64_t>(n));
-  o.act->op.store(0, std::memory_order_release);
-  if (n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
   return n;
 }
 
@@ -248,6 +265,7 @@ void stash_recover(owner_ctx& o) noexcept {
   std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
   std::vector<std::uint64_t> drop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // PRIORITY BOXES
   std::vector<std::uint64_t> bdrop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // CUSTOM BUFFERS
+  std::vector<std::uint64_t> again_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // redeliveries (U2-U4)
   for (std::uint32_t i = 0; i < entries; ++i) {
     stash_entry* e = m.stash_at(i);
     // acquire: pairs with the gone owner's releases (S2, S4, U3)
@@ -273,7 +291,8 @@ void stash_recover(owner_ctx& o) noexcept {
         // not committed (the slot is redelivered from the ring), else moved.
         const std::uint64_t order = e->order.load(std::memory_order_relaxed);
         // acquire: pairs with the gone owner's release stores (T6, its op)
-        const bool undone = its && op == make_op(op_kind::recv, lane, order) &&
+        // (a recv op names the position modulo 2^48: layout.hpp)
+        const bool undone = its && op == make_op(op_kind::recv, lane, order & kPosMask) &&
                             m.actor_counters(ai, lane)->delivered.load(std::memory_order_acquire) ==
                                 ar->op_before.load(std::memory_order_acquire);
         what[i] = undone ? act::release : stash_redelivered(seen) ? act::queue_flagged : act::queue;
@@ -289,6 +308,9 @@ void stash_recover(owner_ctx& o) noexcept {
           drop_count[ai * kMaxLanes + lane] += 1;
         if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 1))
           bdrop_count[ai * kMaxLanes + lane] += 1;
+        // A flagged DONE entry was committed by a commit of redeliveries (its op_before_b: redelivered).
+        if (k == stash_kind::done && stash_redelivered(seen) && op == make_op(op_kind::stash_commit, lane, 0))
+          again_count[ai * kMaxLanes + lane] += 1;
         what[i] = act::release;
       }
       continue;
@@ -300,7 +322,10 @@ void stash_recover(owner_ctx& o) noexcept {
     if (k == stash_kind::writing) {  // S2-S4: never parked, never counted
       what[i] = act::release;
     } else if (k == stash_kind::done) {  // U3-U4: delivered; counted below unless the count was made
-      if (op == make_op(op_kind::stash_commit, lane, 0)) done_count[ai * kMaxLanes + lane] += 1;
+      if (op == make_op(op_kind::stash_commit, lane, 0)) {
+        done_count[ai * kMaxLanes + lane] += 1;
+        if (stash_redelivered(seen)) again_count[ai * kMaxLanes + lane] += 1;  // (as above)
+      }
       what[i] = act::release;
     } else {
       if (k == stash_kind::parked && op == make_op(op_kind::stash_put, lane, i))  // S5 not made
@@ -328,6 +353,13 @@ void stash_recover(owner_ctx& o) noexcept {
         // acquire: as above (U2's op_before_b: buffer_dropped before)
         std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
         m.actor_counters(ai, l)->buffer_dropped.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = again_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above (U2's op_before_b: redelivered before, in a commit of redeliveries)
+        std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->redelivered.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
       }
   std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
   std::vector<std::uint32_t> queued;                           // PRIORITY BOXES

@@ -310,6 +310,23 @@ TEST_CASE("buffers: an owner killed (SIGKILL, or at each step of moving and drop
   }
 }
 
+TEST_CASE("buffers: a redelivery from the buffer is counted once (redelivered), also when its owner is killed handing it out") {
+  register_examples();
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("bufagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .buffer = "dedupe"});
+      REQUIRE(box);
+      {
+        auto p = shmbox::Producer::attach(*box);
+        REQUIRE(p);
+        for (int i = 1; i <= 6; ++i) REQUIRE(p->post(tag('k', i)) == shmbox::post_status::stored);
+      }
+      shmtest::check_redeliveries_counted(*box, point, two_phase, false);
+    }
+  }
+}
+
 namespace {
 // Breaks the contract on purpose: pop() names an id it never held, once.
 class liar final : public shmbox::buffer {

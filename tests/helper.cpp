@@ -382,9 +382,10 @@ int own(int argc, char** argv) {
   return 0;
 }
 
-// An owner driven line by line on stdin (the stash tests): each command
-// answers one line.
-//   read N        read() up to N messages (5 s for the first): "read K d1 d2 ..."
+// An owner driven line by line on stdin (the stash tests, and the
+// redelivery counts of every kind of box; the example buffer types are
+// registered): each command answers one line.
+//   read N        read() up to N messages (5 s for the first): "read K d1 d2* ..." (* redelivered)
 //   stash-read    stash every message of the last read, then commit: "stashed K"
 //   commit        commit the last read: "committed"
 //   unstash       "unstashed K"
@@ -539,6 +540,11 @@ int buf_own(int argc, char** argv) {
 
 int stash_owner(int argc, char** argv) {
   if (argc < 3) return usage();
+  // (custom-buffer boxes too: the example types, as buf-own)
+  if (!shmbox_examples::register_top_n() || !shmbox_examples::register_dedupe()) {
+    say("error register");
+    return 1;
+  }
   auto o = acquire_or_say(argv[2]);
   if (!o) return 1;
   std::printf("owned %" PRIu64 "\n", o->epoch());
@@ -559,6 +565,7 @@ int stash_owner(int argc, char** argv) {
       for (std::size_t i = 0; i < last.size(); ++i) {
         out += ' ';
         out += last[i];
+        if (last.redelivered(i)) out += '*';
       }
       if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
     } else if (cmd == "read-ids") {  // as read, then each message's id (Owner::id_of)

@@ -336,6 +336,22 @@ TEST_CASE("priority: read and commit; read, give-back by death: redelivered, sti
   CHECK(box->read_counters().delivered == 6);
 }
 
+TEST_CASE("priority: a redelivery from the store is counted once (redelivered), also when its owner is killed handing it out") {
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("prioagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
+      REQUIRE(box);
+      {
+        auto p = shmbox::Producer::attach(*box);
+        REQUIRE(p);
+        for (int i = 6; i >= 1; --i) REQUIRE(p->post(tag('f', i), {.priority = std::int64_t{i}}) == post_status::stored);
+      }
+      shmtest::check_redeliveries_counted(*box, point, two_phase, false);
+    }
+  }
+}
+
 TEST_CASE("priority: the fault matrix: an owner killed at every step of the sort and of the delivery loses nothing") {
   // Eight messages f1..f8 with priorities 1..8, posted in reverse order. The
   // owner is killed at the n-th pass of a step of its receives (the first

@@ -326,6 +326,18 @@ TEST_CASE("stash: the fault matrix: an owner killed inside stash and inside the 
   CHECK(shmtest::run({shmtest::cli_path(), "verify", g.name}).code == 0);
 }
 
+TEST_CASE("stash: a parked message the heir receives again is counted once (redelivered), also when that owner is killed") {
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("stashagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .stash = 8});
+      REQUIRE(box);
+      REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "a1", "a2", "a3", "a4", "a5", "a6"}).code == 0);
+      shmtest::check_redeliveries_counted(*box, point, two_phase, true);
+    }
+  }
+}
+
 TEST_CASE("stash: the CLI creates a stash box; the manual documents --stash") {
   shmtest::segment_guard g(shmtest::unique_name("stashcli"));
   const auto lifo = shmtest::run({shmtest::cli_path(), "create", g.name, "--stash", "4", "--policy", "lifo"});
