@@ -273,7 +273,7 @@ struct alignas(kCacheLine) owner_record {
   a64 last_owner_key;    // key of the owner before the current one (for transfer records)
   a32 state;             // owner_state | arming count << 2 (state_mode, next_state)
   std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
-  a64 drops_baseline;    // overflow drops counted when the last delivery was made
+  a64 drops_baseline;    // overflow and custom-buffer drops counted when the last delivery was made
   a64 owner_pid_ns;      // inode of the owner's pid namespace (display: liveness is its lock, liveness.hpp)
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word

@@ -131,10 +131,12 @@ struct filter_sink final : detail::owner_sink {
     return detail::take_verdict::deliver;
   }
 };
-// Messages the box's policies refused, dropped or evicted, all lanes.
+// A delivery's drops that are not its filter's (pobox's Lost): messages the
+// box's policies refused, dropped or evicted, and those a custom buffer
+// dropped (ring.hpp CUSTOM BUFFERS), all lanes.
 inline std::uint64_t overflow_drops(const Box& box) {
   const counters c = box.read_counters();
-  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest;
+  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest + c.buffer_dropped;
 }
 
 }  // namespace detail

@@ -105,7 +105,8 @@ using filter_fn = std::function<filter_verdict(std::string& message)>;
 struct delivery {
   batch messages;             // delivered, in order, as the filter left them
   std::size_t count = 0;      // messages.size()
-  std::uint64_t dropped = 0;  // overflow drops since the last delivery + this delivery's filter drops
+  std::uint64_t dropped = 0;  // drops since the last delivery (the policies' overflow drops and a custom
+                              // buffer's, buffer_dropped) + this delivery's filter drops
   bool empty() const noexcept { return count == 0; }  // everything dropped, or the first message skipped
 };
 
@@ -124,7 +125,7 @@ struct usage_info {
   std::uint64_t depth_total = 0;
   std::vector<std::uint32_t> capacity;  // per lane
   std::uint64_t capacity_total = 0;
-  std::uint64_t dropped_since_delivery = 0;  // overflow drops since the last delivery (deliver())
+  std::uint64_t dropped_since_delivery = 0;  // overflow and custom-buffer drops since the last delivery (deliver())
 };
 
 // How one receive waits and how much it takes. E.g. receive(m) waits for
