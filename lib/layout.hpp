@@ -180,7 +180,8 @@ struct segment_header {
   std::uint32_t spin_ns;           // adaptive wait: poll this long before sleeping (options::spin)
   std::uint32_t default_lane;      // lane of a plain post (options::default_lane); < lane_count
   std::uint32_t stash_entries;     // the owner's stash (options::stash): entries; 0 none (a reserved
-                                   // field before: 0 in older boxes)
+                                   // field before: 0 in older boxes). A priority box: its store's
+                                   // (one per slot; + 1 with a custom buffer), then its stash's
   std::uint32_t stash_stride;      // bytes per stash entry (stash_entry + payload, 64-B multiple)
   std::uint64_t stash_offset;      // offset of stash_entry[0]
   std::uint32_t ordering;          // kOrdering*: 0 FIFO (a reserved field before: 0 in older boxes),
@@ -598,7 +599,7 @@ struct stash_entry {
   a64 order;    // stash order (owner_record::stash_next_order when parked); a sorted message: its ring position
   a32 length;   // payload bytes; untrusted: bounded by slot_payload before use
   a32 lane;     // the lane the message came from; untrusted: bounded by lane_count
-  a64 priority; // a priority box's message: its priority (an int64 in two's complement)
+  a64 priority; // a priority box's message (stored or parked): its priority (an int64 in two's complement)
 };
 static_assert(sizeof(stash_entry) == 32);
 static_assert(offsetof(stash_entry, state) == 0);

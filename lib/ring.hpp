@@ -294,6 +294,20 @@
 // rules above with that number. Owner::stash refuses a message whose lane
 // would be left no room (parked + 1 >= limit). A post that read `parked`
 // just before a stash may still land against the old count.
+// A PRIORITY BOX'S STASH (below): its entries follow the store's in the
+// same pool; a parked entry also holds the message's priority. Unstashed
+// (FRONT) entries go into their lane's heap, not before every lane: each
+// rejoins its priority, ahead of the stored messages of that priority, in
+// stash order among the unstashed ones (actor-ts's stash with its
+// PriorityMailbox); U1-U4 as above, from the heap. A takeover makes
+// PARKED, FRONT and TAKEN ones FRONT (flagged) in the heaps likewise.
+// unstash_all moves one entry at a time (PARKED -> FRONT, then into the
+// heap): an owner killed half-way (fault point owner.mid_unstash_all)
+// leaves PARKED and FRONT entries, which the takeover treats alike. The
+// lane's `parked` counts store and stash together (the gate: ring + store
+// + stash <= limit); Owner::stash refuses when the lane's stash alone would
+// leave no room (stash + 1 >= limit), so the store's delivery always opens
+// the lane again.
 //
 // ===========================================================================
 // PRIORITY BOXES (options::priority; priority.cpp): actor-ts's PriorityMailbox
@@ -339,12 +353,13 @@
 //  post that read `parked` just before a move may still land against the
 //  older count. Policies: reject, drop_newest and block; drop_oldest is
 //  refused (the oldest message may be in the store, where only the owner
-//  writes), lifo too. No lease (a stale owner's store could not be fenced)
-//  and no user stash yet. Redeliveries are counted when the store hands them
-//  out (U2-U4 of their own), not at the move (T5b does not count a move).
-//  Costs: the store doubles the segment (a slot's
-//  size per entry); each message is copied once more (ring -> store) and
-//  costs O(log n) heap work; posts take the general path (bench/run.sh).
+//  writes), lifo too. No lease (a stale owner's store could not be fenced);
+//  a user stash (options::stash) as THE STASH says. Redeliveries are
+//  counted when the store hands them out (U2-U4 of their own), not at the
+//  move (T5b does not count a move). Costs: the store doubles the segment
+//  (a slot's size per entry); each message is copied once more (ring ->
+//  store) and costs O(log n) heap work; posts take the general path
+//  (bench/run.sh).
 //
 // ===========================================================================
 // CUSTOM BUFFERS (options::buffer; buffer.cpp, shmbox/buffer.hpp): pobox's
@@ -545,8 +560,9 @@ struct pending_slot {
 // A priority box's message in the owner's order (ring.hpp PRIORITY BOXES).
 struct sort_item {
   std::int64_t priority = 0;
-  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities)
+  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities); unstashed: its stash order
   std::uint32_t entry = 0;   // its store entry
+  bool front = false;        // unstashed (a FRONT entry): ahead of the stored messages of its priority
 };
 inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
 
@@ -569,9 +585,10 @@ struct owner_ctx {
   std::error_code last_error;
   std::uint32_t polls = 0;  // receive polls, for reading the tails only every 64th (owner.cpp)
   // THE STASH (stash boxes): this owner's view of its entries.
-  std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order
+  std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order (a priority box: in its heaps)
   std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
   std::vector<std::uint32_t> stash_free;   // FREE entries
+  std::uint64_t stash_held[kMaxLanes] = {};  // entries PARKED, FRONT or TAKEN by the stash, per lane (not sorted ones)
   // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
   std::vector<sort_item> sort_heap[kMaxLanes];
   std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
@@ -602,9 +619,10 @@ enum class take_verdict {
 struct take_sink {
   std::size_t max = 0;        // take at most this many
   bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
-  // `position`: the message's lane position (message_id), kNoPosition for a parked one.
+  // `position`: the message's lane position (message_id), kNoPosition for a parked one;
+  // `priority`: a priority box's message's priority (a custom buffer's: its key), else 0.
   virtual take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                              std::uint64_t position) = 0;
+                              std::uint64_t position, std::int64_t priority) = 0;
 
  protected:
   ~take_sink() = default;
@@ -677,11 +695,13 @@ struct resize_outcome {
 result<resize_outcome> resize_lane(producer_ctx& p, std::uint32_t lane, std::uint32_t limit) noexcept;
 
 // THE STASH (stash.cpp). Owner only.
-// Parks a copy of `data` (a message of lane `lane`): errors invalid_argument
-// (no stash, no such lane), too_large, full (no free entry, or the lane
-// would be left no room), not_owner (a newer owner holds the entries).
-result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept;
-// Makes every parked message FRONT (delivered next, in stash order); returns how many.
+// Parks a copy of `data` (a message of lane `lane`; a priority box's: of that
+// priority): errors invalid_argument (no stash, no such lane), too_large,
+// full (no free entry, or the lane would be left no room), not_owner (a
+// newer owner holds the entries).
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane, std::int64_t priority = 0) noexcept;
+// Makes every parked message FRONT (delivered next, in stash order; a
+// priority box's: first of its priority in its lane's heap); returns how many.
 std::size_t stash_unstash_all(owner_ctx& o) noexcept;
 // Delivers FRONT entries into the sink (before any lane): as owner_take.
 take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
@@ -709,8 +729,13 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
 // Whether the store holds messages for this owner to deliver.
 bool sort_waiting(const owner_ctx& o) noexcept;
 void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
-// The heaps, from the entries a takeover has made QUEUED (stash_recover).
-void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
+// The heaps, from the entries a takeover has made QUEUED, and FRONT (the
+// stash's, in stash order; stash_recover).
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued, const std::vector<std::uint32_t>& front) noexcept;
+// A FRONT entry (unstashed) into its lane's heap.
+void sort_push_front(owner_ctx& o, std::uint32_t entry) noexcept;
+// Unstashed messages waiting in the heaps (Owner::unstashed_waiting).
+std::size_t sort_front_count(const owner_ctx& o) noexcept;
 // A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
 

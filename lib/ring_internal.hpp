@@ -185,7 +185,7 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
       return took::lost_race;
-    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp);
+    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
     if (v == take_verdict::skip) {
       put_back();
       return took::skipped;
@@ -224,7 +224,8 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
       s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
     }
   }
-  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp);  // T4
+  // T4 (a priority box's sink, its move, reads the slot's priority word itself)
+  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
   SHMBOX_FAULT("owner.after_take");
   if (v == take_verdict::skip) {
     put_back();  // as it was (FULL, or ours to redeliver)

@@ -35,12 +35,11 @@ void add_parked(const lane_view& L, std::int64_t by) noexcept {
 
 }  // namespace
 
-result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept {
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane, std::int64_t priority) noexcept {
   mapped_box& m = *o.m;
   const std::string who = "box '" + m.name + "'";
   if (m.user_stash() == 0)
-    return fail(errc::invalid_argument, who + (m.buffered()   ? " is a custom-buffer box, which has no stash yet"
-                                               : m.priority() ? " is a priority box, which has no stash yet"
+    return fail(errc::invalid_argument, who + (m.buffered() ? " is a custom-buffer box, which has no stash yet"
                                                             : " has no stash: create it with a stash (options::stash, shmbox create --stash N)"));
   if (lane >= m.lane_count())
     return fail(errc::invalid_argument, who + ": no lane " + std::to_string(lane) + " (it has " + std::to_string(m.lane_count()) + ")");
@@ -48,12 +47,17 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
     return fail(errc::too_large, who + ": a message of " + std::to_string(data.size()) + " bytes; its stash holds at most " +
                                      std::to_string(m.geo.params.slot_payload));
   const lane_view& L = m.lanes[lane];
-  const std::uint64_t parked = L.hdr->parked.load(std::memory_order_relaxed);
+  // A priority box's `parked` also counts its store's messages (PRIORITY
+  // BOXES), which the owner delivers: only the stash's own may not close
+  // the lane. (relaxed: `parked` is written by us only)
+  const std::uint64_t parked = m.priority() ? o.stash_held[lane] : L.hdr->parked.load(std::memory_order_relaxed);
   if (parked + 1 >= L.limit())
     return fail(errc::stash_full, who + ": lane " + std::to_string(lane) + " holds " + std::to_string(L.limit()) + " and has " +
                                 std::to_string(parked) + " parked: one more would leave its producers no room; unstash first");
-  if (o.stash_free.empty())
-    return fail(errc::stash_full, who + ": its stash is full (" + std::to_string(m.stash_entries()) +
+  std::uint64_t in_use = 0;
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) in_use += o.stash_held[l];
+  if (o.stash_free.empty() || in_use >= m.user_stash())
+    return fail(errc::stash_full, who + ": its stash is full (" + std::to_string(m.user_stash()) +
                                 " entries); unstash first, or create the box with a larger --stash");
   const std::uint32_t i = o.stash_free.back();
   stash_entry* e = m.stash_at(i);
@@ -81,6 +85,7 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
   const std::uint64_t order = rec->stash_next_order.load(std::memory_order_relaxed);
   rec->stash_next_order.store(order + 1, std::memory_order_relaxed);
   e->order.store(order, std::memory_order_relaxed);
+  e->priority.store(static_cast<std::uint64_t>(priority), std::memory_order_relaxed);  // a priority box's tier
   add_parked(L, 1);  // S3
   SHMBOX_FAULT("owner.mid_stash");
   // S4. release: payload, length, lane and order before the entry shows PARKED.
@@ -89,6 +94,7 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
   oc->stashed.store(o.act->op_before.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   o.act->op.store(0, std::memory_order_release);
   o.stash_parked.push_back(i);
+  ++o.stash_held[lane];
   return {};
 }
 
@@ -99,8 +105,14 @@ std::size_t stash_unstash_all(owner_ctx& o) noexcept {
     std::uint64_t expected = make_stash_state(stash_kind::parked, o.epoch);
     // relaxed: the entry's contents were published by S4, and a next owner treats
     // PARKED and FRONT alike; a failed CAS means a newer owner has it.
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::front, o.epoch), std::memory_order_relaxed))
+    if (!e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::front, o.epoch), std::memory_order_relaxed))
+      continue;
+    // A priority box's: into its lane's heap, first of its priority (PRIORITY BOXES).
+    if (o.m->priority())
+      sort_push_front(o, i);
+    else
       o.stash_front.push_back(i);
+    SHMBOX_FAULT("owner.mid_unstash_all");
   }
   o.stash_parked.clear();
   return n;
@@ -160,6 +172,7 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
       o.stash_free.push_back(i);
     }
     add_parked(m.lanes[lane], -static_cast<std::int64_t>(done_n));
+    o.stash_held[lane] -= std::min<std::uint64_t>(o.stash_held[lane], parked);
     o.act->op.store(0, std::memory_order_release);
     if (done_n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
     n += done_n;
@@ -189,6 +202,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
                                              " out of range (corrupt segment; the entry is freed)");
       e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
       o.stash_free.push_back(i);
+      if (lane < m.lane_count() && o.stash_held[lane] > 0) --o.stash_held[lane];
       continue;
     }
     const bool redelivered = stash_redelivered(seen);
@@ -197,7 +211,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
     if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;  // look again
     o.stash_front.pop_front();
     SHMBOX_FAULT("owner.after_take");
-    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane, kNoPosition);
+    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane, kNoPosition, 0);
     if (v == take_verdict::skip) {
       e->state.store(seen, std::memory_order_relaxed);  // back to FRONT, first in line
       o.stash_front.push_front(i);
@@ -241,7 +255,7 @@ void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& 
 }
 
 void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
-  if (stash_sorted(ps.seq)) return sort_give_back(o, ps);
+  if (stash_sorted(ps.seq) || o.m->priority()) return sort_give_back(o, ps);  // (a priority box's unstashed: its heap)
   stash_entry* e = o.m->stash_at(static_cast<std::uint32_t>(ps.where));
   std::uint64_t expected = ps.seq;
   // relaxed: the entry goes back as it was (FRONT); only we deliver it
@@ -254,6 +268,7 @@ void stash_recover(owner_ctx& o) noexcept {
   o.stash_front.clear();
   o.stash_parked.clear();
   o.stash_free.clear();
+  for (auto& h : o.stash_held) h = 0;
   const std::uint32_t entries = m.stash_entries();
   if (entries == 0) return;
   // Pass 1 reads only, and finishes the gone owners' counts; pass 2 changes
@@ -274,8 +289,9 @@ void stash_recover(owner_ctx& o) noexcept {
     const stash_kind k = stash_kind_of(seen);
     const std::uint64_t ep = stash_epoch_of(seen);
     std::uint32_t len = 0, lane = 0;
+    // (sorted entries only in a priority box; the others only where a user may stash)
     if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::queued ||
-        stash_sorted(seen) != m.priority() || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
+        (stash_sorted(seen) ? !m.priority() : m.user_stash() == 0) || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
       what[i] = act::release;  // scribbled: nothing can be delivered from it
       continue;
     }
@@ -316,7 +332,7 @@ void stash_recover(owner_ctx& o) noexcept {
       continue;
     }
     if (k == stash_kind::sorting || k == stash_kind::queued) {
-      what[i] = act::release;  // scribbled: not a priority box
+      what[i] = act::release;  // scribbled: only sorted entries are
       continue;
     }
     if (k == stash_kind::writing) {  // S2-S4: never parked, never counted
@@ -384,7 +400,10 @@ void stash_recover(owner_ctx& o) noexcept {
       front.emplace_back(order, i);
       next_order = std::max(next_order, order + 1);
       // Read again: another process may have written it since pass 1 (shared memory).
-      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) {
+        ++held[l];
+        ++o.stash_held[l];
+      }
       SHMBOX_FAULT("takeover.mid_recovery");
       continue;
     }
@@ -394,14 +413,20 @@ void stash_recover(owner_ctx& o) noexcept {
   // Entries are taken from the back: lowest index first.
   std::reverse(o.stash_free.begin(), o.stash_free.end());
   std::sort(front.begin(), front.end());
-  for (const auto& [order, i] : front) o.stash_front.push_back(i);
+  std::vector<std::uint32_t> unstashed;  // a priority box's: into its heaps (PRIORITY BOXES)
+  for (const auto& [order, i] : front) {
+    if (m.priority())
+      unstashed.push_back(i);
+    else
+      o.stash_front.push_back(i);
+  }
   m.owner()->stash_next_order.store(next_order, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
   // After `parked` is exact: a custom buffer's rebuild may drop (commit_entries).
   if (m.buffered())
     buf_rebuild(o, queued);
   else
-    sort_rebuild(o, queued);
+    sort_rebuild(o, queued, unstashed);
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) wake_space_waiters(m.lanes[l], o.light_fence);
 }
 

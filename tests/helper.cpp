@@ -386,7 +386,7 @@ int own(int argc, char** argv) {
 // redelivery counts of every kind of box; the example buffer types are
 // registered): each command answers one line.
 //   read N        read() up to N messages (5 s for the first): "read K d1 d2* ..." (* redelivered)
-//   stash-read    stash every message of the last read, then commit: "stashed K"
+//   stash-read    stash every message of the last read (a priority box's: with its priority), then commit: "stashed K"
 //   commit        commit the last read: "committed"
 //   unstash       "unstashed K"
 //   recv N T      receive_batch up to N, waiting T ms for the first: "got K d1 d2* ..." (* redelivered)
@@ -582,7 +582,7 @@ int stash_owner(int argc, char** argv) {
       std::size_t k = 0;
       std::string err;
       for (std::size_t i = 0; i < last.size(); ++i) {
-        if (o->stash(last[i], last.lane(i)) == shmbox::recv_status::ok) ++k;
+        if (o->stash(last[i], last.lane(i), last.priority(i)) == shmbox::recv_status::ok) ++k;
         else err = shmbox::explain(o->last_error());
       }
       const auto st = o->commit();
