@@ -23,8 +23,8 @@ struct access {
   // The mapping behind an Owner (c_api.cpp).
   static const std::shared_ptr<mapped_box>& owner_box(const Owner& o) noexcept;
   static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane,
-                     std::uint64_t position) {
-    b.append(data, size, redelivered, lane, position);
+                     std::uint64_t position, std::int64_t priority) {
+    b.append(data, size, redelivered, lane, position, priority);
   }
   // An Owner handle for the epoch this process has just taken (handover.hpp):
   // runs recovery (ring.hpp R4) and reads the transfer record. owner.cpp.

@@ -151,8 +151,18 @@ std::uint64_t Box::depth_approx(std::uint32_t lane) const noexcept {
   const std::uint64_t h = L.hdr->head.load(std::memory_order_acquire);
   std::uint64_t n = h >= t ? 0 : std::min<std::uint64_t>(t - h, L.capacity);
   // A priority box's lane also holds the messages in the owner's store
-  // (ring.hpp PRIORITY BOXES), counted in `parked`. relaxed: an estimate.
-  if (L.is_priority()) n += std::min<std::uint64_t>(L.hdr->parked.load(std::memory_order_relaxed), L.capacity);
+  // (ring.hpp PRIORITY BOXES), counted in `parked` with its stash's (THE
+  // STASH: not in the depth; stashed - unstashed of the lane). relaxed: an estimate.
+  if (L.is_priority()) {
+    std::uint64_t stash = 0;
+    if (m_->user_stash() != 0)
+      for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
+        const detail::owner_lane_counters* oc = m_->actor_counters(a, lane);
+        stash += oc->stashed.load(std::memory_order_relaxed) - oc->unstashed.load(std::memory_order_relaxed);
+      }
+    const std::uint64_t parked = L.hdr->parked.load(std::memory_order_relaxed);
+    n += std::min<std::uint64_t>(parked > stash ? parked - stash : 0, L.capacity);
+  }
   return n;
 }
 
@@ -264,16 +274,49 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return s->seq.load(std::memory_order_relaxed) == seen;
   };
+  // The stash first, in stash order (seqlock reads of each entry, as above):
+  // parked, unstashed and being read; in a priority box, whose unstashed
+  // messages are in their lane's order, the parked ones only.
+  auto list_stash = [&](bool parked_only) {
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> parked;  // (order, entry)
+    for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
+      const std::uint64_t s = m.stash_at(i)->state.load(std::memory_order_acquire);
+      const detail::stash_kind k = detail::stash_kind_of(s);
+      if (detail::stash_sorted(s)) continue;  // a priority box's store
+      if (k == detail::stash_kind::parked || (!parked_only && (k == detail::stash_kind::front || k == detail::stash_kind::taken)))
+        parked.emplace_back(m.stash_at(i)->order.load(std::memory_order_relaxed), i);
+    }
+    std::sort(parked.begin(), parked.end());
+    for (const auto& [order, i] : parked) {
+      if (out.size() >= max) break;
+      detail::stash_entry* e = m.stash_at(i);
+      const std::uint64_t seen = e->state.load(std::memory_order_acquire);
+      const detail::stash_kind k = detail::stash_kind_of(seen);
+      const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+      const std::uint32_t len = std::min(e->length.load(std::memory_order_relaxed), m.geo.params.slot_payload);
+      if (lane >= m.lane_count()) continue;
+      bytes.resize(len);
+      const auto* src = detail::mapped_box::stash_payload(e);
+      for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e->state.load(std::memory_order_relaxed) != seen) continue;
+      out.push_back({lane, order, bytes,
+                     k == detail::stash_kind::parked ? "parked" : k == detail::stash_kind::front ? "unstashed" : "reading"});
+    }
+  };
   if (m.priority()) {
-    // A priority box (ring.hpp PRIORITY BOXES): lane by lane, the store's
-    // messages and the ring's not yet sorted ones together, in the owner's
-    // order (priority, then ring position). Seqlock reads, as above.
+    // A priority box (ring.hpp PRIORITY BOXES): its parked messages, then lane
+    // by lane the store's messages (with the stash's unstashed ones, first in
+    // their priority) and the ring's not yet sorted ones together, in the
+    // owner's order (priority, then ring position). Seqlock reads, as above.
+    list_stash(true);
     struct item {
       std::int64_t priority;
-      std::uint64_t position;
+      std::uint64_t position;  // an unstashed one: its stash order
       bool store;
       std::uint32_t where;  // entry, or slot index
       std::uint64_t seen;
+      bool front = false;  // unstashed (THE STASH)
     };
     for (std::uint32_t l = 0; l < m.lane_count() && out.size() < max; ++l) {
       const detail::lane_view& L = m.lanes[l];
@@ -282,10 +325,11 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         detail::stash_entry* e = m.stash_at(i);
         const std::uint64_t seen = e->state.load(std::memory_order_acquire);
         const detail::stash_kind k = detail::stash_kind_of(seen);
-        if (k != detail::stash_kind::queued && !(k == detail::stash_kind::taken && detail::stash_sorted(seen))) continue;
+        const bool front = !detail::stash_sorted(seen) && (k == detail::stash_kind::front || k == detail::stash_kind::taken);
+        if (k != detail::stash_kind::queued && !(k == detail::stash_kind::taken && detail::stash_sorted(seen)) && !front) continue;
         if (e->lane.load(std::memory_order_relaxed) != l) continue;
         items.push_back({static_cast<std::int64_t>(e->priority.load(std::memory_order_relaxed)),
-                         e->order.load(std::memory_order_relaxed), true, i, seen});
+                         e->order.load(std::memory_order_relaxed), true, i, seen, front});
       }
       const std::uint64_t tail = L.hdr->tail.load(std::memory_order_acquire) >> 1;
       const std::uint64_t head = L.hdr->head.load(std::memory_order_acquire);
@@ -306,7 +350,8 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         });
       else
         std::sort(items.begin(), items.end(), [](const item& a, const item& b) {
-          return a.priority != b.priority ? a.priority < b.priority : a.position < b.position;
+          if (a.priority != b.priority) return a.priority < b.priority;
+          return a.front != b.front ? a.front : a.position < b.position;
         });
       for (const item& it : items) {
         if (out.size() >= max) break;
@@ -322,37 +367,15 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
         std::atomic_thread_fence(std::memory_order_acquire);
         if (e->state.load(std::memory_order_relaxed) != it.seen) continue;
         out.push_back({l, it.position, bytes,
-                       detail::stash_kind_of(it.seen) != detail::stash_kind::queued ? "reading" : m.buffered() ? "buffered" : "sorted"});
+                       detail::stash_kind_of(it.seen) == detail::stash_kind::front ? "unstashed"
+                       : detail::stash_kind_of(it.seen) != detail::stash_kind::queued ? "reading"
+                       : m.buffered()                                            ? "buffered"
+                                                                                 : "sorted"});
       }
     }
     return out;
   }
-  {
-    // The stash first, in stash order (seqlock reads of each entry, as above).
-    std::vector<std::pair<std::uint64_t, std::uint32_t>> parked;  // (order, entry)
-    for (std::uint32_t i = 0; i < m.stash_entries(); ++i) {
-      const detail::stash_kind k = detail::stash_kind_of(m.stash_at(i)->state.load(std::memory_order_acquire));
-      if (k == detail::stash_kind::parked || k == detail::stash_kind::front || k == detail::stash_kind::taken)
-        parked.emplace_back(m.stash_at(i)->order.load(std::memory_order_relaxed), i);
-    }
-    std::sort(parked.begin(), parked.end());
-    for (const auto& [order, i] : parked) {
-      if (out.size() >= max) break;
-      detail::stash_entry* e = m.stash_at(i);
-      const std::uint64_t seen = e->state.load(std::memory_order_acquire);
-      const detail::stash_kind k = detail::stash_kind_of(seen);
-      const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
-      const std::uint32_t len = std::min(e->length.load(std::memory_order_relaxed), m.geo.params.slot_payload);
-      if (lane >= m.lane_count()) continue;
-      bytes.resize(len);
-      const auto* src = detail::mapped_box::stash_payload(e);
-      for (std::uint32_t b = 0; b < len; ++b) bytes[b] = static_cast<char>(static_cast<const volatile std::byte*>(src)[b]);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (e->state.load(std::memory_order_relaxed) != seen) continue;
-      out.push_back({lane, order, bytes,
-                     k == detail::stash_kind::parked ? "parked" : k == detail::stash_kind::front ? "unstashed" : "reading"});
-    }
-  }
+  list_stash(false);
   for (std::uint32_t l = 0; l < m.lane_count() && out.size() < max; ++l) {
     const detail::lane_view& L = m.lanes[l];
     if (L.is_lifo()) {

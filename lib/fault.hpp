@@ -25,6 +25,7 @@
 //   owner.after_commit       owner: delivered counted, slots not yet freed
 //   owner.mid_stash          owner (stash): entry written and counted in parked, not yet PARKED
 //   owner.mid_unstash        owner: unstashed (or a priority box's sorted) entries marked DONE, not yet counted or freed
+//   owner.mid_unstash_all    owner (unstash_all): a parked message made FRONT (unstashed), the next ones not yet
 //   owner.mid_sort           owner (priority box): a ring message copied into a SORTING store entry, its slot not yet committed
 //   owner.before_buffer_drop owner (custom-buffer box): the buffer named messages to drop, none marked DONE yet
 //   takeover.after_cas       new owner: owner key CASed to itself, epoch not yet bumped

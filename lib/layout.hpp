@@ -113,6 +113,10 @@ constexpr bool is_owner_actor(std::uint32_t actor) noexcept { return actor >= kO
 // repairer that finds the slot held by the dead actor reads them to finish the
 // count exactly once (see the protocol text at the top of ring.hpp).
 //   bits 0..3 kind, bits 4..7 lane, bits 8..63 target (position or slot index)
+// An owner's recv / lifo_pop target is the position modulo 2^48 (or the slot
+// index), with kRecvAgain set when the message is a redelivery: the owner
+// counts it in `redelivered` after T5, from op_before_b (ring.hpp T5b).
+// Readers compare the target modulo 2^48, so the bit is invisible to them.
 // ---------------------------------------------------------------------------
 enum class op_kind : std::uint32_t {
   none = 0,
@@ -131,6 +135,7 @@ enum class op_kind : std::uint32_t {
   stash_put = 13,    // owner: parking a message in stash entry `target` (counted stashed)
   stash_commit = 14, // owner: committing its TAKEN stash entries of lane `lane` (counted unstashed)
 };
+constexpr std::uint64_t kRecvAgain = 1ull << 48;  // recv / lifo_pop target: a redelivery (above)
 // claim_run's target: the first position (low 48 bits) and the run length - 1 (8 bits).
 constexpr std::uint32_t kMaxClaimRun = 256;
 constexpr std::uint64_t run_target(std::uint64_t first, std::uint32_t n) noexcept {
@@ -175,7 +180,8 @@ struct segment_header {
   std::uint32_t spin_ns;           // adaptive wait: poll this long before sleeping (options::spin)
   std::uint32_t default_lane;      // lane of a plain post (options::default_lane); < lane_count
   std::uint32_t stash_entries;     // the owner's stash (options::stash): entries; 0 none (a reserved
-                                   // field before: 0 in older boxes)
+                                   // field before: 0 in older boxes). A priority box: its store's
+                                   // (one per slot; + 1 with a custom buffer), then its stash's
   std::uint32_t stash_stride;      // bytes per stash entry (stash_entry + payload, 64-B multiple)
   std::uint64_t stash_offset;      // offset of stash_entry[0]
   std::uint32_t ordering;          // kOrdering*: 0 FIFO (a reserved field before: 0 in older boxes),
@@ -268,7 +274,7 @@ struct alignas(kCacheLine) owner_record {
   a64 last_owner_key;    // key of the owner before the current one (for transfer records)
   a32 state;             // owner_state | arming count << 2 (state_mode, next_state)
   std::uint32_t lease_ms;  // immutable: lease deadline (0 = only death ends a lease)
-  a64 drops_baseline;    // overflow drops counted when the last delivery was made
+  a64 drops_baseline;    // overflow and custom-buffer drops counted when the last delivery was made
   a64 owner_pid_ns;      // inode of the owner's pid namespace (display: liveness is its lock, liveness.hpp)
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
@@ -375,7 +381,8 @@ struct alignas(kCacheLine) owner_actor {
   a64 epoch;        // the epoch it holds it for
   a64 op;           // pending operation: recv / lifo_pop / filter_drop / commit / repair (make_op)
   a64 op_before;    // the counter the op changes, before it (commit: delivered)
-  a64 op_before_b;  // commit: filtered before it
+  a64 op_before_b;  // commit: filtered before it (target 1, a commit of redeliveries: redelivered);
+                    // recv / lifo_pop with kRecvAgain: redelivered; stash_commit: ring.hpp THE STASH
   a64 reserved[3];
 };
 static_assert(sizeof(owner_actor) == kCacheLine);
@@ -575,7 +582,7 @@ enum class stash_kind : std::uint32_t {
   sorting = 6,  // being moved in from the ring (kept or freed by the ring's op at a takeover)
   queued = 7,   // in the owner's order, waiting to be delivered
 };
-constexpr std::uint64_t kStashRedelivered = 1u << 8;
+constexpr std::uint64_t kStashRedelivered = 1u << 8;  // DONE: committed by a commit of redeliveries (ring.hpp U2-U4)
 constexpr std::uint64_t kStashSorted = 1u << 9;  // a priority box's message (not a parked one)
 constexpr std::uint64_t kStashDropped = 1u << 10;  // DONE: the owner's filter dropped it (a sorted message)
 constexpr std::uint64_t make_stash_state(stash_kind k, std::uint64_t epoch, bool redelivered = false,
@@ -592,7 +599,7 @@ struct stash_entry {
   a64 order;    // stash order (owner_record::stash_next_order when parked); a sorted message: its ring position
   a32 length;   // payload bytes; untrusted: bounded by slot_payload before use
   a32 lane;     // the lane the message came from; untrusted: bounded by lane_count
-  a64 priority; // a priority box's message: its priority (an int64 in two's complement)
+  a64 priority; // a priority box's message (stored or parked): its priority (an int64 in two's complement)
 };
 static_assert(sizeof(stash_entry) == 32);
 static_assert(offsetof(stash_entry, state) == 0);

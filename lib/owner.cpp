@@ -363,7 +363,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
         if (kept[i] != 0 && (filter == nullptr || staging_drops[i] == 0)) {
           const std::string_view b = staging[i];
           sink.append(reinterpret_cast<const std::byte*>(b.data()), static_cast<std::uint32_t>(b.size()),
-                      staging.redelivered(i), staging.lane(i), staging.position(i));
+                      staging.redelivered(i), staging.lane(i), staging.position(i), staging.priority(i));
         }
       if (sink.appended > 0 || (filter != nullptr && r.committed > 0)) return recv_status::ok;
       if (r.lost > 0) {
@@ -398,20 +398,22 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
   }
 }
 
-recv_status Owner::stash(std::string_view data, std::uint32_t lane) {
+recv_status Owner::stash(std::string_view data, std::uint32_t lane) { return stash(data, lane, 0); }
+
+recv_status Owner::stash(std::string_view data, std::uint32_t lane, std::int64_t priority) {
   if (!s_) return recv_status::not_owner;
   if (!s_->still_owner()) {
     s_->ctx.last_error = s_->not_owner_error("box '" + s_->m->name + "': this handle lost ownership; nothing stashed");
     return recv_status::not_owner;
   }
-  if (auto r = detail::stash_put(s_->ctx, data, lane); !r) {
+  if (auto r = detail::stash_put(s_->ctx, data, lane, priority); !r) {
     s_->ctx.last_error = r.error();
     return r.error() == make_error_code(errc::not_owner) ? recv_status::not_owner : recv_status::error;
   }
   return recv_status::ok;
 }
 
-recv_status Owner::stash(const message& m) { return stash(m.data, m.lane); }
+recv_status Owner::stash(const message& m) { return stash(m.data, m.lane, m.priority); }
 
 std::size_t Owner::unstash_all() {
   if (!s_ || !s_->still_owner()) return 0;
@@ -425,7 +427,11 @@ std::size_t Owner::pump() {
 
 std::size_t Owner::stashed() const noexcept { return s_ ? s_->ctx.stash_parked.size() : 0; }
 
-std::size_t Owner::unstashed_waiting() const noexcept { return s_ ? s_->ctx.stash_front.size() : 0; }
+std::size_t Owner::unstashed_waiting() const noexcept {
+  if (!s_) return 0;
+  // A priority box's unstashed messages wait in its heaps (ring.hpp PRIORITY BOXES).
+  return s_->m->priority() ? detail::sort_front_count(s_->ctx) : s_->ctx.stash_front.size();
+}
 
 bool Owner::give_away(std::uint32_t dest_pid, std::string_view data, std::chrono::nanoseconds timeout) {
   if (s_ && !s_->ctx.born.here()) {  // process.hpp H3: the box is the parent's to give

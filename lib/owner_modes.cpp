@@ -75,13 +75,15 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
   out.count = 0;
   out.dropped = 0;
   if (!s_) return recv_status::not_owner;
-  const std::uint64_t drops_now = overflow_drops(detail::access::make_box(s_->m));
   batch_sink sink(out.messages);
   std::uint64_t filter_drops = 0;
   const recv_status st = s_->receive_into(sink, max == 0 ? 1 : max, std::chrono::nanoseconds(0), false, &filter, &filter_drops);
   if (st == recv_status::timeout || st == recv_status::empty) return recv_status::empty;  // no data: no delivery
   if (st != recv_status::ok) return st;
   // A delivery (maybe empty: all dropped, or the first message skipped).
+  // Read after the receive: a custom buffer drops while the receive moves
+  // messages into it, and those drops belong to this delivery.
+  const std::uint64_t drops_now = overflow_drops(detail::access::make_box(s_->m));
   detail::owner_record* rec = s_->m->owner();
   const std::uint64_t base = rec->drops_baseline.load(std::memory_order_relaxed);
   out.count = out.messages.size();

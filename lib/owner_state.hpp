@@ -41,12 +41,13 @@ struct vector_sink final : detail::owner_sink {
   std::vector<message>* out;
   explicit vector_sink(std::vector<message>& v) : out(&v) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                                     std::uint64_t position) override {
+                                     std::uint64_t position, std::int64_t priority) override {
     message& m = out->emplace_back();
     m.data.assign(reinterpret_cast<const char*>(data), size);
     m.redelivered = redelivered;
     m.lane = lane;
     m.position = position;
+    m.priority = priority;
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -57,11 +58,12 @@ struct message_sink final : detail::owner_sink {
   message* out;
   explicit message_sink(message& m) : out(&m) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                                     std::uint64_t position) override {
+                                     std::uint64_t position, std::int64_t priority) override {
     out->data.assign(reinterpret_cast<const char*>(data), size);
     out->redelivered = redelivered;
     out->lane = lane;
     out->position = position;
+    out->priority = priority;
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -70,8 +72,8 @@ struct batch_sink final : detail::owner_sink {
   batch* out;
   explicit batch_sink(batch& b) : out(&b) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                                     std::uint64_t position) override {
-    detail::access::append(*out, data, size, redelivered, lane, position);
+                                     std::uint64_t position, std::int64_t priority) override {
+    detail::access::append(*out, data, size, redelivered, lane, position, priority);
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -87,11 +89,11 @@ struct view_sink final : detail::owner_sink {
   std::exception_ptr thrown;
   view_sink(void (*f)(void*, const message_view&), void* c) : fn(f), ctx(c) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                                     std::uint64_t position) override {
+                                     std::uint64_t position, std::int64_t priority) override {
     if (thrown) return detail::take_verdict::skip;
     ++appended;
     try {
-      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane, position});
+      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane, position, priority});
     } catch (...) {
       thrown = std::current_exception();
     }
@@ -108,7 +110,7 @@ struct filter_sink final : detail::owner_sink {
   std::string scratch;
   filter_sink(detail::owner_sink& in, const filter_fn* f) : inner(&in), filter(f) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                                     std::uint64_t position) override {
+                                     std::uint64_t position, std::int64_t priority) override {
     ++seen;
     filter_verdict v = filter_verdict::deliver;
     const std::byte* out = data;
@@ -124,17 +126,19 @@ struct filter_sink final : detail::owner_sink {
     if (drop_marks != nullptr) drop_marks->push_back(v == filter_verdict::drop ? 1 : 0);
     if (v == filter_verdict::drop) {
       ++drops;
-      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane, position);  // keeps the staging aligned
+      if (drop_marks != nullptr) inner->append(out, 0, redelivered, lane, position, priority);  // keeps the staging aligned
       return detail::take_verdict::drop;
     }
-    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane, position);
+    inner->append(out, static_cast<std::uint32_t>(n), redelivered, lane, position, priority);
     return detail::take_verdict::deliver;
   }
 };
-// Messages the box's policies refused, dropped or evicted, all lanes.
+// A delivery's drops that are not its filter's (pobox's Lost): messages the
+// box's policies refused, dropped or evicted, and those a custom buffer
+// dropped (ring.hpp CUSTOM BUFFERS), all lanes.
 inline std::uint64_t overflow_drops(const Box& box) {
   const counters c = box.read_counters();
-  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest;
+  return c.rejected + c.timeouts + c.dropped_newest + c.dropped_oldest + c.buffer_dropped;
 }
 
 }  // namespace detail

@@ -19,11 +19,15 @@ namespace {
 
 std::int64_t as_priority(std::uint64_t w) noexcept { return static_cast<std::int64_t>(w); }
 
-// The owner's order: lowest priority first, then ring position (FIFO among
-// equals: positions are the lane's claim order, across all producers).
-// std::push_heap keeps the largest first, so "larger" here means "later".
+// The owner's order: lowest priority first, then the unstashed ones (THE
+// STASH: they rejoin their priority ahead of what is stored, in stash
+// order), then ring position (FIFO among equals: positions are the lane's
+// claim order, across all producers). std::push_heap keeps the largest
+// first, so "larger" here means "later".
 bool later(const sort_item& a, const sort_item& b) noexcept {
-  return a.priority != b.priority ? a.priority > b.priority : a.order > b.order;
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.front != b.front) return b.front;
+  return a.order > b.order;
 }
 
 // lane.parked: written by the owner only (as stash.cpp's add_parked).
@@ -66,7 +70,7 @@ struct sort_sink final : take_sink {
   void finish() noexcept { publish(); }
 
   take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                      std::uint64_t /*position: read from the slot below*/) override {
+                      std::uint64_t /*position: read from the slot below*/, std::int64_t /*priority: too*/) override {
     publish();  // the previous message's take has committed and freed its slot
     if (o->stash_free.empty()) return take_verdict::skip;  // (max is the free count: not reached)
     const std::uint32_t i = o->stash_free.back();
@@ -175,9 +179,12 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
         heap.pop_back();
       }
       stash_entry* e = m.stash_at(it.entry);
-      // acquire: pairs with M4's release (payload, length, lane)
+      // acquire: pairs with M4's release (payload, length, lane); an unstashed one's: S4's
       std::uint64_t seen = e->state.load(std::memory_order_acquire);
-      if (stash_kind_of(seen) != stash_kind::queued || stash_epoch_of(seen) != o.epoch) continue;  // a newer owner's, or scribbled
+      // QUEUED (sorted), or FRONT (an unstashed message: THE STASH); else a newer owner's, or scribbled
+      if (stash_kind_of(seen) != (it.front ? stash_kind::front : stash_kind::queued) || stash_sorted(seen) == it.front ||
+          stash_epoch_of(seen) != o.epoch)
+        continue;
       // relaxed: published by M4 (the acquire above)
       const std::uint32_t len = e->length.load(std::memory_order_relaxed);
       if (len > m.geo.params.slot_payload || e->lane.load(std::memory_order_relaxed) != l) {
@@ -187,17 +194,20 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
         e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
         o.stash_free.push_back(it.entry);
         add_held(m.lanes[l], -1);
+        if (it.front && o.stash_held[l] > 0) --o.stash_held[l];
         continue;
       }
       const bool redelivered = stash_redelivered(seen);
-      const std::uint64_t mine = make_stash_state(stash_kind::taken, o.epoch, redelivered, true);
+      const std::uint64_t mine = make_stash_state(stash_kind::taken, o.epoch, redelivered, !it.front);
       // U1. relaxed: the acquire above read the contents; the CAS only claims the entry.
       if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;
       SHMBOX_FAULT("owner.after_take");
       // relaxed: `order` (the ring position of a sorted message) was published with
       // the entry's state, acquired above; a parked message has none.
       const std::uint64_t position = stash_sorted(seen) ? e->order.load(std::memory_order_relaxed) & kPosMask : kNoPosition;
-      const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l, position);
+      // relaxed: as `order` (a parked one's was written by our S2-S4)
+      const auto priority = static_cast<std::int64_t>(e->priority.load(std::memory_order_relaxed));
+      const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, l, position, priority);
       if (v == take_verdict::skip) {
         e->state.store(seen, std::memory_order_relaxed);  // QUEUED again, first in line
         if (buffered) {
@@ -230,8 +240,9 @@ void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
   const auto i = static_cast<std::uint32_t>(ps.where);
   stash_entry* e = o.m->stash_at(i);
   std::uint64_t expected = ps.seq;
-  // relaxed: the entry goes back as it was (QUEUED); only we deliver it
+  // relaxed: the entry goes back as it was (QUEUED, or FRONT: unstashed); only we deliver it
   if (!e->state.compare_exchange_strong(expected, ps.orig, std::memory_order_relaxed)) return;
+  if (!stash_sorted(ps.orig)) return sort_push_front(o, i);
   if (o.m->lanes[ps.lane].buffered) {
     // CUSTOM BUFFERS: first in line (owner_give_back goes through o.pending
     // from the last taken, so they keep their delivery order).
@@ -243,17 +254,37 @@ void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
   std::push_heap(heap.begin(), heap.end(), later);
 }
 
-void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept {
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued, const std::vector<std::uint32_t>& front) noexcept {
   for (auto& heap : o.sort_heap) heap.clear();
-  for (const std::uint32_t i : queued) {
-    stash_entry* e = o.m->stash_at(i);
-    // relaxed: entries this owner has just made QUEUED; the lane is read again
-    // (shared memory: bounded here, not only in stash_recover's first pass)
-    const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
-    if (lane >= o.m->lane_count()) continue;  // scribbled: sort_take never finds it; verify reports it
-    o.sort_heap[lane].push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i});
+  for (const auto* list : {&queued, &front}) {
+    for (const std::uint32_t i : *list) {
+      stash_entry* e = o.m->stash_at(i);
+      // relaxed: entries this owner has just made QUEUED or FRONT; the lane is read
+      // again (shared memory: bounded here, not only in stash_recover's first pass)
+      const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+      if (lane >= o.m->lane_count()) continue;  // scribbled: sort_take never finds it; verify reports it
+      o.sort_heap[lane].push_back(
+          {as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), i, list == &front});
+    }
   }
   for (auto& heap : o.sort_heap) std::make_heap(heap.begin(), heap.end(), later);
+}
+
+void sort_push_front(owner_ctx& o, std::uint32_t entry) noexcept {
+  stash_entry* e = o.m->stash_at(entry);
+  // relaxed: an entry this owner parked (S2-S4) or took over; the lane is bounded
+  const std::uint32_t lane = e->lane.load(std::memory_order_relaxed);
+  if (lane >= o.m->lane_count()) return;  // scribbled: verify reports it
+  auto& heap = o.sort_heap[lane];
+  heap.push_back({as_priority(e->priority.load(std::memory_order_relaxed)), e->order.load(std::memory_order_relaxed), entry, true});
+  std::push_heap(heap.begin(), heap.end(), later);
+}
+
+std::size_t sort_front_count(const owner_ctx& o) noexcept {
+  std::size_t n = 0;
+  for (const auto& heap : o.sort_heap)
+    n += static_cast<std::size_t>(std::count_if(heap.begin(), heap.end(), [](const sort_item& it) { return it.front; }));
+  return n;
 }
 
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept {

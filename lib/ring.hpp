@@ -117,6 +117,11 @@
 //  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
 //       dies here: delivered != op_before: the next owner frees the slot
 //       without delivering it again (R4). Fault point owner.after_commit.
+//  T5b a redelivery (TAKEN(p, O) re-taken at acquire): redelivered =
+//     op_before_b + 1, which T2 stored with its op marked kRecvAgain.
+//       dies before it: whoever frees the committed slot (R3, R4) finishes
+//       the count from op_before_b, once (a CAS; a no-op after T5b).
+//     (A priority box's move into its store is no delivery: not counted here.)
 //  T6 seq = EMPTY(p + cap) (release: our payload read happens before the next
 //     writer's payload writes; pairs with P1's acquire). Freeing each slot as
 //     soon as it is committed lets the producer refill it while the owner
@@ -140,7 +145,9 @@
 //     may race for the slot), copy, remember it in o.pending. Nothing counted.
 //       dies here: TAKEN(p, O), uncommitted: R4 delivers it again, flagged.
 //  Then COMMIT (owner_commit, below): C1 announce, C2 CAS TAKEN -> DONE per
-//  slot, C3 count, C4 free. Why a CAS at C2: only with a lease can an owner
+//  slot, C3 count, C4 free; per lane, the redeliveries in a commit of their
+//  own (op commit(lane, 1), op_before_b = redelivered), so that C3 and a
+//  repairer's count of them include `redelivered` exactly. Why a CAS at C2: only with a lease can an owner
 //  lose the box while alive (stopped past its deadline); its heir re-takes
 //  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
 //  hands out a message the heir delivers. A lease box's receive commits the
@@ -171,10 +178,12 @@
 //  R4 At acquire, the new owner scans [head, tail) (lease box: [tail - cap,
 //     tail); lifo lane: every slot). DONE(_, old owner) whose
 //     process is dead: committed; counted once for all of them (op_before of
-//     the old actor), then freed (a stale owner that still runs finishes its
-//     own). TAKEN(_, old owner): committed by the fast path (its recv op and
-//     delivered != op_before) -> free; repair op -> finish it; otherwise CAS
-//     to TAKEN(_, new owner) and deliver again with the redelivered flag.
+//     the old actor; a commit of redeliveries also redelivered, op_before_b),
+//     then freed (a stale owner that still runs finishes its own).
+//     TAKEN(_, old owner): committed by the fast path (its recv op and
+//     delivered != op_before) -> free (kRecvAgain: T5b finished); repair op
+//     -> finish it; otherwise CAS to TAKEN(_, new owner) and deliver again
+//     with the redelivered flag.
 //  A producer entry held by a dead process is reused only after its pending
 //  op has been finished by the new holder (R1-R2 on that op).
 //
@@ -257,17 +266,25 @@
 // in `order`), then the lanes as usual:
 //  U1 FRONT -> TAKEN(E)             (CAS); the sink copies it out
 //  (held reads stop here until commit(); give-back: TAKEN -> FRONT)
-//  U2 op_before = unstashed; op = stash_commit(lane)
+//  U2 op_before = unstashed; op_before_b = (below); op = stash_commit(lane)
 //  U3 TAKEN -> DONE(E)              (release: the commit point)
 //  U4 unstashed = op_before + n; each DONE -> FREE; lane.parked -= n;
 //     op = none; wake space waiters.
+//  Redeliveries (flagged, and not dropped by the filter) are committed in
+//  U2-U4 of their own, after the others: op_before_b = redelivered, their
+//  DONE keeps the flag, U4 also counts redelivered = op_before_b + n. (In
+//  the others op_before_b is a priority box's filter drops: see below.) So
+//  a takeover tells the two apart by the DONE entries' flag, and counts a
+//  redelivery exactly once, as for a ring's (T5b, C1-C4).
 // Takeover (stash_recover, after the ring's R4): the new owner scans every
 // entry. WRITING: freed (the message is still its sender's: it was never
 // parked). PARKED, FRONT, TAKEN: FRONT(new epoch), flagged redelivered,
 // delivered before everything else in stash order (the heir cannot know
 // what the dead owner meant to do with them). DONE: freed; if the dead
 // owner's op is stash_commit of that lane and its `unstashed` still reads
-// op_before, it is finished to op_before + (its DONE entries there). A
+// op_before, it is finished to op_before + (its DONE entries there), and
+// (flagged DONE entries: a commit of redeliveries) its `redelivered` from
+// op_before_b likewise. A
 // PARKED entry named by a dead stash_put op whose `stashed` still reads
 // op_before is counted there. Then every lane's `parked` is recounted from
 // the entries. So any owner killed at any step loses no parked message,
@@ -277,6 +294,20 @@
 // rules above with that number. Owner::stash refuses a message whose lane
 // would be left no room (parked + 1 >= limit). A post that read `parked`
 // just before a stash may still land against the old count.
+// A PRIORITY BOX'S STASH (below): its entries follow the store's in the
+// same pool; a parked entry also holds the message's priority. Unstashed
+// (FRONT) entries go into their lane's heap, not before every lane: each
+// rejoins its priority, ahead of the stored messages of that priority, in
+// stash order among the unstashed ones (actor-ts's stash with its
+// PriorityMailbox); U1-U4 as above, from the heap. A takeover makes
+// PARKED, FRONT and TAKEN ones FRONT (flagged) in the heaps likewise.
+// unstash_all moves one entry at a time (PARKED -> FRONT, then into the
+// heap): an owner killed half-way (fault point owner.mid_unstash_all)
+// leaves PARKED and FRONT entries, which the takeover treats alike. The
+// lane's `parked` counts store and stash together (the gate: ring + store
+// + stash <= limit); Owner::stash refuses when the lane's stash alone would
+// leave no room (stash + 1 >= limit), so the store's delivery always opens
+// the lane again.
 //
 // ===========================================================================
 // PRIORITY BOXES (options::priority; priority.cpp): actor-ts's PriorityMailbox
@@ -322,10 +353,13 @@
 //  post that read `parked` just before a move may still land against the
 //  older count. Policies: reject, drop_newest and block; drop_oldest is
 //  refused (the oldest message may be in the store, where only the owner
-//  writes), lifo too. No lease (a stale owner's store could not be fenced)
-//  and no user stash yet. Costs: the store doubles the segment (a slot's
-//  size per entry); each message is copied once more (ring -> store) and
-//  costs O(log n) heap work; posts take the general path (bench/run.sh).
+//  writes), lifo too. No lease (a stale owner's store could not be fenced);
+//  a user stash (options::stash) as THE STASH says. Redeliveries are
+//  counted when the store hands them out (U2-U4 of their own), not at the
+//  move (T5b does not count a move). Costs: the store doubles the segment
+//  (a slot's size per entry); each message is copied once more (ring ->
+//  store) and costs O(log n) heap work; posts take the general path
+//  (bench/run.sh).
 //
 // ===========================================================================
 // CUSTOM BUFFERS (options::buffer; buffer.cpp, shmbox/buffer.hpp): pobox's
@@ -529,8 +563,9 @@ struct pending_slot {
 // A priority box's message in the owner's order (ring.hpp PRIORITY BOXES).
 struct sort_item {
   std::int64_t priority = 0;
-  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities)
+  std::uint64_t order = 0;   // its ring position (FIFO among equal priorities); unstashed: its stash order
   std::uint32_t entry = 0;   // its store entry
+  bool front = false;        // unstashed (a FRONT entry): ahead of the stored messages of its priority
 };
 inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
 
@@ -554,9 +589,10 @@ struct owner_ctx {
   std::error_code last_error;
   std::uint32_t polls = 0;  // receive polls, for reading the tails only every 64th (owner.cpp)
   // THE STASH (stash boxes): this owner's view of its entries.
-  std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order
+  std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order (a priority box: in its heaps)
   std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
   std::vector<std::uint32_t> stash_free;   // FREE entries
+  std::uint64_t stash_held[kMaxLanes] = {};  // entries PARKED, FRONT or TAKEN by the stash, per lane (not sorted ones)
   // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
   std::vector<sort_item> sort_heap[kMaxLanes];
   std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
@@ -587,9 +623,10 @@ enum class take_verdict {
 struct take_sink {
   std::size_t max = 0;        // take at most this many
   bool look_at_tail = true;   // on an unpublished slot, read the tail to tell "busy" from "empty"
-  // `position`: the message's lane position (message_id), kNoPosition for a parked one.
+  // `position`: the message's lane position (message_id), kNoPosition for a parked one;
+  // `priority`: a priority box's message's priority (a custom buffer's: its key), else 0.
   virtual take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
-                              std::uint64_t position) = 0;
+                              std::uint64_t position, std::int64_t priority) = 0;
 
  protected:
   ~take_sink() = default;
@@ -662,11 +699,13 @@ struct resize_outcome {
 result<resize_outcome> resize_lane(producer_ctx& p, std::uint32_t lane, std::uint32_t limit) noexcept;
 
 // THE STASH (stash.cpp). Owner only.
-// Parks a copy of `data` (a message of lane `lane`): errors invalid_argument
-// (no stash, no such lane), too_large, full (no free entry, or the lane
-// would be left no room), not_owner (a newer owner holds the entries).
-result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept;
-// Makes every parked message FRONT (delivered next, in stash order); returns how many.
+// Parks a copy of `data` (a message of lane `lane`; a priority box's: of that
+// priority): errors invalid_argument (no stash, no such lane), too_large,
+// full (no free entry, or the lane would be left no room), not_owner (a
+// newer owner holds the entries).
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane, std::int64_t priority = 0) noexcept;
+// Makes every parked message FRONT (delivered next, in stash order; a
+// priority box's: first of its priority in its lane's heap); returns how many.
 std::size_t stash_unstash_all(owner_ctx& o) noexcept;
 // Delivers FRONT entries into the sink (before any lane): as owner_take.
 take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
@@ -694,8 +733,13 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
 // Whether the store holds messages for this owner to deliver.
 bool sort_waiting(const owner_ctx& o) noexcept;
 void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;
-// The heaps, from the entries a takeover has made QUEUED (stash_recover).
-void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcept;
+// The heaps, from the entries a takeover has made QUEUED, and FRONT (the
+// stash's, in stash order; stash_recover).
+void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued, const std::vector<std::uint32_t>& front) noexcept;
+// A FRONT entry (unstashed) into its lane's heap.
+void sort_push_front(owner_ctx& o, std::uint32_t entry) noexcept;
+// Unstashed messages waiting in the heaps (Owner::unstashed_waiting).
+std::size_t sort_front_count(const owner_ctx& o) noexcept;
 // A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
 

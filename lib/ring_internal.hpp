@@ -185,7 +185,7 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
       return took::lost_race;
-    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp);
+    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
     if (v == take_verdict::skip) {
       put_back();
       return took::skipped;
@@ -197,7 +197,18 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
   // T2: announce. relaxed: published by the release/seq_cst of the take.
   const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
   o.act->op_before.store(before, std::memory_order_relaxed);
-  o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index, where), std::memory_order_relaxed);
+  // A redelivery is counted in `redelivered` too (T5b), from op_before_b, and its op
+  // says so (kRecvAgain). A priority box's move into its store is not a delivery:
+  // the store counts the redelivery when it hands the message out (commit_entries).
+  const bool again = redeliver && !L.is_priority();
+  std::uint64_t again_before = 0;
+  if (again) {
+    again_before = oc->redelivered.load(std::memory_order_relaxed);  // we are its only writer
+    o.act->op_before_b.store(again_before, std::memory_order_relaxed);
+  }
+  o.act->op.store(make_op(L.is_lifo() ? op_kind::lifo_pop : op_kind::recv, L.index,
+                          (where & kPosMask) | (again ? kRecvAgain : 0)),
+                  std::memory_order_relaxed);
   if (!redeliver) {  // T3
     if (cas) {
       // T3 (CAS). acquire: pairs with P5's / L1-L2's publish (the payload we copy);
@@ -213,7 +224,8 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
       s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
     }
   }
-  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp);  // T4
+  // T4 (a priority box's sink, its move, reads the slot's priority word itself)
+  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
   SHMBOX_FAULT("owner.after_take");
   if (v == take_verdict::skip) {
     put_back();  // as it was (FULL, or ours to redeliver)
@@ -230,11 +242,13 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     o.act->op.store(make_op(op_kind::filter_drop, L.index, where), std::memory_order_release);
     oc->filtered.store(fb + 1, std::memory_order_relaxed);
   } else {
-    if (redeliver) bump(oc->redelivered);
     // T5: the commit. relaxed: single writer; the free below is a release store.
     oc->delivered.store(before + 1, std::memory_order_relaxed);
   }
   SHMBOX_FAULT("owner.after_commit");
+  // T5b: a redelivery counted. Dies before it: the repairer that frees the
+  // committed slot (R3/R4, verdict "committed") finishes it from op_before_b.
+  if (again && v != take_verdict::drop) oc->redelivered.store(again_before + 1, std::memory_order_relaxed);
   // T6 release: our payload read happens before the next writer's payload
   // writes (pairs with P1's acquire / L1's acquire).
   s->seq.store(finished_seq(L, mine), std::memory_order_release);

@@ -161,8 +161,8 @@ namespace {
 
 // A slot TAKEN by owner actor `actor`, which is gone; `target` is its FIFO
 // position or lifo slot index. Returns: 1 = that owner was repairing it,
-// 2 = it had committed it (fast path: counted as delivered), 3 = uncommitted
-// (deliver it again, or evict it).
+// 2 = it had committed it (fast path: counted as delivered; a redelivery's
+// count, T5b, is finished here), 3 = uncommitted (deliver it again, or evict it).
 int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t actor) noexcept {
   const std::uint32_t idx = owner_actor_index(actor);
   const owner_actor* ar = m.actor(idx);
@@ -183,7 +183,12 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target,
       // acquire (delivered, filtered): no release partner (T5 stores them relaxed); read
       // only for an owner that is gone: without a lease that is a dead one (its stores
       // are all done); a lease box commits through C1-C4 (op commit: case default).
-      return m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) != before ? 2 : 3;
+      if (m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) == before) return 3;
+      // Committed. A redelivery (kRecvAgain): T5b may not have counted it; a CAS
+      // from op_before_b counts it once (a no-op if T5b did). acquire: as `before`.
+      if ((op_target(op) & kRecvAgain) != 0)
+        finish_count(m.actor_counters(idx, L.index)->redelivered, ar->op_before_b.load(std::memory_order_acquire));
+      return 2;
     case op_kind::filter_drop:
       if (!same) return 3;
       return m.actor_counters(idx, L.index)->filtered.load(std::memory_order_acquire) != before ? 2 : 3;
@@ -295,12 +300,17 @@ bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) 
   const std::uint64_t op = ar->op.load(std::memory_order_acquire);
   if (op_kind_of(op) == op_kind::commit && op_lane(op) == L.index) {
     // Every DONE/DROPPED slot of this actor in this lane belongs to its last
-    // commit: a CAS from the value before it counts each kind once.
+    // commit: a CAS from the value before it counts each kind once. A commit
+    // of redeliveries (target 1) has no drops; its second count is redelivered.
     std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
     std::uint64_t before_b = ar->op_before_b.load(std::memory_order_acquire);
     owner_lane_counters* oc = m.actor_counters(idx, L.index);
     if (delivered != 0) oc->delivered.compare_exchange_strong(before, before + delivered, std::memory_order_relaxed);
-    if (dropped != 0) oc->filtered.compare_exchange_strong(before_b, before_b + dropped, std::memory_order_relaxed);
+    if (op_target(op) == 1) {
+      if (delivered != 0) oc->redelivered.compare_exchange_strong(before_b, before_b + delivered, std::memory_order_relaxed);
+    } else if (dropped != 0) {
+      oc->filtered.compare_exchange_strong(before_b, before_b + dropped, std::memory_order_relaxed);
+    }
   }
   // (the CASes below) release: C4 for the dead owner; pairs with the acquire of the
   // next claimant (P1, L1).

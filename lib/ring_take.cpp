@@ -188,14 +188,18 @@ take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_m
   return L.is_lifo() ? lifo_take(o, L, sink, mode) : fifo_take(o, L, sink, mode);
 }
 
-// COMMIT (o.pending, lane by lane):
-//  C1 op_before = delivered; op = commit(lane)            (announce)
+// COMMIT (o.pending, lane by lane; in each lane first the messages that are
+// not redeliveries, then the redeliveries, as two commits, so that the one a
+// dead owner left is counted exactly once):
+//  C1 op_before = delivered; op_before_b = filtered, op = commit(lane, 0)
+//     (redeliveries: op_before_b = redelivered, op = commit(lane, 1))
 //  C2 each slot: CAS TAKEN(x, O) -> DONE(x, O)            (the commit point of
 //     that message; fails if a newer owner re-took it: lost to us, it will be
 //     delivered again there, flagged)
 //       dies here: DONE slots committed, not counted: R4 (or a later owner
-//       meeting them) counts every DONE(_, O) of the lane once, via op_before.
-//  C3 delivered = op_before + committed                   (counted)
+//       meeting them) counts every DONE(_, O) of the lane once, via op_before
+//       (and, for a commit of redeliveries, redelivered via op_before_b).
+//  C3 delivered = op_before + committed; filtered (or redelivered) = op_before_b + ...
 //  C4 each DONE slot: CAS -> free (EMPTY(p + cap) / FREE); op = none.
 commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   commit_result r;
@@ -203,58 +207,57 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
     const lane_view& L = o.m->lanes[l];
     owner_lane_counters* oc = o.counters(l);
-    bool any = false;
-    for (const pending_slot& ps : o.pending) any |= !ps.stash && ps.lane == l;
-    if (!any) continue;
-    const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
-    const std::uint64_t before_b = oc->filtered.load(std::memory_order_relaxed);
-    o.act->op_before.store(before, std::memory_order_relaxed);
-    o.act->op_before_b.store(before_b, std::memory_order_relaxed);
-    o.act->op.store(make_op(op_kind::commit, l, 0), std::memory_order_relaxed);  // relaxed: published by the CASes
-    std::uint64_t n = 0, dropped = 0, again = 0;
-    for (std::size_t i = 0; i < o.pending.size(); ++i) {
-      pending_slot& ps = o.pending[i];
-      if (ps.stash || ps.lane != l) continue;
-      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
-      std::uint64_t expected = ps.seq;
-      const std::uint64_t done =
-          make_seq(seq_pos(ps.seq), ps.drop ? slot_state::dropped : slot_state::done, o.rep.actor);
-      // C2. release: publishes C1's commit op to a later owner (finish_dead_commit:
-      // acquire loads of the DONE slot, then the op); acquire: pairs with a newer owner's
-      // re-take (adopt_gone_owner_slot, acq_rel), whose value makes this CAS fail.
-      // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
-      if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
-        ps.seq = done;
-        if (ps.drop) {
-          ++dropped;
+    for (std::uint64_t again = 0; again < 2; ++again) {
+      // (a message the filter dropped is not a delivery, redelivered or not)
+      auto in_round = [&](const pending_slot& ps) {
+        return !ps.stash && ps.lane == l && (ps.redelivered && !ps.drop) == (again == 1);
+      };
+      if (std::none_of(o.pending.begin(), o.pending.end(), in_round)) continue;
+      a64& second = again == 1 ? oc->redelivered : oc->filtered;
+      const std::uint64_t before = oc->delivered.load(std::memory_order_relaxed);  // we are its only writer
+      const std::uint64_t before_b = second.load(std::memory_order_relaxed);
+      o.act->op_before.store(before, std::memory_order_relaxed);
+      o.act->op_before_b.store(before_b, std::memory_order_relaxed);
+      o.act->op.store(make_op(op_kind::commit, l, again), std::memory_order_relaxed);  // relaxed: published by the CASes
+      std::uint64_t n = 0, dropped = 0;
+      for (std::size_t i = 0; i < o.pending.size(); ++i) {
+        pending_slot& ps = o.pending[i];
+        if (!in_round(ps)) continue;
+        slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+        std::uint64_t expected = ps.seq;
+        const std::uint64_t done =
+            make_seq(seq_pos(ps.seq), ps.drop ? slot_state::dropped : slot_state::done, o.rep.actor);
+        // C2. release: publishes C1's commit op to a later owner (finish_dead_commit:
+        // acquire loads of the DONE slot, then the op); acquire: pairs with a newer owner's
+        // re-take (adopt_gone_owner_slot, acq_rel), whose value makes this CAS fail.
+        // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
+        if (s->seq.compare_exchange_strong(expected, done, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+          ps.seq = done;
+          ++(ps.drop ? dropped : n);
+          if (kept != nullptr) (*kept)[i] = 1;
         } else {
-          ++n;
-          again += ps.redelivered ? 1 : 0;
+          ps.seq = 0;  // lost: a newer owner took it back
+          ++r.lost;
         }
-        if (kept != nullptr) (*kept)[i] = 1;
-      } else {
-        ps.seq = 0;  // lost: a newer owner took it back
-        ++r.lost;
       }
+      SHMBOX_FAULT("owner.mid_commit");
+      oc->delivered.store(before + n, std::memory_order_relaxed);
+      second.store(before_b + (again == 1 ? n : dropped), std::memory_order_relaxed);
+      SHMBOX_FAULT("owner.after_commit");
+      for (const pending_slot& ps : o.pending) {
+        if (!in_round(ps) || ps.seq == 0) continue;
+        slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
+        std::uint64_t expected = ps.seq;
+        // C4; pairs with the acquire of the next claimant (P1 / claim_fast_inline, L1).
+        // release: our payload reads happen before the next writer's writes
+        s->seq.compare_exchange_strong(expected, finished_seq(L, ps.seq), std::memory_order_release,
+                                       std::memory_order_relaxed);
+      }
+      // release: pairs with the acquire loads of the op by a later owner (dead_owner_op,
+      // finish_dead_commit: ring_repair.cpp): the op is cleared after our frees.
+      o.act->op.store(0, std::memory_order_release);
+      r.committed += n + dropped;
     }
-    SHMBOX_FAULT("owner.mid_commit");
-    if (again > 0) bump(oc->redelivered, again);
-    oc->delivered.store(before + n, std::memory_order_relaxed);
-    oc->filtered.store(before_b + dropped, std::memory_order_relaxed);
-    SHMBOX_FAULT("owner.after_commit");
-    for (const pending_slot& ps : o.pending) {
-      if (ps.stash || ps.lane != l || ps.seq == 0) continue;
-      slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
-      std::uint64_t expected = ps.seq;
-      // C4; pairs with the acquire of the next claimant (P1 / claim_fast_inline, L1).
-      // release: our payload reads happen before the next writer's writes
-      s->seq.compare_exchange_strong(expected, finished_seq(L, ps.seq), std::memory_order_release,
-                                     std::memory_order_relaxed);
-    }
-    // release: pairs with the acquire loads of the op by a later owner (dead_owner_op,
-    // finish_dead_commit: ring_repair.cpp): the op is cleared after our frees.
-    o.act->op.store(0, std::memory_order_release);
-    r.committed += n + dropped;
   }
   stash_commit_pending(o, kept, r);  // THE STASH: held entries (U2-U4)
   std::vector<std::uint32_t> lanes;

@@ -249,10 +249,11 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     }
     if (o.lease.count() != 0)
       return fail(errc::invalid_argument, who + ": a lease box cannot be " + kind + " (a stale owner's stored messages could not be fenced); drop --lease or " + flag);
-    if (o.stash != 0)
+    if (o.stash != 0 && buffered)
       return fail(errc::invalid_argument, who + ": " + kind + " cannot have a stash yet; drop --stash or " + flag);
     // The store the owner moves messages into: one entry per slot of every
     // lane; a custom-buffer box one more, for the message push_drop decides on.
+    // A priority box's stash follows in the same pool (ring.hpp THE STASH).
     p.priority = true;
     for (std::uint32_t l = 0; l < p.lane_count; ++l) p.stash_entries += p.lane_capacity[l];
     if (buffered) p.stash_entries += 1;
@@ -487,10 +488,12 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   p.priority = h.ordering == kOrderingPriority || h.ordering == kOrderingBuffer;
   if (p.priority) {
     // The store is exactly one entry per slot (ring.hpp PRIORITY BOXES), and
-    // one more in a custom-buffer box (CUSTOM BUFFERS).
+    // one more in a custom-buffer box (CUSTOM BUFFERS); a priority box's
+    // stash (options::stash) follows (THE STASH).
     std::uint64_t slots = h.ordering == kOrderingBuffer ? 1 : 0;
     for (std::uint32_t l = 0; l < kMaxLanes && l < p.lane_count; ++l) slots += p.lane_capacity[l];
-    if (slots != p.stash_entries)
+    const std::uint64_t stash = p.stash_entries >= slots ? p.stash_entries - slots : 0;
+    if (p.stash_entries < slots || stash > kMaxCapacity || (h.ordering == kOrderingBuffer && stash != 0))
       return fail(errc::corrupt, who + ": a priority box with " + std::to_string(p.stash_entries) + " store entries for " +
                                      std::to_string(slots) + " slots (corrupt header)");
   }

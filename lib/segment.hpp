@@ -111,9 +111,16 @@ struct mapped_box {
   }
   // THE STASH (ring.hpp): its entries (0 in a box without one) and entry i's header and payload.
   std::uint32_t stash_entries() const noexcept { return geo.params.stash_entries; }
-  // The stash a user may park into (options::stash): none in a priority box,
-  // whose entries are its store (ring.hpp PRIORITY BOXES).
-  std::uint32_t user_stash() const noexcept { return geo.params.priority ? 0 : geo.params.stash_entries; }
+  // The stash a user may park into (options::stash). A priority box's entries
+  // are its store (one per slot: ring.hpp PRIORITY BOXES; a custom-buffer
+  // box's one more) and then its stash, in one pool (open_segment checked
+  // that there are at least that many).
+  std::uint32_t user_stash() const noexcept {
+    if (!geo.params.priority) return geo.params.stash_entries;
+    std::uint64_t store = buffered() ? 1 : 0;
+    for (std::uint32_t l = 0; l < lane_count(); ++l) store += geo.params.lane_capacity[l];
+    return geo.params.stash_entries > store ? static_cast<std::uint32_t>(geo.params.stash_entries - store) : 0;
+  }
   bool priority() const noexcept { return geo.params.priority; }
   // A custom-buffer box (ring.hpp CUSTOM BUFFERS; also priority(): the same store).
   bool buffered() const noexcept { return !buffer_name.empty(); }

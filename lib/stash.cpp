@@ -35,12 +35,11 @@ void add_parked(const lane_view& L, std::int64_t by) noexcept {
 
 }  // namespace
 
-result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) noexcept {
+result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane, std::int64_t priority) noexcept {
   mapped_box& m = *o.m;
   const std::string who = "box '" + m.name + "'";
   if (m.user_stash() == 0)
-    return fail(errc::invalid_argument, who + (m.buffered()   ? " is a custom-buffer box, which has no stash yet"
-                                               : m.priority() ? " is a priority box, which has no stash yet"
+    return fail(errc::invalid_argument, who + (m.buffered() ? " is a custom-buffer box, which has no stash yet"
                                                             : " has no stash: create it with a stash (options::stash, shmbox create --stash N)"));
   if (lane >= m.lane_count())
     return fail(errc::invalid_argument, who + ": no lane " + std::to_string(lane) + " (it has " + std::to_string(m.lane_count()) + ")");
@@ -48,12 +47,17 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
     return fail(errc::too_large, who + ": a message of " + std::to_string(data.size()) + " bytes; its stash holds at most " +
                                      std::to_string(m.geo.params.slot_payload));
   const lane_view& L = m.lanes[lane];
-  const std::uint64_t parked = L.hdr->parked.load(std::memory_order_relaxed);
+  // A priority box's `parked` also counts its store's messages (PRIORITY
+  // BOXES), which the owner delivers: only the stash's own may not close
+  // the lane. (relaxed: `parked` is written by us only)
+  const std::uint64_t parked = m.priority() ? o.stash_held[lane] : L.hdr->parked.load(std::memory_order_relaxed);
   if (parked + 1 >= L.limit())
     return fail(errc::stash_full, who + ": lane " + std::to_string(lane) + " holds " + std::to_string(L.limit()) + " and has " +
                                 std::to_string(parked) + " parked: one more would leave its producers no room; unstash first");
-  if (o.stash_free.empty())
-    return fail(errc::stash_full, who + ": its stash is full (" + std::to_string(m.stash_entries()) +
+  std::uint64_t in_use = 0;
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) in_use += o.stash_held[l];
+  if (o.stash_free.empty() || in_use >= m.user_stash())
+    return fail(errc::stash_full, who + ": its stash is full (" + std::to_string(m.user_stash()) +
                                 " entries); unstash first, or create the box with a larger --stash");
   const std::uint32_t i = o.stash_free.back();
   stash_entry* e = m.stash_at(i);
@@ -81,6 +85,7 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
   const std::uint64_t order = rec->stash_next_order.load(std::memory_order_relaxed);
   rec->stash_next_order.store(order + 1, std::memory_order_relaxed);
   e->order.store(order, std::memory_order_relaxed);
+  e->priority.store(static_cast<std::uint64_t>(priority), std::memory_order_relaxed);  // a priority box's tier
   add_parked(L, 1);  // S3
   SHMBOX_FAULT("owner.mid_stash");
   // S4. release: payload, length, lane and order before the entry shows PARKED.
@@ -89,6 +94,7 @@ result<void> stash_put(owner_ctx& o, std::string_view data, std::uint32_t lane) 
   oc->stashed.store(o.act->op_before.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   o.act->op.store(0, std::memory_order_release);
   o.stash_parked.push_back(i);
+  ++o.stash_held[lane];
   return {};
 }
 
@@ -99,8 +105,14 @@ std::size_t stash_unstash_all(owner_ctx& o) noexcept {
     std::uint64_t expected = make_stash_state(stash_kind::parked, o.epoch);
     // relaxed: the entry's contents were published by S4, and a next owner treats
     // PARKED and FRONT alike; a failed CAS means a newer owner has it.
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::front, o.epoch), std::memory_order_relaxed))
+    if (!e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::front, o.epoch), std::memory_order_relaxed))
+      continue;
+    // A priority box's: into its lane's heap, first of its priority (PRIORITY BOXES).
+    if (o.m->priority())
+      sort_push_front(o, i);
+    else
       o.stash_front.push_back(i);
+    SHMBOX_FAULT("owner.mid_unstash_all");
   }
   o.stash_parked.clear();
   return n;
@@ -111,42 +123,60 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
                            bool buffer_drops) noexcept {
   mapped_box& m = *o.m;
   owner_lane_counters* oc = o.counters(lane);
-  a64& drop_counter = buffer_drops ? oc->buffer_dropped : oc->sort_filtered;
-  const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
-  const std::uint64_t before_b = drop_counter.load(std::memory_order_relaxed);
-  // U2 (relaxed: published by U3's release)
-  o.act->op_before.store(before, std::memory_order_relaxed);
-  o.act->op_before_b.store(before_b, std::memory_order_relaxed);
-  o.act->op.store(make_op(op_kind::stash_commit, lane, buffer_drops ? 1 : 0), std::memory_order_relaxed);
-  std::size_t n = 0, parked = 0, dropped = 0;
-  std::vector<std::uint32_t>& done = o.commit_scratch;
-  done.clear();
-  for (std::size_t k = 0; k < count; ++k) {
-    stash_entry* e = m.stash_at(entries[k]);
-    std::uint64_t expected = states[k];
-    const bool sorted = stash_sorted(states[k]);
-    const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
-    // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
-    if (e->state.compare_exchange_strong(expected, make_stash_state(stash_kind::done, o.epoch, false, sorted) | (drop ? kStashDropped : 0),
-                                         std::memory_order_release, std::memory_order_relaxed)) {
-      ++n;
-      parked += !sorted;  // a sorted message was counted when it left its ring (T5)
-      dropped += drop;
-      done.push_back(entries[k]);
-      if (kept != nullptr) kept[k * kept_stride] = 1;
+  std::size_t n = 0;
+  // Two commits: the entries that are not redeliveries, then the
+  // redeliveries (delivered, not dropped), whose second count is
+  // `redelivered` and whose DONE state keeps the flag (the takeover's
+  // recovery tells the two apart by it: THE STASH, U2-U4).
+  for (int again = 0; again < 2; ++again) {
+    auto in_round = [&](std::size_t k) {
+      const bool filtered = drops != nullptr && drops[k] != 0;
+      return (stash_redelivered(states[k]) && !filtered) == (again == 1);
+    };
+    std::size_t first = 0;
+    while (first < count && !in_round(first)) ++first;
+    if (first == count) continue;
+    a64& second = again == 1 ? oc->redelivered : buffer_drops ? oc->buffer_dropped : oc->sort_filtered;
+    const std::uint64_t before = oc->unstashed.load(std::memory_order_relaxed);
+    const std::uint64_t before_b = second.load(std::memory_order_relaxed);
+    // U2 (relaxed: published by U3's release)
+    o.act->op_before.store(before, std::memory_order_relaxed);
+    o.act->op_before_b.store(before_b, std::memory_order_relaxed);
+    o.act->op.store(make_op(op_kind::stash_commit, lane, buffer_drops ? 1 : 0), std::memory_order_relaxed);
+    std::size_t done_n = 0, parked = 0, dropped = 0;
+    std::vector<std::uint32_t>& done = o.commit_scratch;
+    done.clear();
+    for (std::size_t k = first; k < count; ++k) {
+      if (!in_round(k)) continue;
+      stash_entry* e = m.stash_at(entries[k]);
+      std::uint64_t expected = states[k];
+      const bool sorted = stash_sorted(states[k]);
+      const bool drop = sorted && drops != nullptr && drops[k] != 0;  // a parked one the filter drops counts unstashed
+      // U3. release: publishes U2 to a next owner's recovery (acquire of the state, then the op).
+      if (e->state.compare_exchange_strong(expected,
+                                           make_stash_state(stash_kind::done, o.epoch, again == 1, sorted) | (drop ? kStashDropped : 0),
+                                           std::memory_order_release, std::memory_order_relaxed)) {
+        ++done_n;
+        parked += !sorted;  // a sorted message was counted when it left its ring (T5)
+        dropped += drop;
+        done.push_back(entries[k]);
+        if (kept != nullptr) kept[k * kept_stride] = 1;
+      }
     }
+    SHMBOX_FAULT("owner.mid_unstash");
+    oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
+    second.store(before_b + (again == 1 ? done_n : dropped), std::memory_order_relaxed);
+    for (const std::uint32_t i : done) {
+      // release: our payload reads happen before the next S2's writes (its acquire CAS)
+      m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
+      o.stash_free.push_back(i);
+    }
+    add_parked(m.lanes[lane], -static_cast<std::int64_t>(done_n));
+    o.stash_held[lane] -= std::min<std::uint64_t>(o.stash_held[lane], parked);
+    o.act->op.store(0, std::memory_order_release);
+    if (done_n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
+    n += done_n;
   }
-  SHMBOX_FAULT("owner.mid_unstash");
-  oc->unstashed.store(before + parked, std::memory_order_relaxed);  // U4
-  drop_counter.store(before_b + dropped, std::memory_order_relaxed);
-  for (const std::uint32_t i : done) {
-    // release: our payload reads happen before the next S2's writes (its acquire CAS)
-    m.stash_at(i)->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
-    o.stash_free.push_back(i);
-  }
-  add_parked(m.lanes[lane], -static_cast<std::int64_t>(n));
-  o.act->op.store(0, std::memory_order_release);
-  if (n > 0) wake_space_waiters(m.lanes[lane], o.light_fence);
   return n;
 }
 
@@ -172,6 +202,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
                                              " out of range (corrupt segment; the entry is freed)");
       e->state.store(make_stash_state(stash_kind::free, 0), std::memory_order_release);
       o.stash_free.push_back(i);
+      if (lane < m.lane_count() && o.stash_held[lane] > 0) --o.stash_held[lane];
       continue;
     }
     const bool redelivered = stash_redelivered(seen);
@@ -180,7 +211,7 @@ take_result stash_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
     if (!e->state.compare_exchange_strong(seen, mine, std::memory_order_relaxed)) continue;  // look again
     o.stash_front.pop_front();
     SHMBOX_FAULT("owner.after_take");
-    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane, kNoPosition);
+    const take_verdict v = sink.append(mapped_box::stash_payload(e), len, redelivered, lane, kNoPosition, 0);
     if (v == take_verdict::skip) {
       e->state.store(seen, std::memory_order_relaxed);  // back to FRONT, first in line
       o.stash_front.push_front(i);
@@ -224,7 +255,7 @@ void stash_commit_pending(owner_ctx& o, std::vector<char>* kept, commit_result& 
 }
 
 void stash_give_back(owner_ctx& o, const pending_slot& ps) noexcept {
-  if (stash_sorted(ps.seq)) return sort_give_back(o, ps);
+  if (stash_sorted(ps.seq) || o.m->priority()) return sort_give_back(o, ps);  // (a priority box's unstashed: its heap)
   stash_entry* e = o.m->stash_at(static_cast<std::uint32_t>(ps.where));
   std::uint64_t expected = ps.seq;
   // relaxed: the entry goes back as it was (FRONT); only we deliver it
@@ -237,6 +268,7 @@ void stash_recover(owner_ctx& o) noexcept {
   o.stash_front.clear();
   o.stash_parked.clear();
   o.stash_free.clear();
+  for (auto& h : o.stash_held) h = 0;
   const std::uint32_t entries = m.stash_entries();
   if (entries == 0) return;
   // Pass 1 reads only, and finishes the gone owners' counts; pass 2 changes
@@ -248,6 +280,7 @@ void stash_recover(owner_ctx& o) noexcept {
   std::vector<std::uint64_t> done_count(std::size_t{kOwnerActors} * kMaxLanes, 0);
   std::vector<std::uint64_t> drop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // PRIORITY BOXES
   std::vector<std::uint64_t> bdrop_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // CUSTOM BUFFERS
+  std::vector<std::uint64_t> again_count(std::size_t{kOwnerActors} * kMaxLanes, 0);  // redeliveries (U2-U4)
   for (std::uint32_t i = 0; i < entries; ++i) {
     stash_entry* e = m.stash_at(i);
     // acquire: pairs with the gone owner's releases (S2, S4, U3)
@@ -256,8 +289,9 @@ void stash_recover(owner_ctx& o) noexcept {
     const stash_kind k = stash_kind_of(seen);
     const std::uint64_t ep = stash_epoch_of(seen);
     std::uint32_t len = 0, lane = 0;
+    // (sorted entries only in a priority box; the others only where a user may stash)
     if (!entry_sane(m, e, len, lane) || ep >= o.epoch || k == stash_kind::free || k > stash_kind::queued ||
-        stash_sorted(seen) != m.priority() || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
+        (stash_sorted(seen) ? !m.priority() : m.user_stash() == 0) || ((seen & kStashDropped) != 0 && k != stash_kind::done)) {
       what[i] = act::release;  // scribbled: nothing can be delivered from it
       continue;
     }
@@ -273,7 +307,8 @@ void stash_recover(owner_ctx& o) noexcept {
         // not committed (the slot is redelivered from the ring), else moved.
         const std::uint64_t order = e->order.load(std::memory_order_relaxed);
         // acquire: pairs with the gone owner's release stores (T6, its op)
-        const bool undone = its && op == make_op(op_kind::recv, lane, order) &&
+        // (a recv op names the position modulo 2^48: layout.hpp)
+        const bool undone = its && op == make_op(op_kind::recv, lane, order & kPosMask) &&
                             m.actor_counters(ai, lane)->delivered.load(std::memory_order_acquire) ==
                                 ar->op_before.load(std::memory_order_acquire);
         what[i] = undone ? act::release : stash_redelivered(seen) ? act::queue_flagged : act::queue;
@@ -289,18 +324,24 @@ void stash_recover(owner_ctx& o) noexcept {
           drop_count[ai * kMaxLanes + lane] += 1;
         if (k == stash_kind::done && (seen & kStashDropped) != 0 && op == make_op(op_kind::stash_commit, lane, 1))
           bdrop_count[ai * kMaxLanes + lane] += 1;
+        // A flagged DONE entry was committed by a commit of redeliveries (its op_before_b: redelivered).
+        if (k == stash_kind::done && stash_redelivered(seen) && op == make_op(op_kind::stash_commit, lane, 0))
+          again_count[ai * kMaxLanes + lane] += 1;
         what[i] = act::release;
       }
       continue;
     }
     if (k == stash_kind::sorting || k == stash_kind::queued) {
-      what[i] = act::release;  // scribbled: not a priority box
+      what[i] = act::release;  // scribbled: only sorted entries are
       continue;
     }
     if (k == stash_kind::writing) {  // S2-S4: never parked, never counted
       what[i] = act::release;
     } else if (k == stash_kind::done) {  // U3-U4: delivered; counted below unless the count was made
-      if (op == make_op(op_kind::stash_commit, lane, 0)) done_count[ai * kMaxLanes + lane] += 1;
+      if (op == make_op(op_kind::stash_commit, lane, 0)) {
+        done_count[ai * kMaxLanes + lane] += 1;
+        if (stash_redelivered(seen)) again_count[ai * kMaxLanes + lane] += 1;  // (as above)
+      }
       what[i] = act::release;
     } else {
       if (k == stash_kind::parked && op == make_op(op_kind::stash_put, lane, i))  // S5 not made
@@ -329,6 +370,13 @@ void stash_recover(owner_ctx& o) noexcept {
         std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
         m.actor_counters(ai, l)->buffer_dropped.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
       }
+  for (std::uint32_t ai = 0; ai < kOwnerActors; ++ai)
+    for (std::uint32_t l = 0; l < m.lane_count(); ++l)
+      if (const std::uint64_t n = again_count[ai * kMaxLanes + l]; n != 0) {
+        // acquire: as above (U2's op_before_b: redelivered before, in a commit of redeliveries)
+        std::uint64_t expected = m.actor(ai)->op_before_b.load(std::memory_order_acquire);
+        m.actor_counters(ai, l)->redelivered.compare_exchange_strong(expected, expected + n, std::memory_order_relaxed);
+      }
   std::vector<std::pair<std::uint64_t, std::uint32_t>> front;  // (order, entry)
   std::vector<std::uint32_t> queued;                           // PRIORITY BOXES
   std::uint64_t held[kMaxLanes] = {};
@@ -352,7 +400,10 @@ void stash_recover(owner_ctx& o) noexcept {
       front.emplace_back(order, i);
       next_order = std::max(next_order, order + 1);
       // Read again: another process may have written it since pass 1 (shared memory).
-      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) ++held[l];
+      if (const std::uint32_t l = e->lane.load(std::memory_order_relaxed); l < m.lane_count()) {
+        ++held[l];
+        ++o.stash_held[l];
+      }
       SHMBOX_FAULT("takeover.mid_recovery");
       continue;
     }
@@ -362,14 +413,20 @@ void stash_recover(owner_ctx& o) noexcept {
   // Entries are taken from the back: lowest index first.
   std::reverse(o.stash_free.begin(), o.stash_free.end());
   std::sort(front.begin(), front.end());
-  for (const auto& [order, i] : front) o.stash_front.push_back(i);
+  std::vector<std::uint32_t> unstashed;  // a priority box's: into its heaps (PRIORITY BOXES)
+  for (const auto& [order, i] : front) {
+    if (m.priority())
+      unstashed.push_back(i);
+    else
+      o.stash_front.push_back(i);
+  }
   m.owner()->stash_next_order.store(next_order, std::memory_order_relaxed);
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) m.lanes[l].hdr->parked.store(held[l], std::memory_order_release);
   // After `parked` is exact: a custom buffer's rebuild may drop (commit_entries).
   if (m.buffered())
     buf_rebuild(o, queued);
   else
-    sort_rebuild(o, queued);
+    sort_rebuild(o, queued, unstashed);
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) wake_space_waiters(m.lanes[l], o.light_fence);
 }
 

@@ -202,9 +202,13 @@ struct checker {
       if (s == 0) continue;
       const stash_kind k = stash_kind_of(s);
       const std::uint32_t len = e->length.load(std::memory_order_relaxed), lane = e->lane.load(std::memory_order_relaxed);
+      // A priority box's store holds sorted entries (SORTING, QUEUED, TAKEN,
+      // DONE); a stash (a priority box's too) the others (WRITING ... DONE).
+      const bool sorted = stash_sorted(s);
       if (k == stash_kind::free || k > stash_kind::queued || (s & ~(0xFFull | kStashRedelivered | kStashSorted | kStashDropped | (~0ull << 16))) != 0 ||
-          ((s & kStashDropped) != 0 && (k != stash_kind::done || !stash_sorted(s))) ||
-          stash_sorted(s) != m.priority() || ((k == stash_kind::sorting || k == stash_kind::queued) && !m.priority())) {
+          ((s & kStashDropped) != 0 && (k != stash_kind::done || !sorted)) || (sorted ? !m.priority() : m.user_stash() == 0) ||
+          (sorted && (k == stash_kind::writing || k == stash_kind::parked || k == stash_kind::front)) ||
+          (!sorted && (k == stash_kind::sorting || k == stash_kind::queued))) {
         problem("stash entry " + std::to_string(i) + ": state word " + std::to_string(s) + " is invalid");
         continue;
       }

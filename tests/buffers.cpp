@@ -310,6 +310,65 @@ TEST_CASE("buffers: an owner killed (SIGKILL, or at each step of moving and drop
   }
 }
 
+TEST_CASE("buffers: a redelivery from the buffer is counted once (redelivered), also when its owner is killed handing it out") {
+  register_examples();
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("bufagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .buffer = "dedupe"});
+      REQUIRE(box);
+      {
+        auto p = shmbox::Producer::attach(*box);
+        REQUIRE(p);
+        for (int i = 1; i <= 6; ++i) REQUIRE(p->post(tag('k', i)) == shmbox::post_status::stored);
+      }
+      shmtest::check_redeliveries_counted(*box, point, two_phase, false);
+    }
+  }
+}
+
+TEST_CASE("buffers: a delivery's drop count (pobox's Lost) has the buffer's drops since the last delivery, and the policy's") {
+  register_examples();
+  shmtest::segment_guard g(shmtest::unique_name("buflost"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 3, .overflow = shmbox::policy::reject, .buffer = "dedupe"});
+  REQUIRE(box);
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  // A producer process posts `count` messages of one key ("5:ID:SEQ").
+  auto produce = [&](int id, int count) {
+    shmtest::child p({shmtest::helper_path(), "buf-produce", g.name, tag('p', id), std::to_string(count), "--equal"}, {}, true);
+    REQUIRE(shmtest::line_starting(p, "ready", 20s) == "ready");
+    p.write_stdin("go\n");
+    const std::string done = shmtest::line_starting(p, "done", 30s);
+    CHECK(shmtest::exited_with(p.wait(30s), 0));
+    return done;
+  };
+  const auto identity = shmbox::filter_fn([](std::string&) { return shmbox::filter_verdict::deliver; });
+  // 5 posted while the owner does not run: the lane takes 3 (2 refused by the
+  // policy); the delivery moves them into the buffer, which keeps the first.
+  CHECK(produce(0, 5) == "done stored=3 other=2");
+  shmbox::delivery d;
+  o->active(identity);
+  REQUIRE(o->wait(d, 10s) == shmbox::owner_event::delivered);
+  CHECK(d.count == 1);
+  CHECK(d.dropped == 2 + 2);  // rejected + buffer_dropped
+  CHECK(box->read_counters().buffer_dropped == 2);
+  CHECK(o->usage().dropped_since_delivery == 0);
+  // Pumped between deliveries: the buffer's drops wait for the next delivery, once.
+  CHECK(produce(1, 3) == "done stored=3 other=0");
+  CHECK(o->pump() == 3);
+  CHECK(o->usage().dropped_since_delivery == 2);
+  o->active(identity);
+  REQUIRE(o->wait(d, 10s) == shmbox::owner_event::delivered);
+  CHECK(d.count == 1);
+  CHECK(d.dropped == 2);
+  CHECK(o->usage().dropped_since_delivery == 0);
+  const auto c = box->read_counters();
+  CHECK(c.buffer_dropped == 4);
+  CHECK(c.rejected == 2);
+  shmtest::check_invariant(*box);
+}
+
 namespace {
 // Breaks the contract on purpose: pop() names an id it never held, once.
 class liar final : public shmbox::buffer {

@@ -314,6 +314,31 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
   CHECK(covered == (2 + 2 + 3 + 3) * 5);
 }
 
+TEST_CASE("fault matrix: a redelivery is counted once when the owner handing it out again is killed too (FIFO, lifo, lease)") {
+  // (tests/checks.hpp check_redeliveries_counted; the store's kinds are in
+  // priority.cpp, buffers.cpp and stash.cpp)
+  struct kind {
+    const char* name;
+    shmbox::options opts;
+  };
+  const kind kinds[] = {{"fifo", {.capacity = 16}},
+                        {"lifo", {.capacity = 16, .overflow = policy::lifo}},
+                        {"lease", {.capacity = 16, .lease = 30'000ms}}};
+  for (const kind& k : kinds) {
+    for (const bool two_phase : {false, true}) {
+      for (const char* point : {"", "owner.after_take:1", "owner.mid_commit:1", "owner.after_commit:1", "owner.after_commit:2"}) {
+        const std::string kind_name = k.name;
+        CAPTURE(kind_name);
+        shmtest::segment_guard g(shmtest::unique_name("fagain"));
+        auto box = shmbox::Box::create(g.name, k.opts);
+        REQUIRE(box);
+        REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "a1", "a2", "a3", "a4", "a5", "a6"}).code == 0);
+        shmtest::check_redeliveries_counted(*box, point, two_phase, false);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Takeover points: the first heir dies half-way through taking over a box
 // whose owner died holding messages; the second heir takes over.

@@ -393,10 +393,11 @@ int own(int argc, char** argv) {
   return 0;
 }
 
-// An owner driven line by line on stdin (the stash tests): each command
-// answers one line.
-//   read N        read() up to N messages (5 s for the first): "read K d1 d2 ..."
-//   stash-read    stash every message of the last read, then commit: "stashed K"
+// An owner driven line by line on stdin (the stash tests, and the
+// redelivery counts of every kind of box; the example buffer types are
+// registered): each command answers one line.
+//   read N        read() up to N messages (5 s for the first): "read K d1 d2* ..." (* redelivered)
+//   stash-read    stash every message of the last read (a priority box's: with its priority), then commit: "stashed K"
 //   commit        commit the last read: "committed"
 //   unstash       "unstashed K"
 //   recv N T      receive_batch up to N, waiting T ms for the first: "got K d1 d2* ..." (* redelivered)
@@ -550,6 +551,11 @@ int buf_own(int argc, char** argv) {
 
 int stash_owner(int argc, char** argv) {
   if (argc < 3) return usage();
+  // (custom-buffer boxes too: the example types, as buf-own)
+  if (!shmbox_examples::register_top_n() || !shmbox_examples::register_dedupe()) {
+    say("error register");
+    return 1;
+  }
   auto o = acquire_or_say(argv[2]);
   if (!o) return 1;
   std::printf("owned %" PRIu64 "\n", o->epoch());
@@ -570,6 +576,7 @@ int stash_owner(int argc, char** argv) {
       for (std::size_t i = 0; i < last.size(); ++i) {
         out += ' ';
         out += last[i];
+        if (last.redelivered(i)) out += '*';
       }
       if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
     } else if (cmd == "read-ids") {  // as read, then each message's id (Owner::id_of)
@@ -586,7 +593,7 @@ int stash_owner(int argc, char** argv) {
       std::size_t k = 0;
       std::string err;
       for (std::size_t i = 0; i < last.size(); ++i) {
-        if (o->stash(last[i], last.lane(i)) == shmbox::recv_status::ok) ++k;
+        if (o->stash(last[i], last.lane(i), last.priority(i)) == shmbox::recv_status::ok) ++k;
         else err = shmbox::explain(o->last_error());
       }
       const auto st = o->commit();

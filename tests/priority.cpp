@@ -105,7 +105,7 @@ std::uint64_t field(const std::string& done, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("priority: creation errors say what to do; a priority box has no stash yet") {
+TEST_CASE("priority: creation errors say what to do; a stash only when created with one") {
   shmtest::segment_guard g(shmtest::unique_name("prioerr"));
   for (const policy p : {policy::lifo, policy::drop_oldest}) {
     const auto r = shmbox::Box::create(g.name, {.capacity = 8, .overflow = p, .priority = true});
@@ -114,15 +114,27 @@ TEST_CASE("priority: creation errors say what to do; a priority box has no stash
     CHECK(shmbox::explain(r.error()).find("reject, drop_newest or block") != std::string::npos);
   }
   CHECK(shmbox::Box::create(g.name, {.capacity = 8, .lease = 1000ms, .priority = true}).error() == shmbox::errc::invalid_argument);
-  CHECK(shmbox::Box::create(g.name, {.capacity = 8, .stash = 2, .priority = true}).error() == shmbox::errc::invalid_argument);
-  auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
+  CHECK(shmbox::Box::create(g.name, {.capacity = 8, .lease = 1000ms, .stash = 2, .priority = true}).error() ==
+        shmbox::errc::invalid_argument);
+  {
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
+    REQUIRE(box);
+    CHECK(shmbox::info(*box).priority);
+    CHECK(shmbox::info(*box).stash == 0);
+    auto o = shmbox::Owner::acquire(*box);
+    REQUIRE(o);
+    CHECK(o->stash("x", 0) == recv_status::error);
+    CHECK(o->last_error() == shmbox::errc::invalid_argument);
+    CHECK(shmbox::explain(o->last_error()).find("--stash") != std::string::npos);
+  }
+  REQUIRE(shmbox::Box::remove(g.name));
+  // With one (tests/stash.cpp has the rest): its entries follow the store's.
+  auto box = shmbox::Box::create(g.name, {.capacity = 8, .lanes = {{}, {.capacity = 4}}, .stash = 2, .priority = true});
   REQUIRE(box);
-  CHECK(shmbox::info(*box).priority);
-  CHECK(shmbox::info(*box).stash == 0);
-  auto o = shmbox::Owner::acquire(*box);
-  REQUIRE(o);
-  CHECK(o->stash("x", 0) == recv_status::error);
-  CHECK(shmbox::explain(o->last_error()).find("priority box") != std::string::npos);
+  CHECK(shmbox::info(*box).stash == 2);
+  auto again = shmbox::Box::open(g.name);
+  REQUIRE(again);
+  CHECK(shmbox::info(*again).stash == 2);
 }
 
 TEST_CASE("priority: 4 producer processes, random priorities: delivered lowest first, FIFO among equals, counts exact") {
@@ -334,6 +346,22 @@ TEST_CASE("priority: read and commit; read, give-back by death: redelivered, sti
   CHECK(texts(drain(*o, 1)) == std::vector<std::string>{"r3*", "r4*", "r7", "r9"});
   shmtest::check_invariant(*box);
   CHECK(box->read_counters().delivered == 6);
+}
+
+TEST_CASE("priority: a redelivery from the store is counted once (redelivered), also when its owner is killed handing it out") {
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("prioagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
+      REQUIRE(box);
+      {
+        auto p = shmbox::Producer::attach(*box);
+        REQUIRE(p);
+        for (int i = 6; i >= 1; --i) REQUIRE(p->post(tag('f', i), {.priority = std::int64_t{i}}) == post_status::stored);
+      }
+      shmtest::check_redeliveries_counted(*box, point, two_phase, false);
+    }
+  }
 }
 
 TEST_CASE("priority: the fault matrix: an owner killed at every step of the sort and of the delivery loses nothing") {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -324,6 +325,256 @@ TEST_CASE("stash: the fault matrix: an owner killed inside stash and inside the 
     check_stash_ledger(*box, 3, 3);
   }
   CHECK(shmtest::run({shmtest::cli_path(), "verify", g.name}).code == 0);
+}
+
+TEST_CASE("stash: a parked message the heir receives again is counted once (redelivered), also when that owner is killed") {
+  for (const bool two_phase : {false, true}) {
+    for (const char* point : {"", "owner.after_take:1", "owner.mid_unstash:1", "owner.mid_unstash:2"}) {
+      shmtest::segment_guard g(shmtest::unique_name("stashagain"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .stash = 8});
+      REQUIRE(box);
+      REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "a1", "a2", "a3", "a4", "a5", "a6"}).code == 0);
+      shmtest::check_redeliveries_counted(*box, point, two_phase, true);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// A priority box's stash (ring.hpp THE STASH, A PRIORITY BOX'S STASH):
+// actor-ts's stash with its PriorityMailbox.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// Posts `msg` into `box` from a separate process (the CLI) with that priority.
+void post_prio(const std::string& box, const std::string& msg, int prio, int lane = -1) {
+  std::vector<std::string> argv{shmtest::cli_path(), "post", box, "--priority", std::to_string(prio)};
+  if (lane >= 0) argv.insert(argv.end(), {"--lane", std::to_string(lane)});
+  argv.push_back(msg);
+  REQUIRE(shmtest::run(argv).code == 0);
+}
+
+// A message's priority in these tests: its last digit ("b3" -> 3; "z9" -> 9).
+int prio_of(const std::string& m) { return m[m.find_first_of("0123456789")] - '0'; }
+
+}  // namespace
+
+TEST_CASE("stash: in a priority box, unstashed messages rejoin their own priority, first of it, in stash order") {
+  shmtest::segment_guard g(shmtest::unique_name("priostash"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .lanes = {{}, {}}, .stash = 8, .priority = true});
+  REQUIRE(box);
+  CHECK(shmbox::info(*box).priority);
+  CHECK(shmbox::info(*box).stash == 8);
+  for (const char* m : {"a5", "b3", "c5", "d1", "e3"}) post_prio(g.name, m, prio_of(m));  // lane 1, the default
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  const auto d1 = receive_one(*o);
+  CHECK(d1.data == "d1");
+  CHECK(d1.priority == 1);
+  const auto b3 = receive_one(*o), e3 = receive_one(*o);
+  CHECK(b3.data == "b3");
+  CHECK(e3.data == "e3");
+  // Parked in another order than they came: e3, then b3; then a5.
+  REQUIRE(o->stash(e3) == recv_status::ok);
+  REQUIRE(o->stash(b3) == recv_status::ok);
+  const auto a5 = receive_one(*o);
+  CHECK(a5.data == "a5");
+  REQUIRE(o->stash(a5) == recv_status::ok);
+  CHECK(o->stashed() == 3);
+  // More arrive, a control message too; the parked ones wait.
+  for (const char* m : {"f3", "g1", "h5"}) post_prio(g.name, m, prio_of(m));
+  post_prio(g.name, "z9", 9, 0);
+  const auto peeked = shmbox::peek(*box, 100);
+  REQUIRE(peeked.size() == 8);
+  CHECK(peeked[0].data == "e3");  // parked first, in stash order
+  CHECK(peeked[0].stash == "parked");
+  CHECK(peeked[2].data == "a5");
+  CHECK(peeked[3].data == "z9");
+  CHECK(o->unstash_all() == 3);
+  CHECK(o->unstashed_waiting() == 3);
+  CHECK(shmbox::peek(*box, 100)[2].data == "e3");  // z9, g1, then tier 3: the unstashed first
+  CHECK(shmbox::peek(*box, 100)[2].stash == "unstashed");
+  // Lanes first; in lane 1 by priority, each unstashed one ahead of its tier, in stash order.
+  CHECK(receive_one(*o).data == "z9");
+  CHECK(receive_one(*o).data == "g1");
+  const auto again = receive_one(*o);
+  CHECK(again.data == "e3");
+  CHECK(again.priority == 3);
+  CHECK(again.position == shmbox::kNoPosition);
+  // Stashed again (it keeps its priority), unstashed again: after b3, which was unstashed earlier.
+  REQUIRE(o->stash(again) == recv_status::ok);
+  CHECK(o->unstash_all() == 1);
+  CHECK(drain(*o) == std::vector<std::string>{"b3", "e3", "f3", "a5", "c5", "h5"});
+  check_stash_ledger(*box, 4, 4);
+  const auto c = box->read_counters();
+  CHECK(c.delivered == 9);
+  CHECK(c.redelivered == 0);
+  shmtest::check_invariant(*box);
+  CHECK(shmtest::run({shmtest::cli_path(), "verify", g.name}).code == 0);
+  // A parked message given without its priority rejoins priority 0, as a post without one.
+  REQUIRE(o->stash("n", 1) == recv_status::ok);
+  post_prio(g.name, "m1", 1);
+  o->unstash_all();
+  CHECK(drain(*o) == std::vector<std::string>{"n", "m1"});
+}
+
+TEST_CASE("stash: in a priority box, store and stash fill the lane together; the stash never closes it") {
+  shmtest::segment_guard g(shmtest::unique_name("priostashcap"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 4, .stash = 8, .priority = true});
+  REQUIRE(box);
+  for (int i = 1; i <= 4; ++i) post_prio(g.name, tag('p', i), i);
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  REQUIRE(o->stash(receive_one(*o)) == recv_status::ok);  // p1: the store holds 3, the stash 1
+  CHECK(p->post("q") == post_status::full);
+  REQUIRE(o->stash(receive_one(*o)) == recv_status::ok);  // p2
+  REQUIRE(o->stash(receive_one(*o)) == recv_status::ok);  // p3: 3 parked, p4 stored
+  const auto p4 = receive_one(*o);
+  CHECK(o->stash(p4) == recv_status::error);  // a fourth would leave the lane no room
+  CHECK(o->last_error() == shmbox::errc::stash_full);
+  CHECK(shmbox::explain(o->last_error()).find("no room") != std::string::npos);
+  CHECK(shmbox::info(*box).parked == 3);
+  CHECK(shmbox::info(*box).depth == 0);
+  CHECK(box->depth_approx() == 0);
+  CHECK(p->post("q") == post_status::stored);  // room for limit - parked
+  CHECK(p->post("r") == post_status::full);
+  CHECK(o->unstash_all() == 3);
+  CHECK(drain(*o) == std::vector<std::string>{"q", "p1", "p2", "p3"});  // q: priority 0
+  check_stash_ledger(*box, 3, 3);
+  shmtest::check_invariant(*box);
+  // The entries run out too: --stash 2.
+  REQUIRE(shmbox::Box::remove(g.name));
+  auto small = shmbox::Box::create(g.name, {.capacity = 64, .stash = 2, .priority = true});
+  REQUIRE(small);
+  auto o2 = shmbox::Owner::acquire(*small);
+  REQUIRE(o2);
+  CHECK(o2->stash("a", 0, 1) == recv_status::ok);
+  CHECK(o2->stash("b", 0, 1) == recv_status::ok);
+  CHECK(o2->stash("c", 0, 1) == recv_status::error);
+  CHECK(o2->last_error() == shmbox::errc::stash_full);
+  CHECK(shmbox::explain(o2->last_error()).find("2 entries") != std::string::npos);
+}
+
+TEST_CASE("stash: a priority box's owner SIGKILLed with messages parked or unstashed: the heir delivers them in their own priority, flagged") {
+  for (const bool unstashed : {false, true}) {
+    CAPTURE(unstashed);
+    shmtest::segment_guard g(shmtest::unique_name("priostashkill"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 16, .stash = 8, .priority = true});
+    REQUIRE(box);
+    for (const char* m : {"a1", "b2", "c2", "d3", "e3", "f4"}) post_prio(g.name, m, prio_of(m));
+    {
+      shmtest::child owner({shmtest::helper_path(), "stash-owner", g.name}, {}, true);
+      REQUIRE(shmtest::line_starting(owner, "owned").size() > 0);
+      // It reads the three lowest, parks them (read, stash, commit), handles one more.
+      CHECK(ask(owner, "read 3") == "read 3 a1 b2 c2");
+      CHECK(ask(owner, "stash-read") == "stashed 3");
+      if (unstashed) CHECK(ask(owner, "unstash") == "unstashed 3");
+      CHECK(ask(owner, "recv 1 0") == (unstashed ? "got 1 a1" : "got 1 d3"));
+      CHECK(ask(owner, "stat") == (unstashed ? "parked 0 front 2" : "parked 3 front 0"));
+      owner.kill(SIGKILL);
+      REQUIRE(shmtest::killed_by(owner.wait(10s), SIGKILL));
+    }
+    for (const char* m : {"g2", "h0"}) post_prio(g.name, m, prio_of(m));  // more arrive meanwhile
+    shmtest::child heir({shmtest::helper_path(), "stash-owner", g.name}, {}, true);
+    REQUIRE(shmtest::line_starting(heir, "owned").size() > 0);
+    // Each parked one in its priority, ahead of the stored ones there, in stash order, flagged.
+    CHECK(ask(heir, "recv 100 1000") == (unstashed ? "got 7 h0 b2* c2* g2 d3 e3 f4" : "got 7 h0 a1* b2* c2* g2 e3 f4"));
+    heir.close_stdin();
+    CHECK(shmtest::exited_with(heir.wait(10s), 0));
+    check_stash_ledger(*box, 3, 3);
+    const auto c = box->read_counters();
+    CHECK(c.redelivered == (unstashed ? 2u : 3u));
+    CHECK(c.delivered == 8);  // each posted message once (the parked ones' copies count unstashed)
+    shmtest::check_invariant(*box);
+    CHECK(shmtest::run({shmtest::cli_path(), "verify", g.name}).code == 0);
+  }
+}
+
+TEST_CASE("stash: a priority box's fault matrix: an owner killed inside stash, unstash_all and the unstashed delivery loses nothing") {
+  // Six messages, priorities 1, 2, 2, 3, 3, 4. The owner reads the three
+  // lowest, parks them, unstashes them and receives: killed at the n-th pass
+  // of a step; a second owner is killed while it takes over; the third must
+  // deliver every message not handed out, in priority order, and the
+  // counters (the stash's ledger, redelivered) must add up. The one loss
+  // allowed is a receive's at-most-once window (owner.mid_unstash of a
+  // delivery: committed, not returned).
+  const std::pair<const char*, int> points[] = {
+      {"owner.mid_stash", 2},    {"owner.mid_unstash_all", 1}, {"owner.mid_unstash_all", 2}, {"owner.mid_unstash", 1},
+      {"owner.mid_unstash", 2},  {"owner.after_take", 8},      {"owner.after_take", 10},     {"owner.mid_sort", 3},
+      {"takeover.mid_recovery", 0}};
+  const std::vector<std::string> all{"f1", "f2", "g2", "f3", "g3", "f4"};
+  for (const auto& [point, n] : points) {
+    CAPTURE(point);
+    CAPTURE(n);
+    shmtest::segment_guard g(shmtest::unique_name("priostashfault"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .stash = 8, .priority = true});
+    REQUIRE(box);
+    for (const auto& m : all) post_prio(g.name, m, prio_of(m));
+    const bool takeover = std::string(point) == "takeover.mid_recovery";
+    std::vector<std::string> handed;  // what the first owner returned
+    bool killed = false;
+    {
+      std::vector<std::string> env;
+      if (!takeover) env.push_back(std::string("SHMBOX_FAULT=") + point + ":" + std::to_string(n));
+      shmtest::child owner({shmtest::helper_path(), "stash-owner", g.name}, env, true);
+      REQUIRE(shmtest::line_starting(owner, "owned").size() > 0);
+      for (const char* cmd : {"read 3\n", "stash-read\n", "unstash\n", "recv 2 0\n"}) {
+        owner.write_stdin(cmd);
+        const auto l = owner.read_line(10s);
+        if (!l) break;
+        const auto f = shmtest::fields(*l);
+        if (f[0] == "got")
+          for (std::size_t i = 2; i < f.size(); ++i) handed.push_back(f[i]);
+      }
+      owner.close_stdin();
+      killed = shmtest::killed_by(owner.wait(10s), SIGKILL);
+      if (takeover) CHECK(!killed);
+    }
+    CAPTURE(killed);
+    {
+      // (with takeover.mid_recovery: the first owner left 3 parked, and
+      // exited with 2 received; this one dies taking the stash over)
+      shmtest::child second({shmtest::helper_path(), "stash-owner", g.name},
+                            {takeover ? "SHMBOX_FAULT=takeover.mid_recovery:1" : "SHMBOX_FAULT=takeover.mid_recovery:2"}, true);
+      (void)second.read_line(10s);  // "owned", or nothing: killed in the takeover
+      second.close_stdin();
+      (void)second.wait(10s);
+    }
+    auto o = shmbox::Owner::acquire(*box);
+    REQUIRE(o);
+    std::vector<shmbox::message> got;
+    while (o->receive_batch(got, {.max = 1, .timeout = 0ns}) == recv_status::ok) {
+    }
+    INFO("handed out: " << handed.size() << ", then delivered: " << got.size());
+    std::size_t flagged = 0, missing = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (i > 0) CHECK(prio_of(got[i - 1].data) <= prio_of(got[i].data));  // priority order
+      flagged += got[i].redelivered;
+      const bool seen_before = std::find(handed.begin(), handed.end(), got[i].data) != handed.end() ||
+                               std::any_of(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(i),
+                                           [&](const shmbox::message& m) { return m.data == got[i].data; });
+      CHECK_MESSAGE((!seen_before || got[i].redelivered), got[i].data << " repeated unflagged");
+    }
+    for (const auto& m : all) {
+      const bool here = std::any_of(got.begin(), got.end(), [&](const shmbox::message& x) { return x.data == m; });
+      missing += !here && std::find(handed.begin(), handed.end(), m) == handed.end();
+    }
+    CHECK(missing <= (std::string(point) == "owner.mid_unstash" && n == 2 && killed ? 2u : 0u));
+    if (!killed && !takeover) CHECK(handed == std::vector<std::string>{"f1", "f2"});  // the point was not reached
+    const auto c = box->read_counters();
+    CHECK(c.stashed == c.unstashed);
+    CHECK(shmbox::info(*box).parked == 0);
+    CHECK(c.redelivered == flagged);
+    CHECK(c.stored == 6);
+    CHECK(c.delivered == 6);
+    CHECK(shmbox::info(*box).depth == 0);
+    shmtest::check_invariant(*box);
+    const auto v = shmbox::verify(g.name);
+    REQUIRE(v);
+    CHECK_MESSAGE(v->ok, (v->problems.empty() ? std::string() : v->problems[0]));
+  }
 }
 
 TEST_CASE("stash: the CLI creates a stash box; the manual documents --stash") {

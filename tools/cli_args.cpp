@@ -375,12 +375,13 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->transform(decimal(1, shmbox::kMaxCapacity));
   create->add_option("--stash", out.create.stash,
                      "the owner's stash: room for N parked messages (Owner::stash / unstash_all); they count against "
-                     "their lane's capacity and survive the owner; not with lifo lanes or --lease-ms")
+                     "their lane's capacity and survive the owner (with --priority, unstashed ones rejoin their priority); "
+                     "not with lifo lanes, --lease-ms or --buffer")
       ->transform(decimal(1, shmbox::kMaxCapacity));
   create->add_flag("--priority", out.create.priority,
                    "a priority box: the owner receives the lowest --priority first, FIFO among equal ones (lanes still "
                    "first); the segment holds a store as large as the slots; policies reject, drop-newest, block; not "
-                   "with --stash or --lease-ms");
+                   "with --lease-ms");
   create->add_option("--buffer", out.create.buffer,
                      "a custom-buffer box: its owner delivers and drops through buffer type NAME (shmbox::register_buffer), "
                      "which every process that posts to it or owns it registers; the CLI registers none, so it cannot post "

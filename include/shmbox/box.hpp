@@ -87,8 +87,9 @@ struct options {
   // message counts against its lane's limit (posts see room for limit -
   // parked) and survives an owner crash: the next owner receives it first,
   // flagged redelivered. 0: no stash. Posts to a box with a stash take the
-  // general path (the gate that counts parked messages). Not with lifo lanes
-  // or a lease.
+  // general path (the gate that counts parked messages). Not with lifo lanes,
+  // a lease or a custom buffer; a priority box's unstashed messages rejoin
+  // their priority (Owner::unstash_all).
   std::uint32_t stash = 0;
   // A priority box (actor-ts's PriorityMailbox): each message carries a
   // priority (post_options::priority, or the producer's
@@ -98,7 +99,8 @@ struct options {
   // posted messages into a store of the box (one entry per slot, so the
   // segment is about twice the size) and keeps them ordered in a heap:
   // O(log n) per message. Policies: reject, drop_newest, block (not
-  // drop_oldest, lifo); no lease, no stash. See the README's "Priority boxes".
+  // drop_oldest, lifo); no lease; a stash if `stash` says so (its entries
+  // follow the store's). See the README's "Priority boxes".
   bool priority = false;
   // A custom-buffer box (pobox's custom buffers; shmbox/buffer.hpp): the
   // owner delivers in the order a buffer of this registered type decides,

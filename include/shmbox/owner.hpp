@@ -29,6 +29,7 @@ struct message {
   bool redelivered = false;  // a previous owner read it and died before committing
   std::uint32_t lane = 0;
   std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
+  std::int64_t priority = 0;  // a priority box: its priority (stash() keeps it); a custom-buffer box: its key; else 0
 };
 
 // One message seen in place (zero-copy receive): `data` points into the
@@ -38,6 +39,7 @@ struct message_view {
   bool redelivered = false;
   std::uint32_t lane = 0;
   std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
+  std::int64_t priority = 0;  // as message::priority
 };
 
 // A reusable set of received messages. Receiving into it reuses its memory,
@@ -57,6 +59,8 @@ class batch {
   std::uint32_t lane(std::size_t i) const noexcept { return entries_[i].lane; }
   // Message i's lane position (message_id; Owner::id_of).
   std::uint64_t position(std::size_t i) const noexcept { return entries_[i].position; }
+  // Message i's priority (message::priority).
+  std::int64_t priority(std::size_t i) const noexcept { return entries_[i].priority; }
   // Forgets the messages, keeps the memory.
   void clear() noexcept {
     bytes_.clear();
@@ -65,9 +69,10 @@ class batch {
 
  private:
   friend struct detail::access;  // the library appends while receiving
-  void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane, std::uint64_t position) {
+  void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane, std::uint64_t position,
+              std::int64_t priority) {
     const auto* p = static_cast<const char*>(data);
-    entries_.push_back({bytes_.size(), size, redelivered, lane, position});
+    entries_.push_back({bytes_.size(), size, redelivered, lane, position, priority});
     bytes_.insert(bytes_.end(), p, p + size);
   }
   struct entry {
@@ -76,6 +81,7 @@ class batch {
     bool redelivered;
     std::uint32_t lane;
     std::uint64_t position;
+    std::int64_t priority;
   };
   std::vector<char> bytes_;
   std::vector<entry> entries_;
@@ -105,7 +111,8 @@ using filter_fn = std::function<filter_verdict(std::string& message)>;
 struct delivery {
   batch messages;             // delivered, in order, as the filter left them
   std::size_t count = 0;      // messages.size()
-  std::uint64_t dropped = 0;  // overflow drops since the last delivery + this delivery's filter drops
+  std::uint64_t dropped = 0;  // drops since the last delivery (the policies' overflow drops and a custom
+                              // buffer's, buffer_dropped) + this delivery's filter drops
   bool empty() const noexcept { return count == 0; }  // everything dropped, or the first message skipped
 };
 
@@ -124,7 +131,7 @@ struct usage_info {
   std::uint64_t depth_total = 0;
   std::vector<std::uint32_t> capacity;  // per lane
   std::uint64_t capacity_total = 0;
-  std::uint64_t dropped_since_delivery = 0;  // overflow drops since the last delivery (deliver())
+  std::uint64_t dropped_since_delivery = 0;  // overflow and custom-buffer drops since the last delivery (deliver())
 };
 
 // How one receive waits and how much it takes. E.g. receive(m) waits for
@@ -196,7 +203,10 @@ class SHMBOX_API Owner {
   // options::stash). stash() parks a copy of a message this owner received,
   // to be handled later; unstash_all() makes every parked message the next
   // ones delivered, before anything in the lanes, in stash order (after any
-  // unstashed earlier and not yet received). Parked messages stay in the
+  // unstashed earlier and not yet received). In a priority box each rejoins
+  // its own priority in its lane instead: delivered before the messages of
+  // that priority waiting there, in stash order among the unstashed ones
+  // (actor-ts's stash with its PriorityMailbox). Parked messages stay in the
   // box's shared memory: they count against their lane's limit (producers
   // see room for limit - parked) and survive this owner: if it dies or lets
   // go, the next owner receives them first, flagged redelivered, whether
@@ -206,9 +216,12 @@ class SHMBOX_API Owner {
   // zero times. Counted per lane: stashed, and unstashed when received back.
   // Errors (recv_status::error, last_error()): no stash in this box
   // (invalid_argument), a message larger than the slot (too_large), the
-  // stash full or the lane left no room (full). Owner only.
+  // stash full or the lane left no room (full). A priority box keeps the
+  // message's priority (message::priority; the form with data takes it as
+  // an argument, 0 when not given, as a post). Owner only.
   recv_status stash(const message& m);
   recv_status stash(std::string_view data, std::uint32_t lane);
+  recv_status stash(std::string_view data, std::uint32_t lane, std::int64_t priority);
   // Returns how many messages it unstashed.
   std::size_t unstash_all();
   // Parked now (not yet unstashed), and unstashed but not yet received.

@@ -454,7 +454,9 @@ SHMBOX_C_API int shmbox_commit(shmbox_owner* o, size_t* lost);
 
 /* The stash (boxes created with a stash): parks a copy of a received
  * message (enum shmbox_recv_status; SHMBOX_RECV_ERROR with
- * SHMBOX_E_STASH_FULL, SHMBOX_E_TOO_LARGE or SHMBOX_E_INVALID_ARGUMENT). */
+ * SHMBOX_E_STASH_FULL, SHMBOX_E_TOO_LARGE or SHMBOX_E_INVALID_ARGUMENT).
+ * A priority box's: unstashed, it rejoins priority 0 (Owner::stash with a
+ * priority has no C form yet). */
 SHMBOX_C_API int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane);
 /* Makes every parked message the next ones received; returns how many. */
 SHMBOX_C_API size_t shmbox_unstash_all(shmbox_owner* o);
