@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -423,12 +424,12 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   const std::uint64_t gen = t.read(e->generation), leases = t.read(e->leases);
   if (gen == tok.generation && s == member_state::in_use && leases == tok.lease) {
     if (o == outcome::ok) {
-      t.add(pool_counter::returns_ok);
-      if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed);
+      t.add(pool_counter::returns_ok);  // LG1
+      if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed, /*given_back=*/true);
       else make_available(h, t, tok.member, false);
     } else {
-      t.add(pool_counter::returns_fail);
-      stop_member(h, t, tok.member, member_stop::failed);
+      t.add(pool_counter::returns_fail);  // LG2
+      stop_member(h, t, tok.member, member_stop::failed, /*given_back=*/true);
     }
     t.commit("return");
     return return_status::ok;
@@ -583,6 +584,12 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
   return run_supervisor(*h, {}, deadline);
 }
 
+namespace detail {
+// inspect_pool, optionally without the ledger's snapshot (take_group: it may
+// wait up to 20 ms for a busy pool's table to stand still).
+result<pool_info> inspect_pool_impl(std::string_view name, bool with_ledger);
+}  // namespace detail
+
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
   auto names = Pool::list();
   if (!names) return names.error();
@@ -592,7 +599,7 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
   };
   std::vector<candidate> pools;
   for (const auto& n : *names) {
-    auto info = inspect_pool(n);
+    auto info = inspect_pool_impl(n, false);
     if (!info || info->group != group || !info->removing.empty()) continue;
     pools.push_back({n, info->free, info->in_use});
   }
@@ -799,7 +806,63 @@ std::string_view to_string(member_state s) noexcept {
   return "?";
 }
 
-result<pool_info> inspect_pool(std::string_view name) {
+namespace {
+
+// The words of the table inspection reports, read in one pass, bracketed
+// by two looks at the lock: `settled` when the lock was free and no journal
+// pending both before and after, and the counters the same at both ends (a
+// section that ran in between and gave or ended a lease changed a counter:
+// each one counts). Then the in_use members and the counters belong
+// together, and LG can be checked.
+struct table_snapshot {
+  struct member_words {
+    std::uint64_t state, generation, leases, taker_client, taker_key, worker_pid, worker_ns, idle_since_ns;
+  };
+  std::array<std::uint64_t, kPoolCounterSlots> counters{};
+  std::vector<member_words> members;
+  bool settled = false;
+  std::uint64_t counter(pool_counter k) const noexcept { return counters[static_cast<std::uint32_t>(k)]; }
+  // LG: takes - (returns_ok + returns_fail + killed_in_use + revoked_in_use + in_use).
+  std::int64_t ledger_gap() const noexcept {
+    std::uint64_t in_use = 0;
+    for (const auto& m : members)
+      if (member_state_of(m.state) == static_cast<std::uint32_t>(member_state::in_use)) ++in_use;
+    return static_cast<std::int64_t>(counter(pool_counter::takes) - counter(pool_counter::returns_ok) -
+                                     counter(pool_counter::returns_fail) - counter(pool_counter::killed_in_use) -
+                                     counter(pool_counter::revoked_in_use) - in_use);
+  }
+};
+
+table_snapshot read_table(const pool_handle& h) {
+  const pool_state* st = h.state();
+  // seq_cst loads of the lock word: a 0 seen after a holder's release (TL4's
+  // exchange) orders the words it wrote before the relaxed reads below.
+  auto quiet = [st] { return st->lock.load() == 0 && st->journal_valid.load() == 0; };
+  auto read_counters = [st](std::array<std::uint64_t, kPoolCounterSlots>& out) {
+    for (std::uint32_t k = 0; k < kPoolCounterSlots; ++k) out[k] = st->counters[k].load(std::memory_order_relaxed);
+  };
+  table_snapshot t;
+  t.members.resize(h.max_count());
+  const bool quiet_before = quiet();
+  read_counters(t.counters);
+  for (std::uint32_t m = 0; m < h.max_count(); ++m) {
+    const pool_member* e = h.member_at(m);
+    t.members[m] = {e->state.load(std::memory_order_relaxed),        e->generation.load(std::memory_order_relaxed),
+                    e->leases.load(std::memory_order_relaxed),       e->taker_client.load(std::memory_order_relaxed),
+                    e->taker_key.load(std::memory_order_relaxed),    e->worker_pid.load(std::memory_order_relaxed),
+                    e->worker_ns.load(std::memory_order_relaxed),    e->idle_since_ns.load(std::memory_order_relaxed)};
+  }
+  std::array<std::uint64_t, kPoolCounterSlots> after{};
+  read_counters(after);
+  t.settled = quiet_before && after == t.counters && quiet();
+  return t;
+}
+
+}  // namespace
+
+result<pool_info> inspect_pool(std::string_view name) { return inspect_pool_impl(name, true); }
+
+result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_ledger) {
   auto hr = open_pool_segment(name, true, true);
   if (!hr) return hr.error();
   const pool_handle& h = **hr;
@@ -824,6 +887,18 @@ result<pool_info> inspect_pool(std::string_view name) {
   info.mode = h.mode;
   info.uid = h.uid;
   info.segment_bytes = h.bytes;
+  // The member table and the counters from one snapshot: with the ledger,
+  // retried (1 ms apart, 20 times at most) until one is settled and LG
+  // holds in it; a real gap is still there 20 ms later.
+  table_snapshot t = read_table(h);
+  for (int attempt = 1; with_ledger && attempt < 20 && !(t.settled && t.ledger_gap() == 0); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    t = read_table(h);
+  }
+  if (with_ledger) {
+    info.ledger_gap = t.ledger_gap();
+    info.ledger_settled = t.settled;
+  }
   const pool_state* st = h.state();
   const std::uint64_t removing_v = st->removing.load(std::memory_order_relaxed);
   info.removing = removing_v == 1 ? "graceful" : removing_v == 2 ? "immediate" : "";
@@ -847,32 +922,27 @@ result<pool_info> inspect_pool(std::string_view name) {
   }
   const std::uint64_t now = mono_ns();
   for (std::uint32_t m = 0; m < p.max_count; ++m) {
-    const pool_member* e = h.member_at(m);
-    const std::uint64_t word = e->state.load(std::memory_order_relaxed);
-    const std::uint32_t s = member_state_of(word);
+    const table_snapshot::member_words& e = t.members[m];
+    const std::uint32_t s = member_state_of(e.state);
     if (s == 0 || s > static_cast<std::uint32_t>(member_state::stopping)) continue;
     member_info mi;
     mi.index = m;
     mi.state = static_cast<member_state>(s);
-    mi.generation = e->generation.load(std::memory_order_relaxed);
+    mi.generation = e.generation;
     mi.box = member_box_name(h.name, m, mi.generation);
-    mi.worker_pid = static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
-    mi.worker_pid_ns = e->worker_ns.load(std::memory_order_relaxed);
-    mi.leases = e->leases.load(std::memory_order_relaxed);
+    mi.worker_pid = static_cast<std::uint32_t>(e.worker_pid & kPidMask);
+    mi.worker_pid_ns = e.worker_ns;
+    mi.leases = e.leases;
     if (mi.state == member_state::in_use) {
-      const std::uint64_t tc = e->taker_client.load(std::memory_order_relaxed);
-      const std::uint64_t tk = e->taker_key.load(std::memory_order_relaxed);
-      mi.taker_pid = key_pid(tk);
-      if (tc < p.max_clients) {
-        mi.taker_pid_ns = h.client_at(static_cast<std::uint32_t>(tc))->pid_ns.load(std::memory_order_relaxed);
-        mi.taker_alive = client_alive(h, static_cast<std::uint32_t>(tc), tk);
+      mi.taker_pid = key_pid(e.taker_key);
+      if (e.taker_client < p.max_clients) {
+        mi.taker_pid_ns = h.client_at(static_cast<std::uint32_t>(e.taker_client))->pid_ns.load(std::memory_order_relaxed);
+        mi.taker_alive = client_alive(h, static_cast<std::uint32_t>(e.taker_client), e.taker_key);
       }
     }
-    if (mi.state == member_state::free) {
-      const std::uint64_t since = e->idle_since_ns.load(std::memory_order_relaxed);
-      if (since != 0 && since < now) mi.idle = std::chrono::milliseconds((now - since) / 1'000'000);
-    }
-    if (mi.state == member_state::stopping) mi.stopping_why = std::string(to_string(member_stop_of(word)));
+    if (mi.state == member_state::free && e.idle_since_ns != 0 && e.idle_since_ns < now)
+      mi.idle = std::chrono::milliseconds((now - e.idle_since_ns) / 1'000'000);
+    if (mi.state == member_state::stopping) mi.stopping_why = std::string(to_string(member_stop_of(e.state)));
     if (auto b = Box::inspect(mi.box)) {
       const box_info bi = shmbox::info(*b);
       mi.worker_alive = bi.owner.alive;
@@ -888,7 +958,7 @@ result<pool_info> inspect_pool(std::string_view name) {
     }
     info.members.push_back(std::move(mi));
   }
-  auto c = [&](pool_counter k) { return st->counters[static_cast<std::uint32_t>(k)].load(std::memory_order_relaxed); };
+  auto c = [&](pool_counter k) { return t.counter(k); };
   pool_counters& n = info.count;
   n.takes = c(pool_counter::takes);
   n.returns_ok = c(pool_counter::returns_ok);
@@ -909,6 +979,7 @@ result<pool_info> inspect_pool(std::string_view name) {
   n.stale_returns = c(pool_counter::stale_returns);
   n.dead_lettered = c(pool_counter::dead_lettered);
   n.lost = c(pool_counter::lost);
+  n.revoked_in_use = c(pool_counter::revoked_in_use);
   return info;
 }
 

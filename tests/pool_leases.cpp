@@ -1,0 +1,321 @@
+// Pool leases: who gets one and how each one ends. The pool's ledger
+// (pool_table.hpp, "THE LEDGER") after a kill storm of takers and workers,
+// and the path that broke it. Every
+// party is a separate program: the supervisor is `shmbox-test-helper
+// pool-supervise`, the members `pool-worker`, the takers `pool-take` and
+// `pool-churn` (a take/give-back loop); this process kills them and reads
+// the pool with inspect_pool.
+//
+// Every wait is bounded; every pool is removed by a pool_guard (which kills
+// its workers' process groups) even when a check fails. The storm runs
+// SHMBOX_POOL_STORM_SECONDS seconds (default 4; scripts/soak.sh runs it longer).
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using shmbox::member_state;
+using shmtest::child;
+using shmtest::line_starting;
+
+namespace {
+
+std::vector<std::string> split_nul(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  std::string part;
+  while (std::getline(in, part, '\0')) v.push_back(part);
+  return v;
+}
+
+// The live pool-worker processes of `pool` (found by SHMBOX_POOL in their
+// environment and argv[1] == "pool-worker"), with their member index.
+std::vector<std::pair<pid_t, std::uint32_t>> live_workers(const std::string& pool) {
+  std::vector<std::pair<pid_t, std::uint32_t>> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto argv = split_nul(shmtest::read_text("/proc/" + name + "/cmdline"));
+    if (argv.size() < 2 || argv[1] != "pool-worker") continue;
+    bool ours = false;
+    std::uint32_t index = 0xFFFFFFFFu;
+    for (const auto& kv : split_nul(shmtest::read_text("/proc/" + name + "/environ"))) {
+      if (kv == "SHMBOX_POOL=" + pool) ours = true;
+      if (kv.rfind("SHMBOX_MEMBER=", 0) == 0) index = static_cast<std::uint32_t>(std::stoul(kv.substr(14)));
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    const char st = shmtest::process_state(pid);
+    if (ours && st != 'Z' && st != 'X' && st != '?') out.emplace_back(pid, index);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Removes pool `name` (its workers' process groups killed, its segment and
+// member boxes unlinked) when it goes out of scope. Declared before the
+// supervisors, so that they are dead before it runs.
+struct pool_guard {
+  std::string name;
+  explicit pool_guard(std::string n) : name(std::move(n)) { cleanup(); }
+  ~pool_guard() { cleanup(); }
+  pool_guard(const pool_guard&) = delete;
+  pool_guard& operator=(const pool_guard&) = delete;
+  void cleanup() const {
+    for (int round = 0; round < 50; ++round) {
+      const auto workers = live_workers(name);
+      if (workers.empty()) break;
+      for (const auto& w : workers) {
+        const pid_t group = ::getpgid(w.first);
+        if (group > 1 && group != ::getpgrp()) ::killpg(group, SIGKILL);
+        else ::kill(w.first, SIGKILL);
+      }
+      std::this_thread::sleep_for(10ms);  // bounded: until the kernel has taken them down
+    }
+    ::shm_unlink(("/shmbox-pool." + name).c_str());
+    if (DIR* d = ::opendir("/dev/shm")) {
+      const std::string prefix = "shmbox." + name + ".m";
+      std::vector<std::string> boxes;
+      while (const dirent* e = ::readdir(d))
+        if (std::string(e->d_name).rfind(prefix, 0) == 0) boxes.emplace_back(e->d_name);
+      ::closedir(d);
+      for (const auto& b : boxes) ::shm_unlink(("/" + b).c_str());
+    }
+  }
+};
+
+// Members: the helper's pool-worker, its lines to /dev/null (nobody reads them here).
+shmbox::pool_options test_pool(std::uint32_t init, std::uint32_t max) {
+  shmbox::pool_options o;
+  o.init_count = init;
+  o.max_count = max;
+  o.queue_max = 8;
+  o.max_clients = 32;
+  o.command = shmtest::cat("exec env -u SHMBOX_FAULT ", shmtest::helper_path(), " pool-worker >/dev/null");
+  o.member.capacity = 16;
+  o.member.slot_size = 64;
+  o.start_timeout = 5000ms;
+  o.stop_grace = 200ms;
+  return o;
+}
+
+std::unique_ptr<child> supervisor(const std::string& pool) {
+  auto c = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", pool},
+                                   std::vector<std::string>{}, true);
+  REQUIRE(line_starting(*c, "supervising ") == "supervising " + std::to_string(c->pid()));
+  return c;
+}
+
+// Reads what a child said so far (a supervisor's log lines), so that its pipe never fills.
+void drain(child& c) {
+  while (c.read_line(1ms)) {
+  }
+}
+
+std::string describe(const shmbox::pool_info& i) {
+  std::ostringstream o;
+  o << "pool " << i.name << ": free=" << i.free << " in_use=" << i.in_use << " starting=" << i.starting
+    << " checking=" << i.checking << " stopping=" << i.stopping << " queued=" << i.queued << " clients=" << i.clients
+    << " supervisor=" << i.supervisor_pid << (i.supervisor_alive ? "(alive)" : "(dead)") << " ledger_gap=" << i.ledger_gap
+    << (i.ledger_settled ? "" : "(unsettled)") << "\n";
+  for (const auto& m : i.members)
+    o << "  m" << m.index << " " << shmbox::to_string(m.state) << " gen=" << m.generation << " worker=" << m.worker_pid
+      << (m.worker_alive ? "(alive)" : "(dead)") << " leases=" << m.leases << " why='" << m.stopping_why << "'\n";
+  const auto& c = i.count;
+  o << "  takes=" << c.takes << " granted=" << c.granted << " ok=" << c.returns_ok << " fail=" << c.returns_fail
+    << " killed_in_use=" << c.killed_in_use << " revoked_in_use=" << c.revoked_in_use << " stale=" << c.stale_returns
+    << " double=" << c.double_returns
+    << " crashed=" << c.crashed << " starts=" << c.starts << " take_timeouts=" << c.take_timeouts << "\n";
+  return o.str();
+}
+
+shmbox::pool_info snapshot(const std::string& pool) {
+  auto i = shmbox::inspect_pool(pool);
+  INFO("inspect_pool(" << pool << "): " << shmbox::explain(i.error()));
+  REQUIRE(i);
+  return *i;
+}
+
+template <class Pred>
+bool settles(const std::string& pool, Pred pred, std::chrono::milliseconds limit = 30s) {
+  std::string last;
+  const bool ok = shmtest::eventually(
+      [&] {
+        auto i = shmbox::inspect_pool(pool);
+        last = i ? describe(*i) : "inspect_pool: " + shmbox::explain(i.error());
+        return i && pred(*i);
+      },
+      limit);
+  if (!ok) MESSAGE("did not settle:\n" << last);
+  return ok;
+}
+
+// `members` members, all free with a live worker, none starting or stopping,
+// and no table operation half done (a journal a killed process left).
+bool all_free(const shmbox::pool_info& i, std::uint32_t members) {
+  if (i.members.size() != members || i.free != members || !i.ledger_settled) return false;
+  return std::all_of(i.members.begin(), i.members.end(), [](const shmbox::member_info& m) { return m.worker_alive; });
+}
+
+// The ledger (pool_table.hpp LG), computed here from the counters and the
+// member table: takes minus every way a lease ended minus the leases out now
+// (0 when it holds). Checked in a quiet pool, against inspect_pool's own too.
+std::int64_t ledger_gap(const shmbox::pool_info& i) {
+  const auto& c = i.count;
+  return static_cast<std::int64_t>(c.takes) -
+         static_cast<std::int64_t>(c.returns_ok + c.returns_fail + c.killed_in_use + c.revoked_in_use + i.in_use);
+}
+
+void check_ledger(const shmbox::pool_info& i) {
+  INFO(describe(i));
+  CHECK(ledger_gap(i) == 0);
+  CHECK(i.ledger_gap == 0);
+  CHECK(i.ledger_settled);
+}
+
+double storm_seconds() {
+  const char* s = std::getenv("SHMBOX_POOL_STORM_SECONDS");
+  const double v = s != nullptr ? std::strtod(s, nullptr) : 0.0;
+  return v > 0 ? v : 4.0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The ledger (item 6)
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool ledger: after a kill storm of takers and workers, every lease is counted exactly once") {
+  pool_guard g(shmtest::unique_name("lstorm"));
+  constexpr std::uint32_t kMembers = 4;
+  REQUIRE(shmbox::Pool::create(g.name, test_pool(kMembers, kMembers)));
+  auto sup = supervisor(g.name);
+  CHECK(settles(g.name, [&](const shmbox::pool_info& i) { return all_free(i, kMembers); }));
+
+  std::mt19937 rng(std::random_device{}());
+  const auto seed = rng();
+  CAPTURE(seed);
+  rng.seed(seed);
+  std::uint32_t next_seed = 1;
+  auto churner = [&] {
+    auto c = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-churn", g.name,
+                                                              std::to_string(seed + next_seed++), "--hold-ms", "60",
+                                                              "--fail-every", "8"},
+                                     std::vector<std::string>{}, true);
+    REQUIRE(line_starting(*c, "churning ") == "churning " + std::to_string(c->pid()));
+    return c;
+  };
+  std::vector<std::unique_ptr<child>> takers;
+  for (int i = 0; i < 4; ++i) takers.push_back(churner());
+
+  // The storm: every 10..40 ms a random taker (2 in 8) or worker (1 in 8)
+  // gets SIGKILL, or nobody. The worker is one whose member is leased when
+  // there is one; once the pool has seen its death (the member stopping),
+  // the lease's holder gets SIGKILL too, so that some holders die holding a
+  // lease the pool ended. A killed taker is replaced by a new one; a member
+  // whose taker or worker died is replaced by the supervisor (which backs
+  // off for a second after a worker that dies young, so workers are killed
+  // less often). The pace is the storm's, not a synchronisation.
+  int taker_kills = 0, worker_kills = 0, holder_kills = 0;
+  auto kill_taker = [&](std::size_t k) {
+    takers[k]->kill(SIGKILL);
+    takers[k]->wait(10s);
+    ++taker_kills;
+    takers[k] = churner();
+  };
+  const double seconds = storm_seconds();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 31));
+    drain(*sup);
+    const auto dice = rng() % 8;
+    if (dice < 5) continue;
+    if (dice < 7) {
+      kill_taker(rng() % takers.size());
+      continue;
+    }
+    std::vector<shmbox::member_info> leased;
+    if (auto i = shmbox::inspect_pool(g.name))
+      for (const auto& m : i->members)
+        if (m.state == member_state::in_use && m.worker_alive && m.worker_pid > 1) leased.push_back(m);
+    if (leased.empty()) {
+      const auto workers = live_workers(g.name);
+      if (!workers.empty() && ::kill(workers[rng() % workers.size()].first, SIGKILL) == 0) ++worker_kills;
+      continue;
+    }
+    const shmbox::member_info victim = leased[rng() % leased.size()];
+    if (::kill(static_cast<pid_t>(victim.worker_pid), SIGKILL) != 0) continue;
+    ++worker_kills;
+    const bool seen = shmtest::eventually([&] {
+      auto i = shmbox::inspect_pool(g.name);
+      if (!i) return false;
+      for (const auto& m : i->members)
+        if (m.index == victim.index) return m.generation != victim.generation || m.state != member_state::in_use;
+      return true;
+    }, 1s);
+    for (std::size_t k = 0; seen && k < takers.size(); ++k)
+      if (static_cast<std::uint32_t>(takers[k]->pid()) == victim.taker_pid) {
+        kill_taker(k);
+        ++holder_kills;
+      }
+  }
+  // Quiet: every taker finishes its lease and exits; the supervisor replaces what died.
+  for (auto& t : takers) t->close_stdin();
+  for (auto& t : takers) {
+    CHECK(line_starting(*t, "done", 30s).rfind("done", 0) == 0);
+    CHECK(shmtest::exited_with(t->wait(30s), 0));
+  }
+  MESSAGE("storm: " << taker_kills << " takers (" << holder_kills << " right after their member's worker) and " << worker_kills
+                    << " workers killed in " << seconds << " s");
+  CHECK(taker_kills >= seconds);
+  CHECK(worker_kills >= seconds / 2);
+  CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+    drain(*sup);
+    return all_free(i, kMembers);
+  }, 60s));
+  const auto i = snapshot(g.name);
+  MESSAGE(describe(i));
+  CHECK(i.count.takes > 0);
+  check_ledger(i);
+}
+
+TEST_CASE("pool ledger: a holder that dies holding a lease its member's crash ended counts once") {
+  pool_guard g(shmtest::unique_name("lrevoke"));
+  REQUIRE(shmbox::Pool::create(g.name, test_pool(1, 1)));
+  auto sup = supervisor(g.name);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+  // The holder posts "crash": its member's worker kills itself while leased.
+  child holder({shmtest::helper_path(), "pool-take", g.name, "5000", "--post", "crash", "--hold"}, {}, true);
+  CHECK(line_starting(holder, "took ").rfind("took ", 0) == 0);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.crashed == 1; }, 10s));
+  holder.kill(SIGKILL);  // dies holding the lease the crash ended
+  holder.wait(10s);
+  CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+    drain(*sup);
+    return all_free(i, 1) && i.count.starts == 2;
+  }));
+  const auto i = snapshot(g.name);
+  INFO(describe(i));
+  CHECK(i.count.takes == 1);
+  CHECK(i.count.killed_in_use == 0);  // the member was stopped before its holder died
+  CHECK(i.count.revoked_in_use == 1);
+  check_ledger(i);
+}
+
