@@ -395,6 +395,30 @@ bool collect_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t
          t.read(e->leases) == lease;
 }
 
+// LV1: the freshest free member whose box has a live owner, assigned to
+// this handle; the dead ones found on the way are stopped (crashed).
+bool take_live_free(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) {
+  for (std::int64_t best = best_free(h, t); best >= 0; best = best_free(h, t)) {
+    if (t.room() < 8) t.commit("stop");  // stops of dead members so far; assign needs 5 writes
+    m = static_cast<std::uint32_t>(best);
+    if (member_alive(h, m, t.read(h.member_at(m)->generation))) {
+      assign(h, t, m, gen, lease);
+      return true;
+    }
+    stop_member(h, t, m, member_stop::crashed);
+  }
+  return false;
+}
+
+// LV2: a grant to this handle (collect_grant) whose member's box has a live
+// owner. A dead one is stopped (crashed; its lease revoked, LG4).
+bool collect_live_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) {
+  if (!collect_grant(h, t, m, gen, lease)) return false;
+  if (member_alive(h, m, gen)) return true;
+  stop_member(h, t, m, member_stop::crashed);
+  return false;
+}
+
 std::error_code no_supervisor_sentence(const pool_handle& h, errc e, std::string what) {
   if (!supervisor_alive(h)) what += "; no supervisor is running: start one with 'shmbox pool run " + h.name + "'";
   return fail(e, what);
@@ -423,6 +447,14 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   const auto s = static_cast<member_state>(member_state_of(word));
   const std::uint64_t gen = t.read(e->generation), leases = t.read(e->leases);
   if (gen == tok.generation && s == member_state::in_use && leases == tok.lease) {
+    if (!member_alive(h, tok.member, gen)) {
+      // LV3: its worker died under the lease; the supervisor has not seen it
+      // yet. The lease ends as revoked (LG4), the answer is stale.
+      stop_member(h, t, tok.member, member_stop::crashed);
+      t.add(pool_counter::stale_returns);
+      t.commit("return");
+      return return_status::stale;
+    }
     if (o == outcome::ok) {
       t.add(pool_counter::returns_ok);  // LG1
       if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed, /*given_back=*/true);
@@ -452,6 +484,50 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   return return_status::stale;
 }
 
+// Under the lock, with no member to hand out: refuses (timeout 0, queue
+// full) or queues this handle (ticket into `my_ticket`) and asks for a start
+// when one is needed. Returns the refusal, or {} when queued.
+std::error_code queue_or_refuse(pool_handle& h, table_txn& t, bool wait, std::uint64_t& my_ticket) {
+  pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
+  sweep_dead_clients(h, t);
+  t.commit("sweep");  // the sweep may fill most of the journal; a start request and a queue entry follow
+  const table_counts n = count_table(h, t);
+  const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
+  const bool can_start = n.members < h.max_count();
+  const bool start_needed = starting < n.waiters + 1;
+  const pool_header& p = h.hdr;
+  if (!wait) {
+    const bool started = can_start && start_needed && request_start(h, t);
+    if (started || starting > 0) {
+      t.add(pool_counter::no_members_starting);
+      t.commit("refuse");
+      return no_supervisor_sentence(h, errc::no_members_starting,
+                                    quote_pool(h.name) + ": no member is free; one is being started: take again, or take with a timeout");
+    }
+    t.add(pool_counter::no_members_at_capacity);
+    t.commit("refuse");
+    return fail(errc::no_members_at_capacity, quote_pool(h.name) + ": no member is free and all " + std::to_string(p.max_count) +
+                                                  " (max_count) are in use: take with a timeout to queue for one");
+  }
+  if (n.waiters >= p.queue_max) {
+    t.add(pool_counter::no_members_queue_full);
+    t.commit("refuse");
+    return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member is free and " + std::to_string(n.waiters) +
+                                                 " takers wait already (queue_max " + std::to_string(p.queue_max) + "): retry later");
+  }
+  const std::uint64_t ticket = t.read(h.state()->next_ticket) + 1;
+  t.write(h.state()->next_ticket, ticket);
+  t.write(me->wait_ticket, ticket);
+  t.write(me->granted, 0);
+  if (n.waiters + 1 == p.queue_max) t.add(pool_counter::queue_max_reached);
+  if (can_start && start_needed) request_start(h, t);
+  t.commit("queue");
+  my_ticket = ticket;
+  return {};
+}
+
+// make_lease runs after the table lock is released (each `return
+// make_lease` below is outside the section): it may give the member back.
 result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nanoseconds timeout) {
   pool_handle& h = *hp;
   std::lock_guard<std::recursive_mutex> g(h.mu);
@@ -462,77 +538,62 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
   pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   std::uint32_t m = 0;
   std::uint64_t gen = 0, lease = 0;
+  std::uint64_t my_ticket = 0;  // our place in the queue (FIFO by ticket)
+  bool got = false;
   {
     table_txn t(h, lock_deadline);
     if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
     if (t.read(h.state()->removing) != 0) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
-    if (collect_grant(h, t, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up
+    if (collect_live_grant(h, t, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up (LV2)
       t.commit("collect");
-      return access::make_lease(hp, m, gen, lease);
-    }
-    if (const std::int64_t best = best_free(h, t); best >= 0) {
-      m = static_cast<std::uint32_t>(best);
-      assign(h, t, m, gen, lease);
+      got = true;
+    } else if (take_live_free(h, t, m, gen, lease)) {  // LV1
       t.commit("take");
-      return access::make_lease(hp, m, gen, lease);
+      got = true;
+    } else if (const std::error_code refused = queue_or_refuse(h, t, wait, my_ticket)) {
+      return refused;
     }
-    sweep_dead_clients(h, t);
-    const table_counts n = count_table(h, t);
-    const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
-    const bool can_start = n.members < h.max_count();
-    const bool start_needed = starting < n.waiters + 1;
-    const pool_header& p = h.hdr;
-    if (!wait) {
-      const bool started = can_start && start_needed && request_start(h, t);
-      if (started || starting > 0) {
-        t.add(pool_counter::no_members_starting);
-        t.commit("refuse");
-        return no_supervisor_sentence(h, errc::no_members_starting,
-                                      quote_pool(h.name) + ": no member is free; one is being started: take again, or take with a timeout");
-      }
-      t.add(pool_counter::no_members_at_capacity);
-      t.commit("refuse");
-      return fail(errc::no_members_at_capacity, quote_pool(h.name) + ": no member is free and all " + std::to_string(p.max_count) +
-                                                    " (max_count) are in use: take with a timeout to queue for one");
-    }
-    if (n.waiters >= p.queue_max) {
-      t.add(pool_counter::no_members_queue_full);
-      t.commit("refuse");
-      return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member is free and " + std::to_string(n.waiters) +
-                                                   " takers wait already (queue_max " + std::to_string(p.queue_max) + "): retry later");
-    }
-    const std::uint64_t ticket = t.read(h.state()->next_ticket) + 1;
-    t.write(h.state()->next_ticket, ticket);
-    t.write(me->wait_ticket, ticket);
-    t.write(me->granted, 0);
-    if (n.waiters + 1 == p.queue_max) t.add(pool_counter::queue_max_reached);
-    if (can_start && start_needed) request_start(h, t);
-    t.commit("queue");
   }
+  if (got) return access::make_lease(hp, m, gen, lease);
   // Wait for a grant (make_available hands a returned or new member to the oldest waiter).
   for (;;) {
     const std::uint32_t seen = me->wake.load();  // seq_cst: before the grant re-check below
     const bool granted = me->granted.load() != 0;
     const std::uint64_t now = mono_ns();
-    if (granted || now >= deadline || removing(h)) {
-      table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
-      if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
-      if (collect_grant(h, t, m, gen, lease)) {
-        t.commit("collect");
-        return access::make_lease(hp, m, gen, lease);
-      }
-      if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
-        t.write(me->wait_ticket, 0);
-        const bool gone = t.read(h.state()->removing) != 0;
-        if (!gone) t.add(pool_counter::take_timeouts);
-        t.commit("cancel");
-        if (gone) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
-        return no_supervisor_sentence(h, errc::timed_out, quote_pool(h.name) + ": no member became free before the timeout");
-      }
-      t.commit("collect");
+    if (!granted && now < deadline && !removing(h)) {
+      futex_wait(&me->wake, seen, std::min(deadline, now + kWaitSliceNs));
       continue;
     }
-    futex_wait(&me->wake, seen, std::min(deadline, now + kWaitSliceNs));
+    {
+      table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
+      if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
+      if (collect_live_grant(h, t, m, gen, lease)) {
+        t.commit("collect");
+        got = true;
+      } else if (t.read(me->wait_ticket) == 0 && t.read(h.state()->removing) == 0) {
+        // LV2: our grant's member died before we collected it (the grant took
+        // us out of the queue): a free member, or back to our place in line.
+        if (take_live_free(h, t, m, gen, lease)) {
+          t.commit("take");
+          got = true;
+        } else {
+          t.write(me->wait_ticket, my_ticket);
+        }
+      }
+      if (!got) {
+        if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
+          t.write(me->wait_ticket, 0);
+          const bool gone = t.read(h.state()->removing) != 0;
+          if (!gone) t.add(pool_counter::take_timeouts);
+          t.commit("cancel");
+          if (gone) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
+          return no_supervisor_sentence(h, errc::timed_out, quote_pool(h.name) + ": no member became free before the timeout");
+        }
+        t.commit("collect");
+        continue;
+      }
+    }
+    return access::make_lease(hp, m, gen, lease);
   }
 }
 
@@ -638,32 +699,56 @@ struct Lease::state {
   bool returned = false;
 };
 
+namespace detail {
+namespace {
+
+// This handle's link to member m's box for generation `gen`: a Producer on
+// it, made on first use (and dropped when it cannot be made).
+result<pool_handle::member_link*> link_member(pool_handle& h, std::uint32_t m, std::uint64_t gen) {
+  auto& link = h.links[m];
+  if (link.generation == gen && link.producer) return &link;
+  auto p = Producer::attach(member_box_name(h.name, m, gen));
+  if (!p) {
+    h.links.erase(m);
+    return p.error();
+  }
+  link.generation = gen;
+  link.producer = std::make_shared<Producer>(std::move(*p));
+  const pool_member* e = h.member_at(m);
+  link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
+                        ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
+                        : 0;
+  return &link;
+}
+
+}  // namespace
+
+bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen) {
+  auto link = link_member(h, m, gen);
+  if (!link) return link.error() != errc::not_found;  // gone: dead; other errors: make_lease reports them
+  // L2: one F_OFD_GETLK on the owner byte, through the Producer's mapping.
+  return view_owner(*access::producer_box(*std::static_pointer_cast<Producer>((*link)->producer))).alive;
+}
+
+}  // namespace detail
+
 result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, std::uint32_t m, std::uint64_t gen,
                                          std::uint64_t lease) {
   auto s = std::make_unique<Lease::state>();
   s->h = h;
   s->token = {m, gen, lease};
   s->box = member_box_name(h->name, m, gen);
-  auto& link = h->links[m];
-  if (link.generation != gen || !link.producer) {
-    auto p = Producer::attach(s->box);
-    if (!p) {
-      // The member's box is gone (removed by hand, a scribbled table): it is given back as failed.
-      const std::error_code ec = p.error();
-      h->links.erase(m);
-      give_back_impl(*h, s->token, outcome::fail);
-      h->last_error = ec;
-      return ec;
-    }
-    link.generation = gen;
-    link.producer = std::make_shared<Producer>(std::move(*p));
-    const pool_member* e = h->member_at(m);
-    link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
-                          ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
-                          : 0;
+  auto link = link_member(*h, m, gen);
+  if (!link) {
+    // The member's box is gone (removed by hand, a scribbled table), or
+    // cannot take another producer: it is given back as failed.
+    const std::error_code ec = link.error();
+    give_back_impl(*h, s->token, outcome::fail);
+    h->last_error = ec;
+    return ec;
   }
-  s->producer = std::static_pointer_cast<Producer>(link.producer);
-  s->worker_pid = link.worker_pid;
+  s->producer = std::static_pointer_cast<Producer>((*link)->producer);
+  s->worker_pid = (*link)->worker_pid;
   return Lease(std::move(s));
 }
 

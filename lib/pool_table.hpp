@@ -61,11 +61,12 @@
 // it once, J5), in exactly one of:
 //  LG1 returns_ok: given back ok.
 //  LG2 returns_fail: given back as failed (also by ~Lease, and by a take
-//      whose Producer cannot attach to the member box).
+//      whose Producer cannot attach to the member box: its producer table
+//      is full; a box that is gone is a dead member, LV3).
 //  LG3 killed_in_use: its holder died holding it (sweep_dead_clients).
 //  LG4 revoked_in_use: the pool ended it: its member was stopped under it
-//      because its worker died (the supervisor saw it) or the pool was
-//      removed at once. Counted when the member is stopped,
+//      because its worker died (the supervisor saw it, or LV2/LV3 did) or
+//      the pool was removed at once. Counted when the member is stopped,
 //      whatever the holder does later: its give back answers stale, and a
 //      holder that dies, or a waiter that never collects its grant, counts
 //      nothing more.
@@ -76,7 +77,22 @@
 // (their lease had ended already); they are outside the identity.
 // stop_member() ends the lease of an in_use member (LG3 or LG4) unless its
 // caller ended it by a give back (LG1, LG2); inspect_pool checks the identity.
-
+//
+// LIVENESS AT HAND-OUT (LV). A worker can die while its member is free or
+// leased, and the supervisor sees it only at its next look (kWorkerCheckNs).
+// Whoever hands a member out or takes it back asks the kernel first whether
+// the member's box has a live owner (its owner byte held: liveness.hpp L2,
+// one fcntl through the handle's mapping of the box, pool_handle::links),
+// under the table lock:
+//  LV1 take: a free member found dead is stopped (crashed) in the same
+//      section, and the take goes on with the next free member.
+//  LV2 collecting a grant (take_impl): a granted member found dead is
+//      stopped (crashed; its lease LG4), and the waiter goes back to its
+//      place in the queue (its ticket) or takes a free member.
+//  LV3 give back: a member found dead is stopped (crashed; the lease LG4)
+//      and the give back answers stale, never ok; so a dead member is never
+//      granted to a waiter either.
+// A worker that dies after the probe is the supervisor's to see, as before.
 #pragma once
 
 #include <array>
@@ -245,6 +261,12 @@ options member_box_options(const pool_handle& h);
 std::string ping_message(std::uint64_t seq);
 // Take and give back (pool.cpp), for the API and the leases.
 return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
+// LV: member `m` of generation `gen` has a box with a live owner. Asked
+// through this handle's link to the box (the Producer its leases use, made
+// once per generation); a box that is gone is dead. A box that cannot be
+// attached for another reason (its producer table is full) counts as alive:
+// the take then reports that error as before (make_lease).
+bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen);
 
 // The supervisor's loop (pool_supervisor.cpp).
 result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns);

@@ -1,6 +1,7 @@
 // Pool leases: who gets one and how each one ends. The pool's ledger
-// (pool_table.hpp, "THE LEDGER") after a kill storm of takers and workers,
-// and the path that broke it. Every
+// (pool_table.hpp, "THE LEDGER") after a kill storm of takers and workers;
+// a take or a give back that finds its member's worker dead before the
+// supervisor does. Every
 // party is a separate program: the supervisor is `shmbox-test-helper
 // pool-supervise`, the members `pool-worker`, the takers `pool-take` and
 // `pool-churn` (a take/give-back loop); this process kills them and reads
@@ -317,5 +318,200 @@ TEST_CASE("pool ledger: a holder that dies holding a lease its member's crash en
   CHECK(i.count.killed_in_use == 0);  // the member was stopped before its holder died
   CHECK(i.count.revoked_in_use == 1);
   check_ledger(i);
+}
+
+// ---------------------------------------------------------------------------
+// A member whose worker died is never handed out (item 8: pool_table.hpp LV)
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// Stops the supervisor the way `pool run` stops on SIGTERM: it resigns and
+// the members keep running, so that nobody but the takes and give backs
+// below can notice a worker's death.
+void resign(child& sup) {
+  sup.close_stdin();
+  CHECK(line_starting(sup, "stopped", 10s) == "stopped");
+  CHECK(shmtest::exited_with(sup.wait(10s), 0));
+}
+
+// SIGKILL to member `index`'s worker; returns once the process is gone (its
+// OFD locks, the box's owner byte among them, are dropped at its exit).
+void kill_worker(const std::string& pool, std::uint32_t index) {
+  const auto i = snapshot(pool);
+  const shmbox::member_info* m = nullptr;
+  for (const auto& e : i.members)
+    if (e.index == index) m = &e;
+  REQUIRE(m != nullptr);
+  REQUIRE(m->worker_pid > 1);
+  const auto pid = static_cast<pid_t>(m->worker_pid);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  CHECK(shmtest::eventually([&] {
+    const char st = shmtest::process_state(pid);
+    return st == 'Z' || st == 'X' || st == '?';
+  }, 10s));
+}
+
+const shmbox::member_info* member(const shmbox::pool_info& i, std::uint32_t index) {
+  for (const auto& m : i.members)
+    if (m.index == index) return &m;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("pool: a take right after a worker died does not lease its member, and a give back of a dead member is never ok") {
+  pool_guard g(shmtest::unique_name("ldead"));
+  REQUIRE(shmbox::Pool::create(g.name, test_pool(2, 2)));
+  {
+    auto sup = supervisor(g.name);
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 2); }));
+    resign(*sup);
+  }
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  // Both taken, `victim` given back last: it heads the free list (the next take's choice).
+  std::uint32_t victim = 0, other = 0;
+  {
+    auto a = pool->take(0ns);
+    auto b = pool->take(0ns);
+    REQUIRE(a);
+    REQUIRE(b);
+    other = a->token().member;
+    victim = b->token().member;
+    CHECK(a->give_back() == shmbox::return_status::ok);
+    CHECK(b->give_back() == shmbox::return_status::ok);
+  }
+  kill_worker(g.name, victim);
+  // At once: no supervisor has seen the death, the take does.
+  auto l = pool->take(0ns);
+  INFO(shmbox::explain(l.error()));
+  REQUIRE(l);
+  CHECK(l->token().member == other);
+  auto none = pool->take(0ns);  // the victim is stopping, the other one leased
+  CHECK(!none);
+  {
+    const auto i = snapshot(g.name);
+    INFO(describe(i));
+    REQUIRE(member(i, victim) != nullptr);
+    CHECK(member(i, victim)->state == member_state::stopping);
+    CHECK(member(i, victim)->stopping_why == "crashed");
+    CHECK(i.count.crashed == 1);
+    CHECK(i.count.revoked_in_use == 0);  // it was free
+    check_ledger(i);
+  }
+  // The leased member's worker dies: its give back answers stale, not ok.
+  kill_worker(g.name, other);
+  CHECK(l->give_back(shmbox::outcome::ok) == shmbox::return_status::stale);
+  {
+    const auto i = snapshot(g.name);
+    INFO(describe(i));
+    CHECK(member(i, other)->state == member_state::stopping);
+    CHECK(i.count.crashed == 2);
+    CHECK(i.count.revoked_in_use == 1);
+    CHECK(i.count.stale_returns == 1);
+    CHECK(i.count.returns_ok == 2);
+    check_ledger(i);
+  }
+  // A supervisor replaces both; takes work again.
+  auto sup = supervisor(g.name);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 2) && i.count.starts == 4; }));
+  auto again = pool->take(5s);
+  REQUIRE(again);
+  CHECK(again->give_back() == shmbox::return_status::ok);
+  check_ledger(snapshot(g.name));
+}
+
+TEST_CASE("pool: a waiting taker is never granted a member whose worker died") {
+  SUBCASE("the worker dies before the give back: the give back is stale and grants nothing") {
+    pool_guard g(shmtest::unique_name("lgrant1"));
+    REQUIRE(shmbox::Pool::create(g.name, test_pool(1, 1)));
+    {
+      auto sup = supervisor(g.name);
+      CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+      resign(*sup);
+    }
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    auto held = pool->take(0ns);
+    REQUIRE(held);
+    const std::uint64_t old_gen = held->token().generation;
+    child waiter({shmtest::helper_path(), "pool-take", g.name, "20000"}, {}, true);
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.queued == 1; }, 10s));
+    kill_worker(g.name, held->token().member);
+    CHECK(held->give_back() == shmbox::return_status::stale);
+    // The waiter gets the replacement a supervisor starts, never the dead member.
+    auto sup = supervisor(g.name);
+    const std::string took = line_starting(waiter, "took ", 20s);
+    INFO(took);
+    std::istringstream in(took);
+    std::string tag, box;
+    std::uint32_t index = 0;
+    std::uint64_t gen = 0;
+    CHECK((in >> tag >> index >> box >> gen));
+    CHECK(gen > old_gen);
+    CHECK(line_starting(waiter, "returned") == "returned ok");
+    CHECK(shmtest::exited_with(waiter.wait(10s), 0));
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+    const auto i = snapshot(g.name);
+    CHECK(i.count.revoked_in_use == 1);
+    check_ledger(i);
+  }
+  SUBCASE("the worker dies after the grant, before the waiter collects it: the waiter waits on for a live one") {
+    pool_guard g(shmtest::unique_name("lgrant2"));
+    REQUIRE(shmbox::Pool::create(g.name, test_pool(1, 1)));
+    {
+      auto sup = supervisor(g.name);
+      CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+      resign(*sup);
+    }
+    auto pool = shmbox::Pool::open(g.name);
+    REQUIRE(pool);
+    auto held = pool->take(0ns);
+    REQUIRE(held);
+    const std::uint32_t index = held->token().member;
+    const std::uint64_t old_gen = held->token().generation;
+    child waiter({shmtest::helper_path(), "pool-take", g.name, "20000"}, {}, true);
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.queued == 1; }, 10s));
+    // The waiter is stopped (outside the table lock: a stopped holder would
+    // hold up the give back) so that it cannot collect the grant yet.
+    bool stopped_outside = false;
+    for (int attempt = 0; attempt < 100 && !stopped_outside; ++attempt) {
+      waiter.kill(SIGSTOP);
+      REQUIRE(shmtest::wait_for_state(waiter.pid(), 'T', 5s));
+      stopped_outside = snapshot(g.name).ledger_settled;  // the table lock is free
+      if (!stopped_outside) {
+        waiter.kill(SIGCONT);
+        std::this_thread::sleep_for(1ms);  // a retry's pause, not a synchronisation
+      }
+    }
+    REQUIRE(stopped_outside);
+    CHECK(held->give_back() == shmbox::return_status::ok);  // its worker is alive: granted to the waiter
+    CHECK(snapshot(g.name).count.granted == 1);
+    kill_worker(g.name, index);
+    waiter.kill(SIGCONT);
+    // The waiter finds the granted member dead (LV2): it is stopped, and the waiter waits on.
+    CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+      return member(i, index) != nullptr && member(i, index)->state == member_state::stopping;
+    }, 10s));
+    auto sup = supervisor(g.name);
+    const std::string took = line_starting(waiter, "took ", 20s);
+    INFO(took);
+    std::istringstream in(took);
+    std::string tag, box;
+    std::uint32_t got = 0;
+    std::uint64_t gen = 0;
+    CHECK((in >> tag >> got >> box >> gen));
+    CHECK(gen > old_gen);
+    CHECK(line_starting(waiter, "returned") == "returned ok");
+    CHECK(shmtest::exited_with(waiter.wait(10s), 0));
+    CHECK(settles(g.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+    const auto i = snapshot(g.name);
+    INFO(describe(i));
+    CHECK(i.count.granted == 2);
+    CHECK(i.count.revoked_in_use == 1);
+    CHECK(i.count.crashed == 1);
+    check_ledger(i);
+  }
 }
 
