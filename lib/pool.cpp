@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "access.hpp"
@@ -667,7 +668,13 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
   if (pools.empty())
     return fail(errc::not_found, "no pool of group '" + std::string(group) + "': create one with 'shmbox pool create NAME --group " +
                                      std::string(group) + " --command CMD'");
-  // Most free first; ties: fewest in use (then by name, for a stable order).
+  // Most free first; ties: fewest in use; pools still tied in a random
+  // order, so that equally free pools share the load (pooler picks a random
+  // member pool). Random rather than round robin: a take_group is often
+  // the only one its process makes (`pool take`, a short-lived client), and
+  // a per-process counter would send every such process to the same pool.
+  static thread_local std::mt19937_64 rng(mono_ns() ^ unix_ns() ^ (std::uint64_t{static_cast<std::uint32_t>(::getpid())} << 32));
+  std::shuffle(pools.begin(), pools.end(), rng);
   std::stable_sort(pools.begin(), pools.end(), [](const candidate& a, const candidate& b) {
     return a.free != b.free ? a.free > b.free : a.in_use < b.in_use;
   });

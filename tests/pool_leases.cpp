@@ -1,7 +1,7 @@
 // Pool leases: who gets one and how each one ends. The pool's ledger
 // (pool_table.hpp, "THE LEDGER") after a kill storm of takers and workers;
 // a take or a give back that finds its member's worker dead before the
-// supervisor does. Every
+// supervisor does; group takes that spread over equally free pools. Every
 // party is a separate program: the supervisor is `shmbox-test-helper
 // pool-supervise`, the members `pool-worker`, the takers `pool-take` and
 // `pool-churn` (a take/give-back loop); this process kills them and reads
@@ -515,3 +515,39 @@ TEST_CASE("pool: a waiting taker is never granted a member whose worker died") {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Group takes share equally free pools (item 7)
+// ---------------------------------------------------------------------------
+
+TEST_CASE("pool group: equally free pools share the takes") {
+  const std::string group = shmtest::unique_name("lgroup");
+  pool_guard a(shmtest::unique_name("lgroup-a")), b(shmtest::unique_name("lgroup-b"));
+  auto opts = test_pool(1, 1);
+  opts.group = group;
+  REQUIRE(shmbox::Pool::create(a.name, opts));
+  REQUIRE(shmbox::Pool::create(b.name, opts));
+  auto sup_a = supervisor(a.name);
+  auto sup_b = supervisor(b.name);
+  CHECK(settles(a.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+  CHECK(settles(b.name, [](const shmbox::pool_info& i) { return all_free(i, 1); }));
+  // 50 takes, each by a new process (as `pool take` clients are), each
+  // given back before the next: every take sees two pools with 1 free, 0 in use.
+  int from_a = 0, from_b = 0;
+  for (int n = 0; n < 50; ++n) {
+    child t({shmtest::helper_path(), "pool-take", group, "5000", "--group"});
+    const std::string took = line_starting(t, "took ", 20s);
+    CHECK(line_starting(t, "returned") == "returned ok");
+    CHECK(shmtest::exited_with(t.wait(10s), 0));
+    std::istringstream in(took);
+    std::string tag, box;
+    std::uint32_t index = 0;
+    REQUIRE((in >> tag >> index >> box));
+    if (box.rfind(a.name + ".m", 0) == 0) ++from_a;
+    if (box.rfind(b.name + ".m", 0) == 0) ++from_b;
+  }
+  MESSAGE("pool a: " << from_a << " takes, pool b: " << from_b);
+  CHECK(from_a + from_b == 50);
+  // Fair coin: P(fewer than 5 of 50 for one pool) = 2 * sum_{k<5} C(50,k) / 2^50 < 5e-10.
+  CHECK(from_a >= 5);
+  CHECK(from_b >= 5);
+}

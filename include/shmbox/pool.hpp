@@ -157,8 +157,9 @@ class SHMBOX_API Pool {
   // members in use keep it (graceful) or stopping takes longer.
   static result<void> remove(std::string_view name, removal how, std::chrono::nanoseconds timeout);
   // Takes a member of the freest pool of `group` (most free members; ties:
-  // fewest in use), trying the others in that order; waits (up to
-  // `timeout`) in the first pool's queue when none has one.
+  // fewest in use, then a random one, so equally free pools share the load),
+  // trying the others in that order; waits (up to `timeout`) in the first
+  // pool's queue when none has one.
   static result<Lease> take_group(std::string_view group, std::chrono::nanoseconds timeout);
 
   Pool(Pool&&) noexcept;
