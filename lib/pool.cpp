@@ -396,13 +396,58 @@ bool collect_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t
          t.read(e->leases) == lease;
 }
 
+// LV's probe (one fcntl), made before the table section for the member the
+// section will most likely pick, so that the lock is not held through it:
+// the section uses it when it does pick that member of that generation (a
+// generation is one worker: dead once, dead for good), and probes itself
+// otherwise. A worker that dies between the probe and the section is seen
+// as one that dies just after it would be: by the next probe or the supervisor.
+struct probe {
+  std::uint32_t m = 0;
+  std::uint64_t gen = 0;
+  bool made = false;
+  bool alive = false;
+};
+
+probe probe_member(pool_handle& h, std::uint32_t m) {
+  probe p;
+  if (m >= h.max_count()) return p;
+  p.m = m;
+  p.gen = h.member_at(m)->generation.load(std::memory_order_relaxed);  // relaxed: a guess, checked under the lock
+  p.alive = member_alive(h, m, p.gen);
+  p.made = true;
+  return p;
+}
+
+// Without the lock: the member best_free would pick now (a guess).
+probe probe_best_free(pool_handle& h) {
+  std::int64_t best = -1;
+  std::uint64_t best_stamp = 0;
+  for (std::uint32_t m = 0; m < h.max_count(); ++m) {
+    const pool_member* e = h.member_at(m);
+    // relaxed: a guess, checked under the lock
+    if (member_state_of(e->state.load(std::memory_order_relaxed)) != static_cast<std::uint32_t>(member_state::free)) continue;
+    const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
+    if (best < 0 || stamp > best_stamp) {
+      best = m;
+      best_stamp = stamp;
+    }
+  }
+  return best < 0 ? probe{} : probe_member(h, static_cast<std::uint32_t>(best));
+}
+
+bool alive_as_probed(pool_handle& h, const probe& p, std::uint32_t m, std::uint64_t gen) {
+  return p.made && p.m == m && p.gen == gen ? p.alive : member_alive(h, m, gen);
+}
+
 // LV1: the freshest free member whose box has a live owner, assigned to
 // this handle; the dead ones found on the way are stopped (crashed).
-bool take_live_free(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) {
+bool take_live_free(pool_handle& h, table_txn& t, const probe& guess, std::uint32_t& m, std::uint64_t& gen,
+                    std::uint64_t& lease) {
   for (std::int64_t best = best_free(h, t); best >= 0; best = best_free(h, t)) {
     if (t.room() < 8) t.commit("stop");  // stops of dead members so far; assign needs 5 writes
     m = static_cast<std::uint32_t>(best);
-    if (member_alive(h, m, t.read(h.member_at(m)->generation))) {
+    if (alive_as_probed(h, guess, m, t.read(h.member_at(m)->generation))) {
       assign(h, t, m, gen, lease);
       return true;
     }
@@ -413,11 +458,18 @@ bool take_live_free(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_
 
 // LV2: a grant to this handle (collect_grant) whose member's box has a live
 // owner. A dead one is stopped (crashed; its lease revoked, LG4).
-bool collect_live_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) {
+bool collect_live_grant(pool_handle& h, table_txn& t, const probe& guess, std::uint32_t& m, std::uint64_t& gen,
+                        std::uint64_t& lease) {
   if (!collect_grant(h, t, m, gen, lease)) return false;
-  if (member_alive(h, m, gen)) return true;
+  if (alive_as_probed(h, guess, m, gen)) return true;
   stop_member(h, t, m, member_stop::crashed);
   return false;
+}
+
+// The member a grant to this handle names (a guess before the lock).
+std::uint32_t granted_member(const pool_handle& h) noexcept {
+  const std::uint64_t g = h.client_at(static_cast<std::uint32_t>(h.client))->granted.load(std::memory_order_relaxed);
+  return static_cast<std::uint32_t>((g & 0xFFFF) - 1);  // 0 (none) gives 0xFFFFFFFF: no member
 }
 
 std::error_code no_supervisor_sentence(const pool_handle& h, errc e, std::string what) {
@@ -433,6 +485,8 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
     h.last_error = r.error();
     return return_status::error;
   }
+  // LV3's probe, before the section (the lock is not held through a system call).
+  const bool alive = tok.member >= h.max_count() || member_alive(h, tok.member, tok.generation);
   table_txn t(h, mono_ns() + kReturnLockWaitNs);
   if (!t.locked()) {
     h.last_error = fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; the lease was not given back");
@@ -448,7 +502,7 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   const auto s = static_cast<member_state>(member_state_of(word));
   const std::uint64_t gen = t.read(e->generation), leases = t.read(e->leases);
   if (gen == tok.generation && s == member_state::in_use && leases == tok.lease) {
-    if (!member_alive(h, tok.member, gen)) {
+    if (!alive) {
       // LV3: its worker died under the lease; the supervisor has not seen it
       // yet. The lease ends as revoked (LG4), the answer is stale.
       stop_member(h, t, tok.member, member_stop::crashed);
@@ -542,13 +596,15 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
   std::uint64_t my_ticket = 0;  // our place in the queue (FIFO by ticket)
   bool got = false;
   {
+    // LV: the member this take will most likely get, probed before the section.
+    const probe guess = granted_member(h) < h.max_count() ? probe_member(h, granted_member(h)) : probe_best_free(h);
     table_txn t(h, lock_deadline);
     if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
     if (t.read(h.state()->removing) != 0) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
-    if (collect_live_grant(h, t, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up (LV2)
+    if (collect_live_grant(h, t, guess, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up (LV2)
       t.commit("collect");
       got = true;
-    } else if (take_live_free(h, t, m, gen, lease)) {  // LV1
+    } else if (take_live_free(h, t, guess, m, gen, lease)) {  // LV1
       t.commit("take");
       got = true;
     } else if (const std::error_code refused = queue_or_refuse(h, t, wait, my_ticket)) {
@@ -566,15 +622,16 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
       continue;
     }
     {
+      const probe guess = probe_member(h, granted_member(h));  // LV2's probe, before the section
       table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
       if (!t.locked()) return fail(errc::timed_out, quote_pool(h.name) + ": its table is held by a stopped process; retry");
-      if (collect_live_grant(h, t, m, gen, lease)) {
+      if (collect_live_grant(h, t, guess, m, gen, lease)) {
         t.commit("collect");
         got = true;
       } else if (t.read(me->wait_ticket) == 0 && t.read(h.state()->removing) == 0) {
         // LV2: our grant's member died before we collected it (the grant took
         // us out of the queue): a free member, or back to our place in line.
-        if (take_live_free(h, t, m, gen, lease)) {
+        if (take_live_free(h, t, guess, m, gen, lease)) {
           t.commit("take");
           got = true;
         } else {
@@ -712,13 +769,10 @@ namespace {
 // This handle's link to member m's box for generation `gen`: a Producer on
 // it, made on first use (and dropped when it cannot be made).
 result<pool_handle::member_link*> link_member(pool_handle& h, std::uint32_t m, std::uint64_t gen) {
-  auto& link = h.links[m];
-  if (link.generation == gen && link.producer) return &link;
+  if (auto it = h.links.find(m); it != h.links.end() && it->second.generation == gen && it->second.producer) return &it->second;
   auto p = Producer::attach(member_box_name(h.name, m, gen));
-  if (!p) {
-    h.links.erase(m);
-    return p.error();
-  }
+  if (!p) return p.error();  // a link to another generation stays (a probe of a stale token's generation)
+  auto& link = h.links[m];
   link.generation = gen;
   link.producer = std::make_shared<Producer>(std::move(*p));
   const pool_member* e = h.member_at(m);

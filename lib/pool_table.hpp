@@ -82,8 +82,10 @@
 // leased, and the supervisor sees it only at its next look (kWorkerCheckNs).
 // Whoever hands a member out or takes it back asks the kernel first whether
 // the member's box has a live owner (its owner byte held: liveness.hpp L2,
-// one fcntl through the handle's mapping of the box, pool_handle::links),
-// under the table lock:
+// one fcntl through the handle's mapping of the box, pool_handle::links).
+// The probe is made just before the table section, for the member the
+// section will most likely pick (so the lock is not held through a system
+// call), and again inside it only when the section picks another one:
 //  LV1 take: a free member found dead is stopped (crashed) in the same
 //      section, and the take goes on with the next free member.
 //  LV2 collecting a grant (take_impl): a granted member found dead is
