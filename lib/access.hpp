@@ -22,6 +22,8 @@ struct access {
   static Box make_box(std::shared_ptr<mapped_box> m) { return Box(std::move(m)); }
   // The mapping behind an Owner (c_api.cpp).
   static const std::shared_ptr<mapped_box>& owner_box(const Owner& o) noexcept;
+  // The mapping behind a Producer (producer.cpp): a pool probes its member box's owner (pool_table.hpp LV).
+  static const std::shared_ptr<mapped_box>& producer_box(const Producer& p) noexcept;
   static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane,
                      std::uint64_t position, std::int64_t priority) {
     b.append(data, size, redelivered, lane, position, priority);

@@ -747,15 +747,20 @@ static_assert(offsetof(pool_config, group) == 128);
 static_assert(offsetof(pool_config, dead_letters) == 256);
 static_assert(offsetof(pool_config, command) == 384);
 
-// pool_state::counters, by index (pool_counters in shmbox/pool.hpp).
+// pool_state::counters, by index (pool_counters in shmbox/pool.hpp). A new
+// counter takes the next spare slot: a pool made by an older library reads 0
+// there and an older library ignores it, so that is not an incompatible
+// change (no version bump); moving or re-purposing a slot is.
 enum class pool_counter : std::uint32_t {
   takes, returns_ok, returns_fail, no_members_at_capacity, no_members_queue_full, no_members_starting,
   take_timeouts, queue_max_reached, granted, killed_free_culled, killed_free_unhealthy, killed_in_use,
   crashed, start_failures, starts, double_returns, stale_returns, dead_lettered, lost,
-  refused_signals,
+  revoked_in_use,  // slot 19: leases ended by their member's stop (pool_table.hpp LG4)
+  refused_signals,  // slot 20: signals not sent for want of proof (pool_supervisor.cpp SP)
   count_  // number of counters (<= kPoolCounterSlots)
 };
 static_assert(static_cast<std::uint32_t>(pool_counter::count_) <= kPoolCounterSlots);
+static_assert(static_cast<std::uint32_t>(pool_counter::revoked_in_use) == 19);
 
 struct alignas(kCacheLine) pool_state {
   // The table lock (futex): 0 free, else (holder's client index + 1) | kPoolLockWaiters.

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "access.hpp"
@@ -437,6 +439,82 @@ bool collect_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t
          t.read(e->leases) == lease;
 }
 
+// LV's probe (one fcntl), made before the table section for the member the
+// section will most likely pick, so that the lock is not held through it:
+// the section uses it when it does pick that member of that generation (a
+// generation is one worker: dead once, dead for good), and probes itself
+// otherwise. A worker that dies between the probe and the section is seen
+// as one that dies just after it would be: by the next probe or the supervisor.
+struct probe {
+  std::uint32_t m = 0;
+  std::uint64_t gen = 0;
+  bool made = false;
+  bool alive = false;
+};
+
+probe probe_member(pool_handle& h, std::uint32_t m) {
+  probe p;
+  if (m >= h.max_count()) return p;
+  p.m = m;
+  p.gen = h.member_at(m)->generation.load(std::memory_order_relaxed);  // relaxed: a guess, checked under the lock
+  p.alive = member_alive(h, m, p.gen);
+  p.made = true;
+  return p;
+}
+
+// Without the lock: the member best_free would pick now (a guess).
+probe probe_best_free(pool_handle& h) {
+  std::int64_t best = -1;
+  std::uint64_t best_stamp = 0;
+  for (std::uint32_t m = 0; m < h.max_count(); ++m) {
+    const pool_member* e = h.member_at(m);
+    // relaxed: a guess, checked under the lock
+    if (member_state_of(e->state.load(std::memory_order_relaxed)) != static_cast<std::uint32_t>(member_state::free)) continue;
+    const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
+    if (best < 0 || stamp > best_stamp) {
+      best = m;
+      best_stamp = stamp;
+    }
+  }
+  return best < 0 ? probe{} : probe_member(h, static_cast<std::uint32_t>(best));
+}
+
+bool alive_as_probed(pool_handle& h, const probe& p, std::uint32_t m, std::uint64_t gen) {
+  return p.made && p.m == m && p.gen == gen ? p.alive : member_alive(h, m, gen);
+}
+
+// LV1: the freshest free member whose box has a live owner, assigned to
+// this handle; the dead ones found on the way are stopped (crashed).
+bool take_live_free(pool_handle& h, table_txn& t, const probe& guess, std::uint32_t& m, std::uint64_t& gen,
+                    std::uint64_t& lease) {
+  for (std::int64_t best = best_free(h, t); best >= 0; best = best_free(h, t)) {
+    if (t.room() < 8) t.commit("stop");  // stops of dead members so far; assign needs 5 writes
+    m = static_cast<std::uint32_t>(best);
+    if (alive_as_probed(h, guess, m, t.read(h.member_at(m)->generation))) {
+      assign(h, t, m, gen, lease);
+      return true;
+    }
+    stop_member(h, t, m, member_stop::crashed);
+  }
+  return false;
+}
+
+// LV2: a grant to this handle (collect_grant) whose member's box has a live
+// owner. A dead one is stopped (crashed; its lease revoked, LG4).
+bool collect_live_grant(pool_handle& h, table_txn& t, const probe& guess, std::uint32_t& m, std::uint64_t& gen,
+                        std::uint64_t& lease) {
+  if (!collect_grant(h, t, m, gen, lease)) return false;
+  if (alive_as_probed(h, guess, m, gen)) return true;
+  stop_member(h, t, m, member_stop::crashed);
+  return false;
+}
+
+// The member a grant to this handle names (a guess before the lock).
+std::uint32_t granted_member(const pool_handle& h) noexcept {
+  const std::uint64_t g = h.client_at(static_cast<std::uint32_t>(h.client))->granted.load(std::memory_order_relaxed);
+  return static_cast<std::uint32_t>((g & 0xFFFF) - 1);  // 0 (none) gives 0xFFFFFFFF: no member
+}
+
 std::error_code no_supervisor_sentence(const pool_handle& h, errc e, std::string what) {
   if (!supervisor_alive(h)) what += "; no supervisor is running: start one with 'shmbox pool run " + h.name + "'";
   return fail(e, what);
@@ -455,6 +533,8 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
     h.last_error = r.error();
     return return_status::error;
   }
+  // LV3's probe, before the section (the lock is not held through a system call).
+  const bool alive = tok.member >= h.max_count() || member_alive(h, tok.member, tok.generation);
   table_txn t(h, mono_ns() + kReturnLockWaitNs);
   if (!t.locked()) {
     h.last_error = table_busy(h.name, "the lease was not given back");
@@ -470,13 +550,21 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   const auto s = static_cast<member_state>(member_state_of(word));
   const std::uint64_t gen = t.read(e->generation), leases = t.read(e->leases);
   if (gen == tok.generation && s == member_state::in_use && leases == tok.lease) {
+    if (!alive) {
+      // LV3: its worker died under the lease; the supervisor has not seen it
+      // yet. The lease ends as revoked (LG4), the answer is stale.
+      stop_member(h, t, tok.member, member_stop::crashed);
+      t.add(pool_counter::stale_returns);
+      t.commit("return");
+      return return_status::stale;
+    }
     if (o == outcome::ok) {
-      t.add(pool_counter::returns_ok);
-      if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed);
+      t.add(pool_counter::returns_ok);  // LG1
+      if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed, /*given_back=*/true);
       else make_available(h, t, tok.member, false);
     } else {
-      t.add(pool_counter::returns_fail);
-      stop_member(h, t, tok.member, member_stop::failed);
+      t.add(pool_counter::returns_fail);  // LG2
+      stop_member(h, t, tok.member, member_stop::failed, /*given_back=*/true);
     }
     t.commit("return");
     return return_status::ok;
@@ -499,10 +587,13 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
   return return_status::stale;
 }
 
-// Under the lock, no member free: refuses the take (counted, with the
-// sentence), or queues this handle (a ticket; a start asked for when needed).
-std::optional<std::error_code> queue_or_refuse(pool_handle& h, table_txn& t, bool wait) {
+// Under the lock, with no member to hand out: refuses (timeout 0, queue
+// full) or queues this handle (ticket into `my_ticket`) and asks for a start
+// when one is needed. Returns the refusal, or {} when queued.
+std::error_code queue_or_refuse(pool_handle& h, table_txn& t, bool wait, std::uint64_t& my_ticket) {
+  pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   sweep_dead_clients(h, t);
+  t.commit("sweep");  // the sweep may fill most of the journal; a start request and a queue entry follow
   const table_counts n = count_table(h, t);
   const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
   const bool can_start = n.members < h.max_count();
@@ -527,7 +618,6 @@ std::optional<std::error_code> queue_or_refuse(pool_handle& h, table_txn& t, boo
     return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member is free and " + std::to_string(n.waiters) +
                                                  " takers wait already (queue_max " + std::to_string(p.queue_max) + "): retry later");
   }
-  pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   const std::uint64_t ticket = t.read(h.state()->next_ticket) + 1;
   t.write(h.state()->next_ticket, ticket);
   t.write(me->wait_ticket, ticket);
@@ -535,9 +625,12 @@ std::optional<std::error_code> queue_or_refuse(pool_handle& h, table_txn& t, boo
   if (n.waiters + 1 == p.queue_max) t.add(pool_counter::queue_max_reached);
   if (can_start && start_needed) request_start(h, t);
   t.commit("queue");
-  return std::nullopt;
+  my_ticket = ticket;
+  return {};
 }
 
+// make_lease runs after the table lock is released (each `return
+// make_lease` below is outside the section): it may give the member back.
 result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nanoseconds timeout) {
   pool_handle& h = *hp;
   // Before the mutex: a thread of the parent may have held it at the fork.
@@ -551,50 +644,65 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
   pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   std::uint32_t m = 0;
   std::uint64_t gen = 0, lease = 0;
+  std::uint64_t my_ticket = 0;  // our place in the queue (FIFO by ticket)
   bool got = false;
   {
+    // LV: the member this take will most likely get, probed before the section.
+    const probe guess = granted_member(h) < h.max_count() ? probe_member(h, granted_member(h)) : probe_best_free(h);
     table_txn t(h, lock_deadline);
     if (!t.locked()) return table_busy(h.name, "retry");
     if (t.read(h.state()->removing) != 0) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
-    if (collect_grant(h, t, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up
+    if (collect_live_grant(h, t, guess, m, gen, lease)) {  // a grant that arrived after an earlier wait gave up (LV2)
       t.commit("collect");
       got = true;
-    } else if (const std::int64_t best = best_free(h, t); best >= 0) {
-      m = static_cast<std::uint32_t>(best);
-      assign(h, t, m, gen, lease);
+    } else if (take_live_free(h, t, guess, m, gen, lease)) {  // LV1
       t.commit("take");
       got = true;
-    } else if (auto refused = queue_or_refuse(h, t, wait)) {
-      return *refused;
+    } else if (const std::error_code refused = queue_or_refuse(h, t, wait, my_ticket)) {
+      return refused;
     }
   }
-  // The lease is made after the section: make_lease may give it back (TL4: sections never nest).
   if (got) return access::make_lease(hp, m, gen, lease);
   // Wait for a grant (make_available hands a returned or new member to the oldest waiter).
   for (;;) {
     const std::uint32_t seen = me->wake.load();  // seq_cst: before the grant re-check below
     const bool granted = me->granted.load() != 0;
     const std::uint64_t now = mono_ns();
-    if (granted || now >= deadline || removing(h)) {
+    if (!granted && now < deadline && !removing(h)) {
+      futex_wait(&me->wake, seen, std::min(deadline, now + kWaitSliceNs));
+      continue;
+    }
+    {
+      const probe guess = probe_member(h, granted_member(h));  // LV2's probe, before the section
       table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
       if (!t.locked()) return table_busy(h.name, "retry");
-      if (collect_grant(h, t, m, gen, lease)) {
+      if (collect_live_grant(h, t, guess, m, gen, lease)) {
         t.commit("collect");
         got = true;
-      } else if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
-        t.write(me->wait_ticket, 0);
-        const bool gone = t.read(h.state()->removing) != 0;
-        if (!gone) t.add(pool_counter::take_timeouts);
-        t.commit("cancel");
-        if (gone) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
-        return no_supervisor_sentence(h, errc::timed_out, quote_pool(h.name) + ": no member became free before the timeout");
-      } else {
+      } else if (t.read(me->wait_ticket) == 0 && t.read(h.state()->removing) == 0) {
+        // LV2: our grant's member died before we collected it (the grant took
+        // us out of the queue): a free member, or back to our place in line.
+        if (take_live_free(h, t, guess, m, gen, lease)) {
+          t.commit("take");
+          got = true;
+        } else {
+          t.write(me->wait_ticket, my_ticket);
+        }
+      }
+      if (!got) {
+        if (t.read(h.state()->removing) != 0 || mono_ns() >= deadline) {
+          t.write(me->wait_ticket, 0);
+          const bool gone = t.read(h.state()->removing) != 0;
+          if (!gone) t.add(pool_counter::take_timeouts);
+          t.commit("cancel");
+          if (gone) return fail(errc::pool_removed, quote_pool(h.name) + " is being removed: no new takes");
+          return no_supervisor_sentence(h, errc::timed_out, quote_pool(h.name) + ": no member became free before the timeout");
+        }
         t.commit("collect");
+        continue;
       }
     }
-    if (got) return access::make_lease(hp, m, gen, lease);
-    if (granted || now >= deadline || removing(h)) continue;
-    futex_wait(&me->wake, seen, std::min(deadline, now + kWaitSliceNs));
+    return access::make_lease(hp, m, gen, lease);
   }
 }
 
@@ -737,6 +845,9 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
   return {};
 }
 
+// inspect_pool, optionally without the ledger's snapshot (take_group: it may
+// wait up to 20 ms for a busy pool's table to stand still).
+result<pool_info> inspect_pool_impl(std::string_view name, bool with_ledger);
 }  // namespace detail
 
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
@@ -748,14 +859,20 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
   };
   std::vector<candidate> pools;
   for (const auto& n : *names) {
-    auto info = inspect_pool(n);
+    auto info = inspect_pool_impl(n, false);
     if (!info || info->group != group || !info->removing.empty()) continue;
     pools.push_back({n, info->free, info->in_use});
   }
   if (pools.empty())
     return fail(errc::not_found, "no pool of group '" + std::string(group) + "': create one with 'shmbox pool create NAME --group " +
                                      std::string(group) + " --command CMD'");
-  // Most free first; ties: fewest in use (then by name, for a stable order).
+  // Most free first; ties: fewest in use; pools still tied in a random
+  // order, so that equally free pools share the load (pooler picks a random
+  // member pool). Random rather than round robin: a take_group is often
+  // the only one its process makes (`pool take`, a short-lived client), and
+  // a per-process counter would send every such process to the same pool.
+  static thread_local std::mt19937_64 rng(mono_ns() ^ unix_ns() ^ (std::uint64_t{static_cast<std::uint32_t>(::getpid())} << 32));
+  std::shuffle(pools.begin(), pools.end(), rng);
   std::stable_sort(pools.begin(), pools.end(), [](const candidate& a, const candidate& b) {
     return a.free != b.free ? a.free > b.free : a.in_use < b.in_use;
   });
@@ -787,48 +904,65 @@ struct Lease::state {
   bool returned = false;
 };
 
+namespace detail {
+namespace {
+
+// This handle's link to member m's box for generation `gen`: a Producer on
+// it, made on first use (and dropped when it cannot be made).
+result<pool_handle::member_link*> link_member(pool_handle& h, std::uint32_t m, std::uint64_t gen) {
+  if (auto it = h.links.find(m); it != h.links.end() && it->second.generation == gen && it->second.producer) return &it->second;
+  // The member's box is the pool owner's (its supervisor made it): a taker
+  // of another user's pool (opened with any_owner, or readable and writable
+  // by mode) opens it as such; a box of a third user at that name is refused.
+  const std::string name = member_box_name(h.name, m, gen);
+  auto b = Box::open(name, {.any_owner = true});
+  if (!b) return b.error();  // a link to another generation stays (a probe of a stale token's generation)
+  if (const std::uint32_t uid = access::box(*b)->uid; uid != h.uid && uid != ::geteuid())
+    return fail(errc::permission_denied, "pool '" + h.name + "': member box '" + name + "' belongs to uid " + std::to_string(uid) +
+                                             ", neither the pool's (uid " + std::to_string(h.uid) +
+                                             ") nor yours: not used (remove it if it was planted)");
+  auto p = Producer::attach(*b);
+  if (!p) return p.error();
+  auto& link = h.links[m];
+  link.generation = gen;
+  link.producer = std::make_shared<Producer>(std::move(*p));
+  const pool_member* e = h.member_at(m);
+  link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
+                        ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
+                        : 0;
+  return &link;
+}
+
+}  // namespace
+
+bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen) {
+  auto link = link_member(h, m, gen);
+  if (!link) return link.error() != errc::not_found;  // gone: dead; other errors: make_lease reports them
+  // L2: one F_OFD_GETLK on the owner byte, through the Producer's mapping.
+  return view_owner(*access::producer_box(*std::static_pointer_cast<Producer>((*link)->producer))).alive;
+}
+
+}  // namespace detail
+
 result<Lease> detail::access::make_lease(const std::shared_ptr<pool_handle>& h, std::uint32_t m, std::uint64_t gen,
                                          std::uint64_t lease) {
   auto s = std::make_unique<Lease::state>();
   s->h = h;
   s->token = {m, gen, lease};
   s->box = member_box_name(h->name, m, gen);
-  auto& link = h->links[m];
-  if (link.generation != gen || !link.producer) {
-    // The member's box is the pool owner's (its supervisor made it): a taker
-    // of another user's pool (opened with any_owner, or readable and
-    // writable by mode) opens it as such; a box of a third user at that name
-    // is refused all the same.
-    auto p = [&]() -> result<Producer> {
-      auto b = Box::open(s->box, {.any_owner = true});
-      if (!b) return b.error();
-      const std::uint32_t uid = access::box(*b)->uid;
-      if (uid != h->uid && uid != ::geteuid())
-        return fail(errc::permission_denied, "pool '" + h->name + "': member box '" + s->box + "' belongs to uid " +
-                                                 std::to_string(uid) + ", neither the pool's (uid " + std::to_string(h->uid) +
-                                                 ") nor yours: not used (remove it if it was planted)");
-      return Producer::attach(*b);
-    }();
-    if (!p) {
-      // The member's box is gone (removed by hand, a scribbled table) or not
-      // the pool's: it is given back as failed. The sentence is kept (the
-      // give-back may leave one of its own for explain()).
-      const std::error_code ec = p.error();
-      const std::string said = explain(ec);
-      h->links.erase(m);
-      give_back_impl(*h, s->token, outcome::fail);
-      h->last_error = ec.category() == category() ? fail(static_cast<errc>(ec.value()), said) : ec;
-      return h->last_error;
-    }
-    link.generation = gen;
-    link.producer = std::make_shared<Producer>(std::move(*p));
-    const pool_member* e = h->member_at(m);
-    link.worker_pid = in_this_ns(e->worker_ns.load(std::memory_order_relaxed))
-                          ? static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask)
-                          : 0;
+  auto link = link_member(*h, m, gen);
+  if (!link) {
+    // The member's box is gone (removed by hand, a scribbled table), or
+    // cannot take another producer: it is given back as failed.
+    // The sentence is kept (the give-back may leave one of its own for explain()).
+    const std::error_code ec = link.error();
+    const std::string said = explain(ec);
+    give_back_impl(*h, s->token, outcome::fail);
+    h->last_error = ec.category() == category() ? fail(static_cast<errc>(ec.value()), said) : ec;
+    return h->last_error;
   }
-  s->producer = std::static_pointer_cast<Producer>(link.producer);
-  s->worker_pid = link.worker_pid;
+  s->producer = std::static_pointer_cast<Producer>((*link)->producer);
+  s->worker_pid = (*link)->worker_pid;
   return Lease(std::move(s));
 }
 
@@ -988,7 +1122,64 @@ std::string_view to_string(member_state s) noexcept {
   return "?";
 }
 
-result<pool_info> inspect_pool(std::string_view name) {
+namespace {
+
+// The words of the table inspection reports, read in one pass, bracketed
+// by two looks at the lock: `settled` when the lock was free and no journal
+// pending both before and after, and the counters the same at both ends (a
+// section that ran in between and gave or ended a lease changed a counter:
+// each one counts). Then the in_use members and the counters belong
+// together, and LG can be checked.
+struct table_snapshot {
+  struct member_words {
+    std::uint64_t state, generation, leases, taker_client, taker_key, worker_pid, worker_ns, idle_since_ns;
+  };
+  std::array<std::uint64_t, kPoolCounterSlots> counters{};
+  std::vector<member_words> members;
+  bool settled = false;
+  std::uint64_t counter(pool_counter k) const noexcept { return counters[static_cast<std::uint32_t>(k)]; }
+  // LG: takes - (returns_ok + returns_fail + killed_in_use + revoked_in_use + in_use).
+  std::int64_t ledger_gap() const noexcept {
+    std::uint64_t in_use = 0;
+    for (const auto& m : members)
+      if (member_state_of(m.state) == static_cast<std::uint32_t>(member_state::in_use)) ++in_use;
+    return static_cast<std::int64_t>(counter(pool_counter::takes) - counter(pool_counter::returns_ok) -
+                                     counter(pool_counter::returns_fail) - counter(pool_counter::killed_in_use) -
+                                     counter(pool_counter::revoked_in_use) - in_use);
+  }
+};
+
+table_snapshot read_table(const pool_handle& h) {
+  const pool_state* st = h.state();
+  // seq_cst loads of the lock word: a 0 seen after a holder's release (TL4's
+  // exchange) orders the words it wrote before the relaxed reads below.
+  // And the kernel's lock (TL2) not held: no holder between its two steps.
+  auto quiet = [st, &h] { return st->lock.load() == 0 && st->journal_valid.load() == 0 && !lock_held_fd(h.fd, kPoolTableByte); };
+  auto read_counters = [st](std::array<std::uint64_t, kPoolCounterSlots>& out) {
+    for (std::uint32_t k = 0; k < kPoolCounterSlots; ++k) out[k] = st->counters[k].load(std::memory_order_relaxed);
+  };
+  table_snapshot t;
+  t.members.resize(h.max_count());
+  const bool quiet_before = quiet();
+  read_counters(t.counters);
+  for (std::uint32_t m = 0; m < h.max_count(); ++m) {
+    const pool_member* e = h.member_at(m);
+    t.members[m] = {e->state.load(std::memory_order_relaxed),        e->generation.load(std::memory_order_relaxed),
+                    e->leases.load(std::memory_order_relaxed),       e->taker_client.load(std::memory_order_relaxed),
+                    e->taker_key.load(std::memory_order_relaxed),    e->worker_pid.load(std::memory_order_relaxed),
+                    e->worker_ns.load(std::memory_order_relaxed),    e->idle_since_ns.load(std::memory_order_relaxed)};
+  }
+  std::array<std::uint64_t, kPoolCounterSlots> after{};
+  read_counters(after);
+  t.settled = quiet_before && after == t.counters && quiet();
+  return t;
+}
+
+}  // namespace
+
+result<pool_info> inspect_pool(std::string_view name) { return inspect_pool_impl(name, true); }
+
+result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_ledger) {
   auto hr = open_pool_segment(name, true, true);
   if (!hr) return hr.error();
   const pool_handle& h = **hr;
@@ -1013,6 +1204,18 @@ result<pool_info> inspect_pool(std::string_view name) {
   info.mode = h.mode;
   info.uid = h.uid;
   info.segment_bytes = h.bytes;
+  // The member table and the counters from one snapshot: with the ledger,
+  // retried (1 ms apart, 20 times at most) until one is settled and LG
+  // holds in it; a real gap is still there 20 ms later.
+  table_snapshot t = read_table(h);
+  for (int attempt = 1; with_ledger && attempt < 20 && !(t.settled && t.ledger_gap() == 0); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    t = read_table(h);
+  }
+  if (with_ledger) {
+    info.ledger_gap = t.ledger_gap();
+    info.ledger_settled = t.settled;
+  }
   const pool_state* st = h.state();
   const std::uint64_t removing_v = st->removing.load(std::memory_order_relaxed);
   info.removing = removing_v == 1 ? "graceful" : removing_v == 2 ? "immediate" : "";
@@ -1036,32 +1239,27 @@ result<pool_info> inspect_pool(std::string_view name) {
   }
   const std::uint64_t now = mono_ns();
   for (std::uint32_t m = 0; m < p.max_count; ++m) {
-    const pool_member* e = h.member_at(m);
-    const std::uint64_t word = e->state.load(std::memory_order_relaxed);
-    const std::uint32_t s = member_state_of(word);
+    const table_snapshot::member_words& e = t.members[m];
+    const std::uint32_t s = member_state_of(e.state);
     if (s == 0 || s > static_cast<std::uint32_t>(member_state::stopping)) continue;
     member_info mi;
     mi.index = m;
     mi.state = static_cast<member_state>(s);
-    mi.generation = e->generation.load(std::memory_order_relaxed);
+    mi.generation = e.generation;
     mi.box = member_box_name(h.name, m, mi.generation);
-    mi.worker_pid = static_cast<std::uint32_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
-    mi.worker_pid_ns = e->worker_ns.load(std::memory_order_relaxed);
-    mi.leases = e->leases.load(std::memory_order_relaxed);
+    mi.worker_pid = static_cast<std::uint32_t>(e.worker_pid & kPidMask);
+    mi.worker_pid_ns = e.worker_ns;
+    mi.leases = e.leases;
     if (mi.state == member_state::in_use) {
-      const std::uint64_t tc = e->taker_client.load(std::memory_order_relaxed);
-      const std::uint64_t tk = e->taker_key.load(std::memory_order_relaxed);
-      mi.taker_pid = key_pid(tk);
-      if (tc < p.max_clients) {
-        mi.taker_pid_ns = h.client_at(static_cast<std::uint32_t>(tc))->pid_ns.load(std::memory_order_relaxed);
-        mi.taker_alive = client_alive(h, static_cast<std::uint32_t>(tc), tk);
+      mi.taker_pid = key_pid(e.taker_key);
+      if (e.taker_client < p.max_clients) {
+        mi.taker_pid_ns = h.client_at(static_cast<std::uint32_t>(e.taker_client))->pid_ns.load(std::memory_order_relaxed);
+        mi.taker_alive = client_alive(h, static_cast<std::uint32_t>(e.taker_client), e.taker_key);
       }
     }
-    if (mi.state == member_state::free) {
-      const std::uint64_t since = e->idle_since_ns.load(std::memory_order_relaxed);
-      if (since != 0 && since < now) mi.idle = std::chrono::milliseconds((now - since) / 1'000'000);
-    }
-    if (mi.state == member_state::stopping) mi.stopping_why = std::string(to_string(member_stop_of(word)));
+    if (mi.state == member_state::free && e.idle_since_ns != 0 && e.idle_since_ns < now)
+      mi.idle = std::chrono::milliseconds((now - e.idle_since_ns) / 1'000'000);
+    if (mi.state == member_state::stopping) mi.stopping_why = std::string(to_string(member_stop_of(e.state)));
     if (auto b = Box::inspect(mi.box)) {
       const box_info bi = shmbox::info(*b);
       mi.worker_alive = bi.owner.alive;
@@ -1077,7 +1275,7 @@ result<pool_info> inspect_pool(std::string_view name) {
     }
     info.members.push_back(std::move(mi));
   }
-  auto c = [&](pool_counter k) { return st->counters[static_cast<std::uint32_t>(k)].load(std::memory_order_relaxed); };
+  auto c = [&](pool_counter k) { return t.counter(k); };
   pool_counters& n = info.count;
   n.takes = c(pool_counter::takes);
   n.returns_ok = c(pool_counter::returns_ok);
@@ -1098,6 +1296,7 @@ result<pool_info> inspect_pool(std::string_view name) {
   n.stale_returns = c(pool_counter::stale_returns);
   n.dead_lettered = c(pool_counter::dead_lettered);
   n.lost = c(pool_counter::lost);
+  n.revoked_in_use = c(pool_counter::revoked_in_use);
   n.refused_signals = c(pool_counter::refused_signals);
   return info;
 }

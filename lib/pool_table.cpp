@@ -320,15 +320,18 @@ void make_available(pool_handle& h, table_txn& t, std::uint32_t m, bool keep_sta
   t.write(e->state, make_member_state(member_state::free));
 }
 
-void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why) noexcept {
+void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why, bool given_back) noexcept {
   pool_member* e = h.member_at(m);
+  // LG3/LG4: a lease still out on it ends now, in this section.
+  const bool leased = member_state_of(t.read(e->state)) == static_cast<std::uint32_t>(member_state::in_use);
+  if (leased && !given_back && why != member_stop::consumer_died) t.add(pool_counter::revoked_in_use);
   t.write(e->state, make_member_state(member_state::stopping, why));
   t.write(e->stop_signal_ns, 0);
   t.write(e->drain_count, 0);
   switch (why) {
     case member_stop::culled: t.add(pool_counter::killed_free_culled); break;
     case member_stop::unhealthy: t.add(pool_counter::killed_free_unhealthy); break;
-    case member_stop::consumer_died: t.add(pool_counter::killed_in_use); break;
+    case member_stop::consumer_died: t.add(pool_counter::killed_in_use); break;  // LG3 (only ever in_use)
     case member_stop::crashed: t.add(pool_counter::crashed); break;
     case member_stop::start_timeout: t.add(pool_counter::start_failures); break;
     case member_stop::failed:  // counted as returns_fail by the caller

@@ -60,11 +60,53 @@
 //   starting --its box has a live owner (supervisor)--> free | in_use (granted)
 //   free --take--> in_use --give back ok--> free | in_use (granted to the oldest waiter)
 //   free --health check--> checking --answered--> free | in_use
-//   in_use --give back fail / holder dead--> stopping --(supervisor: signal,
-//     drain to the dead-letter box, unlink the box)--> starting (replaced) | empty
+//   in_use --give back fail / holder dead / worker died / removed at once--> stopping
+//     --(supervisor: signal, drain to the dead-letter box, unlink the box)--> starting (replaced) | empty
 //   free --culled / worker died / unhealthy / removed--> stopping
 // The supervisor is the only one that starts or stops processes; take and
 // give back only change the table, so they never wait for it.
+//
+// THE LEDGER (LG), as a box has its counting identity. Every lease given (a
+// take; a grant to a waiter is a take too: `granted` counts the grants
+// among `takes`) ends exactly once, and is counted in the table section
+// that ends it, inside its journal (so a process killed at any point counts
+// it once, J5), in exactly one of:
+//  LG1 returns_ok: given back ok.
+//  LG2 returns_fail: given back as failed (also by ~Lease, and by a take
+//      whose Producer cannot attach to the member box: its producer table
+//      is full; a box that is gone is a dead member, LV3).
+//  LG3 killed_in_use: its holder died holding it (sweep_dead_clients).
+//  LG4 revoked_in_use: the pool ended it: its member was stopped under it
+//      because its worker died (the supervisor saw it, or LV2/LV3 did) or
+//      the pool was removed at once. Counted when the member is stopped,
+//      whatever the holder does later: its give back answers stale, and a
+//      holder that dies, or a waiter that never collects its grant, counts
+//      nothing more.
+// A lease not ended yet is an in_use member (one each). So, whenever no
+// operation is half applied:
+//     takes == returns_ok + returns_fail + killed_in_use + revoked_in_use + in_use
+// stale_returns and double_returns count give back calls that end nothing
+// (their lease had ended already); they are outside the identity.
+// stop_member() ends the lease of an in_use member (LG3 or LG4) unless its
+// caller ended it by a give back (LG1, LG2); inspect_pool checks the identity.
+//
+// LIVENESS AT HAND-OUT (LV). A worker can die while its member is free or
+// leased, and the supervisor sees it only at its next look (kWorkerCheckNs).
+// Whoever hands a member out or takes it back asks the kernel first whether
+// the member's box has a live owner (its owner byte held: liveness.hpp L2,
+// one fcntl through the handle's mapping of the box, pool_handle::links).
+// The probe is made just before the table section, for the member the
+// section will most likely pick (so the lock is not held through a system
+// call), and again inside it only when the section picks another one:
+//  LV1 take: a free member found dead is stopped (crashed) in the same
+//      section, and the take goes on with the next free member.
+//  LV2 collecting a grant (take_impl): a granted member found dead is
+//      stopped (crashed; its lease LG4), and the waiter goes back to its
+//      place in the queue (its ticket) or takes a free member.
+//  LV3 give back: a member found dead is stopped (crashed; the lease LG4)
+//      and the give back answers stale, never ok; so a dead member is never
+//      granted to a waiter either.
+// A worker that dies after the probe is the supervisor's to see, as before.
 #pragma once
 
 #include <array>
@@ -232,13 +274,16 @@ struct table_counts {
 };
 table_counts count_table(const pool_handle& h, const table_txn& t) noexcept;
 // In-use members whose holder died -> stopping(consumer_died) (counted
-// killed_in_use); dead waiters' tickets cleared. Returns how many members it stopped.
+// killed_in_use, LG3); dead waiters' tickets cleared. Returns how many members
+// it stopped. May fill most of the journal: commit before more writes.
 std::uint32_t sweep_dead_clients(pool_handle& h, table_txn& t) noexcept;
 // Member `m` is ready for use: to the oldest live waiter (granted, in_use),
 // else to the head of the free list (new stamp) unless `keep_stamp`.
 void make_available(pool_handle& h, table_txn& t, std::uint32_t m, bool keep_stamp) noexcept;
 // Member `m` -> stopping(why), counted as `why` says; wakes the supervisor.
-void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why) noexcept;
+// An in_use member's lease ends here (LG3 for consumer_died, else LG4)
+// unless `given_back`: the caller ended it by a give back (LG1, LG2).
+void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why, bool given_back = false) noexcept;
 // An empty entry -> starting (new generation), the supervisor woken. false: none empty.
 bool request_start(pool_handle& h, table_txn& t) noexcept;
 
@@ -256,6 +301,12 @@ options member_box_options(const pool_handle& h);
 std::string ping_message(std::uint64_t seq);
 // Take and give back (pool.cpp), for the API and the leases.
 return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
+// LV: member `m` of generation `gen` has a box with a live owner. Asked
+// through this handle's link to the box (the Producer its leases use, made
+// once per generation); a box that is gone is dead. A box that cannot be
+// attached for another reason (its producer table is full) counts as alive:
+// the take then reports that error as before (make_lease).
+bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen);
 
 // The supervisor's loop (pool_supervisor.cpp).
 result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns);

@@ -153,6 +153,8 @@ struct Producer::state {
 namespace {
 }  // namespace
 
+const std::shared_ptr<detail::mapped_box>& detail::access::producer_box(const Producer& p) noexcept { return p.s_->m; }
+
 std::string_view to_string(post_status s) noexcept {
   switch (s) {
     case post_status::stored: return "stored";

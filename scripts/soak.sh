@@ -4,9 +4,14 @@
 # 4 producers, an owner and 2 heirs per phase, SIGKILL to a random one every
 # 5-60 ms, phases cycling through every policy (with and without a lease);
 # every phase ends with the ledger and counter checks (tests/storm.cpp).
+# Then the pool's kill storm as long (takers and workers SIGKILLed at
+# random, then the pool's ledger checked exactly: tests/pool_leases.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 build="${2:-build}"
 bash scripts/setup.sh "$build"
-exec "./$build/tests/shmbox-storm" --seconds "$seconds" --phase-seconds 10
+"./$build/tests/shmbox-storm" --seconds "$seconds" --phase-seconds 10
+SHMBOX_HELPER="$PWD/$build/tests/shmbox-test-helper" SHMBOX_POOL_STORM_SECONDS="$seconds" \
+  exec "./$build/tests/test-pool-leases" --test-case='pool ledger: after a kill storm*'
+

@@ -219,13 +219,15 @@ TEST_CASE("cli pool: create, stat (text, --json), ls, a second create fails, rm 
     CAPTURE(key);
     CHECK(value == 0);
   }
+  CHECK(j["ledger"] == json{{"holds", true}, {"gap", 0}, {"settled", true}});
 
   r = cli({"pool", "stat", g.name});
   REQUIRE(r.code == 0);
   for (const std::string& text : {"pool          " + g.name, std::string("exec sleep 30"), std::string("init 2, max 6"),
                                   std::string("none (start one: shmbox pool run"), std::string("cull after    2 min"),
                                   std::string("128 messages of up to 512 bytes, policy drop-oldest"),
-                                  std::string("takes                   0"), std::string("members: none started")}) {
+                                  std::string("takes                   0"), std::string("members: none started"),
+                                  std::string("ledger                  holds: takes 0 = ok 0 + fail 0 + holder died 0 + revoked 0 + in use 0")}) {
     CAPTURE(text);
     CHECK(r.out.find(text) != std::string::npos);
   }
@@ -304,7 +306,7 @@ TEST_CASE("cli pool: stat --prometheus is valid exposition text with a family pe
   for (const char* counter :
        {"takes", "returns_ok", "returns_fail", "no_members_at_capacity", "no_members_queue_full", "no_members_starting",
         "take_timeouts", "queue_max_reached", "granted", "killed_free_culled", "killed_free_unhealthy", "killed_in_use",
-        "crashed", "start_failures", "starts", "double_returns", "stale_returns", "dead_lettered", "lost"}) {
+        "revoked_in_use", "crashed", "start_failures", "starts", "double_returns", "stale_returns", "dead_lettered", "lost"}) {
     const std::string family = std::string("shmbox_pool_") + counter + "_total";
     CAPTURE(family);
     CHECK(pc.type_of(family) == "counter");
@@ -319,6 +321,8 @@ TEST_CASE("cli pool: stat --prometheus is valid exposition text with a family pe
   CHECK(promcheck::value_of(s, "shmbox_pool_supervisor_alive", pool) == 0);
   CHECK(promcheck::value_of(s, "shmbox_pool_info", {{"pool", g.name}, {"dead_letters", "dl"}, {"group", ""}}) == 1);
   CHECK(promcheck::value_of(s, "shmbox_pool_segment_bytes", pool) > 0);
+  CHECK(pc.type_of("shmbox_pool_ledger_gap") == "gauge");
+  CHECK(promcheck::value_of(s, "shmbox_pool_ledger_gap", pool) == 0);
 }
 
 TEST_CASE("cli pool: take with --timeout 0 and no supervisor is refused (exit 3) with the no-members error") {
@@ -404,6 +408,7 @@ TEST_CASE("cli pool: run supervises members; take posts into a member's box and 
   CHECK(j["counters"]["takes"] == 2);
   CHECK(j["counters"]["returns_ok"] == 2);
   CHECK(j["members"][0]["leases"] == 2);
+  CHECK(j["ledger"]["holds"] == true);
   // The member (shmbox recv) received the four messages: its box's counters.
   REQUIRE(shmtest::eventually([&] {
     const auto st = cli({"stat", box, "--json"});

@@ -78,6 +78,13 @@
 //       message ("posted <status>"); with --hold waits for a line on stdin;
 //       gives it back (ok, or fail with --fail) and prints "returned <status>";
 //       --again then gives the same token back once more ("again <status>").
+//   pool-churn NAME SEED [--hold-ms MAX] [--fail-every K] [--timeout-ms T]
+//       opens pool NAME, prints "churning <pid>", then until stdin closes (or
+//       a line arrives): takes a member (waiting up to T ms, default 200),
+//       posts one message, holds it 0..MAX ms (default 20, pseudo-random
+//       from SEED), gives it back ok, or fail every K-th lease on average
+//       (default 5). Last line "done takes=N ok=N fail=N stale=N
+//       double=N error=N refused=N" (the give backs' answers, the takes refused).
 //   pool-supervise NAME
 //       opens pool NAME, prints "supervising <pid>", runs Pool::supervise
 //       (printing "log <line>" per event) until stdin closes; then prints
@@ -967,6 +974,41 @@ int pool_take(int argc, char** argv) {
   return 0;
 }
 
+int pool_churn(int argc, char** argv) {
+  if (argc < 4) return usage();
+  auto pool = shmbox::Pool::open(argv[2]);
+  if (!pool) {
+    say("error " + errc_name(pool.error()) + " " + shmbox::explain(pool.error()));
+    return 3;
+  }
+  std::minstd_rand rng(static_cast<std::uint32_t>(std::strtoul(argv[3], nullptr, 10)) + 1);
+  const long hold_ms = flag_value(argc, argv, "--hold-ms", 20);
+  const long fail_every = std::max(1L, flag_value(argc, argv, "--fail-every", 5));
+  const auto timeout = std::chrono::milliseconds(flag_value(argc, argv, "--timeout-ms", 200));
+  std::uint64_t takes = 0, refused = 0;
+  std::map<shmbox::return_status, std::uint64_t> answers;
+  say("churning " + std::to_string(::getpid()));
+  for (;;) {
+    pollfd in{0, POLLIN, 0};
+    if (::poll(&in, 1, 0) != 0) break;  // stdin closed (or a line): stop after a whole lease
+    auto lease = pool->take(timeout);
+    if (!lease) {
+      ++refused;
+      continue;
+    }
+    ++takes;
+    (void)lease->producer().post("churn", {.timeout = std::chrono::nanoseconds(0)});
+    if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(rng() % static_cast<unsigned long>(hold_ms + 1))));
+    const bool fail = static_cast<long>(rng() % static_cast<unsigned long>(fail_every)) == 0;
+    ++answers[lease->give_back(fail ? shmbox::outcome::fail : shmbox::outcome::ok)];
+  }
+  auto n = [&](shmbox::return_status s) { return std::to_string(answers[s]); };
+  say("done takes=" + std::to_string(takes) + " ok=" + n(shmbox::return_status::ok) + " stale=" + n(shmbox::return_status::stale) +
+      " double=" + n(shmbox::return_status::double_return) + " error=" + n(shmbox::return_status::error) +
+      " refused=" + std::to_string(refused));
+  return 0;
+}
+
 int pool_supervise(int argc, char** argv) {
   if (argc < 3) return usage();
   auto pool = shmbox::Pool::open(argv[2]);
@@ -1032,5 +1074,6 @@ int main(int argc, char** argv) {
   if (cmd == "pool-worker") return pool_worker(argc, argv);
   if (cmd == "pool-take") return pool_take(argc, argv);
   if (cmd == "pool-supervise") return pool_supervise(argc, argv);
+  if (cmd == "pool-churn") return pool_churn(argc, argv);
   return usage();
 }

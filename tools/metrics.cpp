@@ -284,11 +284,14 @@ constexpr pool_counter_field kPoolCounters[] = {
     {"killed_free_unhealthy", "Free members stopped because they failed the health check.",
      &shmbox::pool_counters::killed_free_unhealthy},
     {"killed_in_use", "Members stopped because their holder died holding them.", &shmbox::pool_counters::killed_in_use},
+    {"revoked_in_use", "Leases ended by the pool: their member was stopped under them (worker died, removed at once).",
+     &shmbox::pool_counters::revoked_in_use},
     {"crashed", "Members whose worker died on its own (restarted).", &shmbox::pool_counters::crashed},
     {"start_failures", "Members that did not own their box within the start timeout.", &shmbox::pool_counters::start_failures},
     {"starts", "Worker processes started.", &shmbox::pool_counters::starts},
     {"double_returns", "Give-backs of a lease given back already.", &shmbox::pool_counters::double_returns},
-    {"stale_returns", "Give-backs of a member replaced while leased.", &shmbox::pool_counters::stale_returns},
+    {"stale_returns", "Give-backs of a lease the pool had ended (its member was stopped under it).",
+     &shmbox::pool_counters::stale_returns},
     {"dead_lettered", "Messages of stopped members moved to the dead-letter box.", &shmbox::pool_counters::dead_lettered},
     {"lost", "Messages of stopped members that no dead-letter box took.", &shmbox::pool_counters::lost},
     {"refused_signals", "Signals not sent: the process a pool entry named was not proven to be this pool's worker.",
@@ -326,6 +329,9 @@ std::string prometheus_pool_text(const shmbox::pool_info& i) {
   e.single("shmbox_pool_health_interval_seconds", "gauge", "Interval of the health checks (0: none).",
            seconds_from_ms(i.health_interval.count()));
   e.single("shmbox_pool_segment_bytes", "gauge", "Size of the pool's shared-memory segment.", num(i.segment_bytes));
+  e.single("shmbox_pool_ledger_gap", "gauge",
+           "Takes minus the leases ended (ok, fail, holder died, revoked) and in use: 0 when the pool's ledger holds.",
+           std::to_string(i.ledger_gap));
 
   e.family("shmbox_pool_member_depth_messages", "gauge", "Messages in each member's box now.");
   for (const auto& m : i.members)

@@ -247,6 +247,28 @@ json counters_json(const shmbox::pool_counters& c) {
   return j;
 }
 
+// The ledger (pool.hpp): "holds" true, false (a gap in a settled snapshot), or null (the table kept changing).
+json ledger_json(const shmbox::pool_info& i) {
+  return json{{"holds", i.ledger_gap == 0 ? json(true) : i.ledger_settled ? json(false) : json(nullptr)},
+              {"gap", i.ledger_gap},
+              {"settled", i.ledger_settled}};
+}
+
+// One line: whether takes == returns_ok + returns_fail + killed_in_use + revoked_in_use + in use.
+std::string ledger_text(const shmbox::pool_info& i) {
+  const shmbox::pool_counters& c = i.count;
+  const std::string terms = format("ok %llu + fail %llu + holder died %llu + revoked %llu + in use %u",
+                                   static_cast<unsigned long long>(c.returns_ok), static_cast<unsigned long long>(c.returns_fail),
+                                   static_cast<unsigned long long>(c.killed_in_use), static_cast<unsigned long long>(c.revoked_in_use),
+                                   i.in_use);
+  const auto takes = static_cast<unsigned long long>(c.takes);
+  if (i.ledger_gap == 0) return format("holds: takes %llu = %s", takes, terms.c_str());
+  const std::string gap = format("%lld", static_cast<long long>(i.ledger_gap));
+  if (!i.ledger_settled)
+    return "not checked: takes or give backs kept changing the table (gap " + gap + " in flight); read it again";
+  return format("OFF BY %s: takes %llu != %s", gap.c_str(), takes, terms.c_str());
+}
+
 json pool_json(const shmbox::pool_info& i) {
   return json{{"name", i.name},
               {"group", i.group.empty() ? json(nullptr) : json(i.group)},
@@ -271,7 +293,8 @@ json pool_json(const shmbox::pool_info& i) {
               {"mode", octal(i.mode)},
               {"uid", i.uid},
               {"members", members_json(i)},
-              {"counters", counters_json(i.count)}};
+              {"counters", counters_json(i.count)},
+              {"ledger", ledger_json(i)}};
 }
 
 std::string worker_cell(const shmbox::member_info& m) {
@@ -351,6 +374,7 @@ int pool_stat(const pool_args& a, bool as_json, bool prometheus) {
   print_members(i);
   for (const pool_counter_field& f : pool_counter_fields())
     std::printf("%-23s %llu\n", f.key, static_cast<unsigned long long>(i.count.*f.field));
+  std::printf("%-23s %s\n", "ledger", ledger_text(i).c_str());
   std::fflush(stdout);
   return kExitOk;
 }

@@ -173,8 +173,9 @@ class SHMBOX_API Pool {
   // members in use keep it (graceful) or stopping takes longer.
   static result<void> remove(std::string_view name, removal how, std::chrono::nanoseconds timeout);
   // Takes a member of the freest pool of `group` (most free members; ties:
-  // fewest in use), trying the others in that order; waits (up to
-  // `timeout`) in the first pool's queue when none has one.
+  // fewest in use, then a random one, so equally free pools share the load),
+  // trying the others in that order; waits (up to `timeout`) in the first
+  // pool's queue when none has one.
   static result<Lease> take_group(std::string_view group, std::chrono::nanoseconds timeout);
 
   Pool(Pool&&) noexcept;
@@ -288,10 +289,17 @@ struct pool_counters {
   std::uint64_t stale_returns = 0;
   std::uint64_t dead_lettered = 0;           // messages of stopped members moved to the dead-letter box
   std::uint64_t lost = 0;                    // ... that could not be (no dead-letter box, or it refused)
+  // Leases the pool ended: their member was stopped under them (its worker
+  // died, or the pool was removed at once); their give back answers stale.
+  std::uint64_t revoked_in_use = 0;
   // Signals a supervisor did not send: the process that the pool segment
   // named could not be proven to be this pool's worker (a forged or stale entry).
   std::uint64_t refused_signals = 0;
 };
+// The ledger: every lease given ends once, so when no take or give back is
+// half done, takes == returns_ok + returns_fail + killed_in_use +
+// revoked_in_use + (members in use). stale_returns and double_returns count
+// give back calls that ended nothing, and are not part of it.
 
 struct pool_info {
   std::string name;
@@ -315,6 +323,14 @@ struct pool_info {
   std::uint64_t segment_bytes = 0;
   std::vector<member_info> members;          // non-empty entries, by index
   pool_counters count;
+  // takes - (returns_ok + returns_fail + killed_in_use + revoked_in_use +
+  // members in use): 0 when the ledger holds. The members, gauges and
+  // counters above are read in one pass, retried (up to 20 ms) until it was
+  // taken while no table operation ran (ledger_settled) and the ledger holds
+  // in it; when the table never stood still, a gap may be operations in
+  // flight, not a fault.
+  std::int64_t ledger_gap = 0;
+  bool ledger_settled = false;
 };
 
 // A snapshot of pool `name` (opened read-only).

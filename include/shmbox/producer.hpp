@@ -115,6 +115,7 @@ class SHMBOX_API Producer {
   struct SHMBOX_LOCAL state;
   friend class slot_loan;
   friend class Box;  // Box::resize drops through a Producer's entry
+  friend struct detail::access;  // a pool probes its member box through it
   SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
