@@ -37,6 +37,7 @@ namespace {
 // exit normally within 30 s; it is killed then).
 template <class Body>
 int in_fork_child(Body&& body) {
+  REQUIRE(shmtest::threads_parked());  // no thread of ours inside the allocator at fork()
   std::fflush(nullptr);  // the child must not write out our buffered output again
   const pid_t pid = ::fork();
   if (pid < 0) return -2;

@@ -133,9 +133,18 @@ TEST_CASE("pool ledger: after a kill storm of takers and workers, every lease is
     ++taker_kills;
     takers[k] = churner();
   };
+  // The storm lasts `seconds` and goes on until it has killed at least one
+  // taker a second and a worker every two (a slow machine, a sanitizer
+  // build, gets there later), for at most 60 s more.
   const double seconds = storm_seconds();
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  const auto hard_end = end + 60s;
+  const auto storming = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    return now < end || ((taker_kills < seconds || worker_kills < seconds / 2) && now < hard_end);
+  };
+  while (storming()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 31));
     drain(*sup);
     const auto dice = rng() % 8;
@@ -169,6 +178,7 @@ TEST_CASE("pool ledger: after a kill storm of takers and workers, every lease is
         ++holder_kills;
       }
   }
+  const double stormed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Quiet: every taker finishes its lease and exits; the supervisor replaces what died.
   for (auto& t : takers) t->close_stdin();
   for (auto& t : takers) {
@@ -176,7 +186,7 @@ TEST_CASE("pool ledger: after a kill storm of takers and workers, every lease is
     CHECK(shmtest::exited_with(t->wait(30s), 0));
   }
   MESSAGE("storm: " << taker_kills << " takers (" << holder_kills << " right after their member's worker) and " << worker_kills
-                    << " workers killed in " << seconds << " s");
+                    << " workers killed in " << stormed << " s");
   CHECK(taker_kills >= seconds);
   CHECK(worker_kills >= seconds / 2);
   CHECK(settles(g.name, [&](const shmbox::pool_info& i) {

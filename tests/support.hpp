@@ -3,10 +3,12 @@
 // (fork + exec of a helper program) with line handshakes and timeouts.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +62,39 @@ inline bool wait_for_state(pid_t pid, char state, std::chrono::milliseconds time
   while (process_state(pid) != state && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return process_state(pid) == state;
+}
+
+
+// Handshake before a fork() without exec in a process with threads (the
+// library's notify hub is one): waits, bounded, until every other thread of
+// this process is parked in epoll_wait, poll or read (/proc/self/task/T/syscall).
+// A thread caught at fork() inside the allocator leaves its lock held in the
+// child for ever; glibc's malloc takes its locks around fork(), the
+// sanitizers' allocator in GCC 12 does not, and a child that calls exit()
+// then hangs in LeakSanitizer's exit check. False if a thread did not park
+// (or its syscall file cannot be read).
+inline bool threads_parked(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto parked = [] {
+    const std::string self = std::to_string(::syscall(SYS_gettid));
+    DIR* d = ::opendir("/proc/self/task");
+    if (d == nullptr) return false;
+    bool all = true;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string tid = e->d_name;
+      if (tid == "." || tid == ".." || tid == self) continue;
+      const std::string sys = read_text("/proc/self/task/" + tid + "/syscall");
+      const long nr = sys.empty() || !std::isdigit(static_cast<unsigned char>(sys[0])) ? -1 : std::strtol(sys.c_str(), nullptr, 10);
+      all &= nr == SYS_epoll_wait || nr == SYS_epoll_pwait || nr == SYS_poll || nr == SYS_ppoll || nr == SYS_read;
+    }
+    ::closedir(d);
+    return all;
+  };
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!parked()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 
