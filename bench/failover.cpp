@@ -13,7 +13,7 @@
 // The same again with the heir in a new pid namespace (unshare(CLONE_NEWPID),
 // as containers have; needs root, else the row says skipped): it cannot use
 // a pidfd of the owner and asks instead for the owner's lock in the segment
-// every 5 ms (lib/liveness.hpp L5). Runs alternate between
+// every 5 ms (lib/segment/liveness.hpp L5). Runs alternate between
 // the two, so both see the same machine.
 #include <sched.h>
 #include <signal.h>

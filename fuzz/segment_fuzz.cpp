@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "layout.hpp"  // lib/: header field offsets, kMagic, kReady
+#include "segment/layout.hpp"  // lib/: header field offsets, kMagic, kReady
 #include "shmbox/shmbox.hpp"
 
 namespace {

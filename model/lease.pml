@@ -1,6 +1,6 @@
 /*
- * model/lease.pml - ownership of a lease box (lib/lease.cpp, lib/heir.cpp,
- * lib/owner.cpp) with the two-phase receive of lib/ring.hpp: TAKE/HOLD (H1),
+ * model/lease.pml - ownership of a lease box (lib/ownership/lease.cpp, lib/handles/heir.cpp,
+ * lib/handles/owner.cpp) with the two-phase receive of lib/ring/ring.hpp: TAKE/HOLD (H1),
  * COMMIT C1-C4, give-back, recovery at acquire (R4, finish_dead_commit,
  * adopt_gone_owner_slot), with every process able to die at any step and
  * (LEASE) the owner able to lose its lease at any moment while it runs on.
@@ -16,7 +16,7 @@
  * commit, return what it committed (READ_MODE: Owner::read, then
  * Owner::commit).
  *
- * Liveness is the kernel's answer (lib/liveness.hpp): an owner is alive
+ * Liveness is the kernel's answer (lib/segment/liveness.hpp): an owner is alive
  * while some live process holds the owner byte's (shared) lock, olock[];
  * take_ownership takes it before its key CAS and lets go when the CAS fails
  * or the key was taken from it; a death drops it. OWNER_GONE (LEASE=0)

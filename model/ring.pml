@@ -1,5 +1,5 @@
 /*
- * model/ring.pml - the FIFO slot protocol of lib/ring.hpp: POST P1-P6,
+ * model/ring.pml - the FIFO slot protocol of lib/ring/ring.hpp: POST P1-P6,
  * EVICT E1-E4, TAKE T1-T6 (commit_each mode, as Owner::receive on a box
  * without a lease), the repairs R1-R3 and the owner's sleep / wake handshake,
  * with every process able to die at any step.
@@ -25,7 +25,7 @@
  * slot, a drop_oldest producer waiting for space) are blocking waits for
  * "what I poll changed, or a repair could act now". The owner's futex sleep
  * ends when wake_seq changes (P6) or when its slice ends (kLostWakeSliceNs,
- * lib/wake.hpp: the owner looks at its lanes again at least every 250 ms).
+ * lib/ring/wake.hpp: the owner looks at its lanes again at least every 250 ms).
  * Time is abstracted: the slice is spin's `timeout`, which is enabled only
  * when no other statement of any process is: "the slice expires, at the
  * latest once nothing else happens". It is further limited to the slices

@@ -20,7 +20,7 @@ shm_left() {
   comm -13 <(printf '%s\n' "$1") <(printf '%s\n' "$2") | grep . || true
 }
 
-# Removes the notify doorbells (/dev/shm/shmbox-bell.*, lib/notify_hub.hpp)
+# Removes the notify doorbells (/dev/shm/shmbox-bell.*, lib/wake/notify_hub.hpp)
 # that no process reads any more: an owner process that was SIGKILLed or left
 # by _exit (the tests' and benchmarks' forked owners) cannot unlink its own.
 # Opening one for writing without a reader fails with ENXIO: only those go, so

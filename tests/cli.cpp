@@ -465,7 +465,7 @@ TEST_CASE("cli: plain posts go to the default lane; --control and --lane 0 to th
   CHECK(cli({"post", g.name, "--control", "--lane", "1", "m"}).code == 2);
 }
 
-// The same with the library's crash points (lib/fault.hpp): recv killed while
+// The same with the library's crash points (lib/base/fault.hpp): recv killed while
 // taking, mid-commit and right after committing a batch. Nothing is lost and
 // nothing comes twice without the redelivered flag. Before: recv committed
 // before printing, so a kill at owner.after_commit lost the whole batch.

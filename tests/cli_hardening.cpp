@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

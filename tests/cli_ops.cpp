@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "layout.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;

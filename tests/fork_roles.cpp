@@ -1,4 +1,4 @@
-// Handles inherited through fork() (lib/process.hpp, FORK INHERITANCE H1-H4):
+// Handles inherited through fork() (lib/base/process.hpp, FORK INHERITANCE H1-H4):
 // a fork child that destroys, or uses, its copies of its parent's handles
 // must not act for the parent. Each test makes handles in this process,
 // forks (no exec: the inheritance is the point), lets the child use and

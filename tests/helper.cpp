@@ -136,7 +136,7 @@
 
 #include "../examples/buffers/dedupe.hpp"
 #include "../examples/buffers/top_n.hpp"
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include <doctest/doctest.h>
-#include "liveness.hpp"
-#include "process.hpp"
-#include "segment.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/owner.hpp"
@@ -343,7 +343,7 @@ TEST_CASE("namespaces: roles in another namespace AND as another user (a 0666 bo
 // An owner in an event loop (notify_fd) and a producer that may not take its
 // eventfd (another pid namespace and another user): the producer rings the
 // owner process's doorbell and the notify hub writes the eventfd
-// (lib/notify_hub.hpp, route 2). bell_rings shows that route was taken: the
+// (lib/wake/notify_hub.hpp, route 2). bell_rings shows that route was taken: the
 // hub's scan (route 3) would also make the fd readable, within a second.
 TEST_CASE("namespaces: an owner in an event loop is woken through its doorbell by a producer of another namespace and user") {
   REQUIRE_NAMESPACES();

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "notify_hub.hpp"
-#include "segment.hpp"
+#include "wake/notify_hub.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 
@@ -418,7 +418,7 @@ TEST_CASE("notify_fd: a producer of another user (no pidfd_getfd) still wakes it
   ::close(ep);
 }
 
-// lib/notify_hub.hpp: one helper thread per process, not one per box.
+// lib/wake/notify_hub.hpp: one helper thread per process, not one per box.
 TEST_CASE("notify_fd: 200 boxes in one epoll set cost one helper thread, and each wakes for its own posts") {
   auto threads = [] {
     std::ifstream in("/proc/self/status");

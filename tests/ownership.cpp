@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "lease.hpp"
-#include "process.hpp"
-#include "segment.hpp"
+#include "ownership/lease.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

@@ -6,7 +6,7 @@
 // and .export) and a notify doorbell (shmbox-bell.HEX). For each, every
 // reading command of the CLI and the library's opens (run by the test helper)
 // is run as a separate process under a deadline: it must return in time (a
-// hang is killed and fails the test; before lib/shm_file.hpp, `shmbox stat BOX
+// hang is killed and fails the test; before lib/base/shm_file.hpp, `shmbox stat BOX
 // --prometheus` waited forever on a FIFO at the bridge status path), exit with
 // an error (or succeed and show the file as not a segment), name what the
 // file is, and leave it where it was (gc may remove none of these).
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "notify_hub.hpp"
+#include "wake/notify_hub.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "layout.hpp"
-#include "pool_table.hpp"
+#include "segment/layout.hpp"
+#include "pool/pool_table.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

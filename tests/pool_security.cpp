@@ -19,14 +19,14 @@
 #include <random>
 #include <string>
 
-#include "access.hpp"
-#include "layout.hpp"
-#include "liveness.hpp"
-#include "notify_hub.hpp"
+#include "base/access.hpp"
+#include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "wake/notify_hub.hpp"
 #include "pool_support.hpp"
-#include "pool_table.hpp"
-#include "process.hpp"
-#include "segment.hpp"
+#include "pool/pool_table.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
 
 using namespace std::chrono_literals;
 using namespace pooltest;

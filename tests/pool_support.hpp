@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

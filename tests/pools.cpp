@@ -404,7 +404,7 @@ TEST_CASE("pool: a fork child that destroys inherited Pool and Lease copies give
   }
   const shmbox::lease_token t = lease->token();
   std::fflush(nullptr);
-  const pid_t kid = ::fork();  // no exec: the child inherits the handles (lib/process.hpp H3)
+  const pid_t kid = ::fork();  // no exec: the child inherits the handles (lib/base/process.hpp H3)
   REQUIRE(kid >= 0);
   if (kid == 0) {
     int code = 0;
@@ -832,7 +832,7 @@ TEST_CASE("pool: graceful removal waits for the members in use; immediate remova
 
 // ---------------------------------------------------------------------------
 // The fault matrix: takers, returners and supervisors killed at every pool
-// table point (lib/fault.hpp: pool.after_journal, pool.mid_apply,
+// table point (lib/base/fault.hpp: pool.after_journal, pool.mid_apply,
 // pool.after_apply, pool.locked)
 // ---------------------------------------------------------------------------
 

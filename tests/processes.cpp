@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "layout.hpp"
-#include "segment.hpp"
-#include "wake.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
+#include "ring/wake.hpp"
 #include "shmbox/shmbox.hpp"
 #include "checks.hpp"
 #include "support.hpp"
@@ -287,7 +287,7 @@ TEST_CASE("a producer that lost the claim race and sleeps for space is not mista
   shmtest::check_invariant(*box);
 }
 
-// THE ASYMMETRIC FENCE (lib/wake.hpp): an owner whose process registered for
+// THE ASYMMETRIC FENCE (lib/ring/wake.hpp): an owner whose process registered for
 // membarrier skips SYNC POINT B's fence; a producer about to sleep for space
 // runs membarrier for it. These check the wiring on both sides: the owner's
 // one-message take (FAST TAKE) sees the sleeping producer and wakes it (a

@@ -409,7 +409,7 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
   // converse holds unless the policy evicts: a message an owner read and
   // recorded, then was killed before committing, is the oldest in the box;
   // a drop_oldest producer that needs its slot may evict it (R3 in
-  // lib/ring.hpp, counted dropped_oldest) before the next owner delivers it
+  // lib/ring/ring.hpp, counted dropped_oldest) before the next owner delivers it
   // again. Seen by an app, counted as dropped: at most one read batch per
   // owner-side process killed.
   const std::uint64_t read_then_evicted = distinct - std::min(distinct, c.delivered);

@@ -4,8 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "layout.hpp"
-#include "process.hpp"
+#include "segment/layout.hpp"
+#include "base/process.hpp"
 #include "shmbox/box.hpp"
 
 using namespace shmbox::detail;

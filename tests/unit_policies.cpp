@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "layout.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "checks.hpp"
 #include "support.hpp"

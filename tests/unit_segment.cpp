@@ -12,7 +12,7 @@
 #include <random>
 #include <string>
 
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "checks.hpp"
 #include "support.hpp"

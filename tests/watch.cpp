@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;

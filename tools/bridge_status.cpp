@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shm_file.hpp"
+#include "base/shm_file.hpp"
 
 namespace shmbox_cli {
 
@@ -132,7 +132,7 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
   for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
     // Anyone may plant a FIFO (an open for reading would wait for a writer
     // forever: a Prometheus scrape that never returns), a link, a directory
-    // ... at this name: refused unopened (lib/shm_file.hpp S1-S3).
+    // ... at this name: refused unopened (lib/base/shm_file.hpp S1-S3).
     const shmbox::detail::shm_file f = shmbox::detail::open_shm_file(segment_name(box, r), O_RDONLY, shmbox::detail::shm_expect::segment);
     if (f.refused != 0 && problems != nullptr)
       problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) +
@@ -174,7 +174,7 @@ void remove_bridge_status(std::string_view box) {
 
 std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error) {
   const std::string name = segment_name(box, role);
-  // Created if missing; a FIFO, link, directory ... there is refused unopened (lib/shm_file.hpp S1-S3).
+  // Created if missing; a FIFO, link, directory ... there is refused unopened (lib/base/shm_file.hpp S1-S3).
   const shmbox::detail::shm_file f =
       shmbox::detail::open_shm_file(name, O_RDWR | O_CREAT, shmbox::detail::shm_expect::segment, mode & 0666);
   if (f.refused != 0) {

@@ -23,7 +23,7 @@
 
 #include "cli_args.hpp"
 #include "commands.hpp"
-#include "shm_file.hpp"
+#include "base/shm_file.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace shmbox_cli {

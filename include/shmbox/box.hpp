@@ -33,7 +33,7 @@ namespace shmbox {
 
 namespace detail {
 struct mapped_box;
-struct access;  // the library's own way in (lib/access.hpp)
+struct access;  // the library's own way in (lib/base/access.hpp)
 }
 
 // One lane of a box (a ring of its own). Lane 0 is the control lane: always

@@ -20,7 +20,7 @@
 namespace shmbox {
 
 namespace detail {
-struct access;  // the library's own way in (lib/access.hpp)
+struct access;  // the library's own way in (lib/base/access.hpp)
 }
 
 // One received message.

@@ -36,7 +36,7 @@ namespace shmbox {
 
 namespace detail {
 struct pool_handle;
-struct access;  // the library's own way in (lib/access.hpp)
+struct access;  // the library's own way in (lib/base/access.hpp)
 }
 
 inline constexpr std::uint32_t kMaxPoolMembers = 256;  // max_count limit

@@ -36,7 +36,7 @@ inline constexpr std::uint64_t kMaxSegmentBytes = 1ull << 36;  // 64 GiB
 inline constexpr std::size_t kMaxNameLength = 128;
 
 // Lanes per box (lane 0 is the control lane). The segment layout is sized by
-// this one constant (lib/layout.hpp asserts it).
+// this one constant (lib/segment/layout.hpp asserts it).
 inline constexpr std::uint32_t kMaxLanes = 8;
 
 // The longest a blocking call polls before it sleeps (options::spin,

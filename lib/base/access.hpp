@@ -1,4 +1,4 @@
-// lib/access.hpp - the library's one way into the public handles' private
+// lib/base/access.hpp - the library's one way into the public handles' private
 // parts (the public classes befriend only this): the mapping behind a Box,
 // handles built from library state, and batch appends. Not installed.
 #pragma once

@@ -1,4 +1,4 @@
-// lib/errors.hpp - building errors with a sentence for explain().
+// lib/base/errors.hpp - building errors with a sentence for explain().
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "fault.hpp"
+#include "base/fault.hpp"
 
 #if defined(SHMBOX_FAULT_INJECTION)
 #include <signal.h>

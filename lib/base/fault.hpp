@@ -1,4 +1,4 @@
-// lib/fault.hpp - named crash points for tests.
+// lib/base/fault.hpp - named crash points for tests.
 //
 // Compiled in only in the tests' variant of the library (libshmbox-testing.a,
 // built with -DSHMBOX_FAULT_INJECTION=1 when -Dfault_injection=true, the

@@ -1,4 +1,4 @@
-// lib/futex.hpp - shared (not PRIVATE) futexes on words in the segment.
+// lib/base/futex.hpp - shared (not PRIVATE) futexes on words in the segment.
 //
 // Only the wait/wake system calls live here; the handshakes that decide when
 // to call them (and their memory ordering) are in wake.hpp / wake.cpp (the

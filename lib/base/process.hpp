@@ -1,4 +1,4 @@
-// lib/process.hpp - process identity that survives pid reuse and pid namespaces.
+// lib/base/process.hpp - process identity that survives pid reuse and pid namespaces.
 //
 // A process key packs a pid and an incarnation into one 64-bit word, so that
 // it can be claimed with a single CAS in shared memory:

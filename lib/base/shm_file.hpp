@@ -1,4 +1,4 @@
-// lib/shm_file.hpp - opening a name under /dev/shm, where any local user may
+// lib/base/shm_file.hpp - opening a name under /dev/shm, where any local user may
 // have planted a FIFO, a symbolic link, a directory, a socket or a device.
 //
 // Every open of a path in /dev/shm goes through open_shm_file(): box and

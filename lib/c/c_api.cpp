@@ -1,4 +1,4 @@
-// lib/c_api.cpp - the C API (include/shmbox/shmbox.h) over the C++ one.
+// lib/c/c_api.cpp - the C API (include/shmbox/shmbox.h) over the C++ one.
 //
 // Every function catches everything (nothing unwinds into C), checks its
 // pointers, and reports failures as an error code plus this thread's
@@ -14,9 +14,9 @@
 #include <string>
 #include <type_traits>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "owner_state.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "handles/owner_state.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/shmbox.hpp"
 

@@ -10,15 +10,15 @@
 #include <cstdio>
 #include <cstring>
 
-#include "errors.hpp"
-#include "futex.hpp"
-#include "access.hpp"
-#include "handover.hpp"
-#include "lease.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "base/errors.hpp"
+#include "base/futex.hpp"
+#include "base/access.hpp"
+#include "ownership/handover.hpp"
+#include "ownership/lease.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox {
 

@@ -1,4 +1,4 @@
-// lib/heir.cpp - the Heir handle: waiting to be given a box.
+// lib/handles/heir.cpp - the Heir handle: waiting to be given a box.
 //
 // An heir sleeps in epoll_wait on two descriptors:
 //  * a pidfd of the process it depends on: the owner while it lives, else the
@@ -22,14 +22,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "handover.hpp"
-#include "lease.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "ownership/handover.hpp"
+#include "ownership/lease.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/heir.hpp"
 
 namespace shmbox {

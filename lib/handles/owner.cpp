@@ -1,4 +1,4 @@
-// lib/owner.cpp - the Owner handle: acquisition, receiving, two-phase commit,
+// lib/handles/owner.cpp - the Owner handle: acquisition, receiving, two-phase commit,
 // give-away and release. Ownership changes follow handover.hpp; the slot
 // protocol is in ring.hpp; the waits are in wake.hpp; pobox's owner states
 // and notify_fd are in owner_modes.cpp.
@@ -15,18 +15,18 @@
 #include <exception>
 #include <thread>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "fault.hpp"
-#include "futex.hpp"
-#include "handover.hpp"
-#include "lease.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
-#include "owner_state.hpp"
-#include "wake.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "ownership/handover.hpp"
+#include "ownership/lease.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
+#include "handles/owner_state.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox {
 namespace {

@@ -1,4 +1,4 @@
-// lib/owner_modes.cpp - pobox's owner states (passive, notify, active; wait
+// lib/handles/owner_modes.cpp - pobox's owner states (passive, notify, active; wait
 // and deliver) and notify_fd, the eventfd an event loop polls (written by
 // wakers themselves, or by this process's notify hub: notify_hub.hpp).
 #include <sys/eventfd.h>
@@ -7,14 +7,14 @@
 #include <algorithm>
 #include <atomic>
 
-#include "errors.hpp"
-#include "handover.hpp"
-#include "lease.hpp"
-#include "notify_hub.hpp"
-#include "owner_state.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "ownership/handover.hpp"
+#include "ownership/lease.hpp"
+#include "wake/notify_hub.hpp"
+#include "handles/owner_state.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox {
 

@@ -1,4 +1,4 @@
-// lib/owner_state.hpp - what the Owner handle holds (Owner::state, the pimpl
+// lib/handles/owner_state.hpp - what the Owner handle holds (Owner::state, the pimpl
 // of shmbox/owner.hpp) and the sinks its receives copy messages into. Shared
 // by owner.cpp (acquire, receive, commit) and owner_modes.cpp (pobox's owner
 // states, notify_fd). Not installed.
@@ -16,15 +16,15 @@
 
 #include <unistd.h>
 
-#include "access.hpp"
-#include "handover.hpp"
-#include "liveness.hpp"
-#include "notify_hub.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "base/access.hpp"
+#include "ownership/handover.hpp"
+#include "segment/liveness.hpp"
+#include "wake/notify_hub.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/owner.hpp"
-#include "wake.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox {
 namespace detail {

@@ -5,14 +5,14 @@
 #include <optional>
 #include <utility>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "fault.hpp"
-#include "layout.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "ring_fast.hpp"
-#include "segment.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "segment/layout.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_fast.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox {
 

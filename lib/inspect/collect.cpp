@@ -1,4 +1,4 @@
-// lib/collect.cpp - collect() ('shmbox gc'): removes boxes nobody uses.
+// lib/inspect/collect.cpp - collect() ('shmbox gc'): removes boxes nobody uses.
 //
 // A box is in use while any process has it mapped: its owner (even one whose
 // lease expired: it may resume), an heir or listener, a producer, or anyone
@@ -25,15 +25,15 @@
 #include <set>
 #include <string>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "layout.hpp"
-#include "lease.hpp"
-#include "liveness.hpp"
-#include "notify_hub.hpp"
-#include "process.hpp"
-#include "segment.hpp"
-#include "shm_file.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "segment/layout.hpp"
+#include "ownership/lease.hpp"
+#include "segment/liveness.hpp"
+#include "wake/notify_hub.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
+#include "base/shm_file.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 

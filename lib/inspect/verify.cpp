@@ -1,4 +1,4 @@
-// lib/verify.cpp - verify(): the invariants of a segment, checked while it
+// lib/inspect/verify.cpp - verify(): the invariants of a segment, checked while it
 // may be in use. Every check below holds at every instant of the protocol
 // (ring.hpp, lease.cpp), so what it reports is damage, not a race; values
 // that move (tails, counters) are read so that a concurrent step cannot make
@@ -7,13 +7,13 @@
 #include <chrono>
 #include <thread>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "layout.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 

@@ -1,4 +1,4 @@
-// lib/buffer.cpp - CUSTOM BUFFERS (ring.hpp): the registry of buffer types,
+// lib/ordering/buffer.cpp - CUSTOM BUFFERS (ring.hpp): the registry of buffer types,
 // and the owner's side: pushing moved messages into a lane's buffer,
 // dropping what it names, delivering what it pops, rebuilding it at a
 // takeover or after it broke its contract.
@@ -8,11 +8,11 @@
 #include <string>
 #include <utility>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "segment.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox {
 

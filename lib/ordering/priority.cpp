@@ -1,4 +1,4 @@
-// lib/priority.cpp - PRIORITY BOXES (ring.hpp): the owner's sort (moving
+// lib/ordering/priority.cpp - PRIORITY BOXES (ring.hpp): the owner's sort (moving
 // posted messages from the rings into the store, M1-M4), its delivery in
 // priority order (Q1-Q3 over the stash entries' U-steps), and the heaps'
 // part of a takeover (sort_rebuild; the entries' part is in stash_recover).
@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/resize.cpp - RESIZE of a lane (ring.hpp, THE LIMIT): moves a resizable
+// lib/ordering/resize.cpp - RESIZE of a lane (ring.hpp, THE LIMIT): moves a resizable
 // lane's limit and, when it shrinks below the lane's depth, applies the
 // lane's policy to the excess with the eviction steps E1-E4 (so a resizer
 // killed at any step leaves a slot that R2 finishes, counted once).
@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

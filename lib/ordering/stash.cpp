@@ -1,4 +1,4 @@
-// lib/stash.cpp - THE STASH (ring.hpp): the owner's parked messages
+// lib/ordering/stash.cpp - THE STASH (ring.hpp): the owner's parked messages
 // (actor-ts's stash / unstashAll), S1-S5 (stash_put), U1-U4 (stash_take,
 // stash_commit_pending), and their takeover (stash_recover).
 #include <algorithm>
@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

@@ -1,19 +1,19 @@
-// lib/handover.cpp - the hand-over protocol: take over, release, give away,
+// lib/ownership/handover.cpp - the hand-over protocol: take over, release, give away,
 // requests. The steps (O1-O5, G1-G3, Q1-Q3) and the rule they follow are
 // written at the top of handover.hpp.
-#include "handover.hpp"
+#include "ownership/handover.hpp"
 
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "futex.hpp"
-#include "lease.hpp"
-#include "process.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "ownership/lease.hpp"
+#include "base/process.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

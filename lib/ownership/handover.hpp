@@ -1,4 +1,4 @@
-// lib/handover.hpp - THE HAND-OVER PROTOCOL: every way a box changes owner.
+// lib/ownership/handover.hpp - THE HAND-OVER PROTOCOL: every way a box changes owner.
 // Owner, Heir and Box call these; none of them touches the owner record's
 // hand-over words (key, epoch, offer_*, request_pid, requests_allowed) itself.
 //
@@ -19,7 +19,7 @@
 // so no operation under that epoch exists to be fenced.)
 //
 // ===========================================================================
-// Steps (fault points in brackets: lib/fault.hpp)
+// Steps (fault points in brackets: lib/base/fault.hpp)
 // ===========================================================================
 // TAKE OVER (take_ownership; by Owner::acquire, an inheriting heir, and the
 //   destination of a give-away):
@@ -64,9 +64,9 @@
 #include <string>
 #include <string_view>
 
-#include "liveness.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "segment/liveness.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/error.hpp"
 
 namespace shmbox::detail {

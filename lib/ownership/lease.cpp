@@ -1,6 +1,6 @@
-// lib/lease.cpp - the owner record: owner view, lease clock, heir table,
+// lib/ownership/lease.cpp - the owner record: owner view, lease clock, heir table,
 // transfer record. Changes of owner follow handover.hpp.
-#include "lease.hpp"
+#include "ownership/lease.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fault.hpp"
-#include "futex.hpp"
-#include "process.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "base/process.hpp"
 
 namespace shmbox::detail {
 namespace {

@@ -1,4 +1,4 @@
-// lib/lease.hpp - the owner record: owner view, lease clock, heir table, transfer record.
+// lib/ownership/lease.hpp - the owner record: owner view, lease clock, heir table, transfer record.
 //
 // Who may change the owner, and how, is the hand-over protocol: handover.hpp.
 #pragma once
@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "layout.hpp"
-#include "liveness.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox::detail {
 

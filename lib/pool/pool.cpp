@@ -1,4 +1,4 @@
-// lib/pool.cpp - pools (shmbox/pool.hpp): the pool segment, take and give back,
+// lib/pool/pool.cpp - pools (shmbox/pool.hpp): the pool segment, take and give back,
 // leases, the member side, inspection. The table protocol is in pool_table.hpp.
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,14 +16,14 @@
 #include <random>
 #include <thread>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "futex.hpp"
-#include "lease.hpp"
-#include "pool_table.hpp"
-#include "process.hpp"
-#include "segment.hpp"
-#include "shm_file.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "base/futex.hpp"
+#include "ownership/lease.hpp"
+#include "pool/pool_table.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
+#include "base/shm_file.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/pool.hpp"
 

@@ -1,4 +1,4 @@
-// lib/pool_supervisor.cpp - the pool's supervisor: starts, restarts, culls,
+// lib/pool/pool_supervisor.cpp - the pool's supervisor: starts, restarts, culls,
 // checks and stops members (Pool::supervise, `shmbox pool run`).
 //
 // THE SUPERVISOR ROLE (SR). Supervisors are clients with role standby and a
@@ -89,16 +89,16 @@
 #include <thread>
 #include <vector>
 
-#include "access.hpp"
-#include "errors.hpp"
-#include "fault.hpp"
-#include "futex.hpp"
-#include "lease.hpp"
-#include "notify_hub.hpp"
-#include "pool_table.hpp"
-#include "process.hpp"
-#include "segment.hpp"
-#include "shm_file.hpp"
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "ownership/lease.hpp"
+#include "wake/notify_hub.hpp"
+#include "pool/pool_table.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
+#include "base/shm_file.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/producer.hpp"
 

@@ -1,6 +1,6 @@
-// lib/pool_table.cpp - the pool's table lock, redo journal and table operations
+// lib/pool/pool_table.cpp - the pool's table lock, redo journal and table operations
 // (the protocol is at the top of pool_table.hpp; labels TL*, J* cite it).
-#include "pool_table.hpp"
+#include "pool/pool_table.hpp"
 
 #include <sched.h>
 
@@ -9,10 +9,10 @@
 #include <chrono>
 #include <thread>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "futex.hpp"
-#include "process.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "base/process.hpp"
 
 namespace shmbox::detail {
 namespace {

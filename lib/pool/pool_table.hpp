@@ -1,4 +1,4 @@
-// lib/pool_table.hpp - a pool's member table: its lock, its redo journal, and
+// lib/pool/pool_table.hpp - a pool's member table: its lock, its redo journal, and
 // the operations take, give back, grant, sweep, start, stop (pooler in shared memory).
 //
 // THE LOCK (TL). Every change of the table is made by the holder of one lock,
@@ -121,9 +121,9 @@
 #include <string_view>
 #include <vector>
 
-#include "layout.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
+#include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
 #include "shmbox/pool.hpp"
 
 namespace shmbox::detail {

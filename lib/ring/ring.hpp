@@ -1,4 +1,4 @@
-// lib/ring.hpp - THE SLOT PROTOCOL of shmbox: the protocol text (below), with
+// lib/ring/ring.hpp - THE SLOT PROTOCOL of shmbox: the protocol text (below), with
 // the step labels the code cites (P1-P6, E1-E4, T1-T7, H1, C1-C4, R1-R4,
 // L1-L3, SYNC POINTs A-D), and the interface the rest of the library uses.
 //
@@ -434,10 +434,10 @@
 #include <deque>
 #include <vector>
 
-#include "layout.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/buffer.hpp"
 #include "shmbox/producer.hpp"  // post_status
 

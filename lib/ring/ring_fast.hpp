@@ -1,4 +1,4 @@
-// lib/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.hpp P1-P6), inline
+// lib/ring/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.hpp P1-P6), inline
 // so that Producer::post, loan and slot_loan::commit run it without calls.
 // It handles only the common case: the slot at the tail is free for it
 // (EMPTY(t)). Anything else (full, busy, a lost CAS) returns false having
@@ -11,11 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fault.hpp"
-#include "layout.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
-#include "wake.hpp"
+#include "base/fault.hpp"
+#include "segment/layout.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/ring_internal.hpp - what the ring's files (ring_post.cpp, ring_take.cpp,
+// lib/ring/ring_internal.hpp - what the ring's files (ring_post.cpp, ring_take.cpp,
 // ring_repair.cpp, ring_lifo.cpp) share: counters, op targets, slot holders,
 // the repairs they call into, and take_one (inline: fifo_take's per-message
 // step). Step labels: the protocol text at the top of ring.hpp. Not for the
@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <string>
 
-#include "fault.hpp"
-#include "layout.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "base/fault.hpp"
+#include "segment/layout.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/ring_lifo.cpp - LIFO LANES of the slot protocol (ring.hpp, "lifo
+// lib/ring/ring_lifo.cpp - LIFO LANES of the slot protocol (ring.hpp, "lifo
 // lanes"): push L1, replace L2 (a full lane), publish with SYNC POINT C, the
 // producer's repair of dead writers, pop L3 (the owner, newest first) and
 // the arming of the owner's sleep on a lifo lane (SYNC POINT D).
@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/ring_post.cpp - POSTING in the slot protocol (ring.hpp): the general
+// lib/ring/ring_post.cpp - POSTING in the slot protocol (ring.hpp): the general
 // path of a FIFO post P1-P6 (fifo_claim; the inline fast path is
 // ring_fast.hpp), EVICT E1-E4 (drop_oldest), ABORT (a loan given back), RUN
 // (post_batch: one claim for k positions), and the entry points that pick
@@ -8,13 +8,13 @@
 #include <cstring>
 #include <string>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "ring_fast.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_fast.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

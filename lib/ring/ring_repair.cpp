@@ -1,4 +1,4 @@
-// lib/ring_repair.cpp - REPAIRS R1-R4 of the slot protocol (ring.hpp): who
+// lib/ring/ring_repair.cpp - REPAIRS R1-R4 of the slot protocol (ring.hpp): who
 // holds a stuck slot (actor_state, claimants_of), finishing a dead actor's
 // op exactly once (R1 abandon, R2 dead producers, R3 gone owners' slots, R4
 // adopting them at acquire), the producer entries (claim, release, finishing
@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "fault.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
+#include "base/fault.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/ring_take.cpp - TAKING in the slot protocol (ring.hpp): the owner's
+// lib/ring/ring_take.cpp - TAKING in the slot protocol (ring.hpp): the owner's
 // take of a FIFO lane T1-T7 (fifo_take; take_one, its per-message step, is
 // inline in ring_internal.hpp), HOLD H1 and COMMIT C1-C4 (two-phase
 // receive), giving held slots back, and the arming of the owner's sleep
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "errors.hpp"
-#include "fault.hpp"
-#include "ring.hpp"
-#include "ring_internal.hpp"
-#include "wake.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "ring/ring.hpp"
+#include "ring/ring_internal.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

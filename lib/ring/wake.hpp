@@ -1,4 +1,4 @@
-// lib/wake.hpp - WAKING AND WAITING: every futex wait and wake of the slot
+// lib/ring/wake.hpp - WAKING AND WAITING: every futex wait and wake of the slot
 // protocol and of the owner's receive, the owner's eventfd, and the spins
 // that come before a sleep. The protocol text is in ring.hpp ("WAKE-UPS",
 // P6, T7, L1 and SYNC POINTs A-D); the raw system calls are futex.hpp.
@@ -24,9 +24,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "layout.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox::detail {
 

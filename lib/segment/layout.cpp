@@ -1,4 +1,4 @@
-#include "layout.hpp"
+#include "segment/layout.hpp"
 
 #include "shmbox/types.hpp"
 

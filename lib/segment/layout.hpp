@@ -1,4 +1,4 @@
-// lib/layout.hpp - EVERYTHING that lives in a box's shared-memory segment.
+// lib/segment/layout.hpp - EVERYTHING that lives in a box's shared-memory segment.
 //
 // This is the only file that declares shared structures. Shared memory holds
 // fixed-width integers and lock-free std::atomic<uint32_t|uint64_t>, never
@@ -654,7 +654,7 @@ bool compute_geometry(const geometry_params& p, geometry& out) noexcept;
 //
 // Everything after pool_config that a table operation changes is a 64-bit
 // word, written only by the holder of the table lock and only through the
-// redo journal (lib/pool_table.hpp has the protocol), so that a process
+// redo journal (lib/pool/pool_table.hpp has the protocol), so that a process
 // killed between any two writes leaves a table the next lock holder
 // completes. The futex words (pool_state::lock, ::work, pool_client::wake)
 // are outside the journal. Readers without the lock (inspection, a waiting

@@ -1,5 +1,5 @@
-// lib/liveness.cpp - role locks, probes and death watches (the rules are in liveness.hpp).
-#include "liveness.hpp"
+// lib/segment/liveness.cpp - role locks, probes and death watches (the rules are in liveness.hpp).
+#include "segment/liveness.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,9 +14,9 @@
 #include <mutex>
 #include <vector>
 
-#include "layout.hpp"
-#include "segment.hpp"
-#include "shm_file.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
+#include "base/shm_file.hpp"
 
 namespace shmbox::detail {
 namespace {

@@ -1,4 +1,4 @@
-// lib/liveness.hpp - who is alive in a box: asked of the kernel, in any pid namespace.
+// lib/segment/liveness.hpp - who is alive in a box: asked of the kernel, in any pid namespace.
 //
 // WHY LOCKS. The processes of one box may sit in different pid namespaces
 // (containers sharing /dev/shm), where a pid means something else and /proc
@@ -38,7 +38,7 @@
 //  L4 The creator holds byte 24 (creator_key) until the box is ready: a
 //     half-made box whose byte nobody holds was abandoned.
 //  L5 Waiting for a death: in our pid namespace a pidfd (readable at once);
-//     in another, the waiter asks L2 every 5 ms (lib/heir.cpp). (A thread
+//     in another, the waiter asks L2 every 5 ms (lib/handles/heir.cpp). (A thread
 //     blocked in F_OFD_SETLKW would see it at once, but stopping such a thread
 //     needs pthread_cancel, whose unwinding GCC 12's AddressSanitizer cannot
 //     follow.) Because gc may hold a byte exclusively for a moment,

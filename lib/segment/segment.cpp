@@ -1,4 +1,4 @@
-// lib/segment.cpp - creating, opening and validating box segments.
+// lib/segment/segment.cpp - creating, opening and validating box segments.
 //
 // Creation is race-free and never exposes a half-made box: the segment is
 // created with O_EXCL, its mode set with fchmod (no umask race), its pages
@@ -6,7 +6,7 @@
 // SIGBUS later), initialised, and only then is `ready` stored with release.
 // Openers check magic, layout version, `ready`, and recompute the geometry
 // from the header's parameters before they trust a single offset.
-#include "segment.hpp"
+#include "segment/segment.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -22,10 +22,10 @@
 #include <thread>
 #include <utility>
 
-#include "errors.hpp"
-#include "liveness.hpp"
-#include "process.hpp"
-#include "shm_file.hpp"
+#include "base/errors.hpp"
+#include "segment/liveness.hpp"
+#include "base/process.hpp"
+#include "base/shm_file.hpp"
 
 namespace shmbox::detail {
 namespace {

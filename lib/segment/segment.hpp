@@ -1,4 +1,4 @@
-// lib/segment.hpp - one mapped box segment, with its validated geometry.
+// lib/segment/segment.hpp - one mapped box segment, with its validated geometry.
 //
 // Everything here is computed once, at create or open, from values that were
 // checked against compute_geometry(). Later code never re-reads geometry from
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "layout.hpp"
+#include "segment/layout.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/error.hpp"
 

@@ -1,7 +1,7 @@
-// lib/notify_hub.cpp - the notify hub (notify_hub.hpp): one helper thread per
+// lib/wake/notify_hub.cpp - the notify hub (notify_hub.hpp): one helper thread per
 // process for every notify_fd, the doorbell FIFO it reads, and the ring a
 // waker makes when it cannot write the owner's eventfd itself.
-#include "notify_hub.hpp"
+#include "wake/notify_hub.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -24,12 +24,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "handover.hpp"
-#include "layout.hpp"
-#include "process.hpp"
-#include "ring.hpp"
-#include "shm_file.hpp"
-#include "wake.hpp"
+#include "ownership/handover.hpp"
+#include "segment/layout.hpp"
+#include "base/process.hpp"
+#include "ring/ring.hpp"
+#include "base/shm_file.hpp"
+#include "ring/wake.hpp"
 
 namespace shmbox::detail {
 

@@ -1,4 +1,4 @@
-// lib/notify_hub.hpp - THE NOTIFY HUB: the one helper thread a process runs
+// lib/wake/notify_hub.hpp - THE NOTIFY HUB: the one helper thread a process runs
 // for all of its Owner handles' notify_fd()s, however many boxes it owns.
 //
 // An owner in an event loop waits on its notify_fd (an eventfd). Whoever
@@ -41,7 +41,7 @@
 #include <string_view>
 #include <vector>
 
-#include "segment.hpp"
+#include "segment/segment.hpp"
 
 namespace shmbox::detail {
 

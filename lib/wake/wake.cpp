@@ -1,8 +1,8 @@
-// lib/wake.cpp - waking and waiting (wake.hpp): P6's wake of the owner with
+// lib/wake/wake.cpp - waking and waiting (wake.hpp): P6's wake of the owner with
 // its eventfd lookup, the owner's sleep and waits on wake_seq, the
 // space-waiter handshake (SYNC POINTs A/B) and the owner's busy backoff.
 // Step labels: the protocol text at the top of ring.hpp.
-#include "wake.hpp"
+#include "ring/wake.hpp"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -13,11 +13,11 @@
 #include <ctime>
 #include <string_view>
 
-#include "fault.hpp"
-#include "futex.hpp"
-#include "liveness.hpp"
-#include "notify_hub.hpp"
-#include "process.hpp"
+#include "base/fault.hpp"
+#include "base/futex.hpp"
+#include "segment/liveness.hpp"
+#include "wake/notify_hub.hpp"
+#include "base/process.hpp"
 
 namespace shmbox::detail {
 

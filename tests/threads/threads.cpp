@@ -58,8 +58,8 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "layout.hpp"
-#include "segment.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 
