@@ -1,8 +1,10 @@
 // lib/ring/ring.hpp - THE SLOT PROTOCOL of shmbox: the protocol text (below), with
 // the step labels the code cites (P1-P6, E1-E4, T1-T7, H1, C1-C4, R1-R4,
 // L1-L3, SYNC POINTs A-D), and the interface the rest of the library uses.
+// Mostly protocol text (two thirds of its lines are the text), so it is
+// longer than the ~600 lines a source file of shmbox keeps to.
 //
-// Where each step is implemented:
+// Where each step is implemented (all in lib/ring/ but wake.cpp, lib/wake/):
 //   ring_fast.hpp   P1-P6, the inline fast path of a FIFO post
 //   ring_post.cpp   POST P1-P6 (general path), EVICT E1-E4, ABORT, RUN
 //   ring_take.cpp   TAKE T1-T7 (and FAST TAKE, the one-message receives'
@@ -10,7 +12,7 @@
 //   ring_repair.cpp REPAIRS R1-R4, producer entries, owner recovery (R4)
 //   ring_lifo.cpp   lifo lanes L1-L3, SYNC POINTs C/D
 //   ring_internal.hpp  what those files share (counters, op words, take_one)
-//   wake.hpp/.cpp   WAKE-UPS: P6's wake, the owner's sleep, the eventfd,
+//   wake.hpp, wake/wake.cpp  WAKE-UPS: P6's wake, the owner's sleep, the eventfd,
 //                   SYNC POINTs A/B (space waiters), the adaptive spin
 //
 // ===========================================================================
