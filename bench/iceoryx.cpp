@@ -215,39 +215,20 @@ std::optional<Args> parse_args(int argc, char** argv) {
 // ===========================================================================
 // RouDi's part of the cleanup on fatal signals (async-signal-safe calls only)
 // ===========================================================================
-// The harness's handler kills and reaps the children and removes their
-// socket and lock files (TrackedName); then this hook stops RouDi and removes
-// the RouDi paths the parent may remove, so that SIGINT/SIGTERM/SIGHUP leave
+// The harness's handler kills and reaps the children, stops RouDi (class
+// Daemon: RouDi removes its segments, sockets and lock files) and removes the
+// children's socket and lock files (TrackedName); then this hook removes the
+// RouDi paths the parent may remove, so that SIGINT/SIGTERM/SIGHUP leave
 // /dev/shm and /tmp as they were.
 
 constexpr int kMaxPaths = 8;
 constexpr std::size_t kPathMax = 160;
-volatile std::sig_atomic_t g_roudi_pid;
 char g_roudi_path[kMaxPaths][kPathMax];
 volatile std::sig_atomic_t g_roudi_path_owned[kMaxPaths];
-constexpr int kStopTimeoutS = 10;  // RouDi stops in milliseconds unless it is stuck (see METHOD)
 
-void sleep_ms(long ms) {
-  timespec ts{ms / 1000, (ms % 1000) * 1'000'000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-void stop_roudi_on_signal() {
-  if (const pid_t r = static_cast<pid_t>(g_roudi_pid); r > 0) {
-    ::kill(r, SIGTERM);  // RouDi removes its segments, sockets and lock files
-    bool gone = false;
-    for (int ms = 0; ms < kStopTimeoutS * 1000 && !gone; ms += 10) {
-      gone = ::waitpid(r, nullptr, WNOHANG) == r;
-      if (!gone) sleep_ms(10);
-    }
-    if (!gone) {
-      ::kill(r, SIGKILL);
-      ::waitpid(r, nullptr, 0);
-    }
-    for (int i = 0; i < kMaxPaths; ++i)
-      if (g_roudi_path_owned[i] != 0) ::unlink(g_roudi_path[i]);
-  }
+void remove_roudi_paths_on_signal() {
+  for (int i = 0; i < kMaxPaths; ++i)
+    if (g_roudi_path_owned[i] != 0) ::unlink(g_roudi_path[i]);
 }
 
 bool path_exists(const std::string& p) {
@@ -280,7 +261,6 @@ class Roudi {
   // Starts iox-roudi and waits until it is ready. Returns why it could not be
   // started (the caller prints skip rows), or nullopt when it runs.
   std::optional<std::string> start(const Args& args) {
-    verbose_ = args.verbose;
     std::string bin = args.roudi;
     if (::access(bin.c_str(), X_OK) != 0 && args.roudi == "/usr/bin/iox-roudi") bin = find_in_path("iox-roudi");
     if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) return "iox-roudi not found (apt-get install iceoryx)";
@@ -298,76 +278,37 @@ class Roudi {
       ++i;
     }
 
-    Pipe out;
-    std::fflush(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a clean shutdown if we die
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      ::dup2(out.w.get(), STDOUT_FILENO);
-      ::dup2(out.w.get(), STDERR_FILENO);
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-      ::execl(bin.c_str(), bin.c_str(), "-m", "off", "-k", "5", static_cast<char*>(nullptr));
-      const std::string msg = errno_text(("exec " + bin).c_str()) + "\n";
-      (void)!::write(STDERR_FILENO, msg.data(), msg.size());
-      ::_exit(127);
-    }
-    pid_ = pid;
-    g_roudi_pid = pid;
-    out.w.close();
-    log_ = std::move(out.r);
-    ::fcntl(log_.get(), F_SETFL, ::fcntl(log_.get(), F_GETFL) | O_NONBLOCK);  // read_log() reads what is there
-
+    proc_.start({bin, "-m", "off", "-k", "5"}, Daemon::kPipe, Daemon::kSameAsOut, SIGTERM,  // SIGTERM: a clean
+                args.verbose);                                                               // shutdown if we die
     // Handshake: its "ready" line, or EOF (it exited), or the deadline.
     const auto deadline = bench_clock::now() + std::chrono::seconds(args.timeout_s);
-    while (log_text_.find("RouDi is ready for clients") == std::string::npos) {
+    while (proc_.text().find("RouDi is ready for clients") == std::string::npos) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - bench_clock::now()).count();
       if (left <= 0) {
         stop();
         return "iox-roudi did not get ready within " + std::to_string(args.timeout_s) + " s";
       }
-      pollfd pfd{log_.get(), POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) throw bench_failure(errno_text("poll"));
-      if (!read_log()) {  // EOF: RouDi exited
+      if (!proc_.read_out(static_cast<int>(left))) {  // EOF: RouDi exited
         const std::string why = last_line();
         stop();
         return "iox-roudi exited at start: " + why;
       }
     }
     for (int k = 0; k < kMaxPaths; ++k) g_roudi_path_owned[k] = g_roudi_path[k][0] != '\0' ? 1 : 0;
-    std::fprintf(stderr, "%s: started %s (pid %d), ready\n", kProg.data(), bin.c_str(), static_cast<int>(pid_));
+    std::fprintf(stderr, "%s: started %s (pid %d), ready\n", kProg.data(), bin.c_str(), static_cast<int>(proc_.pid()));
     return std::nullopt;
   }
 
-  int log_fd() const noexcept { return log_.get(); }
-
   // Reads what RouDi printed (we must keep its pipe from filling up). Returns
   // false at EOF, i.e. when RouDi has exited.
-  bool read_log() {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(log_.get(), buf, sizeof buf);
-      if (n > 0) {
-        if (verbose_) std::fprintf(stderr, "[iox-roudi] %.*s", static_cast<int>(n), buf);
-        log_text_.append(buf, static_cast<std::size_t>(n));
-        if (log_text_.size() > 16384) log_text_.erase(0, log_text_.size() - 8192);
-        continue;
-      }
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      return true;  // EAGAIN: all read
-    }
-  }
+  bool read_log() { return proc_.read_out(0); }
+  int log_fd() const noexcept { return proc_.out_fd(); }
 
   // The most telling line of its output: the last Fatal, else Error, else
   // the last line, without timestamp and level.
   std::string last_line() const {
     std::vector<std::string> lines;
-    const std::string t = strip_ansi(log_text_);
+    const std::string t = strip_ansi(proc_.text());
     for (std::size_t pos = 0; pos < t.size();) {
       std::size_t nl = t.find('\n', pos);
       if (nl == std::string::npos) nl = t.size();
@@ -385,30 +326,11 @@ class Roudi {
     return lines.empty() ? std::string("no output") : lines.back();
   }
 
-  // SIGTERM; waits (EOF of its output, i.e. exit) until the deadline, then
-  // SIGKILL; reaps it, then removes what it may have left behind.
+  // SIGTERM; waits until it exits (kDaemonStopTimeoutS), then SIGKILL;
+  // reaps it, then removes what it may have left behind.
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = bench_clock::now() + std::chrono::seconds(kStopTimeoutS);
-    bool eof = false;
-    while (!eof && log_.get() >= 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - bench_clock::now()).count();
-      if (left <= 0) break;
-      pollfd pfd{log_.get(), POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
-      eof = !read_log();
-    }
-    int st = 0;
-    if (::waitpid(pid_, &st, WNOHANG) != pid_) {
-      if (!eof) std::fprintf(stderr, "%s: iox-roudi did not stop in time, killing it\n", kProg.data());
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    g_roudi_pid = 0;
-    pid_ = -1;
-    log_.close();
+    if (proc_.pid() <= 0) return;
+    if (!proc_.stop()) std::fprintf(stderr, "%s: iox-roudi did not stop in time, killed it\n", kProg.data());
     for (int i = 0; i < kMaxPaths; ++i) {
       if (g_roudi_path_owned[i] != 0 && ::unlink(g_roudi_path[i]) == 0)
         std::fprintf(stderr, "%s: removed %s left by iox-roudi\n", kProg.data(), g_roudi_path[i]);
@@ -419,23 +341,7 @@ class Roudi {
   ~Roudi() { stop(); }
 
  private:
-  static std::string find_in_path(const char* name) {
-    const char* path = std::getenv("PATH");
-    std::string_view rest = path != nullptr ? path : "/usr/bin:/bin";
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      const std::string dir(rest.substr(0, colon));
-      rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
-      const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
-      if (::access(cand.c_str(), X_OK) == 0) return cand;
-    }
-    return {};
-  }
-
-  pid_t pid_ = -1;
-  Fd log_;
-  std::string log_text_;
-  bool verbose_ = false;
+  Daemon proc_{"iox-roudi"};
 };
 
 // ===========================================================================
@@ -779,7 +685,7 @@ std::string note_of(const Config& c, const Args& a) {
 }
 
 int run(const Args& args) {
-  install_signal_handlers(stop_roudi_on_signal);
+  install_signal_handlers(remove_roudi_paths_on_signal);
   remove_stale(kProg, "/tmp", kMarker);  // sockets and lock files of children of dead benchmarks
   static_assert(kManyToMany, "this benchmark expects an m:n (ManyToManyPolicy) build of iceoryx");
 
@@ -798,22 +704,18 @@ int run(const Args& args) {
     return 0;
   }
 
-  std::vector<std::vector<double>> rate(configs().size());
-  std::vector<std::array<std::vector<double>, 3>> q(configs().size());  // p50, p99, p99.9 of every rep
-  std::vector<std::uint64_t> chunk(configs().size(), 0);
+  Results res;
   try {
     for (int rep = 0; rep < args.reps; ++rep) {
       for (const Config* c : selected) {
-        const std::size_t i = static_cast<std::size_t>(c - configs().data());
         const RunOut r = run_once(*c, args, roudi);
-        chunk[i] = r.chunk;
         if (c->kind == Kind::tput) {
           const double mps = static_cast<double>(r.messages) / r.seconds / 1e6;
-          rate[i].push_back(mps);
+          res.add(c->group, c->mech, "rate", "Mmsg/s", mps, note_of(*c, args));
           std::fprintf(stderr, "rep %d/%d  %-13s %-16s %8.4f s  %7.3f Mmsg/s  (chunk %llu B)\n", rep + 1, args.reps,
                        c->group, c->mech, r.seconds, mps, static_cast<unsigned long long>(r.chunk));
         } else {
-          for (std::size_t k = 0; k < 3; ++k) q[i][k].push_back(r.q[k]);
+          for (std::size_t k = 0; k < 3; ++k) res.add(c->group, c->mech, kPercentileMetric[k], "us", r.q[k], note_of(*c, args));
           std::fprintf(stderr, "rep %d/%d  %-13s %-16s p50 %7.2f us  p99 %7.2f us  p99.9 %7.2f us\n", rep + 1,
                        args.reps, c->group, c->mech, r.q[0], r.q[1], r.q[2]);
         }
@@ -824,17 +726,7 @@ int run(const Args& args) {
     throw;
   }
   roudi.stop();
-
-  for (const Config* c : selected) {
-    const std::size_t i = static_cast<std::size_t>(c - configs().data());
-    const std::string note = note_of(*c, args);
-    if (c->kind == Kind::tput) {
-      const auto s = shmbench::summarize(rate[i]);
-      shmbench::print_row(c->group, c->mech, "rate", s.median, s.min, s.max, "Mmsg/s", note);
-    } else {
-      shmbench::print_percentile_rows(c->group, c->mech, q[i], note);
-    }
-  }
+  res.print();
   return 0;
 }
 

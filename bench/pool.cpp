@@ -350,32 +350,11 @@ int supervise_main(const std::string& pool_name) {
 // The parent's pool: created once, with its supervisor
 // ===========================================================================
 
-// The path of this program (the supervisor and the members are this program).
-std::string self_path() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw bench_failure(errno_text("readlink /proc/self/exe"));
-  return std::string(buf, static_cast<std::size_t>(n));
-}
-
 // `s` as one /bin/sh word.
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-// A pid in the harness's table, so that its fatal-signal handler kills it.
-void track_child(pid_t pid) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] == 0) {
-      g_child_pid[i] = pid;
-      return;
-    }
-}
-void untrack_child(pid_t pid) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] == pid) g_child_pid[i] = 0;
 }
 
 std::string describe_pool(const shmbox::pool_info& p) {
@@ -453,49 +432,23 @@ class BenchPool {
   std::uint64_t starts_since_ready(const shmbox::pool_info& p) const { return p.count.starts - starts_; }
 
  private:
-  void start_supervisor() {
-    const std::string self = self_path();
-    std::fflush(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // it stops (and its members follow) when the benchmark dies
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      ::execl(self.c_str(), self.c_str(), "supervise", name_.c_str(), static_cast<char*>(nullptr));
-      std::fprintf(stderr, "%s: exec %s: %s\n", kProg, self.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    supervisor_ = pid;
-    track_child(pid);
-  }
+  // The supervisor: this program, `supervise POOL` (SIGTERM if we die: it
+  // stops, and its members follow).
+  void start_supervisor() { supervisor_.start({self_path(), "supervise", name_}, -1, -1, SIGTERM); }
 
   // SIGTERM (supervise() returns within 50 ms), SIGKILL after 5 s; reaped.
   void stop_supervisor() noexcept {
-    if (supervisor_ <= 0) return;
-    ::kill(supervisor_, SIGTERM);
-    int st = 0;
-    const auto deadline = bench_clock::now() + 5s;
-    while (::waitpid(supervisor_, &st, WNOHANG) == 0) {
-      if (bench_clock::now() > deadline) {
-        std::fprintf(stderr, "%s: the supervisor did not stop within 5 s of SIGTERM: killed\n", kProg);
-        ::kill(supervisor_, SIGKILL);
-        ::waitpid(supervisor_, &st, 0);
-        break;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-      std::fprintf(stderr, "%s: the supervisor ended with status 0x%x\n", kProg, static_cast<unsigned>(st));
-    untrack_child(supervisor_);
-    supervisor_ = -1;
+    if (supervisor_.pid() <= 0) return;
+    const auto st = supervisor_.stop(5s);
+    if (!st) std::fprintf(stderr, "%s: the supervisor did not stop within 5 s of SIGTERM: killed\n", kProg);
+    else if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0))
+      std::fprintf(stderr, "%s: the supervisor ended with status 0x%x\n", kProg, static_cast<unsigned>(*st));
   }
 
   std::string name_;
   std::uint32_t members_;
   TrackedName segment_;  // the pool segment, also when the benchmark is interrupted
-  pid_t supervisor_ = -1;
+  Daemon supervisor_{"supervisor"};
   std::uint64_t starts_ = 0;
 };
 
@@ -820,24 +773,6 @@ RunResult run_pool(const Config& cfg, const Args& args, const BenchPool& pool) {
 // Repetitions, output
 // ===========================================================================
 
-std::string fmt(double v) {
-  char buf[32];
-  if (v >= 1000)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 100)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-std::string loadavg() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
 int run(const Args& args) {
   install_signal_handlers();
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -851,10 +786,12 @@ int run(const Args& args) {
                "%s: %llu take-returns (+%llu warm-up) per taker and run, %d reps interleaved, %ld CPUs, "
                "%u members, busy: %d holders x %u us; load average %s\n",
                kProg, static_cast<unsigned long long>(args.count), static_cast<unsigned long long>(args.warmup),
-               args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), members, args.holders, args.hold_us, loadavg().c_str());
+               args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), members, args.holders, args.hold_us, load_average().c_str());
 
-  std::vector<std::array<std::vector<double>, 3>> pct(configs.size());
-  std::vector<std::array<std::vector<double>, 2>> ratio(configs.size());  // p50, p99 / box-rtt's of the same rep
+  char note[128];
+  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %u members, %d holders x %u us",
+                static_cast<unsigned long long>(args.count), args.reps, members, args.holders, args.hold_us);
+  Results res;
   std::vector<std::uint64_t> granted(configs.size(), 0);
   {
     BenchPool pool(std::string(kMarker) + std::to_string(::getpid()), members);
@@ -869,8 +806,9 @@ int run(const Args& args) {
           if (!selected(args, c)) continue;
           const RunResult r = c.what == kind::box_rtt ? run_box_rtt(args) : run_pool(c, args, pool);
           if (c.what == kind::box_rtt) box = r.pct;
-          for (std::size_t k = 0; k < 3; ++k) pct[i][k].push_back(r.pct[k]);
-          for (std::size_t k = 0; k < 2; ++k) ratio[i][k].push_back(r.pct[k] / box[k]);
+          for (std::size_t k = 0; k < 3; ++k) res.add(kGroup, c.mech, kPercentileMetric[k], "us", r.pct[k], note);
+          for (std::size_t k = 0; c.what != kind::box_rtt && k < 2; ++k)
+            res.add(kGroup, c.mech, k == 0 ? "ratio-p50" : "ratio-p99", "x", r.pct[k] / box[k], "to box-rtt of the same rep");
           granted[i] += r.granted;
           if (args.verbose)
             std::fprintf(stderr,
@@ -892,40 +830,10 @@ int run(const Args& args) {
     }
   }
 
-  // Rows (stdout) and the table (stderr), in configuration order.
-  char note[128];
-  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %u members, %d holders x %u us",
-                static_cast<unsigned long long>(args.count), args.reps, members, args.holders, args.hold_us);
-  std::fprintf(stderr, "\n%-25s %-22s %-22s %-22s %-24s %-24s\n", "configuration", "p50 us (min..max)",
-               "p99 us (min..max)", "p99.9 us (min..max)", "p50 / box-rtt", "p99 / box-rtt");
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (!selected(args, c)) continue;
-    std::string line;
-    const auto cell = [&](const summary& s) {
-      char t[64];
-      std::snprintf(t, sizeof t, "%s (%s..%s)", fmt(s.median).c_str(), fmt(s.min).c_str(), fmt(s.max).c_str());
-      char padded[80];
-      std::snprintf(padded, sizeof padded, "%-22s ", t);
-      line += padded;
-    };
-    for (const summary& s : print_percentile_rows(kGroup, c.mech, pct[i], note)) cell(s);
-    if (c.what != kind::box_rtt) {
-      for (std::size_t k = 0; k < 2; ++k) {
-        const summary s = summarize(ratio[i][k]);
-        print_row(kGroup, c.mech, k == 0 ? "ratio-p50" : "ratio-p99", s.median, s.min, s.max, "x",
-                  "to box-rtt of the same rep");
-        char t[64];
-        std::snprintf(t, sizeof t, "%.2fx (%.2f..%.2f)", s.median, s.min, s.max);
-        char padded[80];
-        std::snprintf(padded, sizeof padded, "%-24s ", t);
-        line += padded;
-      }
-      if (granted[i] > 0) line += " (" + std::to_string(granted[i]) + " takes queued)";
-    }
-    std::fprintf(stderr, "%-25s %s\n", c.mech, line.c_str());
-  }
-  std::fprintf(stderr, "%s: load average at the end %s; %.1f s in all\n", kProg, loadavg().c_str(),
+  res.print();  // rows (stdout) and the table (stderr)
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    if (granted[i] > 0) std::fprintf(stderr, "%s: %s: %llu takes queued\n", kProg, configs[i].mech, static_cast<unsigned long long>(granted[i]));
+  std::fprintf(stderr, "%s: load average at the end %s; %.1f s in all\n", kProg, load_average().c_str(),
                std::chrono::duration<double>(bench_clock::now() - start).count());
   return 0;
 }

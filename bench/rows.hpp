@@ -23,6 +23,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -124,5 +125,90 @@ inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
     sched_yield();
   }
 }
+
+// A figure with three significant digits or so ("1234", "12.3", "1.23").
+inline std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, v >= 1000 || v <= -1000 ? "%.0f" : v >= 100 || v <= -100 ? "%.1f" : "%.2f", v);
+  return b;
+}
+
+// The load average of the last minute ("0.52"), for the logs.
+inline std::string load_average() {
+  double l = 0;
+  return ::getloadavg(&l, 1) == 1 ? fmt(l) : "?";
+}
+
+// What the repetitions of a benchmark measured: one value per repetition
+// for each (group, mechanism, metric), and the skips, in the order first
+// added. print() writes the rows (median, min and max of the repetitions)
+// on stdout and the same as a table on stderr: a block per group, a line per
+// mechanism, a cell "metric median (min..max) unit" per metric.
+class Results {
+ public:
+  // One repetition's value; `note` (the row's last field) replaces the one before.
+  void add(std::string_view group, std::string_view mech, std::string_view metric, std::string_view unit,
+           double value, std::string_view note = {}) {
+    series& s = at(group, mech, metric);
+    s.unit = unit;
+    s.note = note;
+    s.values.push_back(value);
+  }
+  void skip(std::string_view group, std::string_view mech, std::string_view why) {
+    entries_.push_back({std::string(group), std::string(mech), {}, {}, std::string(why), {}, true});
+  }
+  // The values so far (empty if none).
+  const std::vector<double>& values(std::string_view group, std::string_view mech, std::string_view metric) {
+    return at(group, mech, metric).values;
+  }
+  double last(std::string_view group, std::string_view mech, std::string_view metric) {
+    const auto& v = values(group, mech, metric);
+    return v.empty() ? 0 : v.back();
+  }
+  // The summary of a series (after print(): its values are sorted).
+  summary of(std::string_view group, std::string_view mech, std::string_view metric) {
+    std::vector<double> v = values(group, mech, metric);
+    return summarize(v);
+  }
+
+  void print() {
+    std::string group, mech, line;
+    const auto flush = [&] {
+      if (!mech.empty()) std::fprintf(stderr, "  %-18s%s\n", mech.c_str(), line.c_str());
+      line.clear();
+    };
+    for (series& s : entries_) {
+      if (s.group != group || s.mech != mech) {
+        flush();
+        if (s.group != group) std::fprintf(stderr, "\n%s\n", s.group.c_str());
+        group = s.group;
+        mech = s.mech;
+      }
+      if (s.skipped) {
+        print_skip(s.group, s.mech, s.note);
+        line += " skipped: " + s.note;
+        continue;
+      }
+      const summary m = summarize(s.values);
+      print_row(s.group, s.mech, s.metric, m.median, m.min, m.max, s.unit, s.note);
+      line += " " + s.metric + " " + fmt(m.median) + " (" + fmt(m.min) + ".." + fmt(m.max) + ") " + s.unit + " ";
+    }
+    flush();
+  }
+
+ private:
+  struct series {
+    std::string group, mech, metric, unit, note;
+    std::vector<double> values;
+    bool skipped = false;
+  };
+  series& at(std::string_view group, std::string_view mech, std::string_view metric) {
+    for (series& s : entries_)
+      if (!s.skipped && s.group == group && s.mech == mech && s.metric == metric) return s;
+    entries_.push_back({std::string(group), std::string(mech), std::string(metric), {}, {}, {}, false});
+    return entries_.back();
+  }
+  std::vector<series> entries_;
+};
 
 }  // namespace shmbench

@@ -418,17 +418,6 @@ std::string unavailable(const Config& c, long mq_depth) {
   return {};
 }
 
-std::string fmt_us(double v) {
-  char buf[32];
-  if (v >= 1000)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 100)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
 int run(const Args& args) {
   install_signal_handlers();
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -450,55 +439,29 @@ int run(const Args& args) {
                args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), mq_depth);
 
   // per configuration: p50, p99, p99.9 of every rep
-  std::vector<std::array<std::vector<double>, 3>> pct(configs.size());
+  Results res;
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    if (selected(args, configs[i]) && !skip[i].empty()) res.skip(configs[i].group, configs[i].mech_name, skip[i]);
   for (int rep = 0; any && rep < args.reps; ++rep) {
     const auto t0 = bench_clock::now();
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& c = configs[i];
       if (!selected(args, c) || !skip[i].empty()) continue;
       const Record r = run_once(c, args, mq_depth);
-      for (int k = 0; k < 3; ++k) pct[i][static_cast<std::size_t>(k)].push_back(r.us[k]);
+      std::string note = std::to_string(args.count) + " round trips x " + std::to_string(args.reps) + " reps";
+      if (c.size > 1024 || capacity_for(c.size) != kCapacity)
+        note = std::to_string(counts_for(args, c.size).first) + " round trips x " + std::to_string(args.reps) +
+               " reps; boxes of " + std::to_string(capacity_for(c.size)) + " slots";
+      for (std::size_t k = 0; k < 3; ++k) res.add(c.group, c.mech_name, kPercentileMetric[k], "us", r.us[k], note);
       if (args.verbose)
-        std::fprintf(stderr,
-                     "  rep %d/%d  %-13s %-17s p50 %8s  p99 %8s  p99.9 %8s  min %8s  max %8s  mean %8s us\n",
-                     rep + 1, args.reps, c.group, c.mech_name, fmt_us(r.us[0]).c_str(), fmt_us(r.us[1]).c_str(),
-                     fmt_us(r.us[2]).c_str(), fmt_us(r.us[3]).c_str(), fmt_us(r.us[4]).c_str(),
-                     fmt_us(r.us[5]).c_str());
+        std::fprintf(stderr, "  rep %d/%d  %-13s %-17s p50 %8s  p99 %8s  p99.9 %8s  min %8s  max %8s  mean %8s us\n",
+                     rep + 1, args.reps, c.group, c.mech_name, fmt(r.us[0]).c_str(), fmt(r.us[1]).c_str(),
+                     fmt(r.us[2]).c_str(), fmt(r.us[3]).c_str(), fmt(r.us[4]).c_str(), fmt(r.us[5]).c_str());
     }
     std::fprintf(stderr, "%s: rep %d/%d done (%.1f s)\n", kProg, rep + 1, args.reps,
                  std::chrono::duration<double>(bench_clock::now() - t0).count());
   }
-
-  // Rows (stdout) and the table (stderr), in configuration order.
-  char note[96];
-  std::snprintf(note, sizeof note, "%llu round trips x %d reps", static_cast<unsigned long long>(args.count),
-                args.reps);
-  std::fprintf(stderr, "\n%-13s %-17s %-24s %-24s %-24s\n", "group", "mechanism", "p50 us (min..max)",
-               "p99 us (min..max)", "p99.9 us (min..max)");
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (!selected(args, c)) continue;
-    if (!skip[i].empty()) {
-      shmbench::print_skip(c.group, c.mech_name, skip[i]);
-      std::fprintf(stderr, "%-13s %-17s skipped: %s\n", c.group, c.mech_name, skip[i].c_str());
-      continue;
-    }
-    std::string line;
-    std::string cnote = note;
-    if (c.size > 1024 || capacity_for(c.size) != kCapacity) {
-      cnote = std::to_string(counts_for(args, c.size).first) + " round trips x " + std::to_string(args.reps) +
-              " reps; boxes of " + std::to_string(capacity_for(c.size)) + " slots";
-    }
-    for (const shmbench::summary& s : shmbench::print_percentile_rows(c.group, c.mech_name, pct[i], cnote)) {
-      char cell[64];
-      std::snprintf(cell, sizeof cell, "%s (%s..%s)", fmt_us(s.median).c_str(), fmt_us(s.min).c_str(),
-                    fmt_us(s.max).c_str());
-      char padded[80];
-      std::snprintf(padded, sizeof padded, "%-24s ", cell);
-      line += padded;
-    }
-    std::fprintf(stderr, "%-13s %-17s %s\n", c.group, c.mech_name, line.c_str());
-  }
+  res.print();  // rows (stdout) and the table (stderr)
   return 0;
 }
 
