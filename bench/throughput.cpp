@@ -475,30 +475,6 @@ std::vector<Config> make_configs(const Args& args) {
   return out;
 }
 
-// Millions of messages per second, three significant digits.
-std::string fmt_mrate(double r) {
-  const double m = r / 1e6;
-  char buf[32];
-  if (m >= 100) std::snprintf(buf, sizeof buf, "%.0f", m);
-  else if (m >= 10) std::snprintf(buf, sizeof buf, "%.1f", m);
-  else if (m >= 1) std::snprintf(buf, sizeof buf, "%.2f", m);
-  else std::snprintf(buf, sizeof buf, "%.3f", m);
-  return buf;
-}
-
-std::string fmt_ratio(std::optional<double> r) {
-  if (!r) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", *r);
-  return buf;
-}
-
-// The 1-minute load average: other work on the machine makes every number noisy.
-std::string load_average() {
-  double l = 0;
-  return ::getloadavg(&l, 1) == 1 ? std::to_string(l).substr(0, 4) : "?";
-}
-
 int run(const Args& args) {
   install_signal_handlers();
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -507,11 +483,11 @@ int run(const Args& args) {
 
   const std::vector<Config> configs = make_configs(args);
   const auto started = bench_clock::now();
-  std::vector<std::vector<double>> rates(configs.size());
-  std::vector<std::uint64_t> retries(configs.size(), 0);
+  Results res;
+  for (const Config& c : configs)
+    if (!c.skip.empty()) res.skip(c.group, c.mech->name, c.skip);
   for (int rep = 0; rep < args.reps; ++rep) {  // interleaved: rep 1 of everything, then rep 2, ...
-    for (std::size_t i = 0; i < configs.size(); ++i) {
-      const Config& c = configs[i];
+    for (const Config& c : configs) {
       if (!c.skip.empty()) continue;
       RunResult r;
       try {
@@ -520,69 +496,22 @@ int run(const Args& args) {
         throw bench_failure(c.group + " " + std::string(c.mech->name) + ", rep " + std::to_string(rep + 1) +
                             ": " + e.what());
       }
-      const double rate = static_cast<double>(c.messages) / r.seconds;
-      rates[i].push_back(rate);
-      retries[i] += r.retries;
-      if (args.verbose)
+      const double rate = static_cast<double>(c.messages) / r.seconds / 1e6;
+      res.add(c.group, c.mech->name, "rate", "Mmsg/s", rate, c.note);
+      if (r.retries > 0 || args.verbose)
         std::fprintf(stderr, "rep %d/%d  %-11s %-17.*s %9llu msgs  %8.4f s  %8s Mmsg/s  retries %llu\n", rep + 1,
                      args.reps, c.group.c_str(), int(c.mech->name.size()), c.mech->name.data(),
-                     static_cast<unsigned long long>(c.messages), r.seconds, fmt_mrate(rate).c_str(),
+                     static_cast<unsigned long long>(c.messages), r.seconds, fmt(rate).c_str(),
                      static_cast<unsigned long long>(r.retries));
     }
   }
-  const double elapsed = std::chrono::duration<double>(bench_clock::now() - started).count();
-
-  // Rows on stdout.
-  std::vector<std::optional<shmbench::summary>> st(configs.size());
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    const std::string_view mech = c.mech->name;
-    if (!c.skip.empty()) {
-      shmbench::print_skip(c.group, mech, c.skip);
-      continue;
-    }
-    st[i] = shmbench::summarize(rates[i]);
-    shmbench::print_row(c.group, mech, "rate", st[i]->median / 1e6, st[i]->min / 1e6, st[i]->max / 1e6, "Mmsg/s",
-                        c.note);
-  }
-
-  // The table on stderr: one block per group, ratios of medians within it.
-  auto median_in = [&](const std::string& group, std::string_view m) -> std::optional<double> {
-    for (std::size_t i = 0; i < configs.size(); ++i)
-      if (configs[i].group == group && configs[i].mech->name == m && st[i]) return st[i]->median;
-    return std::nullopt;
-  };
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   std::fprintf(stderr,
                "\n# shmbox-bench-throughput: median (min .. max) of %d runs per row, interleaved; N = %llu; queues "
                "of %u messages unless noted\n# %ld CPUs, load average %s before, %s after; %.0f s\n",
-               args.reps, static_cast<unsigned long long>(args.messages), kCapacity, cpus, load_before.c_str(),
-               load_average().c_str(), elapsed);
-  std::string last_group;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (c.group != last_group) {
-      last_group = c.group;
-      std::fprintf(stderr, "\n%s: %zu-byte messages, %d producer%s, 1 consumer\n", c.group.c_str(), c.size,
-                   c.producers, c.producers == 1 ? "" : "s");
-      std::fprintf(stderr, "  %-17s %10s  %8s  %-19s %8s  %9s  %s\n", "mechanism", "msgs/run", "Mmsg/s", "min .. max",
-                   "vs copy", "vs b-mq", "note");
-    }
-    const std::string_view mech = c.mech->name;
-    if (!st[i]) {
-      std::fprintf(stderr, "  %-17.*s skipped: %s\n", int(mech.size()), mech.data(), c.skip.c_str());
-      continue;
-    }
-    const auto copy = median_in(c.group, "shmbox-copy"), bmq = median_in(c.group, "boost-mq");
-    const std::string range = fmt_mrate(st[i]->min) + " .. " + fmt_mrate(st[i]->max);
-    std::string note = c.note.substr(c.note.find(" msgs/run") + 9);  // the count is in its own column
-    if (note.starts_with(" ")) note.erase(0, 1);
-    if (retries[i] > 0) note += (note.empty() ? "" : "; ") + std::to_string(retries[i]) + " retries";
-    std::fprintf(stderr, "  %-17.*s %10llu  %8s  %-19s %8s  %9s  %s\n", int(mech.size()), mech.data(),
-                 static_cast<unsigned long long>(c.messages), fmt_mrate(st[i]->median).c_str(), range.c_str(),
-                 fmt_ratio(copy ? std::optional<double>(st[i]->median / *copy) : std::nullopt).c_str(),
-                 fmt_ratio(bmq ? std::optional<double>(st[i]->median / *bmq) : std::nullopt).c_str(), note.c_str());
-  }
+               args.reps, static_cast<unsigned long long>(args.messages), kCapacity, ::sysconf(_SC_NPROCESSORS_ONLN),
+               load_before.c_str(), load_average().c_str(),
+               std::chrono::duration<double>(bench_clock::now() - started).count());
+  res.print();
   return 0;
 }
 
