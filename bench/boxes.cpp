@@ -117,14 +117,13 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool samples_given = false, idle_given = false, messages_given = false, tput_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     if (arg == "--boxes") return w.number(a.boxes, 1, 1'000'000);
-    if (arg == "--samples") return samples_given = true, w.number(a.samples, 2, 1'000'000);
-    if (arg == "--idle-seconds") return idle_given = true, w.number(a.idle_seconds, 0.1, 600.0);
-    if (arg == "--messages") return messages_given = true, w.number(a.messages, std::uint64_t{1});
-    if (arg == "--tput-seconds") return tput_given = true, w.number(a.tput_seconds, 0.01, 600.0);
+    if (arg == "--samples") return w.number(a.samples, 2, 1'000'000);
+    if (arg == "--idle-seconds") return w.number(a.idle_seconds, 0.1, 600.0);
+    if (arg == "--messages") return w.number(a.messages, std::uint64_t{1});
+    if (arg == "--tput-seconds") return w.number(a.tput_seconds, 0.01, 600.0);
     if (arg == "--cli") {
       std::string_view v;
       if (!w.value(v)) return false;
@@ -134,12 +133,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!samples_given) a.samples = 40;
-    if (!idle_given) a.idle_seconds = 0.5;
-    if (!messages_given) a.messages = 20'000;
-    if (!tput_given) a.tput_seconds = 0.5;
-  }
+  a.quick_default(a.samples, "--samples", 40);
+  a.quick_default(a.idle_seconds, "--idle-seconds", 0.5);
+  a.quick_default(a.messages, "--messages", 20'000);
+  a.quick_default(a.tput_seconds, "--tput-seconds", 0.5);
   if (a.cli.empty()) {
     char self[4096];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);

@@ -209,23 +209,13 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool count_given = false, lat_given = false, warmup_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     std::string_view value;
     if (arg == "--size") return w.number(a.size, kMinMsgSize, 262'144);
-    if (arg == "--count") {
-      count_given = true;
-      return w.number(a.count, 1, 1'000'000'000);
-    }
-    if (arg == "--lat-count") {
-      lat_given = true;
-      return w.number(a.lat_count, 1, 100'000'000);
-    }
-    if (arg == "--warmup") {
-      warmup_given = true;
-      return w.number(a.warmup, 0, 100'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 1'000'000'000);
+    if (arg == "--lat-count") return w.number(a.lat_count, 1, 100'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 100'000'000);
     if (arg == "--window") return w.number(a.window, 0, 10'000'000);
     if (arg == "--box-capacity") return w.number(a.box_capacity, 2, shmbox::kMaxCapacity);
     if (arg == "--js-plain") {
@@ -254,12 +244,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!count_given) a.count = 1'000;
-    if (!lat_given) a.lat_count = 100;
-    if (!warmup_given) a.warmup = 20;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.count, "--count", 1'000);
+  a.quick_default(a.lat_count, "--lat-count", 100);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 

@@ -202,7 +202,13 @@ struct CommonArgs {
   int timeout_s = 120;      // --timeout S: the watchdog of a run (>= 1)
   bool quick = false;       // --quick: a smoke test with small counts (unless they are given)
   bool verbose = false;     // --verbose, -v
-  bool reps_given = false;  // --reps was given: --quick leaves it
+  std::vector<std::string> given;  // every option on the command line
+
+  // With --quick, `value` becomes `small` unless `option` was given.
+  template <class T, class U>
+  void quick_default(T& value, std::string_view option, U small) const {
+    if (quick && std::find(given.begin(), given.end(), option) == given.end()) value = static_cast<T>(small);
+  }
 };
 
 // Parses the command line into `common` and the benchmark's own options:
@@ -217,13 +223,13 @@ bool parse_options(std::string_view prog, int argc, char** argv, void (*usage)(s
   ArgWalker w(argc, argv);
   while (w.next()) {
     const std::string_view arg = w.name();
+    common.given.emplace_back(arg);
     bool ok = true;
     if (arg == "-h" || arg == "--help") {
       usage(stdout);
       std::exit(0);
     } else if (arg == "--reps") {
       ok = w.number(common.reps, 1, 1000);
-      common.reps_given = true;
     } else if (arg == "--timeout") {
       ok = w.number(common.timeout_s, 1);
     } else if (arg == "--quick") {

@@ -174,22 +174,12 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool n_given = false, rt_given = false, wu_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     std::string_view value;
-    if (arg == "--messages") {
-      n_given = true;
-      return w.number(a.messages, 8);
-    }
-    if (arg == "--roundtrips") {
-      rt_given = true;
-      return w.number(a.roundtrips, 1);
-    }
-    if (arg == "--warmup") {
-      wu_given = true;
-      return w.number(a.warmup);
-    }
+    if (arg == "--messages") return w.number(a.messages, 8);
+    if (arg == "--roundtrips") return w.number(a.roundtrips, 1);
+    if (arg == "--warmup") return w.number(a.warmup);
     if (arg == "--roudi") {
       const bool ok = w.value(value) && !value.empty();
       a.roudi = std::string(value);
@@ -203,12 +193,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!n_given) a.messages = 100'000;
-    if (!rt_given) a.roundtrips = 2'000;
-    if (!wu_given) a.warmup = 200;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.messages, "--messages", 100'000);
+  a.quick_default(a.roundtrips, "--roundtrips", 2'000);
+  a.quick_default(a.warmup, "--warmup", 200);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 

@@ -232,17 +232,10 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool have_count = false, have_warmup = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--count") {
-      have_count = true;
-      return w.number(a.count, 1, 10'000'000);
-    }
-    if (arg == "--warmup") {
-      have_warmup = true;
-      return w.number(a.warmup, 0, 10'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 10'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 10'000'000);
     if (arg == "--holders") return w.number(a.holders, 1, 64);
     if (arg == "--hold-us") return w.number(a.hold_us, 0, 999'999);
     if (arg == "--members") return w.number(a.members, 2, shmbox::kMaxPoolMembers);
@@ -257,11 +250,9 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!have_count) a.count = 200;
-    if (!have_warmup) a.warmup = 20;
-    if (!a.reps_given) a.reps = 2;
-  }
+  a.quick_default(a.count, "--count", 200);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 2);
   return a;
 }
 

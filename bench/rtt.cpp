@@ -204,17 +204,10 @@ bool known_name(std::string_view n) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool have_count = false, have_warmup = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--count") {
-      have_count = true;
-      return w.number(a.count, 1, 100'000'000);
-    }
-    if (arg == "--warmup") {
-      have_warmup = true;
-      return w.number(a.warmup, 0, 100'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 100'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 100'000'000);
     if (arg == "--sizes")
       return parse_list(w, a.sizes, [](std::string_view item, std::size_t& s) {
         return parse_number(item, s) && s >= kMinMsgSize && s <= kMaxCurveMsgSize;
@@ -229,11 +222,9 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!have_count) a.count = 200;
-    if (!have_warmup) a.warmup = 20;
-    if (!a.reps_given) a.reps = 2;
-  }
+  a.quick_default(a.count, "--count", 200);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 2);
   return a;
 }
 

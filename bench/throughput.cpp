@@ -228,13 +228,9 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool messages_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--messages") {
-      messages_given = true;
-      return w.number(a.messages, 1);
-    }
+    if (arg == "--messages") return w.number(a.messages, 1);
     if (arg == "--only")
       return parse_list(w, a.only, [](std::string_view item, const MechInfo*& m) {
         const auto it = std::find_if(std::begin(kMechs), std::end(kMechs),
@@ -257,10 +253,8 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!messages_given) a.messages = 20'000;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.messages, "--messages", 20'000);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 
