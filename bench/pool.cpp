@@ -149,7 +149,7 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "mech/shmbox.hpp"
+#include "mech/round_trip.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
@@ -587,37 +587,6 @@ void holder(const ChildCtx& c) {
   c.shared->hdr().takes[c.who] = takes;
 }
 
-// box-rtt: the pinger (times each round trip) and the echoer, as in
-// bench/rtt.cpp with shmbox-adaptive.
-void pinger(const ChildCtx& c, ShmboxEnd& end) {
-  const std::uint64_t total = c.warmup + c.count;
-  MessageBuffer msg(0, kMsgSize);
-  Checker check({total}, kMsgSize, "echo");
-  std::int64_t* ns = c.shared->samples(0);
-  std::fill(ns, ns + c.count, std::int64_t{0});
-  c.ends.ready_and_wait(c.who);
-  for (std::uint64_t i = 0; i < total; ++i) {
-    msg.set_seq(i);
-    const auto t0 = bench_clock::now();
-    end.send(msg.bytes);
-    end.recv([&](const unsigned char* p, std::size_t n) { check.on(p, n); });
-    const auto t1 = bench_clock::now();
-    if (i >= c.warmup) ns[i - c.warmup] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  }
-  c.ends.send(rec_kind::result, c.who, c.count);
-}
-
-void echoer(const ChildCtx& c, ShmboxEnd& end) {
-  Checker check({c.warmup + c.count}, kMsgSize, "ping");
-  c.ends.ready_and_wait(c.who);
-  while (!check.complete())
-    end.recv([&](const unsigned char* p, std::size_t n) {
-      check.on(p, n);
-      end.send(p);
-    });
-  c.ends.send(rec_kind::produced, c.who, check.received());
-}
-
 // ===========================================================================
 // The parent: one run
 // ===========================================================================
@@ -640,46 +609,11 @@ struct RunResult {
   std::uint64_t backlog = 0;    // messages in the member boxes when every child had exited
 };
 
+// box-rtt: bench/rtt.cpp's rtt-sleep-64 shmbox-adaptive, the same counts as a taker.
 RunResult run_box_rtt(const Args& args) {
-  const std::string base = std::string(kMarker) + std::to_string(::getpid()) + "-rtt";
-  QueueOpts opts;
-  opts.capacity = 1024;
-  opts.shmbox_block = false;
-  ShmboxQueue ping(base + "-ping", kMsgSize, opts);
-  ShmboxQueue pong(base + "-pong", kMsgSize, opts);
-  SharedBlock shared(1, args.count);
-  Run run;  // after the boxes: children die before they are removed
-  for (const std::int32_t who : {0, 1}) {
-    ChildCtx c;
-    c.who = who;
-    c.warmup = args.warmup;
-    c.count = args.count;
-    c.shared = &shared;
-    c.ends = run.child_ends();
-    EndCtx e;
-    e.size = kMsgSize;
-    e.send_mode = shmbox_send::post;
-    e.recv_mode = shmbox_recv::adaptive;
-    (who == 0 ? ping : pong).sender(e);
-    (who == 0 ? pong : ping).receiver(e);
-    run.spawn(who == 0 ? "pinger" : "echoer", who, [c, e] {
-      ShmboxEnd end(e);
-      c.who == 0 ? pinger(c, end) : echoer(c, end);
-    });
-  }
-  run.watch(args.timeout_s);
-  run.wait_ready(2);
-  run.release();
-  const Run::Finished f = run.wait_finished(1);
-  run.wait_exit();
-  const std::uint64_t total = args.warmup + args.count;
-  if (f.sent != total || f.result.a != args.count)
-    throw bench_failure("box-rtt: echoed " + std::to_string(f.sent) + " of " + std::to_string(total) + ", measured " +
-                        std::to_string(f.result.a) + " of " + std::to_string(args.count));
-  ping.verify(total);
-  pong.verify(total);
-  std::vector<double> us = samples_us(shared, 1, args.count);
-  return {shmbench::percentiles(us), 0, 0};
+  const Record r = run_round_trips({Kind::shmbox, kMsgSize, shmbox_send::post, shmbox_recv::adaptive, 1024, 8, args.count,
+                                    args.warmup, std::string(kMarker) + std::to_string(::getpid()) + "-rtt", args.timeout_s});
+  return {{r.us[0], r.us[1], r.us[2]}};
 }
 
 RunResult run_pool(const Config& cfg, const Args& args, const BenchPool& pool) {
