@@ -277,34 +277,6 @@ std::string exe_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path), 0; }
-void remove_tree(const std::string& dir) { ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-// Our temporary directories left by benchmark processes that no longer exist
-// (killed with SIGKILL): removed.
-void remove_stale_dirs(const std::string& parent) {
-  DIR* d = ::opendir(parent.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    if (!n.starts_with(kDirMarker)) continue;
-    long pid = 0;
-    const std::string_view rest = n.substr(kDirMarker.size());
-    const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (ec != std::errc{} || p == rest.data() || pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    struct stat st {};
-    const std::string path = parent + "/" + std::string(n);
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) stale.push_back(path);
-  }
-  ::closedir(d);
-  for (const auto& path : stale) {
-    remove_tree(path);
-    std::fprintf(stderr, "%s: removed stale %s\n", kProg.data(), path.c_str());
-  }
-}
-
 // Runs receive(stop) in a thread while send(receiver_done) runs here; a
 // failure of either stops the other (receive() must return when `stop` is
 // set, within a slice; send() may watch `receiver_done` after sending, to
@@ -334,18 +306,6 @@ void with_receiver(Receive&& receive, Send&& send) {
 
 // What the repetitions measured: (mechanism, metric) -> one value per repetition.
 using Samples = std::map<std::pair<std::string, std::string>, std::vector<double>>;
-
-// CPU time (user + system, all threads) process `pid` has used, in
-// microseconds (clock-tick resolution, 10 ms here); 0 pid: this process.
-double cpu_us(pid_t pid) {
-  const std::string all = read_text(pid == 0 ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
-  const auto close = all.rfind(')');
-  if (close == std::string::npos) return 0;
-  unsigned long long utime = 0, stime = 0;  // fields 14 and 15; field 3 (state) follows ") "
-  if (std::sscanf(all.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
-    return 0;
-  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
 
 // The CPU that processes use during a throughput run: microseconds per message.
 class CpuMeter {
@@ -399,7 +359,7 @@ class TempDir {
   TempDir() {
     const char* t = std::getenv("TMPDIR");
     parent_ = t != nullptr && *t != '\0' ? t : "/tmp";
-    remove_stale_dirs(parent_);
+    remove_stale(kProg, parent_.c_str(), kDirMarker);
     std::string tmpl = parent_ + "/" + std::string(kDirMarker) + std::to_string(::getpid()) + "-XXXXXX";
     if (tmpl.size() >= sizeof g_tmpdir) throw bench_failure("temporary directory name too long: " + tmpl);
     std::vector<char> buf(tmpl.begin(), tmpl.end());

@@ -36,11 +36,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <mqueue.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -382,8 +384,15 @@ class TrackedName {
   int slot_ = -1;
 };
 
+// Removes a directory and everything in it (a temporary directory of ours).
+inline bool remove_tree(const std::string& dir) {
+  return ::nftw(dir.c_str(), [](const char* p, const struct stat*, int, FTW*) { return ::remove(p), 0; }, 16,
+                FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 // Removes the entries of `dir` whose name contains `marker` followed by the
-// pid of a process that no longer exists: what a benchmark killed with
+// pid of a process that no longer exists (a directory: only one of ours, with
+// all it holds): what a benchmark killed with
 // SIGKILL left behind. A missing `dir` (/dev/mqueue is only there when the
 // mqueue file system is mounted) has nothing to remove.
 inline void remove_stale(std::string_view prog, const char* dir, std::string_view marker) {
@@ -404,7 +413,9 @@ inline void remove_stale(std::string_view prog, const char* dir, std::string_vie
   ::closedir(d);
   for (const auto& n : stale) {
     const std::string path = std::string(dir) + "/" + n;
-    if (::unlink(path.c_str()) == 0)
+    struct stat st {};
+    const bool our_dir = ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid();
+    if (our_dir ? remove_tree(path) : ::unlink(path.c_str()) == 0)
       std::fprintf(stderr, "%.*s: removed stale %s\n", int(prog.size()), prog.data(), path.c_str());
   }
 }

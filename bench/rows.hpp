@@ -126,6 +126,18 @@ inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
   }
 }
 
+// CPU time (user + system, all threads) process `pid` has used, in
+// microseconds (clock-tick resolution, 10 ms here), -1 if unreadable; 0 pid: this process.
+inline double cpu_us(pid_t pid) {
+  const std::string all = read_text(pid == 0 ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
+  const auto close = all.rfind(')');
+  if (close == std::string::npos) return -1;
+  unsigned long long utime = 0, stime = 0;  // fields 14 and 15; field 3 (state) follows ") "
+  if (std::sscanf(all.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+    return -1;
+  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // A figure with three significant digits or so ("1234", "12.3", "1.23").
 inline std::string fmt(double v) {
   char b[32];
