@@ -1,10 +1,31 @@
-// bench/harness.hpp - what the multi-process benchmarks (throughput.cpp,
-// rtt.cpp, iceoryx.cpp) share: the parent that forks the children of a run
-// and reads their reports, the start barrier, the watchdog, the cleanup on
-// failure and on fatal signals, the command line, and the messages of the
-// throughput runs with their check. The mechanisms of throughput.cpp and
-// rtt.cpp are bench/mech/; every benchmark keeps only its configurations,
-// roles and tables. Nothing here depends on shmbox or iceoryx.
+// bench/harness.hpp - what the benchmark programs share: the parent that
+// forks the children of a run and reads their reports, the start barrier,
+// the watchdog, the cleanup on failure and on fatal signals, the programs a
+// benchmark starts and stops (class Daemon: nats-server, shmbox-bridge,
+// iox-roudi, the pool's supervisor), the command line, and the messages with
+// their check. The rows and the table are bench/rows.hpp (class Results); the
+// mechanisms bench/mech/. Every benchmark keeps only its configurations,
+// roles and rows. Nothing here depends on shmbox, iceoryx or NATS.
+//
+// COMMON METHOD (the METHOD of throughput.cpp, rtt.cpp, iceoryx.cpp,
+// pool.cpp, bridge.cpp and boxes.cpp refers to it)
+// * Processes. The parent only orchestrates: for every measured run it makes
+//   fresh queues (segments, boxes, services), forks the run's processes and
+//   reads what they report through a pipe; no measured work happens in it.
+// * Messages. bytes 0..7 the sender's id, 8..15 its sequence number (0, 1,
+//   2, ...), the rest the sender's pattern; the sender writes all bytes of
+//   every message. The receiver checks every one (class Checker): its size, a
+//   known sender, exactly the next sequence number of that sender, the
+//   pattern in its last 8 bytes; a lost, duplicated, reordered, torn or extra
+//   message fails the run, and any failure the benchmark (exit status 1).
+// * Start barrier and watchdog: ONE RUN below; fork and set-up are never
+//   timed, and no sleep synchronises anything.
+// * Repetitions. --reps R runs of every configuration, interleaved (rep 1 of
+//   everything, then rep 2, ...), so that a slow phase of the machine does
+//   not hit a single configuration; a row is the median of the R values with
+//   their min and max (a ratio is taken per repetition, then summarized).
+// * Cleanup: CLEANUP below. No CPU pinning: the figures include the
+//   scheduling noise of the machine (its load average goes to stderr).
 //
 // ONE RUN (class Run): the protocol of every benchmark
 //   1. run.spawn() forks each child; it does its set-up (open, attach, map,
@@ -29,9 +50,10 @@
 // What a run creates in the file system (a /dev/shm segment, a POSIX queue,
 // a socket file) is owned by a TrackedName: unlinked when it is created (a
 // stale one of the same name), when it is destroyed, and from the handler of
-// SIGINT/SIGTERM/SIGHUP/SIGQUIT, which first kills and reaps the children.
-// Names carry a marker and the parent's pid, so remove_stale() can remove at
-// start what an earlier benchmark killed with SIGKILL left behind.
+// SIGINT/SIGTERM/SIGHUP/SIGQUIT, which first kills and reaps the children
+// and stops the daemons (SIGTERM, SIGKILL after 10 s). Names carry a marker
+// and the parent's pid, so remove_stale() can remove at start what an
+// earlier benchmark killed with SIGKILL left behind.
 #pragma once
 
 #include <dirent.h>
@@ -790,7 +812,16 @@ class Run {
     report_.w.close();
     go_.r.close();
     done_.r.close();
-    deadline_ = bench_clock::now() + std::chrono::seconds(timeout_s);
+    start_watchdog(timeout_s);
+  }
+  // Only the watchdog, while more children are to come (boxes.cpp).
+  void start_watchdog(int timeout_s) { deadline_ = bench_clock::now() + std::chrono::seconds(timeout_s); }
+
+  // The next record of any child (its own protocol: boxes.cpp).
+  Record next() {
+    Record rec;
+    if (!read_record(rec)) throw bench_failure("a child exited without reporting");
+    return rec;
   }
 
   // 1. Set-up handshake: `n` children have done their set-up. Returns their

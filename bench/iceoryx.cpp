@@ -18,17 +18,17 @@
 //   /etc/iceoryx/roudi_config.toml when that exists): mempools of 128 B and
 //   1 KiB user payload, so a 64 B / 1 KiB message takes one 128 B / 1 KiB
 //   pool chunk (plus iceoryx's 40-byte chunk header).
-//   At the end, on failure, and on SIGINT/SIGTERM/SIGHUP the parent stops it:
-//   SIGTERM, then SIGKILL after 10 s, waitpid. RouDi also gets
+//   At the end, on failure, and on SIGINT/SIGTERM/SIGHUP the parent stops it
+//   (harness.hpp, Daemon): SIGTERM, then SIGKILL after 10 s. RouDi also gets
 //   PR_SET_PDEATHSIG(SIGTERM), so it shuts down when we are killed. (After a
 //   failed run, whose children are SIGKILLed, RouDi may not stop cleanly:
 //   iceoryx 2.0.3 aborts in its shutdown when a registered process is already
 //   gone (POSH__ROUDI_PROCESS_SHUTDOWN_FAILED), and hangs removing the ports
 //   of a process that died inside publish() holding its port's mutex, which
 //   is not robust. The 10 s bound and the cleanup below cover both.)
-// * Processes. The parent only orchestrates: for every measured run it forks
-//   the processes of that run and reads what they report through a pipe. Only
-//   the children call PoshRuntime::initRuntime, after fork, with a unique name
+// * Processes, message checks, start barrier, watchdog, repetitions (each run
+//   with fresh processes and services): harness.hpp, COMMON METHOD. Only the
+//   children call PoshRuntime::initRuntime, after fork, with a unique name
 //   (shmbench-ice-<parent pid>-<run>-<role>); the parent never initialises
 //   iceoryx. Children die with the parent (PR_SET_PDEATHSIG), their stdout is
 //   redirected to stderr (iceoryx's own messages never mix with the rows), and
@@ -47,18 +47,11 @@
 //   has no notification for that (RouDi connects ports in its discovery loop),
 //   so set-up polls these states every millisecond, bounded by a deadline, as
 //   iceoryx's own iceperf does. Set-up is never timed.
-// * Start barrier. When every child is ready, the parent reads steady_clock
-//   (t_release) and closes the write end of the "go" pipe; every child is
-//   blocked in read() on it and wakes on EOF. No sleep synchronises anything.
 // * Throughput. Every publisher posts its share of N messages (--messages,
 //   split as evenly as possible; 1 KiB runs use N/2, said in the note). A
-//   message: loan a chunk, write the payload (first 16 bytes: publisher id,
-//   sequence number; the rest a pattern), publish. The subscriber busy-polls
-//   take() (sched_yield() when nothing is there: up to 5 busy processes share
-//   the CPUs) and checks every message: size, known publisher id, exactly the
-//   next sequence number of that publisher, the publisher's pattern in its
-//   last 8 bytes; then release(). A lost, duplicated, reordered or extra message fails the
-//   benchmark (exit 1). 4 publishers: this Debian build is m:n
+//   message: loan a chunk, write the payload, publish. The subscriber
+//   busy-polls take() (sched_yield() when nothing is there: up to 5 busy
+//   processes share the CPUs), checks every message, release(). 4 publishers: this Debian build is m:n
 //   (build::CommunicationPolicy = ManyToManyPolicy), so 4 publisher processes
 //   offer ONE service and one subscriber reads it. The run's time is from
 //   t_release to the subscriber's steady_clock after the last message; after
@@ -73,12 +66,7 @@
 //   subscriber (SubscriberState::HAS_DATA) to a WaitSet and block in wait()
 //   whenever take() finds nothing. Per run --roundtrips (default 20,000)
 //   after --warmup (2,000); A computes p50/p99/p99.9 (nearest rank) and
-//   reports them. Rows: the median over the repetitions of each percentile,
-//   with its min/max across the repetitions.
-// * Repetitions. Every configuration runs --reps times, interleaved (rep 1 of
-//   everything, then rep 2, ...), each run with fresh processes and services.
-// * Watchdog. poll() timeouts in the parent only implement --timeout: a run
-//   that takes longer fails, its children are killed and reaped.
+//   reports them.
 // * Cleanup. RouDi removes what it made (/dev/shm/iceoryx_mgmt, the user
 //   segment /dev/shm/<group name>, /tmp/roudi, /tmp/roudi.lock,
 //   /tmp/iox-unique-roudi.lock) when it stops cleanly; a child removes its
@@ -92,9 +80,7 @@
 //   are removed at start. SIGINT/SIGTERM/SIGHUP do the same cleanup
 //   (async-signal-safe: kill, waitpid, nanosleep, unlink).
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with throughput.cpp and rtt.cpp; this
-// file has RouDi, the iceoryx ports and the two kinds of runs.
+// This file has RouDi, the iceoryx ports and the two kinds of runs.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>

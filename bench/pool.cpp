@@ -75,14 +75,12 @@
 //   pinger and an echoer; the pinger sends one 64-byte message, waits for
 //   the echo, and times the pair as one sample; both receive with
 //   Owner::receive (the box's adaptive wait: spin 50 us, then the futex).
-//   The same machinery as bench/rtt.cpp (bench/mech/shmbox.hpp), the same
-//   counts as a taker. Every message is checked (harness.hpp, Checker). One
-//   pinger: the ratios of the 4-taker rows are to a single round trip.
-// * Repetitions. Every configuration runs R times (--reps, default 5),
-//   interleaved (rep 1 of every configuration, then rep 2, ...). A row shows
-//   the median over the R runs of the percentile, and the min and max. The
-//   ratio rows are the median (min, max) over the reps of pool percentile /
-//   box-rtt percentile of the same rep.
+//   bench/rtt.cpp's machinery (bench/mech/round_trip.hpp), the same counts
+//   as a taker. One pinger: the ratios of the 4-taker rows are to a single
+//   round trip.
+// * Processes, message checks, start barrier, watchdog, repetitions (--reps,
+//   default 5; ratio rows: pool percentile / box-rtt percentile of the same
+//   rep), cleanup of the children: harness.hpp, COMMON METHOD.
 // * Checks. A take that fails (any error, or 1 s without a member), a post
 //   that does not store, or a give_back that is not ok fails the benchmark
 //   with the library's message. Before every run the parent waits until all
@@ -115,8 +113,7 @@
 //   (both seen here on 2 cores, in different repetitions of one run). So a
 //   ratio is only meaningful with box-rtt's min..max next to it, and from a
 //   quiet machine.
-// * Start barrier, watchdog, cleanup of the children: bench/harness.hpp (ONE
-//   RUN, CLEANUP). The pool is removed at the end (Pool::remove, immediate)
+// * The pool is removed at the end (Pool::remove, immediate)
 //   and its supervisor stopped; what a killed benchmark left in /dev/shm is
 //   removed at the next start (the names carry "shmbench-pool-<pid>"), and
 //   its members remove their boxes and exit within 1 s of seeing the

@@ -13,10 +13,11 @@
 // rtt-sleep-64; metrics p50, p99, p99.9; unit us), a readable table to stderr.
 //
 // METHOD
-// * Processes. The benchmark process (the parent) only orchestrates: for every
-//   measured run it creates fresh queues/segments for both directions, forks
-//   the pinger A and the echoer B, and reads what they report through a pipe.
-//   No measured work happens in the parent.
+// * Processes, messages, their check, start barrier, watchdog, repetitions
+//   (--reps, default 5; for each percentile the median over the runs, and
+//   the min and max), cleanup: harness.hpp, COMMON METHOD. A run: fresh
+//   queues for both directions, the pinger A and the echoer B
+//   (bench/mech/round_trip.hpp, shared with pool.cpp's box-rtt).
 // * One round trip. A writes the sequence number into its message, reads
 //   steady_clock (t0), sends the message on "ping", waits for the echo on
 //   "pong", checks it, and reads steady_clock again (t1); t1 - t0 is one
@@ -25,25 +26,15 @@
 //   empty or holds one message: this measures hand-over latency (wake-up,
 //   cache-line transfers, system calls), never queueing.
 // * Messages. 64 bytes (rtt-busy-64, rtt-sleep-64) or 1024 bytes
-//   (rtt-busy-1k), as in the throughput runs (harness.hpp): bytes 0..7 the
-//   sender id (0), 8..15 the sequence number, the rest a fixed pattern.
-// * Checking. B checks every ping (harness.hpp, Checker): the right size and
-//   id, exactly the next sequence number (0, 1, 2, ...) and the pattern in its
-//   last bytes; A checks every echo the same way (it must carry the sequence
-//   number A just sent). A lost, duplicated, reordered or damaged message
-//   fails the run. After the run the parent checks that
-//   both children reported the full count, and what the mechanism can confirm
+//   (rtt-busy-1k). B checks every ping, A every echo (it must carry the
+//   sequence number A just sent). After the run the parent checks that both
+//   children reported the full count, and what the mechanism can confirm
 //   itself: shmbox's counters (posted = stored = delivered = the count, per
-//   direction), message_queue / POSIX queues / lockfree queues empty. Any
-//   failure aborts the benchmark with a message on stderr and exit status 1.
+//   direction), message_queue / POSIX queues / lockfree queues empty.
 // * Counts. Per run: W warm-up round trips (--warmup, default 2000; not
 //   recorded), then N measured ones (--count, default 20000). A computes the
 //   run's p50, p99 and p99.9 (nearest rank over its N sorted samples). The
 //   samples array is allocated and touched before the start.
-// * Repetitions. Every (group, mechanism) runs R times (--reps, default 5),
-//   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
-//   slow phase of the machine does not hit a single configuration. For each
-//   percentile the row shows the median over the R runs, and the min and max.
 // * Busy polling (rtt-busy-*). Every receiver loops on a non-blocking
 //   receive: spin ring pop, spsc_queue::pop, shmbox Owner::try_receive,
 //   shmbox Owner::receive_in_place(fn, 1, 0 ns). All four use the same wait
@@ -75,10 +66,6 @@
 //   above. Above 1 KiB a run makes count x 1024 / S round trips (at least
 //   200; warm-up likewise, at least 32) and the queues hold 16 slots (one
 //   message is in flight; see capacity_for); the rows' notes say so.
-// * Start barrier, watchdog (no sleep synchronises anything: start and
-//   finish are pipe handshakes; fork and set-up are not timed) and cleanup
-//   (fresh queues every run, removed also on failure and on fatal signals):
-//   bench/harness.hpp, ONE RUN and CLEANUP.
 // * No CPU pinning (the machine may have only 2 cores, and other work may run
 //   on it): figures include scheduling noise; the p99.9 especially. When the
 //   two children end up on the same CPU (the other one busy), a busy-polling
@@ -87,10 +74,8 @@
 //   trip then costs about twice that: tens of microseconds (busy) and ~100
 //   us (adaptive) instead of well under one (see the min..max of the rows).
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with throughput.cpp and iceoryx.cpp; the
-// mechanisms are bench/mech/ (shared with throughput.cpp); this file has the
-// configurations, the two roles and the table.
+// The mechanisms are bench/mech/ (shared with throughput.cpp); this file has
+// the configurations.
 #include <fcntl.h>
 #include <mqueue.h>
 #include <signal.h>

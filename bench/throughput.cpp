@@ -30,40 +30,25 @@
 // groups tput-<S>-<P>p, and tput-<S>-<P>p-c<C> with --capacity C.
 // (value = messages per second / 1e6; the note gives the messages per run
 // and anything that differs between mechanisms, such as a smaller queue).
-// stderr: the same as a human-readable table with ratios, and errors.
+// stderr: the same as a table (rows.hpp, Results), and errors.
 //
 // METHOD
-// * Processes. The benchmark process (the parent) only orchestrates: for every
-//   measured run it creates a fresh segment/queue/pipe/socket, forks one
-//   consumer process and one process per producer, and reads what they report
-//   through a pipe. No measured work happens in the parent.
+// * Processes, messages, their check, start barrier, watchdog, repetitions,
+//   cleanup: harness.hpp, COMMON METHOD. A run: a fresh segment/queue/pipe/
+//   socket, one consumer process and one process per producer.
 // * Messages. Every producer posts its share of the run's messages (split as
-//   evenly as possible). Every message is S bytes (64 or 1024); its first 16
-//   bytes are (producer id, sequence number), the rest a fixed pattern of its
-//   producer. The producer copies the whole S bytes for every message (into
-//   the loaned slot, for shmbox-zero-copy). Message counts: --messages N for
+//   evenly as possible), S bytes each (64 or 1024; zero-copy: written into
+//   the loaned slot). Message counts: --messages N for
 //   64-byte messages, N/2 for 1 KiB ones; the slower mechanisms send fewer,
 //   so that a run of each takes a comparable time: boost-mq and pipe a
 //   quarter, posix-mq and unix-socket a sixteenth. Every row's note says how
 //   many messages a run sent.
-// * Checking. The consumer checks every message: the right size, a known
-//   producer id, exactly the next sequence number of that producer (every
-//   mechanism is FIFO per producer), and that the message's last 8 bytes are
-//   its producer's pattern (a truncated or torn message fails; every
-//   consumer, also the zero-copy one, reads both ends of every message). So a
-//   lost, duplicated, reordered, corrupted or extra message fails the run.
-//   After the producers have reported that they are finished, the consumer
-//   also checks that nothing more arrives, so the count is exact; for shmbox
-//   the parent additionally compares the box's own stored/delivered counters
-//   with the count (and finds the boost-mq, posix-mq and lockfree-spsc queues
-//   empty). Any failure aborts the benchmark with a message on stderr
-//   and exit status 1.
-// * Start barrier. The parent reads steady_clock (t_release) when it
-//   releases the children, after every one has done its set-up (attach/open/
-//   acquire, connect, mapping): fork and set-up are not timed. The barrier,
-//   the watchdog (no sleep synchronises anything) and the cleanup (fresh
-//   queues every run, removed also on failure and on fatal signals) are
-//   bench/harness.hpp's: ONE RUN and CLEANUP there.
+// * Checking. Every mechanism is FIFO per producer; every consumer, also the
+//   zero-copy one, reads both ends of every message. After the producers
+//   have finished, the consumer checks that nothing more arrives, so the
+//   count is exact; for shmbox the parent compares the box's own
+//   stored/delivered counters with the count (and finds the boost-mq,
+//   posix-mq and lockfree-spsc queues empty).
 // * Mechanisms. Every queue holds 1024 messages of S bytes, except where the
 //   system limits it (the note says so): posix-mq holds
 //   /proc/sys/fs/mqueue/msg_max messages (10 on Debian; not changed), a unix
@@ -100,15 +85,9 @@
 //   Big messages and queues of more than 1024 send at least 8 x the
 //   capacity (--laps) (so the first lap, with its page faults, is at most an eighth of
 //   the time). The notes of the rows say what applied.
-// * Repetitions. Every configuration runs R times (--reps). The runs are
-//   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
-//   slow phase of the machine does not hit a single configuration. Rows give
-//   the median rate and the min and max; ratios are of medians of this run.
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with rtt.cpp and iceoryx.cpp; the
-// mechanisms are bench/mech/ (shared with rtt.cpp); this file has the
-// configurations, the two roles and the table.
+// The mechanisms are bench/mech/ (shared with rtt.cpp); this file has the
+// configurations and the two roles.
 #include <fcntl.h>
 #include <mqueue.h>
 #include <poll.h>
