@@ -57,11 +57,9 @@
 //   carry the headers the bridge sets (Nats-Msg-Id in the bridge's id form,
 //   Shmbox-Lane, Shmbox-Box), so the server does the same deduplication work
 //   per message (--js-plain: no headers).
-// * Messages. --size bytes (default 64): bytes 0..7 sender id 0, 8..15 a
-//   sequence number, the rest a pattern (harness.hpp). Every receiver checks
-//   every message: its size, exactly the next sequence number, the pattern in
-//   its last 8 bytes; a lost, duplicated, reordered or torn message fails the
-//   benchmark (exit 1). JetStream publishes are checked by their acks (every
+// * Messages (--size bytes, default 64), their check and the repetitions
+//   (--reps, default 3; ratios per repetition): harness.hpp, COMMON METHOD.
+//   JetStream publishes are checked by their acks (every
 //   ack: the stream's next sequence, not a duplicate; async: no error, and
 //   the stream holds exactly the messages published).
 // * Throughput (nats-core, jetstream-async, jetstream-pull, shmbox-bridge):
@@ -94,16 +92,12 @@
 //   --timeout). Their stderr goes to a log in the temporary directory (the
 //   last lines are shown when one fails; --verbose: to our stderr). After the
 //   measurements it stops them with SIGTERM and expects exit status 0 within
-//   10 s; then it deletes the stream (and with it the durable consumer) and
+//   10 s (harness.hpp, Daemon); then it deletes the stream (and with it the durable consumer) and
 //   removes both boxes (shmbox::Box::remove). Fresh boxes, stream and
 //   bridge processes for every repetition; starting them is never timed.
 //   Boxes and the bridges' status segments (/dev/shm/shmbox-bridge.BOX.ROLE)
 //   are also removed on failure and on fatal signals; those of earlier
 //   benchmark processes that no longer exist are removed at start.
-// * Repetitions. --reps runs (default 3), interleaved: repetition 1 of every
-//   mechanism, then repetition 2, ... Rows: the median of the repetitions,
-//   with their min and max; the ratios are computed per repetition, then
-//   summarized the same way.
 // * Watchdog. Every phase (warm-up, throughput, latency, a start or stop)
 //   fails the benchmark when it takes longer than --timeout seconds.
 // * Everything runs on this machine: server, bridges and the benchmark share

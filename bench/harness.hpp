@@ -740,7 +740,7 @@ class Children {
       if (::waitpid(k.pid, &st, WNOHANG) != k.pid) continue;
       k.reaped = true;
       untrack(k.pid);
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe_status(st));
     }
   }
 
@@ -754,7 +754,7 @@ class Children {
       }
       k.reaped = true;
       untrack(k.pid);
-      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
+      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe_status(st));
     }
   }
 
@@ -764,7 +764,6 @@ class Children {
     std::string role;
     bool reaped;
   };
-  static std::string describe(int st) { return describe_status(st); }
   static void track(pid_t pid) {
     for (int i = 0; i < kMaxChildren; ++i)
       if (g_child_pid[i] == 0) {

@@ -77,20 +77,6 @@ inline std::array<double, 3> percentiles(std::vector<double>& samples) {  // sor
   return {quantile(samples, 0.50), quantile(samples, 0.99), quantile(samples, 0.999)};
 }
 
-// The rows of a round-trip configuration: for each percentile, the median
-// over the repetitions and their min and max (reps[k]: the k-th percentile
-// of every repetition; sorted in place). Returns the three summaries.
-inline std::array<summary, 3> print_percentile_rows(std::string_view group, std::string_view mech,
-                                                    std::array<std::vector<double>, 3>& reps,
-                                                    std::string_view note) {
-  std::array<summary, 3> s;
-  for (std::size_t k = 0; k < 3; ++k) {
-    s[k] = summarize(reps[k]);
-    print_row(group, mech, kPercentileMetric[k], s[k].median, s[k].min, s[k].max, "us", note);
-  }
-  return s;
-}
-
 // Handshake: waits until process `pid` sleeps in the kernel (state S in
 // /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
 // The contents of `path`, or what could be read of it; never throws (a /proc
@@ -162,27 +148,13 @@ class Results {
   void add(std::string_view group, std::string_view mech, std::string_view metric, std::string_view unit,
            double value, std::string_view note = {}) {
     series& s = at(group, mech, metric);
-    s.unit = unit;
-    s.note = note;
+    s.unit = std::string(unit);  // a new string (assigning the view trips GCC 12's -Wrestrict)
+    s.note = std::string(note);
     s.values.push_back(value);
   }
   void skip(std::string_view group, std::string_view mech, std::string_view why) {
     entries_.push_back({std::string(group), std::string(mech), {}, {}, std::string(why), {}, true});
   }
-  // The values so far (empty if none).
-  const std::vector<double>& values(std::string_view group, std::string_view mech, std::string_view metric) {
-    return at(group, mech, metric).values;
-  }
-  double last(std::string_view group, std::string_view mech, std::string_view metric) {
-    const auto& v = values(group, mech, metric);
-    return v.empty() ? 0 : v.back();
-  }
-  // The summary of a series (after print(): its values are sorted).
-  summary of(std::string_view group, std::string_view mech, std::string_view metric) {
-    std::vector<double> v = values(group, mech, metric);
-    return summarize(v);
-  }
-
   void print() {
     std::string group, mech, line;
     const auto flush = [&] {
