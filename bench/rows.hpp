@@ -139,9 +139,10 @@ inline std::string load_average() {
 
 // What the repetitions of a benchmark measured: one value per repetition
 // for each (group, mechanism, metric), and the skips, in the order first
-// added. print() writes the rows (median, min and max of the repetitions)
-// on stdout and the same as a table on stderr: a block per group, a line per
-// mechanism, a cell "metric median (min..max) unit" per metric.
+// added, grouped by group and mechanism. print() writes the rows (median,
+// min and max of the repetitions) on stdout and the same as a table on
+// stderr: a block per group, a line per mechanism, a cell "metric median
+// (min..max) unit" per metric.
 class Results {
  public:
   // One repetition's value; `note` (the row's last field) replaces the one before.
@@ -153,7 +154,7 @@ class Results {
     s.values.push_back(value);
   }
   void skip(std::string_view group, std::string_view mech, std::string_view why) {
-    entries_.push_back({std::string(group), std::string(mech), {}, {}, std::string(why), {}, true});
+    place({std::string(group), std::string(mech), {}, {}, std::string(why), {}, true});
   }
   void print() {
     std::string group, mech, line;
@@ -189,8 +190,19 @@ class Results {
   series& at(std::string_view group, std::string_view mech, std::string_view metric) {
     for (series& s : entries_)
       if (!s.skipped && s.group == group && s.mech == mech && s.metric == metric) return s;
-    entries_.push_back({std::string(group), std::string(mech), std::string(metric), {}, {}, {}, false});
-    return entries_.back();
+    return place({std::string(group), std::string(mech), std::string(metric), {}, {}, {}, false});
+  }
+  // After the last entry of its mechanism, else of its group, else at the end.
+  series& place(series&& s) {
+    std::size_t group_end = entries_.size(), mech_end = entries_.size();
+    bool in_group = false, in_mech = false;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].group != s.group) continue;
+      group_end = i + 1, in_group = true;
+      if (entries_[i].mech == s.mech) mech_end = i + 1, in_mech = true;
+    }
+    const std::size_t at = in_mech ? mech_end : in_group ? group_end : entries_.size();
+    return *entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(at), std::move(s));
   }
   std::vector<series> entries_;
 };
