@@ -163,21 +163,19 @@ int main(int argc, char** argv) {
   }
   (void)shmbox::Box::remove(name);
   if (failed) return 1;
-  const auto row = [](const char* mech, const char* metric, std::vector<double>& v, const char* unit, const char* note) {
-    const auto s = shmbench::summarize(v);
-    shmbench::print_row("api-64", mech, metric, s.median, s.min, s.max, unit, note);
+  shmbench::Results res;
+  const auto row = [&](const char* mech, const char* metric, const std::vector<double>& v, const char* unit, const char* note) {
+    for (const double x : v) res.add("api-64", mech, metric, unit, x, note);
   };
   row("c++", "post-recv-ns", cpp, "ns", "Producer::post + Owner::receive(message&)");
   row("c++-in-place", "post-recv-ns", cpp_in_place, "ns", "Producer::post + receive_in_place + memcpy");
   row("c", "post-recv-ns", c, "ns", "shmbox_post + shmbox_receive (C)");
   row("ratio-c-in-place", "ratio", r_c_inplace, "x", "c / c++-in-place: the C layer alone");
   row("ratio-c-cpp", "ratio", r_c_cpp, "x", "c / c++");
-  if (!py.empty()) {
-    row("python", "post-recv-ns", py, "ns", "Producer.post + Owner.receive (ctypes)");
-    row("ratio-python-c", "ratio", r_py_c, "x", "python / c");
-  } else {
-    shmbench::print_skip("api-64", "python", py_skip.empty() ? "not measured" : py_skip);
-  }
+  row("python", "post-recv-ns", py, "ns", "Producer.post + Owner.receive (ctypes)");
+  row("ratio-python-c", "ratio", r_py_c, "x", "python / c");
+  if (py.empty()) res.skip("api-64", "python", py_skip.empty() ? "not measured" : py_skip);
+  res.print();
   std::fprintf(stderr, "bench-api: c++ %.1f ns, c++ in place %.1f ns, c %.1f ns per message (medians of %d)\n",
                shmbench::summarize(cpp).median, shmbench::summarize(cpp_in_place).median, shmbench::summarize(c).median,
                reps);

@@ -117,14 +117,13 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool samples_given = false, idle_given = false, messages_given = false, tput_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     if (arg == "--boxes") return w.number(a.boxes, 1, 1'000'000);
-    if (arg == "--samples") return samples_given = true, w.number(a.samples, 2, 1'000'000);
-    if (arg == "--idle-seconds") return idle_given = true, w.number(a.idle_seconds, 0.1, 600.0);
-    if (arg == "--messages") return messages_given = true, w.number(a.messages, std::uint64_t{1});
-    if (arg == "--tput-seconds") return tput_given = true, w.number(a.tput_seconds, 0.01, 600.0);
+    if (arg == "--samples") return w.number(a.samples, 2, 1'000'000);
+    if (arg == "--idle-seconds") return w.number(a.idle_seconds, 0.1, 600.0);
+    if (arg == "--messages") return w.number(a.messages, std::uint64_t{1});
+    if (arg == "--tput-seconds") return w.number(a.tput_seconds, 0.01, 600.0);
     if (arg == "--cli") {
       std::string_view v;
       if (!w.value(v)) return false;
@@ -134,12 +133,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!samples_given) a.samples = 40;
-    if (!idle_given) a.idle_seconds = 0.5;
-    if (!messages_given) a.messages = 20'000;
-    if (!tput_given) a.tput_seconds = 0.5;
-  }
+  a.quick_default(a.samples, "--samples", 40);
+  a.quick_default(a.idle_seconds, "--idle-seconds", 0.5);
+  a.quick_default(a.messages, "--messages", 20'000);
+  a.quick_default(a.tput_seconds, "--tput-seconds", 0.5);
   if (a.cli.empty()) {
     char self[4096];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
@@ -445,33 +442,6 @@ void producer_main(const Args& args, int n, pid_t owner, const ChildEnds& ends, 
 // The parent
 // ===========================================================================
 
-// Reads one record within the deadline; children.check() between polls (a
-// child that died is an error); throws on a `failed` record.
-Record next_record(int fd, Children& kids, bench_clock::time_point deadline) {
-  Record r;
-  char* p = reinterpret_cast<char*>(&r);
-  std::size_t got = 0;
-  while (got < sizeof r) {
-    if (bench_clock::now() >= deadline) throw bench_failure("watchdog: the run did not finish in time (see --timeout)");
-    pollfd pfd{fd, POLLIN, 0};
-    const int rc = ::poll(&pfd, 1, 250);
-    if (rc < 0 && errno != EINTR) throw bench_failure(errno_text("poll"));
-    if (rc <= 0) {
-      kids.check();
-      continue;
-    }
-    const ssize_t k = ::read(fd, p + got, sizeof r - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) throw bench_failure("a child exited without reporting");
-    got += static_cast<std::size_t>(k);
-  }
-  if (r.kind == rec_kind::failed) {
-    r.text[sizeof r.text - 1] = '\0';
-    throw bench_failure(r.text);
-  }
-  return r;
-}
-
 // Runs argv as a child process (stdout and stderr to /dev/null); returns its
 // wall time in ms, and its exit status in *status (-1: killed at the deadline).
 double time_command(const std::vector<std::string>& argv, int timeout_s, int* status) {
@@ -574,7 +544,6 @@ int run(const Args& args) {
     if (n < 1) return 0;
   }
   const std::string nmech = std::to_string(n) + " boxes";
-  const auto deadline = bench_clock::now() + std::chrono::seconds(args.timeout_s);
   double load = 0;
   ::getloadavg(&load, 1);
 
@@ -595,13 +564,14 @@ int run(const Args& args) {
   if (::stat((std::string("/dev/shm/shmbox.") + box_name(0)).c_str(), &sb) != 0)
     throw bench_failure(errno_text("stat of box 1's segment"));
 
-  Pipe report, ctl, ack, go, done;
-  Children kids(child_exit::immediate);
-  kids.spawn("owner", report.w.get(), {report.r.get(), ctl.w.get(), ack.r.get(), go.w.get(), done.w.get()}, -1,
-             [&] { owner_main(args, n, report.w.get(), ctl.r.get(), ack.w.get()); });
+  Pipe ctl, ack;  // ctl: to the owner; ack: from the owner to the producer
+  Run run;         // harness.hpp, with boxes.cpp's own records (see owner_main)
+  run.start_watchdog(args.timeout_s);
+  const ChildEnds ends = run.child_ends();
+  run.spawn("owner", -1, [&] { owner_main(args, n, ends.report, ctl.r.get(), ack.w.get()); }, {ctl.w.get(), ack.r.get()});
   ctl.r.close();
   ack.w.close();
-  const Record ready = next_record(report.r.get(), kids, deadline);
+  const Record ready = run.next();
   if (ready.kind != rec_kind::ready) throw bench_failure("unexpected report from the owner");
   const pid_t owner_pid = static_cast<pid_t>(ready.who);
   const double setup_ms = static_cast<double>(ready.a) / 1e6;
@@ -625,20 +595,16 @@ int run(const Args& args) {
       time_command({args.cli, "gc", "--dry-run", "--prefix", g_names}, args.timeout_s, &gc_status);
 
   // Wake-ups and throughput.
-  const ChildEnds pends{report.w.get(), go.r.get(), done.r.get()};
-  kids.spawn("producer", report.w.get(), {report.r.get(), ctl.w.get(), go.w.get(), done.w.get()}, 0,
-             [&] { producer_main(args, n, owner_pid, pends, ack.r.get()); });
-  report.w.close();
+  run.spawn("producer", 0, [&] { producer_main(args, n, owner_pid, ends, ack.r.get()); }, {ctl.w.get()});
+  run.watch(args.timeout_s);
   ack.r.close();
-  go.r.close();
-  done.r.close();
-  const Record pready = next_record(report.r.get(), kids, deadline);
+  const Record pready = run.next();
   if (pready.kind != rec_kind::ready) throw bench_failure("unexpected report from the producer");
   const double attach_ms = static_cast<double>(pready.b) / 1e6;
-  go.w.close();
+  run.release();
   std::optional<Record> wake, produced, drained;
   while (!wake || !produced || !drained) {
-    const Record r = next_record(report.r.get(), kids, deadline);
+    const Record r = run.next();
     if (r.kind == rec_kind::result && r.who == 1 && !wake) wake = r;
     else if (r.kind == rec_kind::result && r.who == 2 && !drained) drained = r;
     else if (r.kind == rec_kind::produced && !produced) {
@@ -648,8 +614,7 @@ int run(const Args& args) {
     else throw bench_failure("unexpected report during the run");
   }
   ctl.w.close();  // the owner stops
-  done.w.close();
-  kids.reap_all();
+  run.wait_exit();
   if (produced->a == 0 || drained->a != produced->a)
     throw bench_failure("count mismatch: posted " + std::to_string(produced->a) + ", received " +
                         std::to_string(drained->a));

@@ -57,11 +57,9 @@
 //   carry the headers the bridge sets (Nats-Msg-Id in the bridge's id form,
 //   Shmbox-Lane, Shmbox-Box), so the server does the same deduplication work
 //   per message (--js-plain: no headers).
-// * Messages. --size bytes (default 64): bytes 0..7 sender id 0, 8..15 a
-//   sequence number, the rest a pattern (harness.hpp). Every receiver checks
-//   every message: its size, exactly the next sequence number, the pattern in
-//   its last 8 bytes; a lost, duplicated, reordered or torn message fails the
-//   benchmark (exit 1). JetStream publishes are checked by their acks (every
+// * Messages (--size bytes, default 64), their check and the repetitions
+//   (--reps, default 3; ratios per repetition): harness.hpp, COMMON METHOD.
+//   JetStream publishes are checked by their acks (every
 //   ack: the stream's next sequence, not a duplicate; async: no error, and
 //   the stream holds exactly the messages published).
 // * Throughput (nats-core, jetstream-async, jetstream-pull, shmbox-bridge):
@@ -94,16 +92,12 @@
 //   --timeout). Their stderr goes to a log in the temporary directory (the
 //   last lines are shown when one fails; --verbose: to our stderr). After the
 //   measurements it stops them with SIGTERM and expects exit status 0 within
-//   10 s; then it deletes the stream (and with it the durable consumer) and
+//   10 s (harness.hpp, Daemon); then it deletes the stream (and with it the durable consumer) and
 //   removes both boxes (shmbox::Box::remove). Fresh boxes, stream and
 //   bridge processes for every repetition; starting them is never timed.
 //   Boxes and the bridges' status segments (/dev/shm/shmbox-bridge.BOX.ROLE)
 //   are also removed on failure and on fatal signals; those of earlier
 //   benchmark processes that no longer exist are removed at start.
-// * Repetitions. --reps runs (default 3), interleaved: repetition 1 of every
-//   mechanism, then repetition 2, ... Rows: the median of the repetitions,
-//   with their min and max; the ratios are computed per repetition, then
-//   summarized the same way.
 // * Watchdog. Every phase (warm-up, throughput, latency, a start or stop)
 //   fails the benchmark when it takes longer than --timeout seconds.
 // * Everything runs on this machine: server, bridges and the benchmark share
@@ -155,7 +149,6 @@ using namespace std::chrono_literals;
 constexpr std::string_view kProg = "shmbox-bench-bridge";
 constexpr std::string_view kMarker = "shmbench-br-";        // in every box name we create (then our pid)
 constexpr std::string_view kDirMarker = "shmbench-nats-";   // our temporary directories (then our pid)
-constexpr int kStopTimeoutS = 10;                           // SIGTERM -> exit, server and bridges
 constexpr auto kSlice = 100ms;                              // receive waits are cut into slices (stop flag, deadline)
 
 // ===========================================================================
@@ -210,23 +203,13 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool count_given = false, lat_given = false, warmup_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     std::string_view value;
     if (arg == "--size") return w.number(a.size, kMinMsgSize, 262'144);
-    if (arg == "--count") {
-      count_given = true;
-      return w.number(a.count, 1, 1'000'000'000);
-    }
-    if (arg == "--lat-count") {
-      lat_given = true;
-      return w.number(a.lat_count, 1, 100'000'000);
-    }
-    if (arg == "--warmup") {
-      warmup_given = true;
-      return w.number(a.warmup, 0, 100'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 1'000'000'000);
+    if (arg == "--lat-count") return w.number(a.lat_count, 1, 100'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 100'000'000);
     if (arg == "--window") return w.number(a.window, 0, 10'000'000);
     if (arg == "--box-capacity") return w.number(a.box_capacity, 2, shmbox::kMaxCapacity);
     if (arg == "--js-plain") {
@@ -255,12 +238,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!count_given) a.count = 1'000;
-    if (!lat_given) a.lat_count = 100;
-    if (!warmup_given) a.warmup = 20;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.count, "--count", 1'000);
+  a.quick_default(a.lat_count, "--lat-count", 100);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 
@@ -285,100 +266,10 @@ struct Deadline {
   }
 };
 
-std::string find_in_path(const char* name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  dirs += ":/usr/sbin:/usr/local/sbin:/usr/local/bin";  // nats-server is in /usr/sbin on Debian
-  std::string_view rest = dirs;
-  while (!rest.empty()) {
-    const auto colon = rest.find(':');
-    const std::string dir(rest.substr(0, colon));
-    rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
-    const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(cand.c_str(), X_OK) == 0) return cand;
-  }
-  return {};
-}
-
 std::string exe_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, static_cast<std::size_t>(n));
-  const auto slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
+  const std::string p = self_path();
+  return p.substr(0, p.rfind('/'));
 }
-
-// The last `lines` lines of a file (logs of the server and bridges, for errors).
-std::string tail_of(const std::string& path, int lines = 8) {
-  std::string t = read_text(path);
-  if (t.empty()) return "(no output)";
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  std::size_t at = t.size();
-  for (int i = 0; i < lines && at != std::string::npos && at > 0; ++i) at = t.rfind('\n', at - 1);
-  std::string out = at == std::string::npos ? t : t.substr(at + 1);
-  for (auto& c : out)
-    if (c == '\n') c = '|';
-  return out.empty() ? "(no output)" : out;
-}
-
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path), 0; }
-void remove_tree(const std::string& dir) { ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-// Our temporary directories left by benchmark processes that no longer exist
-// (killed with SIGKILL): removed.
-void remove_stale_dirs(const std::string& parent) {
-  DIR* d = ::opendir(parent.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    if (!n.starts_with(kDirMarker)) continue;
-    long pid = 0;
-    const std::string_view rest = n.substr(kDirMarker.size());
-    const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (ec != std::errc{} || p == rest.data() || pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    struct stat st {};
-    const std::string path = parent + "/" + std::string(n);
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) stale.push_back(path);
-  }
-  ::closedir(d);
-  for (const auto& path : stale) {
-    remove_tree(path);
-    std::fprintf(stderr, "%s: removed stale %s\n", kProg.data(), path.c_str());
-  }
-}
-
-// Every message of a run is checked: size, next sequence number, pattern.
-class SeqCheck {
- public:
-  explicit SeqCheck(std::size_t size) : size_(size) { std::memset(&tail_, pattern_of(0), sizeof tail_); }
-  void on(const void* data, std::size_t size, std::string_view where) {
-    if (size != size_)
-      throw bench_failure(std::string(where) + ": message of " + std::to_string(size) + " bytes, expected " +
-                          std::to_string(size_));
-    const auto* p = static_cast<const unsigned char*>(data);
-    std::uint64_t id = 0, seq = 0, tail = 0;
-    std::memcpy(&id, p, sizeof id);
-    std::memcpy(&seq, p + 8, sizeof seq);
-    if (id != 0 || seq != next_)
-      throw bench_failure(std::string(where) + ": got sequence " + std::to_string(seq) + " (sender " +
-                          std::to_string(id) + "), expected " + std::to_string(next_) +
-                          " (a message was lost, duplicated or reordered)");
-    if (size >= 24) {
-      std::memcpy(&tail, p + size - sizeof tail, sizeof tail);
-      if (tail != tail_) throw bench_failure(std::string(where) + ": sequence " + std::to_string(seq) + " is torn");
-    }
-    ++next_;
-  }
-  std::uint64_t next() const noexcept { return next_; }
-
- private:
-  std::size_t size_;
-  std::uint64_t next_ = 0;
-  std::uint64_t tail_ = 0;
-};
 
 // Runs receive(stop) in a thread while send(receiver_done) runs here; a
 // failure of either stops the other (receive() must return when `stop` is
@@ -410,18 +301,6 @@ void with_receiver(Receive&& receive, Send&& send) {
 // What the repetitions measured: (mechanism, metric) -> one value per repetition.
 using Samples = std::map<std::pair<std::string, std::string>, std::vector<double>>;
 
-// CPU time (user + system, all threads) process `pid` has used, in
-// microseconds (clock-tick resolution, 10 ms here); 0 pid: this process.
-double cpu_us(pid_t pid) {
-  const std::string all = read_text(pid == 0 ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
-  const auto close = all.rfind(')');
-  if (close == std::string::npos) return 0;
-  unsigned long long utime = 0, stime = 0;  // fields 14 and 15; field 3 (state) follows ") "
-  if (std::sscanf(all.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
-    return 0;
-  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // The CPU that processes use during a throughput run: microseconds per message.
 class CpuMeter {
  public:
@@ -447,36 +326,14 @@ std::pair<double, double> p50_p99(std::vector<double>& us) {
 // ===========================================================================
 // Cleanup on fatal signals (async-signal-safe: kill, waitpid, nanosleep, fork, execve)
 // ===========================================================================
-// The harness's handler removes the tracked names (boxes, the bridges' status
-// segments); then this hook stops the bridges and the server and removes the
-// temporary directory.
+// The harness's handler stops the bridges and the server (class Daemon) and
+// removes the tracked names (boxes, the bridges' status segments); then this
+// hook removes the temporary directory.
 
-constexpr int kBridgeSlots = 2;
-volatile std::sig_atomic_t g_bridge_pid[kBridgeSlots];
-volatile std::sig_atomic_t g_server_pid;
 char g_tmpdir[PATH_MAX];
 volatile std::sig_atomic_t g_tmpdir_set;
 
-void sleep_ms(long ms) {
-  timespec ts{ms / 1000, (ms % 1000) * 1'000'000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-void stop_pid_on_signal(pid_t pid, int first) {
-  ::kill(pid, first);
-  for (int ms = 0; ms < kStopTimeoutS * 1000; ms += 10) {
-    if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
-    sleep_ms(10);
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-}
-
 void cleanup_on_signal() {
-  for (int i = 0; i < kBridgeSlots; ++i)
-    if (const pid_t p = static_cast<pid_t>(g_bridge_pid[i]); p > 0) stop_pid_on_signal(p, SIGTERM);
-  if (const pid_t p = static_cast<pid_t>(g_server_pid); p > 0) stop_pid_on_signal(p, SIGTERM);
   if (g_tmpdir_set != 0) {
     const pid_t rm = ::fork();
     if (rm == 0) {
@@ -496,7 +353,7 @@ class TempDir {
   TempDir() {
     const char* t = std::getenv("TMPDIR");
     parent_ = t != nullptr && *t != '\0' ? t : "/tmp";
-    remove_stale_dirs(parent_);
+    remove_stale(kProg, parent_.c_str(), kDirMarker);
     std::string tmpl = parent_ + "/" + std::string(kDirMarker) + std::to_string(::getpid()) + "-XXXXXX";
     if (tmpl.size() >= sizeof g_tmpdir) throw bench_failure("temporary directory name too long: " + tmpl);
     std::vector<char> buf(tmpl.begin(), tmpl.end());
@@ -519,43 +376,6 @@ class TempDir {
   std::string parent_, path_;
 };
 
-// Forks and execs argv[0] with stdout to `out_fd` (-1: /dev/null) and stderr
-// to `err_fd` (-1: ours), stdin from /dev/null; the child gets `deathsig`
-// when we die. argv is built before the fork (only async-signal-safe calls
-// in the child).
-pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd, int deathsig) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw bench_failure(errno_text("fork"));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, deathsig);
-    if (::getppid() != parent) ::_exit(90);
-    for (int s : kFatalSignals) ::signal(s, SIG_DFL);
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // nats.c's threads may block signals; exec'd programs need them
-    const int devnull = ::open("/dev/null", O_RDWR);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    ::dup2(out_fd >= 0 ? out_fd : devnull, STDOUT_FILENO);
-    if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    static const char msg[] = "exec failed\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string describe_status(int st) {
-  if (WIFSIGNALED(st)) return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
-  return "exited with status " + std::to_string(WEXITSTATUS(st));
-}
-
 // ===========================================================================
 // nats-server
 // ===========================================================================
@@ -574,9 +394,8 @@ class NatsServer {
       const int port = free_port();
       const Fd log(::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
       if (log.get() < 0) throw bench_failure(errno_text("open " + log_));
-      pid_ = spawn({bin_, "-js", "-a", "127.0.0.1", "-p", std::to_string(port), "-sd", store_}, log.get(), log.get(),
-                   SIGKILL);
-      g_server_pid = pid_;
+      proc_.start({bin_, "-js", "-a", "127.0.0.1", "-p", std::to_string(port), "-sd", store_}, log.get(),
+                  Daemon::kSameAsOut, SIGKILL);
       const Deadline dl(args.timeout_s, "nats-server start");
       for (;;) {
         const std::string text = read_text(log_);
@@ -591,12 +410,9 @@ class NatsServer {
           if (args.verbose) std::fprintf(stderr, "%s: %s ready at %s\n", kProg.data(), bin_.c_str(), url_.c_str());
           return std::nullopt;
         }
-        int st = 0;
-        if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-          pid_ = -1;
-          g_server_pid = 0;
+        if (const auto st = proc_.exited()) {
           if (text.find("address already in use") != std::string::npos) break;  // the port was taken: another
-          return "nats-server " + describe_status(st) + " at start: " + tail_of(log_, 3);
+          return "nats-server " + describe_status(*st) + " at start: " + tail_of(log_, 3);
         }
         if (bench_clock::now() >= dl.at) {
           stop();
@@ -611,35 +427,16 @@ class NatsServer {
   const std::string& url() const noexcept { return url_; }
   const std::string& version() const noexcept { return version_; }
   const std::string& log() const noexcept { return log_; }
-  pid_t pid() const noexcept { return pid_; }
+  pid_t pid() const noexcept { return proc_.pid(); }
 
   // Fails when the server is gone (a measurement that times out asks).
   void check_alive() {
-    int st = 0;
-    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_) {
-      pid_ = -1;
-      g_server_pid = 0;
-      throw bench_failure("nats-server " + describe_status(st) + ": " + tail_of(log_));
-    }
+    if (const auto st = proc_.exited()) throw bench_failure("nats-server " + describe_status(*st) + ": " + tail_of(log_));
   }
 
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int st = 0;
-    bool gone = false;
-    for (int ms = 0; ms < kStopTimeoutS * 1000 && !gone; ms += 5) {
-      gone = ::waitpid(pid_, &st, WNOHANG) == pid_;
-      if (!gone) sleep_ms(5);
-    }
-    if (!gone) {
-      std::fprintf(stderr, "%s: nats-server did not stop within %d s, killing it\n", kProg.data(), kStopTimeoutS);
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    pid_ = -1;
-    g_server_pid = 0;
+    if (proc_.pid() > 0 && !proc_.stop())
+      std::fprintf(stderr, "%s: nats-server did not stop within %d s, killed it\n", kProg.data(), kDaemonStopTimeoutS);
   }
   ~NatsServer() { stop(); }
 
@@ -659,7 +456,7 @@ class NatsServer {
   }
 
   std::string bin_, store_, log_, url_, version_ = "?";
-  pid_t pid_ = -1;
+  Daemon proc_{"nats-server"};
 };
 
 // ===========================================================================
@@ -800,7 +597,7 @@ void run_core(const Ctx& c, Samples& out) {
   check_nats(natsConnection_FlushTimeout(sub_conn.get(), 5000), "flush (subscription)");  // the server has it
 
   MessageBuffer msg(0, a.size);
-  SeqCheck check(a.size);
+  Checker check = Checker::open_ended(a.size, "nats-core sender");
   std::uint64_t seq = 0;
   auto publish = [&](natsConnection* nc) {
     msg.set_seq(seq++);
@@ -813,7 +610,7 @@ void run_core(const Ctx& c, Samples& out) {
       const natsStatus st = natsSubscription_NextMsg(&m, s, std::chrono::duration_cast<std::chrono::milliseconds>(kSlice).count());
       if (st == NATS_OK) {
         const Msg owned(m);
-        check.on(natsMsg_GetData(m), static_cast<std::size_t>(natsMsg_GetDataLength(m)), "nats-core");
+        check.on(natsMsg_GetData(m), static_cast<std::size_t>(natsMsg_GetDataLength(m)));
         return;
       }
       if (st != NATS_TIMEOUT) nats_fail("nats-core: next message", st);
@@ -983,7 +780,7 @@ void run_jetstream(const Ctx& c, Samples& out) {
     jsErrCode jerr = static_cast<jsErrCode>(0);
     check_nats(js_PullSubscribe(&ps, cjs.get(), subject.c_str(), "shmbench-pull", nullptr, &so, &jerr), "js_PullSubscribe", jerr);
     const Sub psub(ps);
-    SeqCheck check(a.size);
+    Checker check = Checker::open_ended(a.size, "jetstream-pull sender");
     jsPubOptions done;
     jsPubOptions_Init(&done);
     done.MaxWait = std::int64_t{a.timeout_s} * 1000;
@@ -1015,7 +812,7 @@ void run_jetstream(const Ctx& c, Samples& out) {
       for (int i = 0; i < list.Count; ++i) {
         natsMsg* m = list.Msgs[i];
         try {
-          if (!bad) check.on(natsMsg_GetData(m), static_cast<std::size_t>(natsMsg_GetDataLength(m)), "jetstream-pull");
+          if (!bad) check.on(natsMsg_GetData(m), static_cast<std::size_t>(natsMsg_GetDataLength(m)));
         } catch (...) {
           bad = std::current_exception();
         }
@@ -1067,121 +864,61 @@ void run_jetstream(const Ctx& c, Samples& out) {
 
 class BridgeProc {
  public:
-  BridgeProc(std::string role, int slot) : role_(std::move(role)), slot_(slot) {}
-  BridgeProc(const BridgeProc&) = delete;
-  BridgeProc& operator=(const BridgeProc&) = delete;
-  ~BridgeProc() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    g_bridge_pid[slot_] = 0;
-  }
+  explicit BridgeProc(const std::string& role) : proc_("shmbox-bridge " + role) {}
 
   // Starts it; stdout into our pipe, stderr into `log` (verbose: ours).
   void start(const std::string& bin, std::vector<std::string> args, const std::string& log, bool verbose) {
     log_ = log;
-    Pipe out;
     const Fd err(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (err.get() < 0) throw bench_failure(errno_text("open " + log));
     args.insert(args.begin(), bin);
-    pid_ = spawn(args, out.w.get(), verbose ? -1 : err.get(), SIGTERM);  // SIGTERM: it stops cleanly if we die
-    g_bridge_pid[slot_] = pid_;
-    out_ = std::move(out.r);
-    ::fcntl(out_.get(), F_SETFL, ::fcntl(out_.get(), F_GETFL) | O_NONBLOCK);
+    proc_.start(args, Daemon::kPipe, verbose ? -1 : err.get(), SIGTERM);  // SIGTERM: it stops cleanly if we die
   }
 
   // Waits for its first line; it must start with "ready ".
   std::string wait_ready(const Deadline& dl, int timeout_s) {
+    std::string& text = proc_.text();
     for (;;) {
-      if (const auto nl = text_.find('\n'); nl != std::string::npos) {
-        const std::string line = text_.substr(0, nl);
-        text_.erase(0, nl + 1);
-        if (!line.starts_with("ready ")) throw bench_failure("shmbox-bridge " + role_ + ": expected 'ready ...', got '" + line + "'");
+      if (const auto nl = text.find('\n'); nl != std::string::npos) {
+        const std::string line = text.substr(0, nl);
+        text.erase(0, nl + 1);
+        if (!line.starts_with("ready ")) throw bench_failure(proc_.name() + ": expected 'ready ...', got '" + line + "'");
         return line;
       }
-      if (!read_out(static_cast<int>(std::min<std::int64_t>(dl.ms_left(), 100)))) {
-        int st = 0;
-        ::waitpid(pid_, &st, 0);
-        pid_ = -1;
-        g_bridge_pid[slot_] = 0;
-        throw bench_failure("shmbox-bridge " + role_ + " " + describe_status(st) + " before its ready line: " + tail_of(log_));
+      if (!proc_.read_out(static_cast<int>(std::min<std::int64_t>(dl.ms_left(), 100)))) {
+        const auto st = proc_.stop();  // it has exited: reaped at once
+        throw bench_failure(proc_.name() + " " + (st ? describe_status(*st) : "was killed") + " before its ready line: " + tail_of(log_));
       }
       if (bench_clock::now() >= dl.at)
-        throw bench_failure("shmbox-bridge " + role_ + ": no ready line within " + std::to_string(timeout_s) + " s: " + tail_of(log_));
+        throw bench_failure(proc_.name() + ": no ready line within " + std::to_string(timeout_s) + " s: " + tail_of(log_));
     }
   }
 
-  pid_t pid() const noexcept { return pid_; }
+  pid_t pid() const noexcept { return proc_.pid(); }
 
   // Fails if it has exited.
   void check_alive() {
-    int st = 0;
-    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_) {
-      pid_ = -1;
-      g_bridge_pid[slot_] = 0;
-      throw bench_failure("shmbox-bridge " + role_ + " " + describe_status(st) + " during the run: " + tail_of(log_));
-    }
+    if (const auto st = proc_.exited())
+      throw bench_failure(proc_.name() + " " + describe_status(*st) + " during the run: " + tail_of(log_));
   }
 
-  // SIGTERM; it must exit with status 0 within kStopTimeoutS (a note on
+  // SIGTERM; it must exit with status 0 within kDaemonStopTimeoutS (a note on
   // stderr if it printed no "stopped ..." line, which the spec promises).
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = bench_clock::now() + std::chrono::seconds(kStopTimeoutS);
-    int st = 0;
-    bool gone = false;
-    while (!gone && bench_clock::now() < deadline) {
-      (void)read_out(20);
-      gone = ::waitpid(pid_, &st, WNOHANG) == pid_;
-    }
-    if (!gone) {
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-      }
-      pid_ = -1;
-      g_bridge_pid[slot_] = 0;
-      throw bench_failure("shmbox-bridge " + role_ + " did not exit within " + std::to_string(kStopTimeoutS) +
+    if (proc_.pid() <= 0) return;
+    const auto st = proc_.stop();
+    if (!st)
+      throw bench_failure(proc_.name() + " did not exit within " + std::to_string(kDaemonStopTimeoutS) +
                           " s of SIGTERM (killed): " + tail_of(log_));
-    }
-    while (read_out(0)) {
-    }
-    pid_ = -1;
-    g_bridge_pid[slot_] = 0;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-      throw bench_failure("shmbox-bridge " + role_ + " " + describe_status(st) + " on SIGTERM: " + tail_of(log_));
-    if (text_.find("stopped") == std::string::npos)
-      std::fprintf(stderr, "%s: note: shmbox-bridge %s printed no 'stopped' line on SIGTERM\n", kProg.data(), role_.c_str());
+    if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0))
+      throw bench_failure(proc_.name() + " " + describe_status(*st) + " on SIGTERM: " + tail_of(log_));
+    if (proc_.text().find("stopped") == std::string::npos)
+      std::fprintf(stderr, "%s: note: %s printed no 'stopped' line on SIGTERM\n", kProg.data(), proc_.name().c_str());
   }
 
  private:
-  // Reads what is there (waiting up to ms for something); false at EOF.
-  bool read_out(int ms) {
-    if (out_.get() < 0) return false;
-    pollfd p{out_.get(), POLLIN, 0};
-    if (::poll(&p, 1, std::max(ms, 0)) < 0 && errno != EINTR) throw bench_failure(errno_text("poll"));
-    char buf[1024];
-    for (;;) {
-      const ssize_t n = ::read(out_.get(), buf, sizeof buf);
-      if (n > 0) {
-        text_.append(buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0) {
-        out_.close();
-        return false;
-      }
-      if (errno == EINTR) continue;
-      return true;  // EAGAIN
-    }
-  }
-
-  std::string role_;
-  int slot_;
-  pid_t pid_ = -1;
-  Fd out_;
-  std::string text_, log_;
+  Daemon proc_;
+  std::string log_;
 };
 
 // --- box A -> export -> JetStream -> import -> box B
@@ -1228,7 +965,7 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
   } stream_gone{c.admin, stream};
 
   // Declared after the boxes and the stream: stopped (killed) first.
-  BridgeProc imp("import", 0), exp("export", 1);
+  BridgeProc imp("import"), exp("export");
   const std::string r = std::to_string(rep + 1);
   std::vector<std::string> exp_args = {"export", box_a, "--nats", c.server.url(), "--stream", stream, "--subject", subject};
   if (a.bridge_creates_stream) exp_args.emplace_back("--create-stream");
@@ -1259,7 +996,7 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
   };
 
   MessageBuffer msg(0, a.size);
-  SeqCheck check(a.size);
+  Checker check = Checker::open_ended(a.size, "shmbox-bridge sender");
   std::uint64_t seq = 0;
   // A post into the block box A waits while A is full (the export bridge
   // behind): in slices of a second, checking the processes in between.
@@ -1294,7 +1031,7 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
         dl.check(a.timeout_s);
       }
       const auto t1 = bench_clock::now();
-      check.on(m.data.data(), m.data.size(), "shmbox-bridge");
+      check.on(m.data.data(), m.data.size());
       if (us != nullptr) us->push_back(us_between(t0, t1));
     }
   };
@@ -1312,7 +1049,7 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
           b.clear();
           const auto st = owner->receive_batch(b, {.max = 256, .timeout = kSlice});
           if (st == shmbox::recv_status::ok) {
-            for (std::size_t i = 0; i < b.size(); ++i) check.on(b[i].data(), b[i].size(), "shmbox-bridge");
+            for (std::size_t i = 0; i < b.size(); ++i) check.on(b[i].data(), b[i].size());
             got += b.size();
             continue;
           }
@@ -1342,7 +1079,7 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
   // Nothing more arrives.
   if (owner->receive(m, {.timeout = 50ms}) == shmbox::recv_status::ok)
     throw bench_failure("shmbox-bridge: a message arrived after the last one (sequence " +
-                        std::to_string(check.next()) + " expected none)");
+                        std::to_string(check.received()) + " expected none)");
   alive();
   imp.stop();
   exp.stop();
@@ -1351,19 +1088,6 @@ void run_bridge(const Ctx& c, Samples& out, int rep) {
 // ===========================================================================
 // Output
 // ===========================================================================
-
-std::string fmt(double v) {
-  char b[32];
-  if (v >= 100) std::snprintf(b, sizeof b, "%.0f", v);
-  else if (v >= 10) std::snprintf(b, sizeof b, "%.1f", v);
-  else std::snprintf(b, sizeof b, "%.2f", v);
-  return b;
-}
-
-std::string load_average() {
-  double l = 0;
-  return ::getloadavg(&l, 1) == 1 ? std::to_string(l).substr(0, 4) : "?";
-}
 
 std::string size_group(std::size_t size) {
   return "bridge-" + (size % 1024 == 0 ? std::to_string(size / 1024) + "k" : std::to_string(size));
@@ -1441,8 +1165,7 @@ int run(const Args& args) {
   server.stop();
   nats_Close();
 
-  // Rows on stdout.
-  std::map<std::pair<std::string, std::string>, summary> st;
+  // Rows on stdout, the table on stderr.
   const std::string counts = std::to_string(args.count) + " msgs/run, " + std::to_string(args.lat_count) +
                              " samples/run, " + std::to_string(args.reps) + " reps";
   auto note_of = [&](const std::string& m) {
@@ -1465,9 +1188,10 @@ int run(const Args& args) {
     n += extra.empty() ? ", import defaults" : ", import" + extra;
     return n;
   };
+  Results res;
   for (const auto& m : mechs) {
     if (m == "shmbox-bridge" && !bridge_skip.empty()) {
-      print_skip(group, m, bridge_skip);
+      res.skip(group, m, bridge_skip);
       continue;
     }
     for (const char* k : {"rate", "p50", "p99", "ratio-rate", "ratio-p50", "ratio-p99", "ratio-rate-pull",
@@ -1475,8 +1199,6 @@ int run(const Args& args) {
       auto it = samples.find({m, k});
       if (it == samples.end()) continue;
       const std::string metric = k;
-      const summary s = summarize(it->second);
-      st[{m, k}] = s;
       const bool ratio = metric.starts_with("ratio");
       std::string note = note_of(m);
       if (metric == "ratio-rate") note = "shmbox-bridge / jetstream-async msg/s, same repetition";
@@ -1484,63 +1206,27 @@ int run(const Args& args) {
       if (metric.ends_with("-pull")) note = "shmbox-bridge / jetstream-pull (publish -> pull consumer), same repetition";
       if (metric.starts_with("cpu-"))
         note = "CPU (user + system) of " + metric.substr(4) + " per message of the throughput run, 10 ms ticks";
-      print_row(group, m, metric, s.median, s.min, s.max,
-                ratio ? "x" : metric == "rate" ? "msg/s" : metric.starts_with("cpu-") ? "us/msg" : "us", note);
+      for (const double v : it->second)
+        res.add(group, m, metric, ratio ? "x" : metric == "rate" ? "msg/s" : metric.starts_with("cpu-") ? "us/msg" : "us", v, note);
     }
   }
-
-  // The table on stderr.
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   std::fprintf(stderr,
                "\n# %s: %zu-byte messages; median (min .. max) of %d runs, interleaved; throughput N = %llu, latency "
                "%llu samples per run after %llu warm-up\n# nats-server %s (-js, file storage under %s), %ld CPUs, load "
-               "average %s before, %s after; %.0f s\n\n",
+               "average %s before, %s after; %.0f s\n",
                kProg.data(), args.size, args.reps, static_cast<unsigned long long>(args.count),
                static_cast<unsigned long long>(args.lat_count), static_cast<unsigned long long>(args.warmup),
-               server.version().c_str(), tmp.path().c_str(), cpus, load_before.c_str(), load_average().c_str(), elapsed);
-  auto cell = [&](const std::string& m, const char* k) -> std::string {
-    auto it = st.find({m, k});
-    if (it == st.end()) return "-";
-    const summary& s = it->second;
-    return fmt(s.median) + " (" + fmt(s.min) + " .. " + fmt(s.max) + ")";
-  };
-  std::fprintf(stderr, "  %-16s %-26s %-26s %-26s\n", "mechanism", "msg/s", "p50 us", "p99 us");
-  for (const auto& m : mechs) {
-    if (m == "shmbox-bridge" && !bridge_skip.empty()) {
-      std::fprintf(stderr, "  %-16s skipped: %s\n", m.c_str(), bridge_skip.c_str());
-      continue;
-    }
-    std::fprintf(stderr, "  %-16s %-26s %-26s %-26s\n", m.c_str(), cell(m, "rate").c_str(), cell(m, "p50").c_str(),
-                 cell(m, "p99").c_str());
-  }
-  if (bridge_skip.empty()) {
-    std::fprintf(stderr, "  %-16s %-26s %-26s %-26s\n", "  bridge / js", (cell("shmbox-bridge", "ratio-rate") + "x").c_str(),
-                 (cell("shmbox-bridge", "ratio-p50") + "x").c_str(), (cell("shmbox-bridge", "ratio-p99") + "x").c_str());
-    std::fprintf(stderr, "  %-16s %-26s %-26s %-26s\n", "  bridge / pull",
-                 (cell("shmbox-bridge", "ratio-rate-pull") + "x").c_str(),
-                 (cell("shmbox-bridge", "ratio-p50-pull") + "x").c_str(),
-                 (cell("shmbox-bridge", "ratio-p99-pull") + "x").c_str());
-  }
+               server.version().c_str(), tmp.path().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN), load_before.c_str(),
+               load_average().c_str(), elapsed);
+  res.print();
   std::fprintf(stderr,
-               "  (msg/s: nats-core publish -> subscriber, jetstream-async publish -> every ack (window %s),\n"
+               "  (rate: nats-core publish -> subscriber, jetstream-async publish -> every ack (window %s),\n"
                "   jetstream-pull publish -> fetched by a pull consumer, shmbox-bridge post into A -> received\n"
                "   from B; latency: one message at a time, nats-core(-asap) publish -> received, jetstream-sync\n"
                "   publish -> ack, jetstream-pull publish -> fetched, shmbox-bridge post -> received from B;\n"
-               "   bridge / js: msg/s over jetstream-async, p50 and p99 over jetstream-sync; bridge / pull: over\n"
-               "   jetstream-pull; per repetition)\n",
+               "   ratio-*: shmbox-bridge over jetstream-async (rate) and jetstream-sync (p50, p99), -pull: over\n"
+               "   jetstream-pull; per repetition; cpu-*: user + system per message of the throughput run)\n",
                args.window == 0 ? "unlimited" : std::to_string(args.window).c_str());
-  // CPU per message of the throughput runs (medians): where the cores went.
-  std::fprintf(stderr, "\n  CPU per message in the throughput runs, us (median; user + system, 10 ms ticks):\n");
-  for (const std::string m : {"nats-core", "jetstream-async", "jetstream-pull", "shmbox-bridge"}) {
-    std::string line;
-    double total = 0;
-    for (const char* who : {"server", "export", "import", "bench"})
-      if (auto it = st.find({m, std::string("cpu-") + who}); it != st.end()) {
-        line += std::string(line.empty() ? "" : ", ") + who + " " + fmt(it->second.median);
-        total += it->second.median;
-      }
-    if (!line.empty()) std::fprintf(stderr, "  %-16s %s; total %s\n", m.c_str(), line.c_str(), fmt(total).c_str());
-  }
   return 0;
 }
 

@@ -29,16 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "harness.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
 
-std::int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
+using shmbench::now_ns;  // CLOCK_MONOTONIC
 
 void write_all(int fd, const void* p, std::size_t n) {
   const char* c = static_cast<const char*>(p);

@@ -1,10 +1,31 @@
-// bench/harness.hpp - what the multi-process benchmarks (throughput.cpp,
-// rtt.cpp, iceoryx.cpp) share: the parent that forks the children of a run
-// and reads their reports, the start barrier, the watchdog, the cleanup on
-// failure and on fatal signals, the command line, and the messages of the
-// throughput runs with their check. The mechanisms of throughput.cpp and
-// rtt.cpp are bench/mech/; every benchmark keeps only its configurations,
-// roles and tables. Nothing here depends on shmbox or iceoryx.
+// bench/harness.hpp - what the benchmark programs share: the parent that
+// forks the children of a run and reads their reports, the start barrier,
+// the watchdog, the cleanup on failure and on fatal signals, the programs a
+// benchmark starts and stops (class Daemon: nats-server, shmbox-bridge,
+// iox-roudi, the pool's supervisor), the command line, and the messages with
+// their check. The rows and the table are bench/rows.hpp (class Results); the
+// mechanisms bench/mech/. Every benchmark keeps only its configurations,
+// roles and rows. Nothing here depends on shmbox, iceoryx or NATS.
+//
+// COMMON METHOD (the METHOD of throughput.cpp, rtt.cpp, iceoryx.cpp,
+// pool.cpp, bridge.cpp and boxes.cpp refers to it)
+// * Processes. The parent only orchestrates: for every measured run it makes
+//   fresh queues (segments, boxes, services), forks the run's processes and
+//   reads what they report through a pipe; no measured work happens in it.
+// * Messages. bytes 0..7 the sender's id, 8..15 its sequence number (0, 1,
+//   2, ...), the rest the sender's pattern; the sender writes all bytes of
+//   every message. The receiver checks every one (class Checker): its size, a
+//   known sender, exactly the next sequence number of that sender, the
+//   pattern in its last 8 bytes; a lost, duplicated, reordered, torn or extra
+//   message fails the run, and any failure the benchmark (exit status 1).
+// * Start barrier and watchdog: ONE RUN below; fork and set-up are never
+//   timed, and no sleep synchronises anything.
+// * Repetitions. --reps R runs of every configuration, interleaved (rep 1 of
+//   everything, then rep 2, ...), so that a slow phase of the machine does
+//   not hit a single configuration; a row is the median of the R values with
+//   their min and max (a ratio is taken per repetition, then summarized).
+// * Cleanup: CLEANUP below. No CPU pinning: the figures include the
+//   scheduling noise of the machine (its load average goes to stderr).
 //
 // ONE RUN (class Run): the protocol of every benchmark
 //   1. run.spawn() forks each child; it does its set-up (open, attach, map,
@@ -29,18 +50,21 @@
 // What a run creates in the file system (a /dev/shm segment, a POSIX queue,
 // a socket file) is owned by a TrackedName: unlinked when it is created (a
 // stale one of the same name), when it is destroyed, and from the handler of
-// SIGINT/SIGTERM/SIGHUP/SIGQUIT, which first kills and reaps the children.
-// Names carry a marker and the parent's pid, so remove_stale() can remove at
-// start what an earlier benchmark killed with SIGKILL left behind.
+// SIGINT/SIGTERM/SIGHUP/SIGQUIT, which first kills and reaps the children
+// and stops the daemons (SIGTERM, SIGKILL after 10 s). Names carry a marker
+// and the parent's pid, so remove_stale() can remove at start what an
+// earlier benchmark killed with SIGKILL left behind.
 #pragma once
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <mqueue.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,6 +90,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "rows.hpp"  // read_text
 
 namespace shmbench {
 
@@ -200,7 +226,13 @@ struct CommonArgs {
   int timeout_s = 120;      // --timeout S: the watchdog of a run (>= 1)
   bool quick = false;       // --quick: a smoke test with small counts (unless they are given)
   bool verbose = false;     // --verbose, -v
-  bool reps_given = false;  // --reps was given: --quick leaves it
+  std::vector<std::string> given;  // every option on the command line
+
+  // With --quick, `value` becomes `small` unless `option` was given.
+  template <class T, class U>
+  void quick_default(T& value, std::string_view option, U small) const {
+    if (quick && std::find(given.begin(), given.end(), option) == given.end()) value = static_cast<T>(small);
+  }
 };
 
 // Parses the command line into `common` and the benchmark's own options:
@@ -215,13 +247,13 @@ bool parse_options(std::string_view prog, int argc, char** argv, void (*usage)(s
   ArgWalker w(argc, argv);
   while (w.next()) {
     const std::string_view arg = w.name();
+    common.given.emplace_back(arg);
     bool ok = true;
     if (arg == "-h" || arg == "--help") {
       usage(stdout);
       std::exit(0);
     } else if (arg == "--reps") {
       ok = w.number(common.reps, 1, 1000);
-      common.reps_given = true;
     } else if (arg == "--timeout") {
       ok = w.number(common.timeout_s, 1);
     } else if (arg == "--quick") {
@@ -286,6 +318,26 @@ inline char g_tracked_name[kMaxTracked][kTrackedNameMax];
 inline volatile std::sig_atomic_t g_tracked_kind[kMaxTracked];  // 0: unused, else a TrackedName::kind_t
 inline volatile std::sig_atomic_t g_child_pid[kMaxChildren];      // 0: unused
 inline void (*g_fatal_signal_hook)() = nullptr;                   // the program's own cleanup, if any
+inline constexpr int kMaxDaemons = 8;
+inline volatile std::sig_atomic_t g_daemon_pid[kMaxDaemons];  // 0: unused (class Daemon)
+inline constexpr int kDaemonStopTimeoutS = 10;                 // SIGTERM -> exit, else SIGKILL
+
+inline void sleep_ms(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1'000'000L};
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+// SIGTERM, SIGKILL after kDaemonStopTimeoutS; reaped (async-signal-safe).
+inline void stop_pid_on_signal(pid_t pid) {
+  ::kill(pid, SIGTERM);
+  for (int ms = 0; ms < kDaemonStopTimeoutS * 1000; ms += 10) {
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
+    sleep_ms(10);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
 
 // Removes a path, or a POSIX message queue "/name" (the system call takes the
 // name without its '/'; mq_unlink(3) is not on the async-signal-safe list).
@@ -299,6 +351,8 @@ extern "C" inline void on_fatal_signal(int sig) {
     if (g_child_pid[i] > 0) ::kill(static_cast<pid_t>(g_child_pid[i]), SIGKILL);
   for (int i = 0; i < kMaxChildren; ++i)  // reap them: no zombies left to init
     if (g_child_pid[i] > 0) ::waitpid(static_cast<pid_t>(g_child_pid[i]), nullptr, 0);
+  for (int i = kMaxDaemons - 1; i >= 0; --i)  // the last started first (the bridges before their server)
+    if (g_daemon_pid[i] > 0) stop_pid_on_signal(static_cast<pid_t>(g_daemon_pid[i]));
   for (int i = 0; i < kMaxTracked; ++i) unlink_name(g_tracked_kind[i], g_tracked_name[i]);
   if (g_fatal_signal_hook != nullptr) g_fatal_signal_hook();
   ::signal(sig, SIG_DFL);
@@ -307,8 +361,8 @@ extern "C" inline void on_fatal_signal(int sig) {
 
 inline constexpr int kFatalSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
-// `hook`: more cleanup for the handler, after the children and the names
-// (iceoryx.cpp stops RouDi); it must be async-signal-safe.
+// `hook`: more cleanup for the handler, after the children, the daemons and
+// the names (iceoryx.cpp: RouDi's paths); it must be async-signal-safe.
 inline void install_signal_handlers(void (*hook)() = nullptr) {
   g_fatal_signal_hook = hook;
   struct sigaction sa {};
@@ -352,8 +406,15 @@ class TrackedName {
   int slot_ = -1;
 };
 
+// Removes a directory and everything in it (a temporary directory of ours).
+inline bool remove_tree(const std::string& dir) {
+  return ::nftw(dir.c_str(), [](const char* p, const struct stat*, int, FTW*) { return ::remove(p), 0; }, 16,
+                FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 // Removes the entries of `dir` whose name contains `marker` followed by the
-// pid of a process that no longer exists: what a benchmark killed with
+// pid of a process that no longer exists (a directory: only one of ours, with
+// all it holds): what a benchmark killed with
 // SIGKILL left behind. A missing `dir` (/dev/mqueue is only there when the
 // mqueue file system is mounted) has nothing to remove.
 inline void remove_stale(std::string_view prog, const char* dir, std::string_view marker) {
@@ -374,7 +435,9 @@ inline void remove_stale(std::string_view prog, const char* dir, std::string_vie
   ::closedir(d);
   for (const auto& n : stale) {
     const std::string path = std::string(dir) + "/" + n;
-    if (::unlink(path.c_str()) == 0)
+    struct stat st {};
+    const bool our_dir = ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid();
+    if (our_dir ? remove_tree(path) : ::unlink(path.c_str()) == 0)
       std::fprintf(stderr, "%.*s: removed stale %s\n", int(prog.size()), prog.data(), path.c_str());
   }
 }
@@ -548,7 +611,7 @@ class Checker {
     if (id >= next_.size()) fail("message from unknown " + sender_ + " id " + std::to_string(id));
     if (seq != next_[id] || seq >= expected_[id])
       fail(sender_ + " " + std::to_string(id) + ": got sequence " + std::to_string(seq) + ", expected " +
-           std::to_string(next_[id]) + " of " + std::to_string(expected_[id]) +
+           std::to_string(next_[id]) + (expected_[id] == kOpen ? "" : " of " + std::to_string(expected_[id])) +
            " (a message was lost, duplicated, reordered or is extra)");
     if (size >= 24) std::memcpy(&tail, p + size - sizeof tail, sizeof tail);  // 16 B: no pattern to check
     if (size >= 24 && tail != tail_[id])
@@ -557,14 +620,17 @@ class Checker {
     ++next_[id];
     ++received_;
   }
+  // One sender (id 0) whose count is not known in advance (bridge.cpp).
+  static Checker open_ended(std::size_t size, std::string sender = "sender") { return {{kOpen}, size, std::move(sender)}; }
   bool complete() const noexcept { return received_ == total_; }
   std::uint64_t received() const noexcept { return received_; }
   [[noreturn]] void fail(const std::string& what) const {
-    throw bench_failure("after " + std::to_string(received_) + " of " + std::to_string(total_) +
-                        " messages: " + what);
+    throw bench_failure("after " + std::to_string(received_) +
+                        (total_ >= kOpen ? "" : " of " + std::to_string(total_)) + " messages: " + what);
   }
 
  private:
+  static constexpr std::uint64_t kOpen = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::uint64_t> expected_;
   std::vector<std::uint64_t> next_;
   std::vector<std::uint64_t> tail_;
@@ -599,6 +665,12 @@ void finish_consumer(const ChildEnds& ends, const Checker& check, NothingMore&& 
 // ===========================================================================
 // The parent: children and one run
 // ===========================================================================
+
+// How a process ended, for messages ("exited with status 3").
+inline std::string describe_status(int st) {
+  if (WIFSIGNALED(st)) return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
+  return "exited with status " + std::to_string(WEXITSTATUS(st));
+}
 
 // How a child leaves after its body: _exit (nothing of the parent's process
 // runs again in it) or exit (atexit handlers and static destructors run:
@@ -668,7 +740,7 @@ class Children {
       if (::waitpid(k.pid, &st, WNOHANG) != k.pid) continue;
       k.reaped = true;
       untrack(k.pid);
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe_status(st));
     }
   }
 
@@ -682,7 +754,7 @@ class Children {
       }
       k.reaped = true;
       untrack(k.pid);
-      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe(st));
+      if (r == k.pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) throw bench_failure(k.role + " " + describe_status(st));
     }
   }
 
@@ -692,11 +764,6 @@ class Children {
     std::string role;
     bool reaped;
   };
-  static std::string describe(int st) {
-    if (WIFSIGNALED(st))
-      return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
-    return "exited with status " + std::to_string(WEXITSTATUS(st));
-  }
   static void track(pid_t pid) {
     for (int i = 0; i < kMaxChildren; ++i)
       if (g_child_pid[i] == 0) {
@@ -744,7 +811,16 @@ class Run {
     report_.w.close();
     go_.r.close();
     done_.r.close();
-    deadline_ = bench_clock::now() + std::chrono::seconds(timeout_s);
+    start_watchdog(timeout_s);
+  }
+  // Only the watchdog, while more children are to come (boxes.cpp).
+  void start_watchdog(int timeout_s) { deadline_ = bench_clock::now() + std::chrono::seconds(timeout_s); }
+
+  // The next record of any child (its own protocol: boxes.cpp).
+  Record next() {
+    Record rec;
+    if (!read_record(rec)) throw bench_failure("a child exited without reporting");
+    return rec;
   }
 
   // 1. Set-up handshake: `n` children have done their set-up. Returns their
@@ -850,6 +926,187 @@ class Run {
   bench_clock::time_point deadline_{};
   int serve_fd_ = -1;
   std::function<void()> serve_;
+};
+
+// ===========================================================================
+// Programs the benchmark starts (fork + exec) and stops
+// ===========================================================================
+// nats-server and shmbox-bridge (bridge.cpp), iox-roudi (iceoryx.cpp), the
+// pool's supervisor (pool.cpp). A Daemon is in g_daemon_pid while it runs, so
+// that the fatal-signal handler stops it (SIGTERM, SIGKILL after
+// kDaemonStopTimeoutS); its destructor kills (SIGKILL) and reaps it.
+
+// An executable `name` in $PATH, /usr/sbin, /usr/local/sbin or /usr/local/bin; "" if none.
+inline std::string find_in_path(const char* name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  dirs += ":/usr/sbin:/usr/local/sbin:/usr/local/bin";  // nats-server is in /usr/sbin on Debian
+  std::string_view rest = dirs;
+  while (!rest.empty()) {
+    const auto colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+    const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+  }
+  return {};
+}
+
+// The path of this program (/proc/self/exe).
+inline std::string self_path() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw bench_failure(errno_text("readlink /proc/self/exe"));
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+// The last `lines` lines of a file (a log, for errors), joined by '|'.
+inline std::string tail_of(const std::string& path, int lines = 8) {
+  std::string t = read_text(path);
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  std::size_t at = t.size();
+  for (int i = 0; i < lines && at != std::string::npos && at > 0; ++i) at = t.rfind('\n', at - 1);
+  std::string out = at == std::string::npos ? t : t.substr(at + 1);
+  for (auto& c : out)
+    if (c == '\n') c = '|';
+  return out.empty() ? "(no output)" : out;
+}
+
+class Daemon {
+ public:
+  static constexpr int kPipe = -2;       // start(): stdout (and stderr) into a pipe that read_out() reads
+  static constexpr int kSameAsOut = -3;  // start(): stderr where stdout goes
+  explicit Daemon(std::string name) : name_(std::move(name)) {}
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    forget();
+  }
+
+  // Forks and execs argv[0] with stdin from /dev/null, stdout to `out` (an
+  // fd, kPipe, or -1: /dev/null), stderr to `err` (an fd, kSameAsOut, or -1:
+  // ours); the program gets `deathsig` when we die. `echo`: what read_out()
+  // reads is also copied to our stderr. Only async-signal-safe calls in the child.
+  void start(const std::vector<std::string>& args, int out, int err, int deathsig, bool echo = false) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::optional<Pipe> pipe;
+    if (out == kPipe) pipe.emplace();
+    const int out_fd = pipe ? pipe->w.get() : out;
+    const int err_fd = err == kSameAsOut ? out_fd : err;
+    echo_ = echo;
+    text_.clear();
+    std::fflush(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) throw bench_failure(errno_text("fork"));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, deathsig);
+      if (::getppid() != parent) ::_exit(90);
+      reset_signal_handlers();
+      ::signal(SIGPIPE, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);  // nats.c's threads may block signals; exec'd programs need them
+      const int devnull = ::open("/dev/null", O_RDWR);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+      ::dup2(out_fd >= 0 ? out_fd : devnull, STDOUT_FILENO);
+      if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      static const char msg[] = "exec failed\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    pid_ = pid;
+    for (int i = 0; i < kMaxDaemons && slot_ < 0; ++i)
+      if (g_daemon_pid[i] == 0) {
+        g_daemon_pid[i] = pid;
+        slot_ = i;
+      }
+    if (pipe) {
+      out_ = std::move(pipe->r);
+      ::fcntl(out_.get(), F_SETFL, ::fcntl(out_.get(), F_GETFL) | O_NONBLOCK);
+    }
+  }
+
+  pid_t pid() const noexcept { return pid_; }
+  const std::string& name() const noexcept { return name_; }
+  // What read_out() has read (the last 64 KiB at most).
+  std::string& text() noexcept { return text_; }
+  const std::string& text() const noexcept { return text_; }
+  int out_fd() const noexcept { return out_.get(); }  // its pipe (kPipe), -1 at EOF
+
+  // Reads what its pipe holds, waiting up to `ms` for something. False at
+  // EOF (it has exited), or without a pipe.
+  bool read_out(int ms) {
+    if (out_.get() < 0) return false;
+    pollfd p{out_.get(), POLLIN, 0};
+    if (::poll(&p, 1, std::max(ms, 0)) < 0 && errno != EINTR) throw bench_failure(errno_text("poll"));
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(out_.get(), buf, sizeof buf);
+      if (n > 0) {
+        if (echo_) std::fprintf(stderr, "[%s] %.*s", name_.c_str(), static_cast<int>(n), buf);
+        text_.append(buf, static_cast<std::size_t>(n));
+        if (text_.size() > 65536) text_.erase(0, text_.size() - 32768);
+        continue;
+      }
+      if (n == 0) {
+        out_.close();
+        return false;
+      }
+      if (errno == EINTR) continue;
+      return true;  // EAGAIN: all read
+    }
+  }
+
+  // Its exit status if it has exited (then it is reaped), else nullopt.
+  std::optional<int> exited() {
+    int st = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &st, WNOHANG) != pid_) return std::nullopt;
+    forget();
+    return st;
+  }
+
+  // SIGTERM, then waits up to `timeout` (reading its pipe), then SIGKILL;
+  // reaped. Returns its exit status (nullopt if it had to be killed, or was
+  // not running).
+  std::optional<int> stop(std::chrono::milliseconds timeout = std::chrono::seconds(kDaemonStopTimeoutS)) {
+    if (pid_ <= 0) return std::nullopt;
+    ::kill(pid_, SIGTERM);
+    const auto deadline = bench_clock::now() + timeout;
+    while (bench_clock::now() < deadline) {
+      if (!read_out(10) && out_.get() < 0 && pid_ > 0) sleep_ms(5);
+      if (const auto st = exited()) {
+        while (read_out(0)) {
+        }
+        return st;
+      }
+    }
+    ::kill(pid_, SIGKILL);
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    forget();
+    return std::nullopt;
+  }
+
+ private:
+  void forget() noexcept {
+    if (slot_ >= 0) g_daemon_pid[slot_] = 0;
+    slot_ = -1;
+    pid_ = -1;
+  }
+  std::string name_;
+  pid_t pid_ = -1;
+  int slot_ = -1;
+  bool echo_ = false;
+  Fd out_;
+  std::string text_;
 };
 
 }  // namespace shmbench

@@ -18,17 +18,17 @@
 //   /etc/iceoryx/roudi_config.toml when that exists): mempools of 128 B and
 //   1 KiB user payload, so a 64 B / 1 KiB message takes one 128 B / 1 KiB
 //   pool chunk (plus iceoryx's 40-byte chunk header).
-//   At the end, on failure, and on SIGINT/SIGTERM/SIGHUP the parent stops it:
-//   SIGTERM, then SIGKILL after 10 s, waitpid. RouDi also gets
+//   At the end, on failure, and on SIGINT/SIGTERM/SIGHUP the parent stops it
+//   (harness.hpp, Daemon): SIGTERM, then SIGKILL after 10 s. RouDi also gets
 //   PR_SET_PDEATHSIG(SIGTERM), so it shuts down when we are killed. (After a
 //   failed run, whose children are SIGKILLed, RouDi may not stop cleanly:
 //   iceoryx 2.0.3 aborts in its shutdown when a registered process is already
 //   gone (POSH__ROUDI_PROCESS_SHUTDOWN_FAILED), and hangs removing the ports
 //   of a process that died inside publish() holding its port's mutex, which
 //   is not robust. The 10 s bound and the cleanup below cover both.)
-// * Processes. The parent only orchestrates: for every measured run it forks
-//   the processes of that run and reads what they report through a pipe. Only
-//   the children call PoshRuntime::initRuntime, after fork, with a unique name
+// * Processes, message checks, start barrier, watchdog, repetitions (each run
+//   with fresh processes and services): harness.hpp, COMMON METHOD. Only the
+//   children call PoshRuntime::initRuntime, after fork, with a unique name
 //   (shmbench-ice-<parent pid>-<run>-<role>); the parent never initialises
 //   iceoryx. Children die with the parent (PR_SET_PDEATHSIG), their stdout is
 //   redirected to stderr (iceoryx's own messages never mix with the rows), and
@@ -47,18 +47,11 @@
 //   has no notification for that (RouDi connects ports in its discovery loop),
 //   so set-up polls these states every millisecond, bounded by a deadline, as
 //   iceoryx's own iceperf does. Set-up is never timed.
-// * Start barrier. When every child is ready, the parent reads steady_clock
-//   (t_release) and closes the write end of the "go" pipe; every child is
-//   blocked in read() on it and wakes on EOF. No sleep synchronises anything.
 // * Throughput. Every publisher posts its share of N messages (--messages,
 //   split as evenly as possible; 1 KiB runs use N/2, said in the note). A
-//   message: loan a chunk, write the payload (first 16 bytes: publisher id,
-//   sequence number; the rest a pattern), publish. The subscriber busy-polls
-//   take() (sched_yield() when nothing is there: up to 5 busy processes share
-//   the CPUs) and checks every message: size, known publisher id, exactly the
-//   next sequence number of that publisher, the publisher's pattern in its
-//   last 8 bytes; then release(). A lost, duplicated, reordered or extra message fails the
-//   benchmark (exit 1). 4 publishers: this Debian build is m:n
+//   message: loan a chunk, write the payload, publish. The subscriber
+//   busy-polls take() (sched_yield() when nothing is there: up to 5 busy
+//   processes share the CPUs), checks every message, release(). 4 publishers: this Debian build is m:n
 //   (build::CommunicationPolicy = ManyToManyPolicy), so 4 publisher processes
 //   offer ONE service and one subscriber reads it. The run's time is from
 //   t_release to the subscriber's steady_clock after the last message; after
@@ -73,12 +66,7 @@
 //   subscriber (SubscriberState::HAS_DATA) to a WaitSet and block in wait()
 //   whenever take() finds nothing. Per run --roundtrips (default 20,000)
 //   after --warmup (2,000); A computes p50/p99/p99.9 (nearest rank) and
-//   reports them. Rows: the median over the repetitions of each percentile,
-//   with its min/max across the repetitions.
-// * Repetitions. Every configuration runs --reps times, interleaved (rep 1 of
-//   everything, then rep 2, ...), each run with fresh processes and services.
-// * Watchdog. poll() timeouts in the parent only implement --timeout: a run
-//   that takes longer fails, its children are killed and reaped.
+//   reports them.
 // * Cleanup. RouDi removes what it made (/dev/shm/iceoryx_mgmt, the user
 //   segment /dev/shm/<group name>, /tmp/roudi, /tmp/roudi.lock,
 //   /tmp/iox-unique-roudi.lock) when it stops cleanly; a child removes its
@@ -92,9 +80,7 @@
 //   are removed at start. SIGINT/SIGTERM/SIGHUP do the same cleanup
 //   (async-signal-safe: kill, waitpid, nanosleep, unlink).
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with throughput.cpp and rtt.cpp; this
-// file has RouDi, the iceoryx ports and the two kinds of runs.
+// This file has RouDi, the iceoryx ports and the two kinds of runs.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -174,22 +160,12 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool n_given = false, rt_given = false, wu_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
     std::string_view value;
-    if (arg == "--messages") {
-      n_given = true;
-      return w.number(a.messages, 8);
-    }
-    if (arg == "--roundtrips") {
-      rt_given = true;
-      return w.number(a.roundtrips, 1);
-    }
-    if (arg == "--warmup") {
-      wu_given = true;
-      return w.number(a.warmup);
-    }
+    if (arg == "--messages") return w.number(a.messages, 8);
+    if (arg == "--roundtrips") return w.number(a.roundtrips, 1);
+    if (arg == "--warmup") return w.number(a.warmup);
     if (arg == "--roudi") {
       const bool ok = w.value(value) && !value.empty();
       a.roudi = std::string(value);
@@ -203,51 +179,30 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!n_given) a.messages = 100'000;
-    if (!rt_given) a.roundtrips = 2'000;
-    if (!wu_given) a.warmup = 200;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.messages, "--messages", 100'000);
+  a.quick_default(a.roundtrips, "--roundtrips", 2'000);
+  a.quick_default(a.warmup, "--warmup", 200);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 
 // ===========================================================================
 // RouDi's part of the cleanup on fatal signals (async-signal-safe calls only)
 // ===========================================================================
-// The harness's handler kills and reaps the children and removes their
-// socket and lock files (TrackedName); then this hook stops RouDi and removes
-// the RouDi paths the parent may remove, so that SIGINT/SIGTERM/SIGHUP leave
+// The harness's handler kills and reaps the children, stops RouDi (class
+// Daemon: RouDi removes its segments, sockets and lock files) and removes the
+// children's socket and lock files (TrackedName); then this hook removes the
+// RouDi paths the parent may remove, so that SIGINT/SIGTERM/SIGHUP leave
 // /dev/shm and /tmp as they were.
 
 constexpr int kMaxPaths = 8;
 constexpr std::size_t kPathMax = 160;
-volatile std::sig_atomic_t g_roudi_pid;
 char g_roudi_path[kMaxPaths][kPathMax];
 volatile std::sig_atomic_t g_roudi_path_owned[kMaxPaths];
-constexpr int kStopTimeoutS = 10;  // RouDi stops in milliseconds unless it is stuck (see METHOD)
 
-void sleep_ms(long ms) {
-  timespec ts{ms / 1000, (ms % 1000) * 1'000'000L};
-  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-void stop_roudi_on_signal() {
-  if (const pid_t r = static_cast<pid_t>(g_roudi_pid); r > 0) {
-    ::kill(r, SIGTERM);  // RouDi removes its segments, sockets and lock files
-    bool gone = false;
-    for (int ms = 0; ms < kStopTimeoutS * 1000 && !gone; ms += 10) {
-      gone = ::waitpid(r, nullptr, WNOHANG) == r;
-      if (!gone) sleep_ms(10);
-    }
-    if (!gone) {
-      ::kill(r, SIGKILL);
-      ::waitpid(r, nullptr, 0);
-    }
-    for (int i = 0; i < kMaxPaths; ++i)
-      if (g_roudi_path_owned[i] != 0) ::unlink(g_roudi_path[i]);
-  }
+void remove_roudi_paths_on_signal() {
+  for (int i = 0; i < kMaxPaths; ++i)
+    if (g_roudi_path_owned[i] != 0) ::unlink(g_roudi_path[i]);
 }
 
 bool path_exists(const std::string& p) {
@@ -280,7 +235,6 @@ class Roudi {
   // Starts iox-roudi and waits until it is ready. Returns why it could not be
   // started (the caller prints skip rows), or nullopt when it runs.
   std::optional<std::string> start(const Args& args) {
-    verbose_ = args.verbose;
     std::string bin = args.roudi;
     if (::access(bin.c_str(), X_OK) != 0 && args.roudi == "/usr/bin/iox-roudi") bin = find_in_path("iox-roudi");
     if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) return "iox-roudi not found (apt-get install iceoryx)";
@@ -298,76 +252,37 @@ class Roudi {
       ++i;
     }
 
-    Pipe out;
-    std::fflush(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a clean shutdown if we die
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      ::dup2(out.w.get(), STDOUT_FILENO);
-      ::dup2(out.w.get(), STDERR_FILENO);
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-      ::execl(bin.c_str(), bin.c_str(), "-m", "off", "-k", "5", static_cast<char*>(nullptr));
-      const std::string msg = errno_text(("exec " + bin).c_str()) + "\n";
-      (void)!::write(STDERR_FILENO, msg.data(), msg.size());
-      ::_exit(127);
-    }
-    pid_ = pid;
-    g_roudi_pid = pid;
-    out.w.close();
-    log_ = std::move(out.r);
-    ::fcntl(log_.get(), F_SETFL, ::fcntl(log_.get(), F_GETFL) | O_NONBLOCK);  // read_log() reads what is there
-
+    proc_.start({bin, "-m", "off", "-k", "5"}, Daemon::kPipe, Daemon::kSameAsOut, SIGTERM,  // SIGTERM: a clean
+                args.verbose);                                                               // shutdown if we die
     // Handshake: its "ready" line, or EOF (it exited), or the deadline.
     const auto deadline = bench_clock::now() + std::chrono::seconds(args.timeout_s);
-    while (log_text_.find("RouDi is ready for clients") == std::string::npos) {
+    while (proc_.text().find("RouDi is ready for clients") == std::string::npos) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - bench_clock::now()).count();
       if (left <= 0) {
         stop();
         return "iox-roudi did not get ready within " + std::to_string(args.timeout_s) + " s";
       }
-      pollfd pfd{log_.get(), POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) throw bench_failure(errno_text("poll"));
-      if (!read_log()) {  // EOF: RouDi exited
+      if (!proc_.read_out(static_cast<int>(left))) {  // EOF: RouDi exited
         const std::string why = last_line();
         stop();
         return "iox-roudi exited at start: " + why;
       }
     }
     for (int k = 0; k < kMaxPaths; ++k) g_roudi_path_owned[k] = g_roudi_path[k][0] != '\0' ? 1 : 0;
-    std::fprintf(stderr, "%s: started %s (pid %d), ready\n", kProg.data(), bin.c_str(), static_cast<int>(pid_));
+    std::fprintf(stderr, "%s: started %s (pid %d), ready\n", kProg.data(), bin.c_str(), static_cast<int>(proc_.pid()));
     return std::nullopt;
   }
 
-  int log_fd() const noexcept { return log_.get(); }
-
   // Reads what RouDi printed (we must keep its pipe from filling up). Returns
   // false at EOF, i.e. when RouDi has exited.
-  bool read_log() {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(log_.get(), buf, sizeof buf);
-      if (n > 0) {
-        if (verbose_) std::fprintf(stderr, "[iox-roudi] %.*s", static_cast<int>(n), buf);
-        log_text_.append(buf, static_cast<std::size_t>(n));
-        if (log_text_.size() > 16384) log_text_.erase(0, log_text_.size() - 8192);
-        continue;
-      }
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      return true;  // EAGAIN: all read
-    }
-  }
+  bool read_log() { return proc_.read_out(0); }
+  int log_fd() const noexcept { return proc_.out_fd(); }
 
   // The most telling line of its output: the last Fatal, else Error, else
   // the last line, without timestamp and level.
   std::string last_line() const {
     std::vector<std::string> lines;
-    const std::string t = strip_ansi(log_text_);
+    const std::string t = strip_ansi(proc_.text());
     for (std::size_t pos = 0; pos < t.size();) {
       std::size_t nl = t.find('\n', pos);
       if (nl == std::string::npos) nl = t.size();
@@ -385,30 +300,11 @@ class Roudi {
     return lines.empty() ? std::string("no output") : lines.back();
   }
 
-  // SIGTERM; waits (EOF of its output, i.e. exit) until the deadline, then
-  // SIGKILL; reaps it, then removes what it may have left behind.
+  // SIGTERM; waits until it exits (kDaemonStopTimeoutS), then SIGKILL;
+  // reaps it, then removes what it may have left behind.
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = bench_clock::now() + std::chrono::seconds(kStopTimeoutS);
-    bool eof = false;
-    while (!eof && log_.get() >= 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - bench_clock::now()).count();
-      if (left <= 0) break;
-      pollfd pfd{log_.get(), POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
-      eof = !read_log();
-    }
-    int st = 0;
-    if (::waitpid(pid_, &st, WNOHANG) != pid_) {
-      if (!eof) std::fprintf(stderr, "%s: iox-roudi did not stop in time, killing it\n", kProg.data());
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    g_roudi_pid = 0;
-    pid_ = -1;
-    log_.close();
+    if (proc_.pid() <= 0) return;
+    if (!proc_.stop()) std::fprintf(stderr, "%s: iox-roudi did not stop in time, killed it\n", kProg.data());
     for (int i = 0; i < kMaxPaths; ++i) {
       if (g_roudi_path_owned[i] != 0 && ::unlink(g_roudi_path[i]) == 0)
         std::fprintf(stderr, "%s: removed %s left by iox-roudi\n", kProg.data(), g_roudi_path[i]);
@@ -419,23 +315,7 @@ class Roudi {
   ~Roudi() { stop(); }
 
  private:
-  static std::string find_in_path(const char* name) {
-    const char* path = std::getenv("PATH");
-    std::string_view rest = path != nullptr ? path : "/usr/bin:/bin";
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      const std::string dir(rest.substr(0, colon));
-      rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
-      const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
-      if (::access(cand.c_str(), X_OK) == 0) return cand;
-    }
-    return {};
-  }
-
-  pid_t pid_ = -1;
-  Fd log_;
-  std::string log_text_;
-  bool verbose_ = false;
+  Daemon proc_{"iox-roudi"};
 };
 
 // ===========================================================================
@@ -779,7 +659,7 @@ std::string note_of(const Config& c, const Args& a) {
 }
 
 int run(const Args& args) {
-  install_signal_handlers(stop_roudi_on_signal);
+  install_signal_handlers(remove_roudi_paths_on_signal);
   remove_stale(kProg, "/tmp", kMarker);  // sockets and lock files of children of dead benchmarks
   static_assert(kManyToMany, "this benchmark expects an m:n (ManyToManyPolicy) build of iceoryx");
 
@@ -798,22 +678,18 @@ int run(const Args& args) {
     return 0;
   }
 
-  std::vector<std::vector<double>> rate(configs().size());
-  std::vector<std::array<std::vector<double>, 3>> q(configs().size());  // p50, p99, p99.9 of every rep
-  std::vector<std::uint64_t> chunk(configs().size(), 0);
+  Results res;
   try {
     for (int rep = 0; rep < args.reps; ++rep) {
       for (const Config* c : selected) {
-        const std::size_t i = static_cast<std::size_t>(c - configs().data());
         const RunOut r = run_once(*c, args, roudi);
-        chunk[i] = r.chunk;
         if (c->kind == Kind::tput) {
           const double mps = static_cast<double>(r.messages) / r.seconds / 1e6;
-          rate[i].push_back(mps);
+          res.add(c->group, c->mech, "rate", "Mmsg/s", mps, note_of(*c, args));
           std::fprintf(stderr, "rep %d/%d  %-13s %-16s %8.4f s  %7.3f Mmsg/s  (chunk %llu B)\n", rep + 1, args.reps,
                        c->group, c->mech, r.seconds, mps, static_cast<unsigned long long>(r.chunk));
         } else {
-          for (std::size_t k = 0; k < 3; ++k) q[i][k].push_back(r.q[k]);
+          for (std::size_t k = 0; k < 3; ++k) res.add(c->group, c->mech, kPercentileMetric[k], "us", r.q[k], note_of(*c, args));
           std::fprintf(stderr, "rep %d/%d  %-13s %-16s p50 %7.2f us  p99 %7.2f us  p99.9 %7.2f us\n", rep + 1,
                        args.reps, c->group, c->mech, r.q[0], r.q[1], r.q[2]);
         }
@@ -824,17 +700,7 @@ int run(const Args& args) {
     throw;
   }
   roudi.stop();
-
-  for (const Config* c : selected) {
-    const std::size_t i = static_cast<std::size_t>(c - configs().data());
-    const std::string note = note_of(*c, args);
-    if (c->kind == Kind::tput) {
-      const auto s = shmbench::summarize(rate[i]);
-      shmbench::print_row(c->group, c->mech, "rate", s.median, s.min, s.max, "Mmsg/s", note);
-    } else {
-      shmbench::print_percentile_rows(c->group, c->mech, q[i], note);
-    }
-  }
+  res.print();
   return 0;
 }
 

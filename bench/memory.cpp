@@ -31,23 +31,6 @@
 
 namespace {
 
-long cpu_ticks(pid_t pid) {
-  const std::string all = shmbench::read_text("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = all.rfind(')');
-  if (close == std::string::npos) return -1;
-  // Fields after ")": 3 state ... 14 utime 15 stime.
-  const char* p = all.c_str() + close + 2;
-  long utime = 0, stime = 0;
-  for (int field = 3; field <= 15 && *p != '\0'; ++field) {
-    if (field == 14) utime = std::strtol(p, nullptr, 10);
-    if (field == 15) stime = std::strtol(p, nullptr, 10);
-    p = std::strchr(p, ' ');
-    if (p == nullptr) break;
-    ++p;
-  }
-  return utime + stime;
-}
-
 // CPU milliseconds per second of an owner of an empty box; -1 on failure.
 double idle_owner_cpu(bool busy_poll, double seconds) {
   const std::string name = "bench-idle-" + std::to_string(::getpid());
@@ -78,13 +61,12 @@ double idle_owner_cpu(bool busy_poll, double seconds) {
   char c = 0;
   double result = -1;
   if (::read(ready[0], &c, 1) == 1 && (busy_poll || shmbench::wait_until_sleeping(pid))) {
-    const long t0 = cpu_ticks(pid);
+    const double t0 = shmbench::cpu_us(pid);
     const auto w0 = std::chrono::steady_clock::now();
     ::usleep(static_cast<useconds_t>(seconds * 1e6));  // the measured interval itself, not a synchronisation
-    const long t1 = cpu_ticks(pid);
+    const double t1 = shmbench::cpu_us(pid);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-    const double tick_ms = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-    if (t0 >= 0 && t1 >= 0) result = static_cast<double>(t1 - t0) * tick_ms / wall;
+    if (t0 >= 0 && t1 >= 0) result = (t1 - t0) / 1000.0 / wall;  // ms of CPU per s
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);

@@ -75,14 +75,12 @@
 //   pinger and an echoer; the pinger sends one 64-byte message, waits for
 //   the echo, and times the pair as one sample; both receive with
 //   Owner::receive (the box's adaptive wait: spin 50 us, then the futex).
-//   The same machinery as bench/rtt.cpp (bench/mech/shmbox.hpp), the same
-//   counts as a taker. Every message is checked (harness.hpp, Checker). One
-//   pinger: the ratios of the 4-taker rows are to a single round trip.
-// * Repetitions. Every configuration runs R times (--reps, default 5),
-//   interleaved (rep 1 of every configuration, then rep 2, ...). A row shows
-//   the median over the R runs of the percentile, and the min and max. The
-//   ratio rows are the median (min, max) over the reps of pool percentile /
-//   box-rtt percentile of the same rep.
+//   bench/rtt.cpp's machinery (bench/mech/round_trip.hpp), the same counts
+//   as a taker. One pinger: the ratios of the 4-taker rows are to a single
+//   round trip.
+// * Processes, message checks, start barrier, watchdog, repetitions (--reps,
+//   default 5; ratio rows: pool percentile / box-rtt percentile of the same
+//   rep), cleanup of the children: harness.hpp, COMMON METHOD.
 // * Checks. A take that fails (any error, or 1 s without a member), a post
 //   that does not store, or a give_back that is not ok fails the benchmark
 //   with the library's message. Before every run the parent waits until all
@@ -115,8 +113,7 @@
 //   (both seen here on 2 cores, in different repetitions of one run). So a
 //   ratio is only meaningful with box-rtt's min..max next to it, and from a
 //   quiet machine.
-// * Start barrier, watchdog, cleanup of the children: bench/harness.hpp (ONE
-//   RUN, CLEANUP). The pool is removed at the end (Pool::remove, immediate)
+// * The pool is removed at the end (Pool::remove, immediate)
 //   and its supervisor stopped; what a killed benchmark left in /dev/shm is
 //   removed at the next start (the names carry "shmbench-pool-<pid>"), and
 //   its members remove their boxes and exit within 1 s of seeing the
@@ -149,7 +146,7 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "mech/shmbox.hpp"
+#include "mech/round_trip.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
@@ -232,17 +229,10 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool have_count = false, have_warmup = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--count") {
-      have_count = true;
-      return w.number(a.count, 1, 10'000'000);
-    }
-    if (arg == "--warmup") {
-      have_warmup = true;
-      return w.number(a.warmup, 0, 10'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 10'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 10'000'000);
     if (arg == "--holders") return w.number(a.holders, 1, 64);
     if (arg == "--hold-us") return w.number(a.hold_us, 0, 999'999);
     if (arg == "--members") return w.number(a.members, 2, shmbox::kMaxPoolMembers);
@@ -257,11 +247,9 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!have_count) a.count = 200;
-    if (!have_warmup) a.warmup = 20;
-    if (!a.reps_given) a.reps = 2;
-  }
+  a.quick_default(a.count, "--count", 200);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 2);
   return a;
 }
 
@@ -350,32 +338,11 @@ int supervise_main(const std::string& pool_name) {
 // The parent's pool: created once, with its supervisor
 // ===========================================================================
 
-// The path of this program (the supervisor and the members are this program).
-std::string self_path() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw bench_failure(errno_text("readlink /proc/self/exe"));
-  return std::string(buf, static_cast<std::size_t>(n));
-}
-
 // `s` as one /bin/sh word.
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-// A pid in the harness's table, so that its fatal-signal handler kills it.
-void track_child(pid_t pid) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] == 0) {
-      g_child_pid[i] = pid;
-      return;
-    }
-}
-void untrack_child(pid_t pid) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (g_child_pid[i] == pid) g_child_pid[i] = 0;
 }
 
 std::string describe_pool(const shmbox::pool_info& p) {
@@ -453,49 +420,23 @@ class BenchPool {
   std::uint64_t starts_since_ready(const shmbox::pool_info& p) const { return p.count.starts - starts_; }
 
  private:
-  void start_supervisor() {
-    const std::string self = self_path();
-    std::fflush(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) throw bench_failure(errno_text("fork"));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // it stops (and its members follow) when the benchmark dies
-      if (::getppid() != parent) ::_exit(90);
-      reset_signal_handlers();
-      ::execl(self.c_str(), self.c_str(), "supervise", name_.c_str(), static_cast<char*>(nullptr));
-      std::fprintf(stderr, "%s: exec %s: %s\n", kProg, self.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    supervisor_ = pid;
-    track_child(pid);
-  }
+  // The supervisor: this program, `supervise POOL` (SIGTERM if we die: it
+  // stops, and its members follow).
+  void start_supervisor() { supervisor_.start({self_path(), "supervise", name_}, -1, -1, SIGTERM); }
 
   // SIGTERM (supervise() returns within 50 ms), SIGKILL after 5 s; reaped.
   void stop_supervisor() noexcept {
-    if (supervisor_ <= 0) return;
-    ::kill(supervisor_, SIGTERM);
-    int st = 0;
-    const auto deadline = bench_clock::now() + 5s;
-    while (::waitpid(supervisor_, &st, WNOHANG) == 0) {
-      if (bench_clock::now() > deadline) {
-        std::fprintf(stderr, "%s: the supervisor did not stop within 5 s of SIGTERM: killed\n", kProg);
-        ::kill(supervisor_, SIGKILL);
-        ::waitpid(supervisor_, &st, 0);
-        break;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-      std::fprintf(stderr, "%s: the supervisor ended with status 0x%x\n", kProg, static_cast<unsigned>(st));
-    untrack_child(supervisor_);
-    supervisor_ = -1;
+    if (supervisor_.pid() <= 0) return;
+    const auto st = supervisor_.stop(5s);
+    if (!st) std::fprintf(stderr, "%s: the supervisor did not stop within 5 s of SIGTERM: killed\n", kProg);
+    else if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0))
+      std::fprintf(stderr, "%s: the supervisor ended with status 0x%x\n", kProg, static_cast<unsigned>(*st));
   }
 
   std::string name_;
   std::uint32_t members_;
   TrackedName segment_;  // the pool segment, also when the benchmark is interrupted
-  pid_t supervisor_ = -1;
+  Daemon supervisor_{"supervisor"};
   std::uint64_t starts_ = 0;
 };
 
@@ -643,37 +584,6 @@ void holder(const ChildCtx& c) {
   c.shared->hdr().takes[c.who] = takes;
 }
 
-// box-rtt: the pinger (times each round trip) and the echoer, as in
-// bench/rtt.cpp with shmbox-adaptive.
-void pinger(const ChildCtx& c, ShmboxEnd& end) {
-  const std::uint64_t total = c.warmup + c.count;
-  MessageBuffer msg(0, kMsgSize);
-  Checker check({total}, kMsgSize, "echo");
-  std::int64_t* ns = c.shared->samples(0);
-  std::fill(ns, ns + c.count, std::int64_t{0});
-  c.ends.ready_and_wait(c.who);
-  for (std::uint64_t i = 0; i < total; ++i) {
-    msg.set_seq(i);
-    const auto t0 = bench_clock::now();
-    end.send(msg.bytes);
-    end.recv([&](const unsigned char* p, std::size_t n) { check.on(p, n); });
-    const auto t1 = bench_clock::now();
-    if (i >= c.warmup) ns[i - c.warmup] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  }
-  c.ends.send(rec_kind::result, c.who, c.count);
-}
-
-void echoer(const ChildCtx& c, ShmboxEnd& end) {
-  Checker check({c.warmup + c.count}, kMsgSize, "ping");
-  c.ends.ready_and_wait(c.who);
-  while (!check.complete())
-    end.recv([&](const unsigned char* p, std::size_t n) {
-      check.on(p, n);
-      end.send(p);
-    });
-  c.ends.send(rec_kind::produced, c.who, check.received());
-}
-
 // ===========================================================================
 // The parent: one run
 // ===========================================================================
@@ -696,46 +606,11 @@ struct RunResult {
   std::uint64_t backlog = 0;    // messages in the member boxes when every child had exited
 };
 
+// box-rtt: bench/rtt.cpp's rtt-sleep-64 shmbox-adaptive, the same counts as a taker.
 RunResult run_box_rtt(const Args& args) {
-  const std::string base = std::string(kMarker) + std::to_string(::getpid()) + "-rtt";
-  QueueOpts opts;
-  opts.capacity = 1024;
-  opts.shmbox_block = false;
-  ShmboxQueue ping(base + "-ping", kMsgSize, opts);
-  ShmboxQueue pong(base + "-pong", kMsgSize, opts);
-  SharedBlock shared(1, args.count);
-  Run run;  // after the boxes: children die before they are removed
-  for (const std::int32_t who : {0, 1}) {
-    ChildCtx c;
-    c.who = who;
-    c.warmup = args.warmup;
-    c.count = args.count;
-    c.shared = &shared;
-    c.ends = run.child_ends();
-    EndCtx e;
-    e.size = kMsgSize;
-    e.send_mode = shmbox_send::post;
-    e.recv_mode = shmbox_recv::adaptive;
-    (who == 0 ? ping : pong).sender(e);
-    (who == 0 ? pong : ping).receiver(e);
-    run.spawn(who == 0 ? "pinger" : "echoer", who, [c, e] {
-      ShmboxEnd end(e);
-      c.who == 0 ? pinger(c, end) : echoer(c, end);
-    });
-  }
-  run.watch(args.timeout_s);
-  run.wait_ready(2);
-  run.release();
-  const Run::Finished f = run.wait_finished(1);
-  run.wait_exit();
-  const std::uint64_t total = args.warmup + args.count;
-  if (f.sent != total || f.result.a != args.count)
-    throw bench_failure("box-rtt: echoed " + std::to_string(f.sent) + " of " + std::to_string(total) + ", measured " +
-                        std::to_string(f.result.a) + " of " + std::to_string(args.count));
-  ping.verify(total);
-  pong.verify(total);
-  std::vector<double> us = samples_us(shared, 1, args.count);
-  return {shmbench::percentiles(us), 0, 0};
+  const Record r = run_round_trips({Kind::shmbox, kMsgSize, shmbox_send::post, shmbox_recv::adaptive, 1024, 8, args.count,
+                                    args.warmup, std::string(kMarker) + std::to_string(::getpid()) + "-rtt", args.timeout_s});
+  return {{r.us[0], r.us[1], r.us[2]}};
 }
 
 RunResult run_pool(const Config& cfg, const Args& args, const BenchPool& pool) {
@@ -820,24 +695,6 @@ RunResult run_pool(const Config& cfg, const Args& args, const BenchPool& pool) {
 // Repetitions, output
 // ===========================================================================
 
-std::string fmt(double v) {
-  char buf[32];
-  if (v >= 1000)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 100)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-std::string loadavg() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
 int run(const Args& args) {
   install_signal_handlers();
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -851,10 +708,12 @@ int run(const Args& args) {
                "%s: %llu take-returns (+%llu warm-up) per taker and run, %d reps interleaved, %ld CPUs, "
                "%u members, busy: %d holders x %u us; load average %s\n",
                kProg, static_cast<unsigned long long>(args.count), static_cast<unsigned long long>(args.warmup),
-               args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), members, args.holders, args.hold_us, loadavg().c_str());
+               args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), members, args.holders, args.hold_us, load_average().c_str());
 
-  std::vector<std::array<std::vector<double>, 3>> pct(configs.size());
-  std::vector<std::array<std::vector<double>, 2>> ratio(configs.size());  // p50, p99 / box-rtt's of the same rep
+  char note[128];
+  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %u members, %d holders x %u us",
+                static_cast<unsigned long long>(args.count), args.reps, members, args.holders, args.hold_us);
+  Results res;
   std::vector<std::uint64_t> granted(configs.size(), 0);
   {
     BenchPool pool(std::string(kMarker) + std::to_string(::getpid()), members);
@@ -869,8 +728,9 @@ int run(const Args& args) {
           if (!selected(args, c)) continue;
           const RunResult r = c.what == kind::box_rtt ? run_box_rtt(args) : run_pool(c, args, pool);
           if (c.what == kind::box_rtt) box = r.pct;
-          for (std::size_t k = 0; k < 3; ++k) pct[i][k].push_back(r.pct[k]);
-          for (std::size_t k = 0; k < 2; ++k) ratio[i][k].push_back(r.pct[k] / box[k]);
+          for (std::size_t k = 0; k < 3; ++k) res.add(kGroup, c.mech, kPercentileMetric[k], "us", r.pct[k], note);
+          for (std::size_t k = 0; c.what != kind::box_rtt && k < 2; ++k)
+            res.add(kGroup, c.mech, k == 0 ? "ratio-p50" : "ratio-p99", "x", r.pct[k] / box[k], "to box-rtt of the same rep");
           granted[i] += r.granted;
           if (args.verbose)
             std::fprintf(stderr,
@@ -892,40 +752,10 @@ int run(const Args& args) {
     }
   }
 
-  // Rows (stdout) and the table (stderr), in configuration order.
-  char note[128];
-  std::snprintf(note, sizeof note, "%llu per taker x %d reps; %u members, %d holders x %u us",
-                static_cast<unsigned long long>(args.count), args.reps, members, args.holders, args.hold_us);
-  std::fprintf(stderr, "\n%-25s %-22s %-22s %-22s %-24s %-24s\n", "configuration", "p50 us (min..max)",
-               "p99 us (min..max)", "p99.9 us (min..max)", "p50 / box-rtt", "p99 / box-rtt");
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (!selected(args, c)) continue;
-    std::string line;
-    const auto cell = [&](const summary& s) {
-      char t[64];
-      std::snprintf(t, sizeof t, "%s (%s..%s)", fmt(s.median).c_str(), fmt(s.min).c_str(), fmt(s.max).c_str());
-      char padded[80];
-      std::snprintf(padded, sizeof padded, "%-22s ", t);
-      line += padded;
-    };
-    for (const summary& s : print_percentile_rows(kGroup, c.mech, pct[i], note)) cell(s);
-    if (c.what != kind::box_rtt) {
-      for (std::size_t k = 0; k < 2; ++k) {
-        const summary s = summarize(ratio[i][k]);
-        print_row(kGroup, c.mech, k == 0 ? "ratio-p50" : "ratio-p99", s.median, s.min, s.max, "x",
-                  "to box-rtt of the same rep");
-        char t[64];
-        std::snprintf(t, sizeof t, "%.2fx (%.2f..%.2f)", s.median, s.min, s.max);
-        char padded[80];
-        std::snprintf(padded, sizeof padded, "%-24s ", t);
-        line += padded;
-      }
-      if (granted[i] > 0) line += " (" + std::to_string(granted[i]) + " takes queued)";
-    }
-    std::fprintf(stderr, "%-25s %s\n", c.mech, line.c_str());
-  }
-  std::fprintf(stderr, "%s: load average at the end %s; %.1f s in all\n", kProg, loadavg().c_str(),
+  res.print();  // rows (stdout) and the table (stderr)
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    if (granted[i] > 0) std::fprintf(stderr, "%s: %s: %llu takes queued\n", kProg, configs[i].mech, static_cast<unsigned long long>(granted[i]));
+  std::fprintf(stderr, "%s: load average at the end %s; %.1f s in all\n", kProg, load_average().c_str(),
                std::chrono::duration<double>(bench_clock::now() - start).count());
   return 0;
 }

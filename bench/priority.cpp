@@ -155,35 +155,25 @@ int main(int argc, char** argv) {
   }
   if (quick) reps = 1;
   bool ok = true;
+  shmbench::Results res;
+  const char* metric[3] = {"post-ns", "drain-ns", "stream-mps"};
+  const char* unit[3] = {"ns", "ns", "msg/s"};
   for (const std::uint32_t cap : capacities) {
     const std::string group = "prio-" + (cap % 1024 == 0 ? std::to_string(cap / 1024) + "k" : std::to_string(cap));
-    std::vector<double> v[2][3], ratio[3];
-    for (int rep = 0; rep < reps; ++rep) {
-      one_run runs[2];
-      for (int k = 0; k < 2; ++k) {  // interleaved: fifo, then priority, each repetition
-        runs[k] = run_once(cap, k == 1);
-        ok &= runs[k].ok;
-        v[k][0].push_back(runs[k].post_ns);
-        v[k][1].push_back(runs[k].drain_ns);
-        v[k][2].push_back(runs[k].stream_mps);
-      }
-      ratio[0].push_back(runs[1].post_ns / runs[0].post_ns);
-      ratio[1].push_back(runs[1].drain_ns / runs[0].drain_ns);
-      ratio[2].push_back(runs[1].stream_mps / runs[0].stream_mps);
-    }
-    const char* metric[3] = {"post-ns", "drain-ns", "stream-mps"};
-    const char* unit[3] = {"ns", "ns", "msg/s"};
     const std::string note = "capacity " + std::to_string(cap) + ", 64 B, " + std::to_string(reps) + " reps";
-    for (int k = 0; k < 2; ++k)
-      for (int m = 0; m < 3; ++m) {
-        const auto s = shmbench::summarize(v[k][m]);
-        shmbench::print_row(group, k == 0 ? "fifo" : "priority", metric[m], s.median, s.min, s.max, unit[m], note);
+    for (int rep = 0; rep < reps; ++rep) {
+      double v[2][3];
+      for (int k = 0; k < 2; ++k) {  // interleaved: fifo, then priority, each repetition
+        const one_run r = run_once(cap, k == 1);
+        ok &= r.ok;
+        v[k][0] = r.post_ns, v[k][1] = r.drain_ns, v[k][2] = r.stream_mps;
+        for (int m = 0; m < 3; ++m) res.add(group, k == 0 ? "fifo" : "priority", metric[m], unit[m], v[k][m], note);
       }
-    for (int m = 0; m < 3; ++m) {
-      const auto s = shmbench::summarize(ratio[m]);
-      shmbench::print_row(group, "ratio", metric[m], s.median, s.min, s.max, "x", "priority / fifo, same repetition");
+      for (int m = 0; m < 3; ++m)
+        res.add(group, "ratio", metric[m], "x", v[1][m] / v[0][m], "priority / fifo, same repetition");
     }
   }
+  res.print();
   if (!ok) std::fprintf(stderr, "priority bench: a run lost, refused or misordered messages\n");
   return ok ? 0 : 1;
 }

@@ -23,6 +23,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -76,20 +77,6 @@ inline std::array<double, 3> percentiles(std::vector<double>& samples) {  // sor
   return {quantile(samples, 0.50), quantile(samples, 0.99), quantile(samples, 0.999)};
 }
 
-// The rows of a round-trip configuration: for each percentile, the median
-// over the repetitions and their min and max (reps[k]: the k-th percentile
-// of every repetition; sorted in place). Returns the three summaries.
-inline std::array<summary, 3> print_percentile_rows(std::string_view group, std::string_view mech,
-                                                    std::array<std::vector<double>, 3>& reps,
-                                                    std::string_view note) {
-  std::array<summary, 3> s;
-  for (std::size_t k = 0; k < 3; ++k) {
-    s[k] = summarize(reps[k]);
-    print_row(group, mech, kPercentileMetric[k], s[k].median, s[k].min, s[k].max, "us", note);
-  }
-  return s;
-}
-
 // Handshake: waits until process `pid` sleeps in the kernel (state S in
 // /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
 // The contents of `path`, or what could be read of it; never throws (a /proc
@@ -124,5 +111,100 @@ inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
     sched_yield();
   }
 }
+
+// CPU time (user + system, all threads) process `pid` has used, in
+// microseconds (clock-tick resolution, 10 ms here), -1 if unreadable; 0 pid: this process.
+inline double cpu_us(pid_t pid) {
+  const std::string all = read_text(pid == 0 ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat");
+  const auto close = all.rfind(')');
+  if (close == std::string::npos) return -1;
+  unsigned long long utime = 0, stime = 0;  // fields 14 and 15; field 3 (state) follows ") "
+  if (std::sscanf(all.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+    return -1;
+  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// A figure with three significant digits or so ("1234", "12.3", "1.23").
+inline std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, v >= 1000 || v <= -1000 ? "%.0f" : v >= 100 || v <= -100 ? "%.1f" : "%.2f", v);
+  return b;
+}
+
+// The load average of the last minute ("0.52"), for the logs.
+inline std::string load_average() {
+  double l = 0;
+  return ::getloadavg(&l, 1) == 1 ? fmt(l) : "?";
+}
+
+// What the repetitions of a benchmark measured: one value per repetition
+// for each (group, mechanism, metric), and the skips, in the order first
+// added, grouped by group and mechanism. print() writes the rows (median,
+// min and max of the repetitions) on stdout and the same as a table on
+// stderr: a block per group, a line per mechanism, a cell "metric median
+// (min..max) unit" per metric.
+class Results {
+ public:
+  // One repetition's value; `note` (the row's last field) replaces the one before.
+  void add(std::string_view group, std::string_view mech, std::string_view metric, std::string_view unit,
+           double value, std::string_view note = {}) {
+    series& s = at(group, mech, metric);
+    s.unit = std::string(unit);  // a new string (assigning the view trips GCC 12's -Wrestrict)
+    s.note = std::string(note);
+    s.values.push_back(value);
+  }
+  void skip(std::string_view group, std::string_view mech, std::string_view why) {
+    place({std::string(group), std::string(mech), {}, {}, std::string(why), {}, true});
+  }
+  void print() {
+    std::string group, mech, line;
+    const auto flush = [&] {
+      if (!mech.empty()) std::fprintf(stderr, "  %-18s%s\n", mech.c_str(), line.c_str());
+      line.clear();
+    };
+    for (series& s : entries_) {
+      if (s.group != group || s.mech != mech) {
+        flush();
+        if (s.group != group) std::fprintf(stderr, "\n%s\n", s.group.c_str());
+        group = s.group;
+        mech = s.mech;
+      }
+      if (s.skipped) {
+        print_skip(s.group, s.mech, s.note);
+        line += " skipped: " + s.note;
+        continue;
+      }
+      const summary m = summarize(s.values);
+      print_row(s.group, s.mech, s.metric, m.median, m.min, m.max, s.unit, s.note);
+      line += " " + s.metric + " " + fmt(m.median) + " (" + fmt(m.min) + ".." + fmt(m.max) + ") " + s.unit + " ";
+    }
+    flush();
+  }
+
+ private:
+  struct series {
+    std::string group, mech, metric, unit, note;
+    std::vector<double> values;
+    bool skipped = false;
+  };
+  series& at(std::string_view group, std::string_view mech, std::string_view metric) {
+    for (series& s : entries_)
+      if (!s.skipped && s.group == group && s.mech == mech && s.metric == metric) return s;
+    return place({std::string(group), std::string(mech), std::string(metric), {}, {}, {}, false});
+  }
+  // After the last entry of its mechanism, else of its group, else at the end.
+  series& place(series&& s) {
+    std::size_t group_end = entries_.size(), mech_end = entries_.size();
+    bool in_group = false, in_mech = false;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].group != s.group) continue;
+      group_end = i + 1, in_group = true;
+      if (entries_[i].mech == s.mech) mech_end = i + 1, in_mech = true;
+    }
+    const std::size_t at = in_mech ? mech_end : in_group ? group_end : entries_.size();
+    return *entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(at), std::move(s));
+  }
+  std::vector<series> entries_;
+};
 
 }  // namespace shmbench

@@ -13,10 +13,11 @@
 // rtt-sleep-64; metrics p50, p99, p99.9; unit us), a readable table to stderr.
 //
 // METHOD
-// * Processes. The benchmark process (the parent) only orchestrates: for every
-//   measured run it creates fresh queues/segments for both directions, forks
-//   the pinger A and the echoer B, and reads what they report through a pipe.
-//   No measured work happens in the parent.
+// * Processes, messages, their check, start barrier, watchdog, repetitions
+//   (--reps, default 5; for each percentile the median over the runs, and
+//   the min and max), cleanup: harness.hpp, COMMON METHOD. A run: fresh
+//   queues for both directions, the pinger A and the echoer B
+//   (bench/mech/round_trip.hpp, shared with pool.cpp's box-rtt).
 // * One round trip. A writes the sequence number into its message, reads
 //   steady_clock (t0), sends the message on "ping", waits for the echo on
 //   "pong", checks it, and reads steady_clock again (t1); t1 - t0 is one
@@ -25,25 +26,15 @@
 //   empty or holds one message: this measures hand-over latency (wake-up,
 //   cache-line transfers, system calls), never queueing.
 // * Messages. 64 bytes (rtt-busy-64, rtt-sleep-64) or 1024 bytes
-//   (rtt-busy-1k), as in the throughput runs (harness.hpp): bytes 0..7 the
-//   sender id (0), 8..15 the sequence number, the rest a fixed pattern.
-// * Checking. B checks every ping (harness.hpp, Checker): the right size and
-//   id, exactly the next sequence number (0, 1, 2, ...) and the pattern in its
-//   last bytes; A checks every echo the same way (it must carry the sequence
-//   number A just sent). A lost, duplicated, reordered or damaged message
-//   fails the run. After the run the parent checks that
-//   both children reported the full count, and what the mechanism can confirm
+//   (rtt-busy-1k). B checks every ping, A every echo (it must carry the
+//   sequence number A just sent). After the run the parent checks that both
+//   children reported the full count, and what the mechanism can confirm
 //   itself: shmbox's counters (posted = stored = delivered = the count, per
-//   direction), message_queue / POSIX queues / lockfree queues empty. Any
-//   failure aborts the benchmark with a message on stderr and exit status 1.
+//   direction), message_queue / POSIX queues / lockfree queues empty.
 // * Counts. Per run: W warm-up round trips (--warmup, default 2000; not
 //   recorded), then N measured ones (--count, default 20000). A computes the
 //   run's p50, p99 and p99.9 (nearest rank over its N sorted samples). The
 //   samples array is allocated and touched before the start.
-// * Repetitions. Every (group, mechanism) runs R times (--reps, default 5),
-//   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
-//   slow phase of the machine does not hit a single configuration. For each
-//   percentile the row shows the median over the R runs, and the min and max.
 // * Busy polling (rtt-busy-*). Every receiver loops on a non-blocking
 //   receive: spin ring pop, spsc_queue::pop, shmbox Owner::try_receive,
 //   shmbox Owner::receive_in_place(fn, 1, 0 ns). All four use the same wait
@@ -75,10 +66,6 @@
 //   above. Above 1 KiB a run makes count x 1024 / S round trips (at least
 //   200; warm-up likewise, at least 32) and the queues hold 16 slots (one
 //   message is in flight; see capacity_for); the rows' notes say so.
-// * Start barrier, watchdog (no sleep synchronises anything: start and
-//   finish are pipe handshakes; fork and set-up are not timed) and cleanup
-//   (fresh queues every run, removed also on failure and on fatal signals):
-//   bench/harness.hpp, ONE RUN and CLEANUP.
 // * No CPU pinning (the machine may have only 2 cores, and other work may run
 //   on it): figures include scheduling noise; the p99.9 especially. When the
 //   two children end up on the same CPU (the other one busy), a busy-polling
@@ -87,10 +74,8 @@
 //   trip then costs about twice that: tens of microseconds (busy) and ~100
 //   us (adaptive) instead of well under one (see the min..max of the rows).
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with throughput.cpp and iceoryx.cpp; the
-// mechanisms are bench/mech/ (shared with throughput.cpp); this file has the
-// configurations, the two roles and the table.
+// The mechanisms are bench/mech/ (shared with throughput.cpp); this file has
+// the configurations.
 #include <fcntl.h>
 #include <mqueue.h>
 #include <signal.h>
@@ -116,6 +101,7 @@
 
 #include "harness.hpp"
 #include "mech/mech.hpp"
+#include "mech/round_trip.hpp"
 #include "rows.hpp"
 
 namespace {
@@ -204,17 +190,10 @@ bool known_name(std::string_view n) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool have_count = false, have_warmup = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--count") {
-      have_count = true;
-      return w.number(a.count, 1, 100'000'000);
-    }
-    if (arg == "--warmup") {
-      have_warmup = true;
-      return w.number(a.warmup, 0, 100'000'000);
-    }
+    if (arg == "--count") return w.number(a.count, 1, 100'000'000);
+    if (arg == "--warmup") return w.number(a.warmup, 0, 100'000'000);
     if (arg == "--sizes")
       return parse_list(w, a.sizes, [](std::string_view item, std::size_t& s) {
         return parse_number(item, s) && s >= kMinMsgSize && s <= kMaxCurveMsgSize;
@@ -229,11 +208,9 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!have_count) a.count = 200;
-    if (!have_warmup) a.warmup = 20;
-    if (!a.reps_given) a.reps = 2;
-  }
+  a.quick_default(a.count, "--count", 200);
+  a.quick_default(a.warmup, "--warmup", 20);
+  a.quick_default(a.reps, "--reps", 2);
   return a;
 }
 
@@ -279,125 +256,15 @@ bool selected(const Args& a, const Config& c) {
   return false;
 }
 
-constexpr std::int32_t kPinger = 0;  // A: sends pings, measures
-constexpr std::int32_t kEchoer = 1;  // B: echoes
-
-// ===========================================================================
-// The two roles
-// ===========================================================================
-// Each child has one End (bench/mech/mech.hpp) that sends on one queue and
-// receives from the other.
-
-struct ChildCtx {
-  Kind kind{};
-  EndCtx end;
-  std::int32_t who = kPinger;
-  std::uint64_t warmup = 0, count = 0;
-  ChildEnds ends;  // its ends of the run's pipes (the "done" barrier is not used)
-};
-
-// A: sends pings, times each round trip, reports the run's percentiles.
-template <class End>
-void pinger(const ChildCtx& c, End& end) {
-  const std::uint64_t total = c.warmup + c.count;
-  MessageBuffer msg(0, c.end.size);
-  Checker check({total}, c.end.size, "echo");
-  const auto on = [&](const unsigned char* p, std::size_t n) { check.on(p, n); };
-  std::vector<std::int64_t> ns(c.count, 0);  // allocated and touched before the start
-  c.ends.ready_and_wait(kPinger);
-
-  for (std::uint64_t i = 0; i < total; ++i) {
-    msg.set_seq(i);
-    const auto t0 = bench_clock::now();
-    end.send(msg.bytes);
-    end.recv(on);  // the echo, checked (zero-copy: in place)
-    const auto t1 = bench_clock::now();
-    if (i >= c.warmup) ns[i - c.warmup] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  }
-
-  std::vector<double> us(ns.size());
-  double sum = 0;
-  for (std::size_t i = 0; i < ns.size(); ++i) sum += us[i] = static_cast<double>(ns[i]) / 1000.0;
-  const std::array<double, 3> p = shmbench::percentiles(us);  // sorts us
-  Record r = make_record(rec_kind::result, kPinger, us.size());
-  std::copy(p.begin(), p.end(), r.us);
-  r.us[3] = us.front();
-  r.us[4] = us.back();
-  r.us[5] = sum / static_cast<double>(us.size());
-  c.ends.send(r);
-}
-
-// B: echoes every ping after checking it (a wrong message is never echoed),
-// from where it received it (zero-copy: from the ping's slot into a loaned
-// pong slot, inside the receive callback).
-template <class End>
-void echoer(const ChildCtx& c, End& end) {
-  Checker check({c.warmup + c.count}, c.end.size, "ping");
-  const auto echo = [&](const unsigned char* p, std::size_t n) {
-    check.on(p, n);
-    end.send(p);
-  };
-  c.ends.ready_and_wait(kEchoer);
-  while (!check.complete()) end.recv(echo);
-  c.ends.send(rec_kind::produced, kEchoer, check.received());  // the number of messages echoed
-}
-
-void child_main(const ChildCtx& c) {
-  ::signal(SIGPIPE, SIG_IGN);  // a write to a dead peer's pipe/socket is an error (EPIPE), not a silent death
-  with_end(c.kind, c.end, [&](auto& end) { c.who == kPinger ? pinger(c, end) : echoer(c, end); });
-}
-
-// ===========================================================================
-// The parent: one run
-// ===========================================================================
-
-// One measured run (harness.hpp, ONE RUN): fresh queues (ping: A -> B, pong:
-// B -> A), the pinger and the echoer; the pinger's percentiles.
+// One measured run (bench/mech/round_trip.hpp): fresh queues, the pinger
+// and the echoer; the pinger's percentiles.
 Record run_once(const Config& cfg, const Args& args, long mq_depth) {
-  QueueOpts opts;
-  opts.capacity = capacity_for(cfg.size);
   const auto [count, warmup] = counts_for(args, cfg.size);
-  opts.posix_depth = mq_depth;
-  opts.shmbox_block = false;  // reject: never full here, one message in flight
-  opts.socket_pair = true;
-  const std::string base = std::string(kMarker) + std::to_string(::getpid()) + "-" + info_of(cfg.kind).tag;
-  const std::unique_ptr<Queue> ping = make_queue(cfg.kind, base + "-ping", cfg.size, opts);
-  const std::unique_ptr<Queue> pong = make_queue(cfg.kind, base + "-pong", cfg.size, opts);
-  Run run;  // declared after the queues: children die before they are removed
-
-  for (const std::int32_t who : {kPinger, kEchoer}) {
-    ChildCtx c;
-    c.kind = cfg.kind;
-    c.end.size = cfg.size;
-    c.end.send_mode = cfg.send;
-    c.end.recv_mode = cfg.recv;
-    (who == kPinger ? ping : pong)->sender(c.end);
-    (who == kPinger ? pong : ping)->receiver(c.end);
-    c.who = who;
-    c.warmup = warmup;
-    c.count = count;
-    c.ends = run.child_ends();
-    run.spawn(who == kPinger ? "pinger" : "echoer", who, [c] { child_main(c); },
-              fds_not_of(c.end, {ping.get(), pong.get()}));
-  }
-  run.watch(args.timeout_s);
-  ping->close_fds();  // only the children keep these: EOF on a pipe/socket means the peer is gone
-  pong->close_fds();
-  run.wait_ready(2);  // both children have opened/attached/mapped everything
-  ping->opened();
-  pong->opened();
-  run.release();
-  const Run::Finished f = run.wait_finished(1);  // the echoer's count and the pinger's result
-  run.wait_exit();
-
-  const std::uint64_t total = warmup + count;
-  if (f.sent != total || f.result.a != count)
-    throw bench_failure("count mismatch: echoed " + std::to_string(f.sent) + " of " + std::to_string(total) +
-                        ", measured " + std::to_string(f.result.a) + " of " + std::to_string(count));
-  ping->verify(total);
-  pong->verify(total);
-  return f.result;
+  return run_round_trips({cfg.kind, cfg.size, cfg.send, cfg.recv, capacity_for(cfg.size), mq_depth, count, warmup,
+                          std::string(kMarker) + std::to_string(::getpid()) + "-" + info_of(cfg.kind).tag,
+                          args.timeout_s});
 }
+
 // ===========================================================================
 // Availability, repetitions, output
 // ===========================================================================
@@ -416,17 +283,6 @@ std::string unavailable(const Config& c, long mq_depth) {
       return "POSIX message queues unavailable: " + errno_text("mq_open", e);
   }
   return {};
-}
-
-std::string fmt_us(double v) {
-  char buf[32];
-  if (v >= 1000)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 100)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
 }
 
 int run(const Args& args) {
@@ -450,55 +306,29 @@ int run(const Args& args) {
                args.reps, ::sysconf(_SC_NPROCESSORS_ONLN), mq_depth);
 
   // per configuration: p50, p99, p99.9 of every rep
-  std::vector<std::array<std::vector<double>, 3>> pct(configs.size());
+  Results res;
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    if (selected(args, configs[i]) && !skip[i].empty()) res.skip(configs[i].group, configs[i].mech_name, skip[i]);
   for (int rep = 0; any && rep < args.reps; ++rep) {
     const auto t0 = bench_clock::now();
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& c = configs[i];
       if (!selected(args, c) || !skip[i].empty()) continue;
       const Record r = run_once(c, args, mq_depth);
-      for (int k = 0; k < 3; ++k) pct[i][static_cast<std::size_t>(k)].push_back(r.us[k]);
+      std::string note = std::to_string(args.count) + " round trips x " + std::to_string(args.reps) + " reps";
+      if (c.size > 1024 || capacity_for(c.size) != kCapacity)
+        note = std::to_string(counts_for(args, c.size).first) + " round trips x " + std::to_string(args.reps) +
+               " reps; boxes of " + std::to_string(capacity_for(c.size)) + " slots";
+      for (std::size_t k = 0; k < 3; ++k) res.add(c.group, c.mech_name, kPercentileMetric[k], "us", r.us[k], note);
       if (args.verbose)
-        std::fprintf(stderr,
-                     "  rep %d/%d  %-13s %-17s p50 %8s  p99 %8s  p99.9 %8s  min %8s  max %8s  mean %8s us\n",
-                     rep + 1, args.reps, c.group, c.mech_name, fmt_us(r.us[0]).c_str(), fmt_us(r.us[1]).c_str(),
-                     fmt_us(r.us[2]).c_str(), fmt_us(r.us[3]).c_str(), fmt_us(r.us[4]).c_str(),
-                     fmt_us(r.us[5]).c_str());
+        std::fprintf(stderr, "  rep %d/%d  %-13s %-17s p50 %8s  p99 %8s  p99.9 %8s  min %8s  max %8s  mean %8s us\n",
+                     rep + 1, args.reps, c.group, c.mech_name, fmt(r.us[0]).c_str(), fmt(r.us[1]).c_str(),
+                     fmt(r.us[2]).c_str(), fmt(r.us[3]).c_str(), fmt(r.us[4]).c_str(), fmt(r.us[5]).c_str());
     }
     std::fprintf(stderr, "%s: rep %d/%d done (%.1f s)\n", kProg, rep + 1, args.reps,
                  std::chrono::duration<double>(bench_clock::now() - t0).count());
   }
-
-  // Rows (stdout) and the table (stderr), in configuration order.
-  char note[96];
-  std::snprintf(note, sizeof note, "%llu round trips x %d reps", static_cast<unsigned long long>(args.count),
-                args.reps);
-  std::fprintf(stderr, "\n%-13s %-17s %-24s %-24s %-24s\n", "group", "mechanism", "p50 us (min..max)",
-               "p99 us (min..max)", "p99.9 us (min..max)");
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (!selected(args, c)) continue;
-    if (!skip[i].empty()) {
-      shmbench::print_skip(c.group, c.mech_name, skip[i]);
-      std::fprintf(stderr, "%-13s %-17s skipped: %s\n", c.group, c.mech_name, skip[i].c_str());
-      continue;
-    }
-    std::string line;
-    std::string cnote = note;
-    if (c.size > 1024 || capacity_for(c.size) != kCapacity) {
-      cnote = std::to_string(counts_for(args, c.size).first) + " round trips x " + std::to_string(args.reps) +
-              " reps; boxes of " + std::to_string(capacity_for(c.size)) + " slots";
-    }
-    for (const shmbench::summary& s : shmbench::print_percentile_rows(c.group, c.mech_name, pct[i], cnote)) {
-      char cell[64];
-      std::snprintf(cell, sizeof cell, "%s (%s..%s)", fmt_us(s.median).c_str(), fmt_us(s.min).c_str(),
-                    fmt_us(s.max).c_str());
-      char padded[80];
-      std::snprintf(padded, sizeof padded, "%-24s ", cell);
-      line += padded;
-    }
-    std::fprintf(stderr, "%-13s %-17s %s\n", c.group, c.mech_name, line.c_str());
-  }
+  res.print();  // rows (stdout) and the table (stderr)
   return 0;
 }
 

@@ -30,40 +30,25 @@
 // groups tput-<S>-<P>p, and tput-<S>-<P>p-c<C> with --capacity C.
 // (value = messages per second / 1e6; the note gives the messages per run
 // and anything that differs between mechanisms, such as a smaller queue).
-// stderr: the same as a human-readable table with ratios, and errors.
+// stderr: the same as a table (rows.hpp, Results), and errors.
 //
 // METHOD
-// * Processes. The benchmark process (the parent) only orchestrates: for every
-//   measured run it creates a fresh segment/queue/pipe/socket, forks one
-//   consumer process and one process per producer, and reads what they report
-//   through a pipe. No measured work happens in the parent.
+// * Processes, messages, their check, start barrier, watchdog, repetitions,
+//   cleanup: harness.hpp, COMMON METHOD. A run: a fresh segment/queue/pipe/
+//   socket, one consumer process and one process per producer.
 // * Messages. Every producer posts its share of the run's messages (split as
-//   evenly as possible). Every message is S bytes (64 or 1024); its first 16
-//   bytes are (producer id, sequence number), the rest a fixed pattern of its
-//   producer. The producer copies the whole S bytes for every message (into
-//   the loaned slot, for shmbox-zero-copy). Message counts: --messages N for
+//   evenly as possible), S bytes each (64 or 1024; zero-copy: written into
+//   the loaned slot). Message counts: --messages N for
 //   64-byte messages, N/2 for 1 KiB ones; the slower mechanisms send fewer,
 //   so that a run of each takes a comparable time: boost-mq and pipe a
 //   quarter, posix-mq and unix-socket a sixteenth. Every row's note says how
 //   many messages a run sent.
-// * Checking. The consumer checks every message: the right size, a known
-//   producer id, exactly the next sequence number of that producer (every
-//   mechanism is FIFO per producer), and that the message's last 8 bytes are
-//   its producer's pattern (a truncated or torn message fails; every
-//   consumer, also the zero-copy one, reads both ends of every message). So a
-//   lost, duplicated, reordered, corrupted or extra message fails the run.
-//   After the producers have reported that they are finished, the consumer
-//   also checks that nothing more arrives, so the count is exact; for shmbox
-//   the parent additionally compares the box's own stored/delivered counters
-//   with the count (and finds the boost-mq, posix-mq and lockfree-spsc queues
-//   empty). Any failure aborts the benchmark with a message on stderr
-//   and exit status 1.
-// * Start barrier. The parent reads steady_clock (t_release) when it
-//   releases the children, after every one has done its set-up (attach/open/
-//   acquire, connect, mapping): fork and set-up are not timed. The barrier,
-//   the watchdog (no sleep synchronises anything) and the cleanup (fresh
-//   queues every run, removed also on failure and on fatal signals) are
-//   bench/harness.hpp's: ONE RUN and CLEANUP there.
+// * Checking. Every mechanism is FIFO per producer; every consumer, also the
+//   zero-copy one, reads both ends of every message. After the producers
+//   have finished, the consumer checks that nothing more arrives, so the
+//   count is exact; for shmbox the parent compares the box's own
+//   stored/delivered counters with the count (and finds the boost-mq,
+//   posix-mq and lockfree-spsc queues empty).
 // * Mechanisms. Every queue holds 1024 messages of S bytes, except where the
 //   system limits it (the note says so): posix-mq holds
 //   /proc/sys/fs/mqueue/msg_max messages (10 on Debian; not changed), a unix
@@ -100,15 +85,9 @@
 //   Big messages and queues of more than 1024 send at least 8 x the
 //   capacity (--laps) (so the first lap, with its page faults, is at most an eighth of
 //   the time). The notes of the rows say what applied.
-// * Repetitions. Every configuration runs R times (--reps). The runs are
-//   interleaved (rep 1 of every configuration, then rep 2, ...), so that a
-//   slow phase of the machine does not hit a single configuration. Rows give
-//   the median rate and the min and max; ratios are of medians of this run.
 //
-// The harness (children, pipes, barriers, watchdog, cleanup, the message
-// check) is bench/harness.hpp, shared with rtt.cpp and iceoryx.cpp; the
-// mechanisms are bench/mech/ (shared with rtt.cpp); this file has the
-// configurations, the two roles and the table.
+// The mechanisms are bench/mech/ (shared with rtt.cpp); this file has the
+// configurations and the two roles.
 #include <fcntl.h>
 #include <mqueue.h>
 #include <poll.h>
@@ -228,13 +207,9 @@ void usage(std::FILE* to) {
 
 std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
-  bool messages_given = false;
   const bool ok = parse_options(kProg, argc, argv, usage, a, [&](ArgWalker& w) {
     const std::string_view arg = w.name();
-    if (arg == "--messages") {
-      messages_given = true;
-      return w.number(a.messages, 1);
-    }
+    if (arg == "--messages") return w.number(a.messages, 1);
     if (arg == "--only")
       return parse_list(w, a.only, [](std::string_view item, const MechInfo*& m) {
         const auto it = std::find_if(std::begin(kMechs), std::end(kMechs),
@@ -257,10 +232,8 @@ std::optional<Args> parse_args(int argc, char** argv) {
     return false;
   });
   if (!ok) return std::nullopt;
-  if (a.quick) {
-    if (!messages_given) a.messages = 20'000;
-    if (!a.reps_given) a.reps = 1;
-  }
+  a.quick_default(a.messages, "--messages", 20'000);
+  a.quick_default(a.reps, "--reps", 1);
   return a;
 }
 
@@ -475,30 +448,6 @@ std::vector<Config> make_configs(const Args& args) {
   return out;
 }
 
-// Millions of messages per second, three significant digits.
-std::string fmt_mrate(double r) {
-  const double m = r / 1e6;
-  char buf[32];
-  if (m >= 100) std::snprintf(buf, sizeof buf, "%.0f", m);
-  else if (m >= 10) std::snprintf(buf, sizeof buf, "%.1f", m);
-  else if (m >= 1) std::snprintf(buf, sizeof buf, "%.2f", m);
-  else std::snprintf(buf, sizeof buf, "%.3f", m);
-  return buf;
-}
-
-std::string fmt_ratio(std::optional<double> r) {
-  if (!r) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", *r);
-  return buf;
-}
-
-// The 1-minute load average: other work on the machine makes every number noisy.
-std::string load_average() {
-  double l = 0;
-  return ::getloadavg(&l, 1) == 1 ? std::to_string(l).substr(0, 4) : "?";
-}
-
 int run(const Args& args) {
   install_signal_handlers();
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -507,11 +456,11 @@ int run(const Args& args) {
 
   const std::vector<Config> configs = make_configs(args);
   const auto started = bench_clock::now();
-  std::vector<std::vector<double>> rates(configs.size());
-  std::vector<std::uint64_t> retries(configs.size(), 0);
+  Results res;
+  for (const Config& c : configs)
+    if (!c.skip.empty()) res.skip(c.group, c.mech->name, c.skip);
   for (int rep = 0; rep < args.reps; ++rep) {  // interleaved: rep 1 of everything, then rep 2, ...
-    for (std::size_t i = 0; i < configs.size(); ++i) {
-      const Config& c = configs[i];
+    for (const Config& c : configs) {
       if (!c.skip.empty()) continue;
       RunResult r;
       try {
@@ -520,69 +469,22 @@ int run(const Args& args) {
         throw bench_failure(c.group + " " + std::string(c.mech->name) + ", rep " + std::to_string(rep + 1) +
                             ": " + e.what());
       }
-      const double rate = static_cast<double>(c.messages) / r.seconds;
-      rates[i].push_back(rate);
-      retries[i] += r.retries;
-      if (args.verbose)
+      const double rate = static_cast<double>(c.messages) / r.seconds / 1e6;
+      res.add(c.group, c.mech->name, "rate", "Mmsg/s", rate, c.note);
+      if (r.retries > 0 || args.verbose)
         std::fprintf(stderr, "rep %d/%d  %-11s %-17.*s %9llu msgs  %8.4f s  %8s Mmsg/s  retries %llu\n", rep + 1,
                      args.reps, c.group.c_str(), int(c.mech->name.size()), c.mech->name.data(),
-                     static_cast<unsigned long long>(c.messages), r.seconds, fmt_mrate(rate).c_str(),
+                     static_cast<unsigned long long>(c.messages), r.seconds, fmt(rate).c_str(),
                      static_cast<unsigned long long>(r.retries));
     }
   }
-  const double elapsed = std::chrono::duration<double>(bench_clock::now() - started).count();
-
-  // Rows on stdout.
-  std::vector<std::optional<shmbench::summary>> st(configs.size());
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    const std::string_view mech = c.mech->name;
-    if (!c.skip.empty()) {
-      shmbench::print_skip(c.group, mech, c.skip);
-      continue;
-    }
-    st[i] = shmbench::summarize(rates[i]);
-    shmbench::print_row(c.group, mech, "rate", st[i]->median / 1e6, st[i]->min / 1e6, st[i]->max / 1e6, "Mmsg/s",
-                        c.note);
-  }
-
-  // The table on stderr: one block per group, ratios of medians within it.
-  auto median_in = [&](const std::string& group, std::string_view m) -> std::optional<double> {
-    for (std::size_t i = 0; i < configs.size(); ++i)
-      if (configs[i].group == group && configs[i].mech->name == m && st[i]) return st[i]->median;
-    return std::nullopt;
-  };
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   std::fprintf(stderr,
                "\n# shmbox-bench-throughput: median (min .. max) of %d runs per row, interleaved; N = %llu; queues "
                "of %u messages unless noted\n# %ld CPUs, load average %s before, %s after; %.0f s\n",
-               args.reps, static_cast<unsigned long long>(args.messages), kCapacity, cpus, load_before.c_str(),
-               load_average().c_str(), elapsed);
-  std::string last_group;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
-    if (c.group != last_group) {
-      last_group = c.group;
-      std::fprintf(stderr, "\n%s: %zu-byte messages, %d producer%s, 1 consumer\n", c.group.c_str(), c.size,
-                   c.producers, c.producers == 1 ? "" : "s");
-      std::fprintf(stderr, "  %-17s %10s  %8s  %-19s %8s  %9s  %s\n", "mechanism", "msgs/run", "Mmsg/s", "min .. max",
-                   "vs copy", "vs b-mq", "note");
-    }
-    const std::string_view mech = c.mech->name;
-    if (!st[i]) {
-      std::fprintf(stderr, "  %-17.*s skipped: %s\n", int(mech.size()), mech.data(), c.skip.c_str());
-      continue;
-    }
-    const auto copy = median_in(c.group, "shmbox-copy"), bmq = median_in(c.group, "boost-mq");
-    const std::string range = fmt_mrate(st[i]->min) + " .. " + fmt_mrate(st[i]->max);
-    std::string note = c.note.substr(c.note.find(" msgs/run") + 9);  // the count is in its own column
-    if (note.starts_with(" ")) note.erase(0, 1);
-    if (retries[i] > 0) note += (note.empty() ? "" : "; ") + std::to_string(retries[i]) + " retries";
-    std::fprintf(stderr, "  %-17.*s %10llu  %8s  %-19s %8s  %9s  %s\n", int(mech.size()), mech.data(),
-                 static_cast<unsigned long long>(c.messages), fmt_mrate(st[i]->median).c_str(), range.c_str(),
-                 fmt_ratio(copy ? std::optional<double>(st[i]->median / *copy) : std::nullopt).c_str(),
-                 fmt_ratio(bmq ? std::optional<double>(st[i]->median / *bmq) : std::nullopt).c_str(), note.c_str());
-  }
+               args.reps, static_cast<unsigned long long>(args.messages), kCapacity, ::sysconf(_SC_NPROCESSORS_ONLN),
+               load_before.c_str(), load_average().c_str(),
+               std::chrono::duration<double>(bench_clock::now() - started).count());
+  res.print();
   return 0;
 }
 

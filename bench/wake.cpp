@@ -35,16 +35,13 @@
 #include <string>
 #include <vector>
 
+#include "harness.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
 
-std::int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
+using shmbench::now_ns;  // CLOCK_MONOTONIC
 
 bool io(int fd, void* p, std::size_t n, bool write_it) {
   char* c = static_cast<char*>(p);
