@@ -1,4 +1,4 @@
-// tools/bridge.cpp - shmbox-bridge: moves messages between a local box and a
+// bridge/bridge.cpp - shmbox-bridge: moves messages between a local box and a
 // NATS JetStream stream (docs/bridge.md). Export owns a box and publishes
 // what it reads, committing only what JetStream acknowledged (two-phase
 // read; Nats-Msg-Id = the message's shmbox::message_id, so a republish after

@@ -1,4 +1,4 @@
-// tools/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
+// bridge/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
 #include "bridge_status.hpp"
 
 #include <fcntl.h>

@@ -1,8 +1,8 @@
-// tools/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
+// bridge/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
 // finds them: a small shared-memory segment per bridged box and direction,
 // /dev/shm/shmbox-bridge.BOX.ROLE, written by the bridge that works the box
 // (an export bridge that owns it, or the import bridge), read by anyone.
-// Needs no NATS: the CLI reads it, tools/bridge.cpp writes it.
+// Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
 #pragma once
 
 #include <atomic>
@@ -57,7 +57,7 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
 // Removes the box's bridge status segments, if any (`shmbox rm`).
 void remove_bridge_status(std::string_view box);
 
-// The writer's side (tools/bridge.cpp).
+// The writer's side (bridge/bridge.cpp).
 class bridge_status {
  public:
   // Opens or creates /dev/shm/shmbox-bridge.BOX.ROLE (mode: `mode`, e.g. the
