@@ -14,6 +14,8 @@
 
 namespace shmbox_cli {
 
+struct bridge_status_segment;  // bridge/status_layout.hpp
+
 enum class bridge_role : std::uint32_t { export_ = 1, import_ = 2 };
 std::string_view to_string(bridge_role r) noexcept;  // "export", "import"
 
@@ -72,11 +74,10 @@ class bridge_status {
   void activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable);
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
-  struct shm;  // the segment's layout (bridge_status.cpp)
 
  private:
   bridge_status() = default;
-  shm* p_ = nullptr;
+  bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
 };
 
