@@ -63,14 +63,16 @@ int cmd_give_away(const parsed& a);
 
 // ---- tools/watch.cpp ----------------------------------------------------------
 
+// `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM or --count
+// refreshes; a line per refresh when stdout is not a terminal.
+int cmd_watch(const parsed& a);
+
+// ---- tools/live_view.cpp ------------------------------------------------------
+
 // write(2) all of [p, p + n) to `fd`: a write cut short (a signal, a full
 // pipe taking part of it) is completed, EINTR retried (also from a signal
 // handler: async-signal-safe). false on an error (errno set).
 bool write_all(int fd, const char* p, std::size_t n);
-
-// `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM or --count
-// refreshes; a line per refresh when stdout is not a terminal.
-int cmd_watch(const parsed& a);
 
 // One line of a full-screen frame.
 struct view_line {
