@@ -1,7 +1,7 @@
 """Fixtures of the NATS JetStream bridge's integration tests (docs/bridge.md).
 
 Environment (set by the meson test 'bridge'; defaults for a run from the
-source tree after `meson setup build && ninja -C build`):
+source tree after `bash scripts/setup.sh`):
   SHMBOX_BRIDGE   the bridge (default build/bridge/shmbox-bridge)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
   SHMBOX_LIBRARY  the library the Python package loads (default build/lib/libshmbox.so.0)
