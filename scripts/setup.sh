@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/setup.sh [BUILD_DIR] [meson options...]
 # Installs what shmbox needs from Debian (only what is missing), then
-# configures and builds. Used by demo.sh, test.sh and .ci/run. cmake writes
+# configures (tests, benchmarks, demo and bridge on, which a plain `meson
+# setup` leaves off) and builds. Used by demo.sh, test.sh, soak.sh, tsan.sh,
+# bench/run.sh and .ci/run. cmake writes
 # the CMake package at configure time (cmake/meson.build); cmake and
 # pkg-config build the example consumers in the 'package' test. python3-pytest
 # runs the Python package's tests (suite 'python'); python3-venv,
@@ -18,10 +20,17 @@ install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-de
 
 build="${1:-build}"
 shift || true
+# A plain `meson setup` builds the library and the CLI only
+# (meson_options.txt); the project's own builds build everything (the bridge
+# when libnats-dev is there, as installed above). The caller's options come
+# after these, so they win (e.g. -Dbench=false).
+opts=(-Dtests=true -Dbench=true -Ddemo=true -Dbridge=auto "$@")
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" "$@" >/dev/null
-elif [ $# -gt 0 ]; then
-  meson configure "$build" "$@" >/dev/null
+  meson setup "$build" "${opts[@]}" >/dev/null
+elif ! python3 scripts/build_options.py "$build" "${opts[@]}"; then
+  # A build that differs from what is asked (configured by hand, or before an
+  # option existed): reconfigured (--reconfigure: it also learns new options).
+  meson setup --reconfigure "$build" "${opts[@]}" >/dev/null
 fi
 # SHMBOX_TARGETS: build only these ninja targets (default: everything)
 # shellcheck disable=SC2086

@@ -37,16 +37,42 @@ shmbox::options box_options(const create_args& a);
 int post_messages(shmbox::Producer& producer, const std::string& box, const std::vector<std::string>& messages,
                   const shmbox::post_options& how);
 
+// ---- tools/views.cpp ----------------------------------------------------------
+
+// `shmbox stat NAME`: the box's state and counters (text, --json, or
+// --prometheus with metrics.cpp's text).
+int cmd_stat(const std::string& name, bool as_json, bool prometheus);
+// `shmbox ls`: one row per segment (every box, and what is not one).
+int cmd_ls(bool as_json);
+// `shmbox heirs NAME`: the box's registered heirs.
+int cmd_heirs(const std::string& name, bool as_json);
+// A box's last transfer of ownership, one line ("none" if it never changed hands).
+std::string transfer_text(const shmbox::transfer_record& t);
+
+// ---- tools/box_ops.cpp --------------------------------------------------------
+
+// `shmbox rm NAME` (its bridges' status segments go with it), `shmbox verify
+// NAME`, `shmbox gc`, `shmbox dump NAME`, `shmbox resize NAME`, `shmbox
+// give-away NAME`. Each returns the exit code.
+int cmd_rm(const std::string& name);
+int cmd_verify(const std::string& name, bool as_json);
+int cmd_gc(const parsed& a);
+int cmd_dump(const parsed& a);
+int cmd_resize(const parsed& a);
+int cmd_give_away(const parsed& a);
+
 // ---- tools/watch.cpp ----------------------------------------------------------
+
+// `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM or --count
+// refreshes; a line per refresh when stdout is not a terminal.
+int cmd_watch(const parsed& a);
+
+// ---- tools/live_view.cpp ------------------------------------------------------
 
 // write(2) all of [p, p + n) to `fd`: a write cut short (a signal, a full
 // pipe taking part of it) is completed, EINTR retried (also from a signal
 // handler: async-signal-safe). false on an error (errno set).
 bool write_all(int fd, const char* p, std::size_t n);
-
-// `shmbox watch NAME`: a live view until q, Ctrl-C, SIGTERM or --count
-// refreshes; a line per refresh when stdout is not a terminal.
-int cmd_watch(const parsed& a);
 
 // One line of a full-screen frame.
 struct view_line {

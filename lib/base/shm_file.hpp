@@ -4,7 +4,7 @@
 // Every open of a path in /dev/shm goes through open_shm_file(): box and
 // pool segments (segment.cpp, pool.cpp, collect.cpp, liveness.cpp,
 // pool_supervisor.cpp), the notify doorbells (notify_hub.cpp), the bridge's
-// status segments (tools/bridge_status.cpp), and whatever is added later.
+// status segments (bridge/bridge_status.cpp), and whatever is added later.
 // It never blocks and never follows, and it does not even open what is not
 // of the expected kind:
 //   S1 lstat the path: a symbolic link (dangling or not), a directory, a

@@ -1,7 +1,7 @@
 """Fixtures of the Python package's tests.
 
 Environment (set by the meson test 'python'; defaults for a run from the
-source tree after `meson setup build && ninja -C build`):
+source tree after `bash scripts/setup.sh`):
   SHMBOX_LIBRARY  the library the package loads (default build/lib/libshmbox.so)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
   SHMBOX_HELPER   tests/helper.cpp's program (default build/tests/shmbox-test-helper)

@@ -1,8 +1,8 @@
 """Fixtures of the NATS JetStream bridge's integration tests (docs/bridge.md).
 
 Environment (set by the meson test 'bridge'; defaults for a run from the
-source tree after `meson setup build && ninja -C build`):
-  SHMBOX_BRIDGE   the bridge (default build/tools/shmbox-bridge)
+source tree after `bash scripts/setup.sh`):
+  SHMBOX_BRIDGE   the bridge (default build/bridge/shmbox-bridge)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
   SHMBOX_LIBRARY  the library the Python package loads (default build/lib/libshmbox.so.0)
   SHMBOX_HELPER   the tests' helper (unused so far; accepted for symmetry with the 'python' suite)
@@ -37,7 +37,7 @@ BUILD = os.path.join(SOURCE_ROOT, "build")
 PYTHON_DIR = os.path.join(SOURCE_ROOT, "python")
 
 CLI = os.environ.get("SHMBOX_CLI") or os.path.join(BUILD, "tools", "shmbox")
-BRIDGE = os.environ.get("SHMBOX_BRIDGE") or os.path.join(BUILD, "tools", "shmbox-bridge")
+BRIDGE = os.environ.get("SHMBOX_BRIDGE") or os.path.join(BUILD, "bridge", "shmbox-bridge")
 HELPER = os.environ.get("SHMBOX_HELPER") or os.path.join(BUILD, "tests", "shmbox-test-helper")
 NATS_SERVER = os.environ.get("SHMBOX_NATS_SERVER") or shutil.which("nats-server") or "/usr/sbin/nats-server"
 

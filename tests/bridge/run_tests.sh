@@ -33,7 +33,7 @@ if [ -z "$nats" ] || [ ! -x "$nats" ]; then
   exit 77
 fi
 export SHMBOX_NATS_SERVER="$nats"
-bridge="${SHMBOX_BRIDGE:-$root/build/tools/shmbox-bridge}"
+bridge="${SHMBOX_BRIDGE:-$root/build/bridge/shmbox-bridge}"
 if [ ! -x "$bridge" ]; then
   echo "bridge: $bridge not built (meson option -Dbridge, needs libnats-dev): skipped"
   exit 77

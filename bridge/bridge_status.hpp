@@ -1,8 +1,8 @@
-// tools/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
+// bridge/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
 // finds them: a small shared-memory segment per bridged box and direction,
 // /dev/shm/shmbox-bridge.BOX.ROLE, written by the bridge that works the box
 // (an export bridge that owns it, or the import bridge), read by anyone.
-// Needs no NATS: the CLI reads it, tools/bridge.cpp writes it.
+// Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,8 @@
 #include <vector>
 
 namespace shmbox_cli {
+
+struct bridge_status_segment;  // bridge/status_layout.hpp
 
 enum class bridge_role : std::uint32_t { export_ = 1, import_ = 2 };
 std::string_view to_string(bridge_role r) noexcept;  // "export", "import"
@@ -57,7 +59,7 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
 // Removes the box's bridge status segments, if any (`shmbox rm`).
 void remove_bridge_status(std::string_view box);
 
-// The writer's side (tools/bridge.cpp).
+// The writer's side (bridge/bridge.cpp).
 class bridge_status {
  public:
   // Opens or creates /dev/shm/shmbox-bridge.BOX.ROLE (mode: `mode`, e.g. the
@@ -72,11 +74,10 @@ class bridge_status {
   void activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable);
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
-  struct shm;  // the segment's layout (bridge_status.cpp)
 
  private:
   bridge_status() = default;
-  shm* p_ = nullptr;
+  bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
 };
 

@@ -1,4 +1,4 @@
-// tools/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
+// bridge/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
 #include "bridge_status.hpp"
 
 #include <fcntl.h>
@@ -11,13 +11,11 @@
 #include <cstring>
 
 #include "base/shm_file.hpp"
+#include "status_layout.hpp"
 
 namespace shmbox_cli {
 
 namespace {
-
-constexpr std::uint64_t kBridgeMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
-constexpr std::uint32_t kBridgeVersion = 1;
 
 std::string segment_name(std::string_view box, bridge_role r) {
   return "/shmbox-bridge." + std::string(box) + "." + std::string(to_string(r));
@@ -56,21 +54,7 @@ std::string get(const char (&src)[N]) {
 
 }  // namespace
 
-// The segment. Written by one working bridge at a time; the strings are
-// display only (a reader racing a start may see them half-written).
-struct bridge_status::shm {
-  std::uint64_t magic;
-  std::uint32_t version;
-  std::uint32_t role;
-  std::atomic<std::uint64_t> pid;
-  std::atomic<std::uint64_t> started_unix_ns;
-  char nats[256];
-  char stream[128];
-  char subject[256];
-  char durable[128];
-  std::atomic<std::uint64_t> counters[32];
-};
-static_assert(kBridgeCounters <= 32);
+static_assert(kBridgeCounters <= kBridgeStatusCounterSlots);
 
 std::string_view to_string(bridge_role r) noexcept { return r == bridge_role::import_ ? "import" : "export"; }
 
@@ -140,11 +124,11 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
     if (f.fd < 0) continue;
     const int fd = f.fd;
     void* mem = MAP_FAILED;
-    if (static_cast<std::uint64_t>(f.st.st_size) >= sizeof(bridge_status::shm))
-      mem = mmap(nullptr, sizeof(bridge_status::shm), PROT_READ, MAP_SHARED, fd, 0);
+    if (static_cast<std::uint64_t>(f.st.st_size) >= sizeof(bridge_status_segment))
+      mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ, MAP_SHARED, fd, 0);
     if (mem != MAP_FAILED) {
-      const auto* p = static_cast<const bridge_status::shm*>(mem);
-      if (p->magic == kBridgeMagic && p->version == kBridgeVersion && p->role == static_cast<std::uint32_t>(r)) {
+      const auto* p = static_cast<const bridge_status_segment*>(mem);
+      if (p->magic == kBridgeStatusMagic && p->version == kBridgeStatusVersion && p->role == static_cast<std::uint32_t>(r)) {
         bridge_info i;
         i.role = r;
         i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
@@ -156,12 +140,12 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
         i.durable = get(p->durable);
         for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
         out.push_back(std::move(i));
-      } else if (p->magic != 0 && p->magic != kBridgeMagic && problems != nullptr) {  // 0: a bridge is starting it
+      } else if (p->magic != 0 && p->magic != kBridgeStatusMagic && problems != nullptr) {  // 0: a bridge is starting it
         problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " +
                             f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " +
                             f.path);
       }
-      munmap(mem, sizeof(bridge_status::shm));
+      munmap(mem, sizeof(bridge_status_segment));
     }
     close(fd);
   }
@@ -188,32 +172,32 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
   }
   const int fd = f.fd;
   const struct stat st = f.st;
-  if (static_cast<std::uint64_t>(st.st_size) < sizeof(shm) && ftruncate(fd, sizeof(shm)) != 0) {
+  if (static_cast<std::uint64_t>(st.st_size) < sizeof(bridge_status_segment) && ftruncate(fd, sizeof(bridge_status_segment)) != 0) {
     error = "cannot size /dev/shm" + name + ": " + std::strerror(errno) + (errno == ENOSPC ? " (/dev/shm is full)" : "");
     close(fd);
     return std::nullopt;
   }
-  void* mem = mmap(nullptr, sizeof(shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) {
     error = "cannot map /dev/shm" + name + ": " + std::strerror(errno);
     close(fd);
     return std::nullopt;
   }
-  auto* p = static_cast<shm*>(mem);
-  if (p->magic != kBridgeMagic || p->version != kBridgeVersion || p->role != static_cast<std::uint32_t>(role)) {
-    if (p->magic != 0 && p->magic != kBridgeMagic) {
+  auto* p = static_cast<bridge_status_segment*>(mem);
+  if (p->magic != kBridgeStatusMagic || p->version != kBridgeStatusVersion || p->role != static_cast<std::uint32_t>(role)) {
+    if (p->magic != 0 && p->magic != kBridgeStatusMagic) {
       error = "/dev/shm" + name + " is not a shmbox bridge status segment (or another version); remove it";
-      munmap(mem, sizeof(shm));
+      munmap(mem, sizeof(bridge_status_segment));
       close(fd);
       return std::nullopt;
     }
     // New (zero-filled by ftruncate) or of another version: start it afresh.
     for (auto& c : p->counters) c.store(0, std::memory_order_relaxed);
     p->pid.store(0, std::memory_order_relaxed);
-    p->version = kBridgeVersion;
+    p->version = kBridgeStatusVersion;
     p->role = static_cast<std::uint32_t>(role);
     std::atomic_thread_fence(std::memory_order_release);
-    p->magic = kBridgeMagic;
+    p->magic = kBridgeStatusMagic;
   }
   bridge_status s;
   s.p_ = p;
@@ -227,7 +211,7 @@ bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_) 
 }
 
 bridge_status::~bridge_status() {
-  if (p_ != nullptr) munmap(p_, sizeof(shm));
+  if (p_ != nullptr) munmap(p_, sizeof(bridge_status_segment));
   if (fd_ >= 0) close(fd_);  // drops the lock: the bridge no longer works the box
 }
 

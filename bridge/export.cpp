@@ -1,0 +1,297 @@
+// bridge/export.cpp - `shmbox-bridge export BOX`: owns the box (a second
+// export stands by as its heir) and publishes what it reads to the stream,
+// committing only what JetStream acknowledged (two-phase read; Nats-Msg-Id =
+// the message's shmbox::message_id, so a republish after a crash is stored
+// once). Creates or checks the stream.
+#include <nats/nats.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "bridge.hpp"
+#include "shmbox/box.hpp"
+#include "shmbox/heir.hpp"
+#include "shmbox/inspect.hpp"
+#include "shmbox/owner.hpp"
+#include "shmbox/producer.hpp"
+
+namespace shmbox_bridge {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// The batch in flight: which of its ids JetStream acknowledged. Written by
+// nats.c's thread (on_ack), read by the bridge's.
+struct inflight {
+  std::mutex mu;
+  std::unordered_map<std::string, std::size_t> index;  // id -> position in the batch
+  std::vector<char> acked;
+  std::uint64_t errors = 0;  // negative acknowledgements this round
+  bridge_status* status = nullptr;
+};
+
+extern "C" void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+  auto* f = static_cast<inflight*>(closure);
+  const char* id = nullptr;
+  if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK) id = nullptr;
+  {
+    std::lock_guard<std::mutex> g(f->mu);
+    if (pa != nullptr && id != nullptr) {
+      const auto it = f->index.find(id);
+      if (it != f->index.end() && f->acked[it->second] == 0) {
+        f->acked[it->second] = 1;
+        f->status->add(bridge_counter::acked);
+        if (pa->Duplicate) f->status->add(bridge_counter::dedupe_hits);
+      }
+    } else if (pae != nullptr) {
+      ++f->errors;
+      f->status->add(bridge_counter::publish_errors);
+    }
+  }
+  natsMsg_Destroy(msg);
+}
+
+// Creates the stream with the box's policy mapped, or says why it cannot.
+bool create_stream(nats_link& l, const export_args& a, const shmbox::box_info& info, std::string& error) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  const char* subjects[1] = {a.subject.c_str()};
+  cfg.Name = a.stream.c_str();
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  // A work queue: a message leaves the stream when the importing side acks
+  // it, so MaxMsgs bounds what is in transit, as the box bounds what waits.
+  cfg.Retention = js_WorkQueuePolicy;
+  cfg.MaxMsgs = info.capacity;
+  cfg.Storage = a.storage == "memory" ? js_MemoryStorage : js_FileStorage;
+  cfg.Duplicates = static_cast<int64_t>(a.dedupe_window_s * 1e9);
+  switch (info.overflow) {
+    case shmbox::policy::reject:
+    case shmbox::policy::drop_newest:
+    case shmbox::policy::block: cfg.Discard = js_DiscardNew; break;
+    case shmbox::policy::drop_oldest: cfg.Discard = js_DiscardOld; break;
+    case shmbox::policy::lifo:
+      error = "box '" + a.box + "' has policy lifo (newest first, the top replaced): a stream cannot keep that order, so " +
+              "--create-stream refuses it; give the box reject, drop-newest, drop-oldest or block";
+      return false;
+  }
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  const natsStatus s = js_AddStream(&si, l.js, &cfg, nullptr, &jerr);
+  if (si != nullptr) jsStreamInfo_Destroy(si);
+  if (s != NATS_OK) {
+    error = "cannot create stream '" + a.stream + "': " + nats_error(s) + (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : "");
+    return false;
+  }
+  return true;
+}
+
+// The stream exists (or is created) and takes the subject.
+bool check_stream(nats_link& l, const export_args& a, const shmbox::box_info& info, std::string& error) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&si, l.js, a.stream.c_str(), nullptr, &jerr);
+  if (s != NATS_OK) {
+    if (!(jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)) {
+      error = describe_stream_error(a, s, jerr);
+      return false;
+    }
+    if (!a.create_stream) {
+      error = describe_stream_error(a, s, jerr) + "; create it (subjects including '" + a.subject +
+              "') or pass --create-stream to create it with the box's policy";
+      return false;
+    }
+    return create_stream(l, a, info, error);
+  }
+  bool takes = false;
+  std::string list;
+  if (si->Config != nullptr)
+    for (int i = 0; i < si->Config->SubjectsLen; ++i) {
+      takes |= subject_matches(si->Config->Subjects[i], a.subject);
+      list += (list.empty() ? "" : ", ") + std::string(si->Config->Subjects[i]);
+    }
+  jsStreamInfo_Destroy(si);
+  if (!takes) {
+    error = "stream '" + a.stream + "' does not take subject '" + a.subject + "' (its subjects: " +
+            (list.empty() ? std::string("none") : list) + "); pass --subject with one of them";
+    return false;
+  }
+  return true;
+}
+
+// Publishes the batch until JetStream acknowledged every message; false when
+// stopped first (nothing is committed then: the next owner republishes).
+bool publish_all(nats_link& l, const export_args& a, shmbox::Owner& owner, const shmbox::batch& b, inflight& f,
+                 bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane) {
+  {
+    std::lock_guard<std::mutex> g(f.mu);
+    f.index.clear();
+    for (std::size_t i = 0; i < b.size(); ++i) f.index.emplace(ids[i], i);
+    f.acked.assign(b.size(), 0);
+  }
+  auto backoff = 50ms;
+  while (true) {
+    std::vector<std::size_t> todo;
+    {
+      std::lock_guard<std::mutex> g(f.mu);
+      for (std::size_t i = 0; i < b.size(); ++i)
+        if (f.acked[i] == 0) todo.push_back(i);
+      f.errors = 0;
+    }
+    if (todo.empty()) return true;
+    if (g_stop.load()) return false;
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+      const std::size_t i = todo[k];
+      natsMsg* m = nullptr;
+      const std::string_view data = b[i];
+      natsStatus s = natsMsg_Create(&m, a.subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
+      if (s == NATS_OK) s = natsMsgHeader_Set(m, "Nats-Msg-Id", ids[i].c_str());
+      // Order: each message of a lane after the first of this round is stored
+      // only right after the one before it. Without this, a stream that
+      // refuses one (full, discard new) and has room again for the next
+      // (the import acked meanwhile) would store them out of order; with
+      // it, the rest of the round is refused too and published again, in
+      // order. (JetStream checks Nats-Msg-Id first: a republish already
+      // stored is answered as a duplicate, not refused.)
+      if (s == NATS_OK && k > 0 && b.lane(todo[k - 1]) == b.lane(i))
+        s = natsMsgHeader_Set(m, "Nats-Expected-Last-Msg-Id", ids[todo[k - 1]].c_str());
+      // A message of the box's default lane (a plain post) goes without a
+      // lane: the importing box puts it in its own default lane.
+      if (s == NATS_OK && b.lane(i) != default_lane) s = natsMsgHeader_Set(m, "Shmbox-Lane", std::to_string(b.lane(i)).c_str());
+      if (s == NATS_OK) s = natsMsgHeader_Set(m, "Shmbox-Box", a.box.c_str());
+      if (s == NATS_OK) s = js_PublishMsgAsync(l.js, &m, nullptr);
+      natsMsg_Destroy(m);  // no effect when the library took it
+      if (s == NATS_OK) {
+        st.add(bridge_counter::published);
+      } else {
+        st.add(bridge_counter::publish_errors);
+        break;  // disconnected, or too many pending: wait below, then publish what is left
+      }
+    }
+    // Out now, not at the flusher's next millisecond: the round trip to the
+    // acks is the batch's latency.
+    (void)natsConnection_FlushTimeout(l.nc, a.ack_timeout_ms);
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = a.ack_timeout_ms;
+    const natsStatus done = js_PublishAsyncComplete(l.js, &po);
+    if (done != NATS_OK) {
+      // Not all acknowledged in time: take them back (their acks, if any
+      // come, are dropped) and publish them again, same ids.
+      natsMsgList pending{};
+      if (js_PublishAsyncGetPendingList(&pending, l.js) == NATS_OK) {
+        st.add(bridge_counter::publish_errors, static_cast<std::uint64_t>(pending.Count));
+        natsMsgList_Destroy(&pending);
+      }
+    }
+    bool all = true;
+    std::uint64_t errors = 0;
+    {
+      std::lock_guard<std::mutex> g(f.mu);
+      all = std::all_of(f.acked.begin(), f.acked.end(), [](char c) { return c != 0; });
+      errors = f.errors;
+    }
+    if (all) return true;
+    if (errors > 0 || done != NATS_OK) {
+      // The server refused (stream full under discard new, ...) or is away:
+      // wait, keep the lease, try again. The box fills meanwhile and its
+      // policy decides.
+      for (auto waited = 0ms; waited < backoff && !g_stop.load(); waited += 10ms) std::this_thread::sleep_for(10ms);
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, 1000ms);
+      owner.renew();
+    }
+  }
+}
+
+}  // namespace
+
+int run_export(const export_args& a) {
+  auto box = shmbox::Box::open(a.box);
+  if (!box) return die(shmbox::explain(box.error()));
+  const shmbox::box_info info = shmbox::info(*box);
+  for (std::size_t l = 0; l < info.lanes.size(); ++l)
+    if (info.lanes[l].overflow == shmbox::policy::lifo)
+      return die("box '" + a.box + "' lane " + std::to_string(l) +
+                 " has policy lifo (newest first, the top replaced): export keeps FIFO order and stable ids, so it refuses lifo lanes");
+  if (info.stash != 0)
+    return die("box '" + a.box + "' has a stash: messages an owner parked there have no stable id, so export refuses it; "
+               "export a box created without --stash");
+  std::string error;
+  auto st = bridge_status::open(a.box, bridge_role::export_, info.mode, error);
+  if (!st) return die(error);
+
+  inflight f;
+  f.status = &*st;
+  const std::uint32_t inflight_max =
+      a.max_inflight != 0 ? a.max_inflight : std::max<std::uint32_t>(1, std::min<std::uint32_t>(256, info.capacity / 2));
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.PublishAsync.AckHandler = on_ack;
+  jo.PublishAsync.AckHandlerClosure = &f;
+  jo.PublishAsync.MaxPending = static_cast<int64_t>(inflight_max) * 2;
+  nats_link link;
+  if (!connect(link, a, &jo, false, error)) return die(error);
+  if (!check_stream(link, a, info, error)) return die(error);
+  // A message the server cannot take would be published again for ever:
+  // refuse now. (Headers: the id, the lane and the box name, well under 512 bytes.)
+  const std::int64_t max_payload = natsConnection_GetMaxPayload(link.nc);
+  if (max_payload > 0 && static_cast<std::int64_t>(info.slot_size) + 512 > max_payload)
+    return die("box '" + a.box + "' takes messages of up to " + std::to_string(info.slot_size) + " bytes, but the NATS server takes at most " +
+               std::to_string(max_payload) + " per message (with headers); raise max_payload in the server's configuration, or export a box with a smaller --slot-size");
+
+  // Own the box, or stand by as its heir.
+  auto owner = shmbox::Owner::acquire(*box);
+  if (!owner && owner.error() == shmbox::errc::not_owner) {
+    auto heir = shmbox::Heir::enlist(*box, "shmbox-bridge export standby");
+    if (!heir) return die(shmbox::explain(heir.error()));
+    std::cout << "standby export " << a.box << " heir" << std::endl;
+    while (!g_stop.load()) {
+      owner = heir->await_transfer(250ms);
+      if (owner || owner.error() != shmbox::errc::timed_out) break;
+    }
+    if (g_stop.load() && !owner) {
+      std::cout << "stopped export " << a.box << " (standby)" << std::endl;
+      return kExitOk;
+    }
+  }
+  if (!owner) return die(shmbox::explain(owner.error()));
+  st->activate(a.url, a.stream, a.subject, "");
+  std::cout << "ready export " << a.box << " stream=" << a.stream << " subject=" << a.subject << " epoch=" << owner->epoch()
+            << std::endl;
+
+  shmbox::batch b;
+  std::vector<std::string> ids;
+  while (!g_stop.load()) {
+    b.clear();
+    const shmbox::recv_status r = owner->read(b, {.max = inflight_max, .timeout = 200ms});
+    if (r == shmbox::recv_status::timeout || r == shmbox::recv_status::empty) continue;
+    if (r == shmbox::recv_status::not_owner) return die("box '" + a.box + "' was taken from this bridge (lease expired or given away); stopping");
+    if (r != shmbox::recv_status::ok) return die(shmbox::explain(owner->last_error()));
+    ids.resize(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      ids[i] = shmbox::to_string(owner->id_of(b.lane(i), b.position(i)));
+      if (b.redelivered(i)) st->add(bridge_counter::redeliveries);
+    }
+    if (!publish_all(link, a, *owner, b, f, *st, ids, box->default_lane())) break;  // stopped: the next owner publishes them again
+    std::size_t lost = 0;
+    if (owner->commit(&lost) != shmbox::recv_status::ok)
+      return die("box '" + a.box + "' was taken from this bridge with " + std::to_string(lost) +
+                 " published messages uncommitted (the new owner publishes them again; JetStream drops the duplicates)");
+  }
+  std::cout << "stopped export " << a.box << " published=" << st->get(bridge_counter::published)
+            << " acked=" << st->get(bridge_counter::acked) << std::endl;
+  return kExitOk;
+}
+}  // namespace shmbox_bridge

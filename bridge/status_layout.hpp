@@ -1,0 +1,67 @@
+// bridge/status_layout.hpp - the one declaration of the bridge status
+// segment: /dev/shm/shmbox-bridge.BOX.ROLE (ROLE: export or import), one per
+// bridged box and direction. Written by the one bridge that works the box
+// (bridge/bridge.cpp through bridge_status), read by anyone (`shmbox stat`).
+// Its code is bridge/bridge_status.cpp; nothing else maps it.
+//
+//   offset  size  field
+//        0     8  magic            kBridgeStatusMagic ("SBRIDGE\x01"), written last when the segment is made
+//        8     4  version          kBridgeStatusVersion
+//       12     4  role             bridge_role: 1 export, 2 import
+//       16     8  pid              the working bridge (atomic; 0: none yet)
+//       24     8  started_unix_ns  when it became the working bridge (atomic)
+//       32   256  nats             display only, NUL-padded, credentials removed
+//      288   128  stream           display only
+//      416   256  subject          display only (export)
+//      672   128  durable          display only (import)
+//      800   256  counters[32]     bridge_counter order (atomic, relaxed: each is a lone figure)
+//     1056        (size)
+//
+// Rule: bump kBridgeStatusVersion on every incompatible change (a field
+// moved, resized or given another meaning); a bridge that finds another
+// version starts the segment afresh, a reader shows nothing for it. New
+// counters take free entries of `counters` without a bump.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace shmbox_cli {
+
+inline constexpr std::uint64_t kBridgeStatusMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
+inline constexpr std::uint32_t kBridgeStatusVersion = 1;
+inline constexpr std::uint32_t kBridgeStatusCounterSlots = 32;
+
+// Written by one working bridge at a time; the strings are display only (a
+// reader racing a start may see them half-written).
+struct bridge_status_segment {
+  std::uint64_t magic;                                         // kBridgeStatusMagic once made (0: being made)
+  std::uint32_t version;                                       // kBridgeStatusVersion
+  std::uint32_t role;                                          // bridge_role
+  std::atomic<std::uint64_t> pid;                              // the working bridge's pid, as it saw itself
+  std::atomic<std::uint64_t> started_unix_ns;                  // CLOCK_REALTIME when it became the working bridge
+  char nats[256];                                              // its --nats, credentials removed
+  char stream[128];                                            // its --stream
+  char subject[256];                                           // its --subject (export)
+  char durable[128];                                           // its --durable (import)
+  std::atomic<std::uint64_t> counters[kBridgeStatusCounterSlots];  // bridge_counter order; unused slots 0
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::is_standard_layout_v<bridge_status_segment>);
+static_assert(offsetof(bridge_status_segment, magic) == 0);
+static_assert(offsetof(bridge_status_segment, version) == 8);
+static_assert(offsetof(bridge_status_segment, role) == 12);
+static_assert(offsetof(bridge_status_segment, pid) == 16);
+static_assert(offsetof(bridge_status_segment, started_unix_ns) == 24);
+static_assert(offsetof(bridge_status_segment, nats) == 32);
+static_assert(offsetof(bridge_status_segment, stream) == 288);
+static_assert(offsetof(bridge_status_segment, subject) == 416);
+static_assert(offsetof(bridge_status_segment, durable) == 672);
+static_assert(offsetof(bridge_status_segment, counters) == 800);
+static_assert(sizeof(bridge_status_segment) == 1056);
+static_assert(alignof(bridge_status_segment) == 8);
+
+}  // namespace shmbox_cli
