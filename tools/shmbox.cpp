@@ -26,7 +26,6 @@
 
 #include "cli_args.hpp"
 #include "commands.hpp"
-#include "base/shm_file.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace shmbox_cli {
