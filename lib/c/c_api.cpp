@@ -5,6 +5,7 @@
 // sentence (shmbox_last_error_message). Option and result structs are
 // read and written through their struct_size only (copy_in, copy_out), so
 // a program built against an older, shorter struct keeps working.
+// The handles and the checks every function makes: c_common.hpp.
 #include "shmbox/shmbox.h"
 
 #include <algorithm>
@@ -12,98 +13,16 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <type_traits>
 
 #include "base/access.hpp"
 #include "base/errors.hpp"
+#include "c/c_common.hpp"
 #include "handles/owner_state.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace sb = shmbox;
-
-// ---- The handles ---------------------------------------------------------
-//
-// Every handle begins with a tag naming its kind, checked by every function
-// (live()) and cleared by its *_close before the memory goes back
-// (close_handle). After a close the pointer is as invalid as a pointer after
-// free() (shmbox.h says so): the tag only makes a second close or a call
-// through the stale pointer fail cleanly, nothing done, as long as the
-// allocator has not given that memory to another handle of the same kind.
-// A borrowed handle (a lease's producer, a member's owner) is live until its
-// lease or member is closed; its own *_close refuses it.
-
-template <std::uint32_t Tag>
-struct tagged {
-  static constexpr std::uint32_t kTag = Tag;
-  std::uint32_t tag = Tag;  // first: a handle of another kind fails the check too
-};
-
-struct shmbox_box : tagged<0x5342'4258> {  // "SBBX"
-  explicit shmbox_box(sb::Box b) : box(std::move(b)) {}
-  sb::Box box;
-};
-
-struct shmbox_producer : tagged<0x5342'5052> {  // "SBPR"
-  std::optional<sb::Producer> own;  // empty for a lease's producer (borrowed)
-  sb::Producer* p = nullptr;
-  sb::slot_loan loan;
-  bool borrowed = false;  // part of a shmbox_lease: closed with it
-};
-
-struct shmbox_owner : tagged<0x5342'4f57> {  // "SBOW"
-  std::optional<sb::Owner> own;  // empty for a pool member's owner (borrowed)
-  sb::Owner* o = nullptr;
-  std::uint32_t slot_size = 0;
-  sb::batch batch;               // receive_batch, read
-  sb::delivery del;              // wait, deliver
-  const sb::batch* current = &batch;  // what shmbox_batch_message reads
-  int last = SHMBOX_OK;          // an error of the C layer itself (bad arguments); an int: reset on every call
-  bool borrowed = false;         // part of a shmbox_member: closed with it
-};
-
-struct shmbox_heir : tagged<0x5342'4852> {  // "SBHR"
-  explicit shmbox_heir(sb::Heir h) : heir(std::move(h)) {}
-  sb::Heir heir;
-};
-
-struct shmbox_pool : tagged<0x5342'504c> {  // "SBPL"
-  explicit shmbox_pool(sb::Pool p) : pool(std::move(p)) {}
-  sb::Pool pool;
-};
-
-struct shmbox_lease : tagged<0x5342'4c53> {  // "SBLS"
-  explicit shmbox_lease(sb::Lease l) : lease(std::move(l)) {
-    producer.p = &lease.producer();
-    producer.borrowed = true;
-  }
-  sb::Lease lease;
-  shmbox_producer producer;
-};
-
-struct shmbox_member : tagged<0x5342'4d42> {  // "SBMB"
-  explicit shmbox_member(sb::PoolMember m) : member(std::move(m)) { owner.borrowed = true; }
-  sb::PoolMember member;
-  shmbox_owner owner;
-};
-
-namespace {
-
-// A handle the caller may use: not NULL, of its kind, not closed (as far as
-// the cleared tag tells: see above).
-template <class H>
-bool live(const H* h) noexcept {
-  return h != nullptr && h->tag == H::kTag;
-}
-
-// Clears the tag so that it survives the delete that follows: a volatile
-// store is not removed as a dead store to an object about to die.
-template <class H>
-void clear_tag(H* h) noexcept {
-  *static_cast<volatile std::uint32_t*>(&h->tag) = 0;
-}
-
-}  // namespace
+using namespace shmbox::detail::capi;
 
 // The C enums are the C++ ones, value for value.
 static_assert(SHMBOX_E_BUFFER_BROKEN == static_cast<int>(sb::errc::buffer_broken));
@@ -132,6 +51,10 @@ namespace {
 thread_local int t_code = SHMBOX_OK;
 thread_local char t_message[1024];
 
+}  // namespace
+
+namespace shmbox::detail::capi {
+
 int record(std::error_code ec) {
   t_code = ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
   if (t_code == SHMBOX_OK) t_code = SHMBOX_E_SYSTEM;
@@ -144,84 +67,34 @@ int record(std::error_code ec) {
 
 int record(sb::errc e, const std::string& sentence) { return record(sb::detail::fail(e, sentence)); }
 
-// An argument the caller got wrong.
+void record_code(int code) noexcept { t_code = code; }
+
 int bad(const char* fn, const char* what) {
   return record(sb::errc::invalid_argument, std::string(fn) + ": " + what);
 }
 
-// The start of every *_close: true when `h` is a handle it may free. NULL is
-// ignored; a closed handle (as far as its cleared tag tells) or a borrowed
-// one is reported (this thread's last error) and left alone.
-template <class H>
-bool closable(H* h, const char* fn) noexcept {
-  if (h == nullptr) return false;
-  try {
-    if (!live(h)) {
-      bad(fn, "not an open handle of this kind: closed already? (after a close the pointer is invalid: set it to NULL)");
-      return false;
-    }
-    if constexpr (requires { h->borrowed; }) {
-      if (h->borrowed) {
-        bad(fn, "this handle belongs to a lease or pool member (shmbox_lease_producer, shmbox_member_owner): "
-                "it is closed with it; nothing was done");
-        return false;
-      }
-    }
-  } catch (...) {
-    t_code = SHMBOX_E_INVALID_ARGUMENT;
-    return false;
-  }
-  clear_tag(h);
-  return true;
+void fill_transfer(shmbox_transfer& t, const sb::transfer_record& r) noexcept {
+  t = {};
+  t.struct_size = sizeof t;
+  t.reason = static_cast<int32_t>(r.reason);
+  t.from_pid = r.from_pid;
+  t.to_pid = r.to_pid;
+  t.from_pid_ns = r.from_pid_ns;
+  t.to_pid_ns = r.to_pid_ns;
+  t.epoch = r.epoch;
+  t.data_size = static_cast<std::uint32_t>(std::min<std::size_t>(r.data.size(), sizeof t.data - 1));
+  std::memcpy(t.data, r.data.data(), t.data_size);
+  t.data[t.data_size] = '\0';
 }
 
-// Runs `body` (returning an error code) with every exception turned into one.
-template <class F>
-int guarded(const char* fn, F&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    try {
-      return record(sb::errc::system_error, std::string(fn) + ": out of memory");
-    } catch (...) {
-      t_code = SHMBOX_E_SYSTEM;
-      return SHMBOX_E_SYSTEM;
-    }
-  } catch (const std::exception& e) {
-    try {
-      return record(sb::errc::system_error, std::string(fn) + ": " + e.what());
-    } catch (...) {
-      t_code = SHMBOX_E_SYSTEM;
-      return SHMBOX_E_SYSTEM;
-    }
-  } catch (...) {
-    t_code = SHMBOX_E_SYSTEM;
-    return SHMBOX_E_SYSTEM;
-  }
+void init_owner(shmbox_owner& h, sb::Owner* o) {
+  h.o = o;
+  h.slot_size = access::make_box(access::owner_box(*o)).slot_size();
 }
 
-// Reads a caller's struct of `struct_size` bytes over the defaults in `def`.
-template <class T>
-bool copy_in(const T* in, T& def) noexcept {
-  if (in->struct_size < sizeof(std::uint32_t)) return false;
-  std::memcpy(&def, in, std::min<std::size_t>(in->struct_size, sizeof(T)));
-  def.struct_size = sizeof(T);
-  return true;
-}
+}  // namespace shmbox::detail::capi
 
-// Writes `full` into the caller's struct, no more than its struct_size bytes.
-template <class T>
-bool copy_out(T* out, const T& full) noexcept {
-  if (out->struct_size < sizeof(std::uint32_t)) return false;
-  const std::uint32_t size = out->struct_size;
-  std::memcpy(out, &full, std::min<std::size_t>(size, sizeof(T)));
-  out->struct_size = size;
-  return true;
-}
-
-std::chrono::nanoseconds to_ns(std::int64_t ns) noexcept {
-  return ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(ns);
-}
+namespace {
 
 void fill_counters(shmbox_counters& c, const sb::counters& k) noexcept {
   c = {};
@@ -253,20 +126,6 @@ void copy_text(char (&dst)[N], std::string_view s) noexcept {
   dst[n] = '\0';
 }
 
-void fill_transfer(shmbox_transfer& t, const sb::transfer_record& r) noexcept {
-  t = {};
-  t.struct_size = sizeof t;
-  t.reason = static_cast<int32_t>(r.reason);
-  t.from_pid = r.from_pid;
-  t.to_pid = r.to_pid;
-  t.from_pid_ns = r.from_pid_ns;
-  t.to_pid_ns = r.to_pid_ns;
-  t.epoch = r.epoch;
-  t.data_size = static_cast<std::uint32_t>(std::min<std::size_t>(r.data.size(), sizeof t.data - 1));
-  std::memcpy(t.data, r.data.data(), t.data_size);
-  t.data[t.data_size] = '\0';
-}
-
 std::optional<sb::policy> to_policy(std::int32_t v) noexcept {
   if (v < 0 || v > static_cast<std::int32_t>(sb::policy::block)) return std::nullopt;
   return static_cast<sb::policy>(v);
@@ -284,16 +143,6 @@ bool convert(const shmbox_post_options* o, sb::post_options& out) noexcept {
   if (c.has_priority != 0) out.priority = c.priority;
   out.quiet_timeout = c.quiet_timeout != 0;
   return true;
-}
-
-// The slot size of the box an Owner owns (receive buffers are checked against it).
-std::uint32_t owner_slot_size(const sb::Owner& o) {
-  return sb::detail::access::make_box(sb::detail::access::owner_box(o)).slot_size();
-}
-
-void init_owner(shmbox_owner& h, sb::Owner* o) {
-  h.o = o;
-  h.slot_size = owner_slot_size(*o);
 }
 
 // A C filter as a C++ one: the message gets room for at least the slot size.
@@ -670,7 +519,7 @@ void post_failed(const shmbox_producer* p, sb::post_status s, std::size_t size) 
       record(p->p->last_error());
     }
   } catch (...) {
-    t_code = s == sb::post_status::too_large ? SHMBOX_E_TOO_LARGE : SHMBOX_E_SYSTEM;
+    record_code(s == sb::post_status::too_large ? SHMBOX_E_TOO_LARGE : SHMBOX_E_SYSTEM);
   }
 }
 
