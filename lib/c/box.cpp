@@ -19,6 +19,7 @@ using namespace shmbox::detail::capi;
 
 namespace {
 
+// The C copy of a box's or lane's counters.
 void fill_counters(shmbox_counters& c, const sb::counters& k) noexcept {
   c = {};
   c.struct_size = sizeof c;
@@ -42,6 +43,7 @@ void fill_counters(shmbox_counters& c, const sb::counters& k) noexcept {
   c.unstashed = k.unstashed;
 }
 
+// A string into a fixed char array, cut to fit, always terminated.
 template <std::size_t N>
 void copy_text(char (&dst)[N], std::string_view s) noexcept {
   const std::size_t n = std::min(s.size(), N - 1);
@@ -49,6 +51,7 @@ void copy_text(char (&dst)[N], std::string_view s) noexcept {
   dst[n] = '\0';
 }
 
+// A C overflow policy, if it is one.
 std::optional<sb::policy> to_policy(std::int32_t v) noexcept {
   if (v < 0 || v > static_cast<std::int32_t>(sb::policy::block)) return std::nullopt;
   return static_cast<sb::policy>(v);

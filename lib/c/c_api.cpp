@@ -1,24 +1,29 @@
-// lib/c/c_api.cpp - the C API (include/shmbox/shmbox.h) over the C++ one.
+// lib/c/c_api.cpp - the C API (include/shmbox/shmbox.h) over the C++ one:
+// this thread's error state, the versions, and the helpers of more than one
+// handle family.
 //
 // Every function catches everything (nothing unwinds into C), checks its
 // pointers, and reports failures as an error code plus this thread's
 // sentence (shmbox_last_error_message). Option and result structs are
 // read and written through their struct_size only (copy_in, copy_out), so
 // a program built against an older, shorter struct keeps working.
-// The handles and the checks every function makes: c_common.hpp.
+//
+// One file per handle family: box.cpp, producer.cpp, owner.cpp, heir.cpp,
+// pool.cpp (pools, leases, members). What they share (the handles, the
+// checks every function makes): c_common.hpp.
 #include "shmbox/shmbox.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
-#include <new>
-#include <optional>
+#include <memory>
 #include <string>
+#include <system_error>
 
 #include "base/access.hpp"
 #include "base/errors.hpp"
 #include "c/c_common.hpp"
 #include "handles/owner_state.hpp"
-#include "shmbox/inspect.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace sb = shmbox;
@@ -119,4 +124,3 @@ const char* shmbox_strerror(int code) {
 const char* shmbox_last_error_message(void) { return t_message; }
 
 int shmbox_last_error(void) { return t_code; }
-

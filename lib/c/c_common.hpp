@@ -4,6 +4,11 @@
 // Not installed; nothing here is exported (the library is compiled with
 // -fvisibility=hidden, tests/exported_symbols.py checks nm -D). What every
 // C function does with errors, pointers and structs: c_api.cpp.
+//
+// The files, one per handle family: c_api.cpp (the error state, versions,
+// helpers of more than one family), box.cpp (boxes, looking at them),
+// producer.cpp (producers, loans), owner.cpp (owners, their modes,
+// hand-over), heir.cpp, pool.cpp (pools, leases, members).
 #pragma once
 
 #include <algorithm>
@@ -24,7 +29,7 @@
 //
 // Every handle begins with a tag naming its kind, checked by every function
 // (live()) and cleared by its *_close before the memory goes back
-// (close_handle). After a close the pointer is as invalid as a pointer after
+// (closable). After a close the pointer is as invalid as a pointer after
 // free() (shmbox.h says so): the tag only makes a second close or a call
 // through the stale pointer fail cleanly, nothing done, as long as the
 // allocator has not given that memory to another handle of the same kind.
