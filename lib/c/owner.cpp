@@ -1,0 +1,394 @@
+// lib/c/owner.cpp - the C API's owners (shmbox.h): acquire, receive (a
+// copy, a batch, in place, read and commit), stash, the owner modes
+// (passive, notify, active: wait, deliver, the notify fd) and hand-over
+// (give away, renew, the transfer record).
+#include "shmbox/shmbox.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "c/c_common.hpp"
+#include "shmbox/shmbox.hpp"
+
+namespace sb = shmbox;
+using namespace shmbox::detail::capi;
+
+namespace {
+
+// A C filter as a C++ one: the message gets room for at least the slot size.
+sb::filter_fn wrap_filter(shmbox_filter_fn fn, void* ctx, std::size_t slot) {
+  if (fn == nullptr) return {};
+  return [fn, ctx, slot](std::string& m) {
+    std::size_t n = m.size();
+    const std::size_t cap = std::max(n, slot);
+    m.resize(cap);
+    const int v = fn(ctx, m.data(), &n, cap);
+    m.resize(std::min(n, cap));
+    switch (v) {
+      case SHMBOX_DELIVER: return sb::filter_verdict::deliver;
+      case SHMBOX_DROP: return sb::filter_verdict::drop;
+      default: return sb::filter_verdict::skip;  // SHMBOX_SKIP, and anything else: keep it in the box
+    }
+  };
+}
+
+// Marks a recv status the C++ layer reported as an error on this thread too.
+int recv_result(shmbox_owner* o, sb::recv_status s) {
+  if (s == sb::recv_status::error) {
+    o->last = SHMBOX_OK;
+    record(o->o->last_error());
+  }
+  return static_cast<int>(s);
+}
+
+int owner_bad(shmbox_owner* o, const char* fn, const char* what) {
+  o->last = record(sb::errc::invalid_argument, std::string(fn) + ": " + what);
+  return SHMBOX_RECV_ERROR;
+}
+
+}  // namespace
+
+// The definitions keep the C linkage of their declarations in shmbox.h.
+
+// ---- Owners -----------------------------------------------------------------
+
+int shmbox_owner_acquire(const char* name, shmbox_owner** out) {
+  return guarded("shmbox_owner_acquire", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_owner_acquire", "name and out must not be NULL");
+    *out = nullptr;
+    auto o = sb::Owner::acquire(std::string_view(name));
+    if (!o) return record(o.error());
+    auto* h = new shmbox_owner;
+    h->own.emplace(std::move(*o));
+    init_owner(*h, &*h->own);
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_owner_acquire_box(const shmbox_box* b, shmbox_owner** out) {
+  return guarded("shmbox_owner_acquire_box", [&]() -> int {
+    if (!live(b) || out == nullptr) return bad("shmbox_owner_acquire_box", "box and out must not be NULL (nor closed)");
+    *out = nullptr;
+    auto o = sb::Owner::acquire(b->box);
+    if (!o) return record(o.error());
+    auto* h = new shmbox_owner;
+    h->own.emplace(std::move(*o));
+    init_owner(*h, &*h->own);
+    *out = h;
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_owner_close(shmbox_owner* o) {
+  if (closable(o, "shmbox_owner_close")) delete o;
+}
+
+namespace {
+
+// Copies one message in place into the caller's buffer (a receive).
+struct copy_one {
+  void* buf;
+  std::size_t* size;
+  shmbox_msg_info* info;
+  void operator()(const sb::message_view& v) const noexcept {
+    std::memcpy(buf, v.data.data(), v.data.size());
+    if (size != nullptr) *size = v.data.size();
+    if (info != nullptr) *info = {v.lane, v.redelivered ? 1 : 0};
+  }
+};
+
+int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, std::chrono::nanoseconds t,
+                 const char* fn) {
+  if (!live(o)) {
+    bad(fn, "owner must not be NULL (nor closed)");
+    return SHMBOX_RECV_ERROR;
+  }
+  if (buf == nullptr || cap < o->slot_size) {
+    return owner_bad(o, fn,
+                     ("buf must hold the box's slot size (" + std::to_string(o->slot_size) + " bytes; cap is " +
+                      std::to_string(cap) + "); nothing was taken")
+                         .c_str());
+  }
+  if (size != nullptr) *size = 0;
+  o->last = SHMBOX_OK;
+  sb::receive_options ro;
+  ro.max = 1;
+  ro.timeout = t;
+  const sb::recv_status s = o->o->receive_in_place(copy_one{buf, size, info}, ro);  // one copy, as Owner::receive makes
+  return recv_result(o, s);
+}
+
+sb::receive_options recv_opts(std::size_t max, std::int64_t timeout_ns) noexcept {
+  sb::receive_options ro;
+  ro.max = max;
+  ro.timeout = to_ns(timeout_ns);
+  return ro;
+}
+
+// receive_batch and read: `take` fills the handle's batch.
+template <class Take>
+int into_batch(shmbox_owner* o, const char* fn, size_t* count, Take&& take) {
+  if (count != nullptr) *count = 0;
+  if (!live(o)) {
+    bad(fn, "owner must not be NULL (nor closed)");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = SHMBOX_OK;
+    o->batch.clear();
+    o->current = &o->batch;
+    const sb::recv_status s = take(*o->o, o->batch);
+    if (count != nullptr) *count = o->batch.size();
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, fn, "out of memory");
+  }
+}
+
+// wait and deliver: the handle's delivery, emptied, is what the batch functions read.
+void start_delivery(shmbox_owner* o) noexcept {
+  o->last = SHMBOX_OK;
+  o->del.messages.clear();
+  o->del.count = 0;
+  o->del.dropped = 0;
+  o->current = &o->del.messages;
+}
+
+}  // namespace
+
+int shmbox_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, int64_t timeout_ns) {
+  try {
+    return receive_copy(o, buf, cap, size, info, to_ns(timeout_ns), "shmbox_receive");
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_receive: out of memory");
+    return SHMBOX_RECV_ERROR;
+  }
+}
+
+int shmbox_try_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info) {
+  try {
+    const int s = receive_copy(o, buf, cap, size, info, std::chrono::nanoseconds(0), "shmbox_try_receive");
+    return s == SHMBOX_RECV_TIMEOUT ? SHMBOX_RECV_EMPTY : s;
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_try_receive: out of memory");
+    return SHMBOX_RECV_ERROR;
+  }
+}
+
+int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
+  return into_batch(o, "shmbox_receive_batch", count,
+                    [&](sb::Owner& w, sb::batch& b) { return w.receive_batch(b, recv_opts(max, timeout_ns)); });
+}
+
+int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size, shmbox_msg_info* info) {
+  if (!live(o) || data == nullptr || size == nullptr) return bad("shmbox_batch_message", "owner, data and size must not be NULL (nor closed)");
+  if (i >= o->current->size()) {
+    return record(sb::errc::invalid_argument, "shmbox_batch_message: message " + std::to_string(i) +
+                                                  " of a batch of " + std::to_string(o->current->size()));
+  }
+  const std::string_view v = (*o->current)[i];
+  *data = v.data();
+  *size = v.size();
+  if (info != nullptr) *info = {o->current->lane(i), o->current->redelivered(i) ? 1 : 0};
+  return SHMBOX_OK;
+}
+
+size_t shmbox_batch_size(const shmbox_owner* o) { return !live(o) ? 0 : o->current->size(); }
+
+int shmbox_receive_in_place(shmbox_owner* o, void (*fn)(void* ctx, const void* data, size_t size, const shmbox_msg_info* info),
+                            void* ctx, size_t max, int64_t timeout_ns, size_t* count) {
+  if (count != nullptr) *count = 0;
+  if (!live(o) || fn == nullptr) {
+    bad("shmbox_receive_in_place", "owner and fn must not be NULL (nor closed)");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = SHMBOX_OK;
+    std::size_t n = 0;
+    const sb::recv_status s = o->o->receive_in_place(
+        [&](const sb::message_view& v) {
+          const shmbox_msg_info info{v.lane, v.redelivered ? 1 : 0};
+          ++n;
+          fn(ctx, v.data.data(), v.data.size(), &info);
+        },
+        recv_opts(max, timeout_ns));
+    if (count != nullptr) *count = n;
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_receive_in_place", "out of memory");
+  }
+}
+
+int shmbox_read(shmbox_owner* o, size_t max, int64_t timeout_ns, size_t* count) {
+  return into_batch(o, "shmbox_read", count, [&](sb::Owner& w, sb::batch& b) { return w.read(b, recv_opts(max, timeout_ns)); });
+}
+
+int shmbox_commit(shmbox_owner* o, size_t* lost) {
+  if (lost != nullptr) *lost = 0;
+  if (!live(o)) {
+    bad("shmbox_commit", "owner must not be NULL (nor closed)");
+    return SHMBOX_RECV_ERROR;
+  }
+  o->last = SHMBOX_OK;
+  return recv_result(o, o->o->commit(lost));
+}
+
+int shmbox_stash(shmbox_owner* o, const void* data, size_t size, uint32_t lane) {
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_stash", "owner must not be NULL (nor closed), nor data when size is not 0");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    o->last = SHMBOX_OK;
+    return recv_result(o, o->o->stash(std::string_view(static_cast<const char*>(data), size), lane));
+  } catch (...) {
+    return owner_bad(o, "shmbox_stash", "out of memory");
+  }
+}
+
+size_t shmbox_unstash_all(shmbox_owner* o) { return !live(o) ? 0 : o->o->unstash_all(); }
+size_t shmbox_stashed(const shmbox_owner* o) { return !live(o) ? 0 : o->o->stashed(); }
+
+size_t shmbox_pump(shmbox_owner* o) {
+  if (!live(o)) return 0;
+  try {
+    return o->o->pump();
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_pump: out of memory");
+    return 0;
+  }
+}
+
+int shmbox_owner_mode(const shmbox_owner* o) { return !live(o) ? -1 : static_cast<int>(o->o->mode()); }
+
+void shmbox_owner_passive(shmbox_owner* o) {
+  if (!live(o)) return;
+  try {
+    o->o->passive();
+  } catch (...) {
+  }
+}
+
+void shmbox_owner_notify(shmbox_owner* o) {
+  if (!live(o)) return;
+  try {
+    o->o->notify();
+  } catch (...) {
+  }
+}
+
+void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, size_t max) {
+  if (!live(o)) return;
+  try {
+    o->o->active(wrap_filter(filter, ctx, o->slot_size), max);
+  } catch (...) {
+    // Could not copy the filter: the box stays as it was.
+  }
+}
+
+int shmbox_owner_wait(shmbox_owner* o, int64_t timeout_ns, uint64_t* dropped) {
+  if (dropped != nullptr) *dropped = 0;
+  if (!live(o)) {
+    bad("shmbox_owner_wait", "owner must not be NULL (nor closed)");
+    return SHMBOX_EVENT_ERROR;
+  }
+  try {
+    start_delivery(o);
+    const sb::owner_event e = o->o->wait(o->del, to_ns(timeout_ns));
+    if (dropped != nullptr) *dropped = o->del.dropped;
+    if (e == sb::owner_event::error) record(o->o->last_error());
+    return static_cast<int>(e);
+  } catch (...) {
+    owner_bad(o, "shmbox_owner_wait", "out of memory");
+    return SHMBOX_EVENT_ERROR;
+  }
+}
+
+int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter_fn filter, void* ctx, uint64_t* dropped) {
+  if (dropped != nullptr) *dropped = 0;
+  if (!live(o)) {
+    bad("shmbox_owner_deliver", "owner must not be NULL (nor closed)");
+    return SHMBOX_RECV_ERROR;
+  }
+  try {
+    start_delivery(o);
+    const sb::recv_status s = o->o->deliver(o->del, max, wrap_filter(filter, ctx, o->slot_size));
+    if (dropped != nullptr) *dropped = o->del.dropped;
+    return recv_result(o, s);
+  } catch (...) {
+    return owner_bad(o, "shmbox_owner_deliver", "out of memory");
+  }
+}
+
+int shmbox_owner_notify_fd(shmbox_owner* o) {
+  if (!live(o)) return -1;
+  try {
+    return o->o->notify_fd();
+  } catch (...) {
+    return -1;
+  }
+}
+
+int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size, int64_t timeout_ns) {
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away", "owner must not be NULL (nor closed), nor data when size is not 0");
+    return 0;
+  }
+  try {
+    if (o->o->give_away(pid, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) return 1;
+    record(o->o->last_error());
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+int shmbox_owner_give_away_to_heir(shmbox_owner* o, uint32_t entry, const void* data, size_t size, int64_t timeout_ns) {
+  if (!live(o) || (data == nullptr && size > 0)) {
+    bad("shmbox_owner_give_away_to_heir", "owner must not be NULL (nor closed), nor data when size is not 0");
+    return 0;
+  }
+  try {
+    if (o->o->give_away_to_heir(entry, std::string_view(static_cast<const char*>(data), size), to_ns(timeout_ns))) {
+      return 1;
+    }
+    record(o->o->last_error());
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void shmbox_owner_accept_give_away_requests(shmbox_owner* o, int accept) {
+  if (live(o)) o->o->accept_give_away_requests(accept != 0);
+}
+
+void shmbox_owner_renew(shmbox_owner* o) {
+  if (live(o)) o->o->renew();
+}
+
+int shmbox_owner_transfer(const shmbox_owner* o, shmbox_transfer* out) {
+  return guarded("shmbox_owner_transfer", [&]() -> int {
+    if (!live(o) || out == nullptr) return bad("shmbox_owner_transfer", "owner and out must not be NULL (nor closed)");
+    shmbox_transfer t;
+    fill_transfer(t, o->o->transfer());
+    if (!copy_out(out, t)) return bad("shmbox_owner_transfer", "out->struct_size is not set");
+    return SHMBOX_OK;
+  });
+}
+
+uint32_t shmbox_owner_max_message_size(const shmbox_owner* o) { return !live(o) ? 0 : o->slot_size; }
+
+uint64_t shmbox_owner_epoch(const shmbox_owner* o) { return !live(o) ? 0 : o->o->epoch(); }
+
+int shmbox_owner_last_error(const shmbox_owner* o) {
+  if (!live(o)) return SHMBOX_E_INVALID_ARGUMENT;
+  if (o->last != SHMBOX_OK) return o->last;
+  const auto ec = o->o->last_error();
+  return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
+}

@@ -1,0 +1,98 @@
+// lib/c/pool.cpp - the C API's pools (shmbox.h): open, take a lease (a
+// member box's producer) and give it back, and the member's side (its
+// owner, pings, stop).
+#include "shmbox/shmbox.h"
+
+#include <string_view>
+
+#include "base/access.hpp"
+#include "c/c_common.hpp"
+#include "shmbox/shmbox.hpp"
+
+namespace sb = shmbox;
+using namespace shmbox::detail::capi;
+
+// The definitions keep the C linkage of their declarations in shmbox.h.
+
+// ---- Pools -----------------------------------------------------------------
+
+int shmbox_pool_open(const char* name, int any_owner, shmbox_pool** out) {
+  return guarded("shmbox_pool_open", [&]() -> int {
+    if (name == nullptr || out == nullptr) return bad("shmbox_pool_open", "name and out must not be NULL");
+    *out = nullptr;
+    auto p = sb::Pool::open(name, {.any_owner = any_owner != 0});
+    if (!p) return record(p.error());
+    *out = new shmbox_pool{std::move(*p)};
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_pool_close(shmbox_pool* p) {
+  if (closable(p, "shmbox_pool_close")) delete p;
+}
+
+int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out) {
+  return guarded("shmbox_pool_take", [&]() -> int {
+    if (!live(p) || out == nullptr) return bad("shmbox_pool_take", "pool and out must not be NULL (nor closed)");
+    *out = nullptr;
+    auto l = p->pool.take(to_ns(timeout_ns));
+    if (!l) return record(l.error());
+    *out = new shmbox_lease{std::move(*l)};
+    return SHMBOX_OK;
+  });
+}
+
+const char* shmbox_lease_box(const shmbox_lease* l) { return !live(l) ? "" : l->lease.box().c_str(); }
+shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return !live(l) ? nullptr : &l->producer; }
+uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return !live(l) ? 0 : l->lease.worker_pid(); }
+
+int shmbox_lease_give_back(shmbox_lease* l, int outcome) {
+  if (!live(l) || (outcome != SHMBOX_OUTCOME_OK && outcome != SHMBOX_OUTCOME_FAIL)) {
+    bad("shmbox_lease_give_back", "lease must not be NULL (nor closed); outcome is SHMBOX_OUTCOME_OK or SHMBOX_OUTCOME_FAIL");
+    return SHMBOX_RETURN_ERROR;
+  }
+  try {
+    if (l->producer.loan) l->producer.loan.abort();
+    const sb::return_status r = l->lease.give_back(static_cast<sb::outcome>(outcome));
+    if (r == sb::return_status::error) record(sb::detail::access::lease_error(l->lease));
+    return static_cast<int>(r);
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_lease_give_back: out of memory");
+    return SHMBOX_RETURN_ERROR;
+  }
+}
+
+void shmbox_lease_close(shmbox_lease* l) {
+  if (!closable(l, "shmbox_lease_close")) return;
+  if (l->producer.loan) l->producer.loan.abort();
+  clear_tag(&l->producer);  // its producer goes with it
+  delete l;
+}
+
+int shmbox_member_from_env(shmbox_member** out) {
+  return guarded("shmbox_member_from_env", [&]() -> int {
+    if (out == nullptr) return bad("shmbox_member_from_env", "out must not be NULL");
+    *out = nullptr;
+    auto m = sb::PoolMember::from_env();
+    if (!m) return record(m.error());
+    auto* c = new shmbox_member{std::move(*m)};
+    init_owner(c->owner, &c->member.owner());
+    *out = c;
+    return SHMBOX_OK;
+  });
+}
+
+shmbox_owner* shmbox_member_owner(shmbox_member* m) { return !live(m) ? nullptr : &m->owner; }
+
+int shmbox_member_answer_ping(shmbox_member* m, const void* data, size_t size) {
+  if (!live(m) || (data == nullptr && size > 0)) return 0;
+  return m->member.answer_ping(std::string_view(static_cast<const char*>(data), size)) ? 1 : 0;
+}
+
+int shmbox_member_stopped(shmbox_member* m) { return !live(m) || m->member.stopped() ? 1 : 0; }
+
+void shmbox_member_close(shmbox_member* m) {
+  if (!closable(m, "shmbox_member_close")) return;
+  clear_tag(&m->owner);  // its owner goes with it
+  delete m;
+}
