@@ -20,6 +20,7 @@
 #include "base/errors.hpp"
 #include "base/futex.hpp"
 #include "ownership/lease.hpp"
+#include "pool/pool_layout.hpp"
 #include "pool/pool_table.hpp"
 #include "base/process.hpp"
 #include "segment/segment.hpp"

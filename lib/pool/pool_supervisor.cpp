@@ -95,6 +95,7 @@
 #include "base/futex.hpp"
 #include "ownership/lease.hpp"
 #include "wake/notify_hub.hpp"
+#include "pool/pool_layout.hpp"
 #include "pool/pool_table.hpp"
 #include "base/process.hpp"
 #include "segment/segment.hpp"

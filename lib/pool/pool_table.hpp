@@ -123,6 +123,7 @@
 
 #include "segment/layout.hpp"
 #include "segment/liveness.hpp"
+#include "pool/pool_layout.hpp"
 #include "base/process.hpp"
 #include "shmbox/pool.hpp"
 
