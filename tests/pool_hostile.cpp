@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "segment/layout.hpp"
+#include "pool/pool_layout.hpp"
 #include "pool/pool_table.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"

@@ -21,6 +21,7 @@
 
 #include "base/access.hpp"
 #include "segment/layout.hpp"
+#include "pool/pool_layout.hpp"
 #include "segment/liveness.hpp"
 #include "wake/notify_hub.hpp"
 #include "pool_support.hpp"

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "segment/layout.hpp"
+#include "pool/pool_layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 

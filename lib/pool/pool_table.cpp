@@ -13,6 +13,7 @@
 #include "base/fault.hpp"
 #include "base/futex.hpp"
 #include "base/process.hpp"
+#include "pool/pool_layout.hpp"
 
 namespace shmbox::detail {
 namespace {

@@ -123,6 +123,7 @@
 
 #include "segment/layout.hpp"
 #include "segment/liveness.hpp"
+#include "pool/pool_layout.hpp"
 #include "base/process.hpp"
 #include "shmbox/pool.hpp"
 
@@ -299,7 +300,7 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
 options member_box_options(const pool_handle& h);
 // The health check's message (PoolMember::answer_ping recognises it).
 std::string ping_message(std::uint64_t seq);
-// Take and give back (pool.cpp), for the API and the leases.
+// Take and give back (pool_take.cpp), for the API and the leases.
 return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
 // LV: member `m` of generation `gen` has a box with a live owner. Asked
 // through this handle's link to the box (the Producer its leases use, made

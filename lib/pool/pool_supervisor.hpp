@@ -1,0 +1,115 @@
+// lib/pool/pool_supervisor.hpp - the supervisor's class and timing, shared by its
+// start side (pool_supervisor.cpp, which has the protocol: SR, SP, E) and its stop
+// side (pool_stop.cpp). Internal to lib/pool.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "base/errors.hpp"
+#include "base/process.hpp"
+#include "pool/pool_layout.hpp"
+#include "pool/pool_table.hpp"
+#include "segment/segment.hpp"
+#include "shmbox/box.hpp"
+#include "shmbox/pool.hpp"
+#include "shmbox/producer.hpp"
+
+namespace shmbox::detail {
+
+#pragma GCC visibility push(hidden)
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kStandbyTickNs = 10 * kMs;  // SR1
+constexpr std::uint64_t kBusyTickNs = 2 * kMs;      // members starting, stopping or being checked
+constexpr std::uint64_t kInUseTickNs = 5 * kMs;     // members in use: a holder's death is seen within this
+constexpr std::uint64_t kIdleTickNs = 50 * kMs;     // also how soon a stop request is seen
+constexpr std::uint64_t kTxnWaitNs = 1000 * kMs;
+constexpr std::uint64_t kWorkerCheckNs = 20 * kMs;  // how often workers of started members are looked at
+// After a start fails (no box, no /bin/sh, no owner within start_timeout) or
+// a worker dies within kQuickDeathNs of its start, no new start begins for
+// this long: a command that cannot run is retried once a second, not in a loop.
+constexpr std::uint64_t kStartBackoffNs = 1000 * kMs;
+constexpr std::uint64_t kQuickDeathNs = 2000 * kMs;
+
+class supervisor {
+ public:
+  supervisor(pool_handle& h, const supervise_options& o) : h_(h), o_(o) {}
+  result<void> run(std::uint64_t deadline);
+
+ private:
+  struct member_rt {  // what this process keeps per member entry (rebuilt after a takeover)
+    std::uint64_t generation = 0;
+    std::optional<Box> box;  // read-only mapping: who owns it
+    std::optional<Producer> pinger;
+    bool unsignalable_logged = false;
+  };
+
+  void log(const std::string& line) const {
+    if (o_.log) o_.log(line);
+  }
+  void count(pool_counter c) {
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (!t.locked()) return;
+    t.add(c);
+    t.commit("count");
+  }
+  std::string member_name(std::uint32_t m, std::uint64_t gen) const { return member_box_name(h_.name, m, gen); }
+  bool am_supervisor() const noexcept;
+  bool first_in_line() const noexcept;
+  void take_over();
+  bool segment_gone() const noexcept;
+  std::uint64_t tick();  // returns how long to sleep
+  // Runs `f(t, entry)` under the lock if member m still has `word` and `gen`.
+  template <class F>
+  bool with_member(std::uint32_t m, std::uint64_t word, std::uint64_t gen, const char* op, F f);
+  member_rt& rt(std::uint32_t m, std::uint64_t gen);
+  std::optional<owner_view> box_owner(std::uint32_t m, std::uint64_t gen);
+  void handle_starting(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  void handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
+  bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
+  void stop_own_workers();  // E
+  bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
+  pid_t spawn(std::uint32_t m, std::uint64_t gen, std::string& error);
+  void reap() noexcept;
+  bool finish_removal();
+
+  pool_handle& h_;
+  const supervise_options& o_;
+  const std::string pool_id_ = "SHMBOX_POOL_ID=" + pool_incarnation(h_.hdr);  // SP2
+  std::map<std::uint32_t, member_rt> rt_;
+  std::set<std::tuple<std::uint32_t, std::uint64_t, pid_t>> refused_;  // (member, generation, pid) reported unproven (SP)
+  std::map<pid_t, std::string> children_;  // SP1: our unreaped children, by the member box each was spawned for
+  std::optional<Producer> dead_letters_;
+  bool standby_logged_ = false;
+  bool done_ = false;
+  std::uint64_t last_worker_check_ns_ = 0;
+  std::uint64_t backoff_until_ns_ = 0;  // kStartBackoffNs
+  void start_failed(std::uint64_t now) {
+    if (now >= backoff_until_ns_) log("starts are failing: the next one in " + std::to_string(kStartBackoffNs / kMs) + " ms");
+    backoff_until_ns_ = now + kStartBackoffNs;
+  }
+};
+
+template <class F>
+bool supervisor::with_member(std::uint32_t m, std::uint64_t word, std::uint64_t gen, const char* op, F f) {
+  table_txn t(h_, mono_ns() + kTxnWaitNs);
+  if (!t.locked()) return false;
+  pool_member* e = h_.member_at(m);
+  if (t.read(e->state) != word || t.read(e->generation) != gen) return false;
+  f(t, e);
+  t.commit(op);
+  return true;
+}
+
+#pragma GCC visibility pop
+
+}  // namespace shmbox::detail
