@@ -33,7 +33,7 @@ struct access {
   static Owner adopt_owner(std::shared_ptr<mapped_box> m, std::uint64_t epoch, role_lock&& lease);
   // An Heir or listener entry for this process. heir.cpp.
   static result<Heir> make_heir(std::shared_ptr<mapped_box> m, std::string_view data, bool listener);
-  // Pools (pool.cpp).
+  // Pools (lib/pool/: pool.cpp, pool_take.cpp, pool_member.cpp, pool_inspect.cpp).
   static const std::shared_ptr<pool_handle>& pool(const Pool& p) noexcept { return p.h_; }
   static Pool make_pool(std::shared_ptr<pool_handle> h) { return Pool(std::move(h)); }
   static result<Lease> make_lease(const std::shared_ptr<pool_handle>& h, std::uint32_t member, std::uint64_t generation,
