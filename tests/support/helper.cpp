@@ -134,8 +134,8 @@
 #include <thread>
 #include <vector>
 
-#include "../examples/buffers/dedupe.hpp"
-#include "../examples/buffers/top_n.hpp"
+#include "../../examples/buffers/dedupe.hpp"
+#include "../../examples/buffers/top_n.hpp"
 #include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 
