@@ -6,7 +6,7 @@ in order, with line handshakes instead of sleeps, and checks what they print.
                    [--count N] [--producer-count M] [--wait S] [--mode MODE]
 
 SCENARIO is producer-owner, heir, epoll or loans. The box is named
-t-${SHMBOX_TEST_RUN}-ex-SCENARIO-PID (tests/support.hpp's test_prefix, so
+t-${SHMBOX_TEST_RUN}-ex-SCENARIO-PID (tests/support/support.hpp's test_prefix, so
 CI's leftover check sees it). Every wait is bounded; children that are still
 running at the end are killed, and the box's segment is unlinked whatever
 happened. A passing example must have removed its box itself.

@@ -1,7 +1,7 @@
 # scripts/shm_names.sh (sourced by scripts/test.sh and .ci/run): which
 # segments in /dev/shm are this test run's.
 #
-# The tests name their boxes t-<run>-... (tests/support.hpp test_prefix,
+# The tests name their boxes t-<run>-... (tests/support/support.hpp test_prefix,
 # from SHMBOX_TEST_RUN). Only those names are compared before and after a
 # run, so boxes of other users, or of other test runs going on at the same
 # time, do not count. (The README example's fixed name 'readme-example' is not

@@ -3,9 +3,9 @@
 #   scripts/soak.sh [SECONDS] [BUILD_DIR]      (default 600 s, build)
 # 4 producers, an owner and 2 heirs per phase, SIGKILL to a random one every
 # 5-60 ms, phases cycling through every policy (with and without a lease);
-# every phase ends with the ledger and counter checks (tests/storm.cpp).
+# every phase ends with the ledger and counter checks (tests/ownership/storm.cpp).
 # Then the pool's kill storm as long (takers and workers SIGKILLed at
-# random, then the pool's ledger checked exactly: tests/pool_leases.cpp).
+# random, then the pool's ledger checked exactly: tests/pool/pool_leases.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"

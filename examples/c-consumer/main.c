@@ -1,7 +1,7 @@
 /* A C program that uses an installed shmbox through its C API
  * (<shmbox/shmbox.h>): creates a box, posts a few messages into it as a
  * producer, receives them as the owner, checks them and removes the box.
- * Built with pkg-config in tests/package_test.sh:
+ * Built with pkg-config in tests/package/package_test.sh:
  *
  *   cc -std=c99 main.c $(pkg-config --cflags --libs shmbox) -o shmbox-c-consumer
  *   ./shmbox-c-consumer BOX_NAME     exit 0 when every message came back in order

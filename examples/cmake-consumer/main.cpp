@@ -1,7 +1,7 @@
 // A program that uses an installed shmbox: creates a box, posts a few
 // messages into it as a producer, receives them as the owner, checks them
 // and removes the box. Built by CMake (CMakeLists.txt here), meson
-// (../meson-consumer) and pkg-config in tests/package_test.sh.
+// (../meson-consumer) and pkg-config in tests/package/package_test.sh.
 //
 //   ./shmbox-consumer BOX_NAME     exit 0 when every message came back in order
 #include <shmbox/shmbox.hpp>

@@ -4,7 +4,7 @@ Environment (set by the meson test 'python'; defaults for a run from the
 source tree after `bash scripts/setup.sh`):
   SHMBOX_LIBRARY  the library the package loads (default build/lib/libshmbox.so)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
-  SHMBOX_HELPER   tests/helper.cpp's program (default build/tests/shmbox-test-helper)
+  SHMBOX_HELPER   tests/support/helper.cpp's program (default build/tests/shmbox-test-helper)
   SHMBOX_TEST_RUN the run's tag: every box is named t-<run>-py-... (default 'py')
   SHMBOX_PY_INSTALLED  set: test the installed package instead of python/shmbox
 
@@ -165,7 +165,7 @@ def helper():
 
 
 def pattern_message(pid_id, seq, size=64):
-    """A message in tests/helper.cpp's format: id and seq (u64 little-endian), then a pattern of both."""
+    """A message in tests/support/helper.cpp's format: id and seq (u64 little-endian), then a pattern of both."""
     head = pid_id.to_bytes(8, "little") + seq.to_bytes(8, "little")
     return head + bytes(((pid_id * 131 + seq * 7 + i) & 0xFF) for i in range(16, size))
 

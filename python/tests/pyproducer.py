@@ -3,7 +3,7 @@
     pyproducer.py NAME ID COUNT [--size B] [--text] [--no-wait]
 
 Attaches to box NAME, prints "ready <entry>", waits for a line on stdin
-(unless --no-wait), posts COUNT messages in tests/helper.cpp's format (id,
+(unless --no-wait), posts COUNT messages in tests/support/helper.cpp's format (id,
 seq, pattern; --size bytes) or, with --text, "ID:SEQ", posting each again
 while the box is full, and prints "done stored=N full=N".
 """

@@ -4,7 +4,7 @@
 # test runs make during the run must not count (before: every shmbox.* name
 # was compared, and scripts/test.sh failed whenever anyone else used
 # /dev/shm); a name of this run that is left must.
-#   tests/shm_names_test.sh scripts/shm_names.sh
+#   tests/unit/shm_names_test.sh scripts/shm_names.sh
 set -euo pipefail
 export SHMBOX_TEST_RUN="names$$"
 # shellcheck source=../scripts/shm_names.sh

@@ -1,5 +1,5 @@
-// tests/pool_support.hpp - what the pool tests share (tests/pools.cpp,
-// tests/pool_security.cpp): the worker processes of a pool found in /proc,
+// tests/pool/pool_support.hpp - what the pool tests share (tests/pool/pools.cpp,
+// tests/pool/pool_security.cpp): the worker processes of a pool found in /proc,
 // its member boxes in /dev/shm, a guard that removes a pool whatever state it
 // is in, supervisors and takers as separate programs, snapshots and the
 // checks of a settled pool.

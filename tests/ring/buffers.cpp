@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../examples/buffers/dedupe.hpp"
-#include "../examples/buffers/top_n.hpp"
+#include "../../examples/buffers/dedupe.hpp"
+#include "../../examples/buffers/top_n.hpp"
 #include "checks.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"

@@ -393,7 +393,7 @@ TEST_CASE("cli views: stat shows the producers of live and dead processes, and w
   CHECK(pc["aborted"] == 1);
   CHECK(pa["entry"] != pb["entry"]);
   CHECK(st["producers_attached"] == 2);
-  // The keys tests/cli.cpp and the README rely on are all still there.
+  // The keys tests/cli/cli.cpp and the README rely on are all still there.
   for (const char* k : {"name", "capacity", "slot_size", "policy", "depth", "owner", "orphaned", "lease_ms", "heirs",
                         "last_transfer", "dead_letters", "lanes", "counters", "spin_ns", "mode"})
     CHECK_MESSAGE(st.contains(k), k);

@@ -128,7 +128,7 @@ TEST_CASE("priority: creation errors say what to do; a stash only when created w
     CHECK(shmbox::explain(o->last_error()).find("--stash") != std::string::npos);
   }
   REQUIRE(shmbox::Box::remove(g.name));
-  // With one (tests/stash.cpp has the rest): its entries follow the store's.
+  // With one (tests/ring/stash.cpp has the rest): its entries follow the store's.
   auto box = shmbox::Box::create(g.name, {.capacity = 8, .lanes = {{}, {.capacity = 4}}, .stash = 2, .priority = true});
   REQUIRE(box);
   CHECK(shmbox::info(*box).stash == 2);

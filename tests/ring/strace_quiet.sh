@@ -5,7 +5,7 @@
 set -u
 helper="$1"; cli="$2"
 command -v strace >/dev/null || { echo "strace not installed"; exit 77; }
-name="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}strace-$$"  # the tests' prefix (tests/support.hpp test_prefix)
+name="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}strace-$$"  # the tests' prefix (tests/support/support.hpp test_prefix)
 trap '"$cli" rm "$name" >/dev/null 2>&1' EXIT
 "$cli" create "$name" --capacity 65536 --slot-size 64 >/dev/null || exit 1
 out=$(mktemp); trap '"$cli" rm "$name" >/dev/null 2>&1; rm -f "$out"' EXIT

@@ -1,4 +1,4 @@
-// tests/helper.cpp - shmbox-test-helper: the separate program that multi-process
+// tests/support/helper.cpp - shmbox-test-helper: the separate program that multi-process
 // tests start (fork + exec) as a producer or as an owner.
 //
 //   produce NAME ID COUNT [--size B] [--retry] [--no-wait] [--lane L] [--pause-us US]
@@ -106,7 +106,7 @@
 //       (Box::inspect), producer (Producer::attach), pool (Pool::open),
 //       pool-any (Pool::open with any_owner), inspect-pool (inspect_pool),
 //       verify (shmbox::verify); prints "ok" (verify: "ok" or "problems
-//       <first problem>") or "error <errc> <explain()>", exits 0 (tests/planted.cpp
+//       <first problem>") or "error <errc> <explain()>", exits 0 (tests/ownership/planted.cpp
 //       runs it under a deadline: a hang is the failure).
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
@@ -134,8 +134,8 @@
 #include <thread>
 #include <vector>
 
-#include "../examples/buffers/dedupe.hpp"
-#include "../examples/buffers/top_n.hpp"
+#include "../../examples/buffers/dedupe.hpp"
+#include "../../examples/buffers/top_n.hpp"
 #include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 

@@ -1,4 +1,4 @@
-// tests/storm.cpp - shmbox-storm: the kill storm.
+// tests/ownership/storm.cpp - shmbox-storm: the kill storm.
 //
 // 4 producer processes and 3 owner-side processes (the owner and 2 heirs) run
 // against one box while a killer sends SIGKILL to a random one of them every
@@ -298,7 +298,7 @@ void fail(totals& t, const std::string& phase, const std::string& what) {
 
 void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt19937_64& rng, totals& t) {
   const std::string phase = std::string(shmbox::to_string(spec.pol)) + (spec.lease.count() ? " lease" : "");
-  // The tests' prefix (tests/support.hpp test_prefix): "t-", "t-<run>-" under scripts/test.sh.
+  // The tests' prefix (tests/support/support.hpp test_prefix): "t-", "t-<run>-" under scripts/test.sh.
   const char* run = std::getenv("SHMBOX_TEST_RUN");
   const std::string prefix = run != nullptr && *run != '\0' ? "t-" + std::string(run) + "-" : "t-";
   const std::string box = prefix + "storm-" + std::to_string(::getpid()) + "-" + std::string(shmbox::to_string(spec.pol));

@@ -15,5 +15,5 @@ m = re.search(r"```cpp\n(.*?)```", text[marker:], re.S)
 if not m:
     sys.exit("no ```cpp block after the <!-- " + name + " --> marker")
 with open(out, "w", encoding="utf-8") as f:
-    f.write("// Generated from README.md by tests/extract_example.py: edit the README, not this file.\n")
+    f.write("// Generated from README.md by tests/unit/extract_example.py: edit the README, not this file.\n")
     f.write(m.group(1))

@@ -1,4 +1,4 @@
-// tests/checks.hpp - checks the doctest suites share.
+// tests/support/checks.hpp - checks the doctest suites share.
 #pragma once
 
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// tests/namespaces.cpp - boxes shared between containers: roles in other pid
+// tests/ownership/namespaces.cpp - boxes shared between containers: roles in other pid
 // namespaces (unshare --pid --fork --mount-proc, as root), and as another
 // user, are alive exactly as long as the kernel says, and every role works
 // across them (boxes and pools). Also: gc is exclusive against attaching (a post never lands

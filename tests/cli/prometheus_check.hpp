@@ -1,8 +1,8 @@
-// tests/prometheus_check.hpp - a strict checker of the Prometheus text
+// tests/cli/prometheus_check.hpp - a strict checker of the Prometheus text
 // exposition format 0.0.4 and of this project's conventions for it, and
 // `promtool check metrics` when promtool is installed: for `shmbox stat
-// --prometheus` (tests/cli_views.cpp) and `shmbox pool stat --prometheus`
-// (tests/cli_pool.cpp).
+// --prometheus` (tests/cli/cli_views.cpp) and `shmbox pool stat --prometheus`
+// (tests/cli/cli_pool.cpp).
 #pragma once
 
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-/* tests/c_api_test.c - the C API (include/shmbox/shmbox.h), compiled as C99.
+/* tests/c/c_api_test.c - the C API (include/shmbox/shmbox.h), compiled as C99.
  *
  * `c-api-test` runs every case below in this process and in child
  * processes it starts by exec'ing itself (/proc/self/exe ROLE ARGS...): C

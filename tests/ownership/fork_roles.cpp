@@ -8,7 +8,7 @@
 // still takes over when the owner dies), producer entry, an open loan.
 // Two ways out of the child: the copies destroyed explicitly and then
 // std::exit(), and the copies' destructors run by returning from a function.
-// (Pools and leases: tests/pools.cpp; the C API: tests/c_api_test.c; Python:
+// (Pools and leases: tests/pool/pools.cpp; the C API: tests/c/c_api_test.c; Python:
 // python/tests/test_fork.py.)
 #include <doctest/doctest.h>
 #include <poll.h>

@@ -50,7 +50,7 @@ def check(lib):
             continue
         own = rel.parts[0]
         if own not in rank:
-            problems.append(f"{where}:1: folder '{own}' is not in the layer table of tests/include_order.py")
+            problems.append(f"{where}:1: folder '{own}' is not in the layer table of tests/unit/include_order.py")
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             m = INCLUDE.match(line)
@@ -112,7 +112,7 @@ def main(argv):
     for p in problems:
         print(p)
     if problems:
-        print(f"include_order.py: {len(problems)} include(s) break the layer order (the table: tests/include_order.py)")
+        print(f"include_order.py: {len(problems)} include(s) break the layer order (the table: tests/unit/include_order.py)")
         return 1
     print(f"include_order.py: every include under {argv[1]} goes down the layers")
     return 0

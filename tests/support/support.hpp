@@ -1,4 +1,4 @@
-// tests/support.hpp - what multi-process tests share: unique box names, a
+// tests/support/support.hpp - what multi-process tests share: unique box names, a
 // guard that unlinks a segment even when the test fails, and child processes
 // (fork + exec of a helper program) with line handshakes and timeouts.
 #pragma once

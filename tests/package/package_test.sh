@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/package_test.sh SOURCE_ROOT BUILD_ROOT PREFIX LIBDIR VERSION MESON SANITIZE
+# tests/package/package_test.sh SOURCE_ROOT BUILD_ROOT PREFIX LIBDIR VERSION MESON SANITIZE
 # (suite 'package'; tests/meson.build passes the arguments)
 #
 # shmbox as a user gets it. `meson install --destdir` puts this build into a
@@ -18,7 +18,7 @@
 #      subprojects/shmbox (--wrap-mode=forcefallback: never an installed
 #      shmbox), building only what the program needs.
 # Boxes are named as the tests name theirs (t-<SHMBOX_TEST_RUN>-...,
-# tests/support.hpp); they and the temporary directory go also on failure.
+# tests/support/support.hpp); they and the temporary directory go also on failure.
 # cmake and pkg-config are build dependencies (scripts/setup.sh installs
 # them): their absence fails the test, saying what to install. A build with
 # sanitizers skips it (77): its libshmbox.so needs the sanitizer runtime in
@@ -46,7 +46,7 @@ read -ra cxx <<<"${CXX:-c++}"
 command -v "${cxx[0]}" >/dev/null || fail "no C++ compiler '${cxx[0]}' (CXX): apt-get install -y g++"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shmbox-package.XXXXXX")
-box="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}package-$$"  # the tests' prefix (tests/support.hpp test_prefix)
+box="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}package-$$"  # the tests' prefix (tests/support/support.hpp test_prefix)
 cleanup() {
   local way
   for way in cmake pkg-config pkg-config-c meson; do rm -f "/dev/shm/shmbox.$box-$way"; done

@@ -315,7 +315,7 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
 }
 
 TEST_CASE("fault matrix: a redelivery is counted once when the owner handing it out again is killed too (FIFO, lifo, lease)") {
-  // (tests/checks.hpp check_redeliveries_counted; the store's kinds are in
+  // (tests/support/checks.hpp check_redeliveries_counted; the store's kinds are in
   // priority.cpp, buffers.cpp and stash.cpp)
   struct kind {
     const char* name;

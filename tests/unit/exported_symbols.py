@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/exported_symbols.py LIBSHMBOX_SO INCLUDE_DIR
+"""tests/unit/exported_symbols.py LIBSHMBOX_SO INCLUDE_DIR
 
 The installed library exports the public API and nothing else (issue 14,
 item 5). Reads `nm -D --defined-only` of LIBSHMBOX_SO (demangled with
