@@ -3,7 +3,7 @@
 // The library is compiled with -fvisibility=hidden: only classes and
 // functions marked SHMBOX_API are in its dynamic symbol table (nm -D);
 // everything else (shmbox::detail, lib/) stays inside it. A test checks the
-// list (tests/exported_symbols.py).
+// list (tests/unit/exported_symbols.py).
 #pragma once
 
 #if defined(__GNUC__) || defined(__clang__)

@@ -44,7 +44,7 @@ inline constexpr std::uint32_t kMaxLanes = 8;
 inline constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::seconds(1);
 
 // Every message that is posted ends in exactly one of these counters or in the box
-// (the same identity, word for word, is in README.md; tests/cli_hardening.cpp checks both):
+// (the same identity, word for word, is in README.md; tests/cli/cli_hardening.cpp checks both):
 //   posted = delivered + rejected + too_large + timeouts + dropped_newest
 //          + dropped_oldest + filtered + abandoned + aborted + depth
 // (a loan counts as posted when it claims its slot)

@@ -21,7 +21,7 @@
 //
 // Header-only on purpose: the library uses it, and so do the CLI and
 // shmbox-bridge, which link the installed library; that library exports no
-// internal symbol (tests/exported_symbols.py), and these inline functions
+// internal symbol (tests/unit/exported_symbols.py), and these inline functions
 // are hidden in it like every other detail.
 #pragma once
 

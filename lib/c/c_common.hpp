@@ -2,7 +2,7 @@
 // share: the handles behind its opaque pointers, the error state of the
 // calling thread (c_api.cpp keeps it), and the checks every function makes.
 // Not installed; nothing here is exported (the library is compiled with
-// -fvisibility=hidden, tests/exported_symbols.py checks nm -D). What every
+// -fvisibility=hidden, tests/unit/exported_symbols.py checks nm -D). What every
 // C function does with errors, pointers and structs: c_api.cpp.
 //
 // The files, one per handle family: c_api.cpp (the error state, versions,

@@ -86,7 +86,7 @@ result<std::vector<std::string>> Box::list() {
     if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) names.emplace_back(n.substr(prefix.size()));
   }
   ::closedir(d);
-  // compare(), not <: a string operator<=> instantiated here would be exported (tests/exported_symbols.py).
+  // compare(), not <: a string operator<=> instantiated here would be exported (tests/unit/exported_symbols.py).
   std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return a.compare(b) < 0; });
   return names;
 }

@@ -111,7 +111,7 @@
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
 //     slots) and resizable lanes (a shrink drops FULL slots: without the CAS
 //     a message could be both delivered and dropped, found by the ASan run of
-//     tests/resize.cpp), a release store otherwise (no one else writes a FULL slot).
+//     tests/ring/resize.cpp), a release store otherwise (no one else writes a FULL slot).
 //  T4 copy payload (length checked against the slot size first).
 //       dies in T3..T4: slot TAKEN(p, O) and delivered == op_before: the next
 //       owner re-takes it and delivers it again, flagged (R4).
@@ -349,7 +349,7 @@
 //  Then the heaps are rebuilt and every lane's parked recounted. So an
 //  owner killed at any step of a move or a delivery loses no stored message
 //  and counts none twice (fault points owner.mid_sort, owner.after_take,
-//  owner.after_commit, owner.mid_unstash; tests/priority.cpp).
+//  owner.after_commit, owner.mid_unstash; tests/ring/priority.cpp).
 // THE GATE: a priority box's lanes are gated like a stash box's, but the
 //  gate may close at 0 (lane_view::gate_limit): ring + store <= limit, and a
 //  post that read `parked` just before a move may still land against the
@@ -396,7 +396,7 @@
 //  `parked` is recounted (the rebuild may drop). So what a buffer knows must
 //  follow from what it holds (shmbox/buffer.hpp). Fault points:
 //  owner.mid_sort, owner.before_buffer_drop, owner.mid_unstash (the drop's
-//  U3-U4); tests/buffers.cpp kills the owner at each.
+//  U3-U4); tests/ring/buffers.cpp kills the owner at each.
 // Counting: a dropped message was counted delivered when it left its ring
 //  (T5); the public counters move it to `filtered` and `buffer_dropped`.
 //

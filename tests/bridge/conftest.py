@@ -609,7 +609,7 @@ class Harness:
 
     # names
     def box_name(self, tag="b"):
-        # t-<run>-... like every test's boxes (tests/support.hpp test_prefix), so the
+        # t-<run>-... like every test's boxes (tests/support/support.hpp test_prefix), so the
         # leftover check of scripts/test.sh and .ci/run sees them (and their bridge segments).
         name = f"{TEST_PREFIX}br{RUN}-{self.label}-{tag}-{self._uniq()}"
         self.boxes.append(name)
