@@ -77,8 +77,6 @@ inline std::array<double, 3> percentiles(std::vector<double>& samples) {  // sor
   return {quantile(samples, 0.50), quantile(samples, 0.99), quantile(samples, 0.999)};
 }
 
-// Handshake: waits until process `pid` sleeps in the kernel (state S in
-// /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
 // The contents of `path`, or what could be read of it; never throws (a /proc
 // file of a process that exits mid-read fails with ESRCH, which std::ifstream
 // would turn into an exception).
@@ -97,6 +95,8 @@ inline std::string read_text(const std::string& path) {
   return out;
 }
 
+// Handshake: waits until process `pid` sleeps in the kernel (state S in
+// /proc/<pid>/stat), at most `timeout_ns`. False on timeout (or no process).
 inline bool wait_until_sleeping(pid_t pid, long timeout_ns = 2'000'000'000) {
   timespec start{};
   ::clock_gettime(CLOCK_MONOTONIC, &start);
