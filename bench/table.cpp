@@ -302,6 +302,57 @@ int main(int argc, char** argv) {
     std::printf("%s| %s\n\n", pad("  Python / C", 40).c_str(), cell("api-64", "ratio-python-c", "ratio").c_str());
   }
 
+  // --- Python between two processes (bench/python_ipc.py, issue 31); always shown: not measured is "-"
+  {
+    const std::vector<std::pair<std::string, std::string>> sizes = {{"64", "64 B"}, {"4k", "4 KiB"}};
+    std::printf("PYTHON, TWO PROCESSES (bench/python_ipc.py): throughput, thousand messages per second: median (min-max)\n");
+    std::printf("%s", pad("mechanism", 36).c_str());
+    for (const auto& [g, label] : sizes) std::printf("| %s", pad(label, 30).c_str());
+    std::printf("\n");
+    for (const auto& [m, label] : std::vector<std::pair<std::string, std::string>>{
+             {"shmbox-post", "shmbox post / receive"},
+             {"shmbox-batch", "shmbox post_batch(64) / recv_batch"},
+             {"mp-queue", "multiprocessing.Queue"},
+             {"mp-pipe", "multiprocessing.Pipe"},
+             {"zmq", "pyzmq PUSH/PULL send / recv"},
+             {"zmq-multipart", "pyzmq send_multipart(64)"},
+             {"ratio-post-zmq", "  shmbox post / pyzmq"},
+             {"ratio-post-mp-queue", "  shmbox post / mp.Queue"},
+             {"ratio-batch-zmq", "  shmbox batch / pyzmq"},
+             {"ratio-batch-zmq-multipart", "  shmbox batch / pyzmq multipart"},
+             {"ratio-batch-mp-queue", "  shmbox batch / mp.Queue"}}) {
+      std::printf("%s", pad(label, 36).c_str());
+      for (const auto& [g, l] : sizes)
+        std::printf("| %s", pad(cell("py-tput-" + g, m, m.starts_with("ratio") ? "ratio" : "rate"), 30).c_str());
+      std::printf("\n");
+    }
+    std::printf("ROUND TRIP (ping-pong), microseconds: p50 (min-max over runs) / p99 (median)\n");
+    for (const auto& [m, label] : std::vector<std::pair<std::string, std::string>>{
+             {"shmbox", "shmbox, two boxes"},
+             {"mp-queue", "multiprocessing.Queue, two"},
+             {"mp-pipe", "multiprocessing.Pipe, two"},
+             {"zmq", "pyzmq PAIR"},
+             {"ratio-zmq", "  shmbox / pyzmq, p50"},
+             {"ratio-mp-pipe", "  shmbox / mp.Pipe, p50"},
+             {"ratio-mp-queue", "  shmbox / mp.Queue, p50"}}) {
+      std::printf("%s", pad(label, 36).c_str());
+      for (const auto& [g, l] : sizes) {
+        const std::string group = "py-rtt-" + g;
+        std::string c = cell(group, m, m.starts_with("ratio") ? "ratio-p50" : "p50");
+        if (auto v = get(group, m, "p99")) c += " / " + num(v->median);
+        std::printf("| %s", pad(c, 30).c_str());
+      }
+      std::printf("\n");
+    }
+    std::printf("%s| %s ns; C layer (api-64 c): %s ns; Python / C: %s\n",
+                pad("one process: post + receive, 64 B", 36).c_str(), cell("py-api-64", "shmbox", "post-recv-ns").c_str(),
+                cell("api-64", "c", "post-recv-ns").c_str(),
+                fx(ratio("py-api-64", "shmbox", "post-recv-ns", "api-64", "c", "post-recv-ns")).c_str());
+    std::printf("  (ratios per repetition; throughput: wall time from the go to the consumer's last message, boxes of\n"
+                "   4096 slots, 'block'; one process: post one message, receive(0) it; the C figure is shmbox-bench-api's,\n"
+                "   a separate program: bench/python_ipc.py METHOD)\n\n");
+  }
+
   // --- The NATS bridge (shmbox-bench-bridge, docs/bridge.md); always shown: not measured is "-"
   {
     std::vector<std::string> groups;  // bridge-64, bridge-1k, ... as measured or skipped
@@ -476,6 +527,29 @@ int main(int argc, char** argv) {
     check("an idle owner blocked in receive uses no CPU", v->median, 0.5, false, num(v->median) + " ms/s");
   else
     check("an idle owner blocked in receive uses no CPU", std::nullopt, 0, false, "not measured");
+
+  // Python between two processes (issue 31, item 7): ratios of one repetition (bench/python_ipc.py).
+  {
+    const auto median_of = [](const std::string& g, const std::string& m, const std::string& k) -> std::optional<double> {
+      if (auto v = get(g, m, k)) return v->median;
+      return std::nullopt;
+    };
+    const auto py = [&](const std::string& what, const std::string& g, const std::string& m, const std::string& k,
+                        double limit, bool at_least) {
+      const auto r = median_of(g, m, k);
+      check(what, r, limit, at_least, fx(r));
+    };
+    py("Python 64 B, one message per call: shmbox post >= 1.5x pyzmq", "py-tput-64", "ratio-post-zmq", "ratio", 1.5, true);
+    py("Python 64 B, one message per call: shmbox post >= 10x multiprocessing.Queue", "py-tput-64",
+       "ratio-post-mp-queue", "ratio", 10, true);
+    py("Python 64 B, batches: shmbox post_batch >= 3x pyzmq (send / recv)", "py-tput-64", "ratio-batch-zmq", "ratio", 3,
+       true);
+    py("Python round trip p50, 64 B: shmbox <= 1/10 of pyzmq's", "py-rtt-64", "ratio-zmq", "ratio-p50", 0.1, false);
+    py("Python round trip p50, 64 B: shmbox <= 1/10 of multiprocessing.Pipe's", "py-rtt-64", "ratio-mp-pipe",
+       "ratio-p50", 0.1, false);
+    const auto r = ratio("py-api-64", "shmbox", "post-recv-ns", "api-64", "c", "post-recv-ns");
+    check("Python post + receive in one process <= 12x the C layer's", r, 12, false, fx(r));
+  }
 
   std::printf("TARGETS (same run)\n");
   int pass = 0, miss = 0, unmeasured = 0;
