@@ -4,7 +4,8 @@
 # pytest: $SHMBOX_PYTHON, else the first python3 on PATH, else Debian's
 # /usr/bin/python3 (a python3 from pyenv or a venv may lack it). Exit 77
 # (skipped) when none has it: apt-get install python3-pytest.
-# SHMBOX_LIBRARY, SHMBOX_CLI and SHMBOX_HELPER come from meson's environment.
+# SHMBOX_PY_DIR (the package as built), SHMBOX_PYTHON, SHMBOX_CLI and
+# SHMBOX_HELPER come from meson's environment.
 set -eu
 root="$1"
 shift
@@ -20,7 +21,12 @@ if [ -z "$py" ]; then
   echo "python: no python3 with pytest (apt-get install python3-pytest): skipped"
   exit 77
 fi
-cd "$root/python"
+# Not from python/: there, python/shmbox (the sources, without the compiled
+# module) would be imported by `python -c` children instead of the built
+# package (the current directory comes first on sys.path).
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
 # No .pytest_cache nor __pycache__ in the source tree.
 export PYTHONDONTWRITEBYTECODE=1
-exec "$py" -m pytest -q -p no:cacheprovider "$@" tests
+"$py" -m pytest -q -p no:cacheprovider --rootdir "$root/python" "$@" "$root/python/tests"

@@ -8,7 +8,9 @@
 # pkg-config build the example consumers in the 'package' test. python3-pytest
 # runs the Python package's tests (suite 'python'); python3-venv,
 # python3-setuptools and python3-wheel let them install it offline as the
-# README says (python -m venv, pip install --no-build-isolation). libnats-dev
+# README says (python -m venv, pip install); python3-dev and python3-mesonpy
+# build its compiled module (-Dpython=enabled), python3-numpy and python3-zmq
+# are the Python benchmark's baselines and examples. libnats-dev
 # builds shmbox-bridge (docs/bridge.md); nats-server runs its tests and bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=packages.sh
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
-  python3-pytest python3-venv python3-setuptools python3-wheel libnats-dev nats-server
+  python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy python3-numpy python3-zmq \
+  libnats-dev nats-server
 
 build="${1:-build}"
 shift || true
@@ -24,7 +27,7 @@ shift || true
 # (meson_options.txt); the project's own builds build everything (the bridge
 # when libnats-dev is there, as installed above). The caller's options come
 # after these, so they win (e.g. -Dbench=false).
-opts=(-Dtests=true -Dbench=true -Ddemo=true -Dbridge=auto "$@")
+opts=(-Dtests=true -Dbench=true -Ddemo=true -Dbridge=auto -Dpython=enabled "$@")
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "${opts[@]}" >/dev/null
 elif ! python3 scripts/build_options.py "$build" "${opts[@]}"; then

@@ -38,13 +38,14 @@ import time
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 from typing import List, NamedTuple, Optional
 
+from . import _core  # the compiled message path, and the library itself (_core.cpp)
 from . import _capi
 from .errors import *  # noqa: F401,F403 (the exception classes are part of this module's API)
 from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Message", "Event", "BatchResult", "Transfer",
+    "Box", "Producer", "Owner", "Heir", "Message", "MessageId", "Event", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
 ] + _errors.__all__
@@ -160,11 +161,44 @@ def _policy_code(p):
 # ---- results ----------------------------------------------------------------
 
 
-class Message(NamedTuple):
-    """One received message."""
-    data: bytes
-    lane: int = 0
-    redelivered: bool = False  # a previous owner read it and died before committing
+class MessageId(NamedTuple):
+    """A message's identity (shmbox::message_id): the box's incarnation (Box id), the lane and
+    the lane position its post claimed. Stable while the message is in its box, also when it is
+    redelivered to the next owner: a deduplication key and a trace handle. ``str(id)`` is the
+    library's form, "BOXID-LANE-POSITION" (16 hex digits, then decimals), as ``shmbox peek``
+    and the NATS bridge's Nats-Msg-Id show it; :meth:`parse` reads it back."""
+    box: int
+    lane: int
+    position: int
+
+    def __str__(self):
+        return f"{self.box:016x}-{self.lane}-{self.position}"
+
+    @classmethod
+    def parse(cls, text):
+        """Reads str(MessageId)'s form back; ValueError for anything else."""
+        parts = text.split("-") if isinstance(text, str) else []
+        if (len(parts) != 3 or len(parts[0]) != 16 or not all(c in "0123456789abcdefABCDEF" for c in parts[0])
+                or not parts[1].isdigit() or not parts[2].isdigit() or int(parts[1]) >= _capi.MAX_LANES):
+            raise ValueError(f"not a message id: {text!r} (the form is BOXID-LANE-POSITION, "
+                             "e.g. 9f3c0a1b2c3d4e5f-1-42)")
+        return cls(int(parts[0], 16), int(parts[1]), int(parts[2]))
+
+
+#: One received message (a struct sequence made by the compiled module):
+#: ``(data, lane, redelivered)`` as a tuple, plus ``position``, ``box_id`` and
+#: :attr:`id` (a :class:`MessageId`, None for a message without a position:
+#: one the owner stashed). ``data`` is bytes (``receive_into``: a memoryview of
+#: the caller's buffer). Made by hand as a struct sequence is:
+#: ``Message((data, lane, redelivered[, position, box_id]))``.
+Message = _core.Message
+
+
+def _message_id(m):
+    return None if m.position is None or m.box_id is None else MessageId(m.box_id, m.lane, m.position)
+
+
+Message.id = property(_message_id, doc="The message's MessageId (str(msg.id): \"BOXID-LANE-POSITION\"), or None.")
 
 
 class Event(NamedTuple):
@@ -326,6 +360,11 @@ def _transfer(t):
     return Transfer(_enum_name(_REASONS, t.reason), t.from_pid, t.to_pid, t.from_pid_ns, t.to_pid_ns, t.epoch, data)
 
 
+# The compiled message path reads these (post statuses by number, the default timeout, checks
+# of other number types, the batch result).
+_core._setup(tuple(_POST_STATUSES), BOX_DEFAULT, _seconds, BatchResult)
+
+
 class _Handle:
     """A C handle freed by `_close_fn` on close(), on leaving a `with` block, or when collected.
 
@@ -348,6 +387,9 @@ class _Handle:
     def _p(self):
         if self._ptr is None:
             raise ValueError(f"operation on a closed {type(self).__name__}")
+        if getattr(self, "_busy", False):
+            raise RuntimeError(f"this {type(self).__name__} is in use by another thread (a handle is used by one "
+                               "thread at a time: give each thread its own handle, or a lock)")
         return self._ptr
 
     def close(self):
@@ -704,8 +746,12 @@ class Box(_Handle):
 # ---- Producer ------------------------------------------------------------------------
 
 
-class Producer(_Handle):
-    """A producer entry in a box: posts messages. Any number of processes (and handles) post at once."""
+class Producer(_Handle, _core.ProducerCore):
+    """A producer entry in a box: posts messages. Any number of processes (and handles) post at once.
+
+    :meth:`post` and :meth:`post_batch` are compiled (shmbox._core.ProducerCore): their
+    docstrings are there. A handle is used by one thread at a time (a second thread gets
+    RuntimeError while the first waits for room)."""
 
     _close_fn = "shmbox_producer_close"
 
@@ -718,133 +764,31 @@ class Producer(_Handle):
                 return cls.attach(b)
         out = c_void_p()
         _check(_lib.shmbox_producer_attach_box(box._p(), byref(out)))
-        # The box's block_timeout: the wait of a post that gives none, which waits in slices.
+        # The box's block_timeout: the wait of a post that gives none (in slices).
         return cls(out.value, box.name, box.info()["block_timeout"])
 
     def __init__(self, ptr, name=None, block_timeout=1.0):
         super().__init__(ptr)
         self.name = name  #: the box's name
-        self._block_timeout = block_timeout
-        # The first try of a plain post: no wait (a post that has to wait for room waits in
-        # slices: _post_sliced), and a "timeout" of it is not counted (quiet_timeout).
-        self._quick = self._options(None, 0, None)
-        self._quick.quiet_timeout = 1
-        self._quick_ref = byref(self._quick)
+        self._bind(ptr, block_timeout)
 
-    def _options(self, lane, timeout, priority):
-        o = _capi.PostOptions()
-        _lib.shmbox_post_options_init(byref(o))
-        o.struct_size = ctypes.sizeof(o)
-        if lane is not None:
-            o.lane = lane
-        if timeout is not BOX_DEFAULT:
-            o.timeout_ns = _ns(timeout)
-        if priority is not None:
-            o.has_priority = 1
-            o.priority = priority
-        return o
+    def close(self):
+        """Gives the entry back (idempotent). RuntimeError while another thread waits in a post."""
+        if self._ptr is not None:
+            self._bind(None, None)
+        super().close()
 
-    def _outcome(self, st, size):
-        if st == _capi.POST_ERROR:
-            raise _error(_lib.shmbox_producer_last_error(self._ptr))
-        return _POST_STATUSES[st]
-
-    def post(self, data, lane=None, timeout=BOX_DEFAULT, priority=None):
-        """Posts one message.
-
-        Args:
-            data: the message (bytes; a str is posted UTF-8 encoded).
-            lane: the lane (None: the box's default lane; 0: the control lane).
-            timeout: seconds a post into a full 'block' box waits (None: for
-                ever; default: the box's block_timeout).
-            priority: this message's priority (priority boxes: lowest first).
-
-        Returns:
-            a :class:`PostStatus`: 'stored', 'stored-evicted' (drop-oldest,
-            lifo), 'dropped' (drop-newest), 'full' (reject) or 'timeout'
-            (block). A full box is an outcome, not an error.
-
-        Raises:
-            TooLarge: the message is larger than the box's slot size (it is
-                counted as too_large, as in every language).
-            Error: the box cannot be used (a corrupt segment, ...).
-        """
-        data = _bytes(data)
-        p = self._p()
-        if timeout is not BOX_DEFAULT:
-            _seconds(timeout)  # NaN, negative: ValueError before anything is posted
-        if lane is None and timeout is BOX_DEFAULT and priority is None:
-            st = _lib.shmbox_post_ex(p, data, len(data), self._quick_ref)  # does not wait
-            if st == _capi.TIMEOUT:  # no room now: wait for it, in slices
-                st = self._post_sliced(p, data, lane, timeout, priority)
-        else:
-            st = self._post_sliced(p, data, lane, timeout, priority)
-        if st == _capi.STORED:
-            return PostStatus.STORED
+    def _post_failed(self, st, size):
+        """The compiled post's error path: raises TooLarge or the library's error."""
         if st == _capi.POST_TOO_LARGE:
-            raise self._too_large(len(data))
-        return self._outcome(st, len(data))
-
-    def _post_sliced(self, p, data, lane, timeout, priority):
-        """One post whose wait for room goes in slices (Ctrl-C works during it): each slice
-        but the last times out quietly (not counted, not dead-lettered) and is posted again."""
-        o = self._options(lane, None, priority)
-        ref = byref(o)
-        for ns, last in _Slices(self._block_timeout if timeout is BOX_DEFAULT else timeout):
-            o.timeout_ns = ns
-            o.quiet_timeout = 0 if last else 1
-            st = _lib.shmbox_post_ex(p, data, len(data), ref)
-            if st != _capi.TIMEOUT or last:
-                return st
+            raise self._too_large(size)
+        raise _error(_lib.shmbox_producer_last_error(self._ptr))
 
     def _too_large(self, size):
         if _lib.shmbox_last_error() == _capi.E_TOO_LARGE:
             return _error(_capi.E_TOO_LARGE)
         return TooLarge(f"message of {size} bytes is larger than the box's slot size "
                         f"({self.max_message_size} bytes); nothing was stored", _capi.E_TOO_LARGE)
-
-    def post_batch(self, messages, lane=None, timeout=BOX_DEFAULT, priority=None):
-        """Posts messages in order until one is not stored.
-
-        Returns a :class:`BatchResult` (stored, status): the first `stored`
-        messages are in the box; `status` is the outcome of the first one that
-        was not (it may be 'too-large': a batch reports outcomes and does not
-        raise for them), or of the last one when all were stored. The
-        arguments are those of :meth:`post`.
-        """
-        msgs = [_bytes(m) for m in messages]
-        n = len(msgs)
-        if timeout is not BOX_DEFAULT:
-            _seconds(timeout)  # NaN, negative: ValueError before anything is posted
-        if n == 0:
-            return BatchResult(0, PostStatus.STORED)
-        p = self._p()
-        ptrs = (ctypes.c_char_p * n)(*msgs)
-        sizes = (c_size_t * n)(*map(len, msgs))
-        last = c_int(0)
-        o = self._options(lane, 0, priority)
-        o.quiet_timeout = 1
-        done = 0
-        # The first try does not wait; then the rest waits for room in slices (Ctrl-C works),
-        # each slice but the last timing out quietly (not counted).
-        slices = None
-        while True:
-            k = _lib.shmbox_post_batch(p, ctypes.cast(ctypes.addressof(ptrs) + done * ctypes.sizeof(c_void_p),
-                                                      ctypes.POINTER(c_void_p)),
-                                       ctypes.cast(ctypes.addressof(sizes) + done * ctypes.sizeof(c_size_t),
-                                                   ctypes.POINTER(c_size_t)),
-                                       n - done, byref(o), byref(last))
-            done += k
-            if last.value != _capi.TIMEOUT or done == n or not o.quiet_timeout:
-                break
-            if slices is None:
-                slices = iter(_Slices(self._block_timeout if timeout is BOX_DEFAULT else timeout))
-            ns, final = next(slices)
-            o.timeout_ns = ns
-            o.quiet_timeout = 0 if final else 1
-        if last.value == _capi.POST_ERROR:
-            raise _error(_lib.shmbox_producer_last_error(self._ptr))
-        return BatchResult(done, _POST_STATUSES[last.value])
 
     @property
     def max_message_size(self):
@@ -865,7 +809,7 @@ class Producer(_Handle):
 # ---- Owner -----------------------------------------------------------------------------
 
 
-class Owner(_Handle):
+class Owner(_Handle, _core.OwnerCore):
     """The owner of a box: the one process that receives its messages.
 
     Closing the handle (or leaving its ``with`` block) releases the box to its
@@ -892,14 +836,15 @@ class Owner(_Handle):
         super().__init__(ptr)
         self.name = name  #: the box's name
         self._box = box
-        self._buf = None
-        self._size = c_size_t(0)
-        self._info = _capi.MsgInfo()
         self._filter = None  # the active filter's C callback, kept alive while armed
         self._filter_error = None
+        self._bind(ptr)
 
     def close(self):
-        """Releases the box (to its first live heir, if any) and frees the handle."""
+        """Releases the box (to its first live heir, if any) and frees the handle.
+        RuntimeError while another thread waits in a receive of this handle."""
+        if self._ptr is not None:
+            self._bind(None)
         super().close()
         box, self._box = self._box, None
         if box is not None:
@@ -933,33 +878,10 @@ class Owner(_Handle):
             raise self._not_owner()
         raise _error(_lib.shmbox_owner_last_error(self._ptr))
 
-    def receive(self, timeout=None):
-        """Waits up to `timeout` seconds (None: for ever) for one message.
+    _receive_failed = _receive_status  # the compiled receives' error path
 
-        Returns a :class:`Message` (data, lane, redelivered), or None when
-        nothing arrived in time. Raises :class:`NotOwner` once this handle
-        lost the box (given away, or a lease expired).
-        """
-        p = self._p()
-        if self._buf is None:
-            self._buf = ctypes.create_string_buffer(max(1, self.box.slot_size))
-            self._recv_args = (self._buf, len(self._buf), byref(self._size), byref(self._info))
-        buf, cap, size_ref, info_ref = self._recv_args
-        size, info = self._size, self._info
-        if timeout == 0:  # the common polling case, without the slicing's closure
-            st = _lib.shmbox_receive(p, buf, cap, size_ref, info_ref, 0)
-        else:
-            st = _sliced(lambda ns: _lib.shmbox_receive(p, buf, cap, size_ref, info_ref, ns), timeout,
-                         _capi.RECV_TIMEOUT)
-        if st == _capi.RECV_OK:
-            return Message(ctypes.string_at(buf, size.value), info.lane, bool(info.redelivered))
-        if st == _capi.RECV_TIMEOUT:
-            return None
-        self._receive_status(st)
-
-    def try_receive(self):
-        """One message if one is there now, else None (never waits)."""
-        return self.receive(0)
+    # receive(timeout=None), try_receive(), receive_batch(max=64, timeout=None), read(max=64,
+    # timeout=None) and receive_into(buffer, timeout=None) are compiled (shmbox._core.OwnerCore).
 
     def __iter__(self):
         """Receives for ever: ``for msg in owner:`` (stop with break; raises NotOwner once the box is lost)."""
@@ -980,32 +902,8 @@ class Owner(_Handle):
             code = get(p, i, *refs)
             if code:
                 raise _error(code)
-            out.append(Message(string_at(data.value, size.value), info.lane, bool(info.redelivered)))
+            out.append(Message((string_at(data.value, size.value), info.lane, bool(info.redelivered))))
         return out
-
-    def receive_batch(self, max=64, timeout=None):
-        """Receives up to `max` messages, waiting up to `timeout` seconds (None: for ever) for the
-        first. Returns a list of :class:`Message` (empty when nothing arrived in time)."""
-        p = self._p()
-        count = c_size_t(0)
-        st = _sliced(lambda ns: _lib.shmbox_receive_batch(p, max, ns, byref(count)), timeout, _capi.RECV_TIMEOUT)
-        if st == _capi.RECV_OK:
-            return self._batch(count.value)
-        if st in (_capi.RECV_TIMEOUT, _capi.RECV_EMPTY):
-            return []
-        self._receive_status(st)
-
-    def read(self, max=64, timeout=None):
-        """Two-phase receive: up to `max` messages, not committed. If this process dies before
-        :meth:`commit`, the next owner receives them again, flagged redelivered."""
-        p = self._p()
-        count = c_size_t(0)
-        st = _sliced(lambda ns: _lib.shmbox_read(p, max, ns, byref(count)), timeout, _capi.RECV_TIMEOUT)
-        if st == _capi.RECV_OK:
-            return self._batch(count.value)
-        if st in (_capi.RECV_TIMEOUT, _capi.RECV_EMPTY):
-            return []
-        self._receive_status(st)
 
     def commit(self):
         """Commits everything :meth:`read`. Raises :class:`NotOwner` if the box was taken

@@ -6,13 +6,14 @@ compares sizes and offsets with a C compiler's when one is there), and every
 function the package calls has its argtypes and restype declared, so ctypes
 never guesses an int.
 
-The library is found by :func:`load`: the path in the environment variable
-SHMBOX_LIBRARY, else ``ctypes.util.find_library('shmbox')``, else the soname
-``libshmbox.so.0``.
+The library is the package's own compiled module, shmbox._core (_core.cpp):
+it links the library's objects and exports the C API, so ctypes calls the
+very copy of the library the module's message path uses (one process-wide
+state: the handles ctypes makes are the ones _core posts and receives
+through). No libshmbox.so is looked for.
 """
 
 import ctypes
-import ctypes.util
 import os
 
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64,
@@ -300,11 +301,9 @@ SIGNATURES = {
 
 
 def library_path():
-    """Where the library is taken from: $SHMBOX_LIBRARY, find_library('shmbox'), or the soname."""
-    path = os.environ.get("SHMBOX_LIBRARY")
-    if path:
-        return path
-    return ctypes.util.find_library("shmbox") or "libshmbox.so.0"
+    """Where the library is: the compiled module shmbox._core, which contains it."""
+    from . import _core
+    return _core.__file__
 
 
 _lib = None
@@ -319,9 +318,7 @@ def load():
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise ImportError(
-            f"shmbox: cannot load the C library '{path}' ({e}); build shmbox and install it, or set "
-            "SHMBOX_LIBRARY to the path of libshmbox.so") from e
+        raise ImportError(f"shmbox: cannot load the compiled module '{path}' as a library ({e})") from e
     missing = []
     for name, (restype, argtypes) in SIGNATURES.items():
         try:

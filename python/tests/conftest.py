@@ -2,11 +2,11 @@
 
 Environment (set by the meson test 'python'; defaults for a run from the
 source tree after `bash scripts/setup.sh`):
-  SHMBOX_LIBRARY  the library the package loads (default build/lib/libshmbox.so)
+  SHMBOX_PY_DIR   the package as built, with its compiled module (default build/python)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
   SHMBOX_HELPER   tests/support/helper.cpp's program (default build/tests/shmbox-test-helper)
   SHMBOX_TEST_RUN the run's tag: every box is named t-<run>-py-... (default 'py')
-  SHMBOX_PY_INSTALLED  set: test the installed package instead of python/shmbox
+  SHMBOX_PY_INSTALLED  set: test the installed package instead of the built one
 
 Every multi-process test bounds every wait (Child.line, Child.wait) and
 kills its children and removes its boxes also when it fails.
@@ -26,18 +26,17 @@ PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_ROOT = os.path.dirname(PYTHON_DIR)
 BUILD = os.path.join(SOURCE_ROOT, "build")
 
-if not os.environ.get("SHMBOX_LIBRARY") and os.path.exists(os.path.join(BUILD, "lib", "libshmbox.so")):
-    os.environ["SHMBOX_LIBRARY"] = os.path.join(BUILD, "lib", "libshmbox.so")
+PACKAGE_DIR = os.environ.get("SHMBOX_PY_DIR") or os.path.join(BUILD, "python")
 if not os.environ.get("SHMBOX_PY_INSTALLED"):
-    sys.path.insert(0, PYTHON_DIR)
-    os.environ["PYTHONPATH"] = PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sys.path.insert(0, PACKAGE_DIR)
+    os.environ["PYTHONPATH"] = PACKAGE_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 CLI = os.environ.get("SHMBOX_CLI") or os.path.join(BUILD, "tools", "shmbox")
 HELPER = os.environ.get("SHMBOX_HELPER") or os.path.join(BUILD, "tests", "shmbox-test-helper")
 RUN = os.environ.get("SHMBOX_TEST_RUN") or "py"
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
-import shmbox  # noqa: E402  (after sys.path and SHMBOX_LIBRARY are set)
+import shmbox  # noqa: E402  (after sys.path is set)
 
 
 class Child:

@@ -73,8 +73,8 @@ def test_info_dict(box_name):
             with shmbox.Producer.attach(name) as p:
                 p.post(b"z", lane=2)
                 p.post(b"y", lane=0)
-            assert o.receive(1) == shmbox.Message(b"y", 0, False)  # the control lane first
-            assert o.receive(1) == shmbox.Message(b"z", 2, False)
+            assert o.receive(1) == shmbox.Message((b"y", 0, False))  # the control lane first
+            assert o.receive(1) == shmbox.Message((b"z", 2, False))
             info = o.info()
             assert info["counters"]["delivered"] == 5
             assert sum(lane["counters"]["delivered"] for lane in info["lanes"]) == 5

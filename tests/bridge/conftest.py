@@ -4,7 +4,7 @@ Environment (set by the meson test 'bridge'; defaults for a run from the
 source tree after `bash scripts/setup.sh`):
   SHMBOX_BRIDGE   the bridge (default build/bridge/shmbox-bridge)
   SHMBOX_CLI      the shmbox CLI (default build/tools/shmbox)
-  SHMBOX_LIBRARY  the library the Python package loads (default build/lib/libshmbox.so.0)
+  SHMBOX_PY_DIR   the built Python package's directory (default build/python)
   SHMBOX_HELPER   the tests' helper (unused so far; accepted for symmetry with the 'python' suite)
   SHMBOX_NATS_SERVER  nats-server (default: the one on PATH)
 
@@ -34,22 +34,18 @@ import pytest
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.environ.get("SHMBOX_SOURCE_ROOT") or os.path.dirname(os.path.dirname(TESTS_DIR))
 BUILD = os.path.join(SOURCE_ROOT, "build")
-PYTHON_DIR = os.path.join(SOURCE_ROOT, "python")
+# The Python package as built (-Dpython=enabled): build/python/shmbox.
+PYTHON_DIR = os.environ.get("SHMBOX_PY_DIR") or os.path.join(BUILD, "python")
 
 CLI = os.environ.get("SHMBOX_CLI") or os.path.join(BUILD, "tools", "shmbox")
 BRIDGE = os.environ.get("SHMBOX_BRIDGE") or os.path.join(BUILD, "bridge", "shmbox-bridge")
 HELPER = os.environ.get("SHMBOX_HELPER") or os.path.join(BUILD, "tests", "shmbox-test-helper")
 NATS_SERVER = os.environ.get("SHMBOX_NATS_SERVER") or shutil.which("nats-server") or "/usr/sbin/nats-server"
 
-if not os.environ.get("SHMBOX_LIBRARY"):
-    for candidate in ("libshmbox.so.0", "libshmbox.so"):
-        if os.path.exists(os.path.join(BUILD, "lib", candidate)):
-            os.environ["SHMBOX_LIBRARY"] = os.path.join(BUILD, "lib", candidate)
-            break
 sys.path.insert(0, PYTHON_DIR)
 os.environ["PYTHONPATH"] = PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
 
-import shmbox  # noqa: E402  (after sys.path and SHMBOX_LIBRARY are set)
+import shmbox  # noqa: E402  (after sys.path is set)
 
 # Every name this run creates carries it: two runs at once do not meet.
 RUN = f"{os.getpid()}"

@@ -7,7 +7,7 @@
 # venv may lack it). Exit 77 (skipped) without pytest (apt-get install
 # python3-pytest), without nats-server (apt-get install nats-server; or set
 # SHMBOX_NATS_SERVER) or without the bridge (SHMBOX_BRIDGE).
-# SHMBOX_BRIDGE, SHMBOX_CLI, SHMBOX_LIBRARY and SHMBOX_HELPER come from meson's environment.
+# SHMBOX_BRIDGE, SHMBOX_CLI, SHMBOX_PY_DIR (the built package) and SHMBOX_HELPER come from meson's environment.
 set -eu
 root="$1"
 shift
