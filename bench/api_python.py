@@ -5,14 +5,15 @@ Posts 256 messages of 64 bytes into box NAME and receives them (one call
 each, checking each sequence number), ROUNDS times, through the Python
 package (python/shmbox, over the C API); prints ns per message (post +
 receive). Exit 77 (skip) when the package cannot be imported here; the
-library is found as the package finds it (SHMBOX_LIBRARY)."""
+package is the one built at $SHMBOX_PY_DIR (default build/python)."""
 import os
 import struct
 import sys
 import time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(root, "python"))
+# The package as built (-Dpython=enabled): $SHMBOX_PY_DIR, else build/python.
+sys.path.insert(0, os.environ.get("SHMBOX_PY_DIR") or os.path.join(root, "build", "python"))
 try:
     import shmbox  # noqa: E402
 except Exception as e:  # the package or the library is missing: not measurable here

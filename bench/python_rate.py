@@ -30,7 +30,7 @@ small (the producer then spins on 'full' and the row measures the owner),
 CPU frequency scaling, and other load on the 2 cores (run it on an idle
 machine; the spread of the reps is printed).
 
-Needs SHMBOX_LIBRARY (default DIR/lib/libshmbox.so) and SHMBOX_HELPER
+Needs the package built at DIR/python (-Dpython=enabled) and SHMBOX_HELPER
 (default DIR/tests/shmbox-test-helper); DIR is --build (default build/).
 """
 import argparse
@@ -50,10 +50,10 @@ def main():
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = ap.parse_args()
-    os.environ.setdefault("SHMBOX_LIBRARY", os.path.join(args.build, "lib", "libshmbox.so"))
     helper = os.environ.get("SHMBOX_HELPER") or os.path.join(args.build, "tests", "shmbox-test-helper")
-    sys.path.insert(0, os.path.join(ROOT, "python"))
-    os.environ["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    pkg = os.path.join(args.build, "python")  # the package as built (-Dpython=enabled)
+    sys.path.insert(0, pkg)
+    os.environ["PYTHONPATH"] = pkg + os.pathsep + os.environ.get("PYTHONPATH", "")
     import shmbox
 
     n, size = args.count, args.size

@@ -98,7 +98,7 @@ run pool "$b/shmbox-bench-pool" "${common[@]}"
 # Priority boxes (issue 17): against a FIFO box at 1 Ki and 64 Ki (about 20 s; --quick: 1 s).
 run priority "$b/shmbox-bench-priority" "${common[@]}"
 # The C API and Python next to C++ (issue 18): about 10 s; --quick: 1 s.
-SHMBOX_SOURCE_ROOT="$root" SHMBOX_LIBRARY="$build/lib/libshmbox.so.0" run api "$b/shmbox-bench-api" "${common[@]}"
+SHMBOX_SOURCE_ROOT="$root" SHMBOX_PY_DIR="$build/python" run api "$b/shmbox-bench-api" "${common[@]}"
 # Python between two processes (issue 31, item 7): the shmbox package against
 # multiprocessing.Queue, multiprocessing.Pipe and pyzmq (about 2 minutes; --quick:
 # 15 s). The package is the compiled one in $build/python when it is built (its

@@ -13,8 +13,8 @@ Prints what happened to the messages ("stored=5 full=0 dropped=0 ..."), and
 exits 0 when every message was stored, 3 when some were not (as `shmbox post`
 does), 1 on an error (the library's message on stderr).
 
-Needs the shmbox package (pip install ./python) and libshmbox.so.0 (or
-SHMBOX_LIBRARY=/path/to/libshmbox.so).
+Needs the shmbox package (pip install . at the top of the tree; or
+PYTHONPATH=build/python after scripts/setup.sh).
 """
 import argparse
 import collections

@@ -1,5 +1,6 @@
 """Every blocking call answers SIGINT (KeyboardInterrupt) within 0.5 s: post into a full
-'block' box (with a timeout, or the box's own), post_batch, give_away, receive; a post's
+'block' box (with a timeout, or the box's own), post_batch, give_away, receive,
+receive_batch, read, receive_into; a post's
 slices that time out are not counted. A NaN or negative timeout is a ValueError in every
 call that takes one."""
 import math
@@ -20,9 +21,9 @@ name, what = sys.argv[1], sys.argv[2]
 p = shmbox.Producer.attach(name)
 assert p.post(b"fill") == "stored"  # a box of capacity 1: full now
 o = None
-if what in ("give-away", "receive"):
+if what in ("give-away", "receive", "receive-batch", "read", "receive-into"):
     o = shmbox.Owner.acquire(name)
-if what == "receive":
+if what.startswith("re"):
     o.receive(0)  # empty again
 print("ready", flush=True)
 sys.stdin.readline()
@@ -37,6 +38,12 @@ try:
         o.give_away(int(sys.argv[3]), timeout=None)  # the test listens and never takes it
     elif what == "receive":
         o.receive(None)
+    elif what == "receive-batch":
+        o.receive_batch(16, None)
+    elif what == "read":
+        o.read(16, None)
+    elif what == "receive-into":
+        o.receive_into(bytearray(o.box.slot_size), None)
 except KeyboardInterrupt:
     print("interrupted", time.monotonic(), flush=True)
     sys.exit(0)
@@ -62,7 +69,8 @@ def _waiting_on_futex(pid, limit=5.0):
     return False
 
 
-@pytest.mark.parametrize("what", ["post", "post-box-default", "post-batch", "give-away", "receive"])
+@pytest.mark.parametrize("what", ["post", "post-box-default", "post-batch", "give-away", "receive", "receive-batch",
+                                  "read", "receive-into"])
 def test_ctrl_c_interrupts_a_blocking_call(box_name, children, what):
     name = box_name()
     shmbox.Box.create(name, capacity=1, overflow="block", block_timeout=60).close()
