@@ -45,7 +45,7 @@ from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Message", "MessageId", "Event", "BatchResult", "Transfer",
+    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
 ] + _errors.__all__
@@ -790,6 +790,70 @@ class Producer(_Handle, _core.ProducerCore):
         return TooLarge(f"message of {size} bytes is larger than the box's slot size "
                         f"({self.max_message_size} bytes); nothing was stored", _capi.E_TOO_LARGE)
 
+    def loan(self, lane=None, timeout=BOX_DEFAULT, priority=None):
+        """Zero-copy post: claims a slot and returns a :class:`Loan` whose ``data`` is a writable
+        memoryview of it (``max_message_size`` bytes) to fill in place::
+
+            with p.loan() as loan:
+                if loan:                      # stored (a full box: loan.status says what happened)
+                    n = fill(loan.data)       # e.g. numpy.frombuffer(loan.data, ...)[:] = ...
+                    loan.size = n             # committed on leaving the block; aborted on an exception
+
+        ``loan.data`` is released at commit or abort: its later use raises ValueError. Objects made
+        from it (numpy.frombuffer, ctypes from_buffer) keep the address without holding the view:
+        they must not be used after the commit (they would touch a slot that is no longer this
+        producer's).
+
+        The claim answers a full box as :meth:`post` does. Only one loan is open per handle. The wait
+        for room (a 'block' box) is one call of the library: it is not interrupted by Ctrl-C before
+        its timeout."""
+        if timeout is not BOX_DEFAULT:
+            _seconds(timeout)
+        o = self._options_struct(lane, timeout, priority)
+        data = c_void_p()
+        cap = ctypes.c_uint32(0)
+        st = _lib.shmbox_loan(self._p(), byref(o), byref(data), byref(cap))
+        if st == _capi.POST_ERROR:
+            raise _error(_lib.shmbox_producer_last_error(self._ptr))
+        if st == _capi.POST_TOO_LARGE:
+            raise self._too_large(0)
+        return Loan(self, _POST_STATUSES[st], data.value, cap.value)
+
+    def _options_struct(self, lane, timeout, priority):
+        o = _capi.PostOptions()
+        _lib.shmbox_post_options_init(byref(o))
+        o.struct_size = ctypes.sizeof(o)
+        if lane is not None:
+            o.lane = lane
+        if timeout is not BOX_DEFAULT:
+            o.timeout_ns = _ns(timeout)
+        if priority is not None:
+            o.has_priority = 1
+            o.priority = priority
+        return o
+
+    def set_priority_function(self, fn):
+        """A priority box: ``fn(data: bytes) -> int`` gives the priority of each message this handle
+        posts without ``priority=`` (actor-ts's priorityFor; lowest first). None removes it. An
+        exception in fn (or a result that is not an int) makes that message's priority 0; the last
+        such exception is kept in ``priority_error``."""
+        p = self._p()
+        if fn is None:
+            _lib.shmbox_producer_set_priority_function(p, None, None)
+            self._priority_fn = None
+            return
+
+        def call(_ctx, data, size):
+            try:
+                return int(fn(ctypes.string_at(data, size)))
+            except BaseException as e:  # a C callback cannot raise: priority 0, kept
+                self.priority_error = e
+                return 0
+
+        cb = _capi.PRIORITY_FN(call)
+        _lib.shmbox_producer_set_priority_function(p, ctypes.cast(cb, c_void_p), None)
+        self._priority_fn = cb  # kept alive as long as the library may call it
+
     @property
     def max_message_size(self):
         """The largest message the box takes, in bytes."""
@@ -804,6 +868,69 @@ class Producer(_Handle, _core.ProducerCore):
     def entry(self):
         """This handle's entry in the box's producer table."""
         return _lib.shmbox_producer_entry(self._p())
+
+
+class Loan:
+    """An open zero-copy post (:meth:`Producer.loan`). True when the slot was claimed
+    (``status`` 'stored' or 'stored-evicted'); then ``data`` is a writable memoryview of the slot
+    until :meth:`commit` or :meth:`abort`, and leaving a ``with`` block commits ``size`` bytes
+    (default: all of ``data``), or aborts on an exception (counted as aborted)."""
+
+    def __init__(self, producer, status, address, capacity):
+        self.status = status  #: the claim's PostStatus
+        self._producer = producer
+        self.data = None  #: a writable memoryview of the slot (None when nothing was claimed)
+        self.size = capacity  #: bytes to commit on leaving the with block
+        self._open = status.stored
+        if self._open:
+            self.data = memoryview((ctypes.c_char * capacity).from_address(address)).cast("B")
+
+    def __bool__(self):
+        return self._open
+
+    def _release(self):
+        if self.data is not None:
+            try:
+                self.data.release()
+            except BufferError:
+                raise BufferError("the loan's data is still exported (an array or view made from loan.data): "
+                                  "delete it before commit() or abort(); the loan stays open") from None
+            self.data = None
+
+    def commit(self, size=None):
+        """Publishes the first `size` bytes (default ``self.size``). Returns the PostStatus."""
+        if not self._open:
+            raise ValueError("commit() of a loan that is not open (not claimed, committed or aborted)")
+        n = self.size if size is None else size
+        if not 0 <= n <= len(self.data):
+            raise ValueError(f"commit({n}): the slot holds 0 to {len(self.data)} bytes")
+        self._release()
+        self._open = False
+        st = _lib.shmbox_loan_commit(self._producer._p(), n)
+        if st == _capi.POST_ERROR:
+            raise _error(_lib.shmbox_producer_last_error(self._producer._ptr))
+        return _POST_STATUSES[st]
+
+    def abort(self):
+        """Gives the slot back without a message (counted aborted)."""
+        if self._open:
+            self._release()
+            self._open = False
+            _lib.shmbox_loan_abort(self._producer._p())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        if self._open:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.abort()
+
+    def __repr__(self):
+        state = "open" if self._open else "closed"
+        return f"<shmbox.Loan {self.status} {state}>"
 
 
 # ---- Owner -----------------------------------------------------------------------------
@@ -889,6 +1016,20 @@ class Owner(_Handle, _core.OwnerCore):
             m = self.receive(None)
             if m is not None:
                 yield m
+
+    def unstash_all(self):
+        """Makes every stashed message the next ones received (in stash order); returns how many."""
+        return _lib.shmbox_unstash_all(self._p())
+
+    @property
+    def stashed(self):
+        """Messages parked in the stash now (not yet unstashed)."""
+        return _lib.shmbox_stashed(self._p())
+
+    def pump(self):
+        """Priority and custom-buffer boxes: moves what the lanes hold into the box's ordered store
+        without delivering (pobox's passive owner keeping its buffer in charge); returns how many."""
+        return _lib.shmbox_pump(self._p())
 
     def _batch(self, count):
         p = self._ptr

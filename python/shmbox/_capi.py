@@ -220,6 +220,8 @@ PROBLEM_FN = CFUNCTYPE(None, c_void_p, c_char_p)              # shmbox_verify
 FILTER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_size_t), c_size_t)  # shmbox_filter_fn
 
 box_p = c_void_p
+#: int64_t (*)(void* ctx, const void* data, size_t size): shmbox_producer_set_priority_function
+PRIORITY_FN = CFUNCTYPE(c_int64, c_void_p, c_void_p, c_size_t)
 producer_p = c_void_p
 owner_p = c_void_p
 heir_p = c_void_p
@@ -259,6 +261,10 @@ SIGNATURES = {
     "shmbox_producer_close": (None, [producer_p]),
     "shmbox_post": (c_int, [producer_p, c_void_p, c_size_t]),
     "shmbox_post_ex": (c_int, [producer_p, c_void_p, c_size_t, POINTER(PostOptions)]),
+    "shmbox_loan": (c_int, [producer_p, POINTER(PostOptions), POINTER(c_void_p), POINTER(c_uint32)]),
+    "shmbox_loan_commit": (c_int, [producer_p, c_size_t]),
+    "shmbox_loan_abort": (None, [producer_p]),
+    "shmbox_producer_set_priority_function": (None, [producer_p, c_void_p, c_void_p]),
     "shmbox_post_batch": (c_size_t, [producer_p, POINTER(c_void_p), POINTER(c_size_t), c_size_t,
                                      POINTER(PostOptions), POINTER(c_int)]),
     "shmbox_producer_max_message_size": (c_uint32, [producer_p]),
@@ -269,6 +275,9 @@ SIGNATURES = {
     "shmbox_owner_acquire": (c_int, [c_char_p, POINTER(owner_p)]),
     "shmbox_owner_acquire_box": (c_int, [box_p, POINTER(owner_p)]),
     "shmbox_owner_close": (None, [owner_p]),
+    "shmbox_unstash_all": (c_size_t, [owner_p]),
+    "shmbox_stashed": (c_size_t, [owner_p]),
+    "shmbox_pump": (c_size_t, [owner_p]),
     "shmbox_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo), c_int64]),
     "shmbox_try_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo)]),
     "shmbox_receive_batch": (c_int, [owner_p, c_size_t, c_int64, POINTER(c_size_t)]),

@@ -789,6 +789,143 @@ PyObject* Owner_receive_into(OwnerCore* self, PyObject* const* args, Py_ssize_t 
   return make_message(data, got.lane, got.redelivered, got.position, self->box_id);
 }
 
+// receive_in_place(fn, max=64, timeout=None): fn(view, lane, redelivered, position) for each
+// message, `view` a read-only memoryview of the message in the box, released when fn returns
+// (the message is committed then, also when fn raises: fn has seen it).
+PyObject* Owner_receive_in_place(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* const names[] = {"fn", "max", "timeout"};
+  PyObject* a[3];
+  if (parse_args("receive_in_place", names, 3, 1, args, nargs, kwnames, a) < 0) return nullptr;
+  if (!PyCallable_Check(a[0])) {
+    PyErr_SetString(PyExc_TypeError, "receive_in_place(fn, ...): fn must be callable: fn(msg) with msg.data a memoryview");
+    return nullptr;
+  }
+  Py_ssize_t max = 64;
+  if (a[1] != nullptr && a[1] != Py_None) {
+    max = PyLong_AsSsize_t(a[1]);
+    if (max == -1 && PyErr_Occurred()) return nullptr;
+    if (max < 1) {
+      PyErr_Format(PyExc_ValueError, "receive_in_place: max must be >= 1, not %zd", max);
+      return nullptr;
+    }
+  }
+  double timeout = -1;
+  if (a[2] != nullptr && parse_timeout(a[2], &timeout) < 0) return nullptr;
+  sb::Owner* o = owner_of(self);
+  if (o == nullptr) return nullptr;
+  if (has_pending(self)) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "receive_in_place: a message received earlier is still pending after a MemoryError: receive() it first");
+    return nullptr;
+  }
+  bool failed = false;  // fn raised (or a view could not be made): no more calls
+  PyThreadState* released = nullptr;  // set while waiting without the GIL
+  Py_ssize_t count = 0;
+  auto call = [&](const sb::message_view& v) {
+    if (released != nullptr) PyEval_RestoreThread(released);
+    ++count;
+    if (!failed) {
+      PyObject* view = PyMemoryView_FromMemory(const_cast<char*>(v.data.data()), static_cast<Py_ssize_t>(v.data.size()),
+                                               PyBUF_READ);
+      PyObject* msg = make_message(view, v.lane, v.redelivered, v.position, self->box_id);
+      PyObject* r = msg != nullptr ? PyObject_CallOneArg(a[0], msg) : nullptr;
+      if (r == nullptr) failed = true;
+      Py_XDECREF(r);
+      if (msg != nullptr) {
+        // The view dies with the message: one fn kept refers to released memory, refused from now on.
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);  // fn's exception, if any, survives the call below
+        PyObject* rel = PyObject_CallMethod(PyStructSequence_GET_ITEM(msg, 0), "release", nullptr);
+        if (rel == nullptr && et == nullptr) {
+          // fn kept an export of the view (a ctypes from_buffer, an mmap slice ...): say so.
+          failed = true;
+          PyErr_Clear();
+          PyErr_SetString(PyExc_BufferError, "receive_in_place: fn kept a buffer of msg.data: copy it instead");
+        } else if (rel == nullptr) {
+          PyErr_Clear();
+          PyErr_Restore(et, ev, tb);
+        } else {
+          PyErr_Restore(et, ev, tb);
+        }
+        Py_XDECREF(rel);
+        Py_DECREF(msg);
+      }
+    }
+    if (released != nullptr) released = PyEval_SaveThread();
+  };
+  // One message per call of the library, so that a raising fn stops before the next message
+  // is taken (a batch would commit the rest unseen).
+  auto take_one = [&](std::chrono::nanoseconds t) { return o->receive_in_place(call, {.max = 1, .timeout = t}); };
+  sb::recv_status st = take_one(std::chrono::nanoseconds(0));
+  if (st == sb::recv_status::timeout && timeout != 0 && !failed) {
+    Busy busy(self->busy);
+    const double deadline = timeout < 0 ? 0 : now() + timeout;
+    for (;;) {
+      double wait = kSlice;
+      bool last = false;
+      if (timeout >= 0) {
+        const double left = deadline - now();
+        if (left <= kSlice) {
+          wait = left > 0 ? left : 0;
+          last = true;
+        }
+      }
+      released = PyEval_SaveThread();
+      st = take_one(std::chrono::nanoseconds(static_cast<std::int64_t>(wait * 1e9)));
+      PyEval_RestoreThread(released);
+      released = nullptr;
+      if (st != sb::recv_status::timeout || last) break;
+      if (PyErr_CheckSignals() < 0) return nullptr;
+    }
+  }
+  while (st == sb::recv_status::ok && !failed && count < max) {
+    const sb::recv_status more = take_one(std::chrono::nanoseconds(0));
+    if (more != sb::recv_status::ok) break;  // empty now; a loss of the box shows in the next call
+  }
+  if (failed) return nullptr;
+  if (st == sb::recv_status::ok || st == sb::recv_status::timeout || st == sb::recv_status::empty) {
+    return PyLong_FromSsize_t(count);
+  }
+  return receive_failed(self, st);
+}
+
+// stash(data, lane=None, priority=None): parks a copy (a Message: its data and lane).
+PyObject* Owner_stash(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* const names[] = {"message", "lane", "priority"};
+  PyObject* a[3];
+  if (parse_args("stash", names, 3, 1, args, nargs, kwnames, a) < 0) return nullptr;
+  sb::Owner* o = owner_of(self);
+  if (o == nullptr) return nullptr;
+  PyObject* data = a[0];
+  std::uint32_t lane = 0;
+  bool lane_given = false;
+  if (Py_TYPE(data) == g.message) {
+    lane = static_cast<std::uint32_t>(PyLong_AsUnsignedLong(PyStructSequence_GET_ITEM(data, 1)));
+    lane_given = true;
+    data = PyStructSequence_GET_ITEM(data, 0);
+  }
+  if (a[1] != nullptr && a[1] != Py_None) {
+    const unsigned long v = PyLong_AsUnsignedLong(a[1]);
+    if (v == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+    lane = static_cast<std::uint32_t>(std::min<unsigned long>(v, UINT32_MAX));
+    lane_given = true;
+  }
+  if (!lane_given) {
+    PyErr_SetString(PyExc_TypeError, "stash(data, lane=...): give the lane, or stash a received Message");
+    return nullptr;
+  }
+  std::int64_t priority = 0;
+  if (a[2] != nullptr && a[2] != Py_None) {
+    priority = PyLong_AsLongLong(a[2]);
+    if (priority == -1 && PyErr_Occurred()) return nullptr;
+  }
+  Data d;
+  if (get_data(data, d) < 0) return nullptr;
+  const sb::recv_status st = o->stash(std::string_view(d.p, static_cast<std::size_t>(d.n)), lane, priority);
+  if (st == sb::recv_status::ok) Py_RETURN_NONE;
+  return receive_failed(self, st);
+}
+
 PyObject* Owner_busy(OwnerCore* self, void*) { return PyBool_FromLong(self->busy); }
 
 PyMethodDef owner_methods[] = {
@@ -811,6 +948,19 @@ PyMethodDef owner_methods[] = {
      "read(max=64, timeout=None) -> list[Message]\n\n"
      "Two-phase receive: up to `max` messages, not committed. If this process dies before\n"
      "commit(), the next owner receives them again, flagged redelivered."},
+    {"receive_in_place", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_receive_in_place)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "receive_in_place(fn, max=64, timeout=None) -> int\n\n"
+     "Zero-copy receive: calls fn(msg) for each of up to `max` messages (waiting up to `timeout`\n"
+     "seconds for the first), msg.data a read-only memoryview of the message in the box's shared\n"
+     "memory. Each message is committed when fn returns (or raises: the exception propagates, no\n"
+     "further fn calls), and its view is released then: using it later raises ValueError, and fn\n"
+     "must not keep buffers made from it (BufferError). Returns how many messages were taken."},
+    {"stash", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_stash)), METH_FASTCALL | METH_KEYWORDS,
+     "stash(message, lane=None, priority=None)\n\n"
+     "Parks a copy of a message (a received Message, or data with its lane) in the box's stash\n"
+     "(boxes created with stash=N), to be received again after unstash_all(). Raises StashFull,\n"
+     "TooLarge, InvalidArgument (no stash in this box)."},
     {"receive_into", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_receive_into)),
      METH_FASTCALL | METH_KEYWORDS,
      "receive_into(buffer, timeout=None) -> Message | None\n\n"

@@ -1,0 +1,173 @@
+"""asyncio for shmbox: awaitable receives and posts, ``async for`` over an owner.
+
+    import asyncio, shmbox
+    from shmbox import aio
+
+    async def consume(name):
+        async with aio.Owner.acquire(name) as owner:     # an ordinary Owner inside (owner.sync)
+            async for msg in owner:                      # no thread, no polling
+                print(msg.data)
+
+    async def produce(name):
+        async with aio.Producer.attach(name) as p:
+            await p.post(b"hello")                       # a full 'block' box waits without blocking the loop
+
+How: a receive that finds the box empty arms pobox's notify state and waits
+for the owner's ``notify_fd`` to turn readable in the event loop
+(``loop.add_reader``), then takes what is there. One descriptor per owner,
+nothing per message, no thread: a loop can serve any number of boxes. A post
+into a full 'block' box has no descriptor to wait on (the library's
+producers wait on a futex), so that wait, and only it, runs in the loop's
+default executor; every other post returns at once.
+
+The wrappers hold an ordinary handle (``.sync``) and pass every other
+attribute to it (``owner.counters()``, ``owner.give_away(...)``, ...). A
+handle is used by one task at a time: concurrent receives on one
+:class:`Owner` are served one after the other.
+"""
+
+import asyncio
+import functools
+
+import shmbox as _shmbox
+from shmbox import BOX_DEFAULT, _seconds
+
+__all__ = ["Owner", "Producer"]
+
+
+class Owner:
+    """An asyncio owner: ``await receive()``, ``await receive_batch()``, ``async for``."""
+
+    def __init__(self, owner):
+        self.sync = owner  #: the :class:`shmbox.Owner` it drives
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def acquire(cls, name):
+        """Takes ownership of box `name` (as :meth:`shmbox.Owner.acquire`; it does not wait)."""
+        return cls(_shmbox.Owner.acquire(name))
+
+    def __getattr__(self, attr):
+        return getattr(self.sync, attr)
+
+    async def _until(self, take, timeout):
+        """take() until it returns something other than None/[], waking on notify_fd."""
+        got = take()
+        if got:
+            return got
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        async with self._lock:
+            o = self.sync
+            fd = o.notify_fd()
+            while True:
+                got = take()
+                if got:
+                    return got
+                if deadline is not None and loop.time() >= deadline:
+                    return got
+                ready = loop.create_future()
+                # Armed now; if data is there already the notification comes at once.
+                o.notify()
+                loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
+                try:
+                    if deadline is None:
+                        await ready
+                    else:
+                        try:
+                            await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+                        except asyncio.TimeoutError:
+                            pass
+                finally:
+                    loop.remove_reader(fd)
+                # Reads the notification (and serves a give-away request: NotOwner once given).
+                o.wait(0)
+
+    async def receive(self, timeout=None):
+        """The next message, waiting up to `timeout` seconds (None: for ever) without blocking the
+        loop; None when nothing arrived in time. Raises NotOwner once the box is lost."""
+        t = _seconds(timeout)
+        return await self._until(self.sync.try_receive, t)
+
+    async def receive_batch(self, max=64, timeout=None):
+        """Up to `max` messages once at least one is there (waiting up to `timeout`); [] on timeout."""
+        t = _seconds(timeout)
+        return await self._until(lambda: self.sync.receive_batch(max, 0), t)
+
+    def __aiter__(self):
+        return self._messages()
+
+    async def _messages(self):
+        while True:
+            m = await self.receive(None)
+            if m is not None:
+                yield m
+
+    def close(self):
+        """Releases the box (to its first live heir, if any)."""
+        self.sync.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Producer:
+    """An asyncio producer: ``await post()``, ``await post_batch()``."""
+
+    def __init__(self, producer, blocks):
+        self.sync = producer  #: the :class:`shmbox.Producer` it drives
+        self._blocks = blocks  # a 'block' box: a full box makes a post wait
+
+    @classmethod
+    def attach(cls, box):
+        """Takes a producer entry in `box` (a name or an open :class:`shmbox.Box`)."""
+        if not isinstance(box, _shmbox.Box):
+            with _shmbox.Box.open(box) as b:
+                return cls.attach(b)
+        overflow = box.info()["overflow"]
+        return cls(_shmbox.Producer.attach(box), str(overflow) == "block" or
+                   any(str(lane.get("overflow")) == "block" for lane in box.info().get("lanes", [])))
+
+    def __getattr__(self, attr):
+        return getattr(self.sync, attr)
+
+    async def post(self, data, lane=None, timeout=BOX_DEFAULT, priority=None):
+        """:meth:`shmbox.Producer.post` without blocking the loop: in a 'block' box the wait for room
+        runs in the loop's default executor; in other boxes the post is made at once."""
+        if not self._blocks:
+            return self.sync.post(data, lane, timeout, priority)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self.sync.post, data, lane, timeout, priority))
+
+    async def post_batch(self, messages, lane=None, timeout=BOX_DEFAULT, priority=None):
+        """:meth:`shmbox.Producer.post_batch`, as :meth:`post`."""
+        if not self._blocks:
+            return self.sync.post_batch(messages, lane, timeout, priority)
+        loop = asyncio.get_running_loop()
+        msgs = list(messages)
+        return await loop.run_in_executor(None, functools.partial(self.sync.post_batch, msgs, lane, timeout, priority))
+
+    def close(self):
+        """Gives the producer entry back."""
+        self.sync.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
