@@ -45,7 +45,7 @@ from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "BatchResult", "Transfer",
+    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
 ] + _errors.__all__
@@ -362,7 +362,7 @@ def _transfer(t):
 
 # The compiled message path reads these (post statuses by number, the default timeout, checks
 # of other number types, the batch result).
-_core._setup(tuple(_POST_STATUSES), BOX_DEFAULT, _seconds, BatchResult)
+_core._setup(tuple(_POST_STATUSES), BOX_DEFAULT, _seconds, BatchResult, lambda code: _error(code))
 
 
 class _Handle:
@@ -1278,3 +1278,179 @@ class Heir(_Handle):
 
     def __repr__(self):
         return f"<shmbox.Heir {self.name!r}{' (closed)' if self.closed else ''}>"
+
+
+# ---- Pools ------------------------------------------------------------------------------
+
+
+class _BorrowedProducer(Producer):
+    """A lease's producer: closed with its lease."""
+
+    def close(self):
+        if self._ptr is not None:
+            self._bind(None, None)
+            self._ptr = None
+
+
+class _BorrowedOwner(Owner):
+    """A pool member's owner: closed with its member."""
+
+    def close(self):
+        if self._ptr is not None:
+            self._bind(None)
+            self._ptr = None
+        box, self._box = self._box, None
+        if box is not None:
+            box.close()
+
+
+_RETURN_STATUSES = ("ok", "double-return", "stale")
+
+
+class Lease(_Handle):
+    """Exclusive use of one pool member until :meth:`give_back` (or this process dies: the member
+    is then replaced). ``with pool.take() as lease:`` gives it back ok on a normal exit and as
+    failed (the member is stopped and replaced) on an exception."""
+
+    _close_fn = "shmbox_lease_close"
+
+    def __init__(self, ptr):
+        super().__init__(ptr)
+        self.box = _lib.shmbox_lease_box(ptr).decode()  #: the member's box
+        self.worker_pid = _lib.shmbox_lease_worker_pid(ptr)  #: the member's worker (0: unknown)
+        self.producer = _BorrowedProducer(_lib.shmbox_lease_producer(ptr), self.box, None)  #: posts to it
+
+    def post(self, data, *args, **kw):
+        """``lease.producer.post(...)``."""
+        return self.producer.post(data, *args, **kw)
+
+    def give_back(self, ok=True):
+        """Ends the lease: 'ok', 'double-return' (given back already) or 'stale' (the member was
+        replaced meanwhile). ok=False: the member's state is unknown; it is stopped and replaced."""
+        r = _lib.shmbox_lease_give_back(self._p(), 0 if ok else 1)
+        if r >= len(_RETURN_STATUSES):
+            raise _error(_lib.shmbox_last_error() or 18)
+        return _RETURN_STATUSES[r]
+
+    def close(self):
+        """Frees the handle; a lease not given back is given back as failed."""
+        if self._ptr is not None:
+            self.producer.close()
+        super().close()
+
+    def __exit__(self, exc_type, *exc):
+        if self._ptr is not None:
+            self.give_back(exc_type is None)
+        self.close()
+
+    def __repr__(self):
+        return f"<shmbox.Lease {self.box!r}>" if not self.closed else "<shmbox.Lease (closed)>"
+
+
+class Pool(_Handle):
+    """A pool of worker processes, each owning a member box (pooler's pools across processes).
+
+    ``Pool.create(name, command, ...)`` makes it; a supervisor (``pool.supervise()`` here, or
+    ``shmbox pool run NAME``) starts the members; takers ``Pool.open(name).take()`` a member and
+    post to it through the lease. A handle is used by one thread at a time."""
+
+    _close_fn = "shmbox_pool_close"
+
+    @staticmethod
+    def create(name, command, *, init_count=1, max_count=4, cull_after=0, queue_max=16, max_clients=64, group="",
+               dead_letters="", start_timeout=5.0, stop_grace=1.0, health_interval=0, health_timeout=1.0,
+               mode=0o600, capacity=1024, slot_size=256, overflow="reject", max_producers=64, block_timeout=1.0):
+        """Creates pool `name` (raises Exists). `command` runs each member (``/bin/sh -c``, with
+        SHMBOX_POOL, SHMBOX_BOX, SHMBOX_MEMBER in its environment: :meth:`PoolMember.from_env`).
+        Times in seconds; capacity ... block_timeout are each member box's."""
+        raw = _name(name, "pool name").decode()
+        for what, v in (("cull_after", cull_after), ("start_timeout", start_timeout), ("stop_grace", stop_grace),
+                        ("health_interval", health_interval), ("health_timeout", health_timeout),
+                        ("block_timeout", block_timeout)):
+            _finite(v, what)
+        _core.pool_create(raw, str(command), init_count, max_count, float(cull_after), queue_max, max_clients,
+                          str(group), str(dead_letters or ""), float(start_timeout), float(stop_grace),
+                          float(health_interval), float(health_timeout), mode, capacity, slot_size,
+                          _policy_code(overflow), max_producers, float(block_timeout))
+
+    @classmethod
+    def open(cls, name, any_owner=False):
+        """Opens pool `name` to take members or to supervise it."""
+        out = c_void_p()
+        _check(_lib.shmbox_pool_open(_name(name, "pool name"), 1 if any_owner else 0, byref(out)))
+        p = cls(out.value)
+        p.name = name if isinstance(name, str) else name.decode()
+        return p
+
+    @staticmethod
+    def remove(name, immediate=False, timeout=10.0):
+        """Removes pool `name`: graceful (no new takes; members in use stop when given back) or
+        immediate. Raises TimedOut when members in use keep it past `timeout` seconds."""
+        t = _finite(timeout, "timeout")
+        _core.pool_remove(_name(name, "pool name").decode(), bool(immediate), t)
+
+    @staticmethod
+    def list():
+        """Names of every pool in /dev/shm."""
+        return _core.pool_list()
+
+    @staticmethod
+    def take_group(group, timeout=None):
+        """A lease on a member of the freest pool of `group` (waits up to `timeout` seconds; None: for
+        ever). One call of the library: Ctrl-C is handled when it returns."""
+        t = _seconds(timeout)
+        return Lease(_core.pool_take_group(str(group), -1.0 if t is None else t))
+
+    def take(self, timeout=None):
+        """A lease on a free member, waiting up to `timeout` seconds (None: for ever) for one; raises
+        TimedOut, NoMembers, PoolRemoved, ... The wait goes in slices of 0.25 s (Ctrl-C works); a
+        taker queued for a returned member rejoins the queue's end at each slice."""
+        p = self._p()
+        out = c_void_p()
+        code = _sliced(lambda ns: _lib.shmbox_pool_take(p, ns, byref(out)), timeout, _capi.E_TIMED_OUT)
+        _check(code)
+        return Lease(out.value)
+
+    def supervise(self, command=None, dead_letters=None, log=None):
+        """Runs the supervisor until Ctrl-C (KeyboardInterrupt, raised once it has stopped) or the
+        pool is removed: a standby while another supervisor lives, then the supervisor. `log`: a
+        callable given each event line. A pool others can write runs only the `command` given here."""
+        _core.pool_supervise(self._p(), command, dead_letters, log)
+
+    def __repr__(self):
+        return f"<shmbox.Pool {getattr(self, 'name', '?')!r}>" if not self.closed else "<shmbox.Pool (closed)>"
+
+
+class PoolMember(_Handle):
+    """The worker side of a pool member: ``PoolMember.from_env()`` in the member command."""
+
+    _close_fn = "shmbox_member_close"
+
+    @classmethod
+    def from_env(cls):
+        """Takes the member's box named by the environment the supervisor gave (Refused when the
+        member was replaced meanwhile)."""
+        out = c_void_p()
+        _check(_lib.shmbox_member_from_env(byref(out)))
+        return cls(out.value)
+
+    def __init__(self, ptr):
+        super().__init__(ptr)
+        box = os.environ.get("SHMBOX_BOX", "")
+        self.owner = _BorrowedOwner(_lib.shmbox_member_owner(ptr), box)  #: receives what takers post
+
+    @property
+    def stopped(self):
+        """True when this worker should end (its pool was removed, or it was replaced)."""
+        return _lib.shmbox_member_stopped(self._p()) != 0
+
+    def answer_ping(self, message):
+        """True when `message` (a Message or bytes, from lane 0) is the supervisor's health ping;
+        then it is answered."""
+        data = message.data if isinstance(message, Message) else _bytes(message)
+        return _lib.shmbox_member_answer_ping(self._p(), data, len(data)) != 0
+
+    def close(self):
+        if self._ptr is not None:
+            self.owner.close()
+        super().close()

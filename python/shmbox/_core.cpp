@@ -41,7 +41,9 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <atomic>
 #include <new>
+#include <thread>
 #include <span>
 #include <string>
 #include <string_view>
@@ -70,6 +72,7 @@ struct Globals {
   PyObject* box_default = nullptr;   // shmbox.BOX_DEFAULT
   PyObject* seconds = nullptr;       // shmbox._seconds: checks other number types (and raises for bad ones)
   PyObject* batch_result = nullptr;  // shmbox.BatchResult
+  PyObject* error_of = nullptr;      // shmbox._error: the exception for a library error code
   PyTypeObject* message = nullptr;   // shmbox.Message (made here)
 } g;
 
@@ -989,11 +992,189 @@ void Owner_dealloc(OwnerCore* self) {
 PyTypeObject OwnerCoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #pragma GCC diagnostic pop
 
+// ---- Pools (the parts the C API does not have) -----------------------------------------
+
+// Raises the package's exception for `ec` (recorded as this thread's last error, so that the
+// exception carries the library's sentence). Returns nullptr.
+PyObject* raise_ec(std::error_code ec) {
+  const int code = shmbox::detail::capi::record(ec);
+  PyObject* e = PyObject_CallFunction(g.error_of, "i", code);
+  if (e != nullptr) {
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e)), e);
+    Py_DECREF(e);
+  }
+  return nullptr;
+}
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
+}
+
+// pool_create(name, command, init_count, max_count, cull_after, queue_max, max_clients, group,
+// dead_letters, start_timeout, stop_grace, health_interval, health_timeout, mode, capacity,
+// slot_size, overflow, max_producers, block_timeout): shmbox.Pool.create checks and fills them.
+PyObject* pool_create(PyObject*, PyObject* args) {
+  const char *name, *command, *group, *dead;
+  unsigned int init_count, max_count, queue_max, max_clients, mode, capacity, slot_size, max_producers;
+  int overflow;
+  double cull_after, start_timeout, stop_grace, health_interval, health_timeout, block_timeout;
+  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiId", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
+                        &max_clients, &group, &dead, &start_timeout, &stop_grace, &health_interval, &health_timeout,
+                        &mode, &capacity, &slot_size, &overflow, &max_producers, &block_timeout)) {
+    return nullptr;
+  }
+  if (overflow < 0 || overflow > static_cast<int>(sb::policy::block)) {
+    PyErr_Format(PyExc_ValueError, "overflow %d is not a policy", overflow);
+    return nullptr;
+  }
+  sb::pool_options o;
+  o.command = command;
+  o.init_count = init_count;
+  o.max_count = max_count;
+  o.cull_after = ms(cull_after);
+  o.queue_max = queue_max;
+  o.max_clients = max_clients;
+  o.group = group;
+  o.dead_letters = dead;
+  o.start_timeout = ms(start_timeout);
+  o.stop_grace = ms(stop_grace);
+  o.health_interval = ms(health_interval);
+  o.health_timeout = ms(health_timeout);
+  o.mode = mode;
+  o.member.capacity = capacity;
+  o.member.slot_size = slot_size;
+  o.member.overflow = static_cast<sb::policy>(overflow);
+  o.member.max_producers = max_producers;
+  o.member.block_timeout = ms(block_timeout);
+  sb::result<void> r;
+  Py_BEGIN_ALLOW_THREADS
+  r = sb::Pool::create(name, o);
+  Py_END_ALLOW_THREADS
+  if (!r) return raise_ec(r.error());
+  Py_RETURN_NONE;
+}
+
+// pool_remove(name, immediate, timeout_seconds)
+PyObject* pool_remove(PyObject*, PyObject* args) {
+  const char* name;
+  int immediate;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "spd", &name, &immediate, &timeout)) return nullptr;
+  sb::result<void> r;
+  Py_BEGIN_ALLOW_THREADS
+  r = sb::Pool::remove(name, immediate ? sb::removal::immediate : sb::removal::graceful,
+                       std::chrono::nanoseconds(static_cast<std::int64_t>(timeout * 1e9)));
+  Py_END_ALLOW_THREADS
+  if (!r) return raise_ec(r.error());
+  Py_RETURN_NONE;
+}
+
+// pool_list() -> list of names
+PyObject* pool_list(PyObject*, PyObject*) {
+  auto r = sb::Pool::list();
+  if (!r) return raise_ec(r.error());
+  PyObject* l = PyList_New(0);
+  if (l == nullptr) return nullptr;
+  for (const auto& n : *r) {
+    PyObject* s = PyUnicode_DecodeFSDefaultAndSize(n.data(), static_cast<Py_ssize_t>(n.size()));
+    if (s == nullptr || PyList_Append(l, s) < 0) {
+      Py_XDECREF(s);
+      Py_DECREF(l);
+      return nullptr;
+    }
+    Py_DECREF(s);
+  }
+  return l;
+}
+
+// pool_take_group(group, timeout_seconds) -> the address of a new shmbox_lease (the C API's
+// handle: shmbox.Lease uses it through ctypes and frees it with shmbox_lease_close).
+PyObject* pool_take_group(PyObject*, PyObject* args) {
+  const char* group;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "sd", &group, &timeout)) return nullptr;
+  std::optional<sb::result<sb::Lease>> r;
+  Py_BEGIN_ALLOW_THREADS
+  r.emplace(sb::Pool::take_group(group, timeout < 0 ? std::chrono::nanoseconds::max()
+                                                    : std::chrono::nanoseconds(static_cast<std::int64_t>(timeout * 1e9))));
+  Py_END_ALLOW_THREADS
+  if (!*r) return raise_ec(r->error());
+  auto* h = new (std::nothrow) shmbox_lease{std::move(**r)};
+  if (h == nullptr) return PyErr_NoMemory();
+  return PyLong_FromVoidPtr(h);
+}
+
+// pool_supervise(pool_address, command, dead_letters, log): runs the supervisor (Pool::supervise)
+// in a thread of its own while this one waits without the GIL, in slices that run signal
+// handlers: Ctrl-C (or any exception from a handler) stops it, and it is raised once the
+// supervisor has returned. `log` (None or a callable) gets each of its lines.
+PyObject* pool_supervise(PyObject*, PyObject* args) {
+  PyObject *addr, *command, *dead, *log;
+  if (!PyArg_ParseTuple(args, "OOOO", &addr, &command, &dead, &log)) return nullptr;
+  auto* h = static_cast<shmbox_pool*>(PyLong_AsVoidPtr(addr));
+  if (h == nullptr || !shmbox::detail::capi::live(h)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "operation on a closed Pool");
+    return nullptr;
+  }
+  sb::supervise_options o;
+  std::atomic<bool> stop{false};
+  o.stop = &stop;
+  if (command != Py_None) {
+    const char* c = PyUnicode_AsUTF8(command);
+    if (c == nullptr) return nullptr;
+    o.command = std::string(c);
+  }
+  if (dead != Py_None) {
+    const char* d = PyUnicode_AsUTF8(dead);
+    if (d == nullptr) return nullptr;
+    o.dead_letters = std::string(d);
+  }
+  if (log != Py_None) {
+    o.log = [log](std::string_view line) {
+      PyGILState_STATE st = PyGILState_Ensure();
+      PyObject* r = PyObject_CallFunction(log, "s#", line.data(), static_cast<Py_ssize_t>(line.size()));
+      if (r == nullptr) PyErr_WriteUnraisable(log);  // a logger's failure does not stop the supervisor
+      Py_XDECREF(r);
+      PyGILState_Release(st);
+    };
+  }
+  sb::result<void> r;
+  std::atomic<bool> done{false};
+  std::thread t;
+  try {
+    t = std::thread([&] {
+      r = h->pool.supervise(o);
+      done = true;
+    });
+  } catch (const std::system_error& e) {
+    PyErr_Format(PyExc_OSError, "cannot start the supervisor's thread: %s", e.what());
+    return nullptr;
+  }
+  bool interrupted = false;
+  while (!done) {
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < 25 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Py_END_ALLOW_THREADS
+    if (!done && !interrupted && PyErr_CheckSignals() < 0) {
+      interrupted = true;  // the exception stays set; the supervisor stops within 50 ms
+      stop = true;
+    }
+  }
+  Py_BEGIN_ALLOW_THREADS
+  t.join();
+  Py_END_ALLOW_THREADS
+  if (interrupted) return nullptr;
+  if (!r) return raise_ec(r.error());
+  Py_RETURN_NONE;
+}
+
 // ---- The module ---------------------------------------------------------------------
 
 PyObject* setup(PyObject*, PyObject* args) {
-  PyObject *statuses, *box_default, *seconds, *batch_result;
-  if (!PyArg_ParseTuple(args, "O!OOO", &PyTuple_Type, &statuses, &box_default, &seconds, &batch_result)) return nullptr;
+  PyObject *statuses, *box_default, *seconds, *batch_result, *error_of;
+  if (!PyArg_ParseTuple(args, "O!OOOO", &PyTuple_Type, &statuses, &box_default, &seconds, &batch_result, &error_of)) {
+    return nullptr;
+  }
   if (PyTuple_GET_SIZE(statuses) != 7) {
     PyErr_SetString(PyExc_ValueError, "_setup: seven post statuses");
     return nullptr;
@@ -1002,11 +1183,17 @@ PyObject* setup(PyObject*, PyObject* args) {
   Py_XSETREF(g.box_default, Py_NewRef(box_default));
   Py_XSETREF(g.seconds, Py_NewRef(seconds));
   Py_XSETREF(g.batch_result, Py_NewRef(batch_result));
+  Py_XSETREF(g.error_of, Py_NewRef(error_of));
   Py_RETURN_NONE;
 }
 
 PyMethodDef module_methods[] = {
-    {"_setup", setup, METH_VARARGS, "_setup(post_statuses, BOX_DEFAULT, _seconds, BatchResult): at import."},
+    {"_setup", setup, METH_VARARGS, "_setup(post_statuses, BOX_DEFAULT, _seconds, BatchResult, _error): at import."},
+    {"pool_create", pool_create, METH_VARARGS, "Pool.create's library call (shmbox.Pool.create)."},
+    {"pool_remove", pool_remove, METH_VARARGS, "pool_remove(name, immediate, timeout) (shmbox.Pool.remove)."},
+    {"pool_list", pool_list, METH_NOARGS, "pool_list() -> names (shmbox.Pool.list)."},
+    {"pool_take_group", pool_take_group, METH_VARARGS, "pool_take_group(group, timeout) -> lease address."},
+    {"pool_supervise", pool_supervise, METH_VARARGS, "pool_supervise(pool address, command, dead_letters, log)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -18,7 +18,8 @@ for the owner's ``notify_fd`` to turn readable in the event loop
 nothing per message, no thread: a loop can serve any number of boxes. A post
 into a full 'block' box has no descriptor to wait on (the library's
 producers wait on a futex), so that wait, and only it, runs in the loop's
-default executor; every other post returns at once.
+default executor; every other post returns at once. A pool's take waits
+in the executor too (a taker waits on the pool's futex).
 
 The wrappers hold an ordinary handle (``.sync``) and pass every other
 attribute to it (``owner.counters()``, ``owner.give_away(...)``, ...). A
@@ -32,7 +33,7 @@ import functools
 import shmbox as _shmbox
 from shmbox import BOX_DEFAULT, _seconds
 
-__all__ = ["Owner", "Producer"]
+__all__ = ["Owner", "Producer", "Pool"]
 
 
 class Owner:
@@ -170,4 +171,36 @@ class Producer:
         return self
 
     def __exit__(self, *exc):
+        self.close()
+
+
+class Pool:
+    """An asyncio pool handle: ``lease = await pool.take(timeout)`` (then ``with lease: ...``)."""
+
+    def __init__(self, pool):
+        self.sync = pool  #: the :class:`shmbox.Pool` it drives
+        self._lock = asyncio.Lock()  # a Pool handle takes in one thread at a time: takes queue here
+
+    @classmethod
+    def open(cls, name, any_owner=False):
+        """Opens pool `name` (as :meth:`shmbox.Pool.open`)."""
+        return cls(_shmbox.Pool.open(name, any_owner))
+
+    def __getattr__(self, attr):
+        return getattr(self.sync, attr)
+
+    async def take(self, timeout=None):
+        """:meth:`shmbox.Pool.take` without blocking the loop (the wait runs in the default executor)."""
+        _seconds(timeout)
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            return await loop.run_in_executor(None, self.sync.take, timeout)
+
+    def close(self):
+        self.sync.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
         self.close()

@@ -1,0 +1,142 @@
+"""Pools from Python: Pool.create, a supervisor in a Python process (Pool.supervise, stopped
+by SIGINT), Python workers (PoolMember.from_env, answer_ping), takes with Lease as a context
+manager (given back ok, or failed on an exception: the member is replaced), take_group and
+Pool.remove. Every process is a separate program; the pool is removed also on failure."""
+import signal
+import sys
+
+import pytest
+
+import shmbox
+
+WORKER = r"""
+import shmbox, sys
+m = shmbox.PoolMember.from_env()
+while not m.stopped:
+    msg = m.owner.receive(0.1)
+    if msg is None:
+        continue
+    if msg.lane == 0 and m.answer_ping(msg):
+        continue
+    reply, _, payload = msg.data.partition(b":")
+    with shmbox.Producer.attach(reply.decode()) as p:
+        p.post(payload)
+"""
+
+SUPERVISOR = r"""
+import shmbox, sys
+p = shmbox.Pool.open(sys.argv[1])
+print("supervising", flush=True)
+try:
+    p.supervise(log=lambda line: print("log", line, flush=True))
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.fixture
+def pool_name(box_name):
+    names = []
+
+    def new(tag=""):
+        n = box_name(tag or "pool")
+        names.append(n)
+        return n
+
+    yield new
+    for n in names:
+        try:
+            shmbox.Pool.remove(n, immediate=True, timeout=10)
+        except shmbox.NotFound:
+            pass
+
+
+def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, children):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    name = pool_name()
+    shmbox.Pool.create(name, f"{sys.executable} {worker}", init_count=1, max_count=2, group=name + "-g",
+                       health_interval=0.2, health_timeout=2.0, capacity=16, slot_size=128)
+    with pytest.raises(shmbox.Exists):
+        shmbox.Pool.create(name, "true")
+    assert name in shmbox.Pool.list()
+    sup = children([sys.executable, "-c", SUPERVISOR, name])
+    sup.expect("supervising")
+    reply = box_name("reply")
+    shmbox.Box.create(reply, capacity=16, slot_size=128).close()
+    with shmbox.Owner.acquire(reply) as answers, shmbox.Pool.open(name) as pool:
+        with pool.take(20) as lease:
+            assert lease.box and lease.worker_pid > 0
+            assert lease.post(reply.encode() + b":hello") == "stored"
+            m = answers.receive(20)
+            assert m is not None and m.data.startswith(b"hello")
+            first_pid = lease.worker_pid
+        with pytest.raises(ZeroDivisionError):
+            with pool.take(20) as lease:
+                assert lease.worker_pid == first_pid  # the member given back ok is taken again
+                1 / 0
+        # Given back failed: replaced by a new worker.
+        with pool.take(20) as lease:
+            assert lease.worker_pid != first_pid
+            assert lease.give_back() == "ok"
+            assert lease.give_back() == "double-return"
+        lease = shmbox.Pool.take_group(name + "-g", 20)
+        with lease:
+            lease.post(reply.encode() + b":group")
+            assert answers.receive(20).data.startswith(b"group")
+        with pytest.raises(ValueError):
+            pool.take(float("nan"))
+    sup.proc.send_signal(signal.SIGINT)
+    lines = []
+    while not lines or not lines[-1].startswith("interrupted"):
+        lines.append(sup.line(10))  # its log lines, then "interrupted" (fails after 10 s without)
+    assert any("started member" in line for line in lines), lines  # the log callback ran
+    shmbox.Pool.remove(name, immediate=True, timeout=20)
+    assert name not in shmbox.Pool.list()
+
+
+def test_take_from_a_pool_without_members_times_out(pool_name):
+    name = pool_name()
+    shmbox.Pool.create(name, "sleep 60", init_count=0, max_count=1, queue_max=4)
+    with shmbox.Pool.open(name) as pool:
+        with pytest.raises((shmbox.TimedOut, shmbox.NoMembers)):
+            pool.take(0.3)
+    with pytest.raises(shmbox.NotFound):
+        shmbox.Pool.open(name + "-missing")
+
+
+def test_await_take(tmp_path, pool_name, children):
+    import asyncio
+    from shmbox import aio
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    name = pool_name()
+    shmbox.Pool.create(name, f"{sys.executable} {worker}", init_count=1, max_count=1)
+    sup = children([sys.executable, "-c", SUPERVISOR, name])
+    sup.expect("supervising")
+
+    async def main():
+        async with aio.Pool.open(name) as pool:
+            lease = await pool.take(20)
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            t = asyncio.ensure_future(ticker())
+            second = asyncio.ensure_future(pool.take(20))  # waits for the one member, off the loop
+            await asyncio.sleep(0.3)
+            assert not second.done() and ticks >= 10
+            assert lease.give_back() == "ok"
+            lease.close()
+            again = await asyncio.wait_for(second, 20)
+            again.give_back()
+            again.close()
+            t.cancel()
+
+    asyncio.run(main())
+    sup.proc.send_signal(signal.SIGINT)
