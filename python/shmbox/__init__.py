@@ -45,7 +45,8 @@ from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "BatchResult", "Transfer",
+    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "PeekedMessage",
+    "CollectedBox", "gc", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
 ] + _errors.__all__
@@ -231,6 +232,29 @@ class Transfer:
         d = dataclasses.asdict(self)
         d["reason"] = str(self.reason)
         return d
+
+
+class PeekedMessage(NamedTuple):
+    """A message seen by :meth:`Box.peek`, not taken."""
+    data: bytes
+    lane: int
+    position: int  # FIFO position, lifo stamp, or stash order
+    stash: str     # "" in its lane; "parked", "unstashed", "reading", "sorted", "buffered" (inspect.hpp)
+
+
+class CollectedBox(NamedTuple):
+    """What :func:`gc` did with one box."""
+    name: str
+    depth: int     # messages it held
+    why: str       # why it was (or, skipped, was not) removed
+    skipped: bool  # not removed: not ours to remove, or not a box
+
+
+def gc(dry_run=False, include_nonempty=False, prefix=""):
+    """Removes boxes nobody uses (no live owner, heir, listener, producer or process mapping them;
+    empty unless include_nonempty), as ``shmbox gc`` does; never a box a live process is attached
+    to. Returns a list of :class:`CollectedBox` (with dry_run: what it would remove)."""
+    return [CollectedBox(*t) for t in _core.box_gc(bool(dry_run), bool(include_nonempty), str(prefix))]
 
 
 class _BoxDefault:
@@ -564,6 +588,11 @@ class Box(_Handle):
         ok = c_int(0)
         _check(_lib.shmbox_verify(_name(name), fn, None, byref(ok)))
         return bool(ok.value), problems
+
+    def peek(self, max=16):
+        """Up to `max` messages in delivery order, copied out without taking them (the owner and
+        producers are not disturbed): a list of :class:`PeekedMessage`. A snapshot of a moving box."""
+        return [PeekedMessage(*t) for t in _core.box_peek(self._p(), int(max))]
 
     @property
     def name(self):

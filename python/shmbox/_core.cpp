@@ -1168,6 +1168,73 @@ PyObject* pool_supervise(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// ---- Looking at boxes ------------------------------------------------------------------
+
+// box_peek(box_address, max) -> [(data, lane, position, stash)], in delivery order, not taken.
+PyObject* box_peek(PyObject*, PyObject* args) {
+  PyObject* addr;
+  Py_ssize_t max;
+  if (!PyArg_ParseTuple(args, "On", &addr, &max)) return nullptr;
+  auto* h = static_cast<shmbox_box*>(PyLong_AsVoidPtr(addr));
+  if (h == nullptr || !shmbox::detail::capi::live(h)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "operation on a closed Box");
+    return nullptr;
+  }
+  if (max < 0) {
+    PyErr_SetString(PyExc_ValueError, "peek: max must be >= 0");
+    return nullptr;
+  }
+  std::vector<sb::peeked_message> v;
+  try {
+    v = sb::peek(h->box, static_cast<std::size_t>(max));
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+  PyObject* l = PyList_New(static_cast<Py_ssize_t>(v.size()));
+  if (l == nullptr) return nullptr;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    PyObject* t = Py_BuildValue("(y#IKs#)", v[i].data.data(), static_cast<Py_ssize_t>(v[i].data.size()), v[i].lane,
+                                static_cast<unsigned long long>(v[i].position), v[i].stash.data(),
+                                static_cast<Py_ssize_t>(v[i].stash.size()));
+    if (t == nullptr) {
+      Py_DECREF(l);
+      return nullptr;
+    }
+    PyList_SET_ITEM(l, static_cast<Py_ssize_t>(i), t);
+  }
+  return l;
+}
+
+// gc(dry_run, include_nonempty, prefix) -> [(name, depth, why, skipped)]
+PyObject* box_gc(PyObject*, PyObject* args) {
+  int dry_run, nonempty;
+  const char* prefix;
+  if (!PyArg_ParseTuple(args, "pps", &dry_run, &nonempty, &prefix)) return nullptr;
+  sb::collect_options o;
+  o.dry_run = dry_run != 0;
+  o.include_nonempty = nonempty != 0;
+  o.prefix = prefix;
+  std::optional<sb::result<std::vector<sb::collected_box>>> r;
+  Py_BEGIN_ALLOW_THREADS
+  r.emplace(sb::collect(o));
+  Py_END_ALLOW_THREADS
+  if (!*r) return raise_ec(r->error());
+  PyObject* l = PyList_New(0);
+  if (l == nullptr) return nullptr;
+  for (const auto& c : **r) {
+    PyObject* t = Py_BuildValue("(s#Ks#O)", c.name.data(), static_cast<Py_ssize_t>(c.name.size()),
+                                static_cast<unsigned long long>(c.depth), c.why.data(),
+                                static_cast<Py_ssize_t>(c.why.size()), c.skipped ? Py_True : Py_False);
+    if (t == nullptr || PyList_Append(l, t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(l);
+      return nullptr;
+    }
+    Py_DECREF(t);
+  }
+  return l;
+}
+
 // ---- The module ---------------------------------------------------------------------
 
 PyObject* setup(PyObject*, PyObject* args) {
@@ -1189,6 +1256,8 @@ PyObject* setup(PyObject*, PyObject* args) {
 
 PyMethodDef module_methods[] = {
     {"_setup", setup, METH_VARARGS, "_setup(post_statuses, BOX_DEFAULT, _seconds, BatchResult, _error): at import."},
+    {"box_peek", box_peek, METH_VARARGS, "box_peek(box address, max) (shmbox.Box.peek)."},
+    {"box_gc", box_gc, METH_VARARGS, "box_gc(dry_run, include_nonempty, prefix) (shmbox.gc)."},
     {"pool_create", pool_create, METH_VARARGS, "Pool.create's library call (shmbox.Pool.create)."},
     {"pool_remove", pool_remove, METH_VARARGS, "pool_remove(name, immediate, timeout) (shmbox.Pool.remove)."},
     {"pool_list", pool_list, METH_NOARGS, "pool_list() -> names (shmbox.Pool.list)."},

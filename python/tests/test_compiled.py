@@ -138,3 +138,26 @@ def test_post_statuses_of_every_policy_from_the_compiled_path(box_name):
         assert p.post(b"b", timeout=0) == "timeout"
         assert o.counters()["timeouts"] == 2  # each post counted once, not once per slice
 
+
+
+def test_peek_does_not_take_and_gc_removes_only_unused_boxes(box_name):
+    name = box_name()
+    p, o = _pair(name, capacity=8)
+    with p:
+        for m in (b"a", b"b", b"c"):
+            p.post(m)
+        with shmbox.Box.inspect(name) as b:
+            seen = b.peek(2)
+            assert [m.data for m in seen] == [b"a", b"b"] and all(m.stash == "" for m in seen)
+        assert [m.data for m in o.receive_batch(8, 0)] == [b"a", b"b", b"c"]  # nothing was taken
+    prefix = box_name("gc")
+    shmbox.Box.create(prefix, capacity=4).close()  # nobody uses it
+    dry = shmbox.gc(dry_run=True, prefix=prefix)
+    assert [c.name for c in dry] == [prefix]
+    assert shmbox.Box.open(prefix).close() is None  # a dry run removed nothing
+    done = shmbox.gc(prefix=prefix)
+    assert [c.name for c in done] == [prefix] and not done[0].skipped
+    with pytest.raises(shmbox.NotFound):
+        shmbox.Box.open(prefix)
+    assert shmbox.gc(prefix=name) == []  # the owned box stays
+    o.close()
