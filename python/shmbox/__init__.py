@@ -1,9 +1,12 @@
 """shmbox: bounded mailboxes in POSIX shared memory, from Python.
 
-A thin, typed layer over the C API of libshmbox (``include/shmbox/shmbox.h``)
-through :mod:`ctypes`: nothing is compiled when the package is installed, and
-a Python process posts into, owns or inherits the same boxes as C and C++
-programs.
+The message path (post, post_batch, receive, try_receive, receive_batch,
+read, receive_into, receive_in_place, stash) is a compiled module,
+shmbox._core (the CPython C API), with the library linked into it; the rest
+of the API calls the C API of that same copy of the library through
+:mod:`ctypes`. A Python process posts into, owns or inherits the same boxes
+as C and C++ programs. docs/python.md has the guide; :mod:`shmbox.aio` the
+asyncio API.
 
     import shmbox
 
@@ -14,18 +17,14 @@ programs.
         p.post(b"hello")                         # -> PostStatus.STORED ('stored')
 
     with shmbox.Owner.acquire("jobs") as owner:  # in one process
-        for msg in owner:                        # blocks; msg.data, msg.lane, msg.redelivered
+        for msg in owner:                        # blocks; msg.data, msg.lane, msg.redelivered, msg.id
             print(msg.data)
 
 Timeouts are in seconds (int or float); ``None`` (or ``math.inf``) waits for
 ever, ``0`` does not wait. Errors raise subclasses of :class:`Error`
 (:mod:`shmbox.errors`) with the library's code and message. Outcomes that
 are not errors (a full box, a receive that timed out) are return values, as
-in the C++ API.
-
-The library is loaded from the path in the environment variable
-``SHMBOX_LIBRARY``, else found by ``ctypes.util.find_library('shmbox')``,
-else as ``libshmbox.so.0``.
+in the C++ API. A handle is used by one thread at a time.
 """
 
 import ctypes
