@@ -1060,19 +1060,8 @@ class Owner(_Handle, _core.OwnerCore):
         return _lib.shmbox_pump(self._p())
 
     def _batch(self, count):
-        p = self._ptr
-        data = c_void_p()
-        size = c_size_t(0)
-        info = _capi.MsgInfo()
-        refs = (byref(data), byref(size), byref(info))
-        get, string_at = _lib.shmbox_batch_message, ctypes.string_at
-        out = []
-        for i in range(count):
-            code = get(p, i, *refs)
-            if code:
-                raise _error(code)
-            out.append(Message((string_at(data.value, size.value), info.lane, bool(info.redelivered))))
-        return out
+        """The C handle's current batch (a delivery of wait/deliver) as Messages, with ids."""
+        return self._current(count)
 
     def commit(self):
         """Commits everything :meth:`read`. Raises :class:`NotOwner` if the box was taken

@@ -929,6 +929,29 @@ PyObject* Owner_stash(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs, 
   return receive_failed(self, st);
 }
 
+// _current(count): the messages of the C handle's current batch (what the C API's
+// shmbox_batch_message reads: a delivery of wait/deliver), with their ids.
+PyObject* Owner_current(OwnerCore* self, PyObject* arg) {
+  if (self->h == nullptr || !shmbox::detail::capi::live(self->h)) return closed_error("Owner");
+  const Py_ssize_t want = PyLong_AsSsize_t(arg);
+  if (want == -1 && PyErr_Occurred()) return nullptr;
+  const sb::batch& b = *self->h->current;
+  const std::size_t n = std::min(b.size(), static_cast<std::size_t>(std::max<Py_ssize_t>(want, 0)));
+  PyObject* l = PyList_New(static_cast<Py_ssize_t>(n));
+  if (l == nullptr) return nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string_view v = b[i];
+    PyObject* m = make_message(PyBytes_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.size())), b.lane(i),
+                               b.redelivered(i), b.position(i), self->box_id);
+    if (m == nullptr) {
+      Py_DECREF(l);
+      return nullptr;
+    }
+    PyList_SET_ITEM(l, static_cast<Py_ssize_t>(i), m);
+  }
+  return l;
+}
+
 PyObject* Owner_busy(OwnerCore* self, void*) { return PyBool_FromLong(self->busy); }
 
 PyMethodDef owner_methods[] = {
@@ -951,6 +974,8 @@ PyMethodDef owner_methods[] = {
      "read(max=64, timeout=None) -> list[Message]\n\n"
      "Two-phase receive: up to `max` messages, not committed. If this process dies before\n"
      "commit(), the next owner receives them again, flagged redelivered."},
+    {"_current", reinterpret_cast<PyCFunction>(Owner_current), METH_O,
+     "_current(count): the messages of the handle's current batch (a delivery), with ids."},
     {"receive_in_place", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_receive_in_place)),
      METH_FASTCALL | METH_KEYWORDS,
      "receive_in_place(fn, max=64, timeout=None) -> int\n\n"

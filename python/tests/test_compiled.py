@@ -161,3 +161,15 @@ def test_peek_does_not_take_and_gc_removes_only_unused_boxes(box_name):
         shmbox.Box.open(prefix)
     assert shmbox.gc(prefix=name) == []  # the owned box stays
     o.close()
+
+
+def test_deliveries_carry_ids(box_name):
+    p, o = _pair(box_name(), capacity=8)
+    with p, o:
+        p.post(b"one")
+        p.post(b"two")
+        o.active()
+        ev = o.wait(5)
+        assert ev.kind == "delivered" and [m.data for m in ev.messages] == [b"one", b"two"]
+        ids = [m.id for m in ev.messages]
+        assert all(i is not None for i in ids) and ids[0].position < ids[1].position
