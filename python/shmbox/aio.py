@@ -41,7 +41,7 @@ class Owner:
 
     def __init__(self, owner):
         self.sync = owner  #: the :class:`shmbox.Owner` it drives
-        self._lock = asyncio.Lock()
+        self._lock = None  # made in the running loop (Python 3.9 binds a Lock to a loop at creation)
 
     @classmethod
     def acquire(cls, name):
@@ -58,6 +58,8 @@ class Owner:
             return got
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:
             o = self.sync
             fd = o.notify_fd()
@@ -179,7 +181,7 @@ class Pool:
 
     def __init__(self, pool):
         self.sync = pool  #: the :class:`shmbox.Pool` it drives
-        self._lock = asyncio.Lock()  # a Pool handle takes in one thread at a time: takes queue here
+        self._lock = None  # a Pool handle takes in one thread at a time: takes queue here
 
     @classmethod
     def open(cls, name, any_owner=False):
@@ -193,6 +195,8 @@ class Pool:
         """:meth:`shmbox.Pool.take` without blocking the loop (the wait runs in the default executor)."""
         _seconds(timeout)
         loop = asyncio.get_running_loop()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:
             return await loop.run_in_executor(None, self.sync.take, timeout)
 
