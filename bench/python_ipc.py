@@ -17,8 +17,8 @@ lines on a pipe (a Connection for the spawned ones), never sleeps; every wait fo
 deadline, after which the children are killed and the run fails. Repetitions
 are interleaved: each one runs every configuration, the order reversed on odd
 repetitions; rows give the median (min-max) over repetitions, and every ratio
-is taken within one repetition. Counts: N = 100 000 (64 B) / 50 000 (4 KiB),
-M = 10 000, K = 200 000, 5 repetitions (about 2 minutes on 2 cores); --quick:
+is taken within one repetition. Counts: N = 400 000 (64 B) / 100 000 (4 KiB),
+M = 10 000, K = 200 000, 5 repetitions (about 3 minutes on 2 cores); --quick:
 2 000 / 1 000, 200, 5 000, 2 repetitions (about 10 s).
 
   throughput     groups py-tput-64, py-tput-4k: N messages of 64 B / 4 KiB,
@@ -35,7 +35,7 @@ M = 10 000, K = 200 000, 5 repetitions (about 2 minutes on 2 cores); --quick:
     zmq-multipart   the same sockets, send_multipart(64 frames) / recv_multipart:
                     the batch a pyzmq user would write (one call, 64 messages;
                     zmq already batches single sends in its I/O thread)
-                 Boxes: capacity 4096, slot_size 4096, overflow 'block' (nothing
+                 Boxes: capacity 4096, slot_size the message size, overflow 'block' (nothing
                  dropped; a post that times out is posted again).
   round trip     groups py-rtt-64, py-rtt-4k: ping-pong, M timed round trips after
                  M/20 untimed; p50 and p99 in us of one repetition's samples.
@@ -191,10 +191,13 @@ class Bench:
                 print(f"python_ipc: could not remove box {name}: {e}", file=sys.stderr)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def _resources(self, mech, kind):
-        """What both ends share: made here, before the children start."""
+    def _resources(self, mech, kind, size=SLOT):
+        """What both ends share: made here, before the children start. A box's slots are the
+        message size (as a user sizes them at creation; 4 KiB slots for 64 B messages would
+        make a 16 MiB box whose first touches, not the messages, a short run measures)."""
         if mech.startswith("shmbox"):
-            return {"boxes": [self._box(), self._box()]} if kind == "rtt" else {"box": self._box()}
+            return ({"boxes": [self._box(slot=size), self._box(slot=size)]} if kind == "rtt"
+                    else {"box": self._box(slot=size)})
         if mech.startswith("zmq"):
             self.serial += 1
             return {"endpoint": f"ipc://{self.tmp}/{self.serial}.sock"}
@@ -227,7 +230,7 @@ class Bench:
 
     def throughput(self, mech, size, n):
         """Messages per second, producer process -> consumer process."""
-        res = self._resources(mech, "tput")
+        res = self._resources(mech, "tput", size)
         kids = []
         try:
             deadline = self._deadline(n, 500)
@@ -255,7 +258,7 @@ class Bench:
 
     def round_trip(self, mech, size, n):
         """(p50, p99) in us of n ping-pongs."""
-        res = self._resources(mech, "rtt")
+        res = self._resources(mech, "rtt", size)
         kids = []
         try:
             deadline = self._deadline(n, 2000)
@@ -352,7 +355,7 @@ def main():
     sys.path.insert(0, args.pkg)
     os.environ.setdefault("SHMBOX_LIBRARY", os.path.join(os.path.abspath(args.build), "lib", "libshmbox.so"))
     reps = args.reps or (2 if args.quick else 5)
-    n_tput = {64: 2_000, 4096: 1_000} if args.quick else {64: 100_000, 4096: 50_000}
+    n_tput = {64: 2_000, 4096: 1_000} if args.quick else {64: 400_000, 4096: 100_000}
     n_rtt = 200 if args.quick else 10_000
     n_api = 5_000 if args.quick else 200_000
 
