@@ -1335,7 +1335,12 @@ class Lease(_Handle):
         super().__init__(ptr)
         self.box = _lib.shmbox_lease_box(ptr).decode()  #: the member's box
         self.worker_pid = _lib.shmbox_lease_worker_pid(ptr)  #: the member's worker (0: unknown)
-        self.producer = _BorrowedProducer(_lib.shmbox_lease_producer(ptr), self.box, None)  #: posts to it
+        try:  # a post's default wait: the member box's block_timeout, as for any producer
+            with Box.inspect(self.box) as b:
+                block_timeout = b.info()["block_timeout"]
+        except Error:
+            block_timeout = 1.0
+        self.producer = _BorrowedProducer(_lib.shmbox_lease_producer(ptr), self.box, block_timeout)  #: posts to it
 
     def post(self, data, *args, **kw):
         """``lease.producer.post(...)``."""
