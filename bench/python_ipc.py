@@ -5,9 +5,8 @@ against multiprocessing.Queue, multiprocessing.Pipe and pyzmq, in one run (issue
     python3 bench/python_ipc.py [--quick] [--reps R] [--pkg DIR] [--build DIR]
 
 Rows (bench/rows.hpp) on stdout for bench/table.cpp, a readable log on stderr.
---pkg DIR is put first on sys.path (the compiled package at $build/python, or
-python/ of the tree: the ctypes package, which loads $SHMBOX_LIBRARY, by default
-DIR/lib/libshmbox.so of --build, as bench/python_rate.py does).
+--pkg DIR is put first on sys.path: the package as built (-Dpython=enabled),
+by default DIR/python of --build.
 
 METHOD. Every measurement runs between two separate processes, each one
 started by fork+exec of this interpreter: bench/python_ipc_ends.py (shmbox,
@@ -348,12 +347,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke test (seconds)")
     ap.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 5; --quick: 2)")
-    ap.add_argument("--pkg", default=os.path.join(ROOT, "python"), help="the directory holding shmbox/")
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="for the default SHMBOX_LIBRARY")
+    ap.add_argument("--pkg", default=None, help="the directory holding shmbox/ (default: BUILD/python)")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build directory")
     args = ap.parse_args()
-    args.pkg = os.path.abspath(args.pkg)
+    args.pkg = os.path.abspath(args.pkg or os.path.join(args.build, "python"))
     sys.path.insert(0, args.pkg)
-    os.environ.setdefault("SHMBOX_LIBRARY", os.path.join(os.path.abspath(args.build), "lib", "libshmbox.so"))
     reps = args.reps or (2 if args.quick else 5)
     n_tput = {64: 2_000, 4096: 1_000} if args.quick else {64: 400_000, 4096: 100_000}
     n_rtt = 200 if args.quick else 10_000

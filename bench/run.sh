@@ -100,20 +100,19 @@ run priority "$b/shmbox-bench-priority" "${common[@]}"
 # The C API and Python next to C++ (issue 18): about 10 s; --quick: 1 s.
 SHMBOX_SOURCE_ROOT="$root" SHMBOX_PY_DIR="$build/python" run api "$b/shmbox-bench-api" "${common[@]}"
 # Python between two processes (issue 31, item 7): the shmbox package against
-# multiprocessing.Queue, multiprocessing.Pipe and pyzmq (about 2 minutes; --quick:
-# 15 s). The package is the compiled one in $build/python when it is built (its
-# _core*.so is there), else python/ (ctypes, over SHMBOX_LIBRARY). The interpreter is
+# multiprocessing.Queue, multiprocessing.Pipe and pyzmq (about 3 minutes; --quick:
+# 15 s). The package is the one built in $build/python (-Dpython=enabled, as
+# setup.sh builds); without it the shmbox rows are skips. The interpreter is
 # $SHMBOX_PYTHON, else Debian's /usr/bin/python3 (where python3-zmq is); without
 # pyzmq its rows are skips.
-py_pkg="$root/python"
-compgen -G "$build/python/shmbox/_core*.so" >/dev/null && py_pkg="$build/python"
+py_pkg="$build/python"
 py="${SHMBOX_PYTHON:-}"
 if [ -z "$py" ]; then
   py=python3
   [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 fi
 install_missing bench python3-zmq || echo "bench: python3-zmq not installed: the pyzmq rows are skipped" >&2
-SHMBOX_LIBRARY="$build/lib/libshmbox.so.0" run "python ipc" \
+run "python ipc" \
   "$py" "$root/bench/python_ipc.py" --pkg "$py_pkg" --build "$build" "${common[@]}"
 # The NATS bridge (issue 19) next to core NATS and JetStream on a nats-server
 # it starts (about 30 s; --quick: 1 s). setup.sh installs libnats-dev and nats-server.
