@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/python_rate.py - what a message costs from Python (the shmbox package, ctypes)
+"""bench/python_rate.py - what a message costs from Python (the shmbox package as built: its compiled module)
 next to the same work done by the C++ programs.
 
     python3 bench/python_rate.py [--count N] [--reps R] [--size B] [--build DIR]
