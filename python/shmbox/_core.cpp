@@ -212,12 +212,14 @@ int parse_args(const char* fn, const char* const* names, int count, int required
 // (seconds; < 0: for ever) has passed; runs signal handlers between slices.
 // Returns step's last result, or -1 with an exception set (a signal handler
 // raised: KeyboardInterrupt).
-template <class Step>
-int sliced(double timeout, int idle, Step&& step) {
-  const double deadline = timeout < 0 ? 0 : now() + timeout;
-  for (;;) {
+// The slices of one wait of `timeout` seconds (< 0: for ever): next() is the
+// next slice's length, and says whether it is the last one.
+struct Slices {
+  double timeout, deadline;
+  explicit Slices(double t) : timeout(t), deadline(t < 0 ? 0 : now() + t) {}
+  std::chrono::nanoseconds next(bool& last) const {
     double wait = kSlice;
-    bool last = false;
+    last = false;
     if (timeout >= 0) {
       const double left = deadline - now();
       if (left <= kSlice) {
@@ -225,7 +227,16 @@ int sliced(double timeout, int idle, Step&& step) {
         last = true;
       }
     }
-    const auto ns = std::chrono::nanoseconds(static_cast<std::int64_t>(wait * 1e9));
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(wait * 1e9));
+  }
+};
+
+template <class Step>
+int sliced(double timeout, int idle, Step&& step) {
+  const Slices slices(timeout);
+  for (;;) {
+    bool last;
+    const auto ns = slices.next(last);
     int r;
     Py_BEGIN_ALLOW_THREADS
     r = step(ns, last);
@@ -253,6 +264,38 @@ int refuse_busy(const char* what) {
 PyObject* closed_error(const char* what) {
   PyErr_Format(PyExc_ValueError, "operation on a closed %s", what);
   return nullptr;
+}
+
+// The C handle at `address` (an int from the package's ctypes half), or nullptr with
+// ValueError when it is not an open handle of its kind.
+template <class H>
+H* handle_at(PyObject* address, const char* what) {
+  auto* h = static_cast<H*>(PyLong_AsVoidPtr(address));
+  if (h == nullptr || !shmbox::detail::capi::live(h)) {
+    if (!PyErr_Occurred()) closed_error(what);
+    return nullptr;
+  }
+  return h;
+}
+
+// True when a ProducerCore or OwnerCore may be called: bound to an open handle, not busy.
+template <class Core>
+bool usable(Core* self, const char* what) {
+  if (self->h == nullptr || !shmbox::detail::capi::live(self->h)) {
+    closed_error(what);
+    return false;
+  }
+  if (self->busy) {
+    refuse_busy(what);
+    return false;
+  }
+  return true;
+}
+
+// _bind's address: an int, or None (nullptr). -1 with an exception set.
+int address_arg(PyObject* a, void** out) {
+  *out = a == Py_None ? nullptr : PyLong_AsVoidPtr(a);
+  return *out == nullptr && PyErr_Occurred() ? -1 : 0;
 }
 
 // ---- Message ------------------------------------------------------------------
@@ -306,17 +349,7 @@ struct ProducerCore {
   int busy;
 };
 
-sb::Producer* producer_of(ProducerCore* self) {
-  if (self->h == nullptr || !shmbox::detail::capi::live(self->h)) {
-    closed_error("Producer");
-    return nullptr;
-  }
-  if (self->busy) {
-    refuse_busy("Producer");
-    return nullptr;
-  }
-  return self->h->p;
-}
+sb::Producer* producer_of(ProducerCore* self) { return usable(self, "Producer") ? self->h->p : nullptr; }
 
 PyObject* Producer_bind(ProducerCore* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
@@ -327,8 +360,8 @@ PyObject* Producer_bind(ProducerCore* self, PyObject* const* args, Py_ssize_t na
     refuse_busy("Producer");
     return nullptr;
   }
-  void* p = args[0] == Py_None ? nullptr : PyLong_AsVoidPtr(args[0]);
-  if (p == nullptr && PyErr_Occurred()) return nullptr;
+  void* p;
+  if (address_arg(args[0], &p) < 0) return nullptr;
   double bt = -1;
   if (parse_timeout(args[1], &bt) < 0) return nullptr;
   self->h = static_cast<shmbox_producer*>(p);
@@ -537,14 +570,7 @@ struct OwnerCore {
 };
 
 sb::Owner* owner_of(OwnerCore* self) {
-  if (self->h == nullptr || !shmbox::detail::capi::live(self->h)) {
-    closed_error("Owner");
-    return nullptr;
-  }
-  if (self->busy) {
-    refuse_busy("Owner");
-    return nullptr;
-  }
+  if (!usable(self, "Owner")) return nullptr;
   self->h->last = SHMBOX_OK;  // the C API's own error of an earlier call (shmbox_owner_last_error)
   return self->h->o;
 }
@@ -558,8 +584,8 @@ PyObject* Owner_bind(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs) {
     refuse_busy("Owner");
     return nullptr;
   }
-  void* p = args[0] == Py_None ? nullptr : PyLong_AsVoidPtr(args[0]);
-  if (p == nullptr && PyErr_Occurred()) return nullptr;
+  void* p;
+  if (address_arg(args[0], &p) < 0) return nullptr;
   if (p != nullptr && self->s == nullptr) {
     self->s = new (std::nothrow) OwnerScratch;
     if (self->s == nullptr) return PyErr_NoMemory();
@@ -862,19 +888,12 @@ PyObject* Owner_receive_in_place(OwnerCore* self, PyObject* const* args, Py_ssiz
   sb::recv_status st = take_one(std::chrono::nanoseconds(0));
   if (st == sb::recv_status::timeout && timeout != 0 && !failed) {
     Busy busy(self->busy);
-    const double deadline = timeout < 0 ? 0 : now() + timeout;
+    const Slices slices(timeout);  // as sliced(), with the GIL taken back inside fn's calls
     for (;;) {
-      double wait = kSlice;
-      bool last = false;
-      if (timeout >= 0) {
-        const double left = deadline - now();
-        if (left <= kSlice) {
-          wait = left > 0 ? left : 0;
-          last = true;
-        }
-      }
+      bool last;
+      const auto ns = slices.next(last);
       released = PyEval_SaveThread();
-      st = take_one(std::chrono::nanoseconds(static_cast<std::int64_t>(wait * 1e9)));
+      st = take_one(ns);
       PyEval_RestoreThread(released);
       released = nullptr;
       if (st != sb::recv_status::timeout || last) break;
@@ -1136,11 +1155,8 @@ PyObject* pool_take_group(PyObject*, PyObject* args) {
 PyObject* pool_supervise(PyObject*, PyObject* args) {
   PyObject *addr, *command, *dead, *log;
   if (!PyArg_ParseTuple(args, "OOOO", &addr, &command, &dead, &log)) return nullptr;
-  auto* h = static_cast<shmbox_pool*>(PyLong_AsVoidPtr(addr));
-  if (h == nullptr || !shmbox::detail::capi::live(h)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "operation on a closed Pool");
-    return nullptr;
-  }
+  auto* h = handle_at<shmbox_pool>(addr, "Pool");
+  if (h == nullptr) return nullptr;
   sb::supervise_options o;
   std::atomic<bool> stop{false};
   o.stop = &stop;
@@ -1200,11 +1216,8 @@ PyObject* box_peek(PyObject*, PyObject* args) {
   PyObject* addr;
   Py_ssize_t max;
   if (!PyArg_ParseTuple(args, "On", &addr, &max)) return nullptr;
-  auto* h = static_cast<shmbox_box*>(PyLong_AsVoidPtr(addr));
-  if (h == nullptr || !shmbox::detail::capi::live(h)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "operation on a closed Box");
-    return nullptr;
-  }
+  auto* h = handle_at<shmbox_box>(addr, "Box");
+  if (h == nullptr) return nullptr;
   if (max < 0) {
     PyErr_SetString(PyExc_ValueError, "peek: max must be >= 0");
     return nullptr;
