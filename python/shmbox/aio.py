@@ -36,20 +36,47 @@ from shmbox import BOX_DEFAULT, _seconds
 __all__ = ["Owner", "Producer", "Pool"]
 
 
-class Owner:
-    """An asyncio owner: ``await receive()``, ``await receive_batch()``, ``async for``."""
+class _Wrapper:
+    """What the three wrappers share: the handle they drive (``.sync``), every other attribute
+    passed to it, close(), and ``with`` / ``async with`` closing it."""
 
-    def __init__(self, owner):
-        self.sync = owner  #: the :class:`shmbox.Owner` it drives
+    def __init__(self, handle):
+        self.sync = handle  #: the ordinary shmbox handle it drives
         self._lock = None  # made in the running loop (Python 3.9 binds a Lock to a loop at creation)
+
+    def _serial(self):
+        """The lock that serializes this handle's waits (one task at a time)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def __getattr__(self, attr):
+        return getattr(self.sync, attr)
+
+    def close(self):
+        """Closes the handle (an owner releases the box to its first live heir, if any)."""
+        self.sync.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Owner(_Wrapper):
+    """An asyncio owner: ``await receive()``, ``await receive_batch()``, ``async for``."""
 
     @classmethod
     def acquire(cls, name):
         """Takes ownership of box `name` (as :meth:`shmbox.Owner.acquire`; it does not wait)."""
         return cls(_shmbox.Owner.acquire(name))
-
-    def __getattr__(self, attr):
-        return getattr(self.sync, attr)
 
     async def _until(self, take, timeout):
         """take() until it returns something other than None/[], waking on notify_fd."""
@@ -58,9 +85,7 @@ class Owner:
             return got
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._serial():
             o = self.sync
             fd = o.notify_fd()
             while True:
@@ -106,28 +131,13 @@ class Owner:
             if m is not None:
                 yield m
 
-    def close(self):
-        """Releases the box (to its first live heir, if any)."""
-        self.sync.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class Producer:
+class Producer(_Wrapper):
     """An asyncio producer: ``await post()``, ``await post_batch()``."""
 
     def __init__(self, producer, blocks):
-        self.sync = producer  #: the :class:`shmbox.Producer` it drives
+        super().__init__(producer)
         self._blocks = blocks  # a 'block' box: a full box makes a post wait
 
     @classmethod
@@ -139,9 +149,6 @@ class Producer:
         overflow = box.info()["overflow"]
         return cls(_shmbox.Producer.attach(box), str(overflow) == "block" or
                    any(str(lane.get("overflow")) == "block" for lane in box.info().get("lanes", [])))
-
-    def __getattr__(self, attr):
-        return getattr(self.sync, attr)
 
     async def post(self, data, lane=None, timeout=BOX_DEFAULT, priority=None):
         """:meth:`shmbox.Producer.post` without blocking the loop: in a 'block' box the wait for room
@@ -159,52 +166,20 @@ class Producer:
         msgs = list(messages)
         return await loop.run_in_executor(None, functools.partial(self.sync.post_batch, msgs, lane, timeout, priority))
 
-    def close(self):
-        """Gives the producer entry back."""
-        self.sync.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class Pool:
+class Pool(_Wrapper):
     """An asyncio pool handle: ``lease = await pool.take(timeout)`` (then ``with lease: ...``)."""
-
-    def __init__(self, pool):
-        self.sync = pool  #: the :class:`shmbox.Pool` it drives
-        self._lock = None  # a Pool handle takes in one thread at a time: takes queue here
 
     @classmethod
     def open(cls, name, any_owner=False):
         """Opens pool `name` (as :meth:`shmbox.Pool.open`)."""
         return cls(_shmbox.Pool.open(name, any_owner))
 
-    def __getattr__(self, attr):
-        return getattr(self.sync, attr)
-
     async def take(self, timeout=None):
         """:meth:`shmbox.Pool.take` without blocking the loop (the wait runs in the default executor)."""
         _seconds(timeout)
         loop = asyncio.get_running_loop()
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._serial():  # a Pool handle takes in one thread at a time: takes queue here
             return await loop.run_in_executor(None, self.sync.take, timeout)
 
-    def close(self):
-        self.sync.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
