@@ -173,3 +173,25 @@ def test_deliveries_carry_ids(box_name):
         assert ev.kind == "delivered" and [m.data for m in ev.messages] == [b"one", b"two"]
         ids = [m.id for m in ev.messages]
         assert all(i is not None for i in ids) and ids[0].position < ids[1].position
+
+
+def test_bad_arguments_of_the_compiled_calls_are_clear_errors(box_name):
+    p, o = _pair(box_name(), capacity=4, stash=2)
+    with p, o:
+        p.post(b"kept")
+        with pytest.raises(ValueError, match="max must be >= 1"):
+            o.receive_batch(0)
+        with pytest.raises(ValueError, match="max must be >= 1"):
+            o.read(-1)
+        with pytest.raises(TypeError, match="give the lane"):
+            o.stash(b"no lane")
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            p.post(b"x", lanes=1)
+        with pytest.raises(TypeError, match="missing required argument 'data'"):
+            p.post()
+        with pytest.raises(TypeError, match="must be callable"):
+            o.receive_in_place(42)
+        with pytest.raises(TypeError, match="writable"):
+            o.receive_into(b"read-only bytes" * 100)
+        assert o.receive(0).data == b"kept"  # none of them took or posted anything
+        assert o.receive(0) is None
