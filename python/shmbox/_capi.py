@@ -200,6 +200,9 @@ class MsgInfo(Structure):
     _fields_ = [("lane", c_uint32), ("redelivered", c_int32)]
 
 
+# (The message path, post ... receive_batch and read, is shmbox._core's: its C functions are
+# not declared here.)
+
 # Every struct the package mirrors, by its C name (tests/test_layout.py).
 STRUCTS = {
     "shmbox_lane_options": LaneOptions,
@@ -260,13 +263,10 @@ SIGNATURES = {
     "shmbox_producer_attach_box": (c_int, [box_p, POINTER(producer_p)]),
     "shmbox_producer_close": (None, [producer_p]),
     "shmbox_post": (c_int, [producer_p, c_void_p, c_size_t]),
-    "shmbox_post_ex": (c_int, [producer_p, c_void_p, c_size_t, POINTER(PostOptions)]),
     "shmbox_loan": (c_int, [producer_p, POINTER(PostOptions), POINTER(c_void_p), POINTER(c_uint32)]),
     "shmbox_loan_commit": (c_int, [producer_p, c_size_t]),
     "shmbox_loan_abort": (None, [producer_p]),
     "shmbox_producer_set_priority_function": (None, [producer_p, c_void_p, c_void_p]),
-    "shmbox_post_batch": (c_size_t, [producer_p, POINTER(c_void_p), POINTER(c_size_t), c_size_t,
-                                     POINTER(PostOptions), POINTER(c_int)]),
     "shmbox_producer_max_message_size": (c_uint32, [producer_p]),
     "shmbox_producer_last_error": (c_int, [producer_p]),
     "shmbox_producer_last_evicted": (c_uint32, [producer_p]),
@@ -278,12 +278,7 @@ SIGNATURES = {
     "shmbox_unstash_all": (c_size_t, [owner_p]),
     "shmbox_stashed": (c_size_t, [owner_p]),
     "shmbox_pump": (c_size_t, [owner_p]),
-    "shmbox_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo), c_int64]),
-    "shmbox_try_receive": (c_int, [owner_p, c_void_p, c_size_t, POINTER(c_size_t), POINTER(MsgInfo)]),
-    "shmbox_receive_batch": (c_int, [owner_p, c_size_t, c_int64, POINTER(c_size_t)]),
-    "shmbox_batch_message": (c_int, [owner_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t), POINTER(MsgInfo)]),
     "shmbox_batch_size": (c_size_t, [owner_p]),
-    "shmbox_read": (c_int, [owner_p, c_size_t, c_int64, POINTER(c_size_t)]),
     "shmbox_commit": (c_int, [owner_p, POINTER(c_size_t)]),
     "shmbox_owner_mode": (c_int, [owner_p]),
     "shmbox_owner_passive": (None, [owner_p]),
