@@ -7,7 +7,9 @@
 #include <nats/nats.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -17,6 +19,7 @@ namespace shmbox_bridge {
 
 using shmbox_cli::bridge_counter;
 using shmbox_cli::bridge_role;
+using shmbox_cli::bridge_state;
 using shmbox_cli::bridge_status;
 
 inline constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2;
@@ -30,19 +33,43 @@ int die(const std::string& what);
 std::string nats_error(natsStatus s);
 
 struct common_args {
-  std::string url = "nats://127.0.0.1:4222";
+  std::string url = "nats://127.0.0.1:4222";  // or a comma-separated list
   std::string stream, subject, user, password, token;
+  std::string password_file, token_file;      // the secret from a file instead of argv
+  std::string creds, nkey;                    // a .creds file (JWT + seed); an NKey seed file
+  std::string tls_ca, tls_cert, tls_key;      // PEM files
+  // Fills user/password/token from the files and SHMBOX_NATS_USER,
+  // SHMBOX_NATS_PASSWORD, SHMBOX_NATS_TOKEN (argv first, then the file, then
+  // the environment) and checks they go together; false with `error`.
+  bool resolve_secrets(std::string& error);
 };
 
-// A NATS connection with its JetStream context; reconnects for ever once up.
+// What nats.c's connection callbacks see. They run on nats.c's threads,
+// possibly after the connection is destroyed: so it is never freed (one per
+// process), and `closed` under `mu` ends their writes for good.
+struct link_events {
+  std::mutex mu;
+  bool closed = false;
+  bridge_status* status = nullptr;  // where the callbacks write the state
+  std::string shown;                // the URL(s) without credentials
+};
+
+// A NATS connection with its JetStream context; once up it reconnects for
+// ever (bounded backoff), saying so on stderr and in the status segment.
 struct nats_link {
   natsOptions* opts = nullptr;
   natsConnection* nc = nullptr;
   jsCtx* js = nullptr;
+  link_events* events = new link_events;  // leaked on purpose (above)
+  std::string shown;                      // the URL(s) without credentials
   nats_link() = default;
   nats_link(const nats_link&) = delete;
   nats_link& operator=(const nats_link&) = delete;
   ~nats_link() {
+    {
+      std::lock_guard<std::mutex> g(events->mu);
+      events->closed = true;  // a disconnect now is not news, and the status segment goes away
+    }
     if (js != nullptr) jsCtx_Destroy(js);
     if (nc != nullptr) {
       natsConnection_FlushTimeout(nc, 1000);  // the last acks
@@ -53,7 +80,17 @@ struct nats_link {
 };
 // Connects (one attempt: a bad URL or bad credentials end the bridge with a
 // clear line) and opens JetStream. `js_opts` may set the async-ack handler.
-bool connect(nats_link& l, const common_args& a, jsOptions* js_opts, bool send_asap, std::string& error);
+bool connect(nats_link& l, const common_args& a, bridge_status& st, jsOptions* js_opts, bool send_asap, std::string& error);
+// Whether the connection is up now (not reconnecting).
+bool connected(const nats_link& l);
+// Writes the state (and, on a change, one line on stderr: `line` if given).
+void report_state(bridge_status& st, shmbox_cli::bridge_state s, const std::string& line = {});
+// The state `stopped` (the bridge exits with `rc`, returned).
+int stop(bridge_status& st, int rc);
+// The last error, in the status segment and (when `say`) on stderr.
+void report_error(bridge_status& st, const std::string& what, bool say);
+// Seconds-granular rate limit: true at most once per `every` for each caller's `last`.
+bool every(std::chrono::steady_clock::time_point& last, std::chrono::milliseconds every);
 // NATS subject matching: '*' one token, '>' the rest.
 bool subject_matches(std::string_view pattern, std::string_view subject);
 // A line saying why the stream of `a` cannot be read (missing, or the error).
@@ -68,6 +105,9 @@ struct export_args : common_args {
   double dedupe_window_s = 120;
   std::uint32_t max_inflight = 0;  // 0: min(256, capacity / 2)
   std::uint32_t ack_timeout_ms = 2000;
+  int replicas = 1;                 // a created stream's replicas (1..5)
+  std::int64_t max_bytes = -1;      // a created stream's byte limit (-1: none)
+  double max_age_s = 0;             // a created stream's age limit (0: none)
 };
 int run_export(const export_args& a);
 
@@ -78,6 +118,7 @@ struct import_args : common_args {
   std::uint32_t max_batch = 256;
   std::uint32_t nak_delay_ms = 500;
   std::uint32_t ack_wait_ms = 30000;
+  double stream_grace_s = 30;       // how long a missing stream is waited for before exit 1
 };
 int run_import(import_args a);
 

@@ -69,7 +69,50 @@ std::string_view to_string(bridge_counter c) noexcept {
     case bridge_counter::imported: return "imported";
     case bridge_counter::naks: return "naks";
     case bridge_counter::local_drops: return "local_drops";
+    case bridge_counter::publish_unsent: return "publish_unsent";
+    case bridge_counter::publish_refused: return "publish_refused";
+    case bridge_counter::ack_timeouts: return "ack_timeouts";
+    case bridge_counter::fetch_errors: return "fetch_errors";
+    case bridge_counter::reconnects: return "reconnects";
+    case bridge_counter::stream_recreated: return "stream_recreated";
+    case bridge_counter::durable_recreated: return "durable_recreated";
     case bridge_counter::count_: break;
+  }
+  return "unknown";
+}
+
+bool counts(bridge_role r, bridge_counter c) noexcept {
+  switch (c) {
+    case bridge_counter::redeliveries:
+    case bridge_counter::reconnects: return true;
+    case bridge_counter::published:
+    case bridge_counter::acked:
+    case bridge_counter::publish_errors:
+    case bridge_counter::dedupe_hits:
+    case bridge_counter::publish_unsent:
+    case bridge_counter::publish_refused:
+    case bridge_counter::ack_timeouts:
+    case bridge_counter::stream_recreated: return r == bridge_role::export_;
+    case bridge_counter::remote_drops:
+    case bridge_counter::imported:
+    case bridge_counter::naks:
+    case bridge_counter::local_drops:
+    case bridge_counter::fetch_errors:
+    case bridge_counter::durable_recreated: return r == bridge_role::import_;
+    case bridge_counter::count_: break;
+  }
+  return false;
+}
+
+std::string_view to_string(bridge_state s) noexcept {
+  switch (s) {
+    case bridge_state::starting: return "starting";
+    case bridge_state::connected: return "connected";
+    case bridge_state::reconnecting: return "reconnecting";
+    case bridge_state::stream_missing: return "stream_missing";
+    case bridge_state::consumer_missing: return "consumer_missing";
+    case bridge_state::stopped: return "stopped";
+    case bridge_state::count_: break;
   }
   return "unknown";
 }
@@ -78,7 +121,8 @@ std::string_view help(bridge_counter c) noexcept {
   switch (c) {
     case bridge_counter::published: return "Messages the bridge published to JetStream (republishes included).";
     case bridge_counter::acked: return "Exported messages JetStream acknowledged, then committed in the box.";
-    case bridge_counter::publish_errors: return "Publishes refused, failed or not acknowledged in time (published again).";
+    case bridge_counter::publish_errors:
+      return "Publishes refused, failed or not acknowledged in time (published again); the sum of publish_unsent, publish_refused, ack_timeouts.";
     case bridge_counter::dedupe_hits: return "Acknowledgements marked duplicate: a republish JetStream already stored (Nats-Msg-Id).";
     case bridge_counter::redeliveries:
       return "Export: messages a dead bridge had read (flagged redelivered); import: messages JetStream delivered again.";
@@ -86,6 +130,14 @@ std::string_view help(bridge_counter c) noexcept {
     case bridge_counter::imported: return "Imported messages posted into the box and acked (stored or dropped by its policy).";
     case bridge_counter::naks: return "Imported messages the box refused (full under reject, block timeout), nak'ed for later.";
     case bridge_counter::local_drops: return "Of the imported: messages the box's drop-newest or drop-oldest policy dropped.";
+    case bridge_counter::publish_unsent: return "Publishes that could not be sent (no server, disconnected); published again.";
+    case bridge_counter::publish_refused:
+      return "Publishes JetStream refused (stream full under discard new, stream missing); published again.";
+    case bridge_counter::ack_timeouts: return "Publishes not acknowledged within --ack-timeout; published again.";
+    case bridge_counter::fetch_errors: return "Import fetches that failed (no server, consumer or stream missing).";
+    case bridge_counter::reconnects: return "Connections to NATS lost and made again.";
+    case bridge_counter::stream_recreated: return "Times the stream had disappeared and --create-stream made it again.";
+    case bridge_counter::durable_recreated: return "Times the durable consumer had disappeared and the import made it again.";
     case bridge_counter::count_: break;
   }
   return "";
@@ -139,6 +191,12 @@ std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::str
         i.subject = get(p->subject);
         i.durable = get(p->durable);
         for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
+        const std::uint32_t state = p->state.load(std::memory_order_relaxed);  // any value a writer left: bounded here
+        i.state = state < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(state) : bridge_state::starting;
+        i.state_unix_ns = p->state_unix_ns.load(std::memory_order_relaxed);
+        i.error_unix_ns = p->error_unix_ns.load(std::memory_order_relaxed);
+        i.last_error = get(p->last_error);
+        if (!i.alive && i.state != bridge_state::stopped) i.state = bridge_state::stopped;  // killed: it could not say so
         out.push_back(std::move(i));
       } else if (p->magic != 0 && p->magic != kBridgeStatusMagic && problems != nullptr) {  // 0: a bridge is starting it
         problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " +
@@ -194,6 +252,10 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
     // New (zero-filled by ftruncate) or of another version: start it afresh.
     for (auto& c : p->counters) c.store(0, std::memory_order_relaxed);
     p->pid.store(0, std::memory_order_relaxed);
+    p->state.store(static_cast<std::uint32_t>(bridge_state::starting), std::memory_order_relaxed);
+    p->state_unix_ns.store(0, std::memory_order_relaxed);
+    p->error_unix_ns.store(0, std::memory_order_relaxed);
+    std::memset(p->last_error, 0, sizeof p->last_error);
     p->version = kBridgeStatusVersion;
     p->role = static_cast<std::uint32_t>(role);
     std::atomic_thread_fence(std::memory_order_release);
@@ -205,7 +267,7 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
   return s;
 }
 
-bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_) {
+bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_), active_(o.active_) {
   o.p_ = nullptr;
   o.fd_ = -1;
 }
@@ -215,19 +277,45 @@ bridge_status::~bridge_status() {
   if (fd_ >= 0) close(fd_);  // drops the lock: the bridge no longer works the box
 }
 
-void bridge_status::activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable) {
+bool bridge_status::activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
+                             bool exclusive, std::uint64_t* holder) {
   struct flock fl{};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 1;
-  (void)fcntl(fd_, F_OFD_SETLK, &fl);  // held by a previous bridge that lost the box: it still shows alive
+  // Export: held by a previous bridge that lost the box (it still shows alive).
+  if (fcntl(fd_, F_OFD_SETLK, &fl) != 0 && exclusive) {
+    if (holder != nullptr) *holder = p_->pid.load(std::memory_order_relaxed);
+    return false;
+  }
   p_->pid.store(static_cast<std::uint64_t>(getpid()), std::memory_order_relaxed);
   p_->started_unix_ns.store(unix_ns(), std::memory_order_relaxed);
   put(p_->nats, without_credentials(nats));
   put(p_->stream, stream);
   put(p_->subject, subject);
   put(p_->durable, durable);
+  active_ = true;
+  return true;
+}
+
+bool bridge_status::set_state(bridge_state s) noexcept {
+  if (!active_) return false;
+  const auto v = static_cast<std::uint32_t>(s);
+  if (p_->state.exchange(v, std::memory_order_relaxed) == v) return false;
+  p_->state_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+  return true;
+}
+
+bridge_state bridge_status::state() const noexcept {
+  const std::uint32_t v = p_->state.load(std::memory_order_relaxed);
+  return v < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(v) : bridge_state::starting;
+}
+
+void bridge_status::set_error(std::string_view what) noexcept {
+  if (!active_) return;
+  put(p_->last_error, what);
+  p_->error_unix_ns.store(unix_ns(), std::memory_order_relaxed);
 }
 
 void bridge_status::add(bridge_counter c, std::uint64_t n) noexcept {

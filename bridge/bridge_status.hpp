@@ -33,10 +33,32 @@ enum class bridge_counter : std::uint32_t {
   imported,        // import: messages posted into the box and acked (stored, or dropped by its policy)
   naks,            // import: messages refused by the box (full under reject, block timeout) and nak'ed
   local_drops,     // import: of imported, messages the box's drop-newest / drop-oldest policy dropped
+  // publish_errors by cause (their sum is publish_errors):
+  publish_unsent,    // export: publishes that could not be sent (no server, disconnected, too many pending)
+  publish_refused,   // export: publishes JetStream answered with an error (stream full under discard new, stream missing)
+  ack_timeouts,      // export: publishes sent and not acknowledged within --ack-timeout
+  fetch_errors,      // import: fetches that failed (no server, consumer or stream missing), not counting empty ones
+  reconnects,        // both: connections to NATS lost and made again
+  stream_recreated,  // export: the stream had disappeared and --create-stream made it again
+  durable_recreated, // import: the durable consumer had disappeared and was made again
   count_
 };
 inline constexpr std::uint32_t kBridgeCounters = static_cast<std::uint32_t>(bridge_counter::count_);
 std::string_view to_string(bridge_counter c) noexcept;
+// Whether a bridge of role `r` ever counts `c` (stat and metrics show only those).
+bool counts(bridge_role r, bridge_counter c) noexcept;
+
+// What the working bridge is doing now (the status segment's `state`).
+enum class bridge_state : std::uint32_t {
+  starting,          // connecting, checking the stream, waiting for the box
+  connected,         // working
+  reconnecting,      // the connection to NATS is lost; nats.c reconnects (bounded backoff)
+  stream_missing,    // the stream is gone (import: waits for it a while, then exits 1)
+  consumer_missing,  // import: the durable is gone (re-created at once)
+  stopped,           // exited (cleanly or with an error: see last_error)
+  count_
+};
+std::string_view to_string(bridge_state s) noexcept;  // "connected", "stream_missing", ...
 // One line of help per counter (Prometheus HELP, README).
 std::string_view help(bridge_counter c) noexcept;
 
@@ -48,6 +70,10 @@ struct bridge_info {
   std::uint64_t started_unix_ns = 0;
   std::string nats, stream, subject, durable;  // as the working bridge was started (credentials removed)
   std::uint64_t counters[kBridgeCounters] = {};
+  bridge_state state = bridge_state::starting;
+  std::uint64_t state_unix_ns = 0;  // since when
+  std::string last_error;           // empty: none
+  std::uint64_t error_unix_ns = 0;
 };
 
 // The bridges of box `box` (export, import), those whose segment exists.
@@ -71,7 +97,17 @@ class bridge_status {
   // Marks this process as the working bridge: takes the segment's lock
   // (waiting for none: an active bridge and its standby do not overlap, the
   // box's ownership orders them), writes pid, start time and the settings.
-  void activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable);
+  // `exclusive`: false (writing nothing) when another process holds the lock
+  // (a second import into the same box); `holder` is then its pid as written.
+  bool activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
+                bool exclusive = false, std::uint64_t* holder = nullptr);
+  // The state now, and since when; set only on a change (returns whether it
+  // changed) and only once activated (a standby writes nothing).
+  // set_error too.
+  bool set_state(bridge_state s) noexcept;
+  bridge_state state() const noexcept;
+  // The last error met (display, cut to 255 bytes), with the time now.
+  void set_error(std::string_view what) noexcept;
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
 
@@ -79,6 +115,7 @@ class bridge_status {
   bridge_status() = default;
   bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
+  bool active_ = false;  // activate()d: this process is the working bridge
 };
 
 // "nats://user:secret@host:4222" -> "nats://host:4222" (what is shown and stored).

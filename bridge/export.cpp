@@ -39,6 +39,8 @@ struct inflight {
   std::unordered_map<std::string, std::size_t> index;  // id -> position in the batch
   std::vector<char> acked;
   std::uint64_t errors = 0;  // negative acknowledgements this round
+  bool no_stream = false;    // one said the stream is not there (no responders, stream not found)
+  std::string last;          // the last one's text
   bridge_status* status = nullptr;
 };
 
@@ -52,11 +54,14 @@ extern "C" void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, voi
       const auto it = f->index.find(id);
       if (it != f->index.end() && f->acked[it->second] == 0) {
         f->acked[it->second] = 1;
-        f->status->add(bridge_counter::acked);
         if (pa->Duplicate) f->status->add(bridge_counter::dedupe_hits);
       }
     } else if (pae != nullptr) {
       ++f->errors;
+      f->no_stream |= pae->Err == NATS_NO_RESPONDERS || pae->ErrCode == JSStreamNotFoundErr;
+      f->last = "JetStream refused a publish: " + std::string(pae->ErrText != nullptr ? pae->ErrText : natsStatus_GetText(pae->Err)) +
+                (pae->ErrCode != 0 ? " (JetStream error " + std::to_string(pae->ErrCode) + ")" : "");
+      f->status->add(bridge_counter::publish_refused);
       f->status->add(bridge_counter::publish_errors);
     }
   }
@@ -77,6 +82,9 @@ bool create_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
   cfg.MaxMsgs = info.capacity;
   cfg.Storage = a.storage == "memory" ? js_MemoryStorage : js_FileStorage;
   cfg.Duplicates = static_cast<int64_t>(a.dedupe_window_s * 1e9);
+  cfg.Replicas = static_cast<int64_t>(a.replicas);
+  cfg.MaxBytes = a.max_bytes;
+  cfg.MaxAge = static_cast<int64_t>(a.max_age_s * 1e9);
   switch (info.overflow) {
     case shmbox::policy::reject:
     case shmbox::policy::drop_newest:
@@ -93,6 +101,8 @@ bool create_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
   if (si != nullptr) jsStreamInfo_Destroy(si);
   if (s != NATS_OK) {
     error = "cannot create stream '" + a.stream + "': " + nats_error(s) + (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : "");
+    if (jerr == JSInsufficientResourcesErr || jerr == JSClusterNoPeersErr || a.replicas > 1)
+      error += "; --replicas " + std::to_string(a.replicas) + " needs a JetStream cluster of at least that many servers";
     return false;
   }
   return true;
@@ -131,10 +141,40 @@ bool check_stream(nats_link& l, const export_args& a, const shmbox::box_info& in
   return true;
 }
 
+// The stream is there (state connected), or was gone and is made again
+// (--create-stream: counted, said once), or is gone: false with the state
+// stream_missing and the reason in g_exit_error (the bridge exits 1).
+std::string g_exit_error;
+bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& info, bridge_status& st) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetStreamInfo(&si, l.js, a.stream.c_str(), nullptr, &jerr);
+  if (si != nullptr) jsStreamInfo_Destroy(si);
+  if (s == NATS_OK) return true;
+  if (!(jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)) return true;  // could not ask (a timeout): publish again, ask later
+  report_state(st, bridge_state::stream_missing);
+  std::string error;
+  if (!a.create_stream) {
+    g_exit_error = "stream '" + a.stream + "' disappeared from '" + l.shown + "' (deleted, or lost by a server with memory storage " +
+                   "that restarted): the messages it held are lost; create it again, or restart the export with --create-stream " +
+                   "(the box keeps what the export had not published)";
+    return false;
+  }
+  if (!create_stream(l, a, info, error)) {
+    g_exit_error = "stream '" + a.stream + "' disappeared and cannot be made again: " + error;
+    return false;
+  }
+  st.add(bridge_counter::stream_recreated);
+  report_error(st, "stream '" + a.stream + "' had disappeared (the messages it held are lost); made it again", true);
+  report_state(st, bridge_state::connected);
+  return true;
+}
+
 // Publishes the batch until JetStream acknowledged every message; false when
 // stopped first (nothing is committed then: the next owner republishes).
-bool publish_all(nats_link& l, const export_args& a, shmbox::Owner& owner, const shmbox::batch& b, inflight& f,
-                 bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane) {
+bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& info, shmbox::Owner& owner, const shmbox::batch& b,
+                 inflight& f, bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane) {
+  auto stream_checked = std::chrono::steady_clock::time_point{};
   {
     std::lock_guard<std::mutex> g(f.mu);
     f.index.clear();
@@ -176,7 +216,9 @@ bool publish_all(nats_link& l, const export_args& a, shmbox::Owner& owner, const
       if (s == NATS_OK) {
         st.add(bridge_counter::published);
       } else {
+        st.add(bridge_counter::publish_unsent);
         st.add(bridge_counter::publish_errors);
+        report_error(st, "cannot publish to '" + a.subject + "': " + nats_error(s), false);
         break;  // disconnected, or too many pending: wait below, then publish what is left
       }
     }
@@ -192,18 +234,29 @@ bool publish_all(nats_link& l, const export_args& a, shmbox::Owner& owner, const
       // come, are dropped) and publish them again, same ids.
       natsMsgList pending{};
       if (js_PublishAsyncGetPendingList(&pending, l.js) == NATS_OK) {
+        st.add(bridge_counter::ack_timeouts, static_cast<std::uint64_t>(pending.Count));
         st.add(bridge_counter::publish_errors, static_cast<std::uint64_t>(pending.Count));
+        report_error(st, std::to_string(pending.Count) + " publishes not acknowledged within " + std::to_string(a.ack_timeout_ms) + " ms", false);
         natsMsgList_Destroy(&pending);
       }
     }
-    bool all = true;
+    bool all = true, no_stream = false;
     std::uint64_t errors = 0;
+    std::string last;
     {
       std::lock_guard<std::mutex> g(f.mu);
       all = std::all_of(f.acked.begin(), f.acked.end(), [](char c) { return c != 0; });
       errors = f.errors;
+      no_stream = f.no_stream;
+      f.no_stream = false;
+      last.swap(f.last);
     }
     if (all) return true;
+    if (!last.empty()) report_error(st, last, false);
+    // Refused or unanswered while connected: is the stream still there? (A
+    // memory-storage server that restarted lost it; someone deleted it.)
+    if ((no_stream || done != NATS_OK) && connected(l) && every(stream_checked, 1000ms) && !ensure_stream(l, a, info, st))
+      return false;
     if (errors > 0 || done != NATS_OK) {
       // The server refused (stream full under discard new, ...) or is away:
       // wait, keep the lease, try again. The box fills meanwhile and its
@@ -242,8 +295,8 @@ int run_export(const export_args& a) {
   jo.PublishAsync.AckHandlerClosure = &f;
   jo.PublishAsync.MaxPending = static_cast<int64_t>(inflight_max) * 2;
   nats_link link;
-  if (!connect(link, a, &jo, false, error)) return die(error);
-  if (!check_stream(link, a, info, error)) return die(error);
+  if (!connect(link, a, *st, &jo, false, error)) return stop(*st, die(error));
+  if (!check_stream(link, a, info, error)) return stop(*st, die(error));
   // A message the server cannot take would be published again for ever:
   // refuse now. (Headers: the id, the lane and the box name, well under 512 bytes.)
   const std::int64_t max_payload = natsConnection_GetMaxPayload(link.nc);
@@ -266,8 +319,9 @@ int run_export(const export_args& a) {
       return kExitOk;
     }
   }
-  if (!owner) return die(shmbox::explain(owner.error()));
+  if (!owner) return stop(*st, die(shmbox::explain(owner.error())));
   st->activate(a.url, a.stream, a.subject, "");
+  report_state(*st, connected(link) ? bridge_state::connected : bridge_state::reconnecting);
   std::cout << "ready export " << a.box << " stream=" << a.stream << " subject=" << a.subject << " epoch=" << owner->epoch()
             << std::endl;
 
@@ -277,19 +331,27 @@ int run_export(const export_args& a) {
     b.clear();
     const shmbox::recv_status r = owner->read(b, {.max = inflight_max, .timeout = 200ms});
     if (r == shmbox::recv_status::timeout || r == shmbox::recv_status::empty) continue;
-    if (r == shmbox::recv_status::not_owner) return die("box '" + a.box + "' was taken from this bridge (lease expired or given away); stopping");
-    if (r != shmbox::recv_status::ok) return die(shmbox::explain(owner->last_error()));
+    if (r == shmbox::recv_status::not_owner)
+      return stop(*st, die("box '" + a.box + "' was taken from this bridge (lease expired or given away); stopping"));
+    if (r != shmbox::recv_status::ok) return stop(*st, die(shmbox::explain(owner->last_error())));
     ids.resize(b.size());
     for (std::size_t i = 0; i < b.size(); ++i) {
       ids[i] = shmbox::to_string(owner->id_of(b.lane(i), b.position(i)));
       if (b.redelivered(i)) st->add(bridge_counter::redeliveries);
     }
-    if (!publish_all(link, a, *owner, b, f, *st, ids, box->default_lane())) break;  // stopped: the next owner publishes them again
+    if (!publish_all(link, a, info, *owner, b, f, *st, ids, box->default_lane())) {
+      if (!g_exit_error.empty()) return stop(*st, die(g_exit_error));
+      break;  // stopped: the next owner publishes them again
+    }
     std::size_t lost = 0;
     if (owner->commit(&lost) != shmbox::recv_status::ok)
-      return die("box '" + a.box + "' was taken from this bridge with " + std::to_string(lost) +
-                 " published messages uncommitted (the new owner publishes them again; JetStream drops the duplicates)");
+      return stop(*st, die("box '" + a.box + "' was taken from this bridge with " + std::to_string(lost) +
+                           " published messages uncommitted (the new owner publishes them again; JetStream drops the duplicates)"));
+    // Acknowledged, then committed: counted once, here (a bridge killed
+    // between the two leaves them to the next owner, which counts them).
+    st->add(bridge_counter::acked, b.size());
   }
+  stop(*st, kExitOk);
   std::cout << "stopped export " << a.box << " published=" << st->get(bridge_counter::published)
             << " acked=" << st->get(bridge_counter::acked) << std::endl;
   return kExitOk;

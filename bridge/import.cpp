@@ -41,6 +41,151 @@ std::uint32_t free_slots(const shmbox::Box& box) {
 
 }  // namespace
 
+namespace {
+
+// The import's hold on its durable: the pull subscription, made again when
+// the durable disappears, and a presence other imports ask before they start.
+struct puller {
+  const import_args& a;
+  nats_link& link;
+  bridge_status& st;
+  natsSubscription* sub = nullptr;
+  natsSubscription* presence = nullptr;
+  std::chrono::steady_clock::time_point stream_missing_since{};
+  std::string exit_error;  // set when the import must exit 1
+
+  puller(const import_args& args, nats_link& l, bridge_status& s) : a(args), link(l), st(s) {}
+  puller(const puller&) = delete;
+  puller& operator=(const puller&) = delete;
+  ~puller() {
+    if (sub != nullptr) natsSubscription_Destroy(sub);
+    if (presence != nullptr) natsSubscription_Destroy(presence);
+  }
+
+  // The subject where a working import of this durable answers (stream and
+  // durable names are single tokens).
+  std::string presence_subject() const { return "_SHMBOX.import." + a.stream + "." + a.durable; }
+
+  // Another import pulling this durable answers on the presence subject:
+  // false with exit_error naming it. Then this import answers there.
+  bool claim() {
+    natsMsg* reply = nullptr;
+    const natsStatus s = natsConnection_RequestString(&reply, link.nc, presence_subject().c_str(), "", 500);
+    if (s == NATS_OK) {
+      exit_error = "durable '" + a.durable + "' of stream '" + a.stream + "' is pulled by another import bridge (" +
+                   std::string(natsMsg_GetData(reply), static_cast<std::size_t>(natsMsg_GetDataLength(reply))) +
+                   "): one import per durable (two would share its messages and its order); stop it, or give this one another --durable";
+      natsMsg_Destroy(reply);
+      return false;
+    }
+    // A user not allowed to subscribe there is not stopped by it: the check is then one-sided.
+    char host[256] = {};
+    (void)gethostname(host, sizeof host - 1);
+    // Never freed: nats.c may run the callback after the subscription is destroyed.
+    auto* me = new std::string("pid " + std::to_string(getpid()) + " on " + host + ", into box '" + a.into + "'");
+    if (natsConnection_Subscribe(&presence, link.nc, presence_subject().c_str(), on_presence, me) != NATS_OK) presence = nullptr;
+    return true;
+  }
+
+  static void on_presence(natsConnection* nc, natsSubscription*, natsMsg* m, void* closure) {
+    const auto* me = static_cast<const std::string*>(closure);
+    if (natsMsg_GetReply(m) != nullptr) (void)natsConnection_PublishString(nc, natsMsg_GetReply(m), me->c_str());
+    natsMsg_Destroy(m);
+  }
+
+  // The durable as this import wants it: created if missing; an existing one
+  // whose ack wait or max ack pending differ is updated first (a restart
+  // with other --ack-wait / --max-batch). False with exit_error.
+  bool subscribe() {
+    const std::int64_t ack_wait = static_cast<std::int64_t>(a.ack_wait_ms) * 1000000;
+    const std::int64_t max_pending = static_cast<std::int64_t>(a.max_batch) * 4;
+    jsConsumerInfo* ci = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    if (js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr &&
+        ci->Config != nullptr && (ci->Config->AckWait != ack_wait || ci->Config->MaxAckPending != max_pending)) {
+      jsConsumerConfig cfg = *ci->Config;  // the durable's own settings, two of them changed
+      const std::int64_t was_wait = cfg.AckWait, was_pending = cfg.MaxAckPending;
+      cfg.AckWait = ack_wait;
+      cfg.MaxAckPending = max_pending;
+      jsConsumerInfo* updated = nullptr;
+      const natsStatus s = js_UpdateConsumer(&updated, link.js, a.stream.c_str(), &cfg, nullptr, &jerr);
+      if (updated != nullptr) jsConsumerInfo_Destroy(updated);
+      if (s != NATS_OK) {
+        exit_error = "durable '" + a.durable + "' has ack wait " + std::to_string(was_wait / 1000000) + " ms and max ack pending " +
+                     std::to_string(was_pending) + "; changing them to " + std::to_string(a.ack_wait_ms) + " ms and " +
+                     std::to_string(max_pending) + " (--ack-wait, 4 x --max-batch) failed: " + nats_error(s) +
+                     "; start with the durable's values, or remove the durable (nats consumer rm) to make it anew";
+        jsConsumerInfo_Destroy(ci);
+        return false;
+      }
+      std::cerr << "shmbox-bridge: durable '" << a.durable << "' updated: ack wait " << was_wait / 1000000 << " -> " << a.ack_wait_ms
+                << " ms, max ack pending " << was_pending << " -> " << max_pending << std::endl;
+    }
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = a.stream.c_str();
+    so.Config.AckPolicy = js_AckExplicit;
+    so.Config.MaxAckPending = max_pending;
+    // How soon JetStream delivers again what a killed import fetched and never acked.
+    so.Config.AckWait = ack_wait;
+    const natsStatus s = js_PullSubscribe(&sub, link.js, a.subject.c_str(), a.durable.c_str(), nullptr, &so, &jerr);
+    if (s != NATS_OK) {
+      exit_error = "cannot pull from stream '" + a.stream + "' with durable '" + a.durable + "': " + nats_error(s) +
+                   (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : "");
+      return false;
+    }
+    return true;
+  }
+
+  // After failed or empty fetches: is the durable (and its stream) still
+  // there? The durable is made again at once (counted, said once); a missing
+  // stream is waited for --stream-grace seconds (an export with
+  // --create-stream makes it again), then false with exit_error.
+  // `reset` is set when the pull starts over on a new durable.
+  bool check(bool& reset) {
+    jsConsumerInfo* ci = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr);
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+    if (s == NATS_OK) {
+      stream_missing_since = {};
+      report_state(st, bridge_state::connected);
+      return true;
+    }
+    if (!(jerr == JSConsumerNotFoundErr || jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)) return true;  // could not ask: later
+    jsStreamInfo* si = nullptr;
+    s = js_GetStreamInfo(&si, link.js, a.stream.c_str(), nullptr, &jerr);
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    if (s != NATS_OK) {
+      if (!(jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (stream_missing_since == std::chrono::steady_clock::time_point{}) stream_missing_since = now;
+      report_state(st, bridge_state::stream_missing,
+                   "stream '" + a.stream + "' disappeared from '" + link.shown + "' (deleted, or lost by a server with memory " +
+                       "storage that restarted); waiting " + std::to_string(static_cast<int>(a.stream_grace_s)) + " s for it");
+      if (now - stream_missing_since >= std::chrono::duration<double>(a.stream_grace_s)) {
+        exit_error = "stream '" + a.stream + "' has been missing for " + std::to_string(static_cast<int>(a.stream_grace_s)) +
+                     " s (--stream-grace): create it again (an export bridge with --create-stream does), then restart the import";
+        return false;
+      }
+      return true;
+    }
+    report_state(st, bridge_state::consumer_missing);
+    if (sub != nullptr) natsSubscription_Destroy(sub);
+    sub = nullptr;
+    if (!subscribe()) return false;
+    st.add(bridge_counter::durable_recreated);
+    report_error(st, "durable '" + a.durable + "' of stream '" + a.stream + "' had disappeared; made it again", true);
+    stream_missing_since = {};
+    report_state(st, bridge_state::connected);
+    reset = true;
+    return true;
+  }
+};
+
+}  // namespace
+
 int run_import(import_args a) {
   auto box = shmbox::Box::open(a.into);
   if (!box) return die(shmbox::explain(box.error()));
@@ -50,35 +195,32 @@ int run_import(import_args a) {
   std::string error;
   auto st = bridge_status::open(a.into, bridge_role::import_, info.mode, error);
   if (!st) return die(error);
+  std::uint64_t holder = 0;
+  if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder))
+    return die("box '" + a.into + "' already has a working import bridge (pid " + std::to_string(holder) +
+               " as it saw itself): one import per box; stop it first (shmbox stat " + a.into + " shows it)");
   nats_link link;
-  if (!connect(link, a, nullptr, true, error)) return die(error);
+  if (!connect(link, a, *st, nullptr, true, error)) return stop(*st, die(error));
 
   jsStreamInfo* si = nullptr;
   jsErrCode jerr = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&si, link.js, a.stream.c_str(), nullptr, &jerr);
-  if (s != NATS_OK) return die(describe_stream_error(a, s, jerr) + "; the import reads an existing stream (an export bridge with --create-stream makes one)");
+  if (s != NATS_OK)
+    return stop(*st, die(describe_stream_error(a, s, jerr) + "; the import reads an existing stream (an export bridge with --create-stream makes one)"));
   if (a.subject.empty()) {
     if (si->Config != nullptr && si->Config->SubjectsLen == 1) a.subject = si->Config->Subjects[0];
   }
   jsStreamInfo_Destroy(si);
-  if (a.subject.empty()) return die("stream '" + a.stream + "' has several subjects: pass --subject to say which one to import");
+  if (a.subject.empty()) return stop(*st, die("stream '" + a.stream + "' has several subjects: pass --subject to say which one to import"));
 
-  jsSubOptions so;
-  jsSubOptions_Init(&so);
-  so.Stream = a.stream.c_str();
-  so.Config.AckPolicy = js_AckExplicit;
-  so.Config.MaxAckPending = static_cast<int64_t>(a.max_batch) * 4;
-  // How soon JetStream delivers again what a killed import fetched and never acked.
-  so.Config.AckWait = static_cast<int64_t>(a.ack_wait_ms) * 1000000;
-  natsSubscription* sub = nullptr;
-  s = js_PullSubscribe(&sub, link.js, a.subject.c_str(), a.durable.c_str(), nullptr, &so, &jerr);
-  if (s != NATS_OK)
-    return die("cannot pull from stream '" + a.stream + "' with durable '" + a.durable + "': " + nats_error(s) +
-               (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : ""));
+  puller pull(a, link, *st);
+  if (!pull.claim() || !pull.subscribe()) return stop(*st, die(pull.exit_error));
+  natsSubscription* const& sub = pull.sub;
   st->activate(a.url, a.stream, a.subject, a.durable);
   std::cout << "ready import " << a.into << " stream=" << a.stream << " durable=" << a.durable << std::endl;
 
   std::uint64_t last_seq = 0;
+  auto checked = std::chrono::steady_clock::now();
   int rc = kExitOk;
   while (!g_stop.load() && rc == kExitOk) {
     const std::uint32_t room = std::min(free_slots(*box), a.max_batch);
@@ -88,10 +230,22 @@ int run_import(import_args a) {
     }
     natsMsgList list{};
     s = natsSubscription_Fetch(&list, sub, static_cast<int>(room), 250, &jerr);
-    if (s == NATS_TIMEOUT) continue;
+    if (s != NATS_OK && s != NATS_TIMEOUT) {
+      st->add(bridge_counter::fetch_errors);
+      report_error(*st, "fetch from durable '" + a.durable + "' failed: " + nats_error(s) +
+                            (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : ""), false);
+    }
     if (s != NATS_OK) {
       if (list.Msgs != nullptr) natsMsgList_Destroy(&list);
-      std::this_thread::sleep_for(100ms);  // reconnecting; the durable keeps our place
+      // Nothing came: after an error (at most each second) or quiet for two
+      // seconds, look whether the durable and the stream are still there.
+      bool reset = false;
+      if (connected(link) && every(checked, s == NATS_TIMEOUT ? 2000ms : 1000ms) && !pull.check(reset)) {
+        rc = die(pull.exit_error);
+        break;
+      }
+      if (reset) last_seq = 0;  // a new durable on a stream made again: its sequence starts over
+      if (s != NATS_TIMEOUT) std::this_thread::sleep_for(100ms);  // reconnecting; the durable keeps our place
       continue;
     }
     bool refused = false;  // the box refused one: nak the rest of the fetch too (they would be refused)
@@ -158,7 +312,7 @@ int run_import(import_args a) {
       while (!g_stop.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
     }
   }
-  natsSubscription_Destroy(sub);
+  stop(*st, rc);
   if (rc == kExitOk)
     std::cout << "stopped import " << a.into << " imported=" << st->get(bridge_counter::imported) << std::endl;
   return rc;

@@ -15,7 +15,12 @@
 //      416   256  subject          display only (export)
 //      672   128  durable          display only (import)
 //      800   256  counters[32]     bridge_counter order (atomic, relaxed: each is a lone figure)
-//     1056        (size)
+//     1056     4  state            bridge_state (atomic): connected, reconnecting, stream_missing, ...
+//     1060     4  (padding)
+//     1064     8  state_unix_ns    since when (atomic)
+//     1072     8  error_unix_ns    when the last error was written (atomic; 0: none yet)
+//     1080   256  last_error       display only: the last error the bridge met, NUL-padded
+//     1336        (size)
 //
 // Rule: bump kBridgeStatusVersion on every incompatible change (a field
 // moved, resized or given another meaning); a bridge that finds another
@@ -31,7 +36,7 @@
 namespace shmbox_cli {
 
 inline constexpr std::uint64_t kBridgeStatusMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
-inline constexpr std::uint32_t kBridgeStatusVersion = 1;
+inline constexpr std::uint32_t kBridgeStatusVersion = 2;  // 2: state, last error
 inline constexpr std::uint32_t kBridgeStatusCounterSlots = 32;
 
 // Written by one working bridge at a time; the strings are display only (a
@@ -47,9 +52,14 @@ struct bridge_status_segment {
   char subject[256];                                           // its --subject (export)
   char durable[128];                                           // its --durable (import)
   std::atomic<std::uint64_t> counters[kBridgeStatusCounterSlots];  // bridge_counter order; unused slots 0
+  std::atomic<std::uint32_t> state;                            // bridge_state
+  std::uint32_t pad;
+  std::atomic<std::uint64_t> state_unix_ns;                    // CLOCK_REALTIME when `state` was set
+  std::atomic<std::uint64_t> error_unix_ns;                    // CLOCK_REALTIME when `last_error` was written (0: none)
+  char last_error[256];                                        // the last error met (display only)
 };
 
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(std::is_standard_layout_v<bridge_status_segment>);
 static_assert(offsetof(bridge_status_segment, magic) == 0);
 static_assert(offsetof(bridge_status_segment, version) == 8);
@@ -61,7 +71,11 @@ static_assert(offsetof(bridge_status_segment, stream) == 288);
 static_assert(offsetof(bridge_status_segment, subject) == 416);
 static_assert(offsetof(bridge_status_segment, durable) == 672);
 static_assert(offsetof(bridge_status_segment, counters) == 800);
-static_assert(sizeof(bridge_status_segment) == 1056);
+static_assert(offsetof(bridge_status_segment, state) == 1056);
+static_assert(offsetof(bridge_status_segment, state_unix_ns) == 1064);
+static_assert(offsetof(bridge_status_segment, error_unix_ns) == 1072);
+static_assert(offsetof(bridge_status_segment, last_error) == 1080);
+static_assert(sizeof(bridge_status_segment) == 1336);
 static_assert(alignof(bridge_status_segment) == 8);
 
 }  // namespace shmbox_cli

@@ -10,8 +10,10 @@
 # python3-setuptools and python3-wheel let them install it offline as the
 # README says (python -m venv, pip install); python3-dev and python3-mesonpy
 # build its compiled module (-Dpython=enabled), python3-numpy and python3-zmq
-# are the Python benchmark's baselines and examples. libnats-dev
-# builds shmbox-bridge (docs/bridge.md); nats-server runs its tests and bench.
+# are the Python benchmark's baselines and examples. libnats-dev and
+# libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for
+# NKeys); nats-server runs its tests and bench, openssl makes their TLS
+# certificates and python3-cryptography their NKeys.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
   python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy python3-numpy python3-zmq \
-  libnats-dev nats-server
+  libnats-dev libssl-dev nats-server openssl python3-cryptography
 
 build="${1:-build}"
 shift || true

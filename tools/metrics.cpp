@@ -15,6 +15,7 @@
 // shmbox::pool_counters, gauges for the members in each state (label state),
 // the queue, the clients and the supervisor, and per member its box's depth
 // and its leases (labels member, box).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <span>
@@ -254,11 +255,20 @@ std::string prometheus_bridge_text(const std::string& box, const std::vector<bri
   for (const bridge_info& b : bridges) e.sample("shmbox_bridge_alive", flag(b.alive), role(b));
   e.family("shmbox_bridge_pid", "gauge", "Process id of the bridge that works the box (last one).");
   for (const bridge_info& b : bridges) e.sample("shmbox_bridge_pid", num(b.pid), role(b));
+  e.family("shmbox_bridge_state", "gauge", "1 for the state the bridge is in (label state), 0 for the others.");
+  for (const bridge_info& b : bridges)
+    for (std::uint32_t s = 0; s < static_cast<std::uint32_t>(bridge_state::count_); ++s)
+      e.sample("shmbox_bridge_state", flag(b.state == static_cast<bridge_state>(s)), role(b) + label("state", to_string(static_cast<bridge_state>(s))));
+  e.family("shmbox_bridge_last_error_timestamp_seconds", "gauge", "When the bridge last met an error (Unix time; 0: never); stat says which.");
+  for (const bridge_info& b : bridges) e.sample("shmbox_bridge_last_error_timestamp_seconds", seconds_from_ns(static_cast<std::int64_t>(b.error_unix_ns)), role(b));
+  // A counter only for the roles that count it (no always-zero series).
   for (std::uint32_t c = 0; c < kBridgeCounters; ++c) {
     const auto which = static_cast<bridge_counter>(c);
+    if (std::none_of(bridges.begin(), bridges.end(), [&](const bridge_info& b) { return counts(b.role, which); })) continue;
     const std::string name = "shmbox_bridge_" + std::string(to_string(which)) + "_total";
     e.family(name, "counter", help(which));
-    for (const bridge_info& b : bridges) e.sample(name, num(b.counters[c]), role(b));
+    for (const bridge_info& b : bridges)
+      if (counts(b.role, which)) e.sample(name, num(b.counters[c]), role(b));
   }
   return e.take();
 }

@@ -113,7 +113,8 @@ json bridges_json(const std::vector<bridge_info>& bridges) {
   json out = json::array();
   for (const bridge_info& b : bridges) {
     json counters = json::object();
-    for (std::uint32_t c = 0; c < kBridgeCounters; ++c) counters[std::string(to_string(static_cast<bridge_counter>(c)))] = b.counters[c];
+    for (std::uint32_t c = 0; c < kBridgeCounters; ++c)
+      if (counts(b.role, static_cast<bridge_counter>(c))) counters[std::string(to_string(static_cast<bridge_counter>(c)))] = b.counters[c];
     out.push_back(json{{"role", to_string(b.role)},
                        {"pid", b.pid},
                        {"alive", b.alive},
@@ -122,6 +123,10 @@ json bridges_json(const std::vector<bridge_info>& bridges) {
                        {"subject", b.subject},
                        {"durable", b.durable.empty() ? json(nullptr) : json(b.durable)},
                        {"started_unix_ns", b.started_unix_ns},
+                       {"state", to_string(b.state)},
+                       {"state_unix_ns", b.state_unix_ns},
+                       {"last_error", b.last_error.empty() ? json(nullptr) : json(b.last_error)},
+                       {"last_error_unix_ns", b.error_unix_ns},
                        {"counters", counters}});
   }
   return out;
@@ -272,14 +277,13 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
     std::cout << "bridge       " << to_string(b.role) << (b.role == bridge_role::export_ ? " to " : " from ") << "stream '"
               << printable(b.stream) << "' subject '" << printable(b.subject) << "'"
               << (b.durable.empty() ? std::string() : " durable '" + printable(b.durable) + "'") << " at " << printable(b.nats)
-              << ", pid " << b.pid << (b.alive ? " (working)" : " (not running)") << "\n            ";
+              << ", pid " << b.pid << (b.alive ? " (working)" : " (not running)") << ", state " << to_string(b.state) << "\n            ";
     for (std::uint32_t c = 0; c < kBridgeCounters; ++c) {
       const auto which = static_cast<bridge_counter>(c);
-      const bool mine = b.role == bridge_role::export_ ? c <= static_cast<std::uint32_t>(bridge_counter::redeliveries)
-                                                       : c >= static_cast<std::uint32_t>(bridge_counter::redeliveries);
-      if (mine) std::cout << " " << to_string(which) << " " << b.counters[c];
+      if (counts(b.role, which)) std::cout << " " << to_string(which) << " " << b.counters[c];
     }
     std::cout << "\n";
+    if (!b.last_error.empty()) std::cout << "             last error: " << printable(b.last_error) << "\n";
   }
   if (i.lanes.size() > 1) {
     std::printf("%-5s %-12s %12s %10s %10s %10s %10s %10s\n", "LANE", "POLICY", "DEPTH/CAP", "POSTED", "DELIVERED",

@@ -582,8 +582,12 @@ def bridge_entry(st, role):
     return flat
 
 
-BRIDGE_COUNTERS = ("published", "acked", "publish_errors", "dedupe_hits", "redeliveries", "remote_drops",
-                   "imported", "naks", "local_drops")
+# The counters of each role (docs/bridge.md); a role shows only its own.
+EXPORT_COUNTERS = ("published", "acked", "publish_errors", "dedupe_hits", "redeliveries", "publish_unsent",
+                   "publish_refused", "ack_timeouts", "reconnects", "stream_recreated")
+IMPORT_COUNTERS = ("redeliveries", "remote_drops", "imported", "naks", "local_drops", "fetch_errors", "reconnects",
+                   "durable_recreated")
+BRIDGE_STATES = ("starting", "connected", "reconnecting", "stream_missing", "consumer_missing", "stopped")
 
 
 # --------------------------------------------------------------------------

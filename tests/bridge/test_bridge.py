@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import (BRIDGE_COUNTERS, CLI, MSG_ID, bridge_entry, free_port, parse_payload, stat, wait_until)
+from conftest import (BRIDGE_STATES, EXPORT_COUNTERS, IMPORT_COUNTERS, CLI, MSG_ID, bridge_entry, free_port, parse_payload, stat, wait_until)
 
 
 def drain(receiver, expect=None):
@@ -113,6 +113,7 @@ def transfer(h_module):
         time.sleep(0.05)
     stat_a, stat_b = stat(a), stat(b)
     prom = subprocess.run([CLI, "stat", a, "--prometheus"], capture_output=True, text=True, timeout=20)
+    prom_b = subprocess.run([CLI, "stat", b, "--prometheus"], capture_output=True, text=True, timeout=20)
     with server.client() as nc:
         info = nc.stream_info(stream)
         consumer = nc.consumer_info(stream, durable)
@@ -122,7 +123,7 @@ def transfer(h_module):
         p.signal(signal.SIGTERM)
         stops[name] = p.wait(20) + (p.describe(),)
     return dict(a=a, b=b, stream=stream, subject=subject, durable=durable, stored=stored, result=result,
-                stat_a=stat_a, stat_b=stat_b, prom=prom, info=info, consumer=consumer, stops=stops, export=exp, imp=imp)
+                stat_a=stat_a, stat_b=stat_b, prom=prom, prom_b=prom_b, info=info, consumer=consumer, stops=stops, export=exp, imp=imp)
 
 
 def test_transfer_exactly_once_in_order_with_lanes(transfer):
@@ -215,8 +216,11 @@ def test_counters_in_stat(transfer):
     i = bridge_entry(t["stat_b"], "import")
     assert e is not None, f"no export bridge in `shmbox stat {t['a']} --json`: {t['stat_a'].get('bridges')!r}"
     assert i is not None, f"no import bridge in `shmbox stat {t['b']} --json`: {t['stat_b'].get('bridges')!r}"
-    for c in BRIDGE_COUNTERS:
-        assert c in e and c in i, f"counter {c} missing: export {e}, import {i}"
+    # Each role shows its own counters, and only those (finding 8: no always-zero half).
+    assert set(e["counters"]) == set(EXPORT_COUNTERS), f"export counters {sorted(e['counters'])}"
+    assert set(i["counters"]) == set(IMPORT_COUNTERS), f"import counters {sorted(i['counters'])}"
+    assert e["state"] == "connected" and i["state"] == "connected", (e["state"], i["state"])
+    assert e["last_error"] is None and i["last_error"] is None, (e["last_error"], i["last_error"])
     assert (e["published"], e["acked"]) == (N, N), f"export counters {e}"
     assert e["dedupe_hits"] == 0 and e["redeliveries"] == 0, f"export counters {e}"
     assert i["imported"] == N, f"import counters {i}"
@@ -226,8 +230,18 @@ def test_counters_in_stat(transfer):
     assert t["stat_a"]["counters"]["delivered"] == N, t["stat_a"]["counters"]
     assert t["stat_b"]["counters"]["stored"] == N and t["stat_b"]["counters"]["delivered"] == N, t["stat_b"]["counters"]
     assert t["prom"].returncode == 0, t["prom"].stderr
-    assert f"shmbox_bridge_published_total" in t["prom"].stdout and f"shmbox_bridge_acked_total" in t["prom"].stdout, \
-        t["prom"].stdout[-2000:]
+    prom = t["prom"].stdout + t["prom_b"].stdout
+    assert f"shmbox_bridge_published_total" in prom and f"shmbox_bridge_acked_total" in prom, prom[-2000:]
+    samples = [line for line in prom.splitlines() if line.startswith("shmbox_bridge_")]
+    assert not any(line.startswith("shmbox_bridge_published_total") and 'role="import"' in line for line in samples), \
+        "an import has no published counter"
+    assert not any(line.startswith("shmbox_bridge_imported_total") and 'role="export"' in line for line in samples), \
+        "an export has no imported counter"
+    for role in ("export", "import"):
+        states = {line.split('state="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in samples
+                  if line.startswith("shmbox_bridge_state{") and f'role="{role}"' in line}
+        assert set(states) == set(BRIDGE_STATES) and states["connected"] == "1" and \
+            sum(v == "1" for v in states.values()) == 1, f"{role}: {states}"
 
 
 # ---------------------------------------------------------------------------
