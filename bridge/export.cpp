@@ -85,6 +85,7 @@ bool create_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
   cfg.Replicas = static_cast<int64_t>(a.replicas);
   cfg.MaxBytes = a.max_bytes;
   cfg.MaxAge = static_cast<int64_t>(a.max_age_s * 1e9);
+  if (cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge) cfg.Duplicates = cfg.MaxAge;  // JetStream's rule: the window within the age
   switch (info.overflow) {
     case shmbox::policy::reject:
     case shmbox::policy::drop_newest:

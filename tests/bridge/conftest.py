@@ -374,10 +374,11 @@ class NatsServer:
     """nats-server with JetStream on 127.0.0.1:port, file store in its own directory; start()
     again (after stop()) restarts it on the same port and directory."""
 
-    def __init__(self, tmp, name, user=None, password=None):
+    def __init__(self, tmp, name, user=None, password=None, config=None, scheme="nats"):
         self.port = free_port()
         self.name = name
         self.user, self.password = user, password
+        self.config, self.scheme = config, scheme  # nats-server configuration text (TLS, NKeys ...), the URL's scheme
         self.store = os.path.join(tmp, f"{name}-store")
         os.makedirs(self.store, exist_ok=True)
         self.log = os.path.join(tmp, f"{name}.log")
@@ -386,7 +387,7 @@ class NatsServer:
 
     @property
     def url(self):
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def log_text(self, since=0):
         try:
@@ -402,6 +403,11 @@ class NatsServer:
         args = [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store]
         if self.user is not None:
             args += ["--user", self.user, "--pass", self.password]
+        if self.config is not None:
+            conf = os.path.join(os.path.dirname(self.store), f"{self.name}.conf")
+            with open(conf, "w") as f:
+                f.write(self.config)
+            args += ["-c", conf]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
         self.stopped = False
@@ -580,6 +586,41 @@ def bridge_entry(st, role):
     if isinstance(entry.get("counters"), dict):
         flat.update(entry["counters"])
     return flat
+
+
+# --------------------------------------------------------------------------
+# NKeys (the encoding of nats-io/nkeys: base32 of prefix, key, CRC-16/XMODEM), with Ed25519 from
+# python3-cryptography, independent of the bridge's own derivation of a public key from a seed.
+
+_NKEY_PREFIX = {"seed": 18 << 3, "user": 20 << 3, "account": 0, "operator": 14 << 3}
+
+
+def _crc16(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def _nkey_encode(raw):
+    return base64.b32encode(raw + _crc16(raw).to_bytes(2, "little")).decode().rstrip("=")
+
+
+def nkey_pair(kind="user"):
+    """(seed "S.", public key "U." / "A." / "O.", the cryptography private key) of a new NKey."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:
+        pytest.skip("python3-cryptography is not installed (apt-get install python3-cryptography)")
+    key = Ed25519PrivateKey.generate()
+    raw_seed = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    raw_pub = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    p = _NKEY_PREFIX[kind]
+    seed = _nkey_encode(bytes([_NKEY_PREFIX["seed"] | (p >> 5), (p & 31) << 3]) + raw_seed)
+    return seed, _nkey_encode(bytes([p]) + raw_pub), key
 
 
 # The counters of each role (docs/bridge.md); a role shows only its own.

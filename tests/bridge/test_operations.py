@@ -1,0 +1,333 @@
+"""The bridge an operator can leave running (issue 32): recovery from server failures without a
+silent wedge, the state and the errors by cause where an operator looks, configuration that a
+restart may change, one import per box and per durable, server lists, and the ways to authenticate
+(secrets from files or the environment, TLS, NKeys). Each test names the finding it covers.
+
+Every process is a separate program (nats-server, bridges, producers, owners); every wait is
+bounded; the Harness removes everything, also when a test fails.
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import CLI, nkey_pair, stat, wait_until
+from test_bridge import compare, counters_of, dead_url, drain, post, posted, report, wait_counter
+
+
+def bridge_of(box, role):
+    st = stat(box)
+    return next((b for b in st.get("bridges", []) if b["role"] == role), None)
+
+
+def wait_state(box, role, state, timeout=20.0):
+    def check():
+        b = bridge_of(box, role)
+        return b if b is not None and b["state"] == state else None
+    try:
+        return wait_until(f"the {role} bridge of {box} in state {state}", check, timeout, 0.05)
+    except pytest.fail.Exception:
+        pytest.fail(f"the {role} bridge of {box} not in state {state} within {timeout} s: {bridge_of(box, role)}")
+
+
+def lines_with(proc, text):
+    return [line for line in proc.stderr().splitlines() if text in line]
+
+
+# ---------------------------------------------------------------------------
+# Finding 1: a memory-storage server restarts; the stream and the durable are gone
+
+
+def test_memory_server_restart_stream_and_durable_made_again_flow_resumes(h):
+    server = h.server()
+    a = h.box("A", capacity=256, slot_size=128)
+    b = h.box("B", capacity=4096, slot_size=128)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, server, stream, subject, "--create-stream", "--storage", "memory")
+    imp = h.import_(b, server, stream, "dm")
+    producer = h.producer(a, "m")
+    post(producer, 200)
+    assert posted(producer) == (200, 0)
+    wait_counter(b, "import", lambda c: c["imported"] == 200, "the first 200 imported")
+    server.stop(signal.SIGKILL)  # memory storage: the stream and the durable die with it
+    server.start()
+    assert server.stream_info(stream) is None, "a memory stream does not survive its server"
+    # Before the export published anything new the stream stays missing; a post makes it look.
+    post(producer, 300)  # A fills while the export finds the stream gone: the producer retries
+    assert posted(producer)[0] == 300
+    wait_counter(a, "export", lambda c: c["stream_recreated"] == 1, "the export made the stream again")
+    wait_counter(b, "import", lambda c: c["durable_recreated"] == 1, "the import made the durable again", timeout=30)
+    stored = report(producer)["stored"]
+    receiver = h.receiver(b, 500, timeout=40)
+    got = [m[0] for m in drain(receiver)["messages"]]
+    compare(stored, got, "owner of B across a memory server's restart (nothing was in the stream when it died)")
+    assert exp.alive() and imp.alive(), f"{exp.describe()} / {imp.describe()}"
+    for box, role, proc, what in ((a, "export", exp, "stream"), (b, "import", imp, "durable")):
+        wait_state(box, role, "connected")
+        said = lines_with(proc, "had disappeared")
+        assert len(said) == 1 and what in said[0], f"{role}: one line saying the {what} was made again: {proc.stderr()!r}"
+        assert bridge_of(box, role)["last_error"], "an error is on record"
+    assert len(lines_with(exp, "disconnected from NATS")) == 1, exp.stderr()
+    assert len(lines_with(exp, "reconnected to NATS")) == 1, exp.stderr()
+    assert counters_of(a, "export")["reconnects"] == 1 and counters_of(b, "import")["reconnects"] == 1
+
+
+def test_stream_deleted_export_without_create_stream_and_import_exit_1(h):
+    server = h.server()
+    a = h.box("A", capacity=64, slot_size=64)
+    b = h.box("B", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+    exp = h.export(a, server, stream, subject)
+    imp = h.import_(b, server, stream, "dx", "--stream-grace", "1")
+    with server.client() as nc:
+        assert nc.js(f"STREAM.DELETE.{stream}").get("success"), "deleted"
+    producer = h.producer(a, "x")
+    post(producer, 5)
+    posted(producer)
+    code, _ = exp.wait(30)
+    assert code == 1, exp.describe()
+    err = exp.stderr()
+    assert stream in err and "disappeared" in err and "--create-stream" in err, err
+    code, _ = imp.wait(30)
+    assert code == 1, imp.describe()
+    assert stream in imp.stderr() and "--stream-grace" in imp.stderr(), imp.stderr()
+    for box, role in ((a, "export"), (b, "import")):
+        info = bridge_of(box, role)
+        assert info["state"] == "stopped" and not info["alive"], info
+    assert stat(a)["depth"] == 5, "the box keeps what the export could not publish"
+
+
+# ---------------------------------------------------------------------------
+# Finding 4: a restart with another --ack-wait / --max-batch
+
+
+def test_import_restart_with_other_ack_wait_and_max_batch_updates_the_durable(h):
+    server = h.server()
+    b = h.box("B", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+    i1 = h.import_(b, server, stream, "du", "--ack-wait", "2000", "--max-batch", "16")
+    with server.client() as nc:
+        c = nc.consumer_info(stream, "du")["config"]
+    assert (c["ack_wait"], c["max_ack_pending"]) == (2 * 10**9, 64), c
+    i1.signal(signal.SIGTERM)
+    assert i1.wait(20)[0] == 0
+    i2 = h.import_(b, server, stream, "du", "--ack-wait", "3000", "--max-batch", "32")
+    with server.client() as nc:
+        c = nc.consumer_info(stream, "du")["config"]
+    assert (c["ack_wait"], c["max_ack_pending"]) == (3 * 10**9, 128), c
+    assert "durable 'du' updated" in i2.stderr(), i2.stderr()
+    with server.client() as nc:
+        for k in range(10):
+            nc.publish(subject, f"m{k}")
+    wait_counter(b, "import", lambda c: c["imported"] == 10, "the restarted import works")
+
+
+# ---------------------------------------------------------------------------
+# Finding 5: comma-separated server lists
+
+
+@pytest.mark.parametrize("order", ["dead-first", "live-first"])
+def test_server_list_connects_past_a_dead_entry(h, order):
+    server = h.server()
+    dead = dead_url()[0]
+    urls = f"{dead}, {server.url}" if order == "dead-first" else f"{server.url},{dead}"
+    a = h.box("A", capacity=64, slot_size=64)
+    b = h.box("B", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    e = h.bridge("export", a, "--nats", urls, "--stream", stream, "--subject", subject, "--create-stream", name="export")
+    e.expect("ready export", 20)
+    i = h.bridge("import", "--nats", urls, "--stream", stream, "--durable", "dl", "--into", b, name="import")
+    i.expect("ready import", 20)
+    producer = h.producer(a, "l")
+    post(producer, 20)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 20, "20 through a server list")
+    assert server.url in bridge_of(a, "export")["nats"] and dead in bridge_of(a, "export")["nats"]
+
+
+# ---------------------------------------------------------------------------
+# Finding 7: one import per box, one per durable
+
+
+def test_second_import_refused_same_box_and_same_durable(h):
+    server = h.server()
+    b = h.box("B", capacity=64, slot_size=64)
+    c = h.box("C", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+    first = h.import_(b, server, stream, "d1")
+    code, out, err, _ = h.run_bridge(["import", "--nats", server.url, "--stream", stream, "--durable", "d2", "--into", b])
+    assert code == 1 and "already has a working import" in err and str(first.pid) in err, (code, out, err)
+    code, out, err, _ = h.run_bridge(["import", "--nats", server.url, "--stream", stream, "--durable", "d1", "--into", c])
+    assert code == 1 and "pulled by another import bridge" in err and f"pid {first.pid}" in err, (code, out, err)
+    assert bridge_of(b, "import")["pid"] == first.pid and bridge_of(b, "import")["state"] == "connected"
+    first.signal(signal.SIGTERM)
+    assert first.wait(20)[0] == 0
+    h.import_(c, server, stream, "d1")  # the durable is free again
+
+
+# ---------------------------------------------------------------------------
+# Finding 8: the state and the errors by cause while the server is away
+
+
+def test_server_away_state_reconnecting_errors_by_cause_then_connected(h):
+    server = h.server()
+    a = h.box("A", capacity=256, slot_size=64)
+    b = h.box("B", capacity=256, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, server, stream, subject, "--create-stream", "--ack-timeout", "200")
+    imp = h.import_(b, server, stream, "ds")
+    server.stop(signal.SIGTERM)
+    wait_state(a, "export", "reconnecting")
+    wait_state(b, "import", "reconnecting")
+    producer = h.producer(a, "s")
+    post(producer, 50)
+    posted(producer)
+    wait_counter(a, "export", lambda c: c["publish_unsent"] + c["ack_timeouts"] > 0, "publishes failing while away")
+    e = counters_of(a, "export")
+    assert e["publish_errors"] == e["publish_unsent"] + e["publish_refused"] + e["ack_timeouts"], e
+    server.start()
+    wait_state(a, "export", "connected", 30)
+    wait_state(b, "import", "connected", 30)
+    wait_counter(b, "import", lambda c: c["imported"] == 50, "50 after the server came back", 30)
+    for proc in (exp, imp):
+        assert len(lines_with(proc, "disconnected from NATS")) == 1, proc.stderr()
+        assert len(lines_with(proc, "reconnected to NATS")) == 1, proc.stderr()
+    assert counters_of(a, "export")["reconnects"] == 1 and counters_of(b, "import")["reconnects"] == 1
+    text = subprocess.run([CLI, "stat", a], capture_output=True, text=True, timeout=20).stdout
+    assert "state connected" in text and "last error:" in text, text
+
+
+# ---------------------------------------------------------------------------
+# Finding 9: created streams' limits, secrets off the command line, TLS, NKeys
+
+
+def test_created_stream_replicas_max_bytes_max_age(h):
+    server = h.server()
+    a = h.box("A", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    e = h.export(a, server, stream, subject, "--create-stream", "--max-bytes", "1048576", "--max-age", "90")
+    cfg = server.stream_info(stream)["config"]
+    assert (cfg["max_bytes"], cfg["max_age"], cfg["num_replicas"]) == (1048576, 90 * 10**9, 1), cfg
+    e.signal(signal.SIGTERM)
+    e.wait(20)
+    other = h.box("A2", capacity=64, slot_size=64)
+    code, out, err, _ = h.run_bridge(["export", other, "--nats", server.url, "--stream", h.stream_name(), "--subject",
+                                      h.subject(), "--create-stream", "--replicas", "3"])
+    assert code == 1 and "--replicas 3" in err and "cluster" in err, (code, out, err)
+
+
+def test_password_from_file_and_environment_not_on_the_command_line(h):
+    server = h.server("auth", user="alice", password="s3cret-pw")
+    a = h.box("A", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    pw = os.path.join(h.tmp, "pw")
+    with open(pw, "w") as f:
+        f.write("s3cret-pw\n")
+    e = h.bridge("export", a, "--nats", server.url, "--stream", stream, "--subject", subject, "--create-stream",
+                 "--user", "alice", "--password-file", pw, name="export")
+    e.expect("ready export", 20)
+    with open(f"/proc/{e.pid}/cmdline", "rb") as f:
+        assert b"s3cret" not in f.read()
+    e.signal(signal.SIGTERM)
+    assert e.wait(20)[0] == 0
+    env = dict(os.environ, SHMBOX_NATS_USER="alice", SHMBOX_NATS_PASSWORD="s3cret-pw")
+    p = h.proc([e.args[0], "export", a, "--nats", server.url, "--stream", stream, "--subject", subject], "export-env", env=env)
+    p.expect("ready export", 20)
+    p.signal(signal.SIGTERM)
+    assert p.wait(20)[0] == 0
+    empty = os.path.join(h.tmp, "empty")
+    open(empty, "w").close()
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--user", "alice", "--password-file", empty])
+    assert code == 2 and "empty" in err, (code, err)
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--user", "alice", "--password-file", os.path.join(h.tmp, "none")])
+    assert code == 2 and "cannot read the password file" in err, (code, err)
+
+
+def openssl(*args, cwd):
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"openssl {' '.join(args)}: {r.stderr}"
+
+
+def make_tls(tmp):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    if subprocess.run(["which", "openssl"], capture_output=True).returncode != 0:
+        pytest.skip("openssl is not installed (apt-get install openssl)")
+    d = os.path.join(tmp, "tls")
+    os.makedirs(d)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=shmbox test CA", cwd=d)
+    for who, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr",
+                "-subj", f"/CN=shmbox test {who}", cwd=d)
+        with open(os.path.join(d, f"{who}.ext"), "w") as f:
+            f.write(ext + "\n")
+        openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{who}.pem", "-days", "2", "-extfile", f"{who}.ext", cwd=d)
+    return {k: os.path.join(d, v) for k, v in (("ca", "ca.pem"), ("server_cert", "server.pem"), ("server_key", "server.key"),
+                                                ("cert", "client.pem"), ("key", "client.key"))}
+
+
+def test_tls_with_client_certificate(h):
+    t = make_tls(h.tmp)
+    config = (f'tls {{\n  cert_file: "{t["server_cert"]}"\n  key_file: "{t["server_key"]}"\n'
+              f'  ca_file: "{t["ca"]}"\n  verify: true\n}}\n')
+    server = h.server("tls", config=config, scheme="tls")
+    a = h.box("A", capacity=64, slot_size=64)
+    b = h.box("B", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    tls = ("--tls-ca", t["ca"], "--tls-cert", t["cert"], "--tls-key", t["key"])
+    h.export(a, server, stream, subject, "--create-stream", *tls)
+    h.import_(b, server, stream, "dt", *tls)
+    producer = h.producer(a, "t")
+    post(producer, 30)
+    posted(producer)
+    stored = report(producer)["stored"]
+    compare(stored, [m[0] for m in drain(h.receiver(b, 30, timeout=30))["messages"]], "through TLS")
+    # Without the client certificate the server refuses; without the CA the bridge does not trust it.
+    for args, what in ((("--tls-ca", t["ca"]), "client certificate"), ((), "CA")):
+        code, out, err, _ = h.run_bridge(["export", h.box("X", capacity=8), "--nats", server.url, "--stream", stream,
+                                          "--subject", subject, *args])
+        assert code == 1 and "cannot connect" in err, (what, code, out, err)
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--tls-cert", t["cert"]])
+    assert code == 2 and "--tls-key" in err, err
+
+
+def test_nkey_seed_file(h):
+    seed, public, _ = nkey_pair("user")
+    other_seed, _, _ = nkey_pair("user")
+    config = f'authorization {{\n  users = [ {{ nkey: "{public}" }} ]\n}}\n'
+    server = h.server("nkey", config=config)
+    a = h.box("A", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    path = os.path.join(h.tmp, "user.nk")
+    with open(path, "w") as f:
+        f.write(seed + "\n")
+    os.chmod(path, 0o600)
+    e = h.export(a, server, stream, subject, "--create-stream", "--nkey", path)
+    e.signal(signal.SIGTERM)
+    assert e.wait(20)[0] == 0
+    wrong = os.path.join(h.tmp, "other.nk")
+    with open(wrong, "w") as f:
+        f.write(other_seed + "\n")
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--nkey", wrong])
+    assert code == 1 and "authoriz" in err.lower(), err
+    assert other_seed not in err
+    broken = os.path.join(h.tmp, "broken.nk")
+    with open(broken, "w") as f:
+        f.write(seed[:10] + ("A" if seed[10] != "A" else "B") + seed[11:] + "\n")  # a changed key byte: the checksum fails
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--nkey", broken])
+    assert code == 1 and "damaged" in err, err
