@@ -58,6 +58,16 @@ class SHMBOX_API Producer {
   static result<Producer> attach(std::string_view name);
   // Takes a producer entry in a box this process already has open.
   static result<Producer> attach(const Box& box);
+  // Takes over entry `entry` from the producer that held it and died, if the
+  // entry is still that producer's: `attached_ns` is what its attached_ns()
+  // returned. The dead producer's last post is finished first (published,
+  // or its slot abandoned), so the entry's counters (inspect.hpp:
+  // producer_info) are final: a post it was making when it died is counted
+  // stored if and only if the message is in the box. This is how a process
+  // that must not post a message twice (the NATS bridge's import) learns,
+  // after a crash, whether its last post landed. errc::not_found: the entry
+  // is free, held by a live process, or was taken by another since.
+  static result<Producer> adopt(const Box& box, std::uint32_t entry, std::uint64_t attached_ns);
 
   Producer(Producer&&) noexcept;
   Producer& operator=(Producer&&) noexcept;
@@ -102,6 +112,9 @@ class SHMBOX_API Producer {
   std::error_code last_error() const noexcept;
   // The index of this handle's entry in the producer table.
   std::uint32_t entry_index() const noexcept;
+  // When this handle took its entry (CLOCK_REALTIME ns): with entry_index(),
+  // what adopt() needs to take the entry over should this process die.
+  std::uint64_t attached_ns() const noexcept;
   // How many messages this handle's most recent post, loan or post_batch
   // call evicted (drop_oldest) or replaced (lifo). One post can
   // evict more than one: when another producer takes the slot this one just
@@ -117,6 +130,7 @@ class SHMBOX_API Producer {
   friend class Box;  // Box::resize drops through a Producer's entry
   friend struct detail::access;  // a pool probes its member box through it
   SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
+  SHMBOX_LOCAL static result<Producer> take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns);
   std::unique_ptr<state> s_;
 };
 

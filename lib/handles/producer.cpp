@@ -179,7 +179,14 @@ result<Producer> Producer::attach(std::string_view name) {
   return attach(*box);
 }
 
-result<Producer> Producer::attach(const Box& box) {
+result<Producer> Producer::attach(const Box& box) { return take_entry(box, nullptr, 0); }
+
+result<Producer> Producer::adopt(const Box& box, std::uint32_t entry, std::uint64_t attached_ns) {
+  return take_entry(box, &entry, attached_ns);
+}
+
+// attach (entry null: any free or dead entry) and adopt (that dead producer's entry).
+result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns) {
   const auto& m = detail::access::box(box);
   if (m->read_only)
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to post");
@@ -187,13 +194,22 @@ result<Producer> Producer::attach(const Box& box) {
   s->m = m;
   if (m->buffered()) {  // CUSTOM BUFFERS: posts carry the type's key
     s->buf_type = detail::find_buffer(m->buffer_name);
-    if (!s->buf_type) return detail::buffer_unknown_error(*m, "Producer::attach");
+    if (!s->buf_type) return detail::buffer_unknown_error(*m, entry == nullptr ? "Producer::attach" : "Producer::adopt");
   }
-  if (!detail::claim_producer_entry(*m, s->ctx))
+  if (entry != nullptr) {
+    if (!detail::adopt_producer_entry(*m, *entry, attached_ns, s->ctx))
+      return detail::fail(errc::not_found, "box '" + m->name + "': producer entry " + std::to_string(*entry) +
+                                               " is not the dead producer's any more (free, held by a live process, or taken over since)");
+  } else if (!detail::claim_producer_entry(*m, s->ctx)) {
     return detail::fail(errc::producer_table_full, "box '" + m->name + "': all " + std::to_string(m->max_producers()) +
                                                        " producer entries are held by live processes; create the box with more --max-producers");
+  }
   s->ctx.capture = !m->dead_letters.empty();
   return Producer(std::move(s));
+}
+
+std::uint64_t Producer::attached_ns() const noexcept {
+  return s_ && s_->ctx.pe != nullptr ? s_->ctx.pe->attached_unix_ns.load(std::memory_order_relaxed) : 0;
 }
 
 post_status Producer::post(const void* data, std::size_t size, const post_options& o) noexcept {

@@ -549,6 +549,10 @@ std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view
 // Takes a producer entry (free, or held by a dead process whose pending op is
 // completed first). Returns false when every entry is held by a live process.
 bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept;
+// Takes entry i from the dead holder that attached at `attached_ns` (its
+// pending op completed first, so the entry's counters are final). False when
+// the entry is free, held by a live process, or was claimed by another since.
+bool adopt_producer_entry(mapped_box& m, std::uint32_t i, std::uint64_t attached_ns, producer_ctx& out) noexcept;
 void release_producer_entry(producer_ctx& p) noexcept;
 
 // A message taken but not yet committed (explicit read, or a lease box's receive).

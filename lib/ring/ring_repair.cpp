@@ -419,6 +419,32 @@ void finish_dead_entry(producer_ctx& p) noexcept {
 }
 }  // namespace
 
+namespace {
+// Claims entry i, whose key was `k` (0: free; else a dead holder's, whose
+// pending op is completed first). False when another claimant won it.
+bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t me, producer_ctx& out) noexcept {
+  producer_entry* pe = m.producer(i);
+  // liveness.hpp L1: the entry's byte first, then the key.
+  if (!out.lock.lock(m, producer_byte(m, i))) return false;
+  // (pairs: acquire with release_producer_entry's release CAS; release with the
+  // acquire key loads of actor_state, claimants_of and the next claimant.)
+  // acq_rel: acquire the dead holder's op and counters; release our key
+  if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    out.lock.unlock(producer_byte(m, i));
+    return false;
+  }
+  pe->pid_ns.store(self_pid_ns(), std::memory_order_relaxed);  // display only
+  out.m = &m;
+  out.entry = i;
+  out.pe = pe;
+  fill_repairer(m, i + 1, &pe->op, &pe->op_before_a, false, i, out.rep);
+  if (k != 0) finish_dead_entry(out);
+  pe->op.store(0, std::memory_order_relaxed);
+  pe->attached_unix_ns.store(unix_ns(), std::memory_order_relaxed);
+  return true;
+}
+}  // namespace
+
 bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
   const std::uint64_t me = self_key();
   if (me == 0) return false;
@@ -430,27 +456,21 @@ bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
       // claimant's acq_rel CAS below.
       std::uint64_t k = pe->key.load(std::memory_order_acquire);
       if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, producer_byte(m, i)))) continue;
-      // liveness.hpp L1: the entry's byte first, then the key.
-      if (!out.lock.lock(m, producer_byte(m, i))) return false;
-      // (pairs: acquire with release_producer_entry's release CAS; release with the
-      // acquire key loads of actor_state, claimants_of and the next claimant.)
-      // acq_rel: acquire the dead holder's op and counters; release our key
-      if (!pe->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        out.lock.unlock(producer_byte(m, i));
-        continue;
-      }
-      pe->pid_ns.store(self_pid_ns(), std::memory_order_relaxed);  // display only
-      out.m = &m;
-      out.entry = i;
-      out.pe = pe;
-      fill_repairer(m, i + 1, &pe->op, &pe->op_before_a, false, i, out.rep);
-      if (pass == 1) finish_dead_entry(out);
-      pe->op.store(0, std::memory_order_relaxed);
-      pe->attached_unix_ns.store(unix_ns(), std::memory_order_relaxed);
-      return true;
+      if (claim_entry(m, i, k, me, out)) return true;
     }
   }
   return false;
+}
+
+bool adopt_producer_entry(mapped_box& m, std::uint32_t i, std::uint64_t attached_ns, producer_ctx& out) noexcept {
+  const std::uint64_t me = self_key();
+  if (me == 0 || i >= m.max_producers() || attached_ns == 0) return false;
+  producer_entry* pe = m.producer(i);
+  // acquire: as in claim_producer_entry; the stamp is read after the key, so
+  // a claimant that changed both is seen by the key CAS in claim_entry.
+  const std::uint64_t k = pe->key.load(std::memory_order_acquire);
+  if (k == 0 || pe->attached_unix_ns.load(std::memory_order_relaxed) != attached_ns || lock_held(m, producer_byte(m, i))) return false;
+  return claim_entry(m, i, k, me, out);
 }
 
 void release_producer_entry(producer_ctx& p) noexcept {

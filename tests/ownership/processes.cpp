@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -346,6 +347,59 @@ TEST_CASE("a producer killed while its abandoned entry is reused: the new holder
   CHECK(got.size() == 7);
   CHECK(box->read_counters().abandoned == 1);
   shmtest::check_invariant(*box);
+}
+
+// Issue 32: Producer::adopt takes a dead producer's entry back, finishing
+// its last post, so that the entry's stored count (claims: P4) is final and
+// nobody else's: the NATS bridge's import decides from it whether to post a
+// message again after a crash. A post whose claim is counted is in the box
+// or counted abandoned (never to be posted again: that would be a
+// duplicate); a post not counted is not in the box (post it again).
+TEST_CASE("Producer::adopt: a producer killed at each point of a post; its stored count says whether that post may land") {
+  struct point_case {
+    const char* point;
+    bool claimed;  // the 5th post's claim is counted in stored
+  };
+  const point_case points[] = {{"producer.after_announce", false},
+                               {"producer.after_claim", true},
+                               {"producer.mid_payload", true},
+                               {"producer.before_publish", true}};
+  for (const point_case& pc : points) {
+    CAPTURE(std::string(pc.point));
+    shmtest::segment_guard g(shmtest::unique_name("adopt"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 64, .slot_size = 64});
+    REQUIRE(box);
+    // Dies in its 5th post: 4 stored before it.
+    auto p1 = start_producer(g.name, 1, 10, {"--no-wait"}, {shmtest::cat("SHMBOX_FAULT=", pc.point, ":5")});
+    const std::string ready = p1->read_line().value_or("");
+    unsigned entry = 0;
+    unsigned long long attached = 0;
+    REQUIRE(std::sscanf(ready.c_str(), "ready %u %llu", &entry, &attached) == 2);
+    CHECK(shmtest::killed_by(p1->wait(30s), SIGKILL));
+    // Not that producer's entry, or a free one: refused.
+    CHECK(shmbox::Producer::adopt(*box, entry, attached + 1).error() == shmbox::errc::not_found);
+    CHECK(shmbox::Producer::adopt(*box, entry + 1, attached).error() == shmbox::errc::not_found);
+    auto heir = shmbox::Producer::adopt(*box, entry, attached);
+    REQUIRE(heir);
+    CHECK(heir->entry_index() == entry);
+    CHECK(heir->attached_ns() != attached);
+    CHECK(shmbox::Producer::adopt(*box, entry, attached).error() == shmbox::errc::not_found);  // held now (by us)
+    std::uint64_t counted = 0;
+    for (const auto& pi : shmbox::info(*box).producers)
+      if (pi.entry == entry) counted = pi.stored;
+    CHECK(counted == (pc.claimed ? 5u : 4u));
+    auto owner = shmbox::Owner::acquire(*box);
+    REQUIRE(owner);
+    const auto got = drain(*owner, counted + 1, 500ms);
+    CHECK(got.size() == 4);  // killed before its 5th message was published
+    // Counted claims: in the box, or counted abandoned (adopt repaired the dead claim at once).
+    CHECK(box->read_counters().abandoned == counted - got.size());
+    // The entry goes on counting for its new holder.
+    CHECK(heir->post("after") == shmbox::post_status::stored);
+    for (const auto& pi : shmbox::info(*box).producers)
+      if (pi.entry == entry) CHECK(pi.stored == counted + 1);
+    shmtest::check_invariant(*box);
+  }
 }
 
 // Issue 13 item 6: the status a producer sees is exact. With 4 producers

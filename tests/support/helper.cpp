@@ -2,7 +2,7 @@
 // tests start (fork + exec) as a producer or as an owner.
 //
 //   produce NAME ID COUNT [--size B] [--retry] [--no-wait] [--lane L] [--pause-us US]
-//       attach, print "ready", wait for a line on stdin (unless --no-wait),
+//       attach, print "ready ENTRY ATTACHED_NS" (Producer::adopt's arguments), wait for a line on stdin (unless --no-wait),
 //       post COUNT messages [id, seq, padding], print "done <tallies>".
 //       --retry: post the same message again until it is stored.
 //       --pause-us: sleep that long after each message (a steady trickle).
@@ -181,7 +181,7 @@ int produce(int argc, char** argv) {
     std::printf("error %s\n", shmbox::explain(p.error()).c_str());
     return 1;
   }
-  std::printf("ready %u\n", p->entry_index());
+  std::printf("ready %u %llu\n", p->entry_index(), static_cast<unsigned long long>(p->attached_ns()));  // what Producer::adopt needs
   std::fflush(stdout);
   if (!has_flag(argc, argv, "--no-wait")) {
     std::string go;
