@@ -251,6 +251,16 @@ bool every(std::chrono::steady_clock::time_point& last, std::chrono::millisecond
   return true;
 }
 
+void crash_point(const char* name) noexcept {
+  static const char* const spec = std::getenv("SHMBOX_BRIDGE_CRASH");
+  static long passes = 0;
+  if (spec == nullptr) return;
+  const std::size_t n = std::strlen(name);
+  if (std::strncmp(spec, name, n) != 0 || (spec[n] != '\0' && spec[n] != ':')) return;
+  const long at = spec[n] == ':' ? std::strtol(spec + n + 1, nullptr, 10) : 1;
+  if (++passes >= at) raise(SIGKILL);
+}
+
 bool connected(const nats_link& l) { return natsConnection_Status(l.nc) == NATS_CONN_STATUS_CONNECTED; }
 
 bool connect(nats_link& l, const common_args& a, bridge_status& st, jsOptions* js_opts, bool send_asap, std::string& error) {

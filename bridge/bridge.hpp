@@ -89,6 +89,11 @@ void report_state(bridge_status& st, shmbox_cli::bridge_state s, const std::stri
 int stop(bridge_status& st, int rc);
 // The last error, in the status segment and (when `say`) on stderr.
 void report_error(bridge_status& st, const std::string& what, bool say);
+// A crash point for the tests: SHMBOX_BRIDGE_CRASH=NAME[:N] in the
+// environment kills the bridge (SIGKILL) the N-th time (default 1st) it
+// passes NAME. Points: import.after_fetch, import.after_intent,
+// import.after_post, import.before_ack (import.cpp).
+void crash_point(const char* name) noexcept;
 // Seconds-granular rate limit: true at most once per `every` for each caller's `last`.
 bool every(std::chrono::steady_clock::time_point& last, std::chrono::milliseconds every);
 // NATS subject matching: '*' one token, '>' the rest.

@@ -76,6 +76,8 @@ std::string_view to_string(bridge_counter c) noexcept {
     case bridge_counter::reconnects: return "reconnects";
     case bridge_counter::stream_recreated: return "stream_recreated";
     case bridge_counter::durable_recreated: return "durable_recreated";
+    case bridge_counter::duplicates: return "duplicates";
+    case bridge_counter::uncertain_posts: return "uncertain_posts";
     case bridge_counter::count_: break;
   }
   return "unknown";
@@ -98,7 +100,9 @@ bool counts(bridge_role r, bridge_counter c) noexcept {
     case bridge_counter::naks:
     case bridge_counter::local_drops:
     case bridge_counter::fetch_errors:
-    case bridge_counter::durable_recreated: return r == bridge_role::import_;
+    case bridge_counter::durable_recreated:
+    case bridge_counter::duplicates:
+    case bridge_counter::uncertain_posts: return r == bridge_role::import_;
     case bridge_counter::count_: break;
   }
   return false;
@@ -127,7 +131,7 @@ std::string_view help(bridge_counter c) noexcept {
     case bridge_counter::redeliveries:
       return "Export: messages a dead bridge had read (flagged redelivered); import: messages JetStream delivered again.";
     case bridge_counter::remote_drops: return "Import: gaps in the stream sequence (messages gone from the stream before they were fetched).";
-    case bridge_counter::imported: return "Imported messages posted into the box and acked (stored or dropped by its policy).";
+    case bridge_counter::imported: return "Imported messages posted into the box (stored or dropped by its policy), then acked; each counted once.";
     case bridge_counter::naks: return "Imported messages the box refused (full under reject, block timeout), nak'ed for later.";
     case bridge_counter::local_drops: return "Of the imported: messages the box's drop-newest or drop-oldest policy dropped.";
     case bridge_counter::publish_unsent: return "Publishes that could not be sent (no server, disconnected); published again.";
@@ -138,6 +142,9 @@ std::string_view help(bridge_counter c) noexcept {
     case bridge_counter::reconnects: return "Connections to NATS lost and made again.";
     case bridge_counter::stream_recreated: return "Times the stream had disappeared and --create-stream made it again.";
     case bridge_counter::durable_recreated: return "Times the durable consumer had disappeared and the import made it again.";
+    case bridge_counter::duplicates: return "Messages delivered again that the import had posted already (acked, not posted twice).";
+    case bridge_counter::uncertain_posts:
+      return "Posts a killed import had in flight whose outcome could not be learned (its producer entry was taken); posted again.";
     case bridge_counter::count_: break;
   }
   return "";
@@ -256,6 +263,7 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
     p->state_unix_ns.store(0, std::memory_order_relaxed);
     p->error_unix_ns.store(0, std::memory_order_relaxed);
     std::memset(p->last_error, 0, sizeof p->last_error);
+    std::memset(static_cast<void*>(&p->import_record), 0, sizeof p->import_record + sizeof p->cursors);
     p->version = kBridgeStatusVersion;
     p->role = static_cast<std::uint32_t>(role);
     std::atomic_thread_fence(std::memory_order_release);
@@ -310,6 +318,93 @@ bool bridge_status::set_state(bridge_state s) noexcept {
 bridge_state bridge_status::state() const noexcept {
   const std::uint32_t v = p_->state.load(std::memory_order_relaxed);
   return v < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(v) : bridge_state::starting;
+}
+
+bridge_status::import_recovery bridge_status::recovery() const noexcept {
+  const bridge_import_record& r = p_->import_record;
+  import_recovery out;
+  // acquire: pairs with begin_post's release (the intent before the flag).
+  out.posting = r.posting.load(std::memory_order_acquire) == 1;
+  out.entry = r.entry.load(std::memory_order_relaxed);
+  out.attached_ns = r.attached_ns.load(std::memory_order_relaxed);
+  out.intent.src = {r.src_box.load(std::memory_order_relaxed), r.src_lane.load(std::memory_order_relaxed),
+                    r.src_position.load(std::memory_order_relaxed)};
+  out.intent.stream_seq = r.stream_seq.load(std::memory_order_relaxed);
+  out.intent.lane = static_cast<std::uint32_t>(r.lane.load(std::memory_order_relaxed));
+  out.intent.stored_before = r.stored_before.load(std::memory_order_relaxed);
+  out.intent.refused_before = r.refused_before.load(std::memory_order_relaxed);
+  out.intent.imported_before = r.imported_before.load(std::memory_order_relaxed);
+  return out;
+}
+
+void bridge_status::set_entry(std::uint32_t entry, std::uint64_t attached_ns) noexcept {
+  p_->import_record.entry.store(entry, std::memory_order_relaxed);
+  p_->import_record.attached_ns.store(attached_ns, std::memory_order_relaxed);
+}
+
+void bridge_status::begin_post(const post_intent& i) noexcept {
+  bridge_import_record& r = p_->import_record;
+  r.src_box.store(i.src.box, std::memory_order_relaxed);
+  r.src_lane.store(i.src.lane, std::memory_order_relaxed);
+  r.src_position.store(i.src.position, std::memory_order_relaxed);
+  r.stream_seq.store(i.stream_seq, std::memory_order_relaxed);
+  r.lane.store(i.lane, std::memory_order_relaxed);
+  r.stored_before.store(i.stored_before, std::memory_order_relaxed);
+  r.refused_before.store(i.refused_before, std::memory_order_relaxed);
+  r.imported_before.store(i.imported_before, std::memory_order_relaxed);
+  // release: the intent is whole before the flag says so (a process killed
+  // between two stores leaves them in program order; this keeps the compiler to it).
+  r.posting.store(1, std::memory_order_release);
+}
+
+void bridge_status::end_post() noexcept { p_->import_record.posting.store(0, std::memory_order_release); }
+
+bool bridge_status::cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position) const noexcept {
+  for (const bridge_cursor& c : p_->cursors)
+    if (c.box_id.load(std::memory_order_relaxed) == box && c.lane.load(std::memory_order_relaxed) == lane) {
+      position = c.position.load(std::memory_order_relaxed);
+      return true;
+    }
+  return false;
+}
+
+void bridge_status::advance(const source_id& src) noexcept {
+  if (src.box == 0) return;
+  for (bridge_cursor& c : p_->cursors)
+    if (c.box_id.load(std::memory_order_relaxed) == src.box && c.lane.load(std::memory_order_relaxed) == src.lane) {
+      c.position.store(src.position, std::memory_order_release);
+      return;
+    }
+  // A new source: the next entry round robin (more than kBridgeCursors source
+  // lanes and the oldest one's duplicates are no longer recognised).
+  const std::uint64_t k = p_->import_record.next_cursor.fetch_add(1, std::memory_order_relaxed) % kBridgeCursors;
+  bridge_cursor& c = p_->cursors[k];
+  c.box_id.store(0, std::memory_order_relaxed);  // no half-made entry matches: box last
+  c.lane.store(src.lane, std::memory_order_relaxed);
+  c.position.store(src.position, std::memory_order_relaxed);
+  c.box_id.store(src.box, std::memory_order_release);
+}
+
+std::uint64_t bridge_status::last_stream_seq() const noexcept {
+  return p_->import_record.last_stream_seq.load(std::memory_order_relaxed);
+}
+
+void bridge_status::set_last_stream_seq(std::uint64_t seq) noexcept {
+  p_->import_record.last_stream_seq.store(seq, std::memory_order_relaxed);
+}
+
+std::uint64_t bridge_status::posted_seq() const noexcept { return p_->import_record.posted_seq.load(std::memory_order_relaxed); }
+
+void bridge_status::set_posted_seq(std::uint64_t seq) noexcept { p_->import_record.posted_seq.store(seq, std::memory_order_release); }
+
+std::uint64_t bridge_status::stream_created_ns() const noexcept {
+  return p_->import_record.stream_created_ns.load(std::memory_order_relaxed);
+}
+
+void bridge_status::set_stream(std::uint64_t created_ns, std::uint64_t base) noexcept {
+  p_->import_record.stream_created_ns.store(created_ns, std::memory_order_relaxed);
+  p_->import_record.last_stream_seq.store(base, std::memory_order_relaxed);
+  p_->import_record.posted_seq.store(base, std::memory_order_relaxed);
 }
 
 void bridge_status::set_error(std::string_view what) noexcept {

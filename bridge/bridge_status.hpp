@@ -30,7 +30,7 @@ enum class bridge_counter : std::uint32_t {
                    // import: messages JetStream delivered more than once
   remote_drops,    // import: gaps in the stream sequence: messages gone from the stream before the bridge
                    // fetched them (discard old, max age; or other subjects of a shared stream)
-  imported,        // import: messages posted into the box and acked (stored, or dropped by its policy)
+  imported,        // import: messages posted into the box (stored, or dropped by its policy), then acked; once each
   naks,            // import: messages refused by the box (full under reject, block timeout) and nak'ed
   local_drops,     // import: of imported, messages the box's drop-newest / drop-oldest policy dropped
   // publish_errors by cause (their sum is publish_errors):
@@ -41,6 +41,8 @@ enum class bridge_counter : std::uint32_t {
   reconnects,        // both: connections to NATS lost and made again
   stream_recreated,  // export: the stream had disappeared and --create-stream made it again
   durable_recreated, // import: the durable consumer had disappeared and was made again
+  duplicates,        // import: messages delivered again that were posted already (acked, not posted twice)
+  uncertain_posts,   // import: a killed import's post in flight whose outcome could not be learned (posted again)
   count_
 };
 inline constexpr std::uint32_t kBridgeCounters = static_cast<std::uint32_t>(bridge_counter::count_);
@@ -108,6 +110,41 @@ class bridge_status {
   bridge_state state() const noexcept;
   // The last error met (display, cut to 255 bytes), with the time now.
   void set_error(std::string_view what) noexcept;
+
+  // ---- the import's record (status_layout.hpp): exactly once across its crashes.
+  // Values read back are untrusted (the segment is as writable as the box).
+  struct source_id {
+    std::uint64_t box = 0, lane = 0, position = 0;  // box 0: none (a message without a shmbox id)
+  };
+  struct post_intent {
+    source_id src;
+    std::uint64_t stream_seq = 0;
+    std::uint32_t lane = 0;  // of the box posted into
+    std::uint64_t stored_before = 0, refused_before = 0;
+    std::uint64_t imported_before = 0;  // the imported counter before the post
+  };
+  struct import_recovery {
+    std::uint64_t entry = 0, attached_ns = 0;  // the last import's producer entry (attached_ns 0: none)
+    bool posting = false;                      // it died with a post in flight: `intent`
+    post_intent intent;
+  };
+  import_recovery recovery() const noexcept;
+  void set_entry(std::uint32_t entry, std::uint64_t attached_ns) noexcept;
+  // Before a post: the intent, then posting = 1 (release). After it: end_post
+  // (the cursor first, when the message is done with).
+  void begin_post(const post_intent& i) noexcept;
+  void end_post() noexcept;
+  // The highest position posted of the source's (box, lane); false: none known.
+  bool cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position) const noexcept;
+  void advance(const source_id& src) noexcept;
+  std::uint64_t last_stream_seq() const noexcept;  // the highest sequence seen (remote_drops: gaps above it)
+  void set_last_stream_seq(std::uint64_t seq) noexcept;
+  std::uint64_t posted_seq() const noexcept;  // the highest sequence done with (posted, dropped, terminated)
+  void set_posted_seq(std::uint64_t seq) noexcept;
+  std::uint64_t stream_created_ns() const noexcept;
+  // A stream made again (another creation time): its sequences start over,
+  // so last_stream_seq and posted_seq go back to `base`.
+  void set_stream(std::uint64_t created_ns, std::uint64_t base) noexcept;
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
 

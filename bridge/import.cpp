@@ -1,6 +1,22 @@
 // bridge/import.cpp - `shmbox-bridge import --into BOX`: pulls the stream
 // with a durable consumer, at most the box's free slots at a time, posts, and
 // acks only what the box took (a refusal is nak'ed for later).
+//
+// Exactly once and in order, even when the import is killed at any
+// instruction (docs/bridge.md):
+//  * it posts in stream order and remembers, in its status segment, the
+//    highest stream sequence it is done with (posted_seq) and, per source
+//    box and lane, the highest message position (the Nats-Msg-Id): a message
+//    at or below either is a duplicate, acked and skipped;
+//  * a post in flight is written down first (the intent: which message, and
+//    its producer entry's counts before it); a restarted import takes the
+//    dead one's entry back (Producer::adopt, which finishes that post) and
+//    learns from the counts whether it landed;
+//  * messages a killed import fetched and never acked would come back only
+//    after --ack-wait, behind newer ones: a restarted import makes the
+//    durable again from the first unacknowledged sequence, so they come
+//    first (a stream with interest retention, where deleting the durable
+//    would delete messages, waits --ack-wait instead).
 #include <nats/nats.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,6 +28,7 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -53,6 +70,10 @@ struct puller {
   natsSubscription* presence = nullptr;
   std::chrono::steady_clock::time_point stream_missing_since{};
   std::string exit_error;  // set when the import must exit 1
+  bool interest = false;   // the stream has interest retention (deleting the durable deletes messages)
+  // Fetch nothing before this: a killed import's unacknowledged messages
+  // come back first (interest retention: after --ack-wait).
+  std::chrono::steady_clock::time_point hold_until{};
 
   puller(const import_args& args, nats_link& l, bridge_status& s) : a(args), link(l), st(s) {}
   puller(const puller&) = delete;
@@ -101,8 +122,30 @@ struct puller {
     const std::int64_t max_pending = static_cast<std::int64_t>(a.max_batch) * 4;
     jsConsumerInfo* ci = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    if (js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr &&
-        ci->Config != nullptr && (ci->Config->AckWait != ack_wait || ci->Config->MaxAckPending != max_pending)) {
+    std::uint64_t start_seq = 0;  // 0: where the durable is (or, new, the stream's start)
+    if (js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) != NATS_OK) ci = nullptr;
+    if (ci != nullptr && ci->NumAckPending > 0) {
+      // Fetched by an import that is gone (claim() found none alive), not
+      // acked: JetStream would hand them out again after the ack wait,
+      // behind newer messages. Start the durable again at the first one.
+      const std::uint64_t floor = ci->AckFloor.Stream;
+      const std::int64_t pending = ci->NumAckPending;
+      if (interest) {
+        hold_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ci->Config != nullptr ? ci->Config->AckWait / 1000000 : a.ack_wait_ms) +
+                     100ms;
+        std::cerr << "shmbox-bridge: durable '" << a.durable << "' has " << pending
+                  << " messages a previous import fetched and did not ack; the stream has interest retention, so waiting the ack wait for them to come back first, in order"
+                  << std::endl;
+      } else if (js_DeleteConsumer(link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK) {
+        start_seq = floor + 1;
+        std::cerr << "shmbox-bridge: durable '" << a.durable << "' had " << pending
+                  << " messages a previous import fetched and did not ack: made it again from stream sequence " << start_seq
+                  << ", so that they come back first, in order" << std::endl;
+        jsConsumerInfo_Destroy(ci);
+        ci = nullptr;
+      }
+    }
+    if (ci != nullptr && ci->Config != nullptr && (ci->Config->AckWait != ack_wait || ci->Config->MaxAckPending != max_pending)) {
       jsConsumerConfig cfg = *ci->Config;  // the durable's own settings, two of them changed
       const std::int64_t was_wait = cfg.AckWait, was_pending = cfg.MaxAckPending;
       cfg.AckWait = ack_wait;
@@ -129,6 +172,10 @@ struct puller {
     so.Config.MaxAckPending = max_pending;
     // How soon JetStream delivers again what a killed import fetched and never acked.
     so.Config.AckWait = ack_wait;
+    if (start_seq != 0) {
+      so.Config.DeliverPolicy = js_DeliverByStartSequence;
+      so.Config.OptStartSeq = start_seq;
+    }
     const natsStatus s = js_PullSubscribe(&sub, link.js, a.subject.c_str(), a.durable.c_str(), nullptr, &so, &jerr);
     if (s != NATS_OK) {
       exit_error = "cannot pull from stream '" + a.stream + "' with durable '" + a.durable + "': " + nats_error(s) +
@@ -136,6 +183,25 @@ struct puller {
       return false;
     }
     return true;
+  }
+
+  // The stream, durable and subject this status segment's sequences belong
+  // to: another one (or the stream made again: another creation time) starts
+  // them at the first sequence still to come for this durable (messages
+  // before it were gone before this import, not lost by it).
+  void stream_identity() {
+    jsStreamInfo* si = nullptr;
+    jsConsumerInfo* ci = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    if (js_GetStreamInfo(&si, link.js, a.stream.c_str(), nullptr, &jerr) == NATS_OK && si != nullptr &&
+        js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr) {
+      std::uint64_t key = static_cast<std::uint64_t>(si->Created) ^ 0xcbf29ce484222325ull;  // FNV-1a over durable and subject
+      for (const char ch : a.durable + '\0' + a.subject) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+      const std::uint64_t before = si->State.FirstSeq > 0 ? si->State.FirstSeq - 1 : si->State.LastSeq;  // empty: all gone
+      if (key != st.stream_created_ns()) st.set_stream(key, std::max<std::uint64_t>(before, ci->AckFloor.Stream));
+    }
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
   }
 
   // After failed or empty fetches: is the durable (and its stream) still
@@ -175,6 +241,7 @@ struct puller {
     if (sub != nullptr) natsSubscription_Destroy(sub);
     sub = nullptr;
     if (!subscribe()) return false;
+    stream_identity();
     st.add(bridge_counter::durable_recreated);
     report_error(st, "durable '" + a.durable + "' of stream '" + a.stream + "' had disappeared; made it again", true);
     stream_missing_since = {};
@@ -184,13 +251,97 @@ struct puller {
   }
 };
 
+// The import's producer: a killed import's entry taken back when it died
+// with a post in flight (that post's outcome learned from the entry's
+// counts), else a new entry. Its counts, kept up to date by post().
+struct import_producer {
+  bridge_status& st;
+  shmbox::Box& box;
+  shmbox::box_info info;
+  std::optional<shmbox::Producer> p;
+  std::uint64_t stored = 0, refused = 0;  // the entry's counts (producer_info)
+
+  import_producer(bridge_status& s, shmbox::Box& b) : st(s), box(b), info(shmbox::info(b)) {}
+
+  bool counts(std::uint32_t entry) {
+    for (const shmbox::producer_info& pi : shmbox::info(box).producers)
+      if (pi.entry == entry) {
+        stored = pi.stored;
+        refused = pi.refused;
+        return true;
+      }
+    return false;
+  }
+
+  // Recovers the post a killed import had in flight, then holds an entry. False with `error`.
+  bool start(std::string& error) {
+    const bridge_status::import_recovery r = st.recovery();
+    if (r.posting) {
+      auto adopted = shmbox::Producer::adopt(box, static_cast<std::uint32_t>(std::min<std::uint64_t>(r.entry, UINT32_MAX)), r.attached_ns);
+      if (adopted && counts(adopted->entry_index())) {
+        const bool drop_newest = r.intent.lane < info.lanes.size() && info.lanes[r.intent.lane].overflow == shmbox::policy::drop_newest;
+        const bool landed = stored > r.intent.stored_before || (drop_newest && refused > r.intent.refused_before);
+        if (landed) {  // in the box (or counted there: abandoned, dropped): never post it again
+          st.advance(r.intent.src);
+          st.set_posted_seq(std::max(st.posted_seq(), r.intent.stream_seq));
+          // Counted once: unless the dead import counted it already.
+          if (st.get(bridge_counter::imported) == r.intent.imported_before) st.add(bridge_counter::imported);
+        }
+        std::cerr << "shmbox-bridge: the previous import was killed posting stream sequence " << r.intent.stream_seq << ": "
+                  << (landed ? "it is in box '" + info.name + "' (it will not be posted again)" : std::string("it did not land (it will be posted)"))
+                  << std::endl;
+        p.emplace(std::move(*adopted));
+      } else {
+        st.add(bridge_counter::uncertain_posts);
+        std::cerr << "shmbox-bridge: the previous import was killed posting stream sequence " << r.intent.stream_seq
+                  << " and its producer entry of box '" << info.name
+                  << "' was taken by another process since: whether that post landed is unknown; it is posted again (counted as uncertain_posts)"
+                  << std::endl;
+      }
+      st.end_post();
+    }
+    if (!p) {
+      auto fresh = shmbox::Producer::attach(box);
+      if (!fresh) {
+        error = shmbox::explain(fresh.error());
+        return false;
+      }
+      p.emplace(std::move(*fresh));
+      if (!counts(p->entry_index())) stored = refused = 0;
+    }
+    st.set_entry(p->entry_index(), p->attached_ns());
+    return true;
+  }
+
+  shmbox::post_status post(const void* data, std::size_t size, const shmbox::post_options& o) {
+    const shmbox::post_status ps = p->post(data, size, o);
+    switch (ps) {
+      case shmbox::post_status::stored:
+      case shmbox::post_status::stored_evicted: ++stored; break;
+      case shmbox::post_status::dropped:
+      case shmbox::post_status::full:
+      case shmbox::post_status::timeout:
+      case shmbox::post_status::too_large: ++refused; break;
+      case shmbox::post_status::error: (void)counts(p->entry_index()); break;
+    }
+    return ps;
+  }
+};
+
+// A Nats-Msg-Id of the export ("BOXID-LANE-POSITION"): its source; box 0 when it is not one.
+bridge_status::source_id source_of(natsMsg* m) {
+  const char* id = nullptr;
+  if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return {};
+  const std::optional<shmbox::message_id> mid = shmbox::parse_message_id(id);
+  if (!mid || !mid->valid()) return {};
+  return {mid->box, mid->lane, mid->position};
+}
+
 }  // namespace
 
 int run_import(import_args a) {
   auto box = shmbox::Box::open(a.into);
   if (!box) return die(shmbox::explain(box.error()));
-  auto producer = shmbox::Producer::attach(*box);
-  if (!producer) return die(shmbox::explain(producer.error()));
   const shmbox::box_info info = shmbox::info(*box);
   std::string error;
   auto st = bridge_status::open(a.into, bridge_role::import_, info.mode, error);
@@ -199,6 +350,8 @@ int run_import(import_args a) {
   if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder))
     return die("box '" + a.into + "' already has a working import bridge (pid " + std::to_string(holder) +
                " as it saw itself): one import per box; stop it first (shmbox stat " + a.into + " shows it)");
+  import_producer producer(*st, *box);
+  if (!producer.start(error)) return stop(*st, die(error));
   nats_link link;
   if (!connect(link, a, *st, nullptr, true, error)) return stop(*st, die(error));
 
@@ -210,21 +363,22 @@ int run_import(import_args a) {
   if (a.subject.empty()) {
     if (si->Config != nullptr && si->Config->SubjectsLen == 1) a.subject = si->Config->Subjects[0];
   }
+  puller pull(a, link, *st);
+  pull.interest = si->Config != nullptr && si->Config->Retention == js_InterestPolicy;
   jsStreamInfo_Destroy(si);
   if (a.subject.empty()) return stop(*st, die("stream '" + a.stream + "' has several subjects: pass --subject to say which one to import"));
 
-  puller pull(a, link, *st);
   if (!pull.claim() || !pull.subscribe()) return stop(*st, die(pull.exit_error));
+  pull.stream_identity();
   natsSubscription* const& sub = pull.sub;
   st->activate(a.url, a.stream, a.subject, a.durable);
   std::cout << "ready import " << a.into << " stream=" << a.stream << " durable=" << a.durable << std::endl;
 
-  std::uint64_t last_seq = 0;
   auto checked = std::chrono::steady_clock::now();
   int rc = kExitOk;
   while (!g_stop.load() && rc == kExitOk) {
     const std::uint32_t room = std::min(free_slots(*box), a.max_batch);
-    if (room == 0) {
+    if (room == 0 || std::chrono::steady_clock::now() < pull.hold_until) {
       std::this_thread::sleep_for(2ms);  // the owner frees slots; no one wakes an outside producer for that
       continue;
     }
@@ -244,26 +398,35 @@ int run_import(import_args a) {
         rc = die(pull.exit_error);
         break;
       }
-      if (reset) last_seq = 0;  // a new durable on a stream made again: its sequence starts over
       if (s != NATS_TIMEOUT) std::this_thread::sleep_for(100ms);  // reconnecting; the durable keeps our place
       continue;
     }
+    crash_point("import.after_fetch");
     bool refused = false;  // the box refused one: nak the rest of the fetch too (they would be refused)
     for (int i = 0; i < list.Count; ++i) {
       natsMsg* m = list.Msgs[i];
+      std::uint64_t seq = 0;
       jsMsgMetaData* meta = nullptr;
       if (natsMsg_GetMetaData(&meta, m) == NATS_OK) {
-        if (meta->NumDelivered > 1) {
-          st->add(bridge_counter::redeliveries);
-        } else if (last_seq != 0 && meta->Sequence.Stream > last_seq + 1) {
-          st->add(bridge_counter::remote_drops, meta->Sequence.Stream - last_seq - 1);
-        }
-        last_seq = std::max(last_seq, meta->Sequence.Stream);
+        seq = meta->Sequence.Stream;
+        if (meta->NumDelivered > 1) st->add(bridge_counter::redeliveries);
+        // Gone from the stream before this import fetched them (discard old,
+        // max age): the sequences skipped above the highest one seen.
+        const std::uint64_t seen = st->last_stream_seq();
+        if (seq > seen + 1) st->add(bridge_counter::remote_drops, seq - seen - 1);
+        if (seq > seen) st->set_last_stream_seq(seq);
         jsMsgMetaData_Destroy(meta);
       }
       if (refused) {
         natsMsg_NakWithDelay(m, a.nak_delay_ms, nullptr);
         st->add(bridge_counter::naks);
+        continue;
+      }
+      const bridge_status::source_id src = source_of(m);
+      std::uint64_t done_pos = 0;
+      if ((seq != 0 && seq <= st->posted_seq()) || (src.box != 0 && st->cursor(src.box, src.lane, done_pos) && src.position <= done_pos)) {
+        natsMsg_Ack(m, nullptr);  // posted before (by a killed import, or republished by an export): not again
+        st->add(bridge_counter::duplicates);
         continue;
       }
       shmbox::post_options po;
@@ -273,32 +436,47 @@ int run_import(import_args a) {
         const unsigned long v = std::strtoul(lane, &end, 10);
         if (end != lane && *end == '\0' && v < box->lane_count()) po.lane = static_cast<std::uint32_t>(v);
       }
-      const shmbox::post_status ps = producer->post(natsMsg_GetData(m), static_cast<std::size_t>(natsMsg_GetDataLength(m)), po);
+      const auto size = static_cast<std::size_t>(natsMsg_GetDataLength(m));
+      const auto done = [&] {  // the message is done with: never posted again
+        st->advance(src);
+        if (seq != 0) st->set_posted_seq(seq);
+      };
+      st->begin_post({src, seq, po.lane.value_or(box->default_lane()), producer.stored, producer.refused, st->get(bridge_counter::imported)});
+      crash_point("import.after_intent");
+      const shmbox::post_status ps = producer.post(natsMsg_GetData(m), size, po);
+      crash_point("import.after_post");
       switch (ps) {
         case shmbox::post_status::stored:
         case shmbox::post_status::stored_evicted:
         case shmbox::post_status::dropped:
+        case shmbox::post_status::too_large:
+          if (ps != shmbox::post_status::too_large) st->add(bridge_counter::imported);  // before the cursor: see begin_post
+          done();
+          st->end_post();
+          crash_point("import.before_ack");
+          if (ps == shmbox::post_status::too_large) {
+            std::cerr << "shmbox-bridge: a message of " << size << " bytes is larger than box '" << a.into << "' takes ("
+                      << producer.p->max_message_size() << "); terminated in the stream (counted as too_large by the box)\n";
+            natsMsg_Term(m, nullptr);
+            st->add(bridge_counter::local_drops);
+            break;
+          }
           natsMsg_Ack(m, nullptr);
-          st->add(bridge_counter::imported);
           if (ps == shmbox::post_status::dropped) st->add(bridge_counter::local_drops);
-          if (ps == shmbox::post_status::stored_evicted) st->add(bridge_counter::local_drops, producer->last_evicted());
+          if (ps == shmbox::post_status::stored_evicted) st->add(bridge_counter::local_drops, producer.p->last_evicted());
           break;
         case shmbox::post_status::full:
         case shmbox::post_status::timeout:
+          st->end_post();
           natsMsg_NakWithDelay(m, a.nak_delay_ms, nullptr);
           st->add(bridge_counter::naks);
           refused = true;
           break;
-        case shmbox::post_status::too_large:
-          std::cerr << "shmbox-bridge: a message of " << natsMsg_GetDataLength(m) << " bytes is larger than box '" << a.into
-                    << "' takes (" << box->slot_size() << "); terminated in the stream (counted as too_large by the box)\n";
-          natsMsg_Term(m, nullptr);
-          st->add(bridge_counter::local_drops);
-          break;
         case shmbox::post_status::error:
+          st->end_post();
           natsMsg_Nak(m, nullptr);
           st->add(bridge_counter::naks);
-          rc = die(shmbox::explain(producer->last_error()));
+          rc = die(shmbox::explain(producer.p->last_error()));
           refused = true;
           break;
       }

@@ -20,7 +20,20 @@
 //     1064     8  state_unix_ns    since when (atomic)
 //     1072     8  error_unix_ns    when the last error was written (atomic; 0: none yet)
 //     1080   256  last_error       display only: the last error the bridge met, NUL-padded
-//     1336        (size)
+//     1336   256  import_record    import only: what makes its posts exactly once across its crashes
+//                                  (bridge_import_record below); zero for an export
+//     1592  1536  cursors[64]      import only: per source (box id, lane) the highest position posted
+//     3128        (size)
+//
+// Import record: before each post the import writes the intent (source id,
+// its producer entry's counts before the post) and then `posting` = 1
+// (release); after the post, the source's cursor and then `posting` = 0.
+// A restarted import that finds `posting` = 1 takes the dead import's
+// producer entry back (Producer::adopt, which finishes the dead post) and
+// compares the counts: risen means that message is in the box (or counted
+// abandoned there), so its cursor moves past it. Everything here is read as
+// untrusted (anyone who may write the box may write this segment): it can
+// cost the box's own messages (a forged cursor skips them), nothing else.
 //
 // Rule: bump kBridgeStatusVersion on every incompatible change (a field
 // moved, resized or given another meaning); a bridge that finds another
@@ -38,6 +51,32 @@ namespace shmbox_cli {
 inline constexpr std::uint64_t kBridgeStatusMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
 inline constexpr std::uint32_t kBridgeStatusVersion = 2;  // 2: state, last error
 inline constexpr std::uint32_t kBridgeStatusCounterSlots = 32;
+
+inline constexpr std::uint32_t kBridgeCursors = 64;
+
+// One source lane's cursor: the highest position of (box_id, lane) the import posted.
+struct bridge_cursor {
+  std::atomic<std::uint64_t> box_id;  // the source box's id (message_id's box); 0: a free entry
+  std::atomic<std::uint64_t> lane;
+  std::atomic<std::uint64_t> position;
+};
+
+struct bridge_import_record {
+  std::atomic<std::uint64_t> entry;          // the import's producer entry in its box
+  std::atomic<std::uint64_t> attached_ns;    // that entry's Producer::attached_ns() (0: none yet)
+  std::atomic<std::uint64_t> posting;        // 1 while a post is in flight (the fields below describe it)
+  std::atomic<std::uint64_t> src_box, src_lane, src_position;  // its source id (box 0: a message without a shmbox id)
+  std::atomic<std::uint64_t> lane;           // the lane of the box it posts into
+  std::atomic<std::uint64_t> stored_before;  // the entry's stored (claims) before the post
+  std::atomic<std::uint64_t> refused_before; // the entry's refused before the post
+  std::atomic<std::uint64_t> last_stream_seq;  // the highest stream sequence handled (remote_drops counts gaps above it)
+  std::atomic<std::uint64_t> stream_created_ns;  // the stream's creation time (a stream made again starts over)
+  std::atomic<std::uint64_t> next_cursor;    // where the next new source's cursor goes (round robin, mod kBridgeCursors)
+  std::atomic<std::uint64_t> posted_seq;     // the highest stream sequence done with (posted, dropped or terminated)
+  std::atomic<std::uint64_t> stream_seq;     // the stream sequence of the post in flight
+  std::atomic<std::uint64_t> imported_before;  // the imported counter before it (counted once: the repairer's rule)
+  std::atomic<std::uint64_t> reserved[17];
+};
 
 // Written by one working bridge at a time; the strings are display only (a
 // reader racing a start may see them half-written).
@@ -57,6 +96,8 @@ struct bridge_status_segment {
   std::atomic<std::uint64_t> state_unix_ns;                    // CLOCK_REALTIME when `state` was set
   std::atomic<std::uint64_t> error_unix_ns;                    // CLOCK_REALTIME when `last_error` was written (0: none)
   char last_error[256];                                        // the last error met (display only)
+  bridge_import_record import_record;                          // import only
+  bridge_cursor cursors[kBridgeCursors];                       // import only
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free);
@@ -75,7 +116,11 @@ static_assert(offsetof(bridge_status_segment, state) == 1056);
 static_assert(offsetof(bridge_status_segment, state_unix_ns) == 1064);
 static_assert(offsetof(bridge_status_segment, error_unix_ns) == 1072);
 static_assert(offsetof(bridge_status_segment, last_error) == 1080);
-static_assert(sizeof(bridge_status_segment) == 1336);
+static_assert(sizeof(bridge_import_record) == 256);
+static_assert(sizeof(bridge_cursor) == 24);
+static_assert(offsetof(bridge_status_segment, import_record) == 1336);
+static_assert(offsetof(bridge_status_segment, cursors) == 1592);
+static_assert(sizeof(bridge_status_segment) == 3128);
 static_assert(alignof(bridge_status_segment) == 8);
 
 }  // namespace shmbox_cli

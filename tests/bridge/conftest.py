@@ -627,7 +627,7 @@ def nkey_pair(kind="user"):
 EXPORT_COUNTERS = ("published", "acked", "publish_errors", "dedupe_hits", "redeliveries", "publish_unsent",
                    "publish_refused", "ack_timeouts", "reconnects", "stream_recreated")
 IMPORT_COUNTERS = ("redeliveries", "remote_drops", "imported", "naks", "local_drops", "fetch_errors", "reconnects",
-                   "durable_recreated")
+                   "durable_recreated", "duplicates", "uncertain_posts")
 BRIDGE_STATES = ("starting", "connected", "reconnecting", "stream_missing", "consumer_missing", "stopped")
 
 
@@ -690,9 +690,9 @@ class Harness:
             p.ready_line = line
         return p
 
-    def import_(self, box, server, stream, durable, *extra, expect="ready import", timeout=20.0):
-        p = self.bridge("import", "--nats", server.url, "--stream", stream, "--durable", durable, "--into", box,
-                        *extra, name="import")
+    def import_(self, box, server, stream, durable, *extra, expect="ready import", timeout=20.0, env=None):
+        p = self.proc([need(BRIDGE, "shmbox-bridge"), "import", "--nats", server.url, "--stream", stream,
+                       "--durable", durable, "--into", box, *extra], "import", env)
         if expect:
             p.ready_line = p.expect(expect, timeout)
         return p
