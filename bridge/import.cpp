@@ -186,9 +186,9 @@ struct puller {
   }
 
   // The stream, durable and subject this status segment's sequences belong
-  // to: another one (or the stream made again: another creation time) starts
-  // them at the first sequence still to come for this durable (messages
-  // before it were gone before this import, not lost by it).
+  // to: another one (or the stream made again: another creation time)
+  // starts them at the durable's ack floor (0 for a new durable: messages
+  // gone from the stream before it fetched them count as remote_drops).
   void stream_identity() {
     jsStreamInfo* si = nullptr;
     jsConsumerInfo* ci = nullptr;
@@ -197,8 +197,7 @@ struct puller {
         js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr) {
       std::uint64_t key = static_cast<std::uint64_t>(si->Created) ^ 0xcbf29ce484222325ull;  // FNV-1a over durable and subject
       for (const char ch : a.durable + '\0' + a.subject) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
-      const std::uint64_t before = si->State.FirstSeq > 0 ? si->State.FirstSeq - 1 : si->State.LastSeq;  // empty: all gone
-      if (key != st.stream_created_ns()) st.set_stream(key, std::max<std::uint64_t>(before, ci->AckFloor.Stream));
+      if (key != st.stream_created_ns()) st.set_stream(key, ci->AckFloor.Stream);
     }
     if (si != nullptr) jsStreamInfo_Destroy(si);
     if (ci != nullptr) jsConsumerInfo_Destroy(ci);

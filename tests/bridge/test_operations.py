@@ -331,3 +331,33 @@ def test_nkey_seed_file(h):
     code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
                                     "--nkey", broken])
     assert code == 1 and "damaged" in err, err
+
+
+# ---------------------------------------------------------------------------
+# Finding 3: every message the stream dropped is counted, before the first fetch and across restarts
+
+
+def test_remote_drops_exact_before_first_fetch_and_across_import_restarts(h):
+    server = h.server()
+    b = h.box("B", capacity=1024, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject], max_msgs=100, discard="old")
+        for k in range(150):  # before any import: the stream keeps 51..150
+            nc.publish(subject, f"a{k}")
+    imp = h.import_(b, server, stream, "dd")
+    wait_counter(b, "import", lambda c: c["imported"] == 100, "the 100 the stream kept")
+    assert counters_of(b, "import")["remote_drops"] == 50
+    imp.signal(signal.SIGKILL)
+    imp.proc.wait(10)
+    with server.client() as nc:
+        for k in range(300):  # while no import runs: 151..450, the stream keeps 351..450
+            nc.publish(subject, f"b{k}")
+    h.import_(b, server, stream, "dd")
+    wait_counter(b, "import", lambda c: c["imported"] == 200, "the 100 more the stream kept")
+    i = counters_of(b, "import")
+    assert i["remote_drops"] == 250 and i["duplicates"] == 0, i
+    got = drain(h.receiver(b, 200, timeout=20))["messages"]
+    assert len(got) == 200
+    # The identity of docs/bridge.md: what the stream took = what B got + what the stream dropped.
+    assert 450 == len(got) + i["remote_drops"]
