@@ -78,6 +78,7 @@ std::string_view to_string(bridge_counter c) noexcept {
     case bridge_counter::durable_recreated: return "durable_recreated";
     case bridge_counter::duplicates: return "duplicates";
     case bridge_counter::uncertain_posts: return "uncertain_posts";
+    case bridge_counter::resyncs: return "resyncs";
     case bridge_counter::count_: break;
   }
   return "unknown";
@@ -102,7 +103,8 @@ bool counts(bridge_role r, bridge_counter c) noexcept {
     case bridge_counter::fetch_errors:
     case bridge_counter::durable_recreated:
     case bridge_counter::duplicates:
-    case bridge_counter::uncertain_posts: return r == bridge_role::import_;
+    case bridge_counter::uncertain_posts:
+    case bridge_counter::resyncs: return r == bridge_role::import_;
     case bridge_counter::count_: break;
   }
   return false;
@@ -145,6 +147,8 @@ std::string_view help(bridge_counter c) noexcept {
     case bridge_counter::duplicates: return "Messages delivered again that the import had posted already (acked, not posted twice).";
     case bridge_counter::uncertain_posts:
       return "Posts a killed import had in flight whose outcome could not be learned (its producer entry was taken); posted again.";
+    case bridge_counter::resyncs:
+      return "Times deliveries were lost on the way (a fetch's reply, a consumer leader's failover) and the durable was made again from its first unacknowledged message.";
     case bridge_counter::count_: break;
   }
   return "";

@@ -43,6 +43,7 @@ enum class bridge_counter : std::uint32_t {
   durable_recreated, // import: the durable consumer had disappeared and was made again
   duplicates,        // import: messages delivered again that were posted already (acked, not posted twice)
   uncertain_posts,   // import: a killed import's post in flight whose outcome could not be learned (posted again)
+  resyncs,           // import: deliveries lost on the way (a fetch's reply, a consumer leader's failover): durable made again
   count_
 };
 inline constexpr std::uint32_t kBridgeCounters = static_cast<std::uint32_t>(bridge_counter::count_);

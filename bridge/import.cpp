@@ -71,9 +71,26 @@ struct puller {
   std::chrono::steady_clock::time_point stream_missing_since{};
   std::string exit_error;  // set when the import must exit 1
   bool interest = false;   // the stream has interest retention (deleting the durable deletes messages)
+  bool workqueue = false;  // work-queue retention: acked messages leave the stream, a durable must deliver all
   // Fetch nothing before this: a killed import's unacknowledged messages
   // come back first (interest retention: after --ack-wait).
   std::chrono::steady_clock::time_point hold_until{};
+  // The consumer sequence of the last delivery this import received: each
+  // delivery (a redelivery too) takes the next one, so a jump means
+  // deliveries lost on the way (a fetch's reply, a consumer leader that
+  // died): JetStream would hand them out again after the ack wait, behind
+  // newer messages.
+  std::uint64_t delivered = 0;
+
+  // Deliveries were lost on the way: the durable again from its first
+  // unacknowledged sequence (subscribe), so they come back first, in order.
+  bool resync() {
+    (void)natsConnection_FlushTimeout(link.nc, 2000);  // our acks first: fewer to deliver again
+    if (sub != nullptr) natsSubscription_Destroy(sub);
+    sub = nullptr;
+    st.add(bridge_counter::resyncs);
+    return subscribe_retrying("this import (deliveries lost on the way: a fetch's reply, a consumer leader's failover)");
+  }
 
   puller(const import_args& args, nats_link& l, bridge_status& s) : a(args), link(l), st(s) {}
   puller(const puller&) = delete;
@@ -117,7 +134,7 @@ struct puller {
   // The durable as this import wants it: created if missing; an existing one
   // whose ack wait or max ack pending differ is updated first (a restart
   // with other --ack-wait / --max-batch). False with exit_error.
-  bool subscribe() {
+  bool subscribe(const char* who = "a previous import") {
     const std::int64_t ack_wait = static_cast<std::int64_t>(a.ack_wait_ms) * 1000000;
     const std::int64_t max_pending = static_cast<std::int64_t>(a.max_batch) * 4;
     jsConsumerInfo* ci = nullptr;
@@ -133,13 +150,13 @@ struct puller {
       if (interest) {
         hold_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ci->Config != nullptr ? ci->Config->AckWait / 1000000 : a.ack_wait_ms) +
                      100ms;
-        std::cerr << "shmbox-bridge: durable '" << a.durable << "' has " << pending
-                  << " messages a previous import fetched and did not ack; the stream has interest retention, so waiting the ack wait for them to come back first, in order"
+        std::cerr << "shmbox-bridge: durable '" << a.durable << "' has " << pending << " messages " << who
+                  << " fetched and did not ack; the stream has interest retention, so waiting the ack wait for them to come back first, in order"
                   << std::endl;
       } else if (js_DeleteConsumer(link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK) {
         start_seq = floor + 1;
-        std::cerr << "shmbox-bridge: durable '" << a.durable << "' had " << pending
-                  << " messages a previous import fetched and did not ack: made it again from stream sequence " << start_seq
+        std::cerr << "shmbox-bridge: durable '" << a.durable << "' had " << pending << " messages " << who
+                  << " fetched and did not ack: made it again from stream sequence " << start_seq
                   << ", so that they come back first, in order" << std::endl;
         jsConsumerInfo_Destroy(ci);
         ci = nullptr;
@@ -164,6 +181,7 @@ struct puller {
       std::cerr << "shmbox-bridge: durable '" << a.durable << "' updated: ack wait " << was_wait / 1000000 << " -> " << a.ack_wait_ms
                 << " ms, max ack pending " << was_pending << " -> " << max_pending << std::endl;
     }
+    delivered = ci != nullptr ? ci->Delivered.Consumer : 0;
     if (ci != nullptr) jsConsumerInfo_Destroy(ci);
     jsSubOptions so;
     jsSubOptions_Init(&so);
@@ -172,7 +190,9 @@ struct puller {
     so.Config.MaxAckPending = max_pending;
     // How soon JetStream delivers again what a killed import fetched and never acked.
     so.Config.AckWait = ack_wait;
-    if (start_seq != 0) {
+    // A work queue keeps only what is not acked: delivering all starts at the
+    // first unacknowledged message (and JetStream takes no other policy there).
+    if (start_seq != 0 && !workqueue) {
       so.Config.DeliverPolicy = js_DeliverByStartSequence;
       so.Config.OptStartSeq = start_seq;
     }
@@ -180,7 +200,24 @@ struct puller {
     if (s != NATS_OK) {
       exit_error = "cannot pull from stream '" + a.stream + "' with durable '" + a.durable + "': " + nats_error(s) +
                    (jerr != 0 ? " (JetStream error " + std::to_string(jerr) + ")" : "");
+      // No answer, or a cluster electing leaders: worth another try.
+      transient = jerr == 0 || jerr == JSClusterNotAvailErr || jerr == JSClusterNotLeaderErr;
       return false;
+    }
+    return true;
+  }
+  bool transient = false;  // the last subscribe() failed for a reason that passes (a timeout, an election)
+
+  // subscribe(), again while it fails for a reason that passes (for up to a
+  // minute: a JetStream cluster electing leaders after a server died).
+  bool subscribe_retrying(const char* who = "a previous import") {
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    auto backoff = 100ms;
+    while (!subscribe(who)) {
+      if (!transient || g_stop.load() || std::chrono::steady_clock::now() >= until) return false;
+      report_error(st, exit_error + "; trying again", false);
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, 2000ms);
     }
     return true;
   }
@@ -203,6 +240,28 @@ struct puller {
     if (ci != nullptr) jsConsumerInfo_Destroy(ci);
   }
 
+  // A durable that says nothing is pending or unacknowledged while its
+  // stream (of one subject, ours) holds messages past what it delivered: a
+  // JetStream cluster's consumer that lost track (nats-server 2.9, a server
+  // killed and restarted). Seen twice with nothing delivered in between.
+  std::uint64_t stuck_at = 0;  // the delivered sequence of the first sighting (0: none)
+  bool lost_track(const jsConsumerInfo& ci) {
+    bool now = false;
+    if (ci.NumPending == 0 && ci.NumAckPending == 0) {
+      jsStreamInfo* si = nullptr;
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      if (js_GetStreamInfo(&si, link.js, a.stream.c_str(), nullptr, &jerr) == NATS_OK && si != nullptr) {
+        now = si->Config != nullptr && si->Config->SubjectsLen == 1 && a.subject == si->Config->Subjects[0] && si->State.Msgs > 0 &&
+              si->State.LastSeq > ci.Delivered.Stream;
+      }
+      if (si != nullptr) jsStreamInfo_Destroy(si);
+    }
+    const std::uint64_t at = ci.Delivered.Stream + 1;
+    const bool twice = now && stuck_at == at;
+    stuck_at = now ? at : 0;
+    return twice;
+  }
+
   // After failed or empty fetches: is the durable (and its stream) still
   // there? The durable is made again at once (counted, said once); a missing
   // stream is waited for --stream-grace seconds (an export with
@@ -212,12 +271,20 @@ struct puller {
     jsConsumerInfo* ci = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr);
-    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
-    if (s == NATS_OK) {
+    if (s == NATS_OK && ci != nullptr) {
+      const bool stuck = lost_track(*ci);
+      jsConsumerInfo_Destroy(ci);
       stream_missing_since = {};
       report_state(st, bridge_state::connected);
+      if (stuck) {
+        std::cerr << "shmbox-bridge: durable '" << a.durable << "' has said for two checks that nothing is pending while stream '"
+                  << a.stream << "' holds messages for it (a JetStream cluster's consumer that lost track after a server died)"
+                  << std::endl;
+        return resync();
+      }
       return true;
     }
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
     if (!(jerr == JSConsumerNotFoundErr || jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)) return true;  // could not ask: later
     jsStreamInfo* si = nullptr;
     s = js_GetStreamInfo(&si, link.js, a.stream.c_str(), nullptr, &jerr);
@@ -239,7 +306,7 @@ struct puller {
     report_state(st, bridge_state::consumer_missing);
     if (sub != nullptr) natsSubscription_Destroy(sub);
     sub = nullptr;
-    if (!subscribe()) return false;
+    if (!subscribe_retrying()) return false;
     stream_identity();
     st.add(bridge_counter::durable_recreated);
     report_error(st, "durable '" + a.durable + "' of stream '" + a.stream + "' had disappeared; made it again", true);
@@ -364,10 +431,11 @@ int run_import(import_args a) {
   }
   puller pull(a, link, *st);
   pull.interest = si->Config != nullptr && si->Config->Retention == js_InterestPolicy;
+  pull.workqueue = si->Config != nullptr && si->Config->Retention == js_WorkQueuePolicy;
   jsStreamInfo_Destroy(si);
   if (a.subject.empty()) return stop(*st, die("stream '" + a.stream + "' has several subjects: pass --subject to say which one to import"));
 
-  if (!pull.claim() || !pull.subscribe()) return stop(*st, die(pull.exit_error));
+  if (!pull.claim() || !pull.subscribe_retrying()) return stop(*st, die(pull.exit_error));
   pull.stream_identity();
   natsSubscription* const& sub = pull.sub;
   st->activate(a.url, a.stream, a.subject, a.durable);
@@ -402,11 +470,19 @@ int run_import(import_args a) {
     }
     crash_point("import.after_fetch");
     bool refused = false;  // the box refused one: nak the rest of the fetch too (they would be refused)
+    bool lost = false;     // deliveries were lost before one of these: the rest is delivered again after resync
     for (int i = 0; i < list.Count; ++i) {
       natsMsg* m = list.Msgs[i];
       std::uint64_t seq = 0;
       jsMsgMetaData* meta = nullptr;
       if (natsMsg_GetMetaData(&meta, m) == NATS_OK) {
+        const std::uint64_t cseq = meta->Sequence.Consumer;
+        if (cseq > pull.delivered + 1) {  // lost on the way: see puller::delivered
+          jsMsgMetaData_Destroy(meta);
+          lost = true;
+          break;
+        }
+        pull.delivered = cseq;
         seq = meta->Sequence.Stream;
         if (meta->NumDelivered > 1) st->add(bridge_counter::redeliveries);
         // Gone from the stream before this import fetched them (discard old,
@@ -481,6 +557,10 @@ int run_import(import_args a) {
       }
     }
     natsMsgList_Destroy(&list);
+    if (lost && !pull.resync()) {
+      rc = die(pull.exit_error);
+      break;
+    }
     if (refused) {
       // Fetch nothing until the nak'ed ones are due again: JetStream hands
       // out due redeliveries before newer messages, so the lane keeps its

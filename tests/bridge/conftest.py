@@ -627,7 +627,7 @@ def nkey_pair(kind="user"):
 EXPORT_COUNTERS = ("published", "acked", "publish_errors", "dedupe_hits", "redeliveries", "publish_unsent",
                    "publish_refused", "ack_timeouts", "reconnects", "stream_recreated")
 IMPORT_COUNTERS = ("redeliveries", "remote_drops", "imported", "naks", "local_drops", "fetch_errors", "reconnects",
-                   "durable_recreated", "duplicates", "uncertain_posts")
+                   "durable_recreated", "duplicates", "uncertain_posts", "resyncs")
 BRIDGE_STATES = ("starting", "connected", "reconnecting", "stream_missing", "consumer_missing", "stopped")
 
 
@@ -667,6 +667,34 @@ class Harness:
         name = self.box_name(tag)
         shmbox.Box.create(name, **options).close()
         return name
+
+    def cluster(self, size=3):
+        """`size` nats-servers clustered on loopback (routes between all, each its own store), started,
+        and JetStream answering (a meta leader elected); returns them."""
+        servers = [NatsServer(self.tmp, f"c{len(self.servers) + k}") for k in range(size)]
+        routes = [free_port() for _ in servers]
+        for k, s in enumerate(servers):
+            others = ", ".join(f"nats-route://127.0.0.1:{r}" for j, r in enumerate(routes) if j != k)
+            s.config = (f"server_name: {s.name}\n"
+                        f"cluster {{\n  name: shmbox-test\n  listen: 127.0.0.1:{routes[k]}\n  routes: [{others}]\n}}\n")
+            self.servers.append(s)
+        for s in servers:
+            s.start()
+        probe = f"probe{self._uniq()}"
+
+        def js_ready():
+            try:
+                with servers[0].client() as nc:
+                    r = nc.js(f"STREAM.CREATE.{probe}", {"name": probe, "subjects": [f"probe.{probe}"], "num_replicas": size,
+                                                         "storage": "memory"}, timeout=2)
+                    if "error" in r:
+                        return False
+                    nc.js(f"STREAM.DELETE.{probe}", timeout=2)
+                    return True
+            except (OSError, NatsError):
+                return False
+        wait_until("a JetStream cluster with a meta leader", js_ready, 60, 0.5)
+        return servers
 
     def server(self, name="nats", **kw):
         s = NatsServer(self.tmp, f"{name}{len(self.servers)}", **kw)

@@ -311,7 +311,7 @@ def in_order(received, what):
         last[(tag, lane)] = seq
 
 
-def import_kill_scenario(h, kill, ack_wait="30000"):
+def import_kill_scenario(h, kill, ack_wait="30000", retention="workqueue"):
     """A stream of n messages from two producers on two lanes flows A -> export -> import -> B while
     `kill(h, b, start_import)` kills the import (from outside, or at a crash point) and restarts it.
     B's owner must get every message exactly once, each producer's lane in order."""
@@ -320,9 +320,12 @@ def import_kill_scenario(h, kill, ack_wait="30000"):
     a = h.box("A", capacity=512, slot_size=128, lanes=3)
     b = h.box("B", capacity=4096, slot_size=128, lanes=3)
     stream, subject = h.stream_name(), h.subject()
-    with server.client() as nc:
-        nc.stream_create(stream, [subject])
-    h.export(a, server, stream, subject)
+    if retention == "workqueue":  # as the export makes it (acked messages leave; a durable delivers all)
+        h.export(a, server, stream, subject, "--create-stream")
+    else:
+        with server.client() as nc:
+            nc.stream_create(stream, [subject], retention=retention)
+        h.export(a, server, stream, subject)
     args = ("--ack-wait", ack_wait, "--max-batch", str(batch))
 
     def start_import(env=None, expect="ready import"):
@@ -365,8 +368,9 @@ def test_import_sigkilled_three_times_exactly_once_in_order(h):
     print(f"import counters after 3 kills: {i}")
 
 
+@pytest.mark.parametrize("retention", ["workqueue", "limits"])
 @pytest.mark.parametrize("point", ["import.after_fetch", "import.after_intent", "import.after_post", "import.before_ack"])
-def test_import_killed_at_each_crash_point_exactly_once_in_order(h, point):
+def test_import_killed_at_each_crash_point_exactly_once_in_order(h, point, retention):
     """The import killed at each point between fetch, post and ack (SHMBOX_BRIDGE_CRASH), twice, then
     restarted: exactly once and in order. Killed after its post and before its ack, the message comes
     back and is recognised as posted (duplicates)."""
@@ -378,7 +382,7 @@ def test_import_killed_at_each_crash_point_exactly_once_in_order(h, point):
             code, _ = imp.wait(60)
             assert code == -signal.SIGKILL, f"killed at {point}: {imp.describe()}"
         start_import()
-    i = import_kill_scenario(h, kill)
+    i = import_kill_scenario(h, kill, retention=retention)
     if point in ("import.after_post", "import.before_ack"):
         assert i["duplicates"] >= 1, f"the posted, unacked message came back and was recognised: {i}"
     print(f"{point}: import counters {i}")

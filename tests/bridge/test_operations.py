@@ -361,3 +361,61 @@ def test_remote_drops_exact_before_first_fetch_and_across_import_restarts(h):
     assert len(got) == 200
     # The identity of docs/bridge.md: what the stream took = what B got + what the stream dropped.
     assert 450 == len(got) + i["remote_drops"]
+
+
+# ---------------------------------------------------------------------------
+# A JetStream cluster: three servers, a stream with three replicas, its leader killed and restarted
+
+
+class ClusterURL:
+    """Stands in for a server in Harness.export/import_: the whole cluster's URL list."""
+
+    def __init__(self, servers):
+        self.url = ",".join(s.url for s in servers)
+
+
+def test_cluster_stream_leader_killed_and_restarted_exactly_once_in_order(h):
+    servers = h.cluster(3)
+    everyone = ClusterURL(servers)
+    n = 2000
+    a = h.box("A", capacity=512, slot_size=128, lanes=3)
+    b = h.box("B", capacity=4096, slot_size=128, lanes=3)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, everyone, stream, subject, "--create-stream", "--replicas", "3")
+    imp = h.import_(b, everyone, stream, "dc")
+
+    def info():
+        for s in servers:
+            if s.proc is not None and s.proc.poll() is None:
+                try:
+                    return s.stream_info(stream)
+                except OSError:
+                    continue
+        return None
+    assert info()["config"]["num_replicas"] == 3
+    producers = [h.producer(a, tag) for tag in ("c", "d")]
+    for p in producers:
+        post(p, n // 4, -1, pace_us=300)
+        post(p, n // 4, 2, pace_us=300)
+    wait_until("some messages through", lambda: stat(b)["counters"]["stored"] >= 300, 30)
+    leader_name = info()["cluster"]["leader"]
+    leader = next(s for s in servers if s.name == leader_name)
+    leader.stop(signal.SIGKILL)
+    at_kill = stat(b)["counters"]["stored"]
+    wait_until("a new stream leader", lambda: (info() or {}).get("cluster", {}).get("leader") not in (None, leader_name), 30, 0.2)
+    leader.start()
+    stored = []
+    for p in producers:
+        posted(p, 120)
+        posted(p, 120)
+        stored += report(p)["stored"]
+    got = [m[0] for m in drain(h.receiver(b, n, timeout=90))["messages"]]
+    print(f"export {counters_of(a, 'export')}\nimport {counters_of(b, 'import')}\nstream {info()}")  # shown on failure
+    print(exp.stderr(), imp.stderr())
+    compare(stored, got, f"owner of B, the stream leader {leader_name} killed with B at {at_kill}")
+    from test_bridge import in_order
+    in_order(got, "owner of B across the leader's death")
+    assert exp.alive() and imp.alive(), f"{exp.describe()} / {imp.describe()}"
+    e, i = counters_of(a, "export"), counters_of(b, "import")
+    assert e["acked"] == n and i["imported"] == n and i["remote_drops"] == 0, (e, i)
+    print(f"leader {leader_name} killed at {at_kill}/{n}; export {e}; import {i}")
