@@ -11,6 +11,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -174,6 +175,13 @@ bool common_args::resolve_secrets(std::string& error) {
     error = "give one way to authenticate: user and password, a token, --creds or --nkey (the environment's SHMBOX_NATS_* count too)";
     return false;
   }
+  // nats.c reads these at connect; say now, and which option, if one cannot be read.
+  for (const auto& [option, path] : {std::pair<const char*, const std::string*>{"--creds", &creds}, {"--nkey", &nkey},
+                                     {"--tls-ca", &tls_ca}, {"--tls-cert", &tls_cert}, {"--tls-key", &tls_key}})
+    if (!path->empty() && access(path->c_str(), R_OK) != 0) {
+      error = std::string("cannot read the ") + option + " file '" + *path + "': " + std::strerror(errno);
+      return false;
+    }
   if (tls_cert.empty() != tls_key.empty()) {
     error = "--tls-cert and --tls-key go together (the client certificate and its private key)";
     return false;

@@ -7,6 +7,7 @@ Every process is a separate program (nats-server, bridges, producers, owners); e
 bounded; the Harness removes everything, also when a test fails.
 """
 
+import base64
 import os
 import signal
 import subprocess
@@ -419,3 +420,62 @@ def test_cluster_stream_leader_killed_and_restarted_exactly_once_in_order(h):
     e, i = counters_of(a, "export"), counters_of(b, "import")
     assert e["acked"] == n and i["imported"] == n and i["remote_drops"] == 0, (e, i)
     print(f"leader {leader_name} killed at {at_kill}/{n}; export {e}; import {i}")
+
+
+def _b64url(data):
+    import base64 as b64
+    return b64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _jwt(claims, issuer_key, issuer_pub):
+    """A NATS JWT (nats-io/jwt v2): header.claims signed with the issuer's Ed25519 NKey."""
+    import hashlib
+    import json as js
+    body = dict(claims, iat=int(time.time()), iss=issuer_pub)
+    body["jti"] = base64.b32encode(hashlib.sha256(js.dumps(body, sort_keys=True).encode()).digest()).decode().rstrip("=")
+    head = _b64url(js.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    payload = _b64url(js.dumps(body).encode())
+    sig = issuer_key.sign(f"{head}.{payload}".encode())
+    return f"{head}.{payload}.{_b64url(sig)}"
+
+
+def test_creds_file_operator_mode(h):
+    """--creds: a user JWT and its seed, on a server in operator mode (JWTs made here, signed with
+    python3-cryptography's Ed25519) with JetStream enabled for the account."""
+    op_seed, op_pub, op_key = nkey_pair("operator")
+    acc_seed, acc_pub, acc_key = nkey_pair("account")
+    sys_seed, sys_pub, sys_key = nkey_pair("account")
+    user_seed, user_pub, _ = nkey_pair("user")
+    limits = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True, "conn": -1,
+              "leaf": -1, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    operator = _jwt({"sub": op_pub, "name": "shmbox-test", "nats": {"type": "operator", "version": 2}}, op_key, op_pub)
+    account = _jwt({"sub": acc_pub, "name": "A", "nats": {"limits": limits, "default_permissions": {"pub": {}, "sub": {}},
+                                                         "type": "account", "version": 2}}, op_key, op_pub)
+    system = _jwt({"sub": sys_pub, "name": "SYS", "nats": {"limits": {k: v for k, v in limits.items()
+                                                                     if k not in ("mem_storage", "disk_storage", "streams", "consumer")},
+                                                          "type": "account", "version": 2}}, op_key, op_pub)
+    user = _jwt({"sub": user_pub, "name": "bridge", "nats": {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                                                            "type": "user", "version": 2}}, acc_key, acc_pub)
+    config = (f'operator: "{operator}"\nsystem_account: {sys_pub}\nresolver: MEMORY\n'
+              f'resolver_preload: {{\n  {acc_pub}: "{account}"\n  {sys_pub}: "{system}"\n}}\n')
+    server = h.server("jwt", config=config)
+    creds = os.path.join(h.tmp, "bridge.creds")
+    with open(creds, "w") as f:
+        f.write(f"-----BEGIN NATS USER JWT-----\n{user}\n------END NATS USER JWT------\n\n"
+                f"-----BEGIN USER NKEY SEED-----\n{user_seed}\n------END USER NKEY SEED------\n")
+    os.chmod(creds, 0o600)
+    a = h.box("A", capacity=64, slot_size=64)
+    b = h.box("B", capacity=64, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    h.export(a, server, stream, subject, "--create-stream", "--creds", creds)
+    h.import_(b, server, stream, "dj", "--creds", creds)
+    producer = h.producer(a, "j")
+    post(producer, 20)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 20, "20 through a creds-authenticated pair")
+    code, _, err, _ = h.run_bridge(["export", h.box("X", capacity=8), "--nats", server.url, "--stream", stream,
+                                    "--subject", subject])
+    assert code == 1 and "authoriz" in err.lower(), err
+    code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
+                                    "--creds", os.path.join(h.tmp, "none.creds")])
+    assert code == 2 and "cannot read the --creds file" in err, err
