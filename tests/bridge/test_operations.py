@@ -479,3 +479,34 @@ def test_creds_file_operator_mode(h):
     code, _, err, _ = h.run_bridge(["export", a, "--nats", server.url, "--stream", stream, "--subject", subject,
                                     "--creds", os.path.join(h.tmp, "none.creds")])
     assert code == 2 and "cannot read the --creds file" in err, err
+
+
+# ---------------------------------------------------------------------------
+# A forged status segment (anyone who may write the box may write it): the import reads its record
+# and cursors as untrusted; they can cost the box's own messages, nothing else.
+
+
+def test_import_with_forged_status_record_starts_and_stays_in_bounds(h):
+    server = h.server()
+    b = h.box("B", capacity=64, slot_size=64, mode=0o666)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+    imp = h.import_(b, server, stream, "df")
+    imp.signal(signal.SIGTERM)
+    assert imp.wait(20)[0] == 0
+    path = f"/dev/shm/shmbox-bridge.{b}.import"
+    rng = __import__("random").Random(32)
+    with open(path, "r+b") as f:
+        f.seek(1056)  # state, last error, the import record and the cursors: random bytes
+        f.write(bytes(rng.getrandbits(8) for _ in range(3128 - 1056)))
+    st = stat(b)  # the CLI shows it, bounded (a state out of range, a last error without a NUL)
+    entry = next(x for x in st["bridges"] if x["role"] == "import")
+    assert entry["state"] in ("starting", "stopped") and len(entry["last_error"] or "") <= 255, entry
+    imp = h.import_(b, server, stream, "df")  # a forged post in flight: adopt refuses a foreign entry
+    with server.client() as nc:
+        for k in range(10):
+            nc.publish(subject, f"f{k}")
+    wait_counter(b, "import", lambda c: c["imported"] + c["duplicates"] >= 10, "the 10 handled (posted, or skipped by a forged cursor)")
+    assert imp.alive(), imp.describe()
+    assert len(stat(b)["producers"]) <= 2, "no producer entry beyond its own taken on the forged record's word"
