@@ -266,8 +266,7 @@ struct puller {
   // there? The durable is made again at once (counted, said once); a missing
   // stream is waited for --stream-grace seconds (an export with
   // --create-stream makes it again), then false with exit_error.
-  // `reset` is set when the pull starts over on a new durable.
-  bool check(bool& reset) {
+  bool check() {
     jsConsumerInfo* ci = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr);
@@ -312,7 +311,6 @@ struct puller {
     report_error(st, "durable '" + a.durable + "' of stream '" + a.stream + "' had disappeared; made it again", true);
     stream_missing_since = {};
     report_state(st, bridge_state::connected);
-    reset = true;
     return true;
   }
 };
@@ -460,8 +458,7 @@ int run_import(import_args a) {
       if (list.Msgs != nullptr) natsMsgList_Destroy(&list);
       // Nothing came: after an error (at most each second) or quiet for two
       // seconds, look whether the durable and the stream are still there.
-      bool reset = false;
-      if (connected(link) && every(checked, s == NATS_TIMEOUT ? 2000ms : 1000ms) && !pull.check(reset)) {
+      if (connected(link) && every(checked, s == NATS_TIMEOUT ? 2000ms : 1000ms) && !pull.check()) {
         rc = die(pull.exit_error);
         break;
       }
