@@ -144,9 +144,8 @@ bool check_stream(nats_link& l, const export_args& a, const shmbox::box_info& in
 
 // The stream is there (state connected), or was gone and is made again
 // (--create-stream: counted, said once), or is gone: false with the state
-// stream_missing and the reason in g_exit_error (the bridge exits 1).
-std::string g_exit_error;
-bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& info, bridge_status& st) {
+// stream_missing and the reason in `fatal` (the bridge exits 1).
+bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& info, bridge_status& st, std::string& fatal) {
   jsStreamInfo* si = nullptr;
   jsErrCode jerr = static_cast<jsErrCode>(0);
   const natsStatus s = js_GetStreamInfo(&si, l.js, a.stream.c_str(), nullptr, &jerr);
@@ -156,13 +155,13 @@ bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
   report_state(st, bridge_state::stream_missing);
   std::string error;
   if (!a.create_stream) {
-    g_exit_error = "stream '" + a.stream + "' disappeared from '" + l.shown + "' (deleted, or lost by a server with memory storage " +
+    fatal = "stream '" + a.stream + "' disappeared from '" + l.shown + "' (deleted, or lost by a server with memory storage " +
                    "that restarted): the messages it held are lost; create it again, or restart the export with --create-stream " +
                    "(the box keeps what the export had not published)";
     return false;
   }
   if (!create_stream(l, a, info, error)) {
-    g_exit_error = "stream '" + a.stream + "' disappeared and cannot be made again: " + error;
+    fatal = "stream '" + a.stream + "' disappeared and cannot be made again: " + error;
     return false;
   }
   st.add(bridge_counter::stream_recreated);
@@ -172,9 +171,10 @@ bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
 }
 
 // Publishes the batch until JetStream acknowledged every message; false when
-// stopped first (nothing is committed then: the next owner republishes).
+// stopped first (nothing is committed then: the next owner republishes), or
+// when the stream is gone for good (`fatal` says why).
 bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& info, shmbox::Owner& owner, const shmbox::batch& b,
-                 inflight& f, bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane) {
+                 inflight& f, bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane, std::string& fatal) {
   auto stream_checked = std::chrono::steady_clock::time_point{};
   {
     std::lock_guard<std::mutex> g(f.mu);
@@ -256,7 +256,7 @@ bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& inf
     if (!last.empty()) report_error(st, last, false);
     // Refused or unanswered while connected: is the stream still there? (A
     // memory-storage server that restarted lost it; someone deleted it.)
-    if ((no_stream || done != NATS_OK) && connected(l) && every(stream_checked, 1000ms) && !ensure_stream(l, a, info, st))
+    if ((no_stream || done != NATS_OK) && connected(l) && every(stream_checked, 1000ms) && !ensure_stream(l, a, info, st, fatal))
       return false;
     if (errors > 0 || done != NATS_OK) {
       // The server refused (stream full under discard new, ...) or is away:
@@ -340,8 +340,9 @@ int run_export(const export_args& a) {
       ids[i] = shmbox::to_string(owner->id_of(b.lane(i), b.position(i)));
       if (b.redelivered(i)) st->add(bridge_counter::redeliveries);
     }
-    if (!publish_all(link, a, info, *owner, b, f, *st, ids, box->default_lane())) {
-      if (!g_exit_error.empty()) return stop(*st, die(g_exit_error));
+    std::string fatal;
+    if (!publish_all(link, a, info, *owner, b, f, *st, ids, box->default_lane(), fatal)) {
+      if (!fatal.empty()) return stop(*st, die(fatal));
       break;  // stopped: the next owner publishes them again
     }
     std::size_t lost = 0;

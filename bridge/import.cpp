@@ -321,11 +321,11 @@ struct puller {
 struct import_producer {
   bridge_status& st;
   shmbox::Box& box;
-  shmbox::box_info info;
+  const shmbox::box_info& info;  // the box's, as run_import read it at start
   std::optional<shmbox::Producer> p;
   std::uint64_t stored = 0, refused = 0;  // the entry's counts (producer_info)
 
-  import_producer(bridge_status& s, shmbox::Box& b) : st(s), box(b), info(shmbox::info(b)) {}
+  import_producer(bridge_status& s, shmbox::Box& b, const shmbox::box_info& i) : st(s), box(b), info(i) {}
 
   bool counts(std::uint32_t entry) {
     for (const shmbox::producer_info& pi : shmbox::info(box).producers)
@@ -414,7 +414,7 @@ int run_import(import_args a) {
   if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder))
     return die("box '" + a.into + "' already has a working import bridge (pid " + std::to_string(holder) +
                " as it saw itself): one import per box; stop it first (shmbox stat " + a.into + " shows it)");
-  import_producer producer(*st, *box);
+  import_producer producer(*st, *box, info);
   if (!producer.start(error)) return stop(*st, die(error));
   nats_link link;
   if (!connect(link, a, *st, nullptr, true, error)) return stop(*st, die(error));
