@@ -236,34 +236,44 @@ TEST_CASE("namespaces: a producer in another pid namespace stopped mid-post is a
   CHECK(i.count.posted == i.count.delivered + i.count.abandoned + i.depth);
 }
 
-TEST_CASE("namespaces: Producer::adopt of a producer of another pid namespace: refused while it lives (stopped), taken once it is killed") {
+TEST_CASE("namespaces: Producer::adopt of a producer of another pid namespace (and user): refused while it lives (stopped), taken once it is killed") {
   REQUIRE_NAMESPACES();
-  shmtest::segment_guard g(shmtest::unique_name("ns-adopt"));
-  make_box(g.name);
-  auto box = shmbox::Box::open(g.name);
-  REQUIRE(box);
-  // Stops (SIGSTOP) holding the claim of its first post: alive, in another namespace.
-  child prod(in_new_ns({shmtest::helper_path(), "produce", g.name, "9", "1", "--no-wait"}), {"SHMBOX_FAULT=producer.after_claim:1:stop"});
-  const std::string ready = prod.read_line().value_or("");
-  unsigned entry = 0;
-  unsigned long long attached = 0;
-  REQUIRE(std::sscanf(ready.c_str(), "ready %u %llu", &entry, &attached) == 2);
-  const pid_t inner = ns_child(prod.pid());
-  REQUIRE(inner > 0);
-  REQUIRE(shmtest::wait_for_state(inner, 'T', 10s));
-  CHECK(shmbox::Producer::adopt(*box, entry, attached).error() == shmbox::errc::not_found);  // alive: its lock is held
-  ::kill(inner, SIGKILL);
-  prod.wait();
-  auto heir = shmbox::Producer::adopt(*box, entry, attached);
-  REQUIRE(heir);
-  CHECK(heir->entry_index() == entry);
-  CHECK(box->read_counters().abandoned == 1);  // its claim, repaired by adopt
-  CHECK(heir->post("next") == shmbox::post_status::stored);
-  auto owner = shmbox::Owner::acquire(*box);
-  REQUIRE(owner);
-  shmbox::message m;
-  REQUIRE(owner->receive(m, {.timeout = 10s}) == shmbox::recv_status::ok);
-  CHECK(m.data == "next");
+  const bool can_switch_user = ::geteuid() == 0 && ::access("/usr/bin/setpriv", X_OK) == 0;
+  for (const bool other_user : {false, true}) {
+    if (other_user && !can_switch_user) {
+      MESSAGE("second user skipped: needs root and setpriv");
+      continue;
+    }
+    CAPTURE(other_user);
+    shmtest::segment_guard g(shmtest::unique_name("ns-adopt"));
+    make_box(g.name, shmbox::policy::reject, other_user ? 0666 : 0600);
+    auto box = shmbox::Box::open(g.name);
+    REQUIRE(box);
+    // Stops (SIGSTOP) holding the claim of its first post: alive, in another namespace.
+    std::vector<std::string> argv = {shmtest::helper_path(), "produce", g.name, "9", "1", "--no-wait", "--any-owner"};
+    if (other_user) argv.insert(argv.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+    child prod(in_new_ns(argv), {"SHMBOX_FAULT=producer.after_claim:1:stop"});
+    const std::string ready = prod.read_line().value_or("");
+    unsigned entry = 0;
+    unsigned long long attached = 0;
+    REQUIRE(std::sscanf(ready.c_str(), "ready %u %llu", &entry, &attached) == 2);
+    const pid_t inner = ns_child(prod.pid());
+    REQUIRE(inner > 0);
+    REQUIRE(shmtest::wait_for_state(inner, 'T', 10s));
+    CHECK(shmbox::Producer::adopt(*box, entry, attached).error() == shmbox::errc::not_found);  // alive: its lock is held
+    ::kill(inner, SIGKILL);
+    prod.wait();
+    auto heir = shmbox::Producer::adopt(*box, entry, attached);
+    REQUIRE(heir);
+    CHECK(heir->entry_index() == entry);
+    CHECK(box->read_counters().abandoned == 1);  // its claim, repaired by adopt
+    CHECK(heir->post("next") == shmbox::post_status::stored);
+    auto owner = shmbox::Owner::acquire(*box);
+    REQUIRE(owner);
+    shmbox::message m;
+    REQUIRE(owner->receive(m, {.timeout = 10s}) == shmbox::recv_status::ok);
+    CHECK(m.data == "next");
+  }
 }
 
 TEST_CASE("namespaces: gc keeps a box whose only user lives in another pid namespace (also gc run inside one), and removes it once that user is dead") {
