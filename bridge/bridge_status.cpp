@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/shm_file.hpp"
+#include "shmbox/types.hpp"
 #include "status_layout.hpp"
 
 namespace shmbox_cli {
@@ -55,6 +56,7 @@ std::string get(const char (&src)[N]) {
 }  // namespace
 
 static_assert(kBridgeCounters <= kBridgeStatusCounterSlots);
+static_assert(kBridgeLanes == shmbox::kMaxLanes, "the export record has one entry per lane");
 
 std::string_view to_string(bridge_role r) noexcept { return r == bridge_role::import_ ? "import" : "export"; }
 
@@ -132,7 +134,7 @@ std::string_view help(bridge_counter c) noexcept {
     case bridge_counter::dedupe_hits: return "Acknowledgements marked duplicate: a republish JetStream already stored (Nats-Msg-Id).";
     case bridge_counter::redeliveries:
       return "Export: messages a dead bridge had read (flagged redelivered); import: messages JetStream delivered again.";
-    case bridge_counter::remote_drops: return "Import: gaps in the stream sequence (messages gone from the stream before they were fetched).";
+    case bridge_counter::remote_drops: return "Import: messages an export put in the stream that never reached the import (discarded, expired, lost with the stream); counted by the gaps in each source lane's ordinals.";
     case bridge_counter::imported: return "Imported messages posted into the box (stored or dropped by its policy), then acked; each counted once.";
     case bridge_counter::naks: return "Imported messages the box refused (full under reject, block timeout), nak'ed for later.";
     case bridge_counter::local_drops: return "Of the imported: messages the box's drop-newest or drop-oldest policy dropped.";
@@ -267,7 +269,7 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
     p->state_unix_ns.store(0, std::memory_order_relaxed);
     p->error_unix_ns.store(0, std::memory_order_relaxed);
     std::memset(p->last_error, 0, sizeof p->last_error);
-    std::memset(static_cast<void*>(&p->import_record), 0, sizeof p->import_record + sizeof p->cursors);
+    std::memset(static_cast<void*>(&p->import_record), 0, sizeof p->import_record + sizeof p->cursors + sizeof p->export_record);
     p->version = kBridgeStatusVersion;
     p->role = static_cast<std::uint32_t>(role);
     std::atomic_thread_fence(std::memory_order_release);
@@ -332,12 +334,15 @@ bridge_status::import_recovery bridge_status::recovery() const noexcept {
   out.entry = r.entry.load(std::memory_order_relaxed);
   out.attached_ns = r.attached_ns.load(std::memory_order_relaxed);
   out.intent.src = {r.src_box.load(std::memory_order_relaxed), r.src_lane.load(std::memory_order_relaxed),
-                    r.src_position.load(std::memory_order_relaxed)};
+                    r.src_position.load(std::memory_order_relaxed), r.src_ordinal.load(std::memory_order_relaxed)};
   out.intent.stream_seq = r.stream_seq.load(std::memory_order_relaxed);
   out.intent.lane = static_cast<std::uint32_t>(r.lane.load(std::memory_order_relaxed));
   out.intent.stored_before = r.stored_before.load(std::memory_order_relaxed);
   out.intent.refused_before = r.refused_before.load(std::memory_order_relaxed);
   out.intent.imported_before = r.imported_before.load(std::memory_order_relaxed);
+  out.intent.drops_before = r.drops_before.load(std::memory_order_relaxed);
+  out.intent.gap = r.gap.load(std::memory_order_relaxed);
+  out.done = r.done.load(std::memory_order_relaxed) == 1;
   return out;
 }
 
@@ -356,17 +361,38 @@ void bridge_status::begin_post(const post_intent& i) noexcept {
   r.stored_before.store(i.stored_before, std::memory_order_relaxed);
   r.refused_before.store(i.refused_before, std::memory_order_relaxed);
   r.imported_before.store(i.imported_before, std::memory_order_relaxed);
+  r.src_ordinal.store(i.src.next_ordinal, std::memory_order_relaxed);
+  r.drops_before.store(i.drops_before, std::memory_order_relaxed);
+  r.gap.store(i.gap, std::memory_order_relaxed);
+  r.done.store(0, std::memory_order_relaxed);
   // release: the intent is whole before the flag says so (a process killed
   // between two stores leaves them in program order; this keeps the compiler to it).
   r.posting.store(1, std::memory_order_release);
 }
 
+void bridge_status::finish(const post_intent& i, bool imported) noexcept {
+  bridge_import_record& r = p_->import_record;
+  // seq_cst: a full barrier, so that no step below is seen before it (a
+  // process killed after a step leaves `done` set: its successor finishes).
+  r.done.store(1, std::memory_order_seq_cst);
+  // Each counter once: a dead import that added it already moved it.
+  if (imported && get(bridge_counter::imported) == i.imported_before) add(bridge_counter::imported);
+  if (i.gap != 0 && get(bridge_counter::remote_drops) == i.drops_before) add(bridge_counter::remote_drops, i.gap);
+  advance(i.src);
+  if (i.stream_seq != 0) {
+    if (i.stream_seq > posted_seq()) set_posted_seq(i.stream_seq);
+    if (i.stream_seq > last_stream_seq()) set_last_stream_seq(i.stream_seq);
+  }
+  end_post();
+}
+
 void bridge_status::end_post() noexcept { p_->import_record.posting.store(0, std::memory_order_release); }
 
-bool bridge_status::cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position) const noexcept {
+bool bridge_status::cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position, std::uint64_t& next_ordinal) const noexcept {
   for (const bridge_cursor& c : p_->cursors)
     if (c.box_id.load(std::memory_order_relaxed) == box && c.lane.load(std::memory_order_relaxed) == lane) {
       position = c.position.load(std::memory_order_relaxed);
+      next_ordinal = c.next_ordinal.load(std::memory_order_relaxed);
       return true;
     }
   return false;
@@ -376,7 +402,12 @@ void bridge_status::advance(const source_id& src) noexcept {
   if (src.box == 0) return;
   for (bridge_cursor& c : p_->cursors)
     if (c.box_id.load(std::memory_order_relaxed) == src.box && c.lane.load(std::memory_order_relaxed) == src.lane) {
-      c.position.store(src.position, std::memory_order_release);
+      // A later message of the source: its ordinal follows (a message
+      // without one, or a redelivery below the cursor, leaves none known).
+      if (src.position > c.position.load(std::memory_order_relaxed)) {
+        c.next_ordinal.store(src.next_ordinal, std::memory_order_relaxed);
+        c.position.store(src.position, std::memory_order_release);
+      }
       return;
     }
   // A new source: the next entry round robin (more than kBridgeCursors source
@@ -386,6 +417,7 @@ void bridge_status::advance(const source_id& src) noexcept {
   c.box_id.store(0, std::memory_order_relaxed);  // no half-made entry matches: box last
   c.lane.store(src.lane, std::memory_order_relaxed);
   c.position.store(src.position, std::memory_order_relaxed);
+  c.next_ordinal.store(src.next_ordinal, std::memory_order_relaxed);
   c.box_id.store(src.box, std::memory_order_release);
 }
 
@@ -409,6 +441,33 @@ void bridge_status::set_stream(std::uint64_t created_ns, std::uint64_t base) noe
   p_->import_record.stream_created_ns.store(created_ns, std::memory_order_relaxed);
   p_->import_record.last_stream_seq.store(base, std::memory_order_relaxed);
   p_->import_record.posted_seq.store(base, std::memory_order_relaxed);
+}
+
+std::uint64_t bridge_status::lane_ordinal(std::uint32_t lane, std::uint64_t first_position) noexcept {
+  if (lane >= kBridgeLanes) return 0;
+  bridge_export_record& r = p_->export_record;
+  const std::uint64_t pending = r.pending[lane].load(std::memory_order_acquire);  // pairs with begin_commit's release
+  if (pending != 0) {
+    // A dead export's commit: its first message again (redelivered, not
+    // committed) keeps `sent`; a later one means the commit was done.
+    if (first_position > pending - 1) r.sent[lane].store(r.after[lane].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    r.pending[lane].store(0, std::memory_order_release);
+  }
+  return r.sent[lane].load(std::memory_order_relaxed);
+}
+
+void bridge_status::begin_commit(std::uint32_t lane, std::uint64_t after, std::uint64_t first_position) noexcept {
+  if (lane >= kBridgeLanes) return;
+  bridge_export_record& r = p_->export_record;
+  r.after[lane].store(after, std::memory_order_relaxed);
+  r.pending[lane].store(first_position + 1, std::memory_order_release);
+}
+
+void bridge_status::end_commit(std::uint32_t lane) noexcept {
+  if (lane >= kBridgeLanes) return;
+  bridge_export_record& r = p_->export_record;
+  r.sent[lane].store(r.after[lane].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  r.pending[lane].store(0, std::memory_order_release);
 }
 
 void bridge_status::set_error(std::string_view what) noexcept {

@@ -28,8 +28,9 @@ enum class bridge_counter : std::uint32_t {
   dedupe_hits,     // export: acknowledgements that said "duplicate" (a republish JetStream already had)
   redeliveries,    // export: messages read flagged redelivered (a bridge died holding them);
                    // import: messages JetStream delivered more than once
-  remote_drops,    // import: gaps in the stream sequence: messages gone from the stream before the bridge
-                   // fetched them (discard old, max age; or other subjects of a shared stream)
+  remote_drops,    // import: messages an export delivered into the stream that never reached this box (gaps in
+                   // a source lane's ordinals: memory storage lost, discard old, max age, a deleted stream);
+                   // before a source's first message, gaps in the stream sequence
   imported,        // import: messages posted into the box (stored, or dropped by its policy), then acked; once each
   naks,            // import: messages refused by the box (full under reject, block timeout) and nak'ed
   local_drops,     // import: of imported, messages the box's drop-newest / drop-oldest policy dropped
@@ -116,6 +117,7 @@ class bridge_status {
   // Values read back are untrusted (the segment is as writable as the box).
   struct source_id {
     std::uint64_t box = 0, lane = 0, position = 0;  // box 0: none (a message without a shmbox id)
+    std::uint64_t next_ordinal = 0;                 // its Shmbox-Ordinal + 1 (0: it carries none)
   };
   struct post_intent {
     source_id src;
@@ -123,20 +125,29 @@ class bridge_status {
     std::uint32_t lane = 0;  // of the box posted into
     std::uint64_t stored_before = 0, refused_before = 0;
     std::uint64_t imported_before = 0;  // the imported counter before the post
+    std::uint64_t drops_before = 0;     // the remote_drops counter before it
+    std::uint64_t gap = 0;              // messages lost before this one (remote_drops once it is done with)
   };
   struct import_recovery {
     std::uint64_t entry = 0, attached_ns = 0;  // the last import's producer entry (attached_ns 0: none)
     bool posting = false;                      // it died with a post in flight: `intent`
+    bool done = false;                         // ... and that message was done with (finish() had begun)
     post_intent intent;
   };
   import_recovery recovery() const noexcept;
   void set_entry(std::uint32_t entry, std::uint64_t attached_ns) noexcept;
-  // Before a post: the intent, then posting = 1 (release). After it: end_post
-  // (the cursor first, when the message is done with).
+  // Before a post: the intent, then posting = 1 (release). After it: finish
+  // (when the message is done with) or end_post (when it comes back).
   void begin_post(const post_intent& i) noexcept;
+  // The message of the intent is done with: done = 1, then remote_drops +=
+  // gap and imported += 1 (`imported`), each unless it moved since the
+  // intent, the cursor, the sequences; then end_post. Also what a restarted
+  // import does for a dead one's post that landed.
+  void finish(const post_intent& i, bool imported) noexcept;
   void end_post() noexcept;
-  // The highest position posted of the source's (box, lane); false: none known.
-  bool cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position) const noexcept;
+  // The source's (box, lane) highest position posted and the ordinal expected
+  // next (0: none known); false: no cursor.
+  bool cursor(std::uint64_t box, std::uint64_t lane, std::uint64_t& position, std::uint64_t& next_ordinal) const noexcept;
   void advance(const source_id& src) noexcept;
   std::uint64_t last_stream_seq() const noexcept;  // the highest sequence seen (remote_drops: gaps above it)
   void set_last_stream_seq(std::uint64_t seq) noexcept;
@@ -146,6 +157,16 @@ class bridge_status {
   // A stream made again (another creation time): its sequences start over,
   // so last_stream_seq and posted_seq go back to `base`.
   void set_stream(std::uint64_t created_ns, std::uint64_t base) noexcept;
+  // ---- the export's ordinals (status_layout.hpp: export record).
+  // The ordinal of lane `lane`'s next message, whose position is
+  // `first_position` (the first message of the lane this batch): resolves a
+  // commit a dead export left in flight.
+  std::uint64_t lane_ordinal(std::uint32_t lane, std::uint64_t first_position) noexcept;
+  // Around the box's commit of a batch, per lane in it: `after` the lane's
+  // ordinal once committed, `first_position` its first message's position.
+  void begin_commit(std::uint32_t lane, std::uint64_t after, std::uint64_t first_position) noexcept;
+  void end_commit(std::uint32_t lane) noexcept;
+
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
 

@@ -2,7 +2,9 @@
 // export stands by as its heir) and publishes what it reads to the stream,
 // committing only what JetStream acknowledged (two-phase read; Nats-Msg-Id =
 // the message's shmbox::message_id, so a republish after a crash is stored
-// once). Creates or checks the stream.
+// once). Creates or checks the stream. Each message carries Shmbox-Ordinal,
+// its place among the messages of its lane the box delivered to exports
+// (bridge/status_layout.hpp: export record), which the import counts losses by.
 #include <nats/nats.h>
 #include <signal.h>
 #include <unistd.h>
@@ -165,7 +167,7 @@ bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
     return false;
   }
   st.add(bridge_counter::stream_recreated);
-  report_error(st, "stream '" + a.stream + "' had disappeared (the messages it held are lost); made it again", true);
+  report_error(st, "stream '" + a.stream + "' had disappeared (the messages it held are lost: the import counts them as remote_drops); made it again", true);
   report_state(st, bridge_state::connected);
   return true;
 }
@@ -174,7 +176,8 @@ bool ensure_stream(nats_link& l, const export_args& a, const shmbox::box_info& i
 // stopped first (nothing is committed then: the next owner republishes), or
 // when the stream is gone for good (`fatal` says why).
 bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& info, shmbox::Owner& owner, const shmbox::batch& b,
-                 inflight& f, bridge_status& st, const std::vector<std::string>& ids, std::uint32_t default_lane, std::string& fatal) {
+                 inflight& f, bridge_status& st, const std::vector<std::string>& ids, const std::vector<std::string>& ordinals,
+                 std::uint32_t default_lane, std::string& fatal) {
   auto stream_checked = std::chrono::steady_clock::time_point{};
   {
     std::lock_guard<std::mutex> g(f.mu);
@@ -212,6 +215,7 @@ bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& inf
       // lane: the importing box puts it in its own default lane.
       if (s == NATS_OK && b.lane(i) != default_lane) s = natsMsgHeader_Set(m, "Shmbox-Lane", std::to_string(b.lane(i)).c_str());
       if (s == NATS_OK) s = natsMsgHeader_Set(m, "Shmbox-Box", a.box.c_str());
+      if (s == NATS_OK) s = natsMsgHeader_Set(m, "Shmbox-Ordinal", ordinals[i].c_str());
       if (s == NATS_OK) s = js_PublishMsgAsync(l.js, &m, nullptr);
       natsMsg_Destroy(m);  // no effect when the library took it
       if (s == NATS_OK) {
@@ -268,6 +272,34 @@ bool publish_all(nats_link& l, const export_args& a, const shmbox::box_info& inf
     }
   }
 }
+
+// The ordinals of a batch's messages, lane by lane (status_layout.hpp:
+// export record): a lane's first message in the batch takes the lane's
+// count so far, each next one the next number.
+struct lane_ordinals {
+  std::uint64_t next_[shmbox::kMaxLanes] = {}, first_[shmbox::kMaxLanes] = {};
+  bool in_[shmbox::kMaxLanes] = {};
+
+  void start(bridge_status& st, const shmbox::batch& b) {
+    std::fill(std::begin(in_), std::end(in_), false);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const std::uint32_t l = b.lane(i);
+      if (l >= shmbox::kMaxLanes || in_[l]) continue;
+      in_[l] = true;
+      first_[l] = b.position(i);
+      next_[l] = st.lane_ordinal(l, first_[l]);
+    }
+  }
+  std::uint64_t next(std::uint32_t lane) { return lane < shmbox::kMaxLanes ? next_[lane]++ : 0; }
+  void begin_commit(bridge_status& st) const {
+    for (std::uint32_t l = 0; l < shmbox::kMaxLanes; ++l)
+      if (in_[l]) st.begin_commit(l, next_[l], first_[l]);
+  }
+  void end_commit(bridge_status& st) const {
+    for (std::uint32_t l = 0; l < shmbox::kMaxLanes; ++l)
+      if (in_[l]) st.end_commit(l);
+  }
+};
 
 }  // namespace
 
@@ -327,7 +359,8 @@ int run_export(const export_args& a) {
             << std::endl;
 
   shmbox::batch b;
-  std::vector<std::string> ids;
+  std::vector<std::string> ids, ordinals;
+  lane_ordinals ord;
   while (!g_stop.load()) {
     b.clear();
     const shmbox::recv_status r = owner->read(b, {.max = inflight_max, .timeout = 200ms});
@@ -336,19 +369,26 @@ int run_export(const export_args& a) {
       return stop(*st, die("box '" + a.box + "' was taken from this bridge (lease expired or given away); stopping"));
     if (r != shmbox::recv_status::ok) return stop(*st, die(shmbox::explain(owner->last_error())));
     ids.resize(b.size());
+    ordinals.resize(b.size());
+    ord.start(*st, b);
     for (std::size_t i = 0; i < b.size(); ++i) {
       ids[i] = shmbox::to_string(owner->id_of(b.lane(i), b.position(i)));
+      ordinals[i] = std::to_string(ord.next(b.lane(i)));
       if (b.redelivered(i)) st->add(bridge_counter::redeliveries);
     }
     std::string fatal;
-    if (!publish_all(link, a, info, *owner, b, f, *st, ids, box->default_lane(), fatal)) {
+    if (!publish_all(link, a, info, *owner, b, f, *st, ids, ordinals, box->default_lane(), fatal)) {
       if (!fatal.empty()) return stop(*st, die(fatal));
       break;  // stopped: the next owner publishes them again
     }
+    ord.begin_commit(*st);
+    crash_point("export.before_commit");
     std::size_t lost = 0;
     if (owner->commit(&lost) != shmbox::recv_status::ok)
       return stop(*st, die("box '" + a.box + "' was taken from this bridge with " + std::to_string(lost) +
                            " published messages uncommitted (the new owner publishes them again; JetStream drops the duplicates)"));
+    crash_point("export.after_commit");
+    ord.end_commit(*st);
     // Acknowledged, then committed: counted once, here (a bridge killed
     // between the two leaves them to the next owner, which counts them).
     st->add(bridge_counter::acked, b.size());

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -345,14 +346,13 @@ struct import_producer {
       if (adopted && counts(adopted->entry_index())) {
         const bool drop_newest = r.intent.lane < info.lanes.size() && info.lanes[r.intent.lane].overflow == shmbox::policy::drop_newest;
         const bool landed = stored > r.intent.stored_before || (drop_newest && refused > r.intent.refused_before);
-        if (landed) {  // in the box (or counted there: abandoned, dropped): never post it again
-          st.advance(r.intent.src);
-          st.set_posted_seq(std::max(st.posted_seq(), r.intent.stream_seq));
-          // Counted once: unless the dead import counted it already.
-          if (st.get(bridge_counter::imported) == r.intent.imported_before) st.add(bridge_counter::imported);
-        }
+        // In the box (or counted there: abandoned, dropped), or done with
+        // before it died: never post it again; its counts once each.
+        if (landed || r.done) st.finish(r.intent, landed);
         std::cerr << "shmbox-bridge: the previous import was killed posting stream sequence " << r.intent.stream_seq << ": "
-                  << (landed ? "it is in box '" + info.name + "' (it will not be posted again)" : std::string("it did not land (it will be posted)"))
+                  << (landed ? "it is in box '" + info.name + "' (it will not be posted again)"
+                             : r.done ? std::string("it was done with (it will not be posted again)")
+                                      : std::string("it did not land (it will be posted)"))
                   << std::endl;
         p.emplace(std::move(*adopted));
       } else {
@@ -398,7 +398,29 @@ bridge_status::source_id source_of(natsMsg* m) {
   if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return {};
   const std::optional<shmbox::message_id> mid = shmbox::parse_message_id(id);
   if (!mid || !mid->valid()) return {};
-  return {mid->box, mid->lane, mid->position};
+  bridge_status::source_id src{mid->box, mid->lane, mid->position, 0};
+  const char* ord = nullptr;
+  if (natsMsgHeader_Get(m, "Shmbox-Ordinal", &ord) == NATS_OK && ord != nullptr && *ord >= '0' && *ord <= '9') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(ord, &end, 10);
+    if (errno == 0 && *end == '\0' && v < UINT64_MAX) src.next_ordinal = v + 1;  // anything else: carries none
+  }
+  return src;
+}
+
+// How many messages of the stream were lost before this one: for a source
+// lane this import knows (its ordinal expected next), the ordinals skipped;
+// otherwise (a source's first message, a message from elsewhere) the stream
+// sequences skipped since the last one handled. (An ordinal below the one
+// expected: the export's count started over; nothing lost.)
+std::uint64_t lost_before(const bridge_status& st, const bridge_status::source_id& src, bool known, std::uint64_t expect, std::uint64_t seq) {
+  if (known && expect != 0 && src.next_ordinal != 0) {
+    const std::uint64_t ordinal = src.next_ordinal - 1;  // expect: the ordinal the source's next message should carry
+    return ordinal > expect ? ordinal - expect : 0;
+  }
+  const std::uint64_t seen = st.last_stream_seq();
+  return seq > seen + 1 ? seq - seen - 1 : 0;
 }
 
 }  // namespace
@@ -482,11 +504,6 @@ int run_import(import_args a) {
         pull.delivered = cseq;
         seq = meta->Sequence.Stream;
         if (meta->NumDelivered > 1) st->add(bridge_counter::redeliveries);
-        // Gone from the stream before this import fetched them (discard old,
-        // max age): the sequences skipped above the highest one seen.
-        const std::uint64_t seen = st->last_stream_seq();
-        if (seq > seen + 1) st->add(bridge_counter::remote_drops, seq - seen - 1);
-        if (seq > seen) st->set_last_stream_seq(seq);
         jsMsgMetaData_Destroy(meta);
       }
       if (refused) {
@@ -495,9 +512,15 @@ int run_import(import_args a) {
         continue;
       }
       const bridge_status::source_id src = source_of(m);
-      std::uint64_t done_pos = 0;
-      if ((seq != 0 && seq <= st->posted_seq()) || (src.box != 0 && st->cursor(src.box, src.lane, done_pos) && src.position <= done_pos)) {
-        natsMsg_Ack(m, nullptr);  // posted before (by a killed import, or republished by an export): not again
+      std::uint64_t done_pos = 0, expect = 0;
+      const bool known = src.box != 0 && st->cursor(src.box, src.lane, done_pos, expect);
+      bridge_status::post_intent intent{src, seq, 0, producer.stored, producer.refused, st->get(bridge_counter::imported),
+                                        st->get(bridge_counter::remote_drops), lost_before(*st, src, known, expect, seq)};
+      if ((seq != 0 && seq <= st->posted_seq()) || (known && src.position <= done_pos)) {
+        // Posted before (by a killed import, or republished by an export): not again.
+        st->begin_post(intent);
+        st->finish(intent, false);
+        natsMsg_Ack(m, nullptr);
         st->add(bridge_counter::duplicates);
         continue;
       }
@@ -509,11 +532,8 @@ int run_import(import_args a) {
         if (end != lane && *end == '\0' && v < box->lane_count()) po.lane = static_cast<std::uint32_t>(v);
       }
       const auto size = static_cast<std::size_t>(natsMsg_GetDataLength(m));
-      const auto done = [&] {  // the message is done with: never posted again
-        st->advance(src);
-        if (seq != 0) st->set_posted_seq(seq);
-      };
-      st->begin_post({src, seq, po.lane.value_or(box->default_lane()), producer.stored, producer.refused, st->get(bridge_counter::imported)});
+      intent.lane = po.lane.value_or(box->default_lane());
+      st->begin_post(intent);
       crash_point("import.after_intent");
       const shmbox::post_status ps = producer.post(natsMsg_GetData(m), size, po);
       crash_point("import.after_post");
@@ -522,9 +542,7 @@ int run_import(import_args a) {
         case shmbox::post_status::stored_evicted:
         case shmbox::post_status::dropped:
         case shmbox::post_status::too_large:
-          if (ps != shmbox::post_status::too_large) st->add(bridge_counter::imported);  // before the cursor: see begin_post
-          done();
-          st->end_post();
+          st->finish(intent, ps != shmbox::post_status::too_large);  // done with: never posted again
           crash_point("import.before_ack");
           if (ps == shmbox::post_status::too_large) {
             std::cerr << "shmbox-bridge: a message of " << size << " bytes is larger than box '" << a.into << "' takes ("

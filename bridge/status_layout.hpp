@@ -22,18 +22,38 @@
 //     1080   256  last_error       display only: the last error the bridge met, NUL-padded
 //     1336   256  import_record    import only: what makes its posts exactly once across its crashes
 //                                  (bridge_import_record below); zero for an export
-//     1592  1536  cursors[64]      import only: per source (box id, lane) the highest position posted
-//     3128        (size)
+//     1592  2048  cursors[64]      import only: per source (box id, lane) the highest position posted
+//                                  and the ordinal expected next (bridge_cursor)
+//     3640   256  export_record    export only: per lane of the box the ordinal of the next message,
+//                                  and a commit in flight (bridge_export_record below)
+//     3896        (size)
 //
-// Import record: before each post the import writes the intent (source id,
-// its producer entry's counts before the post) and then `posting` = 1
-// (release); after the post, the source's cursor and then `posting` = 0.
-// A restarted import that finds `posting` = 1 takes the dead import's
-// producer entry back (Producer::adopt, which finishes the dead post) and
-// compares the counts: risen means that message is in the box (or counted
-// abandoned there), so its cursor moves past it. Everything here is read as
-// untrusted (anyone who may write the box may write this segment): it can
-// cost the box's own messages (a forged cursor skips them), nothing else.
+// Import record: before each post (and before a duplicate is acked) the
+// import writes the intent (source id and ordinal, its producer entry's
+// counts before the post, remote_drops before it and the gap its ordinal or
+// stream sequence shows, done = 0) and then `posting` = 1 (release). Once
+// the message is done with: `done` = 1, then imported and remote_drops, the
+// source's cursor, the sequences, and `posting` = 0. A restarted import that
+// finds `posting` = 1 takes the dead import's producer entry back
+// (Producer::adopt, which finishes the dead post) and compares the counts:
+// risen (or `done`) means that message is done with, so it finishes those
+// steps, adding to a counter only if it still holds its value from before
+// (the dead import had not added yet): imported and remote_drops count it
+// once. Everything here is read as untrusted (anyone who may write the box
+// may write this segment): it can cost the box's own messages (a forged
+// cursor skips them) and the truth of its counters, nothing else.
+//
+// Export record: each message the export publishes carries Shmbox-Ordinal,
+// the number of messages of its lane the box delivered to exports before it
+// (ordinals of a lane rise by one, republishes keep theirs), so that the
+// import counts exactly what never reached it (remote_drops: a gap in a
+// source lane's ordinals). `sent[lane]` is that count. A commit writes, per
+// lane in the batch, `after` (sent once committed) and then `pending` = the
+// batch's first position of that lane + 1 (release); commits in the box;
+// then sent = after, pending = 0. An export that finds `pending` (its
+// predecessor died around a commit) looks at the lane's first message it
+// reads: the same position again (redelivered) means not committed (sent
+// stays), a later one means committed (sent = after).
 //
 // Rule: bump kBridgeStatusVersion on every incompatible change (a field
 // moved, resized or given another meaning); a bridge that finds another
@@ -49,16 +69,18 @@
 namespace shmbox_cli {
 
 inline constexpr std::uint64_t kBridgeStatusMagic = 0x0145'4744'4952'4253ULL;  // "SBRIDGE\x01"
-inline constexpr std::uint32_t kBridgeStatusVersion = 2;  // 2: state, last error
+inline constexpr std::uint32_t kBridgeStatusVersion = 3;  // 2: state, last error; 3: ordinals
 inline constexpr std::uint32_t kBridgeStatusCounterSlots = 32;
 
 inline constexpr std::uint32_t kBridgeCursors = 64;
+inline constexpr std::uint32_t kBridgeLanes = 8;  // shmbox::kMaxLanes (static_assert in bridge_status.cpp)
 
 // One source lane's cursor: the highest position of (box_id, lane) the import posted.
 struct bridge_cursor {
   std::atomic<std::uint64_t> box_id;  // the source box's id (message_id's box); 0: a free entry
   std::atomic<std::uint64_t> lane;
   std::atomic<std::uint64_t> position;
+  std::atomic<std::uint64_t> next_ordinal;  // the ordinal of the last one posted + 1 (0: none known)
 };
 
 struct bridge_import_record {
@@ -75,7 +97,18 @@ struct bridge_import_record {
   std::atomic<std::uint64_t> posted_seq;     // the highest stream sequence done with (posted, dropped or terminated)
   std::atomic<std::uint64_t> stream_seq;     // the stream sequence of the post in flight
   std::atomic<std::uint64_t> imported_before;  // the imported counter before it (counted once: the repairer's rule)
-  std::atomic<std::uint64_t> reserved[17];
+  std::atomic<std::uint64_t> src_ordinal;    // its source ordinal (Shmbox-Ordinal) + 1 (0: none)
+  std::atomic<std::uint64_t> drops_before;   // the remote_drops counter before it
+  std::atomic<std::uint64_t> gap;            // the messages lost before it (counted in remote_drops once it is done with)
+  std::atomic<std::uint64_t> done;           // 1: the message is done with (posted, dropped, terminated) or a duplicate
+  std::atomic<std::uint64_t> reserved[13];
+};
+
+struct bridge_export_record {
+  std::atomic<std::uint64_t> sent[kBridgeLanes];     // per lane: the ordinal of its next message
+  std::atomic<std::uint64_t> after[kBridgeLanes];    // per lane: `sent` once the commit in flight is done
+  std::atomic<std::uint64_t> pending[kBridgeLanes];  // per lane: first position of the commit in flight + 1 (0: none)
+  std::atomic<std::uint64_t> reserved[8];
 };
 
 // Written by one working bridge at a time; the strings are display only (a
@@ -98,6 +131,7 @@ struct bridge_status_segment {
   char last_error[256];                                        // the last error met (display only)
   bridge_import_record import_record;                          // import only
   bridge_cursor cursors[kBridgeCursors];                       // import only
+  bridge_export_record export_record;                          // export only
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free);
@@ -117,10 +151,12 @@ static_assert(offsetof(bridge_status_segment, state_unix_ns) == 1064);
 static_assert(offsetof(bridge_status_segment, error_unix_ns) == 1072);
 static_assert(offsetof(bridge_status_segment, last_error) == 1080);
 static_assert(sizeof(bridge_import_record) == 256);
-static_assert(sizeof(bridge_cursor) == 24);
+static_assert(sizeof(bridge_cursor) == 32);
+static_assert(sizeof(bridge_export_record) == 256);
 static_assert(offsetof(bridge_status_segment, import_record) == 1336);
 static_assert(offsetof(bridge_status_segment, cursors) == 1592);
-static_assert(sizeof(bridge_status_segment) == 3128);
+static_assert(offsetof(bridge_status_segment, export_record) == 3640);
+static_assert(sizeof(bridge_status_segment) == 3896);
 static_assert(alignof(bridge_status_segment) == 8);
 
 }  // namespace shmbox_cli

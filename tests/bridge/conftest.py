@@ -710,9 +710,9 @@ class Harness:
     def bridge(self, *args, name="bridge"):
         return self.proc([need(BRIDGE, "shmbox-bridge"), *args], name)
 
-    def export(self, box, server, stream, subject, *extra, expect="ready export", timeout=20.0):
-        p = self.bridge("export", box, "--nats", server.url, "--stream", stream, "--subject", subject, *extra,
-                        name="export")
+    def export(self, box, server, stream, subject, *extra, expect="ready export", timeout=20.0, env=None):
+        p = self.proc([need(BRIDGE, "shmbox-bridge"), "export", box, "--nats", server.url, "--stream", stream,
+                       "--subject", subject, *extra], "export", env)
         if expect:
             line = p.expect(expect, timeout)
             p.ready_line = line

@@ -189,6 +189,7 @@ def test_exported_headers_and_lane_mapping(h):
         assert headers.get("Shmbox-Box") == a, f"seq {seq}: headers {headers}"
         assert pseq > last.get(lane, -1), f"seq {seq}: {data!r} after seq {last[lane]} of its lane"
         last[lane] = pseq
+    assert_ordinals([h for h, _ in msgs], "stream contents")
     assert len(ids) == 100, f"{100 - len(ids)} message ids used twice"
     assert len({i.split("-")[0] for i in ids}) == 1, "one box id for every message of A"
     # Into a box of 2 lanes (0 and 1, default 1): lane 0 stays 0, lane 1 stays 1, lane 2 -> 1.
@@ -199,6 +200,21 @@ def test_exported_headers_and_lane_mapping(h):
     compare(stored, [m[0] for m in got], "owner of C")
     wrong = [(m[0], m[1]) for m in got if m[1] != min(parse_payload(m[0])[1], 1)]
     assert not wrong, f"lane mapping into a 2-lane box: {wrong[:5]}"
+
+
+def assert_ordinals(headers, what):
+    """Each lane's Shmbox-Ordinal headers, in stream order and once per message id, are 0, 1, 2, ...:
+    the count of the lane's messages the box delivered before it (what the import counts losses by)."""
+    expect, seen = {}, set()
+    for k, hd in enumerate(headers):
+        msg_id = hd.get("Nats-Msg-Id", "")
+        if msg_id in seen:
+            continue
+        seen.add(msg_id)
+        lane = msg_id.split("-")[1]
+        assert hd.get("Shmbox-Ordinal") == str(expect.get(lane, 0)), \
+            f"{what}: message {k} ({msg_id}) of lane {lane} has ordinal {hd.get('Shmbox-Ordinal')!r}, expected {expect.get(lane, 0)}"
+        expect[lane] = expect.get(lane, 0) + 1
 
 
 def test_bridges_stop_cleanly_on_sigterm(transfer):
@@ -386,6 +402,44 @@ def test_import_killed_at_each_crash_point_exactly_once_in_order(h, point, reten
     if point in ("import.after_post", "import.before_ack"):
         assert i["duplicates"] >= 1, f"the posted, unacked message came back and was recognised: {i}"
     print(f"{point}: import counters {i}")
+
+
+@pytest.mark.parametrize("point", ["export.before_commit", "export.after_commit"])
+def test_export_killed_around_its_commit_ordinals_stay_exact(h, point):
+    """The export killed (SHMBOX_BRIDGE_CRASH) between JetStream's acknowledgement and the box's commit,
+    and right after the commit, twice, then restarted: the box's messages reach B exactly once and in
+    order, each lane's ordinals in the stream stay 0, 1, 2, ... (a republish keeps its ordinal, a
+    commit the dead export made is not counted twice), so the import counts no loss."""
+    n = 600
+    server = h.server()
+    a = h.box("A", capacity=256, slot_size=128, lanes=3)
+    b = h.box("B", capacity=4096, slot_size=128, lanes=3)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])  # limits retention: the stream keeps every message to look at
+    h.import_(b, server, stream, "dx")
+    producer = h.producer(a, "x")
+    post(producer, n // 2, -1, pace_us=300)
+    post(producer, n // 2, 0, pace_us=300)
+    for at in (2, 4):
+        e = h.export(a, server, stream, subject, env=dict(os.environ, SHMBOX_BRIDGE_CRASH=f"{point}:{at}"))
+        code, _ = e.wait(60)
+        assert code == -signal.SIGKILL, f"killed at {point}: {e.describe()}"
+    h.export(a, server, stream, subject)
+    posted(producer)
+    posted(producer)
+    stored = report(producer)["stored"]
+    assert len(stored) == n
+    got = [m[0] for m in drain(h.receiver(b, n, timeout=40))["messages"]]
+    compare(stored, got, f"owner of B after the export was killed at {point}")
+    in_order(got, f"owner of B after the export was killed at {point}")
+    i = counters_of(b, "import")
+    assert i["imported"] == n and i["remote_drops"] == 0, f"import counters {i}"
+    with server.client() as nc:
+        last = nc.stream_info(stream)["state"]["last_seq"]
+        msgs = [nc.stream_msg(stream, seq) for seq in range(1, last + 1)]
+    assert None not in msgs and last == n, f"the stream holds {last} messages for {n} (Nats-Msg-Id dedupe)"
+    assert_ordinals([hd for hd, _ in msgs], f"stream after the export was killed at {point}")
 
 
 # ---------------------------------------------------------------------------

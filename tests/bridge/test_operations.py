@@ -76,6 +76,47 @@ def test_memory_server_restart_stream_and_durable_made_again_flow_resumes(h):
     assert counters_of(a, "export")["reconnects"] == 1 and counters_of(b, "import")["reconnects"] == 1
 
 
+def test_memory_server_restart_loss_of_what_the_stream_held_counted_exactly(h):
+    """A memory-storage server dies holding messages the import had not fetched (it was stopped):
+    they are lost with the stream. The import counts them exactly in remote_drops (the gap in the
+    source lane's ordinals once messages flow again), so that the identity of docs/bridge.md holds:
+    what A's export committed = what B got + remote_drops."""
+    server = h.server()
+    a = h.box("A", capacity=1024, slot_size=128)
+    b = h.box("B", capacity=4096, slot_size=128)
+    stream, subject = h.stream_name(), h.subject()
+    h.export(a, server, stream, subject, "--create-stream", "--storage", "memory")
+    imp = h.import_(b, server, stream, "dl")
+    producer = h.producer(a, "l")
+    post(producer, 200)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 200, "the first 200 imported")
+    imp.signal(signal.SIGSTOP)
+    post(producer, 300)
+    posted(producer)
+    wait_counter(a, "export", lambda c: c["acked"] == 500, "the next 300 in the stream")
+    server.stop(signal.SIGKILL)  # the 300 die with the memory stream
+    server.start()
+    imp.signal(signal.SIGCONT)
+    post(producer, 200)
+    posted(producer)
+    stored = report(producer)["stored"]
+    assert len(stored) == 700
+    wait_counter(a, "export", lambda c: c["acked"] == 700 and c["stream_recreated"] == 1, "the last 200 in the new stream", timeout=30)
+    wait_counter(b, "import", lambda c: c["imported"] + c["remote_drops"] == 700, "the import caught up", timeout=40)
+    got = [m[0] for m in drain(h.receiver(b, 400, timeout=20, linger=1.0))["messages"]]
+    i = counters_of(b, "import")
+    assert i["imported"] == len(got) and i["duplicates"] == 0, f"import counters {i} for {len(got)} received"
+    lost = [m for m in stored if m not in set(got)]
+    assert len(lost) >= 1, "the server died holding messages the import had not taken"
+    assert i["remote_drops"] == len(lost), f"remote_drops {i['remote_drops']} for {len(lost)} lost ({i})"
+    # What B got is what A sent, minus one run of the lost (the stream's unfetched tail), in order.
+    compare([m for m in stored if m not in set(lost)], got, "owner of B across a memory server's restart")
+    first = stored.index(lost[0])
+    assert lost == stored[first:first + len(lost)], "the lost messages are one run of what A sent"
+    print(f"lost with the memory stream: {len(lost)}; import counters {i}")
+
+
 def test_stream_deleted_export_without_create_stream_and_import_exit_1(h):
     server = h.server()
     a = h.box("A", capacity=64, slot_size=64)
@@ -486,6 +527,9 @@ def test_creds_file_operator_mode(h):
 # and cursors as untrusted; they can cost the box's own messages, nothing else.
 
 
+STATUS_SIZE = 3896  # bridge/status_layout.hpp
+
+
 def test_import_with_forged_status_record_starts_and_stays_in_bounds(h):
     server = h.server()
     b = h.box("B", capacity=64, slot_size=64, mode=0o666)
@@ -498,8 +542,8 @@ def test_import_with_forged_status_record_starts_and_stays_in_bounds(h):
     path = f"/dev/shm/shmbox-bridge.{b}.import"
     rng = __import__("random").Random(32)
     with open(path, "r+b") as f:
-        f.seek(1056)  # state, last error, the import record and the cursors: random bytes
-        f.write(bytes(rng.getrandbits(8) for _ in range(3128 - 1056)))
+        f.seek(1056)  # state, last error, the import record, the cursors (and the export record): random bytes
+        f.write(bytes(rng.getrandbits(8) for _ in range(STATUS_SIZE - 1056)))
     st = stat(b)  # the CLI shows it, bounded (a state out of range, a last error without a NUL)
     entry = next(x for x in st["bridges"] if x["role"] == "import")
     assert entry["state"] in ("starting", "stopped") and len(entry["last_error"] or "") <= 255, entry
@@ -510,3 +554,31 @@ def test_import_with_forged_status_record_starts_and_stays_in_bounds(h):
     wait_counter(b, "import", lambda c: c["imported"] + c["duplicates"] >= 10, "the 10 handled (posted, or skipped by a forged cursor)")
     assert imp.alive(), imp.describe()
     assert len(stat(b)["producers"]) <= 2, "no producer entry beyond its own taken on the forged record's word"
+
+
+def test_export_with_forged_ordinals_still_delivers_everything(h):
+    """The export record (each lane's ordinal and a commit in flight) overwritten with random bytes by
+    anyone who may write the 0666 box: the export starts, every message still reaches B exactly once
+    and in order; what the forgery costs is the truth of the ordinals (the import's remote_drops)."""
+    server = h.server()
+    a = h.box("A", capacity=64, slot_size=64, mode=0o666, lanes=3)
+    b = h.box("B", capacity=512, slot_size=64, lanes=3)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, server, stream, subject, "--create-stream")
+    exp.signal(signal.SIGTERM)
+    assert exp.wait(20)[0] == 0
+    rng = __import__("random").Random(33)
+    with open(f"/dev/shm/shmbox-bridge.{a}.export", "r+b") as f:
+        f.seek(1056)
+        f.write(bytes(rng.getrandbits(8) for _ in range(STATUS_SIZE - 1056)))
+    exp = h.export(a, server, stream, subject, "--create-stream")
+    h.import_(b, server, stream, "dg")
+    producer = h.producer(a, "g")
+    post(producer, 100, -1)
+    post(producer, 100, 0)
+    posted(producer)
+    posted(producer)
+    stored = report(producer)["stored"]
+    got = [m[0] for m in drain(h.receiver(b, 200, timeout=30))["messages"]]
+    compare(stored, got, "owner of B behind an export with a forged status segment")
+    assert exp.alive(), exp.describe()
