@@ -364,6 +364,7 @@ def import_kill_scenario(h, kill, ack_wait="30000", retention="workqueue"):
     i = counters_of(b, "import")
     assert i["imported"] == n, f"import counters {i}"
     assert i["uncertain_posts"] == 0, f"import counters {i}"
+    assert i["remote_drops"] == 0, f"nothing was lost, nothing counted lost: import counters {i}"
     return i
 
 

@@ -117,6 +117,39 @@ def test_memory_server_restart_loss_of_what_the_stream_held_counted_exactly(h):
     print(f"lost with the memory stream: {len(lost)}; import counters {i}")
 
 
+@pytest.mark.parametrize("point", ["import.after_fetch", "import.after_intent", "import.after_post", "import.before_ack"])
+def test_loss_counted_once_when_the_import_dies_at_the_message_after_the_gap(h, point):
+    """200 of a source lane's messages discarded by the stream (discard old) while no import ran; the
+    next import dies at `point` handling the first message after the gap; the one after it counts the
+    gap exactly once (the count rides in the post's intent: finished by whoever completes the post)."""
+    server = h.server()
+    a = h.box("A", capacity=512, slot_size=64)
+    b = h.box("B", capacity=1024, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    with server.client() as nc:
+        nc.stream_create(stream, [subject], max_msgs=100, discard="old")
+    h.export(a, server, stream, subject)
+    imp = h.import_(b, server, stream, "dg")
+    producer = h.producer(a, "g")
+    post(producer, 50)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 50, "the first 50 imported")
+    imp.signal(signal.SIGTERM)
+    assert imp.wait(20)[0] == 0
+    post(producer, 300)
+    posted(producer)
+    wait_counter(a, "export", lambda c: c["acked"] == 350, "all 350 in the stream (it keeps the last 100)")
+    imp = h.import_(b, server, stream, "dg", env=dict(os.environ, SHMBOX_BRIDGE_CRASH=f"{point}:1"), expect=None)
+    imp.expect("ready import", 20)
+    assert imp.wait(30)[0] == -signal.SIGKILL, f"killed at {point}: {imp.describe()}"
+    h.import_(b, server, stream, "dg")
+    i = wait_counter(b, "import", lambda c: c["imported"] == 150, "the 100 the stream kept imported")
+    assert i["remote_drops"] == 200, f"the 200 discarded, counted once: {i}"
+    got = [m[0] for m in drain(h.receiver(b, 150, timeout=20))["messages"]]
+    stored = report(producer)["stored"]
+    compare(stored[:50] + stored[250:], got, f"owner of B, the import killed at {point}")
+
+
 def test_stream_deleted_export_without_create_stream_and_import_exit_1(h):
     server = h.server()
     a = h.box("A", capacity=64, slot_size=64)
