@@ -194,7 +194,7 @@ namespace {
 extern "C" void on_disconnected(natsConnection*, void* closure) {
   auto* e = static_cast<link_events*>(closure);
   std::lock_guard<std::mutex> g(e->mu);
-  if (e->closed || g_stop.load()) return;
+  if (e->closed || e->quiet || g_stop.load()) return;
   report_state(*e->status, bridge_state::reconnecting, "disconnected from NATS at '" + e->shown + "'; reconnecting");
 }
 
@@ -203,7 +203,7 @@ extern "C" void on_reconnected(natsConnection* nc, void* closure) {
   char url[256] = {};
   (void)natsConnection_GetConnectedUrl(nc, url, sizeof url);
   std::lock_guard<std::mutex> g(e->mu);
-  if (e->closed) return;
+  if (e->closed || e->quiet) return;
   e->status->add(bridge_counter::reconnects);
   report_state(*e->status, bridge_state::connected, "reconnected to NATS at '" + shmbox_cli::without_credentials(url) + "'");
 }
@@ -211,7 +211,7 @@ extern "C" void on_reconnected(natsConnection* nc, void* closure) {
 extern "C" void on_async_error(natsConnection*, natsSubscription*, natsStatus err, void* closure) {
   auto* e = static_cast<link_events*>(closure);
   std::lock_guard<std::mutex> g(e->mu);
-  if (!e->closed) report_error(*e->status, std::string("NATS: ") + natsStatus_GetText(err), false);
+  if (!e->closed && !e->quiet) report_error(*e->status, std::string("NATS: ") + natsStatus_GetText(err), false);
 }
 
 // 100 ms, doubling per pass over the server list, at most 2 s, plus up to 100 ms of jitter.
@@ -325,7 +325,8 @@ bool connect(nats_link& l, const common_args& a, bridge_status& st, jsOptions* j
   if (s == NATS_OK) s = natsOptions_SetReconnectedCB(l.opts, on_reconnected, l.events);
   if (s == NATS_OK) s = natsOptions_SetErrorHandler(l.opts, on_async_error, l.events);
   // nats.c's flusher writes at most every millisecond; the import's fetch
-  // requests and acks go out at once instead (a millisecond of latency less).
+  // requests go out at once instead (a millisecond of latency less; its acks
+  // take a second connection, written by the flusher: bridge/import.cpp).
   if (s == NATS_OK && send_asap) s = natsOptions_SetSendAsap(l.opts, true);
   if (s != NATS_OK) {
     error = "bad NATS options for '" + l.shown + "': " + what + ": " + nats_error(s) + " (a URL looks like nats://host:4222)";

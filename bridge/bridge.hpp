@@ -52,6 +52,7 @@ struct link_events {
   bool closed = false;
   bridge_status* status = nullptr;  // where the callbacks write the state
   std::string shown;                // the URL(s) without credentials
+  bool quiet = false;               // a helper connection (the import's acks): the main one reports
 };
 
 // A NATS connection with its JetStream context; once up it reconnects for

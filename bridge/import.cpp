@@ -82,11 +82,19 @@ struct puller {
   // died): JetStream would hand them out again after the ack wait, behind
   // newer messages.
   std::uint64_t delivered = 0;
+  natsConnection* acks = nullptr;  // the connection acks go on (run_import's second one)
+
+  // Acks `m` on the acks connection (the main one if that is down: a lost
+  // ack only brings the message back, as a duplicate).
+  void ack(natsMsg* m) const {
+    const char* reply = natsMsg_GetReply(m);
+    if (acks == nullptr || reply == nullptr || natsConnection_PublishString(acks, reply, "+ACK") != NATS_OK) natsMsg_Ack(m, nullptr);
+  }
 
   // Deliveries were lost on the way: the durable again from its first
   // unacknowledged sequence (subscribe), so they come back first, in order.
   bool resync() {
-    (void)natsConnection_FlushTimeout(link.nc, 2000);  // our acks first: fewer to deliver again
+    if (acks != nullptr) (void)natsConnection_FlushTimeout(acks, 2000);  // our acks first: fewer to deliver again
     if (sub != nullptr) natsSubscription_Destroy(sub);
     sub = nullptr;
     st.add(bridge_counter::resyncs);
@@ -440,6 +448,12 @@ int run_import(import_args a) {
   if (!producer.start(error)) return stop(*st, die(error));
   nats_link link;
   if (!connect(link, a, *st, nullptr, true, error)) return stop(*st, die(error));
+  // Acks go on a second connection that nats.c's flusher writes in batches
+  // (at most a millisecond late; one socket write for many acks, instead of
+  // one each on the send-at-once connection that keeps fetches prompt).
+  nats_link acks;
+  acks.events->quiet = true;
+  if (!connect(acks, a, *st, nullptr, false, error)) return stop(*st, die(error));
 
   jsStreamInfo* si = nullptr;
   jsErrCode jerr = static_cast<jsErrCode>(0);
@@ -450,6 +464,7 @@ int run_import(import_args a) {
     if (si->Config != nullptr && si->Config->SubjectsLen == 1) a.subject = si->Config->Subjects[0];
   }
   puller pull(a, link, *st);
+  pull.acks = acks.nc;
   pull.interest = si->Config != nullptr && si->Config->Retention == js_InterestPolicy;
   pull.workqueue = si->Config != nullptr && si->Config->Retention == js_WorkQueuePolicy;
   jsStreamInfo_Destroy(si);
@@ -520,7 +535,7 @@ int run_import(import_args a) {
         // Posted before (by a killed import, or republished by an export): not again.
         st->begin_post(intent);
         st->finish(intent, false);
-        natsMsg_Ack(m, nullptr);
+        pull.ack(m);
         st->add(bridge_counter::duplicates);
         continue;
       }
@@ -551,7 +566,7 @@ int run_import(import_args a) {
             st->add(bridge_counter::local_drops);
             break;
           }
-          natsMsg_Ack(m, nullptr);
+          pull.ack(m);
           if (ps == shmbox::post_status::dropped) st->add(bridge_counter::local_drops);
           if (ps == shmbox::post_status::stored_evicted) st->add(bridge_counter::local_drops, producer.p->last_evicted());
           break;
