@@ -12,6 +12,11 @@
 //    its producer entry's counts before it); a restarted import takes the
 //    dead one's entry back (Producer::adopt, which finishes that post) and
 //    learns from the counts whether it landed;
+//  * every loss is counted once (remote_drops): a gap in a source lane's
+//    ordinals (Shmbox-Ordinal, set by the export), or for a source's first
+//    message a gap in the stream sequence; the count rides in the intent
+//    and is added by whoever finishes the post (bridge_status::finish);
+//  * acks go on a second connection, written in batches by nats.c;
 //  * messages a killed import fetched and never acked would come back only
 //    after --ack-wait, behind newer ones: a restarted import makes the
 //    durable again from the first unacknowledged sequence, so they come
