@@ -49,7 +49,9 @@
  *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
  *
  * ABI: every function is exported with the symbol version SHMBOX_0.1
- * (lib/shmbox.map); the soname policy is in README.md ("The C API").
+ * (lib/shmbox.map), except those marked (SHMBOX_0.2), added later: a
+ * program that uses one fails to load on an older library, at start. The
+ * soname policy is in README.md ("The C API").
  */
 #ifndef SHMBOX_SHMBOX_H
 #define SHMBOX_SHMBOX_H
@@ -123,6 +125,32 @@ SHMBOX_C_API int shmbox_last_error(void);
 #define SHMBOX_BOX_TIMEOUT INT64_MIN
 /* "Unset" for the int32 option fields below that say so (lane, overflow). */
 #define SHMBOX_DEFAULT (-1)
+
+/* A message's id (shmbox::message_id): the box's id (random, fixed when the
+ * box is made), the lane, and the lane position its post claimed (the claim
+ * order across all producers; a lifo lane's: its stamp). A message
+ * redelivered after its owner died keeps its id, so it is a deduplication
+ * key and a trace handle. `position` SHMBOX_NO_POSITION: no id (a message
+ * an owner parked in the stash). A plain value: no struct_size. */
+#define SHMBOX_NO_POSITION UINT64_MAX
+typedef struct shmbox_message_id {
+  uint64_t box;
+  uint64_t position;
+  uint32_t lane;
+  uint32_t reserved; /* 0 */
+} shmbox_message_id;
+
+/* The room shmbox_message_id_format needs at most (with the NUL). */
+#define SHMBOX_MESSAGE_ID_MAX 64
+/* Writes the id as "BOXID-LANE-POSITION" (16 hex digits, then decimals:
+ * "9f3c0a1b2c3d4e5f-1-42", the form the CLI and the NATS bridge show) into
+ * buf, NUL-terminated: SHMBOX_OK, or SHMBOX_E_INVALID_ARGUMENT (NULL, `cap`
+ * too small, or an id without a position; buf then gets "" if cap > 0).
+ * (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_message_id_format(const shmbox_message_id* id, char* buf, size_t cap);
+/* Reads that form back into *out: SHMBOX_OK, or SHMBOX_E_INVALID_ARGUMENT
+ * for anything else (out untouched). (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_message_id_parse(const char* text, shmbox_message_id* out);
 
 /* ---- Boxes -------------------------------------------------------------- */
 
@@ -323,6 +351,25 @@ SHMBOX_C_API int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_l
  * only when the box could not be looked at (not found, permission). */
 SHMBOX_C_API int shmbox_verify(const char* name, void (*fn)(void* ctx, const char* problem), void* ctx, int* ok);
 
+/* A message shmbox_peek shows (shmbox::peeked_message). The library sets
+ * struct_size to its own size: read only the fields your header has.
+ * (SHMBOX_0.2) */
+typedef struct shmbox_peek_info {
+  uint32_t struct_size;
+  uint32_t lane;
+  shmbox_message_id id;  /* the id its owner will receive it with (position SHMBOX_NO_POSITION: parked in the stash) */
+  const char* stash;     /* "" in its lane; in the owner's stash (listed first): "parked", "unstashed", "reading";
+                            a priority box's ordered store: "sorted"; a custom buffer's store: "buffered" */
+} shmbox_peek_info;
+/* Calls fn(ctx, data, size, info) for each of up to `max` messages the box
+ * holds, in delivery order, without taking them: anyone who may read the
+ * box may peek, owner or not (a snapshot of a moving box: a message taken
+ * meanwhile is left out). The pointers are valid during the call only.
+ * *count (may be NULL) gets how many. (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_peek(const shmbox_box* b, size_t max,
+                             void (*fn)(void* ctx, const void* data, size_t size, const shmbox_peek_info* info), void* ctx,
+                             size_t* count);
+
 /* ---- Producers ---------------------------------------------------------- */
 
 /* Outcome of one post (shmbox::post_status). */
@@ -335,6 +382,12 @@ enum shmbox_post_status {
   SHMBOX_POST_TOO_LARGE = 5,  /* larger than the slot size, counted */
   SHMBOX_POST_ERROR = 6       /* see shmbox_producer_last_error */
 };
+
+/* The status's name, as the C++ API's to_string says it: "stored",
+ * "stored-evicted", "dropped", "full", "timeout", "too-large", "error";
+ * "unknown" for a value that is none of them. Static, never NULL.
+ * (SHMBOX_0.2) */
+SHMBOX_C_API const char* shmbox_post_status_string(int status);
 
 /* Where one post goes and how long it may wait (shmbox::post_options). */
 typedef struct shmbox_post_options {
@@ -406,11 +459,28 @@ enum shmbox_recv_status {
   SHMBOX_RECV_ERROR = 4       /* see shmbox_owner_last_error */
 };
 
+/* The status's name, as the C++ API's to_string says it: "ok", "empty",
+ * "timeout", "not-owner", "error";
+ * "unknown" for another value. Static, never NULL. (SHMBOX_0.2) */
+SHMBOX_C_API const char* shmbox_recv_status_string(int status);
+
 /* What comes with a received message besides its bytes. */
 typedef struct shmbox_msg_info {
   uint32_t lane;
   int32_t redelivered;  /* a previous owner read it and died before committing */
 } shmbox_msg_info;
+
+/* What comes with a received message, extensible (struct_size first; set
+ * it, or call shmbox_msg_meta_init). (SHMBOX_0.2) */
+typedef struct shmbox_msg_meta {
+  uint32_t struct_size;
+  uint32_t lane;
+  int32_t redelivered;  /* a previous owner read it and died before committing */
+  int32_t reserved;
+  int64_t priority;     /* its priority in a priority box; 0 otherwise */
+  shmbox_message_id id;
+} shmbox_msg_meta;
+SHMBOX_C_API void shmbox_msg_meta_init(shmbox_msg_meta* meta);
 
 /* Takes ownership of box `name` (SHMBOX_E_NOT_OWNER when another live
  * process owns it; a dead owner's box is taken over with its messages). */
@@ -428,6 +498,11 @@ SHMBOX_C_API int shmbox_receive(shmbox_owner* o, void* buf, size_t cap, size_t* 
                                 int64_t timeout_ns);
 /* The same without waiting: SHMBOX_RECV_EMPTY when nothing is there. */
 SHMBOX_C_API int shmbox_try_receive(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info);
+/* shmbox_receive with the message's id and priority: *meta (may be NULL;
+ * else its struct_size set) gets them. A timeout of 0 does not wait
+ * (SHMBOX_RECV_TIMEOUT when nothing is there). (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_receive_meta(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_meta* meta,
+                                     int64_t timeout_ns);
 /* Receives up to `max` messages (waiting up to timeout_ns for the first)
  * into the handle's batch: *count gets how many; read them with
  * shmbox_batch_message until the next receive, read, wait or deliver. */
@@ -435,6 +510,10 @@ SHMBOX_C_API int shmbox_receive_batch(shmbox_owner* o, size_t max, int64_t timeo
 /* Message i of the handle's batch: *data (in the handle, not the box) and *size. */
 SHMBOX_C_API int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, size_t* size,
                                       shmbox_msg_info* info);
+/* The same with the message's id and priority in *meta (may be NULL; else
+ * its struct_size set). (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_batch_message_meta(const shmbox_owner* o, size_t i, const void** data, size_t* size,
+                                           shmbox_msg_meta* meta);
 /* Messages in the handle's batch. */
 SHMBOX_C_API size_t shmbox_batch_size(const shmbox_owner* o);
 /* Zero-copy receive: calls fn(ctx, data, size, info) for each of up to `max`
@@ -484,6 +563,20 @@ SHMBOX_C_API void shmbox_owner_notify(shmbox_owner* o);
  * `filter` (NULL: all; it is called from shmbox_owner_wait with ctx) is made
  * as soon as data is there. */
 SHMBOX_C_API void shmbox_owner_active(shmbox_owner* o, shmbox_filter_fn filter, void* ctx, size_t max);
+
+/* How full the box is, for its owner (shmbox::usage_info; read without
+ * locks). (SHMBOX_0.2) */
+typedef struct shmbox_usage {
+  uint32_t struct_size;
+  uint32_t lanes;                            /* entries used below */
+  uint64_t depth[SHMBOX_MAX_LANES];          /* messages per lane */
+  uint32_t capacity[SHMBOX_MAX_LANES];       /* per lane */
+  uint64_t depth_total;
+  uint64_t capacity_total;
+  uint64_t dropped_since_delivery;           /* overflow drops since the last delivery (shmbox_owner_deliver, wait) */
+} shmbox_usage;
+/* Fills *out (set out->struct_size). (SHMBOX_0.2) */
+SHMBOX_C_API int shmbox_owner_usage(const shmbox_owner* o, shmbox_usage* out);
 
 /* What shmbox_owner_wait saw (shmbox::owner_event). */
 enum shmbox_event {

@@ -320,3 +320,26 @@ int shmbox_verify(const char* name, void (*fn)(void* ctx, const char* problem), 
     return SHMBOX_OK;
   });
 }
+
+int shmbox_peek(const shmbox_box* b, size_t max, void (*fn)(void* ctx, const void* data, size_t size, const shmbox_peek_info* info),
+                void* ctx, size_t* count) {
+  if (count != nullptr) *count = 0;
+  return guarded("shmbox_peek", [&]() -> int {
+    if (!live(b) || fn == nullptr) return bad("shmbox_peek", "box and fn must not be NULL (nor closed)");
+    const std::uint64_t box_id = b->box.id();
+    std::size_t n = 0;
+    for (const sb::peeked_message& m : sb::peek(b->box, max)) {
+      const bool parked = m.stash == "parked" || m.stash == "unstashed" ||
+                          (m.stash == "reading" && m.position == sb::kNoPosition);
+      shmbox_peek_info info{};
+      info.struct_size = sizeof info;
+      info.lane = m.lane;
+      info.id = to_c_id(sb::message_id{box_id, m.lane, parked ? sb::kNoPosition : m.position});
+      info.stash = m.stash.c_str();
+      ++n;
+      fn(ctx, m.data.data(), m.data.size(), &info);
+    }
+    if (count != nullptr) *count = n;
+    return SHMBOX_OK;
+  });
+}

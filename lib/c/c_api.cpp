@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -124,3 +125,50 @@ const char* shmbox_strerror(int code) {
 const char* shmbox_last_error_message(void) { return t_message; }
 
 int shmbox_last_error(void) { return t_code; }
+
+// ---- Status names, message ids (SHMBOX_0.2) ----------------------------------
+
+const char* shmbox_post_status_string(int status) {
+  if (status < SHMBOX_STORED || status > SHMBOX_POST_ERROR) return "unknown";
+  return sb::to_string(static_cast<sb::post_status>(status)).data();  // static, NUL-terminated literals
+}
+
+const char* shmbox_recv_status_string(int status) {
+  if (status < SHMBOX_RECV_OK || status > SHMBOX_RECV_ERROR) return "unknown";
+  return sb::to_string(static_cast<sb::recv_status>(status)).data();
+}
+
+int shmbox_message_id_format(const shmbox_message_id* id, char* buf, size_t cap) {
+  return guarded("shmbox_message_id_format", [&]() -> int {
+    if (buf != nullptr && cap > 0) buf[0] = '\0';
+    if (id == nullptr || buf == nullptr) return bad("shmbox_message_id_format", "id and buf must not be NULL");
+    if (id->position == SHMBOX_NO_POSITION)
+      return bad("shmbox_message_id_format", "the id has no position (a message parked in the stash has none)");
+    const std::string text = sb::to_string(sb::message_id{id->box, id->lane, id->position});
+    if (text.size() + 1 > cap)
+      return record(sb::errc::invalid_argument, "shmbox_message_id_format: the id takes " + std::to_string(text.size() + 1) +
+                                                    " bytes with its NUL, cap is " + std::to_string(cap) +
+                                                    " (SHMBOX_MESSAGE_ID_MAX is always enough)");
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return SHMBOX_OK;
+  });
+}
+
+int shmbox_message_id_parse(const char* text, shmbox_message_id* out) {
+  return guarded("shmbox_message_id_parse", [&]() -> int {
+    if (text == nullptr || out == nullptr) return bad("shmbox_message_id_parse", "text and out must not be NULL");
+    const std::optional<sb::message_id> id = sb::parse_message_id(text);
+    if (!id || !id->valid())
+      return record(sb::errc::invalid_argument, "shmbox_message_id_parse: '" + std::string(text).substr(0, 80) +
+                                                    "' is not a message id (BOXID-LANE-POSITION: 16 hex digits, then decimals)");
+    *out = to_c_id(*id);
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_msg_meta_init(shmbox_msg_meta* meta) {
+  if (meta == nullptr) return;
+  std::memset(meta, 0, sizeof *meta);
+  meta->struct_size = sizeof *meta;
+  meta->id.position = SHMBOX_NO_POSITION;
+}

@@ -195,6 +195,15 @@ inline std::chrono::nanoseconds to_ns(std::int64_t ns) noexcept {
   return ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(ns);
 }
 
+// A message id as C has it.
+inline shmbox_message_id to_c_id(const shmbox::message_id& id) noexcept {
+  shmbox_message_id c{};
+  c.box = id.box;
+  c.lane = id.lane;
+  c.position = id.position;
+  return c;
+}
+
 // ---- Helpers of more than one handle family (c_api.cpp) ----------------------
 
 // An Owner's last transfer (shmbox_box_info, shmbox_owner_transfer).

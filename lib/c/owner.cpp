@@ -102,8 +102,27 @@ struct copy_one {
   }
 };
 
-int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, std::chrono::nanoseconds t,
-                 const char* fn) {
+// A receive that also keeps the message's id and priority (receive_meta).
+struct copy_one_meta {
+  copy_one copy;
+  const shmbox::Owner* owner;
+  shmbox_msg_meta* meta;
+  void operator()(const sb::message_view& v) const noexcept {
+    copy(v);
+    if (meta != nullptr) {
+      shmbox_msg_meta m{};
+      m.struct_size = sizeof m;
+      m.lane = v.lane;
+      m.redelivered = v.redelivered ? 1 : 0;
+      m.priority = v.priority;
+      m.id = to_c_id(owner->id_of(v.lane, v.position));
+      (void)copy_out(meta, m);
+    }
+  }
+};
+
+template <class Copy>
+int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, std::chrono::nanoseconds t, const char* fn, Copy&& copy) {
   if (!live(o)) {
     bad(fn, "owner must not be NULL (nor closed)");
     return SHMBOX_RECV_ERROR;
@@ -119,8 +138,13 @@ int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_ms
   sb::receive_options ro;
   ro.max = 1;
   ro.timeout = t;
-  const sb::recv_status s = o->o->receive_in_place(copy_one{buf, size, info}, ro);  // one copy, as Owner::receive makes
+  const sb::recv_status s = o->o->receive_in_place(copy, ro);  // one copy, as Owner::receive makes
   return recv_result(o, s);
+}
+
+int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_info* info, std::chrono::nanoseconds t,
+                 const char* fn) {
+  return receive_copy(o, buf, cap, size, t, fn, copy_one{buf, size, info});
 }
 
 sb::receive_options recv_opts(std::size_t max, std::int64_t timeout_ns) noexcept {
@@ -195,6 +219,36 @@ int shmbox_batch_message(const shmbox_owner* o, size_t i, const void** data, siz
   *data = v.data();
   *size = v.size();
   if (info != nullptr) *info = {o->current->lane(i), o->current->redelivered(i) ? 1 : 0};
+  return SHMBOX_OK;
+}
+
+int shmbox_receive_meta(shmbox_owner* o, void* buf, size_t cap, size_t* size, shmbox_msg_meta* meta, int64_t timeout_ns) {
+  try {
+    if (meta != nullptr && meta->struct_size < sizeof(std::uint32_t)) {
+      if (live(o)) return owner_bad(o, "shmbox_receive_meta", "meta->struct_size is not set (shmbox_msg_meta_init sets it); nothing was taken");
+      bad("shmbox_receive_meta", "owner must not be NULL (nor closed)");
+      return SHMBOX_RECV_ERROR;
+    }
+    const sb::Owner* w = live(o) ? o->o : nullptr;
+    return receive_copy(o, buf, cap, size, to_ns(timeout_ns), "shmbox_receive_meta",
+                        copy_one_meta{copy_one{buf, size, nullptr}, w, meta});
+  } catch (...) {
+    record(sb::errc::system_error, "shmbox_receive_meta: out of memory");
+    return SHMBOX_RECV_ERROR;
+  }
+}
+
+int shmbox_batch_message_meta(const shmbox_owner* o, size_t i, const void** data, size_t* size, shmbox_msg_meta* meta) {
+  const int r = shmbox_batch_message(o, i, data, size, nullptr);
+  if (r != SHMBOX_OK || meta == nullptr) return r;
+  const sb::batch& b = *o->current;
+  shmbox_msg_meta m{};
+  m.struct_size = sizeof m;
+  m.lane = b.lane(i);
+  m.redelivered = b.redelivered(i) ? 1 : 0;
+  m.priority = b.priority(i);
+  m.id = to_c_id(o->o->id_of(b.lane(i), b.position(i)));
+  if (!copy_out(meta, m)) return bad("shmbox_batch_message_meta", "meta->struct_size is not set (shmbox_msg_meta_init sets it)");
   return SHMBOX_OK;
 }
 
@@ -391,4 +445,23 @@ int shmbox_owner_last_error(const shmbox_owner* o) {
   if (o->last != SHMBOX_OK) return o->last;
   const auto ec = o->o->last_error();
   return !ec ? SHMBOX_OK : ec.category() == sb::category() ? ec.value() : SHMBOX_E_SYSTEM;
+}
+
+int shmbox_owner_usage(const shmbox_owner* o, shmbox_usage* out) {
+  return guarded("shmbox_owner_usage", [&]() -> int {
+    if (!live(o) || out == nullptr) return bad("shmbox_owner_usage", "owner and out must not be NULL (nor closed)");
+    const sb::usage_info u = o->o->usage();
+    shmbox_usage c{};
+    c.struct_size = sizeof c;
+    c.lanes = static_cast<std::uint32_t>(std::min<std::size_t>(u.depth.size(), SHMBOX_MAX_LANES));
+    for (std::uint32_t l = 0; l < c.lanes; ++l) {
+      c.depth[l] = u.depth[l];
+      if (l < u.capacity.size()) c.capacity[l] = u.capacity[l];
+    }
+    c.depth_total = u.depth_total;
+    c.capacity_total = u.capacity_total;
+    c.dropped_since_delivery = u.dropped_since_delivery;
+    if (!copy_out(out, c)) return bad("shmbox_owner_usage", "out->struct_size is not set");
+    return SHMBOX_OK;
+  });
 }

@@ -1067,6 +1067,142 @@ static void test_pool(void) {
   shmbox_box_close(rb);
 }
 
+/* SHMBOX_0.2: status names, message ids on received messages (the same id
+ * peek shows, kept by a redelivery, formatted and parsed back), peek, usage. */
+typedef struct peeked {
+  size_t n;
+  shmbox_message_id ids[8];
+  char data[8][16];
+  int stash_empty;
+} peeked;
+
+static void on_peek(void* ctx, const void* data, size_t size, const shmbox_peek_info* info) {
+  peeked* pk = (peeked*)ctx;
+  if (pk->n < 8 && size < 16) {
+    memcpy(pk->data[pk->n], data, size);
+    pk->data[pk->n][size] = '\0';
+    pk->ids[pk->n] = info->id;
+  }
+  if (info->struct_size < sizeof *info || info->stash == NULL || info->stash[0] != '\0') pk->stash_empty = 0;
+  ++pk->n;
+}
+
+static int same_id(const shmbox_message_id* a, const shmbox_message_id* b) {
+  return a->box == b->box && a->lane == b->lane && a->position == b->position;
+}
+
+static void test_ids_peek_usage(void) {
+  const char* name = new_name("ids");
+  shmbox_box* b = create_box(name, 4, SHMBOX_REJECT);
+  shmbox_producer* p = NULL;
+  shmbox_owner* o = NULL;
+  shmbox_msg_meta meta;
+  shmbox_message_id parsed, untouched;
+  shmbox_usage u;
+  peeked pk;
+  char buf[64], text[SHMBOX_MESSAGE_ID_MAX];
+  const void* d = NULL;
+  size_t size = 0, n = 0, i;
+
+  CHECK(strcmp(shmbox_post_status_string(SHMBOX_STORED), "stored") == 0);
+  CHECK(strcmp(shmbox_post_status_string(SHMBOX_FULL), "full") == 0);
+  CHECK(strcmp(shmbox_post_status_string(SHMBOX_POST_TOO_LARGE), "too-large") == 0);
+  CHECK(strcmp(shmbox_post_status_string(SHMBOX_POST_ERROR), "error") == 0);
+  CHECK(strcmp(shmbox_post_status_string(7), "unknown") == 0 && strcmp(shmbox_post_status_string(-1), "unknown") == 0);
+  CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_OK), "ok") == 0);
+  CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_NOT_OWNER), "not-owner") == 0);
+  CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_EMPTY), "empty") == 0);
+  CHECK(strcmp(shmbox_recv_status_string(42), "unknown") == 0);
+
+  REQUIRE(shmbox_producer_attach_box(b, &p) == SHMBOX_OK);
+  for (i = 0; i < 4; ++i) {
+    snprintf(buf, sizeof buf, "id%u", (unsigned)i);
+    CHECK(shmbox_post(p, buf, strlen(buf)) == SHMBOX_STORED);
+  }
+  CHECK(shmbox_post(p, "over", 4) == SHMBOX_FULL);
+
+  /* peek: anyone, no owner needed; the messages stay */
+  memset(&pk, 0, sizeof pk);
+  pk.stash_empty = 1;
+  CHECK(shmbox_peek(b, 8, on_peek, &pk, &n) == SHMBOX_OK && n == 4 && pk.n == 4 && pk.stash_empty);
+  CHECK(strcmp(pk.data[0], "id0") == 0 && strcmp(pk.data[3], "id3") == 0);
+  for (i = 1; i < 4; ++i) CHECK(pk.ids[i].box == pk.ids[0].box && pk.ids[i].position > pk.ids[i - 1].position);
+  CHECK(pk.ids[0].box != 0 && pk.ids[0].position != SHMBOX_NO_POSITION);
+  n = 9;
+  CHECK(shmbox_peek(b, 2, on_peek, &pk, &n) == SHMBOX_OK && n == 2);
+  CHECK(shmbox_peek(NULL, 2, on_peek, &pk, &n) == SHMBOX_E_INVALID_ARGUMENT && n == 0);
+  CHECK(shmbox_peek(b, 2, NULL, &pk, NULL) == SHMBOX_E_INVALID_ARGUMENT);
+
+  REQUIRE(shmbox_owner_acquire_box(b, &o) == SHMBOX_OK);
+  memset(&u, 0, sizeof u);
+  u.struct_size = sizeof u;
+  CHECK(shmbox_owner_usage(o, &u) == SHMBOX_OK);
+  CHECK(u.lanes == 1 && u.depth[0] == 4 && u.depth_total == 4 && u.capacity[0] == 4 && u.capacity_total == 4);
+  u.struct_size = 0;
+  CHECK(shmbox_owner_usage(o, &u) == SHMBOX_E_INVALID_ARGUMENT);
+
+  /* an unset struct_size: an error, nothing taken */
+  memset(&meta, 0, sizeof meta);
+  CHECK(shmbox_receive_meta(o, buf, sizeof buf, &size, &meta, 0) == SHMBOX_RECV_ERROR);
+  CHECK(shmbox_owner_last_error(o) == SHMBOX_E_INVALID_ARGUMENT);
+  /* the id a receive gives is the one peek showed */
+  shmbox_msg_meta_init(&meta);
+  CHECK(meta.struct_size == sizeof meta && meta.id.position == SHMBOX_NO_POSITION);
+  CHECK(shmbox_receive_meta(o, buf, sizeof buf, &size, &meta, 0) == SHMBOX_RECV_OK);
+  CHECK(size == 3 && memcmp(buf, "id0", 3) == 0 && meta.lane == 0 && meta.redelivered == 0 && meta.priority == 0);
+  CHECK(same_id(&meta.id, &pk.ids[0]));
+  CHECK(shmbox_message_id_format(&meta.id, text, sizeof text) == SHMBOX_OK);
+  CHECK(strlen(text) >= 20 && text[16] == '-');
+  CHECK(shmbox_message_id_parse(text, &parsed) == SHMBOX_OK && same_id(&parsed, &meta.id) && parsed.reserved == 0);
+  CHECK(shmbox_message_id_format(&meta.id, text, 5) == SHMBOX_E_INVALID_ARGUMENT && text[0] == '\0');
+  untouched = parsed;
+  CHECK(shmbox_message_id_parse("not-an-id", &parsed) == SHMBOX_E_INVALID_ARGUMENT && same_id(&parsed, &untouched));
+  CHECK(shmbox_message_id_parse("", &parsed) == SHMBOX_E_INVALID_ARGUMENT);
+  CHECK(shmbox_message_id_parse(NULL, &parsed) == SHMBOX_E_INVALID_ARGUMENT);
+  parsed.position = SHMBOX_NO_POSITION;
+  CHECK(shmbox_message_id_format(&parsed, text, sizeof text) == SHMBOX_E_INVALID_ARGUMENT && text[0] == '\0');
+
+  /* a two-phase read, given back unread by closing: the next owner gets it flagged, same id */
+  CHECK(shmbox_read(o, 1, 0, &n) == SHMBOX_RECV_OK && n == 1);
+  shmbox_msg_meta_init(&meta);
+  CHECK(shmbox_batch_message_meta(o, 0, &d, &size, &meta) == SHMBOX_OK && size == 3 && memcmp(d, "id1", 3) == 0);
+  CHECK(same_id(&meta.id, &pk.ids[1]));
+  CHECK(shmbox_batch_message_meta(o, 1, &d, &size, &meta) == SHMBOX_E_INVALID_ARGUMENT);
+  shmbox_owner_close(o);
+  o = NULL;
+  REQUIRE(shmbox_owner_acquire_box(b, &o) == SHMBOX_OK);
+  CHECK(shmbox_receive_batch(o, 8, 0, &n) == SHMBOX_RECV_OK && n == 3);
+  for (i = 0; i < n; ++i) {
+    shmbox_msg_meta_init(&meta);
+    CHECK(shmbox_batch_message_meta(o, i, &d, &size, &meta) == SHMBOX_OK);
+    CHECK(same_id(&meta.id, &pk.ids[i + 1]));
+    CHECK(meta.redelivered == (i == 0 ? 1 : 0));
+  }
+  /* a struct from an older, shorter header: only its bytes are written */
+  {
+    union {
+      struct {
+        uint32_t struct_size;
+        uint32_t lane;
+        uint32_t canary;
+      } s;
+      shmbox_msg_meta aligned; /* aligned as the library's struct */
+    } older;
+    memset(&older, 0, sizeof older);
+    older.s.struct_size = 8;
+    older.s.lane = 77;
+    older.s.canary = 0xabcdu;
+    CHECK(shmbox_batch_message_meta(o, 0, &d, &size, &older.aligned) == SHMBOX_OK);
+    CHECK(older.s.struct_size == 8 && older.s.lane == 0 && older.s.canary == 0xabcdu);
+  }
+  memset(&u, 0, sizeof u);
+  u.struct_size = sizeof u;
+  CHECK(shmbox_owner_usage(o, &u) == SHMBOX_OK && u.depth_total == 0);
+  shmbox_owner_close(o);
+  shmbox_producer_close(p);
+  shmbox_box_close(b);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "produce") == 0 && argc >= 5) {
     set_alarm(60);
@@ -1097,6 +1233,7 @@ int main(int argc, char** argv) {
   test_stash();
   test_list_and_resize();
   test_pool();
+  test_ids_peek_usage();
   if (failures > 0) {
     fprintf(stderr, "c-api-test: %d check(s) failed\n", failures);
     return 1;

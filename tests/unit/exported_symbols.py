@@ -12,7 +12,8 @@ c++filt, as nm -DC shows them) and fails when a symbol is not one of:
     (to_string, parse_policy, category, explain);
   * a C function that include/shmbox/shmbox.h declares
     `SHMBOX_C_API ... shmbox_name(` (the C API); every one of them must be
-    exported, with the symbol version SHMBOX_0.1 (lib/shmbox.map);
+    exported, with the symbol version SHMBOX_0.1, or the later one whose
+    node in lib/shmbox.map names it (SHMBOX_0.2: added after the first release);
   * what g++ must emit for the standard library templates and inline
     functions the library uses: weak (W, V) or unique (u) symbols in std::
     (std::string members, shared_ptr's control block, bad_variant_access's
@@ -128,7 +129,17 @@ expected = ["shmbox::Producer::attach(", "shmbox::Owner::acquire(", "shmbox::Box
             "shmbox::to_string(shmbox::policy)"]
 missing = [e for e in expected if not any(d.startswith(e) for d in demangled)]
 missing += sorted(c_functions - set(mangled))
-unversioned = sorted(f for f in c_functions & set(mangled) if versions.get(f) != "SHMBOX_0.1")
+# The version each C function must carry: SHMBOX_0.1, or the later node of
+# lib/shmbox.map that names it (functions added after the first release).
+with open(include_dir + "/../lib/shmbox.map") as f:
+    version_script = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+later = {}
+for node, body in re.findall(r"(SHMBOX_[0-9.]+)\s*\{([^{}]*)\}\s*SHMBOX_[0-9.]+\s*;", version_script, re.S):
+    for name in re.findall(r"\b(shmbox_\w+)\s*;", body):
+        later[name] = node
+stray = sorted(set(later) - c_functions)
+unversioned = sorted(f"{f} ({versions.get(f)}, not {later.get(f, 'SHMBOX_0.1')})" for f in c_functions & set(mangled)
+                     if versions.get(f) != later.get(f, "SHMBOX_0.1"))
 
 with open(so, "rb") as f:
     image = f.read()
@@ -148,7 +159,13 @@ if missing:
     print("FAIL: public symbols not exported: " + ", ".join(missing))
 if unversioned:
     ok = False
-    print("FAIL: C functions without the symbol version SHMBOX_0.1: " + ", ".join(unversioned))
+    print("FAIL: C functions with another symbol version than lib/shmbox.map gives them: " + ", ".join(unversioned))
+if stray:
+    ok = False
+    print("FAIL: lib/shmbox.map names functions shmbox.h does not declare: " + ", ".join(stray))
+if not later:
+    ok = False
+    print("FAIL: found no later version node in lib/shmbox.map (SHMBOX_0.2 lists the functions added after 0.1)")
 if crash_names:
     ok = False
     print("FAIL: the library contains crash-point names: " + ", ".join(n.decode() for n in crash_names))
