@@ -161,7 +161,14 @@ if ! grep -q "^Executing subproject shmbox" "$tmp/meson-setup.log" ||
   ! grep -q "^Dependency shmbox found: YES" "$tmp/meson-setup.log"; then
   fail "meson: dependency('shmbox') did not come from the subproject: $(grep -i 'shmbox' "$tmp/meson-setup.log" | head -5)"
 fi
-step meson-build ninja -C "$proj/build" -j 2 shmbox-consumer
+step meson-build ninja -C "$proj/build" -j 2
 (unset LD_LIBRARY_PATH; check_program meson "$proj/build/shmbox-consumer" "$proj/build/subprojects/shmbox/lib")
+# The whole build (ninja's default target) made the library alone: no CLI,
+# test, benchmark, demo, bridge or Python module of shmbox.
+extra=$(cd "$proj/build/subprojects/shmbox" && find . -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' -o -name '*.a' \) \
+  ! -path './lib/libshmbox.so*' ! -path '*/CMakeFiles/*' ! -path '*.p/*' | sort)
+[ -z "$extra" ] || fail "meson: the subproject built more than the library (examples/meson-consumer asks for it alone): $(echo $extra | head -c 400)"
+[ -e "$proj/build/subprojects/shmbox/lib/libshmbox.so.$version" ] || fail "meson: the subproject's build has no lib/libshmbox.so.$version"
+echo "meson: the subproject built the library alone"
 
 echo "package: CMake, pkg-config (C++ and C) and meson consumers built and ran"
