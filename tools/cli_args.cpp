@@ -145,7 +145,7 @@ CLI::Validator mode_check() {
 // `whose`: nullptr for a box, else what the options are of (" (each member box)").
 void add_box_options(CLI::App* sub, create_args& c, const char* whose) {
   const std::string of = whose == nullptr ? std::string() : std::string(" (") + whose + ")";
-  sub->add_option("--capacity", c.capacity, "messages the box holds (a power of two is fastest)" + of)
+  sub->add_option("--capacity", c.capacity, "messages each lane holds (a power of two is fastest; with --lanes N the box holds N times as many)" + of)
       ->transform(decimal(1, shmbox::kMaxCapacity))
       ->capture_default_str();
   sub->add_option("--slot-size", c.slot_size, "largest message in bytes" + of)
@@ -479,6 +479,9 @@ int parse_args(int argc, char** argv, parsed& out) {
 
   auto* ls = app.add_subcommand("ls", "List every box on this machine, a line each");
   ls->add_flag("--json", out.json, "a JSON array");
+  ls->add_flag("--plain", out.plain,
+               "a row per box with its name in full, however long (the default when not a terminal; on a terminal a "
+               "name longer than its NAME column is cut in the middle with ~ so that every row fits the width)");
 
   auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
   heirs->add_option("NAME", out.name, "box name")->required()->check(box_name_check());

@@ -134,6 +134,7 @@ struct parsed {
   std::string name;  // stat, heirs, rm, verify, watch, dump, give-away, resize
   bool json = false;
   bool prometheus = false;        // stat
+  bool plain = false;             // ls: names in full, never cut to a terminal's width
   bool dry_run = false;           // gc
   bool include_nonempty = false;  // gc
   std::string prefix;             // gc

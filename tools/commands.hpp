@@ -42,12 +42,17 @@ int post_messages(shmbox::Producer& producer, const std::string& box, const std:
 // `shmbox stat NAME`: the box's state and counters (text, --json, or
 // --prometheus with metrics.cpp's text).
 int cmd_stat(const std::string& name, bool as_json, bool prometheus);
-// `shmbox ls`: one row per segment (every box, and what is not one).
-int cmd_ls(bool as_json);
+// `shmbox ls`: one row per segment (every box, and what is not one). On a
+// terminal (not `plain`) the rows fit its width: a long name is cut in the
+// middle; otherwise every name is in full and no row is cut or wrapped.
+int cmd_ls(bool as_json, bool plain);
 // `shmbox heirs NAME`: the box's registered heirs.
 int cmd_heirs(const std::string& name, bool as_json);
 // A box's last transfer of ownership, one line ("none" if it never changed hands).
 std::string transfer_text(const shmbox::transfer_record& t);
+// Its capacity, saying what is per lane: "32 messages" (one lane), "32 per
+// lane x 2 lanes = 64 messages", "96 messages in all (per lane: 32, 64)".
+std::string capacity_text(const shmbox::box_info& i);
 
 // ---- tools/box_ops.cpp --------------------------------------------------------
 
@@ -68,6 +73,9 @@ int cmd_give_away(const parsed& a);
 int cmd_watch(const parsed& a);
 
 // ---- tools/live_view.cpp ------------------------------------------------------
+
+// The width of the terminal on stdout; `fallback` when it does not say.
+std::size_t terminal_columns(std::size_t fallback);
 
 // write(2) all of [p, p + n) to `fd`: a write cut short (a signal, a full
 // pipe taking part of it) is completed, EINTR retried (also from a signal

@@ -459,4 +459,9 @@ std::string printable(const std::string& s) {
   for (const char ch : s) out += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
   return out;
 }
+std::size_t terminal_columns(std::size_t fallback) {
+  winsize w{};
+  return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? w.ws_col : fallback;
+}
+
 }  // namespace shmbox_cli

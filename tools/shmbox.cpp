@@ -146,7 +146,7 @@ int cmd_create(const create_args& a) {
   }
   auto box = shmbox::Box::create(a.name, o);
   if (!box) return fail(box.error());
-  std::cout << "created box '" << a.name << "': capacity " << box->capacity() << ", slot size " << o.slot_size
+  std::cout << "created box '" << a.name << "': capacity " << capacity_text(shmbox::info(*box)) << ", slot size " << o.slot_size
             << " bytes, policy " << shmbox::to_string(o.overflow) << ", " << box->lane_count()
             << (box->lane_count() == 1 ? " lane" : " lanes")
             << (box->lane_count() == 1 ? std::string() : " (plain posts go to lane " + std::to_string(box->default_lane()) + ")")
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
     case command::post: return cmd_post(a.post);
     case command::recv: return cmd_recv(a.recv);
     case command::stat: return cmd_stat(a.name, a.json, a.prometheus);
-    case command::ls: return cmd_ls(a.json);
+    case command::ls: return cmd_ls(a.json, a.plain);
     case command::heirs: return cmd_heirs(a.name, a.json);
     case command::rm: return cmd_rm(a.name);
     case command::verify: return cmd_verify(a.name, a.json);

@@ -49,6 +49,12 @@ json counters_json(const shmbox::counters& c) {
 }
 
 // " (resizable up to N)" for a box whose lanes have a reserve ("" none).
+std::string per_lane_list(const shmbox::box_info& i) {
+  std::string out;
+  for (const auto& l : i.lanes) out += (out.empty() ? "" : ", ") + std::to_string(l.capacity);
+  return out;
+}
+
 std::string reserve_text(const shmbox::box_info& i) {
   std::uint64_t reserve = 0;
   for (const auto& l : i.lanes) reserve += l.max_capacity != 0 ? l.max_capacity : l.capacity;
@@ -190,6 +196,15 @@ std::string owner_text(const shmbox::owner_info& o) {
 
 }  // namespace
 
+std::string capacity_text(const shmbox::box_info& i) {
+  if (i.lanes.size() <= 1) return std::to_string(i.capacity) + " messages";
+  const bool equal = std::all_of(i.lanes.begin(), i.lanes.end(), [&](const auto& l) { return l.capacity == i.lanes[0].capacity; });
+  if (equal)
+    return std::to_string(i.lanes[0].capacity) + " per lane x " + std::to_string(i.lanes.size()) + " lanes = " +
+           std::to_string(i.capacity) + " messages";
+  return std::to_string(i.capacity) + " messages in all (per lane: " + per_lane_list(i) + ")";
+}
+
 std::string transfer_text(const shmbox::transfer_record& t) {
   if (t.epoch == 0) return "none";
   return std::string(shmbox::to_string(t.reason)) + " from pid " + std::to_string(t.from_pid) + " to pid " +
@@ -222,8 +237,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   const auto& c = i.count;
   std::cout << "box          " << i.name << "\n"
             << "policy       " << shmbox::to_string(i.overflow) << "\n"
-            << "capacity     " << i.capacity << " messages of up to " << i.slot_size << " bytes" << reserve_text(i) << "\n"
+            << "capacity     " << capacity_text(i) << " of up to " << i.slot_size << " bytes" << reserve_text(i) << "\n"
             << "depth        " << i.depth << " / " << i.capacity
+            << (i.lanes.size() > 1 ? " (all lanes; per lane below)" : "")
             << (i.parked != 0 ? " (+ " + std::to_string(i.parked) + " parked in the owner's stash)" : std::string()) << "\n"
             << "stash        "
             << (i.stash == 0 ? std::string("none")
@@ -365,7 +381,7 @@ std::string owner_cell(const shmbox::owner_info& o) {
 
 }  // namespace
 
-int cmd_ls(bool as_json) {
+int cmd_ls(bool as_json, bool plain) {
   auto names = shmbox::Box::list();
   if (!names) return fail(names.error());
   const std::uint32_t my_uid = ::geteuid();
@@ -453,17 +469,25 @@ int cmd_ls(bool as_json) {
   std::size_t rest = 0;
   for (const std::size_t w : width) rest += w + 1;
   if (marks_width != 0) rest += marks_width + 1;
-  // POOL takes from NAME at most 13 columns; past what is left of the 100, a
-  // pool name is cut ("~" at its end; the box's own name starts with it).
-  constexpr std::size_t kColumns = 100, kPoolReserve = 12;
+  // On a terminal the rows fit its width (100 when it does not say): NAME
+  // gets what the other columns leave (at least 12), POOL at most 13 of it;
+  // a longer name or pool is cut in the middle with "~". Not on a terminal,
+  // or with --plain: every name and pool in full, a row per box, never cut.
+  const std::size_t columns = plain || ::isatty(STDOUT_FILENO) == 0 ? 0 : terminal_columns(100);
+  constexpr std::size_t kPoolReserve = 12;
   const std::size_t rest_without_pool = rest;
-  if (pool_width != 0) rest += std::clamp<std::size_t>(pool_width, 4, kPoolReserve) + 1;
-  name_width = std::min(name_width, kColumns > rest + 12 ? kColumns - rest - 1 : std::size_t{12});
-  const std::size_t used = name_width + rest_without_pool + 1;  // up to the POOL cell
-  if (pool_width != 0 && used + pool_width >= kColumns) pool_width = used + 4 < kColumns ? kColumns - 1 - used : 4;
-  auto pool_cell = [&](const std::string& pool) {
-    return pool.size() <= pool_width ? pool : pool.substr(0, pool_width - 1) + "~";
+  if (columns != 0) {
+    if (pool_width != 0) rest += std::clamp<std::size_t>(pool_width, 4, kPoolReserve) + 1;
+    name_width = std::min(name_width, columns > rest + 12 ? columns - rest - 1 : std::size_t{12});
+    const std::size_t used = name_width + rest_without_pool + 1;  // up to the POOL cell
+    if (pool_width != 0 && used + pool_width >= columns) pool_width = used + 4 < columns ? columns - 1 - used : 4;
+  }
+  auto fit = [](const std::string& s, std::size_t w) {  // "t-long~-tail": its head and tail, w columns
+    if (s.size() <= w || w < 4) return s;
+    const std::size_t head = (w - 1) / 2, tail = w - 1 - head;
+    return s.substr(0, head) + "~" + s.substr(s.size() - tail);
   };
+  auto pool_cell = [&](const std::string& pool) { return fit(pool, pool_width); };
   auto pad = [](const std::string& s, std::size_t w, bool to_right) {
     if (s.size() >= w) return s;
     return to_right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
@@ -480,16 +504,11 @@ int cmd_ls(bool as_json) {
   };
   print_line("NAME", heads, marks_width != 0 ? "MARKS" : "", pool_width != 0 ? "POOL" : "");
   for (const auto& r : rows) {
-    if (r.cells.empty()) {  // unusable: the name in full, then the mark and reason
-      std::cout << pad(r.name, name_width, false) << " " << r.marks << "\n";
+    if (r.cells.empty()) {  // unusable: the name (cut to fit on a terminal), then the mark and reason
+      std::cout << pad(fit(r.name, name_width), name_width, false) << " " << r.marks << "\n";
       continue;
     }
-    if (r.name.size() > name_width) {
-      std::cout << r.name << "\n";
-      print_line("", r.cells, r.marks, r.pool);
-    } else {
-      print_line(r.name, r.cells, r.marks, r.pool);
-    }
+    print_line(fit(r.name, name_width), r.cells, r.marks, r.pool);
   }
   return kExitOk;
 }

@@ -31,6 +31,22 @@ void check_one_line_error(const shmtest::run_result& r) {
 
 }  // namespace
 
+TEST_CASE("cli: create and stat say what is per lane") {
+  shmtest::segment_guard g(shmtest::unique_name("cli-lanes"));
+  auto r = cli({"create", g.name, "--capacity", "32", "--lanes", "2"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("capacity 32 per lane x 2 lanes = 64 messages") != std::string::npos);
+  r = cli({"stat", g.name});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("capacity     32 per lane x 2 lanes = 64 messages of up to") != std::string::npos);
+  CHECK(r.out.find("depth        0 / 64 (all lanes; per lane below)") != std::string::npos);
+  shmtest::segment_guard one(shmtest::unique_name("cli-lane"));
+  r = cli({"create", one.name, "--capacity", "32"});
+  CHECK(r.out.find("capacity 32 messages,") != std::string::npos);
+  r = cli({"create", "--help"});
+  CHECK(r.out.find("messages each lane holds") != std::string::npos);
+}
+
 TEST_CASE("cli: create, post, recv, stat, rm") {
   shmtest::segment_guard g(shmtest::unique_name("cli"));
   auto r = cli({"create", g.name, "--capacity", "4", "--slot-size", "32", "--policy", "drop-oldest"});
