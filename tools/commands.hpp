@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -44,6 +45,17 @@ int post_messages(shmbox::Producer& producer, const std::string& box, const std:
 int cmd_stat(const std::string& name, bool as_json, bool prometheus);
 // `shmbox ls`: one row per segment (every box, and what is not one).
 int cmd_ls(bool as_json);
+// Every segment named like a box (/dev/shm/shmbox.*), inspected read-only:
+// its figures, or why it cannot be read (error, and explain(error) taken at
+// once). Those removed between the listing and the reading are left out. What
+// `shmbox ls` and `shmbox metrics` show; list_error: /dev/shm not listed.
+struct listed_box {
+  std::string name;
+  std::optional<shmbox::box_info> info;
+  std::error_code error;
+  std::string sentence;
+};
+std::vector<listed_box> inspect_all_boxes(std::error_code& list_error);
 // `shmbox heirs NAME`: the box's registered heirs.
 int cmd_heirs(const std::string& name, bool as_json);
 // A box's last transfer of ownership, one line ("none" if it never changed hands).
@@ -132,6 +144,15 @@ std::span<const pool_counter_field> pool_counter_fields();
 
 // `shmbox pool create|run|ls|stat|watch|rm|take`.
 int cmd_pool(const parsed& a);
+// Every pool segment (/dev/shm/shmbox-pool.*), inspected, as inspect_all_boxes
+// does boxes (`shmbox pool ls`, `shmbox metrics`).
+struct listed_pool {
+  std::string name;
+  std::optional<shmbox::pool_info> info;
+  std::error_code error;
+  std::string sentence;  // explain(error), taken at once: explain() keeps only this thread's last sentence
+};
+std::vector<listed_pool> inspect_all_pools(std::error_code& list_error);
 // Member box name -> pool name, for every pool that can be inspected now.
 std::map<std::string, std::string> pool_of_boxes();
 
