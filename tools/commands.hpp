@@ -130,6 +130,11 @@ std::string prometheus_text(const shmbox::box_info& info);
 std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges);
 // The pool's gauges and counters, the same way: one family each, labelled by pool.
 std::string prometheus_pool_text(const shmbox::pool_info& info);
+// `shmbox metrics`: one exposition for every box (with its bridges) and pool
+// on this machine that the caller can read: the families above, each once,
+// and shmbox_metrics_{exported,unreadable}_segments by kind. A segment that
+// cannot be read is skipped with a warning on stderr. Returns the exit code.
+int cmd_metrics();
 
 // Every counter of shmbox::pool_counters, in order, once: its key ("takes";
 // the JSON key, the stat line, shmbox_pool_<key>_total), what it counts, the field.

@@ -15,8 +15,21 @@
 // shmbox::pool_counters, gauges for the members in each state (label state),
 // the queue, the clients and the supervisor, and per member its box's depth
 // and its leases (labels member, box).
+//
+// `shmbox metrics` writes all of it for the whole host in one exposition:
+// every box `shmbox ls` lists (with its bridges) and every pool, through the
+// same writers into one `exposition`, which keeps each family's HELP and TYPE
+// once and its samples together whichever box they come from. A segment it
+// cannot read is skipped (a warning on stderr) and counted in
+// shmbox_metrics_unreadable_segments{kind}; shmbox_metrics_exported_segments
+// {kind} counts the rest (kind: box, pool, bridge). Those two have no box or
+// pool label.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <span>
@@ -409,5 +422,74 @@ std::string prometheus_pool_text(const shmbox::pool_info& i) {
 }
 
 std::span<const pool_counter_field> pool_counter_fields() { return kPoolCounters; }
+
+// ---- shmbox metrics ---------------------------------------------------------------
+
+int cmd_metrics() {
+  // What `shmbox ls` and `shmbox pool ls` list, read once each.
+  std::error_code list_error;
+  const std::vector<listed_box> boxes = inspect_all_boxes(list_error);
+  if (list_error) return fail(list_error);
+  const std::vector<listed_pool> pools = inspect_all_pools(list_error);
+  if (list_error) return fail(list_error);
+
+  exposition e;
+  // The exporter's own gauges come first; their samples are known at the end.
+  constexpr const char* kExported = "shmbox_metrics_exported_segments";
+  constexpr const char* kUnreadable = "shmbox_metrics_unreadable_segments";
+  constexpr const char* kExportedHelp = "Boxes, pools and bridges (label kind) whose figures this exposition holds.";
+  constexpr const char* kUnreadableHelp =
+      "Segments (label kind) named like a box, pool or bridge status that could not be read (permission denied, corrupt, "
+      "incomplete, not a regular file): skipped, each with a warning on stderr.";
+  e.subject("", "");
+  e.family(kExported, "gauge", kExportedHelp);
+  e.family(kUnreadable, "gauge", kUnreadableHelp);
+
+  std::uint64_t exported_boxes = 0, exported_pools = 0, exported_bridges = 0;
+  std::uint64_t unreadable_boxes = 0, unreadable_pools = 0, unreadable_bridges = 0;
+  for (const listed_box& b : boxes) {
+    if (!b.info) {
+      ++unreadable_boxes;
+      say("warning: not exported: " + b.sentence);
+      continue;
+    }
+    write_box(e, *b.info);
+    ++exported_boxes;
+    std::vector<std::string> problems;
+    const std::vector<bridge_info> bridges = read_bridges(b.info->name, &problems);
+    for (const std::string& p : problems) say("warning: " + p);
+    unreadable_bridges += problems.size();
+    write_bridges(e, b.info->name, bridges);
+    exported_bridges += bridges.size();
+  }
+  for (const listed_pool& p : pools) {
+    if (!p.info) {
+      ++unreadable_pools;
+      say("warning: not exported: " + p.sentence);
+      continue;
+    }
+    write_pool(e, *p.info);
+    ++exported_pools;
+  }
+
+  e.subject("", "");
+  e.family(kExported, "gauge", kExportedHelp);
+  e.sample(kExported, num(exported_boxes), label("kind", "box"));
+  e.sample(kExported, num(exported_pools), label("kind", "pool"));
+  e.sample(kExported, num(exported_bridges), label("kind", "bridge"));
+  e.family(kUnreadable, "gauge", kUnreadableHelp);
+  e.sample(kUnreadable, num(unreadable_boxes), label("kind", "box"));
+  e.sample(kUnreadable, num(unreadable_pools), label("kind", "pool"));
+  e.sample(kUnreadable, num(unreadable_bridges), label("kind", "bridge"));
+
+  // One write of the whole text: a textfile collector's `> f.$$ && mv` needs
+  // to know that it all went out.
+  const std::string text = e.take();
+  if (!write_all(STDOUT_FILENO, text.data(), text.size())) {
+    say(std::string("cannot write the exposition to standard output: ") + std::strerror(errno));
+    return kExitFail;
+  }
+  return kExitOk;
+}
 
 }  // namespace shmbox_cli
