@@ -483,6 +483,8 @@ int parse_args(int argc, char** argv, parsed& out) {
                "a row per box with its name in full, however long (the default when not a terminal; on a terminal a "
                "name longer than its NAME column is cut in the middle with ~ so that every row fits the width)");
 
+  auto* metrics = app.add_subcommand("metrics", "Every box, pool and bridge on this machine in one Prometheus exposition");
+
   auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
   heirs->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   heirs->add_flag("--json", out.json, "a JSON array");
@@ -513,6 +515,15 @@ int parse_args(int argc, char** argv, parsed& out) {
       {give, "Example: shmbox give-away jobs 4242    (4242 runs 'shmbox recv jobs --heir'; the owner runs\n"
              "         'shmbox recv jobs --follow --accept-give-away'). Exit 3 when the owner refuses."},
       {ls, "Example: shmbox ls    shmbox ls --json | jq '.[].name'"},
+      {metrics, "One text exposition (format 0.0.4) for the whole host: what 'shmbox stat NAME --prometheus' and\n"
+                "'shmbox pool stat NAME --prometheus' show, for every box, bridge and pool the caller can read (what\n"
+                "'shmbox ls' lists), each family's HELP and TYPE once, the samples told apart by their box or pool\n"
+                "label. A segment that cannot be read (permission denied, corrupt, incomplete, a FIFO or link at a\n"
+                "box path) is skipped with a warning on stderr and counted in shmbox_metrics_unreadable_segments;\n"
+                "shmbox_metrics_exported_segments counts the rest (label kind: box, pool, bridge). Exit 0 once the\n"
+                "text is written.\n"
+                "Example: shmbox metrics > /var/lib/prometheus/node-exporter/shmbox.prom.$$ &&\n"
+                "         mv /var/lib/prometheus/node-exporter/shmbox.prom.$$ /var/lib/prometheus/node-exporter/shmbox.prom"},
       {heirs, "Example: shmbox heirs jobs --json"},
       {rm, "Example: shmbox rm jobs"},
       {verify, "Example: shmbox verify jobs || echo broken"},
@@ -576,7 +587,7 @@ int parse_args(int argc, char** argv, parsed& out) {
                                                    {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},
                                                    {rm, command::rm},         {verify, command::verify}, {gc, command::gc},
                                                    {watch, command::watch},   {dump, command::dump},   {give, command::give_away},
-                                                   {resize, command::resize}};
+                                                   {resize, command::resize}, {metrics, command::metrics}};
   for (const auto& [sub, cmd] : commands)
     if (sub->parsed()) out.cmd = cmd;
   return out.cmd == command::none ? kExitUsage : -1;

@@ -117,7 +117,7 @@ struct pool_args {
 };
 
 enum class command {
-  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize,
+  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize, metrics,
   pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_take,
 };
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -46,6 +47,17 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus);
 // terminal (not `plain`) the rows fit its width: a long name is cut in the
 // middle; otherwise every name is in full and no row is cut or wrapped.
 int cmd_ls(bool as_json, bool plain);
+// Every segment named like a box (/dev/shm/shmbox.*), inspected read-only:
+// its figures, or why it cannot be read (error, and explain(error) taken at
+// once). Those removed between the listing and the reading are left out. What
+// `shmbox ls` and `shmbox metrics` show; list_error: /dev/shm not listed.
+struct listed_box {
+  std::string name;
+  std::optional<shmbox::box_info> info;
+  std::error_code error;
+  std::string sentence;
+};
+std::vector<listed_box> inspect_all_boxes(std::error_code& list_error);
 // `shmbox heirs NAME`: the box's registered heirs.
 int cmd_heirs(const std::string& name, bool as_json);
 // A box's last transfer of ownership, one line ("none" if it never changed hands).
@@ -126,6 +138,11 @@ std::string prometheus_text(const shmbox::box_info& info);
 std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges);
 // The pool's gauges and counters, the same way: one family each, labelled by pool.
 std::string prometheus_pool_text(const shmbox::pool_info& info);
+// `shmbox metrics`: one exposition for every box (with its bridges) and pool
+// on this machine that the caller can read: the families above, each once,
+// and shmbox_metrics_{exported,unreadable}_segments by kind. A segment that
+// cannot be read is skipped with a warning on stderr. Returns the exit code.
+int cmd_metrics();
 
 // Every counter of shmbox::pool_counters, in order, once: its key ("takes";
 // the JSON key, the stat line, shmbox_pool_<key>_total), what it counts, the field.
@@ -140,6 +157,15 @@ std::span<const pool_counter_field> pool_counter_fields();
 
 // `shmbox pool create|run|ls|stat|watch|rm|take`.
 int cmd_pool(const parsed& a);
+// Every pool segment (/dev/shm/shmbox-pool.*), inspected, as inspect_all_boxes
+// does boxes (`shmbox pool ls`, `shmbox metrics`).
+struct listed_pool {
+  std::string name;
+  std::optional<shmbox::pool_info> info;
+  std::error_code error;
+  std::string sentence;  // explain(error), taken at once: explain() keeps only this thread's last sentence
+};
+std::vector<listed_pool> inspect_all_pools(std::error_code& list_error);
 // Member box name -> pool name, for every pool that can be inspected now.
 std::map<std::string, std::string> pool_of_boxes();
 

@@ -15,11 +15,26 @@
 // shmbox::pool_counters, gauges for the members in each state (label state),
 // the queue, the clients and the supervisor, and per member its box's depth
 // and its leases (labels member, box).
+//
+// `shmbox metrics` writes all of it for the whole host in one exposition:
+// every box `shmbox ls` lists (with its bridges) and every pool, through the
+// same writers into one `exposition`, which keeps each family's HELP and TYPE
+// once and its samples together whichever box they come from. A segment it
+// cannot read is skipped (a warning on stderr) and counted in
+// shmbox_metrics_unreadable_segments{kind}; shmbox_metrics_exported_segments
+// {kind} counts the rest (kind: box, pool, bridge). Those two have no box or
+// pool label.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <string>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "commands.hpp"
@@ -93,46 +108,79 @@ std::string fixed_point(std::uint64_t count, int decimals) {
 std::string seconds_from_ms(std::int64_t ms) { return fixed_point(ms < 0 ? 0 : static_cast<std::uint64_t>(ms), 3); }
 std::string seconds_from_ns(std::int64_t ns) { return fixed_point(ns < 0 ? 0 : static_cast<std::uint64_t>(ns), 9); }
 
+// One exposition: every family's HELP and TYPE once, then all its samples,
+// whichever subjects (boxes, pools) they come from. Families are written in
+// the order they were first named; a family's samples in the order they came.
+// One box's text (stat --prometheus) and the whole host's (shmbox metrics)
+// are both written through it, by the same writers below.
 class exposition {
  public:
-  // Every sample is labelled `key`="value" (box="jobs", pool="workers").
-  exposition(std::string_view key, std::string_view value) : first_(std::string(key) + "=\"" + escape_label_value(value) + "\"") {}
+  // The label every sample gets from now on: `key`="value" (box="jobs",
+  // pool="workers"); "" for none (the exporter's own gauges).
+  void subject(std::string_view key, std::string_view value) {
+    first_ = key.empty() ? std::string() : std::string(key) + "=\"" + escape_label_value(value) + "\"";
+  }
 
-  // Starts a family: its HELP and TYPE lines.
+  // Names the family the next samples belong to: its HELP and TYPE are
+  // written with the first subject that names it.
   void family(std::string_view name, std::string_view type, std::string_view help) {
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += ' ';
-    out_ += escape_help(help);
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += ' ';
-    out_ += type;
-    out_ += '\n';
+    const auto [it, added] = index_.try_emplace(std::string(name), families_.size());
+    if (added) {
+      families_.push_back({});
+      std::string& out = families_.back();
+      out += "# HELP ";
+      out += name;
+      out += ' ';
+      out += escape_help(help);
+      out += "\n# TYPE ";
+      out += name;
+      out += ' ';
+      out += type;
+      out += '\n';
+    }
+    current_ = &families_[it->second];
   }
 
-  // One sample: name{box="...",<extra>} value. `extra` is `,k="v",...` (values escaped).
+  // One sample of the current family: name{box="...",<extra>} value. `extra`
+  // is `,k="v",...` (values escaped).
   void sample(std::string_view name, const std::string& value, const std::string& extra = {}) {
-    out_ += name;
-    out_ += '{';
-    out_ += first_;
-    out_ += extra;
-    out_ += "} ";
-    out_ += value;
-    out_ += '\n';
+    std::string& out = *current_;
+    out += name;
+    if (!first_.empty() || !extra.empty()) {
+      out += '{';
+      if (first_.empty()) out.append(extra, 1);  // without its leading ','
+      else (out += first_) += extra;
+      out += '}';
+    }
+    out += ' ';
+    out += value;
+    out += '\n';
   }
 
-  // A family with a single sample labelled by box (pool) only.
+  // A family with a single sample labelled by the subject only.
   void single(std::string_view name, std::string_view type, std::string_view help, const std::string& value) {
     family(name, type, help);
     sample(name, value);
   }
 
-  std::string take() { return std::move(out_); }
+  // The text: the families in order, each whole.
+  std::string take() {
+    std::size_t n = 0;
+    for (const std::string& f : families_) n += f.size();
+    std::string out;
+    out.reserve(n);
+    for (const std::string& f : families_) out += f;
+    families_.clear();
+    index_.clear();
+    current_ = nullptr;
+    return out;
+  }
 
  private:
   std::string first_;
-  std::string out_;
+  std::deque<std::string> families_;  // each: HELP, TYPE, samples (a deque: current_ stays valid)
+  std::unordered_map<std::string, std::size_t> index_;
+  std::string* current_ = nullptr;
 };
 
 std::string label(std::string_view key, std::string_view value) {
@@ -178,10 +226,9 @@ constexpr counter_family kCounters[] = {
     {"shmbox_unstashed_total", "Parked messages of the lane the owner received back.", &shmbox::counters::unstashed},
 };
 
-}  // namespace
-
-std::string prometheus_text(const shmbox::box_info& i) {
-  exposition e("box", i.name);
+// A box's families, labelled box="NAME".
+void write_box(exposition& e, const shmbox::box_info& i) {
+  e.subject("box", i.name);
   const auto lane_label = [](std::size_t l) { return label("lane", std::to_string(l)); };
 
   e.family("shmbox_box_info", "gauge", "Constant 1; the labels tell the box's default policy and dead-letter box (\"\": none).");
@@ -240,12 +287,12 @@ std::string prometheus_text(const shmbox::box_info& i) {
     e.family(c.name, "counter", c.help);
     for (std::size_t l = 0; l < i.lanes.size(); ++l) e.sample(c.name, num(i.lanes[l].count.*c.field), lane_label(l));
   }
-  return e.take();
 }
 
-std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges) {
-  if (bridges.empty()) return {};
-  exposition e("box", box);
+// The box's NATS bridges, labelled box="BOX" and role; nothing when it has none.
+void write_bridges(exposition& e, const std::string& box, const std::vector<bridge_info>& bridges) {
+  if (bridges.empty()) return;
+  e.subject("box", box);
   const auto role = [](const bridge_info& b) { return label("role", to_string(b.role)); };
   e.family("shmbox_bridge_info", "gauge", "Constant 1 per bridge of the box (export or import); labels: stream, subject, durable, server.");
   for (const bridge_info& b : bridges)
@@ -270,12 +317,9 @@ std::string prometheus_bridge_text(const std::string& box, const std::vector<bri
     for (const bridge_info& b : bridges)
       if (counts(b.role, which)) e.sample(name, num(b.counters[c]), role(b));
   }
-  return e.take();
 }
 
 // ---- pools ----------------------------------------------------------------------
-
-namespace {
 
 constexpr pool_counter_field kPoolCounters[] = {
     {"takes", "Leases given (members taken).", &shmbox::pool_counters::takes},
@@ -308,10 +352,9 @@ constexpr pool_counter_field kPoolCounters[] = {
      &shmbox::pool_counters::refused_signals},
 };
 
-}  // namespace
-
-std::string prometheus_pool_text(const shmbox::pool_info& i) {
-  exposition e("pool", i.name);
+// A pool's families, labelled pool="NAME".
+void write_pool(exposition& e, const shmbox::pool_info& i) {
+  e.subject("pool", i.name);
   e.family("shmbox_pool_info", "gauge", "Constant 1; the labels tell the pool's group and dead-letter box (\"\": none).");
   e.sample("shmbox_pool_info", "1", label("group", i.group) + label("dead_letters", i.dead_letters));
 
@@ -356,9 +399,97 @@ std::string prometheus_pool_text(const shmbox::pool_info& i) {
     e.family(name, "counter", c.help);
     e.sample(name, num(i.count.*c.field));
   }
+}
+
+}  // namespace
+
+std::string prometheus_text(const shmbox::box_info& i) {
+  exposition e;
+  write_box(e, i);
+  return e.take();
+}
+
+std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges) {
+  exposition e;
+  write_bridges(e, box, bridges);
+  return e.take();
+}
+
+std::string prometheus_pool_text(const shmbox::pool_info& i) {
+  exposition e;
+  write_pool(e, i);
   return e.take();
 }
 
 std::span<const pool_counter_field> pool_counter_fields() { return kPoolCounters; }
+
+// ---- shmbox metrics ---------------------------------------------------------------
+
+int cmd_metrics() {
+  // What `shmbox ls` and `shmbox pool ls` list, read once each.
+  std::error_code list_error;
+  const std::vector<listed_box> boxes = inspect_all_boxes(list_error);
+  if (list_error) return fail(list_error);
+  const std::vector<listed_pool> pools = inspect_all_pools(list_error);
+  if (list_error) return fail(list_error);
+
+  exposition e;
+  // The exporter's own gauges come first; their samples are known at the end.
+  constexpr const char* kExported = "shmbox_metrics_exported_segments";
+  constexpr const char* kUnreadable = "shmbox_metrics_unreadable_segments";
+  constexpr const char* kExportedHelp = "Boxes, pools and bridges (label kind) whose figures this exposition holds.";
+  constexpr const char* kUnreadableHelp =
+      "Segments (label kind) named like a box, pool or bridge status that could not be read (permission denied, corrupt, "
+      "incomplete, not a regular file): skipped, each with a warning on stderr.";
+  e.subject("", "");
+  e.family(kExported, "gauge", kExportedHelp);
+  e.family(kUnreadable, "gauge", kUnreadableHelp);
+
+  std::uint64_t exported_boxes = 0, exported_pools = 0, exported_bridges = 0;
+  std::uint64_t unreadable_boxes = 0, unreadable_pools = 0, unreadable_bridges = 0;
+  for (const listed_box& b : boxes) {
+    if (!b.info) {
+      ++unreadable_boxes;
+      say("warning: not exported: " + b.sentence);
+      continue;
+    }
+    write_box(e, *b.info);
+    ++exported_boxes;
+    std::vector<std::string> problems;
+    const std::vector<bridge_info> bridges = read_bridges(b.info->name, &problems);
+    for (const std::string& p : problems) say("warning: " + p);
+    unreadable_bridges += problems.size();
+    write_bridges(e, b.info->name, bridges);
+    exported_bridges += bridges.size();
+  }
+  for (const listed_pool& p : pools) {
+    if (!p.info) {
+      ++unreadable_pools;
+      say("warning: not exported: " + p.sentence);
+      continue;
+    }
+    write_pool(e, *p.info);
+    ++exported_pools;
+  }
+
+  e.subject("", "");
+  e.family(kExported, "gauge", kExportedHelp);
+  e.sample(kExported, num(exported_boxes), label("kind", "box"));
+  e.sample(kExported, num(exported_pools), label("kind", "pool"));
+  e.sample(kExported, num(exported_bridges), label("kind", "bridge"));
+  e.family(kUnreadable, "gauge", kUnreadableHelp);
+  e.sample(kUnreadable, num(unreadable_boxes), label("kind", "box"));
+  e.sample(kUnreadable, num(unreadable_pools), label("kind", "pool"));
+  e.sample(kUnreadable, num(unreadable_bridges), label("kind", "bridge"));
+
+  // One write of the whole text: a textfile collector's `> f.$$ && mv` needs
+  // to know that it all went out.
+  const std::string text = e.take();
+  if (!write_all(STDOUT_FILENO, text.data(), text.size())) {
+    say(std::string("cannot write the exposition to standard output: ") + std::strerror(errno));
+    return kExitFail;
+  }
+  return kExitOk;
+}
 
 }  // namespace shmbox_cli

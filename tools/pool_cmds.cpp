@@ -143,12 +143,7 @@ json gauges_json(const shmbox::pool_info& i) {
               {"stopping", i.stopping}, {"queued", i.queued}, {"clients", i.clients}};
 }
 
-struct listed_pool {
-  std::string name;
-  std::optional<shmbox::pool_info> info;
-  std::error_code error;
-  std::string sentence;  // explain(error), taken at once: explain() keeps only this thread's last sentence
-};
+}  // namespace
 
 std::vector<listed_pool> inspect_all_pools(std::error_code& list_error) {
   std::vector<listed_pool> pools;
@@ -166,6 +161,8 @@ std::vector<listed_pool> inspect_all_pools(std::error_code& list_error) {
   }
   return pools;
 }
+
+namespace {
 
 int pool_ls(bool as_json) {
   std::error_code list_error;

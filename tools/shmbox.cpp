@@ -1,7 +1,8 @@
 // tools/shmbox.cpp - the shmbox command line: main, what the command files
 // share (commands.hpp), and the message commands create, post and recv.
 // The other families: views.cpp (stat, ls, heirs), box_ops.cpp (rm, verify,
-// gc, dump, resize, give-away), watch.cpp, metrics.cpp, pool_cmds.cpp.
+// gc, dump, resize, give-away), watch.cpp, metrics.cpp (metrics, and the
+// --prometheus text of stat), pool_cmds.cpp.
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (post: a message
 // was not stored; recv: nothing arrived before the timeout).
@@ -354,6 +355,7 @@ int main(int argc, char** argv) {
     case command::dump: return cmd_dump(a);
     case command::give_away: return cmd_give_away(a);
     case command::resize: return cmd_resize(a);
+    case command::metrics: return cmd_metrics();
     case command::pool_create:
     case command::pool_run:
     case command::pool_ls:

@@ -381,9 +381,27 @@ std::string owner_cell(const shmbox::owner_info& o) {
 
 }  // namespace
 
-int cmd_ls(bool as_json, bool plain) {
+std::vector<listed_box> inspect_all_boxes(std::error_code& list_error) {
+  std::vector<listed_box> boxes;
   auto names = shmbox::Box::list();
-  if (!names) return fail(names.error());
+  if (!names) {
+    list_error = names.error();
+    return boxes;
+  }
+  for (const auto& n : *names) {
+    auto box = shmbox::Box::inspect(n);
+    if (!box && box.error() == shmbox::errc::not_found) continue;  // removed since list()
+    listed_box b{n, std::nullopt, box ? std::error_code() : box.error(), box ? std::string() : shmbox::explain(box.error())};
+    if (box) b.info = shmbox::info(*box);
+    boxes.push_back(std::move(b));
+  }
+  return boxes;
+}
+
+int cmd_ls(bool as_json, bool plain) {
+  std::error_code list_error;
+  const std::vector<listed_box> boxes = inspect_all_boxes(list_error);
+  if (list_error) return fail(list_error);
   const std::uint32_t my_uid = ::geteuid();
   // The pool each member box belongs to (the POOL column, "pool" in JSON).
   const std::map<std::string, std::string> pools = pool_of_boxes();
@@ -395,33 +413,33 @@ int cmd_ls(bool as_json, bool plain) {
     std::string pool;  // "" when the box is no pool's member
   };
   std::vector<row> rows;
-  for (const auto& n : *names) {
-    auto box = shmbox::Box::inspect(n);
-    if (!box) {
-      if (box.error() == shmbox::errc::not_found) continue;  // removed since list()
-      auto [mark, reason] = unusable_reason(box.error());
+  for (const listed_box& b : boxes) {
+    const std::string& n = b.name;
+    if (!b.info) {
+      auto [mark, reason] = unusable_reason(b.error);
       // A corrupt header: the library's sentence (when it is about this
       // segment) says which part, e.g. "header offsets disagree with its geometry".
-      const std::string said = shmbox::explain(box.error()), prefix = "box '" + n + "': ";
-      if (box.error() == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
+      const std::string& said = b.sentence;
+      const std::string prefix = "box '" + n + "': ";
+      if (b.error == shmbox::errc::corrupt && said.rfind(prefix, 0) == 0 && said.size() - prefix.size() <= 64)
         reason = said.substr(prefix.size());
       // A FIFO, link, directory, socket, device... at the box path: not a box
       // at all (the library refused it unopened; lstat says which, for the row).
       struct stat st {};
-      if (box.error() == shmbox::errc::not_a_box && ::lstat(("/dev/shm/shmbox." + n).c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      if (b.error == shmbox::errc::not_a_box && ::lstat(("/dev/shm/shmbox." + n).c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
         mark = "NOT-A-BOX";
         reason = std::string(shmbox::detail::file_kind(st.st_mode)) + (S_ISLNK(st.st_mode) ? " (not followed)" : "") + ", not a box";
       }
       if (as_json) {
         std::string status = mark;  // "corrupt", "incomplete", "no_access", "unusable"
         for (auto& ch : status) ch = ch == '-' ? '_' : static_cast<char>(ch - 'A' + 'a');
-        all.push_back(json{{"name", n}, {"error", shmbox::explain(box.error())}, {"status", status}, {"reason", reason}});
+        all.push_back(json{{"name", n}, {"error", b.sentence}, {"status", status}, {"reason", reason}});
       } else {
         rows.push_back({n, {}, mark + "  unusable: " + reason, {}});
       }
       continue;
     }
-    const shmbox::box_info i = shmbox::info(*box);
+    const shmbox::box_info& i = *b.info;
     const bool foreign = i.uid != my_uid;
     const auto member_of = pools.find(n);
     const std::string pool = member_of == pools.end() ? std::string() : member_of->second;

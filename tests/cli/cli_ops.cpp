@@ -429,7 +429,7 @@ TEST_CASE("the manual page documents every command and every option that --help 
   const std::string man = shmtest::manual_text();
   REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
   const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
-                                             "give-away", "ls", "heirs", "rm", "verify", "gc", "resize"};
+                                             "give-away", "ls", "heirs", "rm", "verify", "gc", "resize", "metrics"};
   const auto top = cli({"--help"});
   CHECK(top.code == 0);
   for (const std::string& c : commands) {
@@ -457,14 +457,15 @@ void every_reader_answers(const std::string& name, const std::string& state, boo
       {"heirs", name},        {"heirs", name, "--json"}, {"dump", name},
       {"dump", name, "--hex"}, {"dump", name, "--json"}, {"verify", name},
       {"verify", name, "--json"}, {"watch", name, "--count", "2", "--interval", "50"},
-      {"ls"},                 {"ls", "--json"},         {"gc", "--dry-run", "--prefix", name}};
+      {"ls"},                 {"ls", "--json"},         {"gc", "--dry-run", "--prefix", name},
+      {"metrics"}};
   for (const auto& c : commands) {
     std::string line;
     for (const auto& w : c) line += w + " ";
     CAPTURE(state);
     CAPTURE(line);
     const auto r = cli(c);
-    const bool lists = c[0] == "ls" || c[0] == "gc";
+    const bool lists = c[0] == "ls" || c[0] == "gc" || c[0] == "metrics";
     if (broken && c[0] == "verify") {
       CHECK(r.code == 1);
       CHECK_FALSE(r.out.empty());  // the report: what is wrong

@@ -5,7 +5,11 @@
 // give-away flag, text and --json.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +39,44 @@ namespace {
 shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
   args.insert(args.begin(), shmtest::cli_path());
   return shmtest::run(args, input);
+}
+
+// The CLI on a pseudo-terminal of `cols` columns (forkpty): what it wrote
+// there ("\r\n" -> "\n"), read to its exit (bounded: 20 s, then killed).
+std::string cli_on_terminal(const std::vector<std::string>& args, unsigned short cols) {
+  winsize ws{};
+  ws.ws_col = cols;
+  ws.ws_row = 50;
+  std::vector<std::string> argv{shmtest::cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> a;
+  for (auto& v : argv) a.push_back(v.data());
+  a.push_back(nullptr);
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, &ws);
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execv(a[0], a.data());
+    ::_exit(127);
+  }
+  std::string out;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO: the child closed the terminal (exited)
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ::close(master);
+  std::string text;
+  for (const char c : out)
+    if (c != '\r') text += c;
+  return text;
 }
 
 json stat_json(const std::string& name) {
@@ -231,6 +273,48 @@ TEST_CASE("cli views: stat --prometheus of a two-lane box owned by a dead proces
   CHECK(value_of(pc.samples(), "shmbox_owner_pid", {{"box", dl.name}}) == 0);
 }
 
+TEST_CASE("cli views: ls with a long name: cut in the middle to fit a terminal; in full, one row, on a pipe or with --plain") {
+  const std::string base = shmtest::unique_name("vlong");
+  shmtest::segment_guard longer(base + "-" + std::string(120 - base.size(), 'n') + "-tail");
+  shmtest::segment_guard shorter(shmtest::unique_name("vshort"));
+  REQUIRE(cli({"create", longer.name, "--capacity", "4"}).code == 0);
+  REQUIRE(cli({"create", shorter.name, "--capacity", "4"}).code == 0);
+  auto row_starting = [](const std::vector<std::string>& lines, const std::string& start) {
+    for (const auto& l : lines)
+      if (l.rfind(start, 0) == 0) return l;
+    return std::string();
+  };
+  // A pipe: every name in full, its row on one line (scripts split rows on whitespace).
+  const auto piped = cli({"ls"});
+  REQUIRE(piped.code == 0);
+  const auto plines = lines_of(piped.out);
+  const std::string prow = row_starting(plines, longer.name + " ");
+  CHECK(fields(prow).size() >= 8);
+  CHECK(fields(row_starting(plines, shorter.name + " ")).size() >= 8);
+  for (const auto& l : plines) CHECK(l != longer.name);  // never a name alone on its line
+  // A terminal of 80 columns: every line fits; the long name is cut in the middle with ~.
+  const std::string out = cli_on_terminal({"ls"}, 80);
+  INFO("ls on 80 columns:\n", out);
+  const auto tlines = lines_of(out);
+  REQUIRE(!tlines.empty());
+  for (const auto& l : tlines) {
+    CAPTURE(l);
+    CHECK(l.size() <= 80);
+  }
+  const std::string cut = row_starting(tlines, longer.name.substr(0, 8));
+  const std::string first = fields(cut).empty() ? std::string() : fields(cut)[0];
+  const std::size_t tilde = first.find('~');
+  REQUIRE(tilde != std::string::npos);
+  CHECK(longer.name.rfind(first.substr(0, tilde), 0) == 0);
+  CHECK(first.substr(tilde + 1).size() >= 3);
+  CHECK(longer.name.size() >= first.size());
+  CHECK(longer.name.compare(longer.name.size() - (first.size() - tilde - 1), std::string::npos, first, tilde + 1) == 0);
+  CHECK(fields(cut).size() >= 8);
+  // --plain on a terminal: in full again.
+  const auto pl = lines_of(cli_on_terminal({"ls", "--plain"}, 80));
+  CHECK(fields(row_starting(pl, longer.name + " ")).size() >= 8);
+}
+
 TEST_CASE("cli views: ls shows a normal box, an orphaned box and corrupt segments, within 100 columns") {
   shmtest::segment_guard ok(shmtest::unique_name("vls"));
   shmtest::segment_guard orphan(shmtest::unique_name("vorph"));
@@ -248,26 +332,28 @@ TEST_CASE("cli views: ls shows a normal box, an orphaned box and corrupt segment
   const auto r = cli({"ls"});
   CHECK(r.code == 0);
   CHECK(r.err.empty());
-  INFO("ls:\n", r.out);
-  const auto lines = lines_of(r.out);
+  // On a terminal of 100 columns (not on one, a row is as long as its name).
+  const std::string out = cli_on_terminal({"ls"}, 100);
+  INFO("ls:\n", out);
+  const auto lines = lines_of(out);
   REQUIRE(!lines.empty());
   CHECK(lines[0].rfind("NAME", 0) == 0);
   for (const char* col : {"POLICY", "DEPTH/CAP", "OWNER", "STATE", "HEIRS", "DROPS"})
     CHECK(lines[0].find(col) != std::string::npos);
   CHECK(lines[0].size() <= 100);
-  // A box's row: "NAME columns..." or, when NAME is wider than its column
-  // (other boxes on the machine may make the other columns wide), NAME alone
-  // on a line and the columns on the next; returned as one line.
+  // A box's row: "NAME columns..." (its name cut in the middle with ~ when
+  // other boxes on the machine leave NAME less room than it takes).
   std::vector<std::string> our_lines;
   auto row_of = [&](const std::string& name) {
-    for (std::size_t k = 0; k < lines.size(); ++k) {
-      if (lines[k].rfind(name + " ", 0) == 0) {
-        our_lines.push_back(lines[k]);
-        return lines[k];
-      }
-      if (lines[k] == name && k + 1 < lines.size()) {
-        our_lines.push_back(lines[k + 1]);
-        return name + lines[k + 1];
+    for (const std::string& l : lines) {
+      const std::string first = fields(l).empty() ? std::string() : fields(l)[0];
+      const std::size_t cut = first.find('~');
+      const bool same = first == name || (cut != std::string::npos && name.rfind(first.substr(0, cut), 0) == 0 &&
+                                          name.size() >= first.size() - cut - 1 &&
+                                          name.compare(name.size() - (first.size() - cut - 1), std::string::npos, first, cut + 1) == 0);
+      if (same) {
+        our_lines.push_back(l);
+        return l;
       }
     }
     return std::string();

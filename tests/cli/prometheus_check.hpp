@@ -1,8 +1,8 @@
 // tests/cli/prometheus_check.hpp - a strict checker of the Prometheus text
 // exposition format 0.0.4 and of this project's conventions for it, and
 // `promtool check metrics` when promtool is installed: for `shmbox stat
-// --prometheus` (tests/cli/cli_views.cpp) and `shmbox pool stat --prometheus`
-// (tests/cli/cli_pool.cpp).
+// --prometheus` (tests/cli/cli_views.cpp), `shmbox pool stat --prometheus`
+// (tests/cli/cli_pool.cpp) and `shmbox metrics` (tests/cli/cli_metrics.cpp).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -38,7 +38,8 @@ namespace promcheck {
 // And this project's conventions: every family has HELP and TYPE before its
 // samples, only counters and gauges, names shmbox_*, counters end in _total
 // (and are >= 0), nothing else does, no ':' in names, every sample labelled
-// box (`shmbox stat`) or pool (`shmbox pool stat`): the checker's required label.
+// box (`shmbox stat`) or pool (`shmbox pool stat`): the checker's required label
+// ("" for none: `shmbox metrics` mixes both, and its own gauges have neither).
 
 inline bool is_metric_name(const std::string& s) {
   if (s.empty()) return false;
@@ -314,7 +315,8 @@ class prometheus_checker {
     if (!f.help) problem(lineno, "sample of " + s.name + " before its HELP line");
     f.has_samples = true;
     if (!f.label_sets.insert(s.labels).second) problem(lineno, "duplicate label set for " + s.name);
-    if (s.labels.count(required_) == 0) problem(lineno, "sample of " + s.name + " without a " + required_ + " label");
+    if (!required_.empty() && s.labels.count(required_) == 0)
+      problem(lineno, "sample of " + s.name + " without a " + required_ + " label");
     if (f.type == "counter" && !(s.value >= 0)) problem(lineno, "counter " + s.name + " is negative or NaN");
     samples_.push_back(std::move(s));
   }
