@@ -9,7 +9,8 @@ against what `shmbox metrics` really writes (docs/operations.md).
     operations_check.py drift SOURCE_ROOT   the dashboard is JSON with unique panel ids; every
                                             shmbox_* name in a rule's expr or a panel's / variable's
                                             query is one the real CLI ($SHMBOX_CLI) writes, and the
-                                            labels they match on exist on it
+                                            labels they match on exist on it; so is every
+                                            shmbox_* name in docs/operations.md
 
 rules and unit exit 77 (skipped) when promtool is not installed; drift needs
 no promtool. drift makes a box with two lanes (posted into until it refuses,
@@ -159,6 +160,11 @@ def parse_exposition(text):
     """{family or sample name: set of label names}, {(name, label): set of values}."""
     labels, values = {}, {}
     for line in text.splitlines():
+        # A family named by HELP/TYPE without samples (the pool's member
+        # families of a pool with no members yet) is written too.
+        m = re.match(r"^# (?:HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)\b", line)
+        if m:
+            labels.setdefault(m.group(1), set())
         if not line or line.startswith("#"):
             continue
         m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+\S+$", line)
@@ -326,6 +332,11 @@ def cmd_drift(root):
             fail(f"dashboard {title}: {m.group(1)} has no label {m.group(2)!r}")
     for title, e in dash_list:
         used |= check_expr(f"dashboard panel {title!r}", e, labels, values, bridge_names, bridge_states)
+    # docs/operations.md names no metric that does not exist either.
+    doc = os.path.join(root, "docs", "operations.md")
+    for name in sorted(set(NAME_RE.findall(open(doc, encoding="utf-8").read()))):
+        if name not in labels and name not in bridge_names:
+            fail(f"docs/operations.md names {name}, which `shmbox metrics` does not write")
     print(f"ok: checked {len(rule_list)} rule and {len(dash_list)} dashboard expressions, "
           f"{len(used)} metric names ({len([u for u in used if u.startswith('shmbox_bridge_')])} bridge names "
           f"against the source, the rest against `shmbox metrics`)")
