@@ -137,11 +137,14 @@ if [ "$quick" = 1 ]; then
   run failover "$b/shmbox-bench-failover" --runs 10
   run memory "$b/shmbox-bench-memory" --quick
   run boxes "$b/shmbox-bench-boxes" --boxes 100 --quick
+  run scrape "$b/shmbox-bench-scrape" --quick --cli "$build/tools/shmbox"
 else
   run wake "$b/shmbox-bench-wake" --runs 200
   run failover "$b/shmbox-bench-failover" --runs 100
   run memory "$b/shmbox-bench-memory"
   run boxes "$b/shmbox-bench-boxes" --boxes 1000 --idle-seconds 2 --tput-seconds 2
+  # A scrape of 10000 boxes (about 20 s; --quick: 500 boxes, 2 s).
+  run scrape "$b/shmbox-bench-scrape" --boxes 10000 --cli "$build/tools/shmbox"
 fi
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"

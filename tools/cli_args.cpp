@@ -37,6 +37,28 @@ std::string escaped(std::string_view text) {
 
 void say(std::string_view line) { std::cerr << "shmbox: " << escaped(line) << "\n"; }
 
+std::optional<listen_address> parse_listen_address(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port = text.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  listen_address out;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port, 10);
+  if (ec != std::errc{} || end != port.data() + port.size() || out.port > 65535) return std::nullopt;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [IPv6]: hex digits, ':' and '.' (an IPv4 tail)
+    if (host.empty() || host.find(':') == std::string_view::npos ||
+        host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+      return std::nullopt;
+  } else if (host.empty() || host.size() > 253 ||
+             host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != std::string_view::npos) {
+    return std::nullopt;  // also an IPv6 address without brackets (its ':')
+  }
+  out.host = std::string(host);
+  return out;
+}
+
 namespace {
 
 // A decimal number in [lo, hi], digits only: no sign, no spaces, no 0x or 0
@@ -484,6 +506,16 @@ int parse_args(int argc, char** argv, parsed& out) {
                "name longer than its NAME column is cut in the middle with ~ so that every row fits the width)");
 
   auto* metrics = app.add_subcommand("metrics", "Every box, pool and bridge on this machine in one Prometheus exposition");
+  metrics->add_option("--listen", out.listen,
+                      "serve it over HTTP on GET /metrics at ADDR:PORT (127.0.0.1:9812, [::1]:9812; port 0: a free one) "
+                      "until SIGTERM or Ctrl-C, a fresh exposition per request")
+      ->type_name("ADDR:PORT")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (parse_listen_address(s)) return {};
+            return "'" + s + "' is not ADDR:PORT (an IPv4 address or host name, or [IPv6], then ':' and a port 0..65535)";
+          },
+          "ADDR:PORT"));
 
   auto* heirs = app.add_subcommand("heirs", "Show the heir table in order, with liveness");
   heirs->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
@@ -522,8 +554,12 @@ int parse_args(int argc, char** argv, parsed& out) {
                 "box path) is skipped with a warning on stderr and counted in shmbox_metrics_unreadable_segments;\n"
                 "shmbox_metrics_exported_segments counts the rest (label kind: box, pool, bridge). Exit 0 once the\n"
                 "text is written.\n"
+                "With --listen it serves that text on GET /metrics (Content-Type text/plain; version=0.0.4), built\n"
+                "afresh for each request, and prints 'listening on http://ADDR:PORT/metrics' once bound. Exit 0 on\n"
+                "SIGTERM or Ctrl-C, 1 when the address cannot be bound (in use, not local).\n"
                 "Example: shmbox metrics > /var/lib/prometheus/node-exporter/shmbox.prom.$$ &&\n"
-                "         mv /var/lib/prometheus/node-exporter/shmbox.prom.$$ /var/lib/prometheus/node-exporter/shmbox.prom"},
+                "         mv /var/lib/prometheus/node-exporter/shmbox.prom.$$ /var/lib/prometheus/node-exporter/shmbox.prom\n"
+                "         shmbox metrics --listen 127.0.0.1:9812    (scrape target 127.0.0.1:9812)"},
       {heirs, "Example: shmbox heirs jobs --json"},
       {rm, "Example: shmbox rm jobs"},
       {verify, "Example: shmbox verify jobs || echo broken"},

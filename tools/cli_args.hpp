@@ -138,7 +138,18 @@ struct parsed {
   bool dry_run = false;           // gc
   bool include_nonempty = false;  // gc
   std::string prefix;             // gc
+  std::string listen;             // metrics --listen: "ADDR:PORT" (checked by parse_listen_address)
 };
+
+// Where `shmbox metrics --listen` listens: "HOST:PORT" or "[IPv6]:PORT", PORT
+// a decimal 0..65535 (0: a free port the kernel picks). HOST is an IPv4 or
+// IPv6 address or a host name ([A-Za-z0-9.-], resolved when bound); an IPv6
+// address needs its brackets. nullopt when `text` is not of that form.
+struct listen_address {
+  std::string host;  // without brackets
+  int port = 0;
+};
+std::optional<listen_address> parse_listen_address(std::string_view text);
 
 // `text` as one line of printable ASCII: control characters and bytes outside
 // 0x20..0x7e are escaped (\n, \r, \t, \x1b, \xff; a backslash doubles). Every

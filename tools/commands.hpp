@@ -138,11 +138,24 @@ std::string prometheus_text(const shmbox::box_info& info);
 std::string prometheus_bridge_text(const std::string& box, const std::vector<bridge_info>& bridges);
 // The pool's gauges and counters, the same way: one family each, labelled by pool.
 std::string prometheus_pool_text(const shmbox::pool_info& info);
-// `shmbox metrics`: one exposition for every box (with its bridges) and pool
-// on this machine that the caller can read: the families above, each once,
-// and shmbox_metrics_{exported,unreadable}_segments by kind. A segment that
-// cannot be read is skipped with a warning on stderr. Returns the exit code.
-int cmd_metrics();
+// One exposition for every box (with its bridges) and pool on this machine
+// that the caller can read: the families above, each once, and
+// shmbox_metrics_{exported,unreadable}_segments by kind. A segment that cannot
+// be read is skipped, with a line ("warning: ...") added to `warnings`.
+// list_error: /dev/shm could not be listed (the text is then "").
+std::string metrics_exposition(std::vector<std::string>& warnings, std::error_code& list_error);
+// `shmbox metrics`: metrics_exposition() on stdout, its warnings on stderr;
+// with `listen` ("ADDR:PORT", checked by the parser) cmd_metrics_listen().
+// Returns the exit code.
+int cmd_metrics(const std::string& listen);
+
+// ---- tools/metrics_http.cpp ---------------------------------------------------
+
+// `shmbox metrics --listen ADDR:PORT`: serves metrics_exposition() on GET
+// /metrics until SIGTERM or SIGINT (exit 0); prints "listening on
+// http://ADDR:PORT/metrics" (the real port when PORT is 0) once bound. Exit 1
+// when the address cannot be bound; 2 when built without cpp-httplib.
+int cmd_metrics_listen(const std::string& listen);
 
 // Every counter of shmbox::pool_counters, in order, once: its key ("takes";
 // the JSON key, the stat line, shmbox_pool_<key>_total), what it counts, the field.

@@ -425,13 +425,12 @@ std::span<const pool_counter_field> pool_counter_fields() { return kPoolCounters
 
 // ---- shmbox metrics ---------------------------------------------------------------
 
-int cmd_metrics() {
+std::string metrics_exposition(std::vector<std::string>& warnings, std::error_code& list_error) {
   // What `shmbox ls` and `shmbox pool ls` list, read once each.
-  std::error_code list_error;
   const std::vector<listed_box> boxes = inspect_all_boxes(list_error);
-  if (list_error) return fail(list_error);
+  if (list_error) return {};
   const std::vector<listed_pool> pools = inspect_all_pools(list_error);
-  if (list_error) return fail(list_error);
+  if (list_error) return {};
 
   exposition e;
   // The exporter's own gauges come first; their samples are known at the end.
@@ -450,14 +449,14 @@ int cmd_metrics() {
   for (const listed_box& b : boxes) {
     if (!b.info) {
       ++unreadable_boxes;
-      say("warning: not exported: " + b.sentence);
+      warnings.push_back("warning: not exported: " + b.sentence);
       continue;
     }
     write_box(e, *b.info);
     ++exported_boxes;
     std::vector<std::string> problems;
     const std::vector<bridge_info> bridges = read_bridges(b.info->name, &problems);
-    for (const std::string& p : problems) say("warning: " + p);
+    for (const std::string& p : problems) warnings.push_back("warning: " + p);
     unreadable_bridges += problems.size();
     write_bridges(e, b.info->name, bridges);
     exported_bridges += bridges.size();
@@ -465,7 +464,7 @@ int cmd_metrics() {
   for (const listed_pool& p : pools) {
     if (!p.info) {
       ++unreadable_pools;
-      say("warning: not exported: " + p.sentence);
+      warnings.push_back("warning: not exported: " + p.sentence);
       continue;
     }
     write_pool(e, *p.info);
@@ -481,10 +480,19 @@ int cmd_metrics() {
   e.sample(kUnreadable, num(unreadable_boxes), label("kind", "box"));
   e.sample(kUnreadable, num(unreadable_pools), label("kind", "pool"));
   e.sample(kUnreadable, num(unreadable_bridges), label("kind", "bridge"));
+  return e.take();
+}
+
+int cmd_metrics(const std::string& listen) {
+  if (!listen.empty()) return cmd_metrics_listen(listen);
+  std::vector<std::string> warnings;
+  std::error_code list_error;
+  const std::string text = metrics_exposition(warnings, list_error);
+  if (list_error) return fail(list_error);
+  for (const std::string& w : warnings) say(w);
 
   // One write of the whole text: a textfile collector's `> f.$$ && mv` needs
   // to know that it all went out.
-  const std::string text = e.take();
   if (!write_all(STDOUT_FILENO, text.data(), text.size())) {
     say(std::string("cannot write the exposition to standard output: ") + std::strerror(errno));
     return kExitFail;

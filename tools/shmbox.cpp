@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
     case command::dump: return cmd_dump(a);
     case command::give_away: return cmd_give_away(a);
     case command::resize: return cmd_resize(a);
-    case command::metrics: return cmd_metrics();
+    case command::metrics: return cmd_metrics(a.listen);
     case command::pool_create:
     case command::pool_run:
     case command::pool_ls:
