@@ -506,6 +506,15 @@ int cmd_ls(bool as_json, bool plain) {
     return s.substr(0, head) + "~" + s.substr(s.size() - tail);
   };
   auto pool_cell = [&](const std::string& pool) { return fit(pool, pool_width); };
+  // A line, never wider than the terminal: what NAME could not give up (the
+  // other columns, a long reason) is cut at its end with "~", not wrapped.
+  auto emit = [&](std::string line) {
+    if (columns != 0 && line.size() > columns) {
+      line.resize(columns - 1);
+      line += '~';
+    }
+    std::cout << line << "\n";
+  };
   auto pad = [](const std::string& s, std::size_t w, bool to_right) {
     if (s.size() >= w) return s;
     return to_right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
@@ -518,12 +527,14 @@ int cmd_ls(bool as_json, bool plain) {
     if (marks_width != 0) (line += ' ') += pad(marks, marks_width, false);
     if (!pool.empty()) (line += ' ') += pool_cell(pool);
     while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::cout << line << "\n";
+    emit(line);
   };
   print_line("NAME", heads, marks_width != 0 ? "MARKS" : "", pool_width != 0 ? "POOL" : "");
   for (const auto& r : rows) {
     if (r.cells.empty()) {  // unusable: the name (cut to fit on a terminal), then the mark and reason
-      std::cout << pad(fit(r.name, name_width), name_width, false) << " " << r.marks << "\n";
+      std::string line = pad(fit(r.name, name_width), name_width, false);
+      (line += ' ') += r.marks;
+      emit(line);
       continue;
     }
     print_line(fit(r.name, name_width), r.cells, r.marks, r.pool);
