@@ -1,5 +1,6 @@
 """Every example program of docs/python.md (a ```python block after an <!-- example: NAME -->
-marker) runs: the owner and producer examples as two processes on one box, the others alone.
+marker) runs: the owner and producer examples as two processes on one box, the others alone;
+so does README.md's producer and owner (<!-- hello-python -->).
 Each example cleans up its own boxes and pools; the fixtures remove the shared one."""
 import os
 import re
@@ -45,3 +46,22 @@ def test_standalone_example(children, example, expect):
     code, out, err = c.wait(120)
     assert code == 0, err
     assert expect in out, out + err
+
+
+README = os.path.join(SOURCE_ROOT, "README.md")
+
+
+def test_readme_hello(box_name, children):
+    """README.md's Python producer and owner (the ```python block after <!-- hello-python -->), run as the
+    README says: `own BOX` in one process, `produce BOX` in another once the owner says ready."""
+    text = open(README, encoding="utf-8").read()
+    m = re.search(r"<!-- hello-python -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README.md has no ```python block after <!-- hello-python -->"
+    name = box_name()
+    owner = children([sys.executable, "-c", m.group(1), "own", name])
+    owner.expect("ready")
+    producer = children([sys.executable, "-c", m.group(1), "produce", name])
+    assert producer.wait(60)[0] == 0
+    assert [owner.line(30) for _ in range(3)] == ["hello 0", "hello 1", "hello 2"]
+    assert owner.wait(30)[0] == 0
+    assert not os.path.exists("/dev/shm/shmbox." + name)
