@@ -44,7 +44,7 @@
 //   role-lock descriptor and its notify_fd (the owner process had 311 open
 //   for 100 boxes; the "threads" row's note gives the count), the producer
 //   one segment descriptor, one role lock and the owner's eventfd per box
-//   (README, Limits). The benchmark raises RLIMIT_NOFILE's
+//   (docs/status.md, Limits). The benchmark raises RLIMIT_NOFILE's
 //   soft limit to the hard limit, and (as root) the hard limit to what N
 //   needs; if it still cannot, it measures the largest N the limit allows and
 //   prints a skip row for the N asked, with the reason. A set-up the system

@@ -63,7 +63,7 @@ enum class bridge_state : std::uint32_t {
   count_
 };
 std::string_view to_string(bridge_state s) noexcept;  // "connected", "stream_missing", ...
-// One line of help per counter (Prometheus HELP, README).
+// One line of help per counter (Prometheus HELP, docs/across-hosts.md).
 std::string_view help(bridge_counter c) noexcept;
 
 // What a reader sees.

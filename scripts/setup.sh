@@ -8,7 +8,7 @@
 # pkg-config build the example consumers in the 'package' test. python3-pytest
 # runs the Python package's tests (suite 'python'); python3-venv,
 # python3-setuptools and python3-wheel let them install it offline as the
-# README says (python -m venv, pip install); python3-dev and python3-mesonpy
+# README's Install says (python -m venv, pip install); python3-dev and python3-mesonpy
 # build its compiled module (-Dpython=enabled), python3-numpy and python3-zmq
 # are the Python benchmark's baselines and examples. libnats-dev and
 # libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for

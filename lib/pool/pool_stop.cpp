@@ -165,7 +165,7 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
       if (msgs.redelivered(i) && index < recorded) continue;  // a predecessor forwarded it
       bool ok = false;
       if (dead_letters_) {
-        // As a box's own dead letters: "[origin reason] message" (README, Dead letters).
+        // As a box's own dead letters: "[origin reason] message" (docs/policies.md, Dead letters).
         std::string letter;
         letter.append("[").append(name).append(" ").append(to_string(why)).append("] ").append(msgs[i]);
         ok = is_stored(dead_letters_->post(letter, {.timeout = std::chrono::nanoseconds(0)}));

@@ -177,6 +177,6 @@ def parse_pattern(data):
 
 
 def identity(c, depth):
-    """posted == delivered + rejected + ... + depth (README: Guarantees)."""
+    """posted == delivered + rejected + ... + depth (docs/guarantees.md)."""
     return c["delivered"] + c["rejected"] + c["too_large"] + c["timeouts"] + c["dropped_newest"] + \
         c["dropped_oldest"] + c["filtered"] + c["abandoned"] + c["aborted"] + depth

@@ -1,4 +1,4 @@
-"""(f) info() and counters(): the dict, and the counting identity of the README's Guarantees."""
+"""(f) info() and counters(): the dict, and the counting identity of docs/guarantees.md."""
 import os
 
 import shmbox

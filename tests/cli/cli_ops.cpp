@@ -261,7 +261,7 @@ TEST_CASE("give-away: an owner in an event loop (poll on notify_fd) serves the r
 }
 
 // Issue 13 item 8: an owner asleep in Owner::wait with nothing armed
-// (passive) serves a give-away request, as the README promises ("the next
+// (passive) serves a give-away request, as docs/ownership.md promises ("the next
 // time it receives or waits"). Before: wait() with nothing armed returned at
 // once, so an owner parked there never served it (the request timed out).
 TEST_CASE("give-away: an owner asleep in wait() with nothing armed serves the request") {

@@ -175,7 +175,7 @@ TEST_CASE("pool: a holder killed with its lease: the member is replaced, its mes
     if (with_dead_letters) {
       CHECK(i.count.dead_lettered == 2);
       CHECK(i.count.lost == 0);
-      // README, Pools: "[<member box> <reason>] message".
+      // docs/pools.md: "[<member box> <reason>] message".
       const auto letters = drain_box(dl.name);
       std::string seen;
       for (const auto& l : letters) seen += l + " | ";
@@ -702,7 +702,7 @@ void supervisor_killed_stopping(const std::string& point_name) {
     CHECK(i.count.killed_free_culled == 1);
     CHECK(i.count.dead_lettered == 1);
     CHECK(i.count.lost == 0);
-    // Exactly once, as "[<member box> culled] message" (README, Pools).
+    // Exactly once, as "[<member box> culled] message" (docs/pools.md).
     const auto letters = drain_box(dl.name);
     std::string seen;
     for (const auto& l : letters) seen += l + " | ";
