@@ -1,6 +1,7 @@
 // bridge/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
 #include "bridge_status.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -173,6 +174,25 @@ std::string without_credentials(std::string_view url) {
       out += std::string(one);
     start = end + 1;
   }
+  return out;
+}
+
+std::optional<std::set<std::string>> boxes_with_bridge_status() {
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return std::nullopt;
+  std::set<std::string> out;
+  constexpr std::string_view kPrefix = "shmbox-bridge.";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n.substr(0, kPrefix.size()) != kPrefix) continue;
+    for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
+      const std::string_view role = to_string(r);  // NAME.<role>
+      const std::size_t tail = role.size() + 1;
+      if (n.size() > kPrefix.size() + tail && n[n.size() - tail] == '.' && n.substr(n.size() - role.size()) == role)
+        out.emplace(n.substr(kPrefix.size(), n.size() - kPrefix.size() - tail));
+    }
+  }
+  ::closedir(d);
   return out;
 }
 

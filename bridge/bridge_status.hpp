@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,12 @@ struct bridge_info {
 // directory..., or a wrong magic number) is skipped, never waited on nor
 // followed, with a sentence in `problems` (if given) saying what it is.
 std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems = nullptr);
+
+// The boxes that have something at a bridge status path (one scan of
+// /dev/shm): a tool that looks at many boxes calls read_bridges only for
+// these. Empty if /dev/shm cannot be read (read_bridges then says nothing
+// either way: call it for every box).
+std::optional<std::set<std::string>> boxes_with_bridge_status();
 
 // Removes the box's bridge status segments, if any (`shmbox rm`).
 void remove_bridge_status(std::string_view box);

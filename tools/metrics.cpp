@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <optional>
+#include <set>
 #include <string>
 #include <span>
 #include <string_view>
@@ -444,6 +446,8 @@ std::string metrics_exposition(std::vector<std::string>& warnings, std::error_co
   e.family(kExported, "gauge", kExportedHelp);
   e.family(kUnreadable, "gauge", kUnreadableHelp);
 
+  // One scan for bridge statuses instead of two failed opens per box.
+  const std::optional<std::set<std::string>> bridged = boxes_with_bridge_status();
   std::uint64_t exported_boxes = 0, exported_pools = 0, exported_bridges = 0;
   std::uint64_t unreadable_boxes = 0, unreadable_pools = 0, unreadable_bridges = 0;
   for (const listed_box& b : boxes) {
@@ -454,6 +458,7 @@ std::string metrics_exposition(std::vector<std::string>& warnings, std::error_co
     }
     write_box(e, *b.info);
     ++exported_boxes;
+    if (bridged && bridged->count(b.info->name) == 0) continue;
     std::vector<std::string> problems;
     const std::vector<bridge_info> bridges = read_bridges(b.info->name, &problems);
     for (const std::string& p : problems) warnings.push_back("warning: " + p);

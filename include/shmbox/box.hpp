@@ -138,6 +138,14 @@ class SHMBOX_API Box {
   static result<Box> open(std::string_view name, const open_options& opts = {});
   // Opens an existing box read-only, for inspection (stat, ls).
   static result<Box> inspect(std::string_view name);
+  // inspect() into a private copy: the segment (up to 1 MiB; a larger one is
+  // mapped as by inspect) is read once with pread into memory of this
+  // process, and info(), peek() and the counters read that copy. No mapping
+  // (no page faults, no munmap), and nothing another process does to the
+  // segment afterwards (a truncation included) can reach this process;
+  // liveness (owner, producers, heirs) is still asked of the kernel when
+  // read. For tools that look at many boxes (ls, metrics).
+  static result<Box> snapshot(std::string_view name);
   // Unlinks the segment. Processes that have it mapped keep working on it.
   static result<void> remove(std::string_view name);
   // Names of every shmbox segment in /dev/shm (valid or not).

@@ -64,6 +64,12 @@ result<Box> Box::inspect(std::string_view name) {
   return Box(std::move(*m));
 }
 
+result<Box> Box::snapshot(std::string_view name) {
+  auto m = detail::open_segment(name, true, false, true, true);
+  if (!m) return m.error();
+  return Box(std::move(*m));
+}
+
 result<void> Box::validate_name(std::string_view name) { return detail::validate_box_name(name); }
 
 result<void> Box::remove(std::string_view name) {

@@ -31,6 +31,7 @@ namespace shmbox::detail {
 namespace {
 
 constexpr std::uint64_t kOpenWaitNs = 1'000'000'000;  // how long an opener waits for a box being created
+constexpr std::uint64_t kSnapshotWaitNs = 10'000'000;  // how long a snapshot does (then: incomplete)
 
 std::string quote(std::string_view name) { return "box '" + std::string(name) + "'"; }
 
@@ -117,8 +118,29 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
 
 }  // namespace
 
+namespace {
+
+constexpr std::align_val_t kSnapshotAlign{4096};  // as a mapping is: every layout alignment holds
+
+// Reads up to `bytes` of fd from offset 0 into `to`; how many it got (a file
+// truncated meanwhile gives fewer), or -1 (errno).
+ssize_t read_whole(int fd, std::byte* to, std::size_t bytes) {
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::pread(fd, to + got, bytes - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+}  // namespace
+
 mapped_box::~mapped_box() {
-  if (base != nullptr) ::munmap(base, mapped_bytes);
+  if (base != nullptr && snapshot) ::operator delete(base, kSnapshotAlign);
+  else if (base != nullptr) ::munmap(base, mapped_bytes);
   if (fd >= 0) ::close(fd);  // drops the attach lock
 }
 
@@ -388,7 +410,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   return m;
 }
 
-result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner, bool attach) {
+result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner, bool attach,
+                                                 bool snapshot) {
   if (auto r = validate_box_name(name); !r) return r.error();
   const std::string who = quote(name);
   const std::string path = shm_path(name);
@@ -408,7 +431,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     return fail_errno(f.error, who + ": cannot open /dev/shm" + path);
   }
 
-  const std::uint64_t give_up = mono_ns() + kOpenWaitNs;
+  // A snapshot (ls, metrics: every box of the host) waits only briefly: an
+  // empty file or a header never made ready, planted by anyone, must not
+  // cost each listing a second.
+  const std::uint64_t give_up = mono_ns() + (snapshot ? kSnapshotWaitNs : kOpenWaitNs);
   // liveness.hpp L3: attached before anything is read. gc holds the byte
   // exclusively only while it checks and unlinks (no waiting inside): wait
   // it out, but not forever (a process that holds it on purpose).
@@ -439,13 +465,35 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   if (static_cast<std::uint64_t>(st.st_size) > kMaxSegmentBytes + 4096)
     return fail(errc::not_a_box, who + ": /dev/shm" + path + " is larger than any shmbox box");
 
-  const auto bytes = static_cast<std::size_t>(st.st_size);
-  void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
+  auto bytes = static_cast<std::size_t>(st.st_size);
   auto m = std::make_shared<mapped_box>();
+  // A snapshot reads the file into private memory: no mapping, and a
+  // truncation after this read cannot reach us (a short read is what the
+  // file held: the geometry check below says truncated).
+  const auto read_copy = [&]() -> bool {
+    const ssize_t got = read_whole(fd.fd, m->base, bytes);
+    if (got < 0) return false;
+    if (static_cast<std::size_t>(got) < bytes) std::memset(m->base + got, 0, bytes - static_cast<std::size_t>(got));
+    m->mapped_bytes = static_cast<std::size_t>(got);
+    return true;
+  };
+  if (snapshot && read_only && bytes <= kSnapshotMaxBytes) {
+    m->base = static_cast<std::byte*>(::operator new(bytes, kSnapshotAlign, std::nothrow));
+    if (m->base == nullptr) return fail(errc::system_error, who + ": no memory for a copy of " + std::to_string(bytes) + " bytes");
+    m->snapshot = true;
+    if (!read_copy()) return fail_errno(errno, who + ": cannot read /dev/shm" + path);
+    if (m->mapped_bytes < kSegmentHeaderBytes)
+      return fail(errc::truncated, who + ": /dev/shm" + path + " shrank to " + std::to_string(m->mapped_bytes) +
+                                       " bytes while it was read; it is not a usable box (remove it with 'shmbox rm " +
+                                       std::string(name) + "')");
+    bytes = m->mapped_bytes;
+  } else {
+    void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+    if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
+    m->base = static_cast<std::byte*>(addr);
+    m->mapped_bytes = bytes;
+  }
   m->name = std::string(name);
-  m->base = static_cast<std::byte*>(addr);
-  m->mapped_bytes = bytes;
   m->read_only = read_only;
   m->dev = static_cast<std::uint64_t>(st.st_dev);
   m->ino = static_cast<std::uint64_t>(st.st_ino);
@@ -467,7 +515,10 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
       return fail(errc::incomplete, who + " is not ready: it is being created, or its creator died; retry, or remove it with 'shmbox rm " + std::string(name) + "'");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // A copy does not change: read it again (the size is the one fstat gave).
+    if (m->snapshot && !read_copy()) return fail_errno(errno, who + ": cannot read /dev/shm" + path);
   }
+  if (m->snapshot) bytes = m->mapped_bytes;
   // One private copy of the header; nothing below reads geometry from shared memory again.
   segment_header h;
   std::memcpy(static_cast<void*>(&h), live, sizeof h);

@@ -73,6 +73,9 @@ struct mapped_box {
   std::byte* base = nullptr;
   std::size_t mapped_bytes = 0;
   bool read_only = false;
+  // `base` is a private copy read with pread (open_segment's snapshot), not a
+  // mapping: freed, not unmapped; what it says is as of the open.
+  bool snapshot = false;
   geometry geo;
   policy default_policy = policy::reject;
   std::uint32_t block_timeout_ms = 0;
@@ -151,9 +154,12 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
 // Read-write opens refuse a segment owned by another user unless any_owner
 // (someone else could have planted it to read what we post, or to feed us).
 // `attach`: take the attach lock (liveness.hpp L3); only gc, which holds the
-// byte exclusively while it looks, opens without it.
+// byte exclusively while it looks, opens without it. `snapshot` (read-only
+// only): a segment of at most kSnapshotMaxBytes is read with pread into
+// private memory (mapped_box::snapshot) instead of mapped (Box::snapshot).
 result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false,
-                                                 bool attach = true);
+                                                 bool attach = true, bool snapshot = false);
+inline constexpr std::size_t kSnapshotMaxBytes = std::size_t{1} << 20;
 result<void> validate_box_name(std::string_view name);
 // A custom buffer type's name (options::buffer): 1..kMaxBufferName of [A-Za-z0-9._-] (buffer.cpp).
 bool valid_buffer_name(std::string_view name) noexcept;

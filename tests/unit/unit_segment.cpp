@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "segment/layout.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "checks.hpp"
 #include "support.hpp"
@@ -59,6 +61,7 @@ void check_open_fails(const std::string& name, errc expected, const char* words)
   CHECK(shmbox::Producer::attach(name).error() == expected);
   CHECK(shmbox::Owner::acquire(name).error() == expected);
   CHECK(shmbox::Box::inspect(name).error() == expected);
+  CHECK(shmbox::Box::snapshot(name).error() == expected);
 }
 
 }  // namespace
@@ -104,6 +107,65 @@ TEST_CASE("segment: a box cut short after creation is truncated") {
   REQUIRE(::ftruncate(fd, 64 * 1024) == 0);
   ::close(fd);
   check_open_fails(g.name, errc::truncated, "truncated");
+}
+
+TEST_CASE("segment: a snapshot says what inspect says, as of the call; a truncation afterwards cannot reach it") {
+  shmtest::segment_guard g(shmtest::unique_name("snap"));
+  std::optional<shmbox::Box> snap;
+  {
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 64});
+    REQUIRE(box);
+    auto owner = shmbox::Owner::acquire(*box);
+    REQUIRE(owner);
+    auto producer = shmbox::Producer::attach(g.name);
+    REQUIRE(producer);
+    for (const char* m : {"one", "two", "three"}) REQUIRE(shmbox::is_stored(producer->post(m)));
+
+    auto s = shmbox::Box::snapshot(g.name);
+    REQUIRE(s);
+    snap.emplace(std::move(*s));
+    auto live = shmbox::Box::inspect(g.name);
+    REQUIRE(live);
+    const shmbox::box_info a = shmbox::info(*snap), b = shmbox::info(*live);
+    CHECK(a.depth == 3);
+    CHECK(a.depth == b.depth);
+    CHECK(a.capacity == b.capacity);
+    CHECK(a.segment_bytes == b.segment_bytes);
+    CHECK(a.producers_attached == 1);
+    CHECK(a.owner.alive);  // liveness is the kernel's, asked when read
+    CHECK(a.owner.pid == b.owner.pid);
+    CHECK(a.lanes.at(0).count.posted == 3);
+
+    // A post after the snapshot shows in the live view, not in the copy.
+    REQUIRE(shmbox::is_stored(producer->post("four")));
+    CHECK(shmbox::info(*snap).depth == 3);
+    CHECK(shmbox::info(*live).depth == 4);
+  }  // every mapping of it gone: they would fault on the cut file below
+  CHECK_FALSE(shmbox::info(*snap).owner.alive);
+
+  // Cut the file to nothing: the copy reads on (a mapping would be SIGBUS).
+  const int fd = ::shm_open(("/shmbox." + g.name).c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 0) == 0);
+  ::close(fd);
+  const auto peeked = shmbox::peek(*snap, 10);
+  REQUIRE(peeked.size() == 3);
+  CHECK(peeked[0].data == "one");
+  CHECK(peeked[2].data == "three");
+  CHECK(shmbox::info(*snap).depth == 3);
+}
+
+TEST_CASE("segment: a snapshot of a box larger than the copy limit maps it, as inspect does") {
+  shmtest::segment_guard g(shmtest::unique_name("snapbig"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 8192, .slot_size = 256}));
+  auto p = shmbox::Producer::attach(g.name);
+  REQUIRE(p);
+  REQUIRE(shmbox::is_stored(p->post("x")));
+  auto snap = shmbox::Box::snapshot(g.name);
+  REQUIRE(snap);
+  const shmbox::box_info s = shmbox::info(*snap);
+  CHECK(s.segment_bytes > shmbox::detail::kSnapshotMaxBytes);
+  CHECK(s.depth == 1);
 }
 
 TEST_CASE("segment: another layout version is refused") {
