@@ -13,6 +13,7 @@ kills its children and removes its boxes also when it fails.
 """
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -180,3 +181,30 @@ def identity(c, depth):
     """posted == delivered + rejected + ... + depth (docs/guarantees.md)."""
     return c["delivered"] + c["rejected"] + c["too_large"] + c["timeouts"] + c["dropped_newest"] + \
         c["dropped_oldest"] + c["filtered"] + c["abandoned"] + c["aborted"] + depth
+
+
+README = os.path.join(SOURCE_ROOT, "README.md")
+
+
+def readme_hello():
+    """README.md's Python producer and owner: the ```python block after <!-- hello-python -->."""
+    text = open(README, encoding="utf-8").read()
+    m = re.search(r"<!-- hello-python -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README.md has no ```python block after <!-- hello-python -->"
+    return m.group(1)
+
+
+def run_hello_pair(children, command, name, env=None):
+    """Runs a hello program as the README says: `COMMAND own NAME` in one process, `COMMAND produce
+    NAME` in another once the owner says ready (COMMAND: a list, such as [python, "hello.py"]). The
+    owner prints hello 0..2, both exit 0 and the box is gone; every wait is bounded, and the
+    children fixture kills what outlives the test."""
+    owner = children(list(command) + ["own", name], env)
+    owner.expect("ready")
+    producer = children(list(command) + ["produce", name], env)
+    code, _, err = producer.wait(60)
+    assert code == 0, err
+    assert [owner.line(30) for _ in range(3)] == ["hello 0", "hello 1", "hello 2"]
+    code, _, err = owner.wait(30)
+    assert code == 0, err
+    assert not os.path.exists("/dev/shm/shmbox." + name)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import SOURCE_ROOT
+from conftest import SOURCE_ROOT, readme_hello, run_hello_pair
 
 DOC = os.path.join(SOURCE_ROOT, "docs", "python.md")
 
@@ -48,20 +48,10 @@ def test_standalone_example(children, example, expect):
     assert expect in out, out + err
 
 
-README = os.path.join(SOURCE_ROOT, "README.md")
-
-
-def test_readme_hello(box_name, children):
+def test_readme_hello(box_name, children, tmp_path):
     """README.md's Python producer and owner (the ```python block after <!-- hello-python -->), run as the
-    README says: `own BOX` in one process, `produce BOX` in another once the owner says ready."""
-    text = open(README, encoding="utf-8").read()
-    m = re.search(r"<!-- hello-python -->\s*```python\n(.*?)```", text, re.S)
-    assert m, "README.md has no ```python block after <!-- hello-python -->"
-    name = box_name()
-    owner = children([sys.executable, "-c", m.group(1), "own", name])
-    owner.expect("ready")
-    producer = children([sys.executable, "-c", m.group(1), "produce", name])
-    assert producer.wait(60)[0] == 0
-    assert [owner.line(30) for _ in range(3)] == ["hello 0", "hello 1", "hello 2"]
-    assert owner.wait(30)[0] == 0
-    assert not os.path.exists("/dev/shm/shmbox." + name)
+    README says: `python3 hello.py own BOX` in one process, `python3 hello.py produce BOX` in another once
+    the owner says ready (the package as built here; test_install.py runs it with a venv's pip install)."""
+    hello = tmp_path / "hello.py"
+    hello.write_text(readme_hello(), encoding="utf-8")
+    run_hello_pair(children, [sys.executable, str(hello)], box_name())

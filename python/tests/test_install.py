@@ -4,8 +4,9 @@ this machine has: the one running the tests, Debian's /usr/bin/python3 and the f
 python3 on PATH (CI has only Debian's; a development machine may have a pyenv or other
 non-Debian CPython first on PATH). The
 installed package then posts into a box this process owns, without any environment
-variable telling it where a library is. Each build compiles the library: about 2-4 minutes
-on 2 cores."""
+variable telling it where a library is, and the venv's python3 runs the README's producer
+and owner (<!-- hello-python -->) as two processes. Each build compiles the library: about
+2-4 minutes on 2 cores."""
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import pytest
 
 import shmbox
-from conftest import SOURCE_ROOT
+from conftest import SOURCE_ROOT, readme_hello, run_hello_pair
 
 
 def _interpreters():
@@ -37,7 +38,7 @@ def _source_copy(dest):
 
 
 @pytest.mark.parametrize("python", _interpreters())
-def test_pip_install_offline_in_a_fresh_venv(tmp_path, box_name, python):
+def test_pip_install_offline_in_a_fresh_venv(tmp_path, box_name, children, python):
     r = subprocess.run([python, "-c", "import ensurepip, venv"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         pytest.skip(f"{python} cannot make a venv here (apt-get install python3-venv): {r.stderr.strip()}")
@@ -64,3 +65,8 @@ def test_pip_install_offline_in_a_fresh_venv(tmp_path, box_name, python):
     assert r.returncode == 0 and r.stdout.strip() == "stored", r.stdout + r.stderr
     with shmbox.Owner.acquire(name) as o:
         assert o.receive(1).data == b"from-venv"
+    # Then the README's producer and owner (<!-- hello-python -->) with the venv's python3, as
+    # the README runs them: `python3 hello.py own BOX`, then `python3 hello.py produce BOX`.
+    hello = tmp_path / "hello.py"
+    hello.write_text(readme_hello(), encoding="utf-8")
+    run_hello_pair(children, [str(venv / "bin" / "python3"), str(hello)], box_name("hello"), env=env)

@@ -2,21 +2,33 @@
 # tests/package/package_test.sh SOURCE_ROOT BUILD_ROOT PREFIX LIBDIR VERSION MESON SANITIZE
 # (suite 'package'; tests/meson.build passes the arguments)
 #
-# shmbox as a user gets it. `meson install --destdir` puts this build into a
-# temporary stage; then examples/cmake-consumer/main.cpp (a program that
-# creates a box, posts five messages, receives and checks them, removes the
-# box) is built three ways and run:
-#   1. CMake: examples/cmake-consumer, find_package(shmbox CONFIG) with
-#      CMAKE_PREFIX_PATH at the stage; the package must be the staged one,
-#      answer find_package's version checks, and the program must load the
-#      staged libshmbox.so.<soversion>;
-#   2. pkg-config: `pkg-config --cflags --libs shmbox` with the stage as
-#      PKG_CONFIG_SYSROOT_DIR (the .pc file holds the real prefix);
-#   2b. pkg-config, C: examples/c-consumer/main.c (the same through the C
-#      API, compiled as C99 by cc);
-#   3. meson: examples/meson-consumer with this source tree as
-#      subprojects/shmbox (--wrap-mode=forcefallback: never an installed
-#      shmbox), building only what the program needs.
+# shmbox as a user gets it, by the docs' own lines and programs. `meson
+# install --destdir` puts this build into a temporary stage; then the
+# producer/owner pair of the docs (README.md's <!-- hello-example --> in C++,
+# docs/c-api.md's <!-- c-hello-example --> in C, extracted by
+# tests/unit/extract_example.py) is built each way the docs give and run as
+# two processes by tests/unit/run_hello.py (`hello own BOX`, then once it
+# says ready `hello produce BOX`; hello 0..2, both exit 0, the box gone):
+#   1. CMake: a CMakeLists.txt of the README's two lines (<!-- install-cmake
+#      -->: find_package(shmbox CONFIG REQUIRED), target_link_libraries(app
+#      PRIVATE shmbox::shmbox)) around add_executable(app hello.cpp), with
+#      CMAKE_PREFIX_PATH at the stage, as the README's staged-install note
+#      says; also examples/cmake-consumer (main.cpp: one process creates a
+#      box, posts five messages, receives and checks them, removes the box).
+#      The package must be the staged one, answer find_package's version
+#      checks, and the programs load the staged libshmbox.so.<soversion>;
+#   2. pkg-config: the README's line `c++ -std=c++20 hello.cpp -o hello
+#      $(pkg-config --cflags --libs shmbox)` as written, with the staged
+#      PKG_CONFIG_PATH and PKG_CONFIG_SYSROOT_DIR (the .pc file holds the
+#      real prefix) and LD_LIBRARY_PATH of the note;
+#   2b. pkg-config, C: docs/c-api.md's line `cc -std=c99 hello.c -o hello
+#      $(pkg-config ...)` as written; also examples/c-consumer/main.c (the
+#      one-process program through the C API) by cc -std=c99 -pedantic -Werror;
+#   3. meson: examples/meson-consumer (its meson.build holds the README's
+#      dependency() lines, <!-- install-meson -->, word for word) with the
+#      README's hello.cpp beside main.cpp and one executable('hello') more,
+#      this source tree as subprojects/shmbox (--wrap-mode=forcefallback:
+#      never an installed shmbox), building only the library of shmbox.
 # Boxes are named as the tests name theirs (t-<SHMBOX_TEST_RUN>-...,
 # tests/support/support.hpp); they and the temporary directory go also on failure.
 # cmake and pkg-config are build dependencies (scripts/setup.sh installs
@@ -48,8 +60,7 @@ command -v "${cxx[0]}" >/dev/null || fail "no C++ compiler '${cxx[0]}' (CXX): ap
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shmbox-package.XXXXXX")
 box="t-${SHMBOX_TEST_RUN:+$SHMBOX_TEST_RUN-}package-$$"  # the tests' prefix (tests/support/support.hpp test_prefix)
 cleanup() {
-  local way
-  for way in cmake pkg-config pkg-config-c meson; do rm -f "/dev/shm/shmbox.$box-$way"; done
+  rm -f "/dev/shm/shmbox.$box-"*  # every way's box ($$ makes the prefix this run's)
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -65,21 +76,60 @@ step() {
   fi
 }
 
-# check_program WAY BINARY LIBDIR: BINARY needs libshmbox.so.<soversion>, the
-# loader takes it from LIBDIR (with the LD_LIBRARY_PATH in force), and it
-# runs through a box of its own.
+# check_links WAY BINARY LIBDIR: BINARY needs libshmbox.so.<soversion> and
+# the loader takes it from LIBDIR (with the LD_LIBRARY_PATH in force).
 soname="libshmbox.so.${version%%.*}"
-check_program() {
+check_links() {
   local way=$1 binary=$2 dir=$3 needed resolved
   needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(libshmbox[^]]*\)\].*/\1/p')
   [ "$needed" = "$soname" ] || fail "$way: $binary needs '$needed', not $soname"
   resolved=$(ldd "$binary" | awk '$1 == "'"$soname"'" { print $3 }')
   [ "$resolved" -ef "$dir/$soname" ] || fail "$way: $binary loads $soname from '$resolved', not from $dir"
+}
+
+# check_program WAY BINARY LIBDIR: check_links, then the one-process example
+# program runs through a box of its own.
+check_program() {
+  local way=$1 binary=$2 dir=$3
+  check_links "$way" "$binary" "$dir"
   step "$way-run" "$binary" "$box-$way"
   grep -q "^ok: 5 messages" "$tmp/$way-run.log" || fail "$way: unexpected output: $(cat "$tmp/$way-run.log")"
   [ ! -e "/dev/shm/shmbox.$box-$way" ] || fail "$way: the program left its box /dev/shm/shmbox.$box-$way"
   echo "$way: $(cat "$tmp/$way-run.log")"
 }
+
+# check_pair WAY BINARY LIBDIR: check_links, then the docs' hello as the
+# docs run it: the owner and a producer, two processes (run_hello.py bounds
+# every wait, kills what outlives it and removes the box however it ends).
+check_pair() {
+  local way=$1 binary=$2 dir=$3
+  check_links "$way" "$binary" "$dir"
+  step "$way-pair" python3 "$src/tests/unit/run_hello.py" --box "$box-$way" "$binary"
+  grep -q "^ok: owner and producer in two processes" "$tmp/$way-pair.log" ||
+    fail "$way: unexpected output: $(cat "$tmp/$way-pair.log")"
+  [ ! -e "/dev/shm/shmbox.$box-$way" ] || fail "$way: the pair left its box /dev/shm/shmbox.$box-$way"
+  echo "$way: $(tail -n 1 "$tmp/$way-pair.log")"
+}
+
+# The docs' programs and lines: each block after its marker, and the
+# commands (`...` spans) the docs give to build a hello.
+docs="$tmp/docs"
+mkdir "$docs"
+extract() { step "extract-$3" python3 "$src/tests/unit/extract_example.py" "$@"; }
+extract "$src/README.md" "$docs/hello.cpp" hello-example
+extract "$src/README.md" "$docs/install.cmake" install-cmake cmake
+extract "$src/README.md" "$docs/install.meson" install-meson meson
+extract "$src/docs/c-api.md" "$docs/hello.c" c-hello-example c
+# doc_line FILE START: the first `...` span of FILE that begins with START.
+# shellcheck disable=SC2016  # the backquotes are the docs' own
+doc_line() {
+  local line
+  line=$(grep -o '`'"$2"'[^`]*`' "$1" | head -n 1 | tr -d '`')
+  [ -n "$line" ] || fail "$1 has no \`$2...\` line"
+  echo "$line"
+}
+cxx_line=$(doc_line "$src/README.md" 'c++ -std=c++20 hello.cpp ')
+c_line=$(doc_line "$src/docs/c-api.md" 'cc -std=c99 hello.c ')
 
 # The stage. meson test has just built everything (--no-rebuild keeps this
 # test from building in the build directory while other tests run).
@@ -105,6 +155,24 @@ found_dir=$(sed -n 's/^shmbox_DIR:PATH=//p' "$tmp/cmake/CMakeCache.txt")
 [ "$found_dir" -ef "$config_dir" ] || fail "cmake: find_package(shmbox) found '$found_dir', not the staged $config_dir"
 step cmake-build cmake --build "$tmp/cmake" -j 2
 LD_LIBRARY_PATH="$slibdir" check_program cmake "$tmp/cmake/shmbox-consumer" "$slibdir"
+# The README's two lines, the README's hello.
+mkdir "$tmp/cmake-readme"
+cp "$docs/hello.cpp" "$tmp/cmake-readme/"
+{
+  echo "cmake_minimum_required(VERSION 3.16)"
+  echo "project(app LANGUAGES CXX)"
+  grep '^find_package' "$docs/install.cmake"
+  echo "add_executable(app hello.cpp)"
+  grep -v -e '^#' -e '^find_package' "$docs/install.cmake"
+} >"$tmp/cmake-readme/CMakeLists.txt"
+grep -q '^target_link_libraries(app ' "$tmp/cmake-readme/CMakeLists.txt" ||
+  fail "cmake-readme: README.md's <!-- install-cmake --> block links no target 'app': $(cat "$docs/install.cmake")"
+step cmake-readme-configure cmake -S "$tmp/cmake-readme" -B "$tmp/cmake-readme/build" \
+  -DCMAKE_PREFIX_PATH="$sprefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+found_dir=$(sed -n 's/^shmbox_DIR:PATH=//p' "$tmp/cmake-readme/build/CMakeCache.txt")
+[ "$found_dir" -ef "$config_dir" ] || fail "cmake-readme: find_package(shmbox) found '$found_dir', not the staged $config_dir"
+step cmake-readme-build cmake --build "$tmp/cmake-readme/build" -j 2
+LD_LIBRARY_PATH="$slibdir" check_pair cmake-readme "$tmp/cmake-readme/build/app" "$slibdir"
 
 # find_package(shmbox X.Y): this major.minor is accepted, the next major is
 # not; while 0.x, an earlier minor is not either (cmake/meson.build).
@@ -139,22 +207,42 @@ case " $flags " in
   *" -L$slibdir "*) ;;
   *) fail "pkg-config: '$flags' has no -L$slibdir" ;;
 esac
-# shellcheck disable=SC2086  # the flags are words
-step pkg-config-build "${cxx[@]}" -std=c++20 "$src/examples/cmake-consumer/main.cpp" -o "$tmp/pkg-config-consumer" $flags
-LD_LIBRARY_PATH="$slibdir" check_program pkg-config "$tmp/pkg-config-consumer" "$slibdir"
-# 2b. the C API from C: the same flags, a C compiler
+# The README's line, as written, in a directory with the README's hello.cpp
+# (the flags are the stage's: checked above).
+mkdir "$tmp/pkg-config"
+cp "$docs/hello.cpp" "$tmp/pkg-config/"
+step pkg-config-build env -C "$tmp/pkg-config" PKG_CONFIG_PATH="$slibdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage" \
+  bash -c "$cxx_line"
+LD_LIBRARY_PATH="$slibdir" check_pair pkg-config "$tmp/pkg-config/hello" "$slibdir"
+# 2b. the C API from C: docs/c-api.md's line, as written, with its hello.c;
+# and examples/c-consumer with every warning an error.
 read -ra cc <<<"${CC:-cc}"
 command -v "${cc[0]}" >/dev/null || fail "no C compiler '${cc[0]}' (CC): apt-get install -y gcc"
+mkdir "$tmp/pkg-config-c"
+cp "$docs/hello.c" "$tmp/pkg-config-c/"
+step pkg-config-c-build env -C "$tmp/pkg-config-c" PKG_CONFIG_PATH="$slibdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage" \
+  bash -c "$c_line"
+LD_LIBRARY_PATH="$slibdir" check_pair pkg-config-c "$tmp/pkg-config-c/hello" "$slibdir"
 # shellcheck disable=SC2086  # the flags are words
-step pkg-config-c-build "${cc[@]}" -std=c99 -Wall -Wextra -pedantic -Werror "$src/examples/c-consumer/main.c" \
-  -o "$tmp/pkg-config-c-consumer" $flags
-LD_LIBRARY_PATH="$slibdir" check_program pkg-config-c "$tmp/pkg-config-c-consumer" "$slibdir"
+step c-consumer-build "${cc[@]}" -std=c99 -Wall -Wextra -pedantic -Werror "$src/examples/c-consumer/main.c" \
+  -o "$tmp/c-consumer" $flags
+LD_LIBRARY_PATH="$slibdir" check_program c-consumer "$tmp/c-consumer" "$slibdir"
 
 # 3. meson, shmbox as a subproject
 proj="$tmp/meson-consumer"
 mkdir -p "$proj/subprojects"
 cp "$src/examples/meson-consumer/meson.build" "$proj/"
 cp -L "$src/examples/meson-consumer/main.cpp" "$proj/"
+# The example's dependency() is the README's, word for word (every line of
+# the block but comments); the README's hello is built beside main.cpp, in
+# the same project (one build of the subproject).
+while IFS= read -r line; do
+  case "$line" in '' | '#'*) continue ;; esac
+  grep -qxF "$line" "$proj/meson.build" ||
+    fail "meson: examples/meson-consumer/meson.build has not README.md's <!-- install-meson --> line '$line'"
+done <"$docs/install.meson"
+cp "$docs/hello.cpp" "$proj/"
+echo "executable('hello', 'hello.cpp', dependencies : shmbox_dep)" >>"$proj/meson.build"
 ln -s "$src" "$proj/subprojects/shmbox"
 step meson-setup "$meson" setup "$proj/build" "$proj" --wrap-mode=forcefallback -Dshmbox:cmake_package=disabled
 if ! grep -q "^Executing subproject shmbox" "$tmp/meson-setup.log" ||
@@ -163,6 +251,7 @@ if ! grep -q "^Executing subproject shmbox" "$tmp/meson-setup.log" ||
 fi
 step meson-build ninja -C "$proj/build" -j 2
 (unset LD_LIBRARY_PATH; check_program meson "$proj/build/shmbox-consumer" "$proj/build/subprojects/shmbox/lib")
+(unset LD_LIBRARY_PATH; check_pair meson-hello "$proj/build/hello" "$proj/build/subprojects/shmbox/lib")
 # The whole build (ninja's default target) made the library alone: no CLI,
 # test, benchmark, demo, bridge or Python module of shmbox.
 extra=$(cd "$proj/build/subprojects/shmbox" && find . -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' -o -name '*.a' \) \
@@ -171,4 +260,4 @@ extra=$(cd "$proj/build/subprojects/shmbox" && find . -type f \( -perm -u+x -o -
 [ -e "$proj/build/subprojects/shmbox/lib/libshmbox.so.$version" ] || fail "meson: the subproject's build has no lib/libshmbox.so.$version"
 echo "meson: the subproject built the library alone"
 
-echo "package: CMake, pkg-config (C++ and C) and meson consumers built and ran"
+echo "package: the docs' hello pair built with CMake, pkg-config (C++ and C) and meson (a subproject), each run as two processes; the examples' consumers too"

@@ -1,23 +1,40 @@
 #!/usr/bin/env python3
-"""run_hello.py PROGRAM
+"""run_hello.py [--box NAME | --tag TAG] COMMAND...
 
-Runs the README's producer/owner example (README.md, <!-- hello-example -->,
-compiled by tests/meson.build as readme-hello) as the README says: `PROGRAM
-own BOX` in one process; once it prints "ready", `PROGRAM produce BOX` in
-another. The owner must print "hello 0", "hello 1", "hello 2" and exit 0,
-the producer exit 0, and the box be gone at the end. Every wait is bounded;
+Runs a producer/owner example of the documentation as the docs say: the
+README's C++ program (README.md, <!-- hello-example -->, compiled by
+tests/meson.build as readme-hello) or docs/c-api.md's C program (c-hello),
+here and against a staged install (tests/package/package_test.sh):
+`COMMAND own BOX` in one process; once it prints "ready", `COMMAND produce
+BOX` in another. COMMAND is the program, or a prefix of words (`env
+LD_LIBRARY_PATH=... ./hello`, `python3 hello.py`). The owner must print
+"hello 0", "hello 1", "hello 2" and exit 0, the producer exit 0, and the
+box be gone at the end. Every wait is bounded;
 children that outlive the test are killed and the box is removed however
 it ends. The box is named as the tests name theirs (t-<SHMBOX_TEST_RUN>-...,
-scripts/shm_names.sh)."""
+scripts/shm_names.sh): t-<run>-TAG-<pid> (TAG readme-hello unless --tag
+says) unless --box names it whole."""
 import os
 import selectors
 import subprocess
 import sys
 import time
 
-program = sys.argv[1]
+args = sys.argv[1:]
 run = os.environ.get("SHMBOX_TEST_RUN", "")
-box = f"t-{run + '-' if run else ''}readme-hello-{os.getpid()}"
+tag = "readme-hello"
+box = None
+while args[:1] in (["--box"], ["--tag"]) and len(args) > 1:
+    if args[0] == "--box":
+        box = args[1]
+    else:
+        tag = args[1]
+    args = args[2:]
+if not args:
+    sys.exit("usage: run_hello.py [--box NAME | --tag TAG] COMMAND...")
+if box is None:
+    box = f"t-{run + '-' if run else ''}{tag}-{os.getpid()}"
+command = args
 segment = "/dev/shm/shmbox." + box
 children = []
 
@@ -45,11 +62,11 @@ def line(proc, timeout):
 
 
 try:
-    owner = subprocess.Popen([program, "own", box], stdout=subprocess.PIPE)
+    owner = subprocess.Popen(command + ["own", box], stdout=subprocess.PIPE)
     children.append(owner)
     if line(owner, 20) != "ready":
         fail("the owner did not say ready first")
-    producer = subprocess.Popen([program, "produce", box])
+    producer = subprocess.Popen(command + ["produce", box])
     children.append(producer)
     if producer.wait(timeout=20) != 0:
         fail(f"the producer exited {producer.returncode}")
