@@ -18,10 +18,7 @@ using shmtest::run;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return run(args, input);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // Errors go to stderr as one line that starts with "shmbox: ".
 void check_one_line_error(const shmtest::run_result& r) {

@@ -27,11 +27,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {},
-                        std::chrono::milliseconds timeout = 60s) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, input, timeout);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // Errors go to stderr as one line that starts with "shmbox: ".
 void check_one_line_error(const shmtest::run_result& r) {

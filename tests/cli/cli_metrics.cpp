@@ -24,10 +24,7 @@ using namespace promcheck;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, {}, timeout);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // Removes `path` (a file, FIFO, link or empty directory) before and after the
 // test, even when a check fails: what the test plants at a pool or bridge

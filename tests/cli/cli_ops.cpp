@@ -28,10 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, input);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 nlohmann::json json_of(const shmtest::run_result& r) {
   INFO(r.out << r.err);

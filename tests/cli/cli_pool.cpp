@@ -34,11 +34,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {},
-                        std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, input, timeout);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 void check_one_line_error(const shmtest::run_result& r) {
   CHECK(r.err.rfind("shmbox: ", 0) == 0);

@@ -36,10 +36,7 @@ using namespace promcheck;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, input);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // The CLI on a pseudo-terminal of `cols` columns (forkpty): what it wrote
 // there ("\r\n" -> "\n"), read to its exit (bounded: 20 s, then killed).

@@ -24,10 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, {}, timeout);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // SHMBOX_PROMETHEUS, or prometheus on PATH, or /usr/bin/prometheus; "" if none.
 std::string find_prometheus() {

@@ -30,10 +30,7 @@ using shmtest::cat;
 
 namespace {
 
-shmtest::run_result cli(std::vector<std::string> args, const std::string& input = {}) {
-  args.insert(args.begin(), shmtest::cli_path());
-  return shmtest::run(args, input);
-}
+using shmtest::cli;  // tests/support/support.hpp
 
 // "2026-11-22T06:20:01.123Z box=jobs depth=12/1024 ..." -> {"box": "jobs", ...}
 // (the time under "time").

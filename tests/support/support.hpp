@@ -398,4 +398,15 @@ inline run_result run(const std::vector<std::string>& argv, const std::string& s
   return r;
 }
 
+// The CLI under test (SHMBOX_CLI) with `args`, its stdin `input`, killed
+// after `timeout` (code -1 then).
+inline run_result cli(std::vector<std::string> args, const std::string& input = {},
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  args.insert(args.begin(), cli_path());
+  return run(args, input, timeout);
+}
+inline run_result cli(std::vector<std::string> args, std::chrono::milliseconds timeout) {
+  return cli(std::move(args), {}, timeout);
+}
+
 }  // namespace shmtest
