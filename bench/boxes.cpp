@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "numbered_boxes.hpp"
 #include "rows.hpp"
 #include "shmbox/shmbox.hpp"
 
@@ -153,31 +154,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
 // The boxes: names, and their removal (also from the fatal-signal handler)
 // ===========================================================================
 
-char g_prefix[128];                  // "/dev/shm/shmbox.shmbench-bx-<pid>-"
-volatile std::sig_atomic_t g_boxes;  // how many may exist
-
-std::string g_names;  // "shmbench-bx-<pid of the parent>-": set before any fork
-std::string box_name(int i) { return g_names + std::to_string(i); }
-
-// Async-signal-safe: unlinks /dev/shm/shmbox.<prefix><i> for every i.
-void unlink_all_boxes() noexcept {
-  char path[192];
-  const std::size_t len = std::strlen(g_prefix);
-  for (int i = 0; i < g_boxes; ++i) {
-    std::memcpy(path, g_prefix, len);
-    char digits[16];
-    int n = 0, v = i;
-    do digits[n++] = static_cast<char>('0' + v % 10), v /= 10;
-    while (v > 0);
-    for (int k = 0; k < n; ++k) path[len + static_cast<std::size_t>(k)] = digits[n - 1 - k];
-    path[len + static_cast<std::size_t>(n)] = '\0';
-    ::unlink(path);
-  }
-}
-
-struct BoxesGuard {  // removes the boxes when the run ends, however it ends
-  ~BoxesGuard() { unlink_all_boxes(); }
-};
+using namespace numbered_boxes;  // g_names, box_name, unlink_all_boxes, BoxesGuard (bench/numbered_boxes.hpp)
 
 // ===========================================================================
 // Small helpers
@@ -523,8 +500,7 @@ int run(const Args& args) {
   const std::string group = "boxes";
   install_signal_handlers(unlink_all_boxes);
   remove_stale(kProg, "/dev/shm", kMarker);
-  g_names = std::string(kMarker) + std::to_string(::getpid()) + "-";
-  std::snprintf(g_prefix, sizeof g_prefix, "/dev/shm/shmbox.%s", g_names.c_str());
+  name_boxes(kMarker);
 
   // Descriptors: what N boxes need, or the largest N the limit allows.
   const rlim_t want = static_cast<rlim_t>(args.boxes) * kFdsPerBox + kFdReserve;
