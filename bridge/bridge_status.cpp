@@ -1,7 +1,6 @@
 // bridge/bridge_status.cpp - the bridge's status segment (bridge_status.hpp).
 #include "bridge_status.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -178,21 +177,16 @@ std::string without_credentials(std::string_view url) {
 }
 
 std::optional<std::set<std::string>> boxes_with_bridge_status() {
-  DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return std::nullopt;
+  std::vector<std::string> names;  // NAME.<role>
+  if (!shmbox::detail::shm_names("shmbox-bridge.", names)) return std::nullopt;
   std::set<std::string> out;
-  constexpr std::string_view kPrefix = "shmbox-bridge.";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    if (n.substr(0, kPrefix.size()) != kPrefix) continue;
+  for (const std::string_view n : names)
     for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
-      const std::string_view role = to_string(r);  // NAME.<role>
+      const std::string_view role = to_string(r);
       const std::size_t tail = role.size() + 1;
-      if (n.size() > kPrefix.size() + tail && n[n.size() - tail] == '.' && n.substr(n.size() - role.size()) == role)
-        out.emplace(n.substr(kPrefix.size(), n.size() - kPrefix.size() - tail));
+      if (n.size() > tail && n[n.size() - tail] == '.' && n.substr(n.size() - role.size()) == role)
+        out.emplace(n.substr(0, n.size() - tail));
     }
-  }
-  ::closedir(d);
   return out;
 }
 

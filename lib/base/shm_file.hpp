@@ -25,6 +25,7 @@
 // are hidden in it like every other detail.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include <cerrno>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shmbox::detail {
 
@@ -121,6 +123,20 @@ inline std::string shm_refusal(const shm_file& f, std::string_view what) {
   s += ": someone else's file? if it is garbage, remove it: ";
   s += (S_ISDIR(f.refused) ? "rmdir " : "rm ") + f.path;
   return s;
+}
+
+// The names in /dev/shm that start with `prefix` and are longer, without
+// it, in directory order; false (errno set) if /dev/shm cannot be read.
+// Box::list, Pool::list and the bridge's status scan.
+inline bool shm_names(std::string_view prefix, std::vector<std::string>& out) {
+  DIR* d = ::opendir(std::string(kShmDir).c_str());
+  if (d == nullptr) return false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) out.emplace_back(n.substr(prefix.size()));
+  }
+  ::closedir(d);
+  return true;
 }
 
 }  // namespace shmbox::detail

@@ -1,7 +1,6 @@
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
 
-#include <dirent.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
@@ -17,6 +16,7 @@
 #include "ownership/lease.hpp"
 #include "segment/liveness.hpp"
 #include "base/process.hpp"
+#include "base/shm_file.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 
@@ -83,15 +83,8 @@ result<void> Box::remove(std::string_view name) {
 }
 
 result<std::vector<std::string>> Box::list() {
-  DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return detail::fail_errno(errno, "cannot list /dev/shm");
   std::vector<std::string> names;
-  constexpr std::string_view prefix = "shmbox.";
-  while (const dirent* e = ::readdir(d)) {
-    std::string_view n(e->d_name);
-    if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) names.emplace_back(n.substr(prefix.size()));
-  }
-  ::closedir(d);
+  if (!detail::shm_names("shmbox.", names)) return detail::fail_errno(errno, "cannot list /dev/shm");
   // compare(), not <: a string operator<=> instantiated here would be exported (tests/unit/exported_symbols.py).
   std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return a.compare(b) < 0; });
   return names;

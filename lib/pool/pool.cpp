@@ -2,7 +2,6 @@
 // validate, list), supervise, remove, take_group. Take, give back and leases are in
 // pool_take.cpp, the member side in pool_member.cpp, inspection in
 // pool_inspect.cpp; the table protocol is in pool_table.hpp.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -362,14 +361,7 @@ result<Pool> Pool::open(std::string_view name, const open_options& opts) {
 
 result<std::vector<std::string>> Pool::list() {
   std::vector<std::string> names;
-  DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return fail_errno(errno, "cannot list /dev/shm");
-  constexpr std::string_view prefix = "shmbox-pool.";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    if (n.size() > prefix.size() && n.substr(0, prefix.size()) == prefix) names.emplace_back(n.substr(prefix.size()));
-  }
-  ::closedir(d);
+  if (!shm_names("shmbox-pool.", names)) return fail_errno(errno, "cannot list /dev/shm");
   // compare(), not <: a string operator<=> instantiated here would be exported (tests/unit/exported_symbols.py).
   std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return a.compare(b) < 0; });
   return names;
