@@ -486,7 +486,6 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
       return fail(errc::truncated, who + ": /dev/shm" + path + " shrank to " + std::to_string(m->mapped_bytes) +
                                        " bytes while it was read; it is not a usable box (remove it with 'shmbox rm " +
                                        std::string(name) + "')");
-    bytes = m->mapped_bytes;
   } else {
     void* addr = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
     if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
