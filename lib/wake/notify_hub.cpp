@@ -90,7 +90,6 @@ class hub {
     ev.events = EPOLLIN;
     ev.data.fd = ctl_;
     if (::epoll_ctl(ep_, EPOLL_CTL_ADD, ctl_, &ev) != 0) return false;
-    make_bell();
     try {
       std::thread([this] { run(); }).detach();
     } catch (...) {
@@ -112,6 +111,9 @@ class hub {
         entries_.push_back(e);
       }
       by_file_.emplace(e.file, efd);
+      // The doorbell exists while a notify owner does (made again after the
+      // last one went and took it along): in place before notify_fd() returns.
+      if (bell_r_.load(std::memory_order_relaxed) < 0) make_bell();
     }
     write_eventfd(ctl_);  // the hub now has something to scan: it sets its timeout
   }
@@ -135,6 +137,9 @@ class hub {
       index_[entries_[i].efd] = i;
     }
     entries_.pop_back();
+    // The last notify owner went: so does the doorbell, before this returns
+    // (a worker that drops its handles and _exits leaves nothing).
+    if (entries_.empty()) drop_bell();
   }
 
  private:
@@ -144,7 +149,14 @@ class hub {
   std::size_t cursor_ = 0;                      // where the scan goes on
   std::unordered_multimap<bell_record, int, bell_key_hash, bell_key_eq> by_file_;
   int ep_ = -1, ctl_ = -1;
-  int bell_r_ = -1, bell_w_ = -1;
+  // The doorbell's two ends. Made by add() when there is none, dropped by
+  // remove() when no entry is left, read by the hub thread: each under mu_
+  // (a read never meets a close; an epoll event that names a descriptor
+  // closed since, or a new doorbell under the same number, finds it empty or
+  // reads the new one: the reads do not block). relaxed: mu_ orders the
+  // changes; the atomic lets run() compare an event's fd without mu_.
+  std::atomic<int> bell_r_{-1};
+  int bell_w_ = -1;
 
   // Route 2's doorbell; without one (the name is taken, /dev/shm refuses a
   // FIFO) wakers fall back to route 3.
@@ -152,32 +164,54 @@ class hub {
     const std::string path = bell_path(self_key());
     const std::string tmp = path + ".new";
     const std::string tmp_name = shm_name(bell_entry(self_key())) + ".new";  // for open_shm_file
-    for (int attempt = 0; attempt < 3 && bell_r_ < 0; ++attempt) {
+    int r = -1;
+    for (int attempt = 0; attempt < 3 && r < 0; ++attempt) {
       ::unlink(tmp.c_str());
       if (::mkfifo(tmp.c_str(), 0600) != 0) return;
       // Our reader first (a gc that finds no reader may remove it meanwhile:
       // then try again), then the mode, then our own writer (no end-of-file
       // when the last waker closes), then the real name. Each open: a FIFO,
       // not followed, not waiting (shm_file.hpp S1-S3).
-      bell_r_ = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell).fd;
+      r = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell).fd;
     }
-    if (bell_r_ < 0) return;
-    if (::fchmod(bell_r_, 0622) != 0 || (bell_w_ = open_shm_file(tmp_name, O_WRONLY, shm_expect::doorbell).fd) < 0 ||
+    if (r < 0) return;
+    if (::fchmod(r, 0622) != 0 || (bell_w_ = open_shm_file(tmp_name, O_WRONLY, shm_expect::doorbell).fd) < 0 ||
         ::rename(tmp.c_str(), path.c_str()) != 0) {
       ::unlink(tmp.c_str());
       if (bell_w_ >= 0) ::close(bell_w_);
-      ::close(bell_r_);
-      bell_r_ = bell_w_ = -1;
+      ::close(r);
+      bell_w_ = -1;
       return;
     }
     std::snprintf(g_bell_name, sizeof g_bell_name, "%s", path.c_str());
     static std::once_flag once;
     std::call_once(once, [] { std::atexit(unlink_bell_at_exit); });
     g_bell_pid.store(pid, std::memory_order_relaxed);  // relaxed: read by this process's exit handler only
+    bell_r_.store(r, std::memory_order_relaxed);
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = bell_r_;
-    ::epoll_ctl(ep_, EPOLL_CTL_ADD, bell_r_, &ev);
+    ev.data.fd = r;
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, r, &ev);
+  }
+
+  // Under mu_, when no entry is left: the doorbell goes (notify_hub.hpp),
+  // its name first (if it still is ours: our reader's file), so that no
+  // waker opens it any more; a waker that holds it open gets EPIPE
+  // (ring_bell then opens the name again). Records still in it name boxes
+  // nobody here waits for any more.
+  void drop_bell() noexcept {
+    const int r = bell_r_.load(std::memory_order_relaxed);
+    if (r < 0) return;
+    ::epoll_ctl(ep_, EPOLL_CTL_DEL, r, nullptr);
+    g_bell_pid.store(0, std::memory_order_relaxed);  // the exit handler has nothing to remove
+    struct stat mine {}, named {};
+    if (::fstat(r, &mine) == 0 && ::lstat(g_bell_name, &named) == 0 && S_ISFIFO(named.st_mode) &&
+        named.st_dev == mine.st_dev && named.st_ino == mine.st_ino)
+      ::unlink(g_bell_name);
+    ::close(bell_w_);
+    ::close(r);
+    bell_w_ = -1;
+    bell_r_.store(-1, std::memory_order_relaxed);
   }
 
   // Reads every record waiting in the doorbell and wakes the boxes they
@@ -187,10 +221,12 @@ class hub {
     bell_record recs[256];
     std::size_t total = 0;
     for (;;) {
-      const ssize_t n = ::read(bell_r_, recs, sizeof recs);
+      std::lock_guard<std::mutex> g(mu_);
+      const int r = bell_r_.load(std::memory_order_relaxed);
+      if (r < 0) break;  // dropped meanwhile
+      const ssize_t n = ::read(r, recs, sizeof recs);
       if (n <= 0) break;
       total += static_cast<std::size_t>(n);
-      std::lock_guard<std::mutex> g(mu_);
       for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
         auto [lo, hi] = by_file_.equal_range(recs[i]);
         for (auto f = lo; f != hi; ++f) {
@@ -262,7 +298,7 @@ class hub {
       epoll_event evs[4];
       const int n = ::epoll_wait(ep_, evs, 4, timeout);
       for (int i = 0; i < n; ++i) {
-        if (evs[i].data.fd == bell_r_) wake_moved |= read_bell();
+        if (evs[i].data.fd == bell_r_.load(std::memory_order_relaxed) && evs[i].data.fd >= 0) wake_moved |= read_bell();
         if (evs[i].data.fd == ctl_) {
           std::uint64_t v;
           [[maybe_unused]] const ssize_t r = ::read(ctl_, &v, sizeof v);
@@ -316,28 +352,39 @@ void hub_remove(int efd) noexcept {
 }
 
 bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept {
-  if (fd_key != key) {
-    if (fd >= 0) ::close(fd);
-    fd_key = key;
-    // A FIFO, never a link, a regular file or a device (not even opened):
-    // the key was read from a segment others can write (shm_file.hpp S1-S3).
-    fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
+  // A doorbell comes and goes with its process's notify owners (make_bell,
+  // drop_bell): a cached descriptor whose reader went (EPIPE), or none at
+  // all, is opened by name again, once per ring.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (fd_key != key || fd < 0) {
+      if (fd >= 0) ::close(fd);
+      fd_key = key;
+      // A FIFO, never a link, a regular file or a device (not even opened):
+      // the key was read from a segment others can write (shm_file.hpp S1-S3).
+      fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
+      attempt = 1;  // a descriptor just opened is not opened again
+    }
+    if (fd < 0) return false;
+    const bell_record r{m.dev, m.ino};
+    // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
+    // and taken back if it came (the owner is dead, or dropped its doorbell).
+    sigset_t pipe_only, old;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+    const ssize_t n = ::write(fd, &r, sizeof r);
+    const int err = errno;
+    if (n < 0 && err == EPIPE) {
+      const timespec zero{0, 0};
+      ::sigtimedwait(&pipe_only, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (n == static_cast<ssize_t>(sizeof r)) return true;
+    if (n >= 0 || err != EPIPE) return false;  // full (EAGAIN): the scan finds it
+    ::close(fd);
+    fd = -1;
   }
-  if (fd < 0) return false;
-  const bell_record r{m.dev, m.ino};
-  // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
-  // and taken back if it came (the owner is dead; nothing to ring).
-  sigset_t pipe_only, old;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-  const ssize_t n = ::write(fd, &r, sizeof r);
-  if (n < 0 && errno == EPIPE) {
-    const timespec zero{0, 0};
-    ::sigtimedwait(&pipe_only, nullptr, &zero);
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return n == static_cast<ssize_t>(sizeof r);
+  return false;
 }
 
 bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept {

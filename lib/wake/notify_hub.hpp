@@ -26,9 +26,15 @@
 //
 // The doorbell is created under a temporary name, opened for reading (and
 // once for writing, so that it never reads end-of-file), then renamed into
-// place: its name never exists without a reader. A process that exits
-// removes it; one that was killed leaves it, and `shmbox gc` removes every
-// doorbell nobody reads (opening one for writing fails with ENXIO). A
+// place: its name never exists without a reader. It exists while the
+// process has a notify owner: the first notify_fd() makes it, and it goes
+// with the last such Owner handle (hub_remove unlinks and closes it before
+// it returns; a waker still holding it gets EPIPE and opens the name again,
+// ring_bell), or
+// at exit. So a forked owner that drops its handles and _exits leaves
+// nothing. One that was killed (or _exits holding an Owner) leaves it, and
+// `shmbox gc` removes every doorbell nobody reads (opening one for writing
+// fails with ENXIO). A
 // doorbell name taken by someone else (another user's file in the sticky
 // /dev/shm) leaves the hub without one: route 3 still works.
 //
@@ -82,7 +88,8 @@ void hub_remove(int efd) noexcept;
 
 // Rings the doorbell of the owner with key `key` for box `m`, through `fd`
 // (a cached descriptor, -1: open it now; `fd_key`: the key it was opened
-// for). False when there is no doorbell to ring (or it is full).
+// for; one whose reader went is opened again). False when there is no
+// doorbell to ring (or it is full).
 bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept;
 
 // The doorbells in /dev/shm that nobody reads (their process is gone): their

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -521,5 +522,88 @@ TEST_CASE("notify_fd: the doorbell of a killed owner process is removed by gc, a
   CHECK(listed(bells(true)));
   CHECK(::lstat(bell.c_str(), &st) == 0);  // a dry run removes nothing
   CHECK(listed(bells(false)));
+  CHECK(::lstat(bell.c_str(), &st) != 0);
+}
+
+// notify_hub.hpp: the doorbell exists while its process has a notify owner.
+// It goes with the last such handle, before the handle's destructor returns,
+// and comes back with the next notify_fd(); a waker that cached the old one
+// reaches the new one (ring_bell opens the name again after EPIPE).
+TEST_CASE("notify_fd: the doorbell goes with the last notify owner and comes back with the next; a cached waker follows") {
+  shmtest::segment_guard ga(shmtest::unique_name("bella")), gb(shmtest::unique_name("bellb"));
+  auto a = shmbox::Box::create(ga.name, {.capacity = 4, .slot_size = 16});
+  auto b = shmbox::Box::create(gb.name, {.capacity = 4, .slot_size = 16});
+  REQUIRE(a);
+  REQUIRE(b);
+  auto seg = shmbox::detail::open_segment(ga.name, true);
+  REQUIRE(seg);
+  struct stat st {};
+  std::string bell;
+  int fd = -1, fd2 = -1;  // two wakers' cached descriptors of the doorbell
+  std::uint64_t fd_key = 0, fd2_key = 0;
+  {
+    auto ra = shmbox::Owner::acquire(*a);
+    auto ob = shmbox::Owner::acquire(*b);
+    REQUIRE(ra);
+    REQUIRE(ob);
+    std::optional<shmbox::Owner> oa(std::move(*ra));
+    const std::uint64_t key = (*seg)->owner()->key.load();
+    bell = shmbox::detail::bell_path(key);
+    ::unlink(bell.c_str());  // (an earlier test's, were one left: this process's key)
+    REQUIRE(oa->notify_fd() >= 0);
+    REQUIRE(::lstat(bell.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));
+    REQUIRE(ob->notify_fd() >= 0);
+    CHECK(shmbox::detail::ring_bell(**seg, key, fd, fd_key));
+    CHECK(fd >= 0);
+    CHECK(shmbox::detail::ring_bell(**seg, key, fd2, fd2_key));
+    oa.reset();
+    CHECK(::lstat(bell.c_str(), &st) == 0);  // box b's owner still waits on it
+  }
+  CHECK(::lstat(bell.c_str(), &st) != 0);  // the last one went: so did the doorbell
+  const std::uint64_t key = fd_key;
+  CHECK(!shmbox::detail::ring_bell(**seg, key, fd, fd_key));  // nobody reads it any more
+  CHECK(fd == -1);
+  auto ra = shmbox::Owner::acquire(*a);
+  REQUIRE(ra);
+  std::optional<shmbox::Owner> oa(std::move(*ra));
+  const int efd = oa->notify_fd();
+  REQUIRE(efd >= 0);
+  REQUIRE(::lstat(bell.c_str(), &st) == 0);  // made again, in place when notify_fd() returned
+  const int ep = epoll_for(efd);
+  oa->notify();
+  const std::uint32_t rings = (*seg)->owner()->bell_rings.load();
+  CHECK(shmbox::detail::ring_bell(**seg, key, fd, fd_key));  // the waker opened the new one
+  CHECK(ready(ep, 10'000) == 1);                             // and the hub woke the owner through it
+  CHECK((*seg)->owner()->bell_rings.load() == rings + 1);
+  std::uint64_t count = 0;
+  CHECK(::read(efd, &count, sizeof count) == sizeof count);  // taken: the fd is quiet again
+  CHECK(ready(ep, 0) == 0);
+  // The other waker still holds the old doorbell (its reader gone): EPIPE,
+  // then the name again.
+  CHECK(shmbox::detail::ring_bell(**seg, key, fd2, fd2_key));
+  CHECK(ready(ep, 10'000) == 1);
+  CHECK((*seg)->owner()->bell_rings.load() == rings + 2);
+  ::close(ep);
+  for (const int f : {fd, fd2})
+    if (f >= 0) ::close(f);
+  oa.reset();
+  CHECK(::lstat(bell.c_str(), &st) != 0);
+}
+
+// A forked worker that drops its Owner and leaves with _exit (no exit
+// handlers) leaves no doorbell behind: it went with the handle.
+TEST_CASE("notify_fd: a worker that drops its notify owner and _exits leaves no doorbell for gc") {
+  shmtest::segment_guard g(shmtest::unique_name("bellexit"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16}));
+  shmtest::child worker({shmtest::helper_path(), "notify-then-exit", g.name}, {}, true);
+  REQUIRE(worker.read_line().value_or("").rfind("owned", 0) == 0);
+  auto seg = shmbox::detail::open_segment(g.name, true);
+  REQUIRE(seg);
+  const std::string bell = shmbox::detail::bell_path((*seg)->owner()->key.load());
+  struct stat st {};
+  REQUIRE(::lstat(bell.c_str(), &st) == 0);
+  worker.write_stdin("go\n");
+  CHECK(worker.wait(30s) == 0);
   CHECK(::lstat(bell.c_str(), &st) != 0);
 }

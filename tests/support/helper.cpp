@@ -35,6 +35,10 @@
 //       each readable fd call wait(out, 0); print "notified" (and take what
 //       is there, then re-arm) or, once the box was given away, "given-away"
 //       and exit 0.
+//   notify-then-exit NAME
+//       acquire, take notify_fd (the process's doorbell is made), print
+//       "owned <epoch>", wait for a line on stdin, drop the Owner handle and
+//       _exit(0) (no exit handlers: a forked worker's way out).
 //   idle-wait NAME MS
 //       acquire, accept give-away requests, print "owned <epoch>", then call
 //       wait(out, MS) once with nothing armed (passive); print "event <what
@@ -685,6 +689,22 @@ int event_loop(int argc, char** argv) {
   }
 }
 
+int notify_then_exit(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  if (o->notify_fd() < 0) {
+    std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
+    return 1;
+  }
+  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::fflush(stdout);
+  std::string line;
+  std::getline(std::cin, line);
+  o.reset();
+  ::_exit(0);
+}
+
 int wait_one(int argc, char** argv) {
   if (argc < 4) return usage();
   auto o = acquire_or_say(argv[2]);
@@ -1067,6 +1087,7 @@ int main(int argc, char** argv) {
   if (cmd == "buf-own") return buf_own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
+  if (cmd == "notify-then-exit") return notify_then_exit(argc, argv);
   if (cmd == "idle-wait") return idle_wait(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
