@@ -4,7 +4,8 @@
 //     a hand-written SPSC spin ring (spin_ring.hpp, the practical limit),
 //     boost::lockfree::spsc_queue in Boost.Interprocess shared memory, shmbox
 //     with copies (post / try_receive) and shmbox zero-copy (loan /
-//     receive_in_place);
+//     receive_in_place); at 64 B also the other kinds of box, as shmbox-copy
+//     (shmbox-priority, -stash, -buffer, -resizable: common.hpp shmbox_box);
 //   * blocking mechanisms that sleep in the kernel when nothing is there,
 //     64 B: shmbox's adaptive wait (spin, then futex), shmbox sleeping on the
 //     futex at once, Boost.Interprocess message_queue, POSIX message queues,
@@ -125,6 +126,7 @@ struct Config {
   std::size_t size;  // bytes per message
   shmbox_send send = shmbox_send::post;
   shmbox_recv recv = shmbox_recv::poll;
+  shmbox_box box = shmbox_box::fifo;  // the kind of box (common.hpp)
 };
 
 // A baseline: its name is the one of bench/mech/mech.hpp.
@@ -137,6 +139,11 @@ const std::vector<Config>& all_configs() {
       baseline("rtt-busy-64", Kind::lockfree_spsc, 64),
       {"rtt-busy-64", "shmbox-copy", Kind::shmbox, 64, shmbox_send::post, poll},
       {"rtt-busy-64", "shmbox-zero-copy", Kind::shmbox, 64, shmbox_send::loan, poll_in_place},
+      // The other kinds of box, like shmbox-copy (compare with it).
+      {"rtt-busy-64", "shmbox-priority", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::priority},
+      {"rtt-busy-64", "shmbox-stash", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::stash},
+      {"rtt-busy-64", "shmbox-buffer", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::buffer},
+      {"rtt-busy-64", "shmbox-resizable", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::resizable},
       baseline("rtt-busy-1k", Kind::spin_ring, 1024),
       baseline("rtt-busy-1k", Kind::lockfree_spsc, 1024),
       {"rtt-busy-1k", "shmbox-copy", Kind::shmbox, 1024, shmbox_send::post, poll},
@@ -262,7 +269,7 @@ Record run_once(const Config& cfg, const Args& args, long mq_depth) {
   const auto [count, warmup] = counts_for(args, cfg.size);
   return run_round_trips({cfg.kind, cfg.size, cfg.send, cfg.recv, capacity_for(cfg.size), mq_depth, count, warmup,
                           std::string(kMarker) + std::to_string(::getpid()) + "-" + info_of(cfg.kind).tag,
-                          args.timeout_s});
+                          args.timeout_s, cfg.box});
 }
 
 // ===========================================================================

@@ -287,6 +287,31 @@ int main(int argc, char** argv) {
                 "   message; a deep box with random priorities reads its store out of order: bench/priority.cpp)\n\n");
   }
 
+  // --- Every kind of box (shmbox-bench-throughput / -rtt, common.hpp shmbox_box); "-": not measured
+  {
+    std::printf("KINDS OF BOX against the FIFO box (shmbox-copy), same calls (post / receive_batch; round trip:\n"
+                "      post / try_receive): throughput Mmsg/s, and round-trip p50 us, busy-polling, 64 B\n");
+    std::printf("%s", pad("box", 20).c_str());
+    for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(label, 22).c_str());
+    std::printf("| %s\n", pad("round trip p50, 64 B", 24).c_str());
+    for (const std::string m : {"shmbox-copy", "shmbox-priority", "shmbox-stash", "shmbox-buffer", "shmbox-resizable"}) {
+      std::printf("%s", pad(m == "shmbox-copy" ? "fifo (shmbox-copy)" : m.substr(7), 20).c_str());
+      for (const auto& [g, label] : tput_groups) {
+        auto r = ratio(g, m, "rate", g, "shmbox-copy", "rate");
+        auto v = get(g, m, "rate");
+        std::string t = v ? num(v->median) : "-";
+        if (m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
+        std::printf("| %s", pad(t, 22).c_str());
+      }
+      auto v = get("rtt-busy-64", m, "p50");
+      std::string t = v ? num(v->median) : "-";
+      if (auto r = ratio("rtt-busy-64", m, "p50", "rtt-busy-64", "shmbox-copy", "p50"); m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
+      std::printf("| %s\n", pad(t, 24).c_str());
+    }
+    std::printf("  (ratios to the FIFO box of the same run; a custom buffer has no throughput row: it drops by\n"
+                "   design when the producer outruns the owner)\n\n");
+  }
+
   // --- The C API and Python (shmbox-bench-api, issue 18)
   {
     std::printf("API LAYERS: post + receive of one 64-byte message, one call each, in one process (ns/message)\n");
@@ -551,6 +576,9 @@ int main(int argc, char** argv) {
     check("Python post + receive in one process <= 12x the C layer's", r, 12, false, fx(r));
   }
 
+  for (const auto& [g, label] : tput_groups)
+    check(label + ": a priority box >= 0.5x the FIFO box (shmbox-copy)", ratio(g, "shmbox-priority", "rate", g, "shmbox-copy", "rate"),
+          0.5, true, fx(ratio(g, "shmbox-priority", "rate", g, "shmbox-copy", "rate")));
   std::printf("TARGETS (same run)\n");
   int pass = 0, miss = 0, unmeasured = 0;
   for (const auto& t : g_targets) {

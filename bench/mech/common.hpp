@@ -14,6 +14,13 @@ namespace shmbench {
 // How a shmbox end sends and receives (the benchmarks' shmbox-* rows; see
 // bench/mech/shmbox.hpp). The baselines ignore it.
 enum class shmbox_send { post, loan };
+// Which kind of box (the shmbox-<kind> rows): a plain FIFO box, a priority
+// box (every message at priority 0: FIFO among equals, so the order check
+// holds; the store and the heap are paid all the same), a box with a stash
+// of 64 entries (nothing is stashed: the cost of the gate), a custom-buffer
+// box (a FIFO buffer type registered by every end), or a resizable box
+// (max_capacity twice the capacity).
+enum class shmbox_box { fifo, priority, stash, buffer, resizable };
 enum class shmbox_recv {
   batch,          // receive_batch of up to `batch` messages, waiting up to 1 s
   in_place,       // receive_in_place of up to `batch`, waiting up to 1 s
@@ -42,6 +49,7 @@ struct QueueOpts {
   bool shmbox_block = true;       // shmbox: policy block, else reject
   bool socket_pair = false;       // unix-socket: a SOCK_SEQPACKET socketpair, else SOCK_DGRAM
   std::uint32_t max_producers = 64;  // shmbox: producer handles attached at once (the box's default: 64)
+  shmbox_box box = shmbox_box::fifo;  // shmbox: the kind of box
 };
 
 // The parent's side of one queue (one direction) of a run: created fresh,

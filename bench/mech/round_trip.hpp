@@ -103,6 +103,7 @@ struct RoundTrips {
   std::uint64_t count = 0, warmup = 0;
   std::string names;  // the queues are <names>-ping and <names>-pong
   int timeout_s = 120;
+  shmbox_box box = shmbox_box::fifo;  // shmbox: the kind of both boxes (common.hpp)
 };
 
 // One measured run (harness.hpp, ONE RUN): fresh queues (ping: A -> B, pong:
@@ -114,6 +115,7 @@ inline Record run_round_trips(const RoundTrips& cfg) {
   opts.posix_depth = cfg.posix_depth;
   opts.shmbox_block = false;  // reject: never full here, one message in flight
   opts.socket_pair = true;
+  opts.box = cfg.box;
   const std::unique_ptr<Queue> ping = make_queue(cfg.kind, cfg.names + "-ping", cfg.size, opts);
   const std::unique_ptr<Queue> pong = make_queue(cfg.kind, cfg.names + "-pong", cfg.size, opts);
   Run run;  // declared after the queues: children die before they are removed

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,9 +21,46 @@
 #include "../harness.hpp"
 #include "../spin_ring.hpp"  // spin_wait
 #include "common.hpp"
+#include "shmbox/buffer.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace shmbench {
+
+// The custom buffer of shmbox_box::buffer boxes: FIFO over ids (the least a
+// buffer can do, so that its row shows the path's cost, not the buffer's).
+// Registered by every process of such a box: the parent that creates it and
+// every end (ShmboxEnd), before it attaches or acquires.
+inline constexpr const char* kBenchBuffer = "bench.fifo";
+class BenchFifoBuffer final : public shmbox::buffer {
+ public:
+  std::optional<std::uint64_t> push(const shmbox::buffered& m) override {
+    ids_.push_back(m.id);
+    return std::nullopt;
+  }
+  std::uint64_t push_drop(const shmbox::buffered& m) override { return m.id; }  // refuse the new one (drop_newest)
+  std::optional<std::uint64_t> pop() override {
+    if (head_ == ids_.size()) return std::nullopt;
+    const std::uint64_t id = ids_[head_++];
+    if (head_ == ids_.size()) ids_.clear(), head_ = 0;
+    return id;
+  }
+  std::vector<std::uint64_t> drop(std::size_t n) override {
+    std::vector<std::uint64_t> out;
+    while (n-- > 0 && ids_.size() > head_) out.push_back(ids_.back()), ids_.pop_back();
+    return out;
+  }
+  std::size_t size() const override { return ids_.size() - head_; }
+
+ private:
+  std::vector<std::uint64_t> ids_;
+  std::size_t head_ = 0;
+};
+inline void register_bench_buffer() {
+  if (shmbox::buffer_registered(kBenchBuffer)) return;
+  const auto r = shmbox::register_buffer(
+      kBenchBuffer, {.make = [](const shmbox::buffer_context&) { return std::make_unique<BenchFifoBuffer>(); }});
+  if (!r) throw bench_failure("register_buffer: " + shmbox::explain(r.error()));
+}
 
 // One box; `block`: policy block (the box's defaults otherwise: block_timeout
 // 1 s, spin 50 us, 64 producers), else policy reject (round trips: one
@@ -36,6 +74,16 @@ class ShmboxQueue final : public Queue {
     o.slot_size = static_cast<std::uint32_t>(size);
     o.overflow = block_ ? shmbox::policy::block : shmbox::policy::reject;
     o.max_producers = opts.max_producers;
+    switch (opts.box) {
+      case shmbox_box::fifo: break;
+      case shmbox_box::priority: o.priority = true; break;
+      case shmbox_box::stash: o.stash = 64; break;
+      case shmbox_box::buffer:
+        register_bench_buffer();
+        o.buffer = kBenchBuffer;
+        break;
+      case shmbox_box::resizable: o.max_capacity = 2 * opts.capacity; break;
+    }
     auto box = shmbox::Box::create(name, o);
     if (!box) throw bench_failure("Box::create " + name + ": " + shmbox::explain(box.error()));
     box_.emplace(std::move(*box));
@@ -69,6 +117,7 @@ class ShmboxEnd {
  public:
   explicit ShmboxEnd(const EndCtx& c)
       : size_(c.size), batch_(c.batch), send_(c.send_mode), recv_(c.recv_mode), big_(c.size > kMaxMsgSize ? c.size : 0) {
+    register_bench_buffer();  // (needed only in a shmbox_box::buffer box; cheap)
     if (!c.tx.empty()) {
       auto p = shmbox::Producer::attach(c.tx);
       if (!p) throw bench_failure("Producer::attach " + c.tx + ": " + shmbox::explain(p.error()));
