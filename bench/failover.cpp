@@ -12,11 +12,18 @@
 // the first receive. Median and p99 over --runs runs (default 100).
 // The same again with the heir in a new pid namespace (unshare(CLONE_NEWPID),
 // as containers have; needs root, else the row says skipped): it cannot use
-// a pidfd of the owner and asks instead for the owner's lock in the segment
-// every 5 ms (lib/segment/liveness.hpp L5). Runs alternate between
-// the two, so both see the same machine.
+// a pidfd of the owner; a watcher thread blocked in F_OFD_SETLKW on the
+// owner's role byte is woken by the kernel when the owner dies
+// (lib/segment/release_watch.hpp, liveness.hpp L5).
+// THE FLOOR (kill-floor): the same kill -9 of a process that maps the box,
+// until a waiting process's pidfd of it turns readable (poll): what the
+// kernel itself takes to tear a process down and say so; no shmbox code.
+// Runs alternate between the three, so all see the same machine; the rows
+// give each p50/p99 and the heirs' ratios to the floor's.
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,6 +150,54 @@ std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other
   return t1 < 0 ? -1 : t1 - t0;
 }
 
+// One floor run: a process that maps the box is killed; a waiting process
+// (poll on a pidfd of it) reads the clock when it turns readable. ns, or -1.
+std::int64_t floor_run(const std::string& name, std::uint32_t capacity) {
+  (void)shmbox::Box::remove(name);
+  shmbox::options o;
+  o.capacity = capacity;
+  o.slot_size = 64;
+  if (!shmbox::Box::create(name, o)) return -1;
+  int victim_ready[2], victim_hold[2], waiter_report[2];
+  if (::pipe(victim_ready) != 0 || ::pipe(victim_hold) != 0 || ::pipe(waiter_report) != 0) return -1;
+  const pid_t victim = ::fork();
+  if (victim == 0) {
+    auto b = shmbox::Box::open(name);  // maps the segment, as an owner does
+    const char ok = b ? 'y' : 'n';
+    write_all(victim_ready[1], &ok, 1);
+    char c;
+    [[maybe_unused]] ssize_t r = ::read(victim_hold[0], &c, 1);  // never written: until killed
+    _exit(0);
+  }
+  char ok = 0;
+  if (!read_all(victim_ready[0], &ok, 1) || ok != 'y') return -1;
+  const pid_t waiter = ::fork();
+  if (waiter == 0) {
+    const int pfd = static_cast<int>(::syscall(SYS_pidfd_open, victim, 0));
+    std::int64_t ready = pfd >= 0 ? 1 : -1;
+    write_all(waiter_report[1], &ready, sizeof ready);
+    if (pfd < 0) _exit(1);
+    pollfd p{pfd, POLLIN, 0};
+    std::int64_t t1 = -1;
+    if (::poll(&p, 1, 30'000) == 1) t1 = now_ns();
+    write_all(waiter_report[1], &t1, sizeof t1);
+    _exit(0);
+  }
+  std::int64_t ready = 0;
+  if (!read_all(waiter_report[0], &ready, sizeof ready) || ready != 1) return -1;
+  if (!shmbench::wait_until_sleeping(waiter)) return -1;
+  const std::int64_t t0 = now_ns();
+  ::kill(victim, SIGKILL);
+  std::int64_t t1 = -1;
+  read_all(waiter_report[0], &t1, sizeof t1);
+  ::waitpid(victim, nullptr, 0);
+  ::waitpid(waiter, nullptr, 0);
+  for (int fd : {victim_ready[0], victim_ready[1], victim_hold[0], victim_hold[1], waiter_report[0], waiter_report[1]})
+    ::close(fd);
+  (void)shmbox::Box::remove(name);
+  return t1 < 0 ? -1 : t1 - t0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,9 +208,16 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--capacity") == 0) capacity = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
   }
   const std::string name = "bench-failover-" + std::to_string(::getpid());
-  std::vector<double> us[2];
+  std::vector<double> us[2], floor_us;
   bool ns_ok = true;
   for (int r = 0; r < runs; ++r) {
+    const std::int64_t f = floor_run(name, capacity);
+    if (f < 0) {
+      std::fprintf(stderr, "shmbox-bench-failover: floor run %d failed\n", r);
+      (void)shmbox::Box::remove(name);
+      return 1;
+    }
+    floor_us.push_back(static_cast<double>(f) / 1000.0);
     for (int other = 0; other < (ns_ok ? 2 : 1); ++other) {
       const std::int64_t ns = one_run(name, capacity, other == 1);
       if (ns == -2) {
@@ -174,6 +236,16 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "# owner kill -9 -> heir has received its first message; box of %u slots; %d runs\n", capacity,
                runs);
   const std::string note = std::to_string(runs) + " kills, " + std::to_string(capacity) + " slots";
+  auto pct = [](std::vector<double>& v, double p) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+  };
+  const double floor50 = pct(floor_us, 0.5), floor99 = pct(floor_us, 0.99);
+  std::fprintf(stderr, "%-24s median %.0f us   p99 %.0f us   min %.0f us   max %.0f us\n", "kill-floor", floor50, floor99,
+               floor_us.front(), floor_us.back());
+  shmbench::print_row("failover", "kill-floor", "p50", floor50, floor50, floor50, "us",
+                      note + "; kill -9 of a process mapping the box until a pidfd of it is readable");
+  shmbench::print_row("failover", "kill-floor", "p99", floor99, floor99, floor99, "us", note);
   const char* what[2] = {"shmbox-heir", "shmbox-heir-other-pidns"};
   for (int other = 0; other < 2; ++other) {
     std::vector<double>& v = us[other];
@@ -182,12 +254,15 @@ int main(int argc, char** argv) {
       shmbench::print_skip("failover", what[other], "a new pid namespace needs root (unshare(CLONE_NEWPID))");
       continue;
     }
-    std::sort(v.begin(), v.end());
-    auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))]; };
-    std::fprintf(stderr, "%-24s median %.0f us   p99 %.0f us   min %.0f us   max %.0f us\n", what[other], pct(0.5),
-                 pct(0.99), v.front(), v.back());
-    shmbench::print_row("failover", what[other], "p50", pct(0.5), pct(0.5), pct(0.5), "us", note);
-    shmbench::print_row("failover", what[other], "p99", pct(0.99), pct(0.99), pct(0.99), "us", note);
+    const double p50 = pct(v, 0.5), p99 = pct(v, 0.99);
+    std::fprintf(stderr, "%-24s median %.0f us   p99 %.0f us   min %.0f us   max %.0f us   (%.2fx / %.2fx the floor)\n",
+                 what[other], p50, p99, v.front(), v.back(), p50 / floor50, p99 / floor99);
+    shmbench::print_row("failover", what[other], "p50", p50, p50, p50, "us", note);
+    shmbench::print_row("failover", what[other], "p99", p99, p99, p99, "us", note);
+    shmbench::print_row("failover", what[other], "p50-vs-floor", p50 / floor50, p50 / floor50, p50 / floor50, "x",
+                        "p50 / kill-floor p50, same run");
+    shmbench::print_row("failover", what[other], "p99-vs-floor", p99 / floor99, p99 / floor99, p99 / floor99, "x",
+                        "p99 / kill-floor p99, same run");
   }
   return 0;
 }

@@ -421,9 +421,13 @@ int main(int argc, char** argv) {
            {"wake", "shmbox-futex", "wake-up, owner in receive (futex)"},
            {"wake", "shmbox-notify-fd", "wake-up, owner in epoll on notify_fd"},
            {"wake", "shmbox-notify-fd-refused", "  the same, pidfd_getfd refused"},
+           {"failover", "kill-floor", "kill -9 -> a pidfd readable (the floor)"},
            {"failover", "shmbox-heir", "failover to the first heir"},
            {"failover", "shmbox-heir-other-pidns", "  the same, heir in another pid namespace"}}) {
-    std::printf("%s| p50 %s us, p99 %s us\n", pad(label, 40).c_str(), cell(g, m, "p50").c_str(), cell(g, m, "p99").c_str());
+    std::printf("%s| p50 %s us, p99 %s us", pad(label, 40).c_str(), cell(g, m, "p50").c_str(), cell(g, m, "p99").c_str());
+    const auto a = get(g, m, "p50-vs-floor"), b = get(g, m, "p99-vs-floor");
+    if (a && b) std::printf(" (%s / %s the floor)", fx(a->median).c_str(), fx(b->median).c_str());
+    std::printf("\n");
   }
   std::printf("%s| %s ms CPU per second (control, a try_receive loop: %s)\n",
               pad("idle owner blocked in receive", 40).c_str(), cell("idle", "shmbox-receive", "cpu").c_str(),
@@ -579,6 +583,18 @@ int main(int argc, char** argv) {
   for (const auto& [g, label] : tput_groups)
     check(label + ": a priority box >= 0.5x the FIFO box (shmbox-copy)", ratio(g, "shmbox-priority", "rate", g, "shmbox-copy", "rate"),
           0.5, true, fx(ratio(g, "shmbox-priority", "rate", g, "shmbox-copy", "rate")));
+  {
+    auto vs = [](const std::string& m, const std::string& k) -> std::optional<double> {
+      if (auto v = get("failover", m, k)) return v->median;
+      return std::nullopt;
+    };
+    check("failover p50, same pid namespace <= 1.5x the kill floor", vs("shmbox-heir", "p50-vs-floor"), 1.5, false,
+          fx(vs("shmbox-heir", "p50-vs-floor")));
+    check("failover p50, heir in another pid namespace <= 2x the kill floor", vs("shmbox-heir-other-pidns", "p50-vs-floor"),
+          2.0, false, fx(vs("shmbox-heir-other-pidns", "p50-vs-floor")));
+    check("failover p99, same pid namespace <= 3x the kill floor's p99", vs("shmbox-heir", "p99-vs-floor"), 3.0, false,
+          fx(vs("shmbox-heir", "p99-vs-floor")));
+  }
   std::printf("TARGETS (same run)\n");
   int pass = 0, miss = 0, unmeasured = 0;
   for (const auto& t : g_targets) {

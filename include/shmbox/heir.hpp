@@ -36,10 +36,14 @@ class SHMBOX_API Heir {
   // Blocks until this process is given the box, at most `timeout`: returns
   // the Owner handle (see Owner::transfer()), or errc::timed_out. The owner's
   // death is seen at once through a pidfd when the owner is in this pid
-  // namespace, else within 5 ms (its lock in the segment, asked of the kernel).
+  // namespace, else through its lock in the segment: a watcher thread of
+  // this process waits for it (F_OFD_SETLKW) and is woken by the kernel when
+  // the owner dies. (Such a thread is never stopped: it ends when the lock
+  // is let go; a later heir of the same box reuses it.)
   result<Owner> await_transfer(std::chrono::nanoseconds timeout);
   // A descriptor for poll/epoll (asio, libuv, ...): readable when
-  // await_transfer(0) may succeed.
+  // await_transfer(0) may succeed (also when the owner is in another pid
+  // namespace).
   int fd() const noexcept;
   // 0 when this process is next in line (listeners: always 0).
   std::uint32_t position() const;

@@ -5,9 +5,12 @@
 //    first live heir ahead of it (which is about to take the box over). A
 //    pidfd becomes readable the moment that process dies: death is seen at
 //    once, not by polling. A pidfd names a process of our own pid namespace
-//    only: for one in another namespace (another container) the heir asks
-//    the kernel for that role's lock in the segment every kOtherNsSliceNs
-//    (liveness.hpp L5), so such a death is seen within 5 ms;
+//    only: for one in another namespace (another container) a watcher
+//    thread waits for that role's lock in the segment to be let go
+//    (release_watch.hpp, liveness.hpp L5) and then writes our eventfd, so
+//    such a death is seen at once too (and asked of the lock every
+//    kFallbackSliceNs as a safety net; every kOtherNsSliceNs where no
+//    watcher could be started);
 //  * its own eventfd, which a releasing owner, a giver, or a process that
 //    found the box's owner gone writes through pidfd_getfd (same user and
 //    namespace).
@@ -27,6 +30,7 @@
 #include "ownership/handover.hpp"
 #include "ownership/lease.hpp"
 #include "segment/liveness.hpp"
+#include "segment/release_watch.hpp"
 #include "base/process.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
@@ -49,7 +53,8 @@ struct Heir::state {
   std::string data;
   int efd = -1;     // our eventfd
   int ep = -1;      // epoll over efd and pidfd
-  int pidfd = -1;   // pidfd of `target` (same pid namespace); -1: polled (another namespace)
+  int pidfd = -1;   // pidfd of `target` (same pid namespace); -1: watched (release_watch) or polled
+  std::uint64_t release_watch = 0;  // the release watch on target_byte (another namespace), 0: none
   std::uint64_t target = 0;
   std::uint64_t target_byte = UINT64_MAX;
   std::uint64_t target_ns = 0;
@@ -60,6 +65,7 @@ struct Heir::state {
     // process.hpp H3: a fork child's copy leaves the entry to its parent (its
     // entry lock points at /dev/null there: L6).
     if (born.here_for_sure()) detail::withdraw(*m, index, key, &entry_lock);
+    detail::release_watch_remove(release_watch);  // (before efd closes: the watcher writes it no more)
     if (pidfd >= 0) ::close(pidfd);
     if (ep >= 0) ::close(ep);
     if (efd >= 0) ::close(efd);
@@ -70,7 +76,15 @@ struct Heir::state {
   void watch(std::uint64_t k, std::uint64_t byte = UINT64_MAX, std::uint64_t pid_ns = 0) {
     // (The namespace word of a new owner is written just after its key: a
     // target seen in that moment is looked at again at the next slice.)
-    if (k == target && byte == target_byte && pid_ns == target_ns) return;
+    if (k == target && byte == target_byte && pid_ns == target_ns) {
+      // The same target: a release watch that has written (its byte was let
+      // go for a moment, or the watcher found it free) is made again.
+      if (k != 0 && pidfd < 0 && byte != UINT64_MAX && !detail::release_watch_active(release_watch))
+        release_watch = detail::release_watch_add(*m, byte, efd);
+      return;
+    }
+    detail::release_watch_remove(release_watch);
+    release_watch = 0;
     if (pidfd >= 0) {
       ::epoll_ctl(ep, EPOLL_CTL_DEL, pidfd, nullptr);
       ::close(pidfd);
@@ -93,7 +107,9 @@ struct Heir::state {
         return;
       }
     }
-    // Another pid namespace (or no pidfd): arm() polls its lock.
+    // Another pid namespace (or no pidfd): the kernel tells a watcher when
+    // its lock is let go; arm() also polls it.
+    if (byte != UINT64_MAX) release_watch = detail::release_watch_add(*m, byte, efd);
   }
 
   // Takes the box if it is ours to take now: an offer to us, or the owner is
@@ -117,8 +133,10 @@ struct Heir::state {
     } else {
       watch(0);
     }
-    // A target without a pidfd (another pid namespace): look again soon.
-    if (target != 0 && pidfd < 0 && !listener) until = std::min(until, detail::mono_ns() + kOtherNsSliceNs);
+    // A target without a pidfd (another pid namespace) nor a release watch:
+    // look again soon.
+    if (target != 0 && pidfd < 0 && release_watch == 0 && !listener)
+      until = std::min(until, detail::mono_ns() + kOtherNsSliceNs);
     return until;
   }
 

@@ -172,6 +172,20 @@ bool role_lock::lock_open(std::uint64_t off) noexcept {
   return rc == 0;
 }
 
+bool role_lock::open_segment(const mapped_box& m) noexcept {
+  return open_with([&m] { return reopen_segment(m); });
+}
+
+bool role_lock::wait_exclusive(std::uint64_t off) noexcept {
+  if (fd_ < 0) return false;
+  struct flock fl = one_byte(F_WRLCK, off);
+  int rc;
+  do {
+    rc = ::fcntl(fd_, F_OFD_SETLKW, &fl);
+  } while (rc != 0 && errno == EINTR);
+  return rc == 0;
+}
+
 void role_lock::unlock(std::uint64_t off) noexcept { unlock_byte(fd_, off); }
 
 void role_lock::reset() noexcept {

@@ -38,10 +38,11 @@
 //  L4 The creator holds byte 24 (creator_key) until the box is ready: a
 //     half-made box whose byte nobody holds was abandoned.
 //  L5 Waiting for a death: in our pid namespace a pidfd (readable at once);
-//     in another, the waiter asks L2 every 5 ms (lib/handles/heir.cpp). (A thread
-//     blocked in F_OFD_SETLKW would see it at once, but stopping such a thread
-//     needs pthread_cancel, whose unwinding GCC 12's AddressSanitizer cannot
-//     follow.) Because gc may hold a byte exclusively for a moment,
+//     in another, a watcher thread blocked in F_OFD_SETLKW for the byte
+//     (release_watch.hpp: the kernel wakes it when the holder goes; it is
+//     never stopped, only left), and L2 asked every 20 ms as a safety net
+//     (every 5 ms where no watcher could be started; lib/handles/heir.cpp).
+//     Because gc, or a watcher, may hold a byte exclusively for a moment,
 //     role_lock::lock waits (F_OFD_SETLKW for a shared lock) instead of
 //     failing.
 //  L6 fork: a child inherits descriptors, so it would keep its parent's role
@@ -101,6 +102,11 @@ class role_lock {
   // without locking anything; then lock_open() takes shared locks on it.
   bool open_file(int segment_fd) noexcept;
   bool lock_open(std::uint64_t off) noexcept;
+  // Opens the description on box `m`'s segment without locking anything.
+  bool open_segment(const mapped_box& m) noexcept;
+  // Waits (F_OFD_SETLKW) until it holds byte `off` exclusively: until no
+  // other description holds it (release_watch.hpp). false: an error.
+  bool wait_exclusive(std::uint64_t off) noexcept;
   // An exclusive lock on byte `off`, without waiting (the pool's TL2). false: held by another.
   bool try_exclusive(std::uint64_t off) noexcept { return fd_ >= 0 && try_lock_byte(fd_, off, true); }
   void unlock(std::uint64_t off) noexcept;

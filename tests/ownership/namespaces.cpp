@@ -26,6 +26,7 @@
 #include "base/process.hpp"
 #include "segment/segment.hpp"
 #include "shmbox/box.hpp"
+#include "shmbox/heir.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/owner.hpp"
 #include "shmbox/pool.hpp"
@@ -636,4 +637,38 @@ TEST_CASE("namespaces: another user's process cannot open a pool unless it asks 
   const std::string line = other.read_line().value_or("");
   CHECK(line.rfind("error permission_denied", 0) == 0);
   CHECK(pool.info().count.takes == 0);
+}
+
+// release_watch.hpp: an heir whose owner is in another pid namespace has no
+// pidfd of it; a watcher thread blocked in F_OFD_SETLKW on the owner's role
+// byte writes the heir's eventfd when the owner dies. So an event-loop heir
+// (Heir::fd, nobody calling await_transfer meanwhile) becomes readable, and
+// then takes the box with its message.
+TEST_CASE("namespaces: an event-loop heir's fd becomes readable when its owner in another pid namespace dies") {
+  REQUIRE_NAMESPACES();
+  shmtest::segment_guard g(shmtest::unique_name("ns-evheir"));
+  make_box(g.name);
+  child owner(in_new_ns({shmtest::helper_path(), "own", g.name}), {}, true);
+  REQUIRE(owner.read_line().value_or("") == "owned 1");
+  {
+    auto p = shmbox::Producer::attach(g.name);
+    REQUIRE(p);
+    REQUIRE(p->post("kept") == shmbox::post_status::stored);
+  }
+  auto heir = shmbox::Heir::enlist(g.name, "evloop");
+  REQUIRE(heir);
+  const int fd = heir->fd();
+  REQUIRE(fd >= 0);
+  pollfd pf{fd, POLLIN, 0};
+  CHECK(::poll(&pf, 1, 200) == 0);  // the owner lives: nothing to do
+  owner.kill(SIGKILL);
+  owner.wait();
+  pf.revents = 0;
+  REQUIRE(::poll(&pf, 1, 10'000) == 1);  // made readable by the kernel's word, through the watcher
+  auto o = heir->await_transfer(0ns);
+  REQUIRE(o);
+  CHECK(o->transfer().reason == shmbox::transfer_reason::owner_died);
+  shmbox::message m;
+  REQUIRE(o->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "kept");
 }

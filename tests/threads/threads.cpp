@@ -39,6 +39,7 @@
 //    such copy a call to memcpy, which TSan intercepts.
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,8 @@
 
 #include "checks.hpp"
 #include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "segment/release_watch.hpp"
 #include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
@@ -1232,3 +1235,64 @@ TEST_CASE("threads: an inspector reads the transfer record while owner threads t
   MESSAGE("inspector saw " << seen_records << " transfer records");
 }
 }  // namespace
+
+// release_watch.hpp: watcher threads blocked in F_OFD_SETLKW, subscribers
+// that come and go from other threads meanwhile. A subscriber still there
+// when the byte is let go is written exactly once; one that left first
+// never is (its eventfd stays 0). Rounds: the byte held (a role_lock, as an
+// owner's), subscriptions added and some removed by 4 threads, the byte let
+// go, then the next round on a fresh watcher.
+TEST_CASE("threads: release watches: subscribers added and removed by threads; the byte let go writes each remaining one once") {
+  shmtest::segment_guard g(shmtest::unique_name("thr-rwatch"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 4, .slot_size = 16}));
+  auto m = shmbox::detail::open_segment(g.name, false);
+  REQUIRE(m);
+  const std::uint64_t byte = shmbox::detail::owner_byte(**m);
+  constexpr int kThreads = 4, kPerThread = 16, kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    shmbox::detail::role_lock holder;
+    REQUIRE(holder.lock(**m, byte));
+    struct sub {
+      int efd = -1;
+      std::uint64_t id = 0;
+      bool removed = false;
+    };
+    std::vector<std::vector<sub>> subs(kThreads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          sub s;
+          s.efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+          s.id = shmbox::detail::release_watch_add(**m, byte, s.efd);
+          if ((i + t) % 3 == 0) {
+            shmbox::detail::release_watch_remove(s.id);
+            s.removed = true;
+          }
+          subs[t].push_back(s);
+        }
+      });
+    for (auto& t : ts) t.join();
+    holder.reset();  // the "owner" lets go: the watcher is granted the byte, lets go, writes
+    for (auto& v : subs)
+      for (const sub& s : v) {
+        REQUIRE(s.efd >= 0);
+        REQUIRE(s.id != 0);
+        if (s.removed) {
+          CHECK(!shmbox::detail::release_watch_active(s.id));
+          continue;
+        }
+        pollfd p{s.efd, POLLIN, 0};
+        CHECK(::poll(&p, 1, 10'000) == 1);
+        CHECK(!shmbox::detail::release_watch_active(s.id));
+      }
+    for (auto& v : subs)
+      for (const sub& s : v) {
+        std::uint64_t n = 0;
+        const ssize_t r = ::read(s.efd, &n, sizeof n);
+        if (s.removed) CHECK(r < 0);  // never written
+        else CHECK((r == sizeof n && n == 1));  // written once
+        ::close(s.efd);
+      }
+  }
+}
