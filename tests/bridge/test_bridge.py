@@ -241,7 +241,10 @@ def test_counters_in_stat(transfer):
     assert (e["published"], e["acked"]) == (N, N), f"export counters {e}"
     assert e["dedupe_hits"] == 0 and e["redeliveries"] == 0, f"export counters {e}"
     assert i["imported"] == N, f"import counters {i}"
-    assert i["remote_drops"] == 0 and i["local_drops"] == 0 and i["redeliveries"] == 0, f"import counters {i}"
+    assert i["remote_drops"] == 0 and i["local_drops"] == 0, f"import counters {i}"
+    # A redelivery only follows a nak: B (256 per lane, policy reject) may be full for a moment when
+    # its receiver falls behind (a loaded machine: CI runs suites in parallel); nothing else redelivers.
+    assert i["redeliveries"] == i["naks"], f"import counters {i}"
     assert bridge_entry(t["stat_a"], "import") is None and bridge_entry(t["stat_b"], "export") is None
     # The box's own counters agree: A delivered N (to the bridge), B stored N and delivered them.
     assert t["stat_a"]["counters"]["delivered"] == N, t["stat_a"]["counters"]
