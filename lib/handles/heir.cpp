@@ -208,8 +208,13 @@ result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
       return detail::access::adopt_owner(s_->m, epoch, std::move(s_->taking));
     }
     const std::uint64_t now = detail::mono_ns();
-    if (now >= deadline)
+    if (now >= deadline) {
+      // What fd() shows follows who is there now (an event loop calls with
+      // timeout 0): a target that died and was succeeded is let go (a dead
+      // process's pidfd stays readable), the successor watched.
+      s_->arm();
       return detail::fail(errc::timed_out, "box '" + s_->m->name + "': not given to this process before the timeout");
+    }
     const std::uint64_t until = std::min(deadline, s_->arm());
     const std::uint64_t wait_ns = until > now ? until - now : 0;
     epoll_event ev{};

@@ -440,3 +440,35 @@ TEST_CASE("failover under load: 4 producers, the owner killed 20 times mid-batch
                                         << " flagged redelivered");
   current->kill(SIGKILL);
 }
+
+// An event-loop heir second in line: when the owner dies, the first heir
+// takes the box; the event-loop heir's fd woke for that death, and
+// await_transfer(0) says timed_out. Its fd must then watch the NEW owner: not
+// stay readable (a dead process's pidfd is readable for ever: an event loop
+// would spin), and become readable again when the new owner dies.
+TEST_CASE("an event-loop heir second in line: after the first heir took over, its fd watches the new owner") {
+  shmtest::segment_guard g(shmtest::unique_name("heirfd2"));
+  REQUIRE(shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64}));
+  auto owner = serve(g.name, {"--idle-ms", "60000"});
+  REQUIRE(!line_starting(*owner, "owner").empty());
+  auto first = serve(g.name, {"--heir", "--data", "first", "--idle-ms", "60000", "--hold"});
+  REQUIRE(!line_starting(*first, "enlisted").empty());
+  auto heir = shmbox::Heir::enlist(g.name, "second");
+  REQUIRE(heir);
+  CHECK(heir->position() == 1);
+  pollfd pfd{heir->fd(), POLLIN, 0};
+  CHECK(::poll(&pfd, 1, 0) == 0);
+  owner->kill(SIGKILL);
+  owner->wait();
+  CHECK(line_starting(*first, "owner").find("reason=owner-died") != std::string::npos);  // the first heir has it
+  REQUIRE(::poll(&pfd, 1, 30'000) == 1);  // we woke for the death too
+  CHECK(heir->await_transfer(0ns).error() == shmbox::errc::timed_out);
+  CHECK(heir->position() == 0);
+  CHECK(::poll(&pfd, 1, 200) == 0);  // quiet now: watching the live new owner, not the dead one
+  first->kill(SIGKILL);
+  first->wait();
+  REQUIRE(::poll(&pfd, 1, 30'000) == 1);
+  auto mine = heir->await_transfer(0ns);
+  REQUIRE(mine);
+  CHECK(mine->transfer().reason == shmbox::transfer_reason::owner_died);
+}
