@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,9 +66,9 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
-// One run: returns the failover time in ns, or -1 on failure.
-// -2: the heir could not enter a new pid namespace (not root).
-std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other_ns) {
+// Each run's box: made afresh (a failed run's is removed first), `capacity`
+// slots of 64 B. Says why on stderr if it cannot.
+std::optional<shmbox::Box> fresh_box(const std::string& name, std::uint32_t capacity) {
   (void)shmbox::Box::remove(name);
   shmbox::options o;
   o.capacity = capacity;
@@ -75,8 +76,16 @@ std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other
   auto box = shmbox::Box::create(name, o);
   if (!box) {
     std::fprintf(stderr, "create: %s\n", shmbox::explain(box.error()).c_str());
-    return -1;
+    return std::nullopt;
   }
+  return std::move(*box);
+}
+
+// One run: returns the failover time in ns, or -1 on failure.
+// -2: the heir could not enter a new pid namespace (not root).
+std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other_ns) {
+  auto box = fresh_box(name, capacity);
+  if (!box) return -1;
   int owner_ready[2], owner_hold[2], heir_report[2];
   if (::pipe(owner_ready) != 0 || ::pipe(owner_hold) != 0 || ::pipe(heir_report) != 0) return -1;
   const pid_t owner = ::fork();
@@ -153,11 +162,7 @@ std::int64_t one_run(const std::string& name, std::uint32_t capacity, bool other
 // One floor run: a process that maps the box is killed; a waiting process
 // (poll on a pidfd of it) reads the clock when it turns readable. ns, or -1.
 std::int64_t floor_run(const std::string& name, std::uint32_t capacity) {
-  (void)shmbox::Box::remove(name);
-  shmbox::options o;
-  o.capacity = capacity;
-  o.slot_size = 64;
-  if (!shmbox::Box::create(name, o)) return -1;
+  if (!fresh_box(name, capacity)) return -1;
   int victim_ready[2], victim_hold[2], waiter_report[2];
   if (::pipe(victim_ready) != 0 || ::pipe(victim_hold) != 0 || ::pipe(waiter_report) != 0) return -1;
   const pid_t victim = ::fork();

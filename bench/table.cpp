@@ -294,19 +294,17 @@ int main(int argc, char** argv) {
     std::printf("%s", pad("box", 20).c_str());
     for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(label, 22).c_str());
     std::printf("| %s\n", pad("round trip p50, 64 B", 24).c_str());
+    // "value (ratio to the FIFO box)"; the FIFO box's own cell without a ratio.
+    auto against_fifo = [](const std::string& g, const std::string& m, const std::string& metric) {
+      const auto v = get(g, m, metric);
+      std::string t = v ? num(v->median) : "-";
+      if (auto r = ratio(g, m, metric, g, "shmbox-copy", metric); m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
+      return t;
+    };
     for (const std::string m : {"shmbox-copy", "shmbox-priority", "shmbox-stash", "shmbox-buffer", "shmbox-resizable"}) {
       std::printf("%s", pad(m == "shmbox-copy" ? "fifo (shmbox-copy)" : m.substr(7), 20).c_str());
-      for (const auto& [g, label] : tput_groups) {
-        auto r = ratio(g, m, "rate", g, "shmbox-copy", "rate");
-        auto v = get(g, m, "rate");
-        std::string t = v ? num(v->median) : "-";
-        if (m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
-        std::printf("| %s", pad(t, 22).c_str());
-      }
-      auto v = get("rtt-busy-64", m, "p50");
-      std::string t = v ? num(v->median) : "-";
-      if (auto r = ratio("rtt-busy-64", m, "p50", "rtt-busy-64", "shmbox-copy", "p50"); m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
-      std::printf("| %s\n", pad(t, 24).c_str());
+      for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(against_fifo(g, m, "rate"), 22).c_str());
+      std::printf("| %s\n", pad(against_fifo("rtt-busy-64", m, "p50"), 24).c_str());
     }
     std::printf("  (ratios to the FIFO box of the same run; a custom buffer has no throughput row: it drops by\n"
                 "   design when the producer outruns the owner)\n\n");

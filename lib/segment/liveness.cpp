@@ -31,6 +31,18 @@ struct flock one_byte(short type, std::uint64_t off) noexcept {
   return fl;
 }
 
+// A lock of `type` on byte `off` of `fd`'s description, waiting (F_OFD_SETLKW)
+// for as long as another description holds a conflicting one.
+bool wait_lock_byte(int fd, std::uint64_t off, short type) noexcept {
+  if (fd < 0) return false;
+  struct flock fl = one_byte(type, off);
+  int rc;
+  do {
+    rc = ::fcntl(fd, F_OFD_SETLKW, &fl);
+  } while (rc != 0 && errno == EINTR);
+  return rc == 0;
+}
+
 // L6: the descriptors of every role_lock of this process, so that a fork
 // child can let go of them. The mutex is held across fork (prepare/parent/
 // child), so the list and the descriptors agree in the child.
@@ -161,30 +173,14 @@ bool role_lock::open_with(Open open_description) noexcept {
   return true;
 }
 
-bool role_lock::lock_open(std::uint64_t off) noexcept {
-  if (fd_ < 0) return false;
-  // L3: gc may hold the byte exclusively for a moment: wait.
-  struct flock fl = one_byte(F_RDLCK, off);
-  int rc;
-  do {
-    rc = ::fcntl(fd_, F_OFD_SETLKW, &fl);
-  } while (rc != 0 && errno == EINTR);
-  return rc == 0;
-}
+// L3: gc may hold the byte exclusively for a moment: wait.
+bool role_lock::lock_open(std::uint64_t off) noexcept { return wait_lock_byte(fd_, off, F_RDLCK); }
 
 bool role_lock::open_segment(const mapped_box& m) noexcept {
   return open_with([&m] { return reopen_segment(m); });
 }
 
-bool role_lock::wait_exclusive(std::uint64_t off) noexcept {
-  if (fd_ < 0) return false;
-  struct flock fl = one_byte(F_WRLCK, off);
-  int rc;
-  do {
-    rc = ::fcntl(fd_, F_OFD_SETLKW, &fl);
-  } while (rc != 0 && errno == EINTR);
-  return rc == 0;
-}
+bool role_lock::wait_exclusive(std::uint64_t off) noexcept { return wait_lock_byte(fd_, off, F_WRLCK); }
 
 void role_lock::unlock(std::uint64_t off) noexcept { unlock_byte(fd_, off); }
 

@@ -352,18 +352,15 @@ void hub_remove(int efd) noexcept {
 }
 
 bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept {
-  // A doorbell comes and goes with its process's notify owners (make_bell,
-  // drop_bell): a cached descriptor whose reader went (EPIPE), or none at
-  // all, is opened by name again, once per ring.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    if (fd_key != key || fd < 0) {
-      if (fd >= 0) ::close(fd);
-      fd_key = key;
-      // A FIFO, never a link, a regular file or a device (not even opened):
-      // the key was read from a segment others can write (shm_file.hpp S1-S3).
-      fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
-      attempt = 1;  // a descriptor just opened is not opened again
-    }
+  auto open_bell = [&] {
+    if (fd >= 0) ::close(fd);
+    fd_key = key;
+    // A FIFO, never a link, a regular file or a device (not even opened):
+    // the key was read from a segment others can write (shm_file.hpp S1-S3).
+    fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
+  };
+  // One record; a doorbell whose reader went (EPIPE) is closed (fd -1).
+  auto ring = [&] {
     if (fd < 0) return false;
     const bell_record r{m.dev, m.ino};
     // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
@@ -373,18 +370,27 @@ bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& f
     sigaddset(&pipe_only, SIGPIPE);
     ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
     const ssize_t n = ::write(fd, &r, sizeof r);
-    const int err = errno;
-    if (n < 0 && err == EPIPE) {
+    const bool pipe_gone = n < 0 && errno == EPIPE;
+    if (pipe_gone) {
       const timespec zero{0, 0};
       ::sigtimedwait(&pipe_only, nullptr, &zero);
     }
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (n == static_cast<ssize_t>(sizeof r)) return true;
-    if (n >= 0 || err != EPIPE) return false;  // full (EAGAIN): the scan finds it
-    ::close(fd);
-    fd = -1;
-  }
-  return false;
+    if (pipe_gone) {
+      ::close(fd);
+      fd = -1;
+    }
+    return n == static_cast<ssize_t>(sizeof r);  // (full, EAGAIN: the scan finds it)
+  };
+  // A doorbell comes and goes with its process's notify owners (make_bell,
+  // drop_bell): a cached descriptor whose reader went is opened by name
+  // again, once; none cached is opened now.
+  const bool cached = fd_key == key && fd >= 0;
+  if (!cached) open_bell();
+  if (ring()) return true;
+  if (!cached || fd >= 0) return false;  // just opened, or the doorbell is full
+  open_bell();
+  return ring();
 }
 
 bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept {
