@@ -106,6 +106,120 @@ struct sort_sink final : take_sink {
 
 }  // namespace
 
+// THE IN-ORDER RUN. Most priority boxes see runs of messages that are
+// already in the owner's order (one priority, or rising ones): moving them
+// through the store (a second copy, two entry CASes, heap work) only to hand
+// them out in ring order is wasted. So, lane by lane:
+//  D1 read the slots the producers published since the last call (T1's
+//     acquire load of the sequence word, then the priority word P4 wrote
+//     before P5's release) into the run: the suffix minima of the scanned
+//     messages;
+//  D0 (after D1) the lane's stored messages (QUEUED or FRONT entries) left
+//     the ring before the cursor: each comes before the ring's messages of
+//     its priority. The store hands out those no later than the run's first
+//     (Q1-Q3; all of them when the ring is plainly empty). One still stored
+//     after that is later than a ring message, or the ring holds something
+//     else first (out of order, a redelivery): the sort's.
+//  D2 the run's leading messages at the cursor's very positions (head,
+//     head + 1, ...) are each no later than every message scanned after
+//     them: exactly what the store would deliver next. The ring's own take
+//     (T1-T7 or H1, the FIFO lane's protocol, with its crash repair R1-R4)
+//     delivers them, as many as the sink takes.
+// A lane whose ring holds more than that (a message out of order, a
+// redelivery, an unpublished slot) is the sort's from there on: the caller
+// moves and delivers as before. Snapshot semantics as the sort's: what a
+// producer publishes after D1 is ordered at the next call. Only FIFO lanes
+// whose FULL slots no one but the owner changes (no evictor, no shrink, no
+// custom buffer) qualify, so the positions read at D1 still hold the same
+// messages at D2. A writer who rewrites a priority word between D1 and D2
+// misorders only messages of its own box, as it could in the store. An
+// empty lane is not the sort's: the caller lets the sort look at it (a
+// claim not yet published, a stuck producer: fifo_take's R1) every 64th
+// poll, when fifo_take reads the tail anyway.
+namespace {
+// Position p's slot waits for p: nothing claimed there, or a claim not yet
+// published (anything else there, a redelivery say, is fifo_take's).
+// relaxed: only compared; T1 (in fifo_take) acquires it before any use.
+bool plainly_empty(const lane_view& L, std::uint64_t p) noexcept {
+  return L.slot_for(p)->seq.load(std::memory_order_relaxed) == make_seq(p, slot_state::empty, kActorNone);
+}
+}  // namespace
+
+take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint32_t& sorted_from) noexcept {
+  take_result res;
+  mapped_box& m = *o.m;
+  sorted_from = m.lane_count();
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    const lane_view& L = m.lanes[l];
+    if (L.buffered || L.is_lifo() || L.pol == policy::drop_oldest || L.resizable) {
+      sorted_from = l;
+      return res;
+    }
+    sort_run& run = o.run[l];
+    const std::uint64_t head = o.head[l];
+    run.forget_below(head);
+    if (run.scanned < head) run.scanned = head;
+    // D1 (at most a lap of the ring past the cursor)
+    for (const std::uint64_t end = head + L.capacity; run.scanned < end; ++run.scanned) {
+      slot_header* s = L.slot_for(run.scanned);
+      // acquire: pairs with P5's release (the priority word, written at P4)
+      const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+      if (pos_diff(seq_pos(seen), run.scanned) != 0 || seq_state(seen) != slot_state::full) break;
+      run.add(run.scanned, as_priority(L.priority_of(s)->load(std::memory_order_relaxed)));
+    }
+    // D0: what the lane's heap holds first. Everything stored left the ring
+    // before the cursor: it comes before the ring's messages of its priority
+    // (and an unstashed one is first in its priority anyway). So the store
+    // delivers while its first is no later than the run's first; a stored
+    // message later than that (or a ring out of order) is the sort's.
+    if (!o.sort_heap[l].empty() && sink.max > 0) {
+      const bool ring_empty = run.size() == 0 && run.scanned == head && plainly_empty(L, head);
+      if (!ring_empty && (run.size() == 0 || run.at(0).pos != head)) {
+        sorted_from = l;
+        return res;
+      }
+      const std::size_t room = sink.max;
+      const take_result r = sort_take(o, sink, mode, l, ring_empty ? INT64_MAX : run.at(0).priority);
+      sink.max = room > r.taken ? room - r.taken : 0;
+      res.taken += r.taken;
+      res.corrupt |= r.corrupt;
+      res.skipped |= r.skipped;
+      if (r.skipped || r.corrupt || sink.max == 0 || !o.sort_heap[l].empty()) {
+        sorted_from = l;
+        return res;
+      }
+    }
+    // D2
+    std::size_t k = 0;
+    while (k < run.size() && run.at(k).pos == head + k) ++k;
+    if (k > 0 && sink.max > 0) {
+      const std::size_t room = sink.max;
+      sink.max = std::min(room, k);
+      const take_result r = owner_take(o, l, sink, mode);
+      sink.max = room > r.taken ? room - r.taken : 0;
+      res.taken += r.taken;
+      res.busy |= r.busy;
+      res.unknown |= r.unknown;
+      res.corrupt |= r.corrupt;
+      res.skipped |= r.skipped;
+      run.forget_below(o.head[l]);
+      if (r.skipped || r.corrupt) {
+        sorted_from = l;
+        return res;
+      }
+    }
+    // Left in this lane: messages out of order, or a slot that is neither
+    // FULL nor plainly EMPTY (a redelivery, a dead owner's commit, a scribble):
+    // the sort's (the caller's; fifo_take knows them all). A plainly empty one
+    // (nothing claimed, or a claim not yet published): the next lane.
+    if (o.head[l] != run.scanned || sink.max == 0 || !plainly_empty(L, run.scanned)) {
+      sorted_from = l;
+      return res;
+    }
+  }
+  return res;
+}
+
 take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept {
   take_result res;
   mapped_box& m = *o.m;
@@ -151,11 +265,12 @@ bool sort_waiting(const owner_ctx& o) noexcept {
 // out; Q3 U2-U4 for the lane's messages of this call together
 // (commit_entries: TAKEN -> DONE -> FREE, lane.parked -= n), or hold them
 // (Owner::read) until commit.
-take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
+take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode, std::uint32_t only_lane, std::int64_t bound) noexcept {
   take_result res;
   mapped_box& m = *o.m;
   std::size_t n = 0;
-  for (std::uint32_t l = 0; l < m.lane_count() && n < sink.max && !res.skipped; ++l) {
+  const std::uint32_t lanes = only_lane < m.lane_count() ? only_lane + 1 : m.lane_count();
+  for (std::uint32_t l = only_lane < m.lane_count() ? only_lane : 0; l < lanes && n < sink.max && !res.skipped; ++l) {
     auto& heap = o.sort_heap[l];
     // commit_each: the lane's messages of this call are committed together
     // (U2-U4 once), after the sink has them: one that dies in between
@@ -173,7 +288,7 @@ take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept {
           break;
         }
       } else {
-        if (heap.empty()) break;
+        if (heap.empty() || heap.front().priority > bound) break;  // (the front: the first in the owner's order)
         std::pop_heap(heap.begin(), heap.end(), later);
         it = heap.back();
         heap.pop_back();

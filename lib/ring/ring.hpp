@@ -322,7 +322,12 @@
 // of the QUEUED entries, keyed (priority, ring position): lowest priority
 // first, FIFO among equal ones (positions are the lane's claim order,
 // across producers). Every receive first moves what the rings hold into
-// the store, then delivers from the heaps, lane 0 first.
+// the store, then delivers from the heaps, lane 0 first; except what THE
+// IN-ORDER RUN (priority.cpp sort_direct) hands out without the store: a
+// lane's stored messages no later than its ring's first, then the ring's
+// leading messages that are no later than everything after them (one
+// priority, or rising ones), by the ring's own take (T1-T7, H1; repair
+// R1-R4: a crash there is a FIFO lane's).
 // MOVE (sort_drain: the ring's take T1-T7, commit_each, into sort_sink):
 //  M1 (inside T4) FREE -> SORTING(E) (CAS); M2 payload, length, lane,
 //     order = position, priority; M3 lane.parked += 1 (the gate counts it
@@ -359,9 +364,9 @@
 //  a user stash (options::stash) as THE STASH says. Redeliveries are
 //  counted when the store hands them out (U2-U4 of their own), not at the
 //  move (T5b does not count a move). Costs: the store doubles the segment
-//  (a slot's size per entry); each message is copied once more (ring ->
-//  store) and costs O(log n) heap work; posts take the general path
-//  (bench/run.sh).
+//  (a slot's size per entry); a message out of order is copied once more
+//  (ring -> store) and costs O(log n) heap work (one in order: a scan of
+//  its slot's words); posts take the general path (bench/run.sh).
 //
 // ===========================================================================
 // CUSTOM BUFFERS (options::buffer; buffer.cpp, shmbox/buffer.hpp): pobox's
@@ -575,6 +580,37 @@ struct sort_item {
 };
 inline constexpr std::uint32_t kNoEntry = 0xFFFFFFFFu;
 
+// A priority box's lane as the owner last read it (THE IN-ORDER RUN,
+// sort_direct): the ring positions from the owner's cursor up to `scanned`
+// that are each no later than every message scanned after them (the
+// suffix minima: priorities non-decreasing along the run, FIFO among equal
+// ones). Owner memory only; a takeover starts it afresh.
+struct sort_run {
+  struct item {
+    std::uint64_t pos = 0;
+    std::int64_t priority = 0;
+  };
+  std::vector<item> items;  // items[first..]: the run, positions ascending
+  std::size_t first = 0;
+  std::uint64_t scanned = 0;  // the next position to read
+  std::size_t size() const noexcept { return items.size() - first; }
+  const item& at(std::size_t k) const noexcept { return items[first + k]; }
+  void forget_below(std::uint64_t head) noexcept {
+    while (first < items.size() && items[first].pos < head) ++first;
+    if (first == items.size()) {
+      items.clear();
+      first = 0;
+    } else if (first >= 1024 && first * 2 >= items.size()) {
+      items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(first));
+      first = 0;
+    }
+  }
+  void add(std::uint64_t pos, std::int64_t priority) {
+    while (items.size() > first && items.back().priority > priority) items.pop_back();
+    items.push_back({pos, priority});
+  }
+};
+
 // One owner handle.
 struct owner_ctx {
   made_here born;  // process.hpp H1: an inherited (fork) handle never acts as the owner (H3)
@@ -601,6 +637,7 @@ struct owner_ctx {
   std::uint64_t stash_held[kMaxLanes] = {};  // entries PARKED, FRONT or TAKEN by the stash, per lane (not sorted ones)
   // PRIORITY BOXES: each lane's QUEUED entries, a heap (priority.cpp).
   std::vector<sort_item> sort_heap[kMaxLanes];
+  sort_run run[kMaxLanes];  // THE IN-ORDER RUN of each lane's ring (priority.cpp sort_direct)
   std::vector<std::uint32_t> sort_taken;        // sort_take: entries taken this call, committed together
   std::vector<std::uint64_t> sort_taken_state;  // (their TAKEN states)
   std::vector<char> sort_taken_drop;            // (the filter dropped it)
@@ -732,10 +769,20 @@ std::size_t commit_entries(owner_ctx& o, std::uint32_t lane, const std::uint32_t
                            bool buffer_drops = false) noexcept;
 
 // PRIORITY BOXES (priority.cpp). Owner only.
+// THE IN-ORDER RUN: delivers lane by lane what the store would hand out
+// next anyway, without moving the ring's messages into the store: the
+// store's first ones while they are no later than the ring's, then the
+// ring's own leading messages that are no later than everything after them.
+// `sorted_from`: the first lane it could not finish (the sort's to serve),
+// lane_count() if none.
+take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint32_t& sorted_from) noexcept;
 // Moves what the rings hold into the store (M1-M4), as far as it has free entries.
 take_result sort_drain(owner_ctx& o, bool look_at_tail) noexcept;
 // Delivers from the store: lane by lane, lowest priority first (Q1-Q3).
-take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode) noexcept;
+// only_lane, bound: only that lane's, and only while the first's priority is <= bound
+// (sort_direct's D0).
+take_result sort_take(owner_ctx& o, take_sink& sink, take_mode mode, std::uint32_t only_lane = UINT32_MAX,
+                      std::int64_t bound = INT64_MAX) noexcept;
 // Whether the store holds messages for this owner to deliver.
 bool sort_waiting(const owner_ctx& o) noexcept;
 void sort_give_back(owner_ctx& o, const pending_slot& ps) noexcept;

@@ -156,6 +156,12 @@ bool lifo_arm_sleep(owner_ctx& o, const lane_view& L) noexcept;
 
 std::string corrupt_slot(const owner_ctx& o, const lane_view& L, std::uint64_t idx, const std::string& what);
 
+// A priority box's message's priority, 0 elsewhere. relaxed: published with
+// the slot (T1's acquire, or ours).
+inline std::int64_t slot_priority(const lane_view& L, slot_header* s) noexcept {
+  return L.is_priority() ? static_cast<std::int64_t>(L.priority_of(s)->load(std::memory_order_relaxed)) : 0;
+}
+
 // What take_one did.
 enum class took { yes, lost_race, skipped };
 
@@ -185,7 +191,7 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
     // seq_cst: kept as written; the protocol is model-checked (model/*.pml) under SC, and the pairs named need only acq_rel.
     if (!redeliver && !s->seq.compare_exchange_strong(seen, mine, std::memory_order_seq_cst, std::memory_order_relaxed))
       return took::lost_race;
-    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
+    const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, slot_priority(L, s));
     if (v == take_verdict::skip) {
       put_back();
       return took::skipped;
@@ -224,8 +230,9 @@ __attribute__((always_inline)) inline took take_one(owner_ctx& o, const lane_vie
       s->seq.store(mine, std::memory_order_release);  // release: our op record is visible to whoever sees this
     }
   }
-  // T4 (a priority box's sink, its move, reads the slot's priority word itself)
-  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, 0);
+  // T4 (a priority box's sink, its move, reads the slot's priority word itself;
+  // a delivery straight from the ring, THE IN-ORDER RUN, hands it on)
+  const take_verdict v = sink.append(lane_view::payload_of(s), len, redeliver, L.index, pos_or_stamp, slot_priority(L, s));
   SHMBOX_FAULT("owner.after_take");
   if (v == take_verdict::skip) {
     put_back();  // as it was (FULL, or ours to redeliver)
