@@ -168,6 +168,9 @@ __attribute__((hot)) fast_take owner_take_fast(owner_ctx& o, const lane_view& L,
   const std::uint64_t seen = s->seq.load(std::memory_order_acquire);  // T1 acquire: pairs with P5's release
   if (seen == make_seq(p, slot_state::empty, kActorNone)) return fast_take::empty;
   if (seq_state(seen) != slot_state::full || pos_diff(seq_pos(seen), p) != 0 || L.is_lifo()) return fast_take::general;
+  // The next slot's line, while this one is copied out: a producer ahead of
+  // us has written it already (a read hint only: no ordering, no fault).
+  __builtin_prefetch(L.slot_for(p + 1), 0, 3);
   // Stable while FULL (see fifo_take).
   const std::uint32_t len = s->length.load(std::memory_order_relaxed);
   if (len > L.payload) return fast_take::general;  // fifo_take reports and repairs it
