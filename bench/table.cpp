@@ -283,8 +283,9 @@ int main(int argc, char** argv) {
                     pad(cell(g, m, "drain-ns"), 30).c_str(), pad(cell(g, m, "stream-mps"), 34).c_str());
       }
     }
-    std::printf("  (a priority box moves each message into its store and keeps a heap per lane: O(log n) per\n"
-                "   message; a deep box with random priorities reads its store out of order: bench/priority.cpp)\n\n");
+    std::printf("  (random priorities: a priority box moves each message out of order into its store and keeps\n"
+                "   a heap per lane, O(log n) per message; a deep box reads its store out of order; messages\n"
+                "   already in order skip the store: KINDS OF BOX below. bench/priority.cpp)\n\n");
   }
 
   // --- Every kind of box (shmbox-bench-throughput / -rtt, common.hpp shmbox_box); "-": not measured
