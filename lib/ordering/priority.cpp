@@ -126,8 +126,8 @@ struct sort_sink final : take_sink {
 //     (T1-T7 or H1, the FIFO lane's protocol, with its crash repair R1-R4)
 //     delivers them, as many as the sink takes.
 // A lane whose ring holds more than that (a message out of order, a
-// redelivery, an unpublished slot) is the sort's from there on: the caller
-// moves and delivers as before. Snapshot semantics as the sort's: what a
+// redelivery) is the sort's from there on: the caller moves and delivers as
+// before. Snapshot semantics as the sort's: what a
 // producer publishes after D1 is ordered at the next call. Only FIFO lanes
 // whose FULL slots no one but the owner changes (no evictor, no shrink, no
 // custom buffer) qualify, so the positions read at D1 still hold the same
