@@ -149,6 +149,16 @@ take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint
   take_result res;
   mapped_box& m = *o.m;
   sorted_from = m.lane_count();
+  // One take (the store's or the ring's) with at most `room` of the sink's
+  // room: its result into ours, and the sink's room what is left.
+  auto account = [&](const take_result& r, std::size_t room) {
+    sink.max = room > r.taken ? room - r.taken : 0;
+    res.taken += r.taken;
+    res.busy |= r.busy;
+    res.unknown |= r.unknown;
+    res.corrupt |= r.corrupt;
+    res.skipped |= r.skipped;
+  };
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     const lane_view& L = m.lanes[l];
     if (L.buffered || L.is_lifo() || L.pol == policy::drop_oldest || L.resizable) {
@@ -180,10 +190,7 @@ take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint
       }
       const std::size_t room = sink.max;
       const take_result r = sort_take(o, sink, mode, l, ring_empty ? INT64_MAX : run.at(0).priority);
-      sink.max = room > r.taken ? room - r.taken : 0;
-      res.taken += r.taken;
-      res.corrupt |= r.corrupt;
-      res.skipped |= r.skipped;
+      account(r, room);
       if (r.skipped || r.corrupt || sink.max == 0 || !o.sort_heap[l].empty()) {
         sorted_from = l;
         return res;
@@ -196,12 +203,7 @@ take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint
       const std::size_t room = sink.max;
       sink.max = std::min(room, k);
       const take_result r = owner_take(o, l, sink, mode);
-      sink.max = room > r.taken ? room - r.taken : 0;
-      res.taken += r.taken;
-      res.busy |= r.busy;
-      res.unknown |= r.unknown;
-      res.corrupt |= r.corrupt;
-      res.skipped |= r.skipped;
+      account(r, room);
       run.forget_below(o.head[l]);
       if (r.skipped || r.corrupt) {
         sorted_from = l;

@@ -103,6 +103,16 @@ std::uint64_t field(const std::string& done, const std::string& key) {
   return std::stoull(done.substr(at + key.size() + 1));
 }
 
+// Posts f1..fN with priorities 1..N: in priority order, or the reverse.
+void post_f(const shmbox::Box& box, int n, bool in_order) {
+  auto p = shmbox::Producer::attach(box);
+  REQUIRE(p);
+  for (int k = 1; k <= n; ++k) {
+    const int i = in_order ? k : n + 1 - k;
+    REQUIRE(p->post(tag('f', i), {.priority = std::int64_t{i}}) == post_status::stored);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("priority: creation errors say what to do; a stash only when created with one") {
@@ -414,14 +424,7 @@ TEST_CASE("priority: a redelivery from the store is counted once (redelivered), 
       shmtest::segment_guard g(shmtest::unique_name("prioagain"));
       auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
       REQUIRE(box);
-      {
-        auto p = shmbox::Producer::attach(*box);
-        REQUIRE(p);
-        for (int k = 1; k <= 6; ++k) {
-          const int i = in_order ? k : 7 - k;
-          REQUIRE(p->post(tag('f', i), {.priority = std::int64_t{i}}) == post_status::stored);
-        }
-      }
+      post_f(*box, 6, in_order);
       shmtest::check_redeliveries_counted(*box, point, two_phase, false);
     }
   }
@@ -448,14 +451,7 @@ TEST_CASE("priority: the fault matrix: an owner killed at every step of the sort
       shmtest::segment_guard g(shmtest::unique_name("priofault"));
       auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
       REQUIRE(box);
-      {
-        auto p = shmbox::Producer::attach(*box);
-        REQUIRE(p);
-        for (int k = 1; k <= 8; ++k) {
-          const int i = in_order ? k : 9 - k;
-          REQUIRE(p->post(tag('f', i), {.priority = std::int64_t{i}}) == post_status::stored);
-        }
-      }
+      post_f(*box, 8, in_order);
       std::vector<std::string> handed;  // what the first owner returned (and printed)
       bool killed = false;
       {
