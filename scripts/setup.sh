@@ -9,7 +9,9 @@
 # runs the Python package's tests (suite 'python'); python3-venv,
 # python3-setuptools and python3-wheel let them install it offline as the
 # README's Install says (python -m venv, pip install); python3-dev and python3-mesonpy
-# build its compiled module (-Dpython=enabled), python3-numpy and python3-zmq
+# build its compiled module (-Dpython=enabled; patchelf, which python3-mesonpy
+# only Recommends, reads the module's rpath when pip builds the wheel, and
+# install_missing skips Recommends), python3-numpy and python3-zmq
 # are the Python benchmark's baselines and examples. libnats-dev and
 # libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for
 # NKeys); nats-server runs its tests and bench, openssl makes their TLS
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=packages.sh
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
-  python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy python3-numpy python3-zmq \
+  python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy patchelf python3-numpy python3-zmq \
   libnats-dev libssl-dev nats-server openssl python3-cryptography libcpp-httplib-dev
 
 build="${1:-build}"
