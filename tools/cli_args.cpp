@@ -315,6 +315,25 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
       ->capture_default_str();
   pc.subs.emplace_back(rm, command::pool_rm);
 
+  auto* rm_group = pool->add_subcommand("rm-group", "Remove every pool of a group (pooler's rm_group), as 'pool rm' does each");
+  rm_group->add_option("GROUP", p.name, "group name (pool create --group)")->required()->check(pool_name_check());
+  rm_group->add_flag("--now", p.now, "stop every member now, also those in use (their leases become stale)");
+  rm_group->add_option("--timeout", p.timeout_ms, "wait this long for all of them to go (exit 3 if some did not)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  pc.subs.emplace_back(rm_group, command::pool_rm_group);
+
+  auto* cull = pool->add_subcommand("cull", "Stop idle free members now, longest idle first, down to the pool's --init (its supervisor does it)");
+  cull->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  cull->add_option("--idle", p.idle_ms, "only members idle at least this long (0: every free member)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  cull->add_option("--timeout", p.timeout_ms, "wait this long for the supervisor's answer (exit 3 if none)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  cull->add_flag("--any-owner", p.any_owner, "cull a pool whose segment belongs to another user");
+  pc.subs.emplace_back(cull, command::pool_cull);
+
   auto* take = pool->add_subcommand("take", "Take a member, post messages into its box, print it, give it back");
   take->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
   take->add_option("MESSAGE", p.messages, "messages to post into the member's box (none: one per line of stdin)");
@@ -338,6 +357,10 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
       {watch, "Example: shmbox pool watch jobs --interval 500ms    shmbox pool watch jobs --count 10 > jobs.log"},
       {rm, "Example: shmbox pool rm jobs --timeout 30s    shmbox pool rm jobs --now\n"
            "Exit status 3: members in use kept the pool past --timeout (it is still being removed)."},
+      {rm_group, "Example: shmbox pool rm-group web --timeout 30s    shmbox pool rm-group web --now\n"
+                 "Exit status 3: some pool outlived --timeout (each is named with its reason; the others are removed)."},
+      {cull, "Example: shmbox pool cull jobs    shmbox pool cull jobs --idle 5m\n"
+             "Exit status 3: no supervisor answered before --timeout (the request stays until one runs)."},
       {take, "Example: shmbox pool take jobs --timeout 2s 'job 1' 'job 2'    echo job | shmbox pool take jobs --fail\n"
              "Exit status 3: no member before the timeout (or none free, with --timeout 0)."},
   };
@@ -356,7 +379,8 @@ int parse_args(int argc, char** argv, parsed& out) {
              "Exit status: 0 success, 1 failure (one line on stderr says why), 2 usage error,\n"
              "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused;\n"
              "gc: skipped boxes it may not remove or that are not boxes, collected the rest;\n"
-             "pool take: no member before the timeout; pool rm: the pool outlived the timeout).");
+             "pool take: no member before the timeout; pool rm, rm-group: a pool outlived the\n"
+               "timeout; pool cull: no supervisor answered).");
 
   // Dispatched by main before parsing (tools/shmbox.cpp run_bridge); listed for --help.
   app.add_subcommand("bridge", "Bridge a box to NATS JetStream: 'shmbox bridge export BOX ...' / 'import ...' (shmbox-bridge --help)")

@@ -108,7 +108,8 @@ struct pool_args {
   std::string name;
   pool_create_args create;
   std::uint64_t timeout_ms = 0;  // rm: for the members to stop; take: for a member
-  bool now = false;              // rm: immediate removal
+  std::uint64_t idle_ms = 0;     // cull: the least idle time of a member it stops
+  bool now = false;              // rm, rm-group: immediate removal
   bool fail = false;             // take: give the member back as failed
   bool any_owner = false;        // run, take: the pool may belong to another user
   std::vector<std::string> messages;  // take
@@ -118,7 +119,7 @@ struct pool_args {
 
 enum class command {
   none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize, metrics,
-  pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_take,
+  pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_rm_group, pool_take, pool_cull,
 };
 
 struct parsed {

@@ -541,6 +541,34 @@ int pool_rm(const pool_args& a) {
   return kExitOk;
 }
 
+int pool_rm_group(const pool_args& a) {
+  const auto how = a.now ? shmbox::removal::immediate : shmbox::removal::graceful;
+  auto r = shmbox::Pool::remove_group(a.name, how, std::chrono::milliseconds(a.timeout_ms));
+  if (!r) {
+    if (r.error() != shmbox::errc::timed_out) return fail(r.error());
+    say(shmbox::explain(r.error()) + "; see 'shmbox pool ls', or stop them at once with 'shmbox pool rm-group " + a.name + " --now'");
+    return kExitRefused;
+  }
+  if (r->empty()) std::cout << "no pool of group '" << a.name << "': nothing to remove\n";
+  for (const auto& n : *r) std::cout << "removed pool '" << n << "'\n";
+  return kExitOk;
+}
+
+// ---- cull ---------------------------------------------------------------------
+
+int pool_cull(const pool_args& a) {
+  auto pool = shmbox::Pool::open(a.name, {.any_owner = a.any_owner});
+  if (!pool) return fail(pool.error());
+  auto n = pool->cull(std::chrono::milliseconds(a.idle_ms), std::chrono::milliseconds(a.timeout_ms));
+  if (!n) {
+    if (n.error() != shmbox::errc::timed_out) return fail(n.error());
+    say(shmbox::explain(n.error()));
+    return kExitRefused;
+  }
+  std::cout << "culled " << *n << " member" << (*n == 1 ? "" : "s") << " of pool '" << a.name << "'\n";
+  return kExitOk;
+}
+
 // ---- take ---------------------------------------------------------------------
 
 int pool_take(const pool_args& a) {
@@ -581,6 +609,8 @@ int cmd_pool(const parsed& a) {
     case command::pool_stat: return pool_stat(a.pool, a.json, a.prometheus);
     case command::pool_watch: return pool_watch(a);
     case command::pool_rm: return pool_rm(a.pool);
+    case command::pool_rm_group: return pool_rm_group(a.pool);
+    case command::pool_cull: return pool_cull(a.pool);
     case command::pool_take: return pool_take(a.pool);
     default: return kExitUsage;
   }

@@ -362,6 +362,8 @@ int main(int argc, char** argv) {
     case command::pool_stat:
     case command::pool_watch:
     case command::pool_rm:
+    case command::pool_rm_group:
+    case command::pool_cull:
     case command::pool_take: return cmd_pool(a);
     case command::none: break;
   }

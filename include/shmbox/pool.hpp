@@ -176,7 +176,17 @@ class SHMBOX_API Pool {
   // fewest in use, then a random one, so equally free pools share the load),
   // trying the others in that order; waits (up to `timeout`) in the first
   // pool's queue when none has one.
+  // An unknown group (no pool has it) answers not_found; a group whose pools
+  // have no member to give answers as take() does (no_members_at_capacity,
+  // no_members_starting, no_members_queue_full), pooler's error_no_members.
   static result<Lease> take_group(std::string_view group, std::chrono::nanoseconds timeout);
+  // Removes every pool of `group` (pooler's rm_group): each stops taking
+  // first, then each is removed as remove() does, all within one `timeout`.
+  // Returns the names of the pools removed (none for a group no pool has).
+  // When some pool could not be removed (timed_out with members in use,
+  // permission_denied, ...), the error's sentence (explain()) names each
+  // with its reason; the others are removed all the same.
+  static result<std::vector<std::string>> remove_group(std::string_view group, removal how, std::chrono::nanoseconds timeout);
 
   Pool(Pool&&) noexcept;
   Pool& operator=(Pool&&) noexcept;
@@ -196,6 +206,16 @@ class SHMBOX_API Pool {
   // this process, e.g. after the Lease was moved away).
   return_status give_back(const lease_token& t, outcome o);
   std::error_code last_error() const noexcept;
+
+  // Culls now (pooler's cull, without waiting for cull_after): the running
+  // supervisor stops the free members idle for at least `idle` (0: every
+  // free member), longest idle first, down to init_count; members in use,
+  // starting or being checked are never culled. Waits up to `timeout` for
+  // its answer: the number of members that pass stopped (counted in
+  // killed_free_culled, "culled" in stat). Errors: refused (no supervisor
+  // runs), pool_removed, timed_out (the request stays and is served when a
+  // supervisor runs), invalid_argument (idle over 24 h).
+  result<std::uint32_t> cull(std::chrono::milliseconds idle, std::chrono::nanoseconds timeout);
 
   // Runs the supervisor until opts.stop (or the pool is removed): as standby
   // while another supervisor is alive, then as the supervisor. Returns ok

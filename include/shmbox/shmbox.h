@@ -665,6 +665,12 @@ SHMBOX_C_API void shmbox_pool_close(shmbox_pool* p);
 /* Takes a free member, waiting up to timeout_ns (0: never waits): *out is
  * the lease (SHMBOX_E_NO_MEMBERS_*, SHMBOX_E_TIMED_OUT, SHMBOX_E_POOL_REMOVED). */
 SHMBOX_C_API int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out);
+/* Culls now (shmbox::Pool::cull): the pool's supervisor stops the free
+ * members idle at least idle_ms (0: every free one), down to init_count;
+ * waits up to timeout_ns for its answer, the number stopped, in *culled
+ * (may be NULL). SHMBOX_E_REFUSED: no supervisor runs; SHMBOX_E_TIMED_OUT,
+ * SHMBOX_E_POOL_REMOVED, SHMBOX_E_INVALID_ARGUMENT (idle over 24 h). */
+SHMBOX_C_API int shmbox_pool_cull(shmbox_pool* p, int64_t idle_ms, int64_t timeout_ns, uint32_t* culled);
 /* The member's box name (valid while the lease is). */
 SHMBOX_C_API const char* shmbox_lease_box(const shmbox_lease* l);
 /* A producer on the member's box, owned by the lease (closed with it;

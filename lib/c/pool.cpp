@@ -42,6 +42,17 @@ int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lease** out) {
   });
 }
 
+int shmbox_pool_cull(shmbox_pool* p, int64_t idle_ms, int64_t timeout_ns, uint32_t* culled) {
+  return guarded("shmbox_pool_cull", [&]() -> int {
+    if (!live(p)) return bad("shmbox_pool_cull", "pool must not be NULL (nor closed)");
+    if (culled != nullptr) *culled = 0;
+    auto n = p->pool.cull(std::chrono::milliseconds(idle_ms), to_ns(timeout_ns));
+    if (!n) return record(n.error());
+    if (culled != nullptr) *culled = *n;
+    return SHMBOX_OK;
+  });
+}
+
 const char* shmbox_lease_box(const shmbox_lease* l) { return !live(l) ? "" : l->lease.box().c_str(); }
 shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return !live(l) ? nullptr : &l->producer; }
 uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return !live(l) ? 0 : l->lease.worker_pid(); }

@@ -498,6 +498,96 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
 
 }  // namespace detail
 
+namespace {
+
+// The supervisor named in the table is alive (under the table lock).
+bool supervisor_alive(const detail::pool_handle& h, const detail::table_txn& t) {
+  const pool_state* st = h.state();
+  const std::uint64_t c = t.read(st->supervisor_client);
+  const std::uint64_t key = t.read(st->supervisor_key);
+  return key != 0 && c < h.max_clients() && detail::client_alive(h, static_cast<std::uint32_t>(c), key);
+}
+
+}  // namespace
+
+result<std::uint32_t> Pool::cull(std::chrono::milliseconds idle, std::chrono::nanoseconds timeout) {
+  if (const std::error_code ec = refuse_inherited(*h_, "Pool", "open the pool in the child (Pool::open) to cull it")) return ec;
+  std::lock_guard<std::recursive_mutex> g(h_->mu);
+  if (idle.count() < 0 || idle.count() > kMaxPoolMs)
+    return fail(errc::invalid_argument, quote_pool(h_->name) + ": cull's idle time must be 0 to " + std::to_string(kMaxPoolMs) +
+                                            " ms (24 h), not " + std::to_string(idle.count()) + " ms");
+  if (h_->read_only) return fail(errc::permission_denied, quote_pool(h_->name) + " was opened read-only; open it with Pool::open to cull it");
+  const std::uint64_t deadline = saturating_deadline(timeout);
+  if (auto r = ensure_client(*h_, pool_role::taker, deadline); !r) return r.error();
+  pool_state* st = h_->state();
+  std::uint32_t mine = 0;
+  {
+    table_txn t(*h_, deadline);
+    if (!t.locked()) return table_busy(h_->name, "retry");
+    if (t.read(st->removing) != 0)
+      return fail(errc::pool_removed, quote_pool(h_->name) + " is being removed: its members stop anyway");
+    if (!supervisor_alive(*h_, t))
+      return fail(errc::refused, quote_pool(h_->name) + " has no running supervisor to stop its members: start one ('shmbox pool run " +
+                                     h_->name + "'), then cull");
+    // CU (pool_supervisor.cpp): a new seq, and the least idle time of the
+    // requests not served yet (this one and any still pending).
+    const std::uint64_t asked = t.read(st->cull_asked);
+    const std::uint64_t done = t.read(st->cull_done);
+    std::uint64_t idle_ms = static_cast<std::uint64_t>(idle.count());
+    if ((asked >> 32) != (done >> 32)) idle_ms = std::min<std::uint64_t>(idle_ms, asked & 0xFFFFFFFFu);
+    mine = static_cast<std::uint32_t>((asked >> 32) + 1);
+    if (mine == static_cast<std::uint32_t>(done >> 32)) ++mine;  // (a forged pair: never a seq already answered)
+    t.write(st->cull_asked, (std::uint64_t{mine} << 32) | idle_ms);
+    t.wake_supervisor();
+    t.commit("cull");
+  }
+  // The answer: cull_done carries our seq or a later one (a pass that
+  // served a later request served ours too: it asked no more idle time).
+  for (;;) {
+    const std::uint64_t done = st->cull_done.load(std::memory_order_relaxed);
+    if (static_cast<std::int32_t>(static_cast<std::uint32_t>(done >> 32) - mine) >= 0)
+      return std::min<std::uint32_t>(static_cast<std::uint32_t>(done & 0xFFFFFFFFu), h_->max_count());
+    if (st->removing.load(std::memory_order_relaxed) != 0)
+      return fail(errc::pool_removed, quote_pool(h_->name) + " is being removed: its members stop anyway");
+    if (mono_ns() >= deadline)
+      return fail(errc::timed_out, quote_pool(h_->name) + ": its supervisor did not answer the cull before the timeout (is 'shmbox pool run " +
+                                       h_->name + "' still running, or stopped?); the request stays and is served when it runs");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+result<std::vector<std::string>> Pool::remove_group(std::string_view group, removal how, std::chrono::nanoseconds timeout) {
+  const std::uint64_t deadline = saturating_deadline(timeout);
+  auto names = Pool::list();
+  if (!names) return names.error();
+  std::vector<std::string> mine;
+  for (const auto& n : *names) {
+    auto info = inspect_pool_impl(n, false);
+    if (info && info->group == group) mine.push_back(n);
+  }
+  // First every pool stops taking (a take_group would otherwise move to the
+  // pools not yet reached), then each is waited for, within one deadline.
+  for (const auto& n : mine) (void)Pool::remove(n, how, std::chrono::nanoseconds(0));
+  std::vector<std::string> removed;
+  std::string failed;
+  std::error_code first;
+  for (const auto& n : mine) {
+    const std::uint64_t now = mono_ns();
+    auto r = Pool::remove(n, how, std::chrono::nanoseconds(deadline > now ? deadline - now : 0));
+    if (r || r.error() == errc::not_found) {
+      removed.push_back(n);
+      continue;
+    }
+    if (!first) first = r.error();
+    failed += (failed.empty() ? "" : "; ") + explain(r.error());
+  }
+  if (first)
+    return fail(first.category() == category() ? static_cast<errc>(first.value()) : errc::system_error,
+                "group '" + std::string(group) + "': " + std::to_string(mine.size() - removed.size()) + " of " +
+                    std::to_string(mine.size()) + " pools not removed: " + failed);
+  return removed;
+}
+
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
   auto names = Pool::list();
   if (!names) return names.error();

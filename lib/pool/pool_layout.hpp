@@ -149,7 +149,14 @@ struct alignas(kCacheLine) pool_state {
   a64 next_stamp;           // return stamps (the most recently returned member is taken first)
   a64 next_order;           // standby supervisors' order
   a64 last_op;              // the kind of the last journalled operation (display, tests)
-  a64 reserved0[5];
+  // Explicit culls (Pool::cull, pool_supervisor.cpp CU): a request is
+  // seq << 32 | idle ms (the least idle time asked by the requests the
+  // supervisor has not served yet); served, cull_done is seq << 32 |
+  // members stopped by that pass. Both journalled. A pool made by an older
+  // library has 0 here (no request); an older supervisor ignores them.
+  a64 cull_asked;
+  a64 cull_done;
+  a64 reserved0[3];
   a64 journal_offset[kPoolJournalMax];  // byte offset of each write in the segment (8-aligned, in the table)
   a64 journal_value[kPoolJournalMax];
   a64 counters[kPoolCounterSlots];
@@ -169,7 +176,9 @@ static_assert(offsetof(pool_state, next_ticket) == 56);
 static_assert(offsetof(pool_state, next_stamp) == 64);
 static_assert(offsetof(pool_state, next_order) == 72);
 static_assert(offsetof(pool_state, last_op) == 80);
-static_assert(offsetof(pool_state, reserved0) == 88);
+static_assert(offsetof(pool_state, cull_asked) == 88);
+static_assert(offsetof(pool_state, cull_done) == 96);
+static_assert(offsetof(pool_state, reserved0) == 104);
 static_assert(offsetof(pool_state, journal_offset) == 128);
 static_assert(offsetof(pool_state, journal_value) == 128 + 8 * kPoolJournalMax);
 static_assert(offsetof(pool_state, counters) == 128 + 16 * kPoolJournalMax);

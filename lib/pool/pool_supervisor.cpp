@@ -372,21 +372,45 @@ std::uint64_t supervisor::tick() {
       }
     }
   }
-  // Culling: free members idle longer than cull_after, longest idle first, down to init_count.
-  if (p.cull_after_ms > 0 && removing_v == 0) {
+  // Culling: free members idle longer than cull_after, or (CU) at least as
+  // long as an explicit cull asks, longest idle first, down to init_count.
+  // CU: a pending request (cull_asked's seq not yet in cull_done) is
+  // answered after this pass with the number it stopped; one that came in
+  // meanwhile has a later seq and is served by the next tick. A supervisor
+  // killed before the answer leaves the request pending for its successor,
+  // which culls what is still idle enough and answers (a second pass stops
+  // nothing the first one did).
+  const std::uint64_t asked = h_.state()->cull_asked.load(std::memory_order_relaxed);
+  const bool explicit_cull = (asked >> 32) != (h_.state()->cull_done.load(std::memory_order_relaxed) >> 32);
+  std::uint32_t culled = 0;
+  if ((p.cull_after_ms > 0 || explicit_cull) && removing_v == 0) {
+    const std::uint64_t explicit_ns = (asked & 0xFFFFFFFFu) * kMs;  // (a forged value: at most ~49 days, no overflow)
+    auto idle_enough = [&](std::uint64_t idle_ns) {
+      return (explicit_cull && idle_ns >= explicit_ns) || (p.cull_after_ms > 0 && idle_ns > std::uint64_t{p.cull_after_ms} * kMs);
+    };
     std::sort(idle.begin(), idle.end());
     for (const auto& entry : idle) {
       const std::uint64_t since = entry.first;
       const std::uint32_t m = entry.second;  // (a named copy: clang 14 does not let a lambda capture a structured binding)
-      if (live <= p.init_count || now - since <= std::uint64_t{p.cull_after_ms} * kMs) break;
+      if (live <= p.init_count || !idle_enough(now - since)) break;
       pool_member* e = h_.member_at(m);
       const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
       if (with_member(m, make_member_state(member_state::free), gen, "cull",
                       [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::culled); })) {
         log("culling member " + std::to_string(m) + " (idle " + std::to_string((now - since) / kMs) + " ms)");
         --live;
+        ++culled;
         busy = true;
       }
+    }
+  }
+  if (explicit_cull) {
+    SHMBOX_FAULT("supervisor.before_cull_answer");
+    table_txn t(h_, mono_ns() + kTxnWaitNs);
+    if (t.locked()) {
+      t.write(h_.state()->cull_done, (asked & ~std::uint64_t{0xFFFFFFFFu}) | culled);
+      t.commit("culled");
+      log("explicit cull: stopped " + std::to_string(culled) + " idle member" + (culled == 1 ? "" : "s"));
     }
   }
   // Replenish: init_count members, and one starting for each waiter that no free or starting member will serve.

@@ -34,7 +34,7 @@ import math
 import numbers
 import os
 import time
-from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import List, NamedTuple, Optional
 
 from . import _core  # the compiled message path, and the library itself (_core.cpp)
@@ -1422,6 +1422,25 @@ class Pool(_Handle):
         ever). One call of the library: Ctrl-C is handled when it returns."""
         t = _seconds(timeout)
         return Lease(_core.pool_take_group(str(group), -1.0 if t is None else t))
+
+    @staticmethod
+    def remove_group(group, immediate=False, timeout=10.0):
+        """Removes every pool of `group` (pooler's rm_group), each as :meth:`remove` does, within one
+        `timeout` (seconds): the names of the pools removed ([] for a group no pool has). Raises
+        TimedOut (naming each pool left and why) when some outlived it; the others are removed."""
+        t = _finite(timeout, "timeout")
+        return _core.pool_remove_group(str(group), bool(immediate), t)
+
+    def cull(self, idle=0.0, timeout=10.0):
+        """Culls now: the supervisor stops the free members idle at least `idle` seconds (0: every
+        free one), longest idle first, down to init_count; members in use never. Returns how many it
+        stopped. Raises Refused (no supervisor runs), TimedOut (its answer did not come within
+        `timeout` seconds), PoolRemoved."""
+        i = _finite(idle, "idle")
+        t = _finite(timeout, "timeout")
+        out = c_uint32()
+        _check(_lib.shmbox_pool_cull(self._p(), int(i * 1000), int(t * 1e9), byref(out)))
+        return out.value
 
     def take(self, timeout=None):
         """A lease on a free member, waiting up to `timeout` seconds (None: for ever) for one; raises

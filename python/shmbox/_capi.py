@@ -298,6 +298,7 @@ SIGNATURES = {
     "shmbox_pool_open": (c_int, [c_char_p, c_int, POINTER(c_void_p)]),
     "shmbox_pool_close": (None, [c_void_p]),
     "shmbox_pool_take": (c_int, [c_void_p, c_int64, POINTER(c_void_p)]),
+    "shmbox_pool_cull": (c_int, [c_void_p, c_int64, c_int64, POINTER(c_uint32)]),
     "shmbox_lease_box": (c_char_p, [c_void_p]),
     "shmbox_lease_producer": (c_void_p, [c_void_p]),
     "shmbox_lease_worker_pid": (c_uint32, [c_void_p]),

@@ -1113,13 +1113,11 @@ PyObject* pool_remove(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// pool_list() -> list of names
-PyObject* pool_list(PyObject*, PyObject*) {
-  auto r = sb::Pool::list();
-  if (!r) return raise_ec(r.error());
+// A Python list of the names (str, file system encoding).
+PyObject* names_list(const std::vector<std::string>& names) {
   PyObject* l = PyList_New(0);
   if (l == nullptr) return nullptr;
-  for (const auto& n : *r) {
+  for (const auto& n : names) {
     PyObject* s = PyUnicode_DecodeFSDefaultAndSize(n.data(), static_cast<Py_ssize_t>(n.size()));
     if (s == nullptr || PyList_Append(l, s) < 0) {
       Py_XDECREF(s);
@@ -1129,6 +1127,28 @@ PyObject* pool_list(PyObject*, PyObject*) {
     Py_DECREF(s);
   }
   return l;
+}
+
+// pool_list() -> list of names
+PyObject* pool_list(PyObject*, PyObject*) {
+  auto r = sb::Pool::list();
+  if (!r) return raise_ec(r.error());
+  return names_list(*r);
+}
+
+// pool_remove_group(group, immediate, timeout_seconds) -> list of the pools removed
+PyObject* pool_remove_group(PyObject*, PyObject* args) {
+  const char* group;
+  int immediate;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "spd", &group, &immediate, &timeout)) return nullptr;
+  std::optional<sb::result<std::vector<std::string>>> r;
+  Py_BEGIN_ALLOW_THREADS
+  r.emplace(sb::Pool::remove_group(group, immediate ? sb::removal::immediate : sb::removal::graceful,
+                                   std::chrono::nanoseconds(static_cast<std::int64_t>(timeout * 1e9))));
+  Py_END_ALLOW_THREADS
+  if (!*r) return raise_ec(r->error());
+  return names_list(**r);
 }
 
 // pool_take_group(group, timeout_seconds) -> the address of a new shmbox_lease (the C API's
@@ -1300,6 +1320,7 @@ PyMethodDef module_methods[] = {
     {"pool_remove", pool_remove, METH_VARARGS, "pool_remove(name, immediate, timeout) (shmbox.Pool.remove)."},
     {"pool_list", pool_list, METH_NOARGS, "pool_list() -> names (shmbox.Pool.list)."},
     {"pool_take_group", pool_take_group, METH_VARARGS, "pool_take_group(group, timeout) -> lease address."},
+    {"pool_remove_group", pool_remove_group, METH_VARARGS, "pool_remove_group(group, immediate, timeout) -> names removed."},
     {"pool_supervise", pool_supervise, METH_VARARGS, "pool_supervise(pool address, command, dead_letters, log)."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -87,13 +87,27 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
             assert answers.receive(20).data.startswith(b"group")
         with pytest.raises(ValueError):
             pool.take(float("nan"))
+        # cull: two members free (max_count 2), init_count 1: one goes, the longest idle.
+        with pool.take(20) as a, pool.take(20) as b:
+            a.give_back()  # a idles longer than b: culled first
+            b.give_back()
+            kept = b.worker_pid
+        assert pool.cull(idle=3600) == 0
+        assert pool.cull() == 1
+        with pool.take(20) as lease:
+            assert lease.worker_pid == kept
+        with pytest.raises(ValueError):
+            pool.cull(idle=float("inf"))
     sup.proc.send_signal(signal.SIGINT)
     lines = []
     while not lines or not lines[-1].startswith("interrupted"):
         lines.append(sup.line(10))  # its log lines, then "interrupted" (fails after 10 s without)
     assert any("started member" in line for line in lines), lines  # the log callback ran
-    shmbox.Pool.remove(name, immediate=True, timeout=20)
+    assert shmbox.Pool.remove_group(name + "-none") == []
+    assert shmbox.Pool.remove_group(name + "-g", immediate=True, timeout=20) == [name]
     assert name not in shmbox.Pool.list()
+    with pytest.raises(shmbox.NotFound):
+        shmbox.Pool.take_group(name + "-g", 0)
 
 
 def test_take_from_a_pool_without_members_times_out(pool_name):

@@ -1026,6 +1026,20 @@ static void test_pool(void) {
     CHECK(size == 5 && memcmp(buf, "got 5", 5) == 0);
   }
   {
+    /* shmbox_pool_cull: a second member, started for a second take and
+     * given back, is culled (down to --init 1); the one in use never is */
+    shmbox_lease* second = NULL;
+    uint32_t culled = 99;
+    REQUIRE(shmbox_pool_take(pool, 20000000000LL, &second) == SHMBOX_OK);
+    CHECK(shmbox_lease_give_back(second, SHMBOX_OUTCOME_OK) == SHMBOX_RETURN_OK);
+    shmbox_lease_close(second);
+    CHECK(shmbox_pool_cull(pool, 3600000, 10000000000LL, &culled) == SHMBOX_OK);
+    CHECK(culled == 0);
+    CHECK(shmbox_pool_cull(pool, 0, 10000000000LL, &culled) == SHMBOX_OK);
+    CHECK(culled == 1);
+    CHECK(shmbox_pool_cull(pool, -1, 0, NULL) == SHMBOX_E_INVALID_ARGUMENT);
+  }
+  {
     /* a worker left alone (its supervisor killed) ends by itself when its
      * pool is unlinked: shmbox_member_stopped */
     const uint32_t worker = shmbox_lease_worker_pid(lease);

@@ -540,12 +540,49 @@ TEST_CASE("cli pool: its one member held: take is refused (3) at once or after -
   CHECK_FALSE(run.timed_out());
 }
 
+TEST_CASE("cli pool: cull stops idle members now, down to --init, and says how many; with no supervisor it fails saying "
+          "what to run; rm-group removes every pool of a group") {
+  const std::string group = shmtest::unique_name("pgrp");
+  pool_guard g(shmtest::unique_name("pxcull"));
+  REQUIRE(cli({"pool", "create", g.name, "--command", recv_member_command(), "--init", "0", "--max", "1", "--group", group})
+              .code == 0);
+  auto r = cli({"pool", "cull", g.name});
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("shmbox pool run " + g.name) != std::string::npos);
+  shmtest::child run({shmtest::cli_path(), "pool", "run", g.name});
+  REQUIRE(run.read_line(10s).has_value());
+  // --init 0: the take starts a member; given back, it stays free (no --cull-after).
+  r = cli({"pool", "take", g.name, "--timeout", "20s", "x"}, {}, 30s);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(shmtest::eventually([&] { return pool_json(g.name)["gauges"]["free"] == 1; }, 20s));
+  r = cli({"pool", "cull", g.name, "--idle", "1h"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "culled 0 members of pool '" + g.name + "'\n");
+  r = cli({"pool", "cull", g.name, "--timeout", "20s"}, {}, 30s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "culled 1 member of pool '" + g.name + "'\n");
+  CHECK(pool_json(g.name)["counters"]["killed_free_culled"] == 1);
+  CHECK(shmtest::eventually([&] { return member_segments(g.name).empty(); }, 20s));
+  r = cli({"pool", "rm-group", group + "-none"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "no pool of group '" + group + "-none': nothing to remove\n");
+  r = cli({"pool", "rm-group", group, "--timeout", "20s"}, {}, 30s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "removed pool '" + g.name + "'\n");
+  CHECK_FALSE(exists(pool_path(g.name)));
+  CHECK(shmtest::exited_with(run.wait(20s), 0));
+}
+
 TEST_CASE("cli pool: the manual page documents every pool command and every option its --help shows") {
   const std::string man = shmtest::manual_text();
   REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
   const auto top = cli({"pool", "--help"});
   CHECK(top.code == 0);
-  for (const std::string c : {"create", "run", "ls", "stat", "watch", "rm", "take"}) {
+  for (const std::string c : {"create", "run", "ls", "stat", "watch", "rm", "rm-group", "cull", "take"}) {
     CAPTURE(c);
     CHECK(top.out.find("  " + c + " ") != std::string::npos);
     CHECK(man.find("shmbox pool " + c) != std::string::npos);

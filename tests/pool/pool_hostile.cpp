@@ -222,6 +222,42 @@ TEST_CASE("a lock word naming nobody alive is taken over; a stopped-looking hold
   }
 }
 
+TEST_CASE("forged cull words: an answer is never more than max_count; a forged seq pair is never taken as served") {
+  const std::string name = unique_pool("cullforge");
+  pool_guard g(name);
+  REQUIRE(shmbox::Pool::create(name, small_pool()));
+  raw_pool raw(name);
+  std::atomic<bool> stop{false};
+  std::thread supervisor([&] {
+    if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
+  });
+  auto pool = shmbox::Pool::open(name);
+  REQUIRE(pool);
+  REQUIRE(shmtest::eventually([&] {
+    auto i = shmbox::inspect_pool(name);
+    return i && i->supervisor_alive;
+  }, 10s));
+  // A served count far beyond the table, and the next seq already "served":
+  // the request gets a seq no answer holds yet, and the answer is capped.
+  raw.state()->cull_asked = (std::uint64_t{7} << 32) | 5;
+  raw.state()->cull_done = (std::uint64_t{8} << 32) | 0xFFFFFFFFu;
+  auto c = pool->cull(0ms, 10s);
+  INFO(shmbox::explain(c.error()));
+  REQUIRE(c);
+  CHECK(*c == 0);  // no member to cull: the supervisor's own answer, not the forged one
+  CHECK((raw.state()->cull_done.load() >> 32) == 9);
+  // A forged answer ahead of the request is taken (the words are the pool's:
+  // a writer of the segment may lie about its own culls), capped at max_count
+  // (4); or the supervisor answered first (0).
+  raw.state()->cull_done = (std::uint64_t{0x100} << 32) | 0xFFFFFFFFu;
+  raw.state()->cull_asked = std::uint64_t{0x10} << 32;
+  auto capped = pool->cull(0ms, 10s);
+  REQUIRE(capped);
+  CHECK(*capped <= 4);
+  stop = true;
+  supervisor.join();
+}
+
 TEST_CASE("garbage over the whole table: take, give back, inspection and a supervisor survive it") {
   const std::string name = unique_pool("garbage");
   pool_guard g(name);
@@ -250,6 +286,17 @@ TEST_CASE("garbage over the whole table: take, give back, inspection and a super
     const auto rs = pool->give_back(junk, shmbox::outcome::ok);
     CHECK((rs == shmbox::return_status::stale || rs == shmbox::return_status::double_return ||
            rs == shmbox::return_status::error));
+    // A cull (CU) over forged cull_asked / cull_done words: an answer within
+    // max_count, or one of its documented errors; never a hang past its timeout.
+    if (round % 10 == 0) {
+      const auto before = std::chrono::steady_clock::now();
+      auto c = pool->cull(0ms, 20ms);
+      CHECK(std::chrono::steady_clock::now() - before < 5s);
+      if (c) CHECK(*c <= 4);
+      else
+        CHECK((c.error() == shmbox::errc::timed_out || c.error() == shmbox::errc::refused ||
+               c.error() == shmbox::errc::pool_removed || c.error() == shmbox::errc::pool_clients_full));
+    }
     // (Garbage in `removing` makes the supervisor remove the pool: not found is fine then.)
     auto info = shmbox::inspect_pool(name);
     CHECK((info || info.error() == shmbox::errc::not_found));

@@ -217,6 +217,18 @@ inline std::unique_ptr<child> supervisor(const std::string& pool, const std::str
   return c;
 }
 
+// `n` leases of `pool`, each taken within 15 s (members started on demand).
+inline std::vector<shmbox::Lease> take_leases(shmbox::Pool& pool, int n) {
+  std::vector<shmbox::Lease> held;
+  for (int k = 0; k < n; ++k) {
+    auto l = pool.take(std::chrono::seconds(15));
+    INFO("take " << k << ": " << shmbox::explain(l.error()));
+    REQUIRE(l);
+    held.push_back(std::move(*l));
+  }
+  return held;
+}
+
 // A taker process (helper pool-take).
 inline std::unique_ptr<child> taker(const std::string& pool, int timeout_ms, std::vector<std::string> extra = {},
                              const std::string& fault = "") {
@@ -380,6 +392,22 @@ inline void check_settled(const std::string& pool, std::uint32_t members) {
   INFO(mismatch);
   CHECK(ok);
   check_gauges(snapshot(pool));
+}
+
+// A supervisor that kills itself at `fault` (its first pass there) and a
+// standby in line behind it, once `init` members are settled.
+struct supervisor_pair {
+  std::unique_ptr<child> first, standby;
+};
+inline supervisor_pair supervisor_and_standby(const std::string& pool, const std::string& fault, std::uint32_t init) {
+  supervisor_pair s;
+  s.first = supervisor(pool, fault + ":1");
+  check_settled(pool, init);
+  s.standby = supervisor(pool);
+  REQUIRE(settles(pool, [&](const shmbox::pool_info& i) {
+    return i.standbys == 1 && i.supervisor_pid == static_cast<std::uint32_t>(s.first->pid());
+  }, std::chrono::seconds(10)));
+  return s;
 }
 
 // A take and a give_back work, through `handle` (a Pool handle that took

@@ -495,15 +495,7 @@ TEST_CASE("pool: idle members are culled down to init_count; members in use neve
   check_settled(g.name, 1);
   auto pool = shmbox::Pool::open(g.name);
   REQUIRE(pool);
-  {
-    std::vector<shmbox::Lease> held;
-    for (int k = 0; k < 3; ++k) {
-      auto l = pool->take(15s);
-      REQUIRE(l);
-      held.push_back(std::move(*l));
-    }
-    for (auto& l : held) CHECK(l.give_back() == shmbox::return_status::ok);
-  }
+  for (auto& l : take_leases(*pool, 3)) CHECK(l.give_back() == shmbox::return_status::ok);
   CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_culled == 2; }, 15s));
   check_settled(g.name, 1);
   // Two members in use (one started for it): idle far longer than
@@ -533,6 +525,71 @@ TEST_CASE("pool: idle members are culled down to init_count; members in use neve
   CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_culled == 3; }, 15s));
   check_settled(g.name, 1);
   check_counts(snapshot(g.name));
+}
+
+// Pool::cull (pooler's cull, run now; pool_supervisor.cpp CU).
+TEST_CASE("pool: an explicit cull stops idle free members now, longest idle first, down to init_count; never one in use") {
+  pool_guard g(shmtest::unique_name("pxcull"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 4)));  // cull_after 0: no timer culls
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  {
+    // No supervisor: nobody could stop a member; refused at once, the table unchanged.
+    auto r = pool->cull(0ms, 5s);
+    REQUIRE(!r);
+    CHECK(r.error() == shmbox::errc::refused);
+    CHECK(shmbox::explain(r.error()).find("shmbox pool run " + g.name) != std::string::npos);
+    auto bad = pool->cull(std::chrono::hours(25), 5s);
+    REQUIRE(!bad);
+    CHECK(bad.error() == shmbox::errc::invalid_argument);
+  }
+  auto sup = supervisor(g.name);
+  check_settled(g.name, 1);
+  std::vector<shmbox::Lease> held = take_leases(*pool, 4);
+  // Given back in the order 0, 1, 2: member 0 idles longest. 3 stays in use.
+  for (int k = 0; k < 3; ++k) CHECK(held[k].give_back() == shmbox::return_status::ok);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.free == 3 && i.in_use == 1; }, 10s));
+  // Idle at least an hour: none is.
+  auto none = pool->cull(std::chrono::hours(1), 15s);
+  INFO(shmbox::explain(none.error()));
+  REQUIRE(none);
+  CHECK(*none == 0);
+  // Every free member, down to init_count 1: the member in use counts, so all three free ones go.
+  auto n = pool->cull(0ms, 15s);
+  INFO(shmbox::explain(n.error()));
+  REQUIRE(n);
+  CHECK(*n == 3);
+  {
+    const auto i = snapshot(g.name);
+    CHECK(i.count.killed_free_culled == 3);
+    CHECK(i.free + i.starting + i.checking == 0);
+    CHECK(i.in_use == 1);
+    const auto* m = find_member(i, held[3].token().member);
+    REQUIRE(m != nullptr);
+    CHECK(m->state == member_state::in_use);
+    CHECK(m->generation == held[3].token().generation);
+  }
+  CHECK(held[3].give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 1);
+  // At init_count: nothing to cull.
+  auto at_init = pool->cull(0ms, 15s);
+  REQUIRE(at_init);
+  CHECK(*at_init == 0);
+  // Longest idle first: three members, given back 1, 2, then 0. init_count
+  // 1, so a cull stops two: 1 and 2, the longest idle; 0 (returned last) stays.
+  held = take_leases(*pool, 3);
+  for (int k : {1, 2, 0}) CHECK(held[k].give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 3);
+  auto two = pool->cull(0ms, 15s);
+  REQUIRE(two);
+  CHECK(*two == 2);
+  check_settled(g.name, 1);
+  // The one left is the most recently returned (held[0]): the longest idle went first.
+  const auto after = snapshot(g.name);
+  REQUIRE(after.members.size() == 1);
+  CHECK(after.members[0].index == held[0].token().member);
+  CHECK(after.count.killed_free_culled == 5);
+  check_counts(after);
 }
 
 // ---------------------------------------------------------------------------
@@ -665,21 +722,13 @@ void supervisor_killed_stopping(const std::string& point_name) {
     opts.cull_after = 300ms;
     opts.dead_letters = dl.name;
     REQUIRE(shmbox::Pool::create(g.name, opts));
-    auto first = supervisor(g.name, point_name + ":1");
-    check_settled(g.name, 1);
-    auto standby = supervisor(g.name);
-    REQUIRE(settles(g.name, [&](const shmbox::pool_info& i) {
-      return i.standbys == 1 && i.supervisor_pid == static_cast<std::uint32_t>(first->pid());
-    }, 10s));
+    supervisor_pair sups = supervisor_and_standby(g.name, point_name, 1);
+    auto& first = sups.first;
+    auto& standby = sups.standby;
     // Two members, each with one message its hung worker will never take.
     auto pool = shmbox::Pool::open(g.name);
     REQUIRE(pool);
-    std::vector<shmbox::Lease> held;
-    for (int k = 0; k < 2; ++k) {
-      auto l = pool->take(15s);
-      REQUIRE(l);
-      held.push_back(std::move(*l));
-    }
+    std::vector<shmbox::Lease> held = take_leases(*pool, 2);
     for (auto& l : held) {
       CHECK(l.producer().post("hang") == shmbox::post_status::stored);
       CHECK(l.producer().post("keep-" + std::to_string(l.token().member)) == shmbox::post_status::stored);
@@ -828,6 +877,97 @@ TEST_CASE("pool: graceful removal waits for the members in use; immediate remova
     CHECK(!pool_segment_exists(g.name));
     CHECK(shmtest::eventually([&] { return live_workers(g.name).empty() && member_boxes_on_disk(g.name).empty(); }, 10s));
   }
+}
+
+// Pool::remove_group (pooler's rm_group).
+TEST_CASE("pool: remove_group removes every pool of the group and no other; one kept by a lease is named, the rest go") {
+  const std::string group = shmtest::unique_name("prmgrp");
+  pool_guard a(shmtest::unique_name("prmgrp-a")), b(shmtest::unique_name("prmgrp-b")), other(shmtest::unique_name("prmgrp-o"));
+  auto a_opts = small_pool(a.name, 1, 1), b_opts = small_pool(b.name, 1, 1), o_opts = small_pool(other.name, 1, 1);
+  a_opts.group = b_opts.group = group;
+  o_opts.group = group + "x";  // another group, whose name starts with this one's
+  REQUIRE(shmbox::Pool::create(a.name, a_opts));
+  REQUIRE(shmbox::Pool::create(b.name, b_opts));
+  REQUIRE(shmbox::Pool::create(other.name, o_opts));
+  auto sup_a = supervisor(a.name);
+  auto sup_b = supervisor(b.name);
+  auto sup_o = supervisor(other.name);
+  check_settled(a.name, 1);
+  check_settled(b.name, 1);
+  check_settled(other.name, 1);
+  {
+    auto unknown = shmbox::Pool::remove_group(group + "-none", shmbox::removal::graceful, 1s);
+    REQUIRE(unknown);  // pooler: rm_group of a group with no pool is ok
+    CHECK(unknown->empty());
+  }
+  // A lease on a's member keeps a past the timeout; b goes; the other group is untouched.
+  auto pool_a = shmbox::Pool::open(a.name);
+  REQUIRE(pool_a);
+  auto lease = pool_a->take(10s);
+  REQUIRE(lease);
+  const auto r = shmbox::Pool::remove_group(group, shmbox::removal::graceful, 1s);
+  REQUIRE(!r);
+  CHECK(r.error() == shmbox::errc::timed_out);
+  const std::string why = shmbox::explain(r.error());
+  CHECK(why.find("1 of 2 pools not removed") != std::string::npos);
+  CHECK(why.find("pool '" + a.name + "'") != std::string::npos);
+  CHECK(why.find(b.name) == std::string::npos);
+  CHECK(shmtest::eventually([&] { return !pool_segment_exists(b.name); }, 10s));
+  CHECK(pool_segment_exists(a.name));
+  CHECK(snapshot(a.name).removing == "graceful");  // it takes no more members
+  CHECK(snapshot(other.name).removing.empty());
+  check_settled(other.name, 1);
+  CHECK(lease->give_back() == shmbox::return_status::ok);
+  CHECK(shmtest::eventually([&] { return !pool_segment_exists(a.name); }, 10s));
+  for (auto* s : {sup_a.get(), sup_b.get()}) CHECK(shmtest::exited_with(s->wait(10s), 0));
+  // The group is gone: a take from it finds no pool.
+  auto none = shmbox::Pool::take_group(group, 0ns);
+  REQUIRE(!none);
+  CHECK(none.error() == shmbox::errc::not_found);
+  // Immediate: the other group's pool goes at once, lease or not.
+  auto pool_o = shmbox::Pool::open(other.name);
+  REQUIRE(pool_o);
+  auto held = pool_o->take(10s);
+  REQUIRE(held);
+  auto now = shmbox::Pool::remove_group(group + "x", shmbox::removal::immediate, 10s);
+  INFO(shmbox::explain(now.error()));
+  REQUIRE(now);
+  CHECK(*now == std::vector<std::string>{other.name});
+  CHECK(!pool_segment_exists(other.name));
+  CHECK(held->give_back() == shmbox::return_status::stale);
+  CHECK(shmtest::exited_with(sup_o->wait(10s), 0));
+  CHECK(shmtest::eventually([&] {
+    return live_workers(a.name).empty() && live_workers(b.name).empty() && live_workers(other.name).empty();
+  }, 10s));
+}
+
+// CU: a supervisor killed after culling, before it answered: the standby
+// takes over, finds the request pending and answers it (the members the
+// first one stopped are not stopped twice: this pass stops none).
+TEST_CASE("pool: a supervisor killed before answering a cull: the standby answers it") {
+  pool_guard g(shmtest::unique_name("pxcullk"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 3)));
+  supervisor_pair sups = supervisor_and_standby(g.name, "supervisor.before_cull_answer", 1);
+  auto& first = sups.first;
+  auto& standby = sups.standby;
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  for (auto& l : take_leases(*pool, 3)) CHECK(l.give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 3);
+  auto n = pool->cull(0ms, 30s);
+  INFO(shmbox::explain(n.error()));
+  REQUIRE(n);
+  CHECK(*n == 0);
+  CHECK(shmtest::killed_by(first->wait(15s), SIGKILL));
+  check_settled(g.name, 1);
+  const auto i = snapshot(g.name);
+  CHECK(i.supervisor_pid == static_cast<std::uint32_t>(standby->pid()));
+  CHECK(i.count.killed_free_culled == 2);
+  check_counts(i);
+  // The next cull is answered by the standby as usual.
+  auto again = pool->cull(0ms, 15s);
+  REQUIRE(again);
+  CHECK(*again == 0);
 }
 
 // ---------------------------------------------------------------------------
