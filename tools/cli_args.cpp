@@ -273,6 +273,17 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
   create->add_option("--health-timeout", c.health_timeout_ms, "a member that does not answer a ping within this is replaced")
       ->transform(duration_ms(1, kDay))
       ->capture_default_str();
+  create->add_option("--max-lifetime", c.max_lifetime_ms,
+                     "a member older than this is replaced: when free at once, when in use at its give back (0: never)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  create->add_option("--lifetime-jitter", c.lifetime_jitter_ms,
+                     "each member's lifetime is --max-lifetime +/- up to this, its own (less than --max-lifetime)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  create->add_option("--auto-grow", c.auto_grow,
+                     "a take that leaves this many free members or fewer starts more ahead of demand (--init of them at once)")
+      ->transform(decimal(0, shmbox::kMaxPoolMembers));
   pc.subs.emplace_back(create, command::pool_create);
 
   auto* run = pool->add_subcommand("run", "Supervise a pool: start, restart and cull its members until SIGINT/SIGTERM or removal");

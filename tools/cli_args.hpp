@@ -98,6 +98,9 @@ struct pool_create_args {
   std::uint64_t stop_grace_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.stop_grace.count());
   std::uint64_t health_interval_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.health_interval.count());
   std::uint64_t health_timeout_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.health_timeout.count());
+  std::uint64_t max_lifetime_ms = 0;         // 0: none
+  std::uint64_t lifetime_jitter_ms = 0;
+  std::optional<std::uint32_t> auto_grow;    // --auto-grow N
   // Each member box: capacity, slot size, policy, lanes, max producers, block
   // timeout, spin and mode (also the pool segment's); `name` is unused.
   create_args member;

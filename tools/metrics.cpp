@@ -352,6 +352,10 @@ constexpr pool_counter_field kPoolCounters[] = {
     {"lost", "Messages of stopped members that no dead-letter box took.", &shmbox::pool_counters::lost},
     {"refused_signals", "Signals not sent: the process a pool entry named was not proven to be this pool's worker.",
      &shmbox::pool_counters::refused_signals},
+    {"expired_free", "Free members retired at their max lifetime (and replaced).", &shmbox::pool_counters::expired_free},
+    {"expired_returned", "Members retired at their give-back: their max lifetime passed while in use.",
+     &shmbox::pool_counters::expired_returned},
+    {"auto_grow_starts", "Members started ahead of demand (auto-grow threshold).", &shmbox::pool_counters::auto_grow_starts},
 };
 
 // A pool's families, labelled pool="NAME".
@@ -379,6 +383,8 @@ void write_pool(exposition& e, const shmbox::pool_info& i) {
   e.single("shmbox_pool_removing", "gauge", "1 while the pool is being removed.", flag(!i.removing.empty()));
   e.single("shmbox_pool_cull_after_seconds", "gauge", "Idle time after which a free member is stopped (0: never).",
            seconds_from_ms(i.cull_after.count()));
+  e.single("shmbox_pool_max_lifetime_seconds", "gauge", "Lifetime after which a member is replaced (0: none).",
+           seconds_from_ms(i.max_lifetime.count()));
   e.single("shmbox_pool_start_timeout_seconds", "gauge", "Time a new member has to own its box.",
            seconds_from_ms(i.start_timeout.count()));
   e.single("shmbox_pool_health_interval_seconds", "gauge", "Interval of the health checks (0: none).",

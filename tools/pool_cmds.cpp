@@ -77,6 +77,9 @@ int pool_create(const pool_args& a) {
   o.stop_grace = std::chrono::milliseconds(c.stop_grace_ms);
   o.health_interval = std::chrono::milliseconds(c.health_interval_ms);
   o.health_timeout = std::chrono::milliseconds(c.health_timeout_ms);
+  o.max_lifetime = std::chrono::milliseconds(c.max_lifetime_ms);
+  o.max_lifetime_jitter = std::chrono::milliseconds(c.lifetime_jitter_ms);
+  o.auto_grow_threshold = c.auto_grow;
   o.mode = o.member.mode;
   auto r = shmbox::Pool::create(a.name, o);
   if (!r) return fail(r.error());
@@ -280,6 +283,9 @@ json pool_json(const shmbox::pool_info& i) {
               {"stop_grace_ms", i.stop_grace.count()},
               {"health_interval_ms", i.health_interval.count()},
               {"health_timeout_ms", i.health_timeout.count()},
+              {"max_lifetime_ms", i.max_lifetime.count()},
+              {"max_lifetime_jitter_ms", i.max_lifetime_jitter.count()},
+              {"auto_grow_threshold", i.auto_grow_threshold ? json(*i.auto_grow_threshold) : json(nullptr)},
               {"member_box", json{{"capacity", i.member_capacity},
                                   {"slot_size", i.member_slot_size},
                                   {"policy", std::string(shmbox::to_string(i.member_overflow))}}},
@@ -358,6 +364,16 @@ int pool_stat(const pool_args& a, bool as_json, bool prometheus) {
             << "dead letters  " << (i.dead_letters.empty() ? std::string("none (counted as lost)") : "-> box '" + escaped(i.dead_letters) + "'")
             << "\n"
             << "cull after    " << duration_cell(i.cull_after, "never") << "\n"
+            << "max lifetime  "
+            << (i.max_lifetime.count() == 0 ? std::string("none")
+                                            : duration_cell(i.max_lifetime) + (i.max_lifetime_jitter.count() == 0
+                                                                                   ? std::string()
+                                                                                   : " +/- " + duration_cell(i.max_lifetime_jitter)))
+            << "\n"
+            << "auto grow     "
+            << (i.auto_grow_threshold ? "when a take leaves " + std::to_string(*i.auto_grow_threshold) + " free or fewer"
+                                      : std::string("no"))
+            << "\n"
             << "start timeout " << duration_cell(i.start_timeout) << "\n"
             << "stop grace    " << duration_cell(i.stop_grace) << "\n"
             << "health        "
@@ -383,7 +399,8 @@ std::uint64_t refused_of(const shmbox::pool_counters& c) {
 }
 
 std::uint64_t replaced_of(const shmbox::pool_counters& c) {
-  return c.returns_fail + c.killed_free_unhealthy + c.killed_in_use + c.crashed + c.start_failures;
+  return c.returns_fail + c.killed_free_unhealthy + c.killed_in_use + c.crashed + c.start_failures + c.expired_free +
+         c.expired_returned;
 }
 
 class pool_view final : public live_view {
@@ -479,6 +496,9 @@ class pool_view final : public live_view {
     add(format("%-12s unhealthy %llu  holder died %llu  dead-lettered %llu  lost %llu", "",
                static_cast<unsigned long long>(c.killed_free_unhealthy), static_cast<unsigned long long>(c.killed_in_use),
                static_cast<unsigned long long>(c.dead_lettered), static_cast<unsigned long long>(c.lost)));
+    add(format("%-12s expired %llu (at give-back %llu)  grown ahead %llu", "",
+               static_cast<unsigned long long>(c.expired_free + c.expired_returned),
+               static_cast<unsigned long long>(c.expired_returned), static_cast<unsigned long long>(c.auto_grow_starts)));
     add("");
     add(format("%-10s %s  epoch %llu  %u standing by", "SUPERVISOR", alive_text(i.supervisor_pid, i.supervisor_alive).c_str(),
                static_cast<unsigned long long>(i.supervisor_epoch), i.standbys),

@@ -77,6 +77,19 @@ struct pool_options {
   std::chrono::milliseconds health_interval{0};
   std::chrono::milliseconds health_timeout{1000};
   std::uint32_t mode = 0600;  // file mode of the pool segment
+  // pooler's max_lifetime: a member older than this (from its start) is
+  // retired and replaced: when free, by the supervisor or by the take that
+  // finds it; when in use, never under its holder, but at its give back
+  // (which still answers ok). 0: members live until stopped otherwise.
+  std::chrono::milliseconds max_lifetime{0};
+  // Each member's lifetime is max_lifetime plus an offset in [-jitter,
+  // +jitter] of its own (drawn from its pool, index and generation), so
+  // members started together do not all retire at once. < max_lifetime.
+  std::chrono::milliseconds max_lifetime_jitter{0};
+  // pooler's auto_grow_threshold: when a take leaves this many free members
+  // or fewer, the supervisor starts more ahead of demand: init_count minus
+  // those starting already (at least 0), within max_count. nullopt: never.
+  std::optional<std::uint32_t> auto_grow_threshold{};
 };
 
 // How a lease ends.
@@ -268,7 +281,7 @@ enum class member_state : std::uint8_t {
   free,      // owns its box, waiting for a taker
   in_use,    // leased
   checking,  // free, being health-checked (not given out meanwhile)
-  stopping,  // being stopped (culled, failed, unhealthy, crashed, removed)
+  stopping,  // being stopped (culled, failed, unhealthy, crashed, removed, expired)
 };
 SHMBOX_API std::string_view to_string(member_state s) noexcept;  // "empty", "starting", ...
 
@@ -315,6 +328,9 @@ struct pool_counters {
   // Signals a supervisor did not send: the process that the pool segment
   // named could not be proven to be this pool's worker (a forged or stale entry).
   std::uint64_t refused_signals = 0;
+  std::uint64_t expired_free = 0;      // free members retired at max_lifetime (and replaced)
+  std::uint64_t expired_returned = 0;  // members retired at their give back: max_lifetime passed while in use
+  std::uint64_t auto_grow_starts = 0;  // members started ahead of demand (auto_grow_threshold)
 };
 // The ledger: every lease given ends once, so when no take or give back is
 // half done, takes == returns_ok + returns_fail + killed_in_use +
@@ -328,6 +344,8 @@ struct pool_info {
   std::string command;
   std::uint32_t init_count = 0, max_count = 0, queue_max = 0, max_clients = 0;
   std::chrono::milliseconds cull_after{0}, start_timeout{0}, stop_grace{0}, health_interval{0}, health_timeout{0};
+  std::chrono::milliseconds max_lifetime{0}, max_lifetime_jitter{0};
+  std::optional<std::uint32_t> auto_grow_threshold;
   std::uint32_t member_capacity = 0, member_slot_size = 0;
   policy member_overflow = policy::reject;
   std::uint32_t free = 0, in_use = 0, starting = 0, checking = 0, stopping = 0;  // gauges

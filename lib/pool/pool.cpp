@@ -192,7 +192,9 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   if (!compute_pool_geometry(p.max_clients, p.max_count, co, mo, total) || co != p.clients_offset || mo != p.members_offset ||
       total != p.total_bytes || p.init_count > p.max_count || p.queue_max > p.max_clients || p.member_lanes < 1 ||
       p.member_lanes > kMaxLanes || p.cull_after_ms > kMaxPoolMs || p.start_timeout_ms > kMaxPoolMs ||
-      p.stop_grace_ms > kMaxPoolMs || p.health_interval_ms > kMaxPoolMs || p.health_timeout_ms > kMaxPoolMs)
+      p.stop_grace_ms > kMaxPoolMs || p.health_interval_ms > kMaxPoolMs || p.health_timeout_ms > kMaxPoolMs ||
+      p.max_lifetime_ms > kMaxPoolMs || (p.max_lifetime_jitter_ms != 0 && p.max_lifetime_jitter_ms >= p.max_lifetime_ms) ||
+      p.auto_grow_plus1 > p.max_count + 1)
     return fail(errc::corrupt, who + " is not a valid pool (its header breaks the pool's invariants)" + remove_it + " and create it again");
   if (total > bytes)
     return fail(errc::truncated, who + " is not a valid pool (the segment is shorter than its header says)" + remove_it + " and create it again");
@@ -241,8 +243,15 @@ std::string validate(std::string_view name, const pool_options& o) {
   if (o.command.size() >= kMaxPoolCommand || o.command.find('\0') != std::string::npos)
     return who + ": the member command must be under " + std::to_string(kMaxPoolCommand) + " bytes, without NUL";
   if (o.group.size() >= 128 || o.group.find('\0') != std::string::npos) return who + ": group names are at most 127 bytes";
-  for (const auto ms : {o.cull_after, o.start_timeout, o.stop_grace, o.health_interval, o.health_timeout})
+  for (const auto ms : {o.cull_after, o.start_timeout, o.stop_grace, o.health_interval, o.health_timeout, o.max_lifetime,
+                        o.max_lifetime_jitter})
     if (ms.count() < 0 || ms.count() > kMaxPoolMs) return who + ": durations must be between 0 and one day";
+  if (o.max_lifetime_jitter.count() > 0 && o.max_lifetime_jitter >= o.max_lifetime)
+    return who + ": max_lifetime_jitter (" + std::to_string(o.max_lifetime_jitter.count()) + " ms) must be less than max_lifetime (" +
+           std::to_string(o.max_lifetime.count()) + " ms): a member's lifetime is max_lifetime +/- the jitter";
+  if (o.auto_grow_threshold && *o.auto_grow_threshold > o.max_count)
+    return who + ": auto_grow_threshold " + std::to_string(*o.auto_grow_threshold) + " is more than max_count " +
+           std::to_string(o.max_count) + " (there can never be more free members than that)";
   if (o.start_timeout.count() == 0) return who + ": start_timeout must be more than 0";
   if (o.health_interval.count() > 0 && o.health_timeout.count() == 0) return who + ": a health check needs a health_timeout";
   if (o.mode > 07777 || o.member.mode > 07777) return who + ": mode must be an octal file mode";
@@ -328,6 +337,9 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
   h->stop_grace_ms = static_cast<std::uint32_t>(opts.stop_grace.count());
   h->health_interval_ms = static_cast<std::uint32_t>(opts.health_interval.count());
   h->health_timeout_ms = static_cast<std::uint32_t>(opts.health_timeout.count());
+  h->max_lifetime_ms = static_cast<std::uint32_t>(opts.max_lifetime.count());
+  h->max_lifetime_jitter_ms = static_cast<std::uint32_t>(opts.max_lifetime_jitter.count());
+  h->auto_grow_plus1 = opts.auto_grow_threshold ? *opts.auto_grow_threshold + 1 : 0;
   h->member_slot_size = mo.slot_size;
   h->member_policy = static_cast<std::uint32_t>(mo.overflow);
   h->member_lanes = lanes;

@@ -118,6 +118,9 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
   info.stop_grace = std::chrono::milliseconds(p.stop_grace_ms);
   info.health_interval = std::chrono::milliseconds(p.health_interval_ms);
   info.health_timeout = std::chrono::milliseconds(p.health_timeout_ms);
+  info.max_lifetime = std::chrono::milliseconds(p.max_lifetime_ms);
+  info.max_lifetime_jitter = std::chrono::milliseconds(p.max_lifetime_jitter_ms);
+  if (p.auto_grow_plus1 != 0) info.auto_grow_threshold = p.auto_grow_plus1 - 1;
   info.member_capacity = p.member_lane_capacity[0];
   info.member_slot_size = p.member_slot_size;
   info.member_overflow = static_cast<policy>(p.member_policy);
@@ -218,6 +221,9 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
   n.lost = c(pool_counter::lost);
   n.revoked_in_use = c(pool_counter::revoked_in_use);
   n.refused_signals = c(pool_counter::refused_signals);
+  n.expired_free = c(pool_counter::expired_free);
+  n.expired_returned = c(pool_counter::expired_returned);
+  n.auto_grow_starts = c(pool_counter::auto_grow_starts);
   return info;
 }
 

@@ -68,10 +68,15 @@ struct pool_header {
   std::uint32_t member_lane_capacity[kMaxLanes];
   std::uint32_t member_lane_policy[kMaxLanes];
   std::uint32_t member_default_lane;  // kMaxLanes: unset
-  std::uint32_t reserved0;
+  // pool_options::max_lifetime (0: none). This and the two words after
+  // members_offset were reserved (0) before they were options: a pool made
+  // by an older library has none of them, and an older library ignores them.
+  std::uint32_t max_lifetime_ms;
   std::uint64_t clients_offset;
   std::uint64_t members_offset;
-  std::uint8_t reserved[kPoolHeaderBytes - 192];
+  std::uint32_t max_lifetime_jitter_ms;  // < max_lifetime_ms (0 when that is 0)
+  std::uint32_t auto_grow_plus1;         // pool_options::auto_grow_threshold + 1 (0: none)
+  std::uint8_t reserved[kPoolHeaderBytes - 200];
 };
 static_assert(sizeof(pool_header) == kPoolHeaderBytes);
 static_assert(offsetof(pool_header, magic) == 0);
@@ -101,8 +106,10 @@ static_assert(offsetof(pool_header, member_lane_policy) == 136);
 static_assert(offsetof(pool_header, member_default_lane) == 168);
 static_assert(offsetof(pool_header, clients_offset) == 176);
 static_assert(offsetof(pool_header, members_offset) == 184);
-static_assert(offsetof(pool_header, reserved0) == 172);
-static_assert(offsetof(pool_header, reserved) == 192);
+static_assert(offsetof(pool_header, max_lifetime_ms) == 172);
+static_assert(offsetof(pool_header, max_lifetime_jitter_ms) == 192);
+static_assert(offsetof(pool_header, auto_grow_plus1) == 196);
+static_assert(offsetof(pool_header, reserved) == 200);
 
 // Written by the creator before `ready`, never again. Strings are NUL-padded;
 // readers take at most the field's size and validate what they read.
@@ -130,6 +137,9 @@ enum class pool_counter : std::uint32_t {
   crashed, start_failures, starts, double_returns, stale_returns, dead_lettered, lost,
   revoked_in_use,  // slot 19: leases ended by their member's stop (pool_table.hpp LG4)
   refused_signals,  // slot 20: signals not sent for want of proof (pool_supervisor.cpp SP)
+  expired_free,      // slot 21: free members retired at max_lifetime
+  expired_returned,  // slot 22: members retired at their give back, max_lifetime having passed in use
+  auto_grow_starts,  // slot 23: members started ahead of demand (auto_grow_threshold)
   count_  // number of counters (<= kPoolCounterSlots)
 };
 static_assert(static_cast<std::uint32_t>(pool_counter::count_) <= kPoolCounterSlots);
@@ -156,7 +166,11 @@ struct alignas(kCacheLine) pool_state {
   // library has 0 here (no request); an older supervisor ignores them.
   a64 cull_asked;
   a64 cull_done;
-  a64 reserved0[3];
+  // auto_grow_threshold: a take that left that few free members bumps
+  // grow_asked; the supervisor starts members and sets grow_done to it.
+  a64 grow_asked;
+  a64 grow_done;
+  a64 reserved0[1];
   a64 journal_offset[kPoolJournalMax];  // byte offset of each write in the segment (8-aligned, in the table)
   a64 journal_value[kPoolJournalMax];
   a64 counters[kPoolCounterSlots];
@@ -178,7 +192,9 @@ static_assert(offsetof(pool_state, next_order) == 72);
 static_assert(offsetof(pool_state, last_op) == 80);
 static_assert(offsetof(pool_state, cull_asked) == 88);
 static_assert(offsetof(pool_state, cull_done) == 96);
-static_assert(offsetof(pool_state, reserved0) == 104);
+static_assert(offsetof(pool_state, grow_asked) == 104);
+static_assert(offsetof(pool_state, grow_done) == 112);
+static_assert(offsetof(pool_state, reserved0) == 120);
 static_assert(offsetof(pool_state, journal_offset) == 128);
 static_assert(offsetof(pool_state, journal_value) == 128 + 8 * kPoolJournalMax);
 static_assert(offsetof(pool_state, counters) == 128 + 16 * kPoolJournalMax);
@@ -213,6 +229,7 @@ static_assert(offsetof(pool_client, reserved1) == 56);
 // One member entry. `state` is member_state (shmbox/pool.hpp) | why << 8 (stopping).
 enum class member_stop : std::uint64_t {
   none = 0, culled = 1, failed = 2, consumer_died = 3, unhealthy = 4, crashed = 5, start_timeout = 6, removed = 7,
+  expired = 8,  // max_lifetime reached: free (the supervisor, a take) or at its give back
 };
 struct alignas(kCacheLine) pool_member {
   a64 state;          // member_state | member_stop << 8

@@ -38,10 +38,11 @@
 namespace shmbox::detail {
 namespace {
 
-// P5: a member stopped for these reasons is replaced (pooler replaces a member whose state is unknown).
+// P5: a member stopped for these reasons is replaced (pooler replaces a member whose state is unknown,
+// and one past its max_lifetime).
 bool replaces(member_stop why) noexcept {
   return why == member_stop::failed || why == member_stop::consumer_died || why == member_stop::crashed ||
-         why == member_stop::unhealthy;
+         why == member_stop::unhealthy || why == member_stop::expired;
 }
 
 }  // namespace
@@ -194,7 +195,7 @@ void supervisor::handle_stopping(std::uint32_t m, std::uint64_t word, std::uint6
   pool_member* e = h_.member_at(m);
   const auto v = box_owner(m, gen);
   const bool owned = v && v->alive;
-  const bool gentle = why == member_stop::culled || why == member_stop::removed;
+  const bool gentle = why == member_stop::culled || why == member_stop::removed || why == member_stop::expired;
   const std::uint64_t signalled = e->stop_signal_ns.load(std::memory_order_relaxed);
   if (signalled == 0) {  // P1
     const bool sent = signal_worker(m, gen, gentle ? SIGTERM : SIGKILL);

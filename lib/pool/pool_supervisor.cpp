@@ -25,7 +25,7 @@
 //     start_timeout, then stops the entry. So no entry ever gets two workers.
 //   STOP (entry `stopping`, why):
 //     P1 the worker (process group, and the box's owner when it is in our
-//        pid namespace) gets SIGTERM (culled, removed) or SIGKILL (failed,
+//        pid namespace) gets SIGTERM (culled, removed, expired) or SIGKILL (failed,
 //        consumer died, unhealthy, crashed, start timeout), each only on
 //        proof (SP below); stop_signal_ns = now              [supervisor.after_signal]
 //     P2 after stop_grace: SIGKILL
@@ -39,7 +39,8 @@
 //                                                           [supervisor.after_unlink]
 //     P5 the entry becomes `starting` with a new generation (failed,
 //        consumer died, crashed, unhealthy: pooler replaces a member whose
-//        state is unknown) or `empty` (culled, removed, start timeout).
+//        state is unknown; expired: one past its max_lifetime) or `empty`
+//        (culled, removed, start timeout).
 //     A worker in another pid namespace cannot be signalled from here: its
 //     entry stays `stopping` until it exits or a supervisor in its
 //     namespace takes over.
@@ -349,6 +350,15 @@ std::uint64_t supervisor::tick() {
       continue;
     }
     if (s != member_state::free) continue;
+    // max_lifetime: a free member past it is retired and replaced (P5);
+    // seen within kIdleTickNs (a take that finds it first retires it itself).
+    if (p.max_lifetime_ms != 0 && now >= member_expiry(h_, m, gen, e->started_ns.load(std::memory_order_relaxed))) {
+      if (with_member(m, word, gen, "expire", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::expired); }))
+        log("member " + std::to_string(m) + " reached its max_lifetime: replacing it");
+      --live;
+      busy = true;
+      continue;
+    }
     const std::uint64_t since = e->idle_since_ns.load(std::memory_order_relaxed);
     idle.emplace_back(since, m);
     if (p.health_interval_ms > 0) {
@@ -420,10 +430,27 @@ std::uint64_t supervisor::tick() {
       if (t.read(h_.state()->removing) == 0) {
         table_counts n = count_table(h_, t);
         auto& starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
-        while (n.members < p.max_count && (n.members < p.init_count || n.waiters > starting) && request_start(h_, t)) {
+        // (request_start writes 10 words: a section commits before its journal would overflow)
+        auto start_one = [&] {
+          if (t.room() < 12) t.commit("replenish");
+          if (!request_start(h_, t)) return false;
           ++n.members;
           ++starting;
           busy = true;
+          return true;
+        };
+        while (n.members < p.max_count && (n.members < p.init_count || n.waiters > starting) && start_one()) {
+        }
+        // auto_grow_threshold: takes asked (grow_asked moved); pooler starts
+        // init_count minus those starting already, within max_count.
+        const std::uint64_t asked = t.read(h_.state()->grow_asked);
+        if (asked != t.read(h_.state()->grow_done)) {
+          std::uint32_t grow = p.init_count > starting ? p.init_count - starting : 0;
+          t.write(h_.state()->grow_done, asked);
+          while (grow > 0 && n.members < p.max_count && start_one()) {
+            t.add(pool_counter::auto_grow_starts);
+            --grow;
+          }
         }
         t.commit("replenish");
       } else if (count_table(h_, t).members == 0) {

@@ -335,11 +335,40 @@ void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why,
     case member_stop::consumer_died: t.add(pool_counter::killed_in_use); break;  // LG3 (only ever in_use)
     case member_stop::crashed: t.add(pool_counter::crashed); break;
     case member_stop::start_timeout: t.add(pool_counter::start_failures); break;
+    case member_stop::expired:
+      t.add(given_back ? pool_counter::expired_returned : pool_counter::expired_free);
+      break;
     case member_stop::failed:  // counted as returns_fail by the caller
     case member_stop::removed:
     case member_stop::none: break;
   }
   t.wake_supervisor();
+}
+
+std::uint64_t member_expiry(const pool_handle& h, std::uint32_t m, std::uint64_t gen, std::uint64_t started_ns) noexcept {
+  const pool_header& p = h.hdr;
+  if (p.max_lifetime_ms == 0 || started_ns == 0) return UINT64_MAX;
+  std::int64_t life_ms = p.max_lifetime_ms;
+  if (p.max_lifetime_jitter_ms != 0) {
+    // The member's own offset in [-jitter, +jitter]: a hash of the pool's
+    // incarnation, the entry and the generation (splitmix64's finaliser),
+    // the same in every process that asks.
+    std::uint64_t x = p.creator_key ^ (p.created_unix_ns * 0x9E3779B97F4A7C15ull) ^ (std::uint64_t{m} << 48) ^ gen;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    const std::uint64_t span = 2 * std::uint64_t{p.max_lifetime_jitter_ms} + 1;
+    life_ms += static_cast<std::int64_t>(x % span) - static_cast<std::int64_t>(p.max_lifetime_jitter_ms);
+  }
+  // (jitter < lifetime: life_ms >= 1; a forged started_ns saturates.)
+  const std::uint64_t life_ns = static_cast<std::uint64_t>(life_ms) * 1'000'000ull;
+  return started_ns > UINT64_MAX - life_ns ? UINT64_MAX : started_ns + life_ns;
+}
+
+bool member_expired(const pool_handle& h, const table_txn& t, std::uint32_t m, std::uint64_t now) noexcept {
+  if (h.hdr.max_lifetime_ms == 0) return false;
+  const pool_member* e = h.member_at(m);
+  return now >= member_expiry(h, m, t.read(e->generation), t.read(e->started_ns));
 }
 
 bool request_start(pool_handle& h, table_txn& t) noexcept {
@@ -372,6 +401,7 @@ std::string_view to_string(member_stop why) noexcept {
     case member_stop::crashed: return "crashed";
     case member_stop::start_timeout: return "start-timeout";
     case member_stop::removed: return "removed";
+    case member_stop::expired: return "expired";
   }
   return "?";
 }

@@ -285,6 +285,11 @@ void make_available(pool_handle& h, table_txn& t, std::uint32_t m, bool keep_sta
 // An in_use member's lease ends here (LG3 for consumer_died, else LG4)
 // unless `given_back`: the caller ended it by a give back (LG1, LG2).
 void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why, bool given_back = false) noexcept;
+// max_lifetime: when member `m` of generation `gen`, started (S1) at
+// `started_ns`, retires (CLOCK_MONOTONIC; UINT64_MAX: never, or not started).
+std::uint64_t member_expiry(const pool_handle& h, std::uint32_t m, std::uint64_t gen, std::uint64_t started_ns) noexcept;
+// Member `m` is past its max_lifetime at `now` (as the txn sees the entry).
+bool member_expired(const pool_handle& h, const table_txn& t, std::uint32_t m, std::uint64_t now) noexcept;
 // An empty entry -> starting (new generation), the supervisor woken. false: none empty.
 bool request_start(pool_handle& h, table_txn& t) noexcept;
 

@@ -133,15 +133,35 @@ bool alive_as_probed(pool_handle& h, const probe& p, std::uint32_t m, std::uint6
   return p.made && p.m == m && p.gen == gen ? p.alive : member_alive(h, m, gen);
 }
 
+// auto_grow_threshold: a take that leaves that many free members or fewer
+// asks the supervisor to start more (pooler grows at its take too).
+void ask_growth(pool_handle& h, table_txn& t) noexcept {
+  if (h.hdr.auto_grow_plus1 == 0) return;
+  std::uint32_t free = 0;
+  for (std::uint32_t m = 0; m < h.max_count(); ++m)
+    if (member_state_of(t.read(h.member_at(m)->state)) == static_cast<std::uint32_t>(member_state::free)) ++free;
+  if (free + 1 > h.hdr.auto_grow_plus1) return;
+  t.write(h.state()->grow_asked, t.read(h.state()->grow_asked) + 1);
+  t.wake_supervisor();
+}
+
 // LV1: the freshest free member whose box has a live owner, assigned to
-// this handle; the dead ones found on the way are stopped (crashed).
+// this handle; the dead ones found on the way are stopped (crashed), and
+// those past their max_lifetime retired (expired: pooler evicts them at
+// the take when its timer was late).
 bool take_live_free(pool_handle& h, table_txn& t, const probe& guess, std::uint32_t& m, std::uint64_t& gen,
                     std::uint64_t& lease) {
+  const std::uint64_t now = h.hdr.max_lifetime_ms != 0 ? mono_ns() : 0;
   for (std::int64_t best = best_free(h, t); best >= 0; best = best_free(h, t)) {
-    if (t.room() < 8) t.commit("stop");  // stops of dead members so far; assign needs 5 writes
+    if (t.room() < 8) t.commit("stop");  // stops of dead members so far; assign needs 5 writes, ask_growth 1
     m = static_cast<std::uint32_t>(best);
+    if (member_expired(h, t, m, now)) {
+      stop_member(h, t, m, member_stop::expired);
+      continue;
+    }
     if (alive_as_probed(h, guess, m, t.read(h.member_at(m)->generation))) {
       assign(h, t, m, gen, lease);
+      ask_growth(h, t);
       return true;
     }
     stop_member(h, t, m, member_stop::crashed);
@@ -211,6 +231,7 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
     if (o == outcome::ok) {
       t.add(pool_counter::returns_ok);  // LG1
       if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed, /*given_back=*/true);
+      else if (member_expired(h, t, tok.member, mono_ns())) stop_member(h, t, tok.member, member_stop::expired, /*given_back=*/true);
       else make_available(h, t, tok.member, false);
     } else {
       t.add(pool_counter::returns_fail);  // LG2

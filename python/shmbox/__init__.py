@@ -1381,19 +1381,27 @@ class Pool(_Handle):
     @staticmethod
     def create(name, command, *, init_count=1, max_count=4, cull_after=0, queue_max=16, max_clients=64, group="",
                dead_letters="", start_timeout=5.0, stop_grace=1.0, health_interval=0, health_timeout=1.0,
-               mode=0o600, capacity=1024, slot_size=256, overflow="reject", max_producers=64, block_timeout=1.0):
+               mode=0o600, capacity=1024, slot_size=256, overflow="reject", max_producers=64, block_timeout=1.0,
+               max_lifetime=0, max_lifetime_jitter=0, auto_grow_threshold=None):
         """Creates pool `name` (raises Exists). `command` runs each member (``/bin/sh -c``, with
         SHMBOX_POOL, SHMBOX_BOX, SHMBOX_MEMBER in its environment: :meth:`PoolMember.from_env`).
-        Times in seconds; capacity ... block_timeout are each member box's."""
+        Times in seconds; capacity ... block_timeout are each member box's. `max_lifetime`
+        (+/- `max_lifetime_jitter`, each member its own) retires members (pooler's); a take that
+        leaves `auto_grow_threshold` free members or fewer starts more ahead of demand."""
         raw = _name(name, "pool name").decode()
         for what, v in (("cull_after", cull_after), ("start_timeout", start_timeout), ("stop_grace", stop_grace),
                         ("health_interval", health_interval), ("health_timeout", health_timeout),
-                        ("block_timeout", block_timeout)):
+                        ("block_timeout", block_timeout), ("max_lifetime", max_lifetime),
+                        ("max_lifetime_jitter", max_lifetime_jitter)):
             _finite(v, what)
+        if auto_grow_threshold is not None and (not isinstance(auto_grow_threshold, int) or auto_grow_threshold < 0):
+            raise ValueError(f"auto_grow_threshold is a count of free members (an int >= 0) or None, "
+                             f"not {auto_grow_threshold!r}")
         _core.pool_create(raw, str(command), init_count, max_count, float(cull_after), queue_max, max_clients,
                           str(group), str(dead_letters or ""), float(start_timeout), float(stop_grace),
                           float(health_interval), float(health_timeout), mode, capacity, slot_size,
-                          _policy_code(overflow), max_producers, float(block_timeout))
+                          _policy_code(overflow), max_producers, float(block_timeout), float(max_lifetime),
+                          float(max_lifetime_jitter), -1 if auto_grow_threshold is None else auto_grow_threshold)
 
     @classmethod
     def open(cls, name, any_owner=False):

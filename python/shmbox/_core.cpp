@@ -1061,10 +1061,16 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   const char *name, *command, *group, *dead;
   unsigned int init_count, max_count, queue_max, max_clients, mode, capacity, slot_size, max_producers;
   int overflow;
-  double cull_after, start_timeout, stop_grace, health_interval, health_timeout, block_timeout;
-  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiId", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
+  double cull_after, start_timeout, stop_grace, health_interval, health_timeout, block_timeout, max_lifetime, jitter;
+  long long auto_grow;  // < 0: none
+  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiIdddL", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
                         &max_clients, &group, &dead, &start_timeout, &stop_grace, &health_interval, &health_timeout,
-                        &mode, &capacity, &slot_size, &overflow, &max_producers, &block_timeout)) {
+                        &mode, &capacity, &slot_size, &overflow, &max_producers, &block_timeout, &max_lifetime, &jitter,
+                        &auto_grow)) {
+    return nullptr;
+  }
+  if (auto_grow > static_cast<long long>(UINT32_MAX)) {
+    PyErr_Format(PyExc_ValueError, "auto_grow_threshold %lld is out of range", auto_grow);
     return nullptr;
   }
   if (overflow < 0 || overflow > static_cast<int>(sb::policy::block)) {
@@ -1090,6 +1096,9 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   o.member.overflow = static_cast<sb::policy>(overflow);
   o.member.max_producers = max_producers;
   o.member.block_timeout = ms(block_timeout);
+  o.max_lifetime = ms(max_lifetime);
+  o.max_lifetime_jitter = ms(jitter);
+  if (auto_grow >= 0) o.auto_grow_threshold = static_cast<std::uint32_t>(auto_grow);
   sb::result<void> r;
   Py_BEGIN_ALLOW_THREADS
   r = sb::Pool::create(name, o);

@@ -2,7 +2,10 @@
 by SIGINT), Python workers (PoolMember.from_env, answer_ping), takes with Lease as a context
 manager (given back ok, or failed on an exception: the member is replaced), take_group and
 Pool.remove. Every process is a separate program; the pool is removed also on failure."""
+import json
+import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -108,6 +111,23 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
     assert name not in shmbox.Pool.list()
     with pytest.raises(shmbox.NotFound):
         shmbox.Pool.take_group(name + "-g", 0)
+
+
+def test_create_with_max_lifetime_and_auto_grow(pool_name):
+    name = pool_name()
+    with pytest.raises(shmbox.InvalidArgument):  # the jitter must be below the lifetime
+        shmbox.Pool.create(name, "true", max_lifetime=1, max_lifetime_jitter=1)
+    with pytest.raises(ValueError):
+        shmbox.Pool.create(name, "true", auto_grow_threshold=-1)
+    with pytest.raises(shmbox.InvalidArgument):  # more than max_count
+        shmbox.Pool.create(name, "true", max_count=2, auto_grow_threshold=3)
+    shmbox.Pool.create(name, "true", max_count=4, max_lifetime=60, max_lifetime_jitter=5.5, auto_grow_threshold=1)
+    cli = os.environ.get("SHMBOX_CLI")
+    if not cli:
+        pytest.skip("SHMBOX_CLI is not set (meson test sets it): the pool's stored options are read with the CLI")
+    j = json.loads(subprocess.run([cli, "pool", "stat", name, "--json"], capture_output=True, text=True, check=True,
+                                  timeout=30).stdout)
+    assert (j["max_lifetime_ms"], j["max_lifetime_jitter_ms"], j["auto_grow_threshold"]) == (60000, 5500, 1)
 
 
 def test_take_from_a_pool_without_members_times_out(pool_name):

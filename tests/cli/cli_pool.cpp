@@ -174,7 +174,8 @@ TEST_CASE("cli pool: create, stat (text, --json), ls, a second create fails, rm 
   auto r = cli({"pool", "create", g.name, "--command", "exec sleep 30", "--init", "2", "--max", "6", "--cull-after", "2m",
                 "--queue-max", "8", "--max-clients", "32", "--capacity", "128", "--slot-size", "512", "--policy", "drop-oldest",
                 "--group", group, "--start-timeout", "3s", "--stop-grace", "250ms", "--health-interval", "10s",
-                "--health-timeout", "1500", "--mode", "0660"});
+                "--health-timeout", "1500", "--mode", "0660", "--max-lifetime", "1h", "--lifetime-jitter", "5m",
+                "--auto-grow", "1"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("created pool '" + g.name + "'") != std::string::npos);
@@ -195,6 +196,9 @@ TEST_CASE("cli pool: create, stat (text, --json), ls, a second create fails, rm 
   CHECK(j["stop_grace_ms"] == 250);
   CHECK(j["health_interval_ms"] == 10000);
   CHECK(j["health_timeout_ms"] == 1500);
+  CHECK(j["max_lifetime_ms"] == 3600000);
+  CHECK(j["max_lifetime_jitter_ms"] == 300000);
+  CHECK(j["auto_grow_threshold"] == 1);
   CHECK(j["member_box"]["capacity"] == 128);
   CHECK(j["member_box"]["slot_size"] == 512);
   CHECK(j["member_box"]["policy"] == "drop-oldest");
@@ -221,6 +225,8 @@ TEST_CASE("cli pool: create, stat (text, --json), ls, a second create fails, rm 
   REQUIRE(r.code == 0);
   for (const std::string& text : {"pool          " + g.name, std::string("exec sleep 30"), std::string("init 2, max 6"),
                                   std::string("none (start one: shmbox pool run"), std::string("cull after    2 min"),
+                                  std::string("max lifetime  60 min +/- 5 min"),
+                                  std::string("auto grow     when a take leaves 1 free or fewer"),
                                   std::string("128 messages of up to 512 bytes, policy drop-oldest"),
                                   std::string("takes                   0"), std::string("members: none started"),
                                   std::string("ledger                  holds: takes 0 = ok 0 + fail 0 + holder died 0 + revoked 0 + in use 0")}) {

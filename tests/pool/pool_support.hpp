@@ -17,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -373,7 +374,7 @@ inline void check_counts(const shmbox::pool_info& i) {
   CHECK(c.takes == c.returns_ok + c.returns_fail + c.killed_in_use + c.revoked_in_use + i.in_use);
   CHECK(i.ledger_gap == 0);
   CHECK(c.starts == i.members.size() + c.killed_free_culled + c.killed_free_unhealthy + c.killed_in_use + c.crashed +
-                        c.start_failures + c.returns_fail);
+                        c.start_failures + c.returns_fail + c.expired_free + c.expired_returned);
 }
 
 // Waits until pool `pool` has exactly `members` members, all free, each with
@@ -393,6 +394,28 @@ inline void check_settled(const std::string& pool, std::uint32_t members) {
   CHECK(ok);
   check_gauges(snapshot(pool));
 }
+
+// A pool of init..max members (small_pool, then `tweak`), created, its
+// supervisor running, settled at `init` members, and a handle on it; removed
+// (whatever its state) when it goes.
+struct running_pool {
+  pool_guard guard;
+  std::unique_ptr<child> sup;
+  std::optional<shmbox::Pool> pool;
+  running_pool(const std::string& prefix, std::uint32_t init, std::uint32_t max,
+               const std::function<void(shmbox::pool_options&)>& tweak = {})
+      : guard(shmtest::unique_name(prefix)) {
+    auto opts = small_pool(guard.name, init, max);
+    if (tweak) tweak(opts);
+    REQUIRE(shmbox::Pool::create(guard.name, opts));
+    sup = supervisor(guard.name);
+    check_settled(guard.name, init);
+    auto p = shmbox::Pool::open(guard.name);
+    REQUIRE(p);
+    pool.emplace(std::move(*p));
+  }
+  const std::string& name() const { return guard.name; }
+};
 
 // A supervisor that kills itself at `fault` (its first pass there) and a
 // standby in line behind it, once `init` members are settled.

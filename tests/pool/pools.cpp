@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "pool/pool_table.hpp"
 #include "shmbox/shmbox.hpp"
 #include "pool_support.hpp"
 #include "support.hpp"
@@ -487,14 +488,9 @@ TEST_CASE("pool: members are started on demand up to max_count") {
 }
 
 TEST_CASE("pool: idle members are culled down to init_count; members in use never are") {
-  pool_guard g(shmtest::unique_name("pcull"));
-  auto opts = small_pool(g.name, 1, 3);
-  opts.cull_after = 300ms;
-  REQUIRE(shmbox::Pool::create(g.name, opts));
-  auto sup = supervisor(g.name);
-  check_settled(g.name, 1);
-  auto pool = shmbox::Pool::open(g.name);
-  REQUIRE(pool);
+  running_pool p("pcull", 1, 3, [](shmbox::pool_options& o) { o.cull_after = 300ms; });
+  const pool_guard& g = p.guard;
+  auto& pool = p.pool;
   for (auto& l : take_leases(*pool, 3)) CHECK(l.give_back() == shmbox::return_status::ok);
   CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.killed_free_culled == 2; }, 15s));
   check_settled(g.name, 1);
@@ -590,6 +586,110 @@ TEST_CASE("pool: an explicit cull stops idle free members now, longest idle firs
   CHECK(after.members[0].index == held[0].token().member);
   CHECK(after.count.killed_free_culled == 5);
   check_counts(after);
+}
+
+// max_lifetime (pooler's): free members are retired and replaced once past
+// it; one in use never under its holder, but at its give back (still ok).
+TEST_CASE("pool: max_lifetime replaces free members once past it; a member in use is retired at its give back, never under its holder") {
+  running_pool p("plife", 2, 2, [](shmbox::pool_options& o) { o.max_lifetime = 700ms; });
+  const pool_guard& g = p.guard;
+  auto lease = p.pool->take(10s);
+  REQUIRE(lease);
+  const std::uint32_t held = lease->token().member;
+  // The free one expires and is replaced (a new generation in its entry), more than once.
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.count.expired_free >= 2; }, 20s));
+  {
+    const auto i = snapshot(g.name);
+    const auto* m = find_member(i, held);
+    REQUIRE(m != nullptr);
+    CHECK(m->state == member_state::in_use);  // long past its lifetime, and still the holder's
+    CHECK(m->generation == lease->token().generation);
+    CHECK(m->worker_alive);
+    CHECK(i.count.expired_returned == 0);
+  }
+  CHECK(lease->producer().post("still here") == shmbox::post_status::stored);
+  CHECK(lease->give_back() == shmbox::return_status::ok);
+  CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+    const auto* m = find_member(i, held);
+    return i.count.expired_returned == 1 && m != nullptr && m->generation > lease->token().generation;
+  }, 20s));
+  const auto i = snapshot(g.name);
+  CHECK(i.count.returns_ok == 1);
+  CHECK(i.count.killed_in_use == 0);
+  CHECK(i.count.revoked_in_use == 0);
+  check_counts(i);
+}
+
+TEST_CASE("pool: a take never hands out a member past its max_lifetime (it retires it itself when no supervisor did)") {
+  running_pool p("plifetake", 2, 2, [](shmbox::pool_options& o) { o.max_lifetime = 300ms; });
+  const pool_guard& g = p.guard;
+  const auto before = snapshot(g.name);
+  // The supervisor goes (SIGKILL): nobody retires the members but the take.
+  p.sup->kill(SIGKILL);
+  p.sup->wait();
+  std::this_thread::sleep_for(400ms);  // not a handshake: the members' lifetime (300 ms) passes
+  auto l = p.pool->take(0ns);
+  CHECK(!l);
+  const auto i = snapshot(g.name);
+  CHECK(i.count.expired_free == 2);
+  CHECK(i.count.takes == 0);
+  CHECK(i.stopping == 2);
+  for (const auto& m : i.members) CHECK(m.stopping_why == "expired");
+  CHECK(before.count.expired_free == 0);
+}
+
+TEST_CASE("pool: max_lifetime_jitter gives each member its own lifetime within +/- the jitter; a jitter not below the lifetime is refused") {
+  auto bad = small_pool("x", 1, 1);
+  bad.max_lifetime = 1s;
+  bad.max_lifetime_jitter = 1s;
+  const auto r = shmbox::Pool::create(shmtest::unique_name("pjitter-bad"), bad);
+  REQUIRE(!r);
+  CHECK(r.error() == shmbox::errc::invalid_argument);
+  CHECK(shmbox::explain(r.error()).find("must be less than max_lifetime") != std::string::npos);
+
+  pool_guard g(shmtest::unique_name("pjitter"));
+  auto opts = small_pool(g.name, 1, 4);
+  opts.max_lifetime = 10s;
+  opts.max_lifetime_jitter = 2s;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto h = shmbox::detail::open_pool_segment(g.name, true, false);
+  REQUIRE(h);
+  std::set<std::uint64_t> lives;
+  for (std::uint32_t m = 0; m < 4; ++m)
+    for (std::uint64_t gen = 1; gen <= 50; ++gen) {
+      const std::uint64_t start = 1'000'000'000;
+      const std::uint64_t life = shmbox::detail::member_expiry(**h, m, gen, start) - start;
+      CHECK(life >= 8'000'000'000ull);
+      CHECK(life <= 12'000'000'000ull);
+      lives.insert(life);
+      CHECK(shmbox::detail::member_expiry(**h, m, gen, start) - start == life);  // the same answer every time
+    }
+  CHECK(lives.size() > 150);  // spread, not one value
+  CHECK(shmbox::detail::member_expiry(**h, 0, 1, 0) == UINT64_MAX);  // not started: never
+}
+
+// auto_grow_threshold (pooler's): a take that leaves that few free members
+// starts init_count - starting more, within max_count.
+TEST_CASE("pool: auto_grow_threshold starts members ahead of demand when a take leaves that few free, within max_count") {
+  running_pool p("pgrow", 2, 5, [](shmbox::pool_options& o) { o.auto_grow_threshold = 1; });
+  const pool_guard& g = p.guard;
+  auto& pool = p.pool;
+  auto a = pool->take(10s);
+  REQUIRE(a);
+  // One free left (<= 1): two more (init_count 2, none starting) come without a take waiting.
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.free == 3 && i.in_use == 1; }, 20s));
+  CHECK(snapshot(g.name).count.auto_grow_starts == 2);
+  CHECK(snapshot(g.name).count.no_members_starting == 0);
+  // Takes that leave two or more free start nothing; the one that leaves 1 starts one (max_count 5).
+  auto b = pool->take(10s);
+  REQUIRE(b);
+  auto c = pool->take(10s);
+  REQUIRE(c);
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.members.size() == 5 && i.free == 2; }, 20s));
+  CHECK(snapshot(g.name).count.auto_grow_starts == 3);
+  for (auto* l : {&*a, &*b, &*c}) CHECK(l->give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 5);
+  check_counts(snapshot(g.name));
 }
 
 // ---------------------------------------------------------------------------
@@ -1002,14 +1102,24 @@ TEST_CASE("pool: a process killed while registering (table lock held anonymously
 
 const char* const kPoolPoints[] = {"pool.after_journal", "pool.mid_apply", "pool.after_apply", "pool.locked"};
 
+// `aged`: members live 1.5 s (max_lifetime, so some give backs retire
+// theirs) and every take asks for growth (auto_grow_threshold 1, which
+// max_count 2 never lets start anything): the writes those add to a take
+// and a give back are under the same points.
 TEST_CASE("fault matrix: a taker/returner killed at every pool point, at every pass, leaves a consistent pool") {
   for (const char* point : kPoolPoints) {
-    for (const bool fail : {false, true}) {
+    for (const auto& [fail, aged] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
       const std::string point_name = point;
       CAPTURE(point_name);
       CAPTURE(fail);
+      CAPTURE(aged);
       pool_guard g(shmtest::unique_name("fmtake"));
-      REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
+      auto opts = small_pool(g.name, 2, 2);
+      if (aged) {
+        opts.max_lifetime = 1500ms;
+        opts.auto_grow_threshold = 1;
+      }
+      REQUIRE(shmbox::Pool::create(g.name, opts));
       auto sup = supervisor(g.name);
       check_settled(g.name, 2);
       auto pool = shmbox::Pool::open(g.name);  // this process's handle stays open throughout
