@@ -231,7 +231,8 @@ return_status give_back_impl(pool_handle& h, const lease_token& tok, outcome o) 
     if (o == outcome::ok) {
       t.add(pool_counter::returns_ok);  // LG1
       if (t.read(h.state()->removing) != 0) stop_member(h, t, tok.member, member_stop::removed, /*given_back=*/true);
-      else if (member_expired(h, t, tok.member, mono_ns())) stop_member(h, t, tok.member, member_stop::expired, /*given_back=*/true);
+      else if (h.hdr.max_lifetime_ms != 0 && member_expired(h, t, tok.member, mono_ns()))
+        stop_member(h, t, tok.member, member_stop::expired, /*given_back=*/true);
       else make_available(h, t, tok.member, false);
     } else {
       t.add(pool_counter::returns_fail);  // LG2
