@@ -512,12 +512,17 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
 
 namespace {
 
-// The supervisor named in the table is alive (under the table lock).
-bool supervisor_alive(const detail::pool_handle& h, const detail::table_txn& t) {
-  const pool_state* st = h.state();
-  const std::uint64_t c = t.read(st->supervisor_client);
-  const std::uint64_t key = t.read(st->supervisor_key);
-  return key != 0 && c < h.max_clients() && detail::client_alive(h, static_cast<std::uint32_t>(c), key);
+// The pools of `group` (pooler's group_pools), as inspect_pool sees them
+// without the ledger's snapshot; pools that cannot be read are left out.
+result<std::vector<pool_info>> group_pools(std::string_view group) {
+  auto names = Pool::list();
+  if (!names) return names.error();
+  std::vector<pool_info> out;
+  for (const auto& n : *names) {
+    auto info = inspect_pool_impl(n, false);
+    if (info && info->group == group) out.push_back(std::move(*info));
+  }
+  return out;
 }
 
 }  // namespace
@@ -538,7 +543,7 @@ result<std::uint32_t> Pool::cull(std::chrono::milliseconds idle, std::chrono::na
     if (!t.locked()) return table_busy(h_->name, "retry");
     if (t.read(st->removing) != 0)
       return fail(errc::pool_removed, quote_pool(h_->name) + " is being removed: its members stop anyway");
-    if (!supervisor_alive(*h_, t))
+    if (!supervisor_alive(*h_))
       return fail(errc::refused, quote_pool(h_->name) + " has no running supervisor to stop its members: start one ('shmbox pool run " +
                                      h_->name + "'), then cull");
     // CU (pool_supervisor.cpp): a new seq, and the least idle time of the
@@ -570,13 +575,10 @@ result<std::uint32_t> Pool::cull(std::chrono::milliseconds idle, std::chrono::na
 
 result<std::vector<std::string>> Pool::remove_group(std::string_view group, removal how, std::chrono::nanoseconds timeout) {
   const std::uint64_t deadline = saturating_deadline(timeout);
-  auto names = Pool::list();
-  if (!names) return names.error();
+  auto pools = group_pools(group);
+  if (!pools) return pools.error();
   std::vector<std::string> mine;
-  for (const auto& n : *names) {
-    auto info = inspect_pool_impl(n, false);
-    if (info && info->group == group) mine.push_back(n);
-  }
+  for (const auto& info : *pools) mine.push_back(info.name);
   // First every pool stops taking (a take_group would otherwise move to the
   // pools not yet reached), then each is waited for, within one deadline.
   for (const auto& n : mine) (void)Pool::remove(n, how, std::chrono::nanoseconds(0));
@@ -601,18 +603,15 @@ result<std::vector<std::string>> Pool::remove_group(std::string_view group, remo
 }
 
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
-  auto names = Pool::list();
-  if (!names) return names.error();
+  auto in_group = group_pools(group);
+  if (!in_group) return in_group.error();
   struct candidate {
     std::string name;
     std::uint32_t free, in_use;
   };
   std::vector<candidate> pools;
-  for (const auto& n : *names) {
-    auto info = inspect_pool_impl(n, false);
-    if (!info || info->group != group || !info->removing.empty()) continue;
-    pools.push_back({n, info->free, info->in_use});
-  }
+  for (const auto& info : *in_group)
+    if (info.removing.empty()) pools.push_back({info.name, info.free, info.in_use});
   if (pools.empty())
     return fail(errc::not_found, "no pool of group '" + std::string(group) + "': create one with 'shmbox pool create NAME --group " +
                                      std::string(group) + " --command CMD'");

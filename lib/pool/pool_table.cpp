@@ -345,6 +345,12 @@ void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why,
   t.wake_supervisor();
 }
 
+bool supervisor_alive(const pool_handle& h) noexcept {
+  const pool_state* st = h.state();
+  const std::uint64_t c = st->supervisor_client.load(std::memory_order_relaxed);
+  return c < h.max_clients() && client_alive(h, static_cast<std::uint32_t>(c), st->supervisor_key.load(std::memory_order_relaxed));
+}
+
 std::uint64_t member_expiry(const pool_handle& h, std::uint32_t m, std::uint64_t gen, std::uint64_t started_ns) noexcept {
   const pool_header& p = h.hdr;
   if (p.max_lifetime_ms == 0 || started_ns == 0) return UINT64_MAX;

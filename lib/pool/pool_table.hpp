@@ -208,6 +208,9 @@ std::string_view to_string(member_stop why) noexcept;
 
 // A client's liveness: key set and its byte held (TL1).
 bool client_alive(const pool_handle& h, std::uint32_t c, std::uint64_t key) noexcept;
+// The supervisor the table names is alive (a guess without the table lock;
+// under it, what the table says).
+bool supervisor_alive(const pool_handle& h) noexcept;
 
 // One locked section: takes the table lock (TL3), completes a dead
 // holder's journal (J5); collects writes and applies them through the

@@ -38,12 +38,6 @@ namespace {
 
 bool removing(const pool_handle& h) noexcept { return h.state()->removing.load(std::memory_order_relaxed) != 0; }
 
-bool supervisor_alive(const pool_handle& h) noexcept {
-  const pool_state* st = h.state();
-  const std::uint64_t c = st->supervisor_client.load(std::memory_order_relaxed);
-  return c < h.max_clients() && client_alive(h, static_cast<std::uint32_t>(c), st->supervisor_key.load(std::memory_order_relaxed));
-}
-
 // The free member taken first: the most recently returned (highest stamp; pooler's head of the free list).
 std::int64_t best_free(const pool_handle& h, const table_txn& t) noexcept {
   std::int64_t best = -1;
