@@ -302,6 +302,12 @@ std::uint64_t supervisor::tick() {
   }
   const std::uint64_t now = mono_ns();
   const std::uint64_t removing_v = h_.state()->removing.load(std::memory_order_relaxed);
+  // CU: the explicit cull this tick serves, read before its scan of the
+  // members, so that the pass sees the table as it was when the request was
+  // made or later (a request made during the scan has a later seq: the next
+  // tick, woken by it, serves that one with a fresh scan).
+  const std::uint64_t asked = h_.state()->cull_asked.load(std::memory_order_relaxed);
+  const bool explicit_cull = (asked >> 32) != (h_.state()->cull_done.load(std::memory_order_relaxed) >> 32);
   // One probe per started member every kWorkerCheckNs, not every tick (a tick
   // is 2-5 ms while anything is in use, for the holders' deaths).
   const bool check_workers = now - last_worker_check_ns_ >= kWorkerCheckNs;
@@ -390,8 +396,6 @@ std::uint64_t supervisor::tick() {
   // killed before the answer leaves the request pending for its successor,
   // which culls what is still idle enough and answers (a second pass stops
   // nothing the first one did).
-  const std::uint64_t asked = h_.state()->cull_asked.load(std::memory_order_relaxed);
-  const bool explicit_cull = (asked >> 32) != (h_.state()->cull_done.load(std::memory_order_relaxed) >> 32);
   std::uint32_t culled = 0;
   if ((p.cull_after_ms > 0 || explicit_cull) && removing_v == 0) {
     const std::uint64_t explicit_ns = (asked & 0xFFFFFFFFu) * kMs;  // (a forged value: at most ~49 days, no overflow)
