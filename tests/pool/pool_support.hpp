@@ -379,9 +379,13 @@ inline void check_counts(const shmbox::pool_info& i) {
 
 // Waits until pool `pool` has exactly `members` members, all free, each with
 // one live worker and its box, and nothing else; then checks the gauges.
-inline void check_settled(const std::string& pool, std::uint32_t members) {
+// Returns the snapshot that was so (a pool whose members retire by
+// themselves, max_lifetime, may have moved on since).
+inline shmbox::pool_info check_settled(const std::string& pool, std::uint32_t members) {
   std::string mismatch;
+  shmbox::pool_info settled;
   const bool ok = settles(pool, [&](const shmbox::pool_info& i) {
+    settled = i;
     // ledger_settled: the table lock is free and no journal is pending (a
     // process killed mid-operation leaves one that the next lock holder applies).
     if (i.members.size() != members || i.free != members || !i.ledger_settled) return false;
@@ -392,7 +396,8 @@ inline void check_settled(const std::string& pool, std::uint32_t members) {
   });
   INFO(mismatch);
   CHECK(ok);
-  check_gauges(snapshot(pool));
+  check_gauges(settled);
+  return settled;
 }
 
 // A pool of init..max members (small_pool, then `tweak`), created, its
