@@ -284,6 +284,9 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
   create->add_option("--auto-grow", c.auto_grow,
                      "a take that leaves this many free members or fewer starts more ahead of demand (--init of them at once)")
       ->transform(decimal(0, shmbox::kMaxPoolMembers));
+  create->add_option("--table-size", c.table_size,
+                     "member entries in the pool's table, fixed: the most 'pool reconfigure --max' can raise --max to (default: --max)")
+      ->transform(decimal(1, shmbox::kMaxPoolMembers));
   pc.subs.emplace_back(create, command::pool_create);
 
   auto* run = pool->add_subcommand("run", "Supervise a pool: start, restart and cull its members until SIGINT/SIGTERM or removal");
@@ -345,6 +348,27 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
   cull->add_flag("--any-owner", p.any_owner, "cull a pool whose segment belongs to another user");
   pc.subs.emplace_back(cull, command::pool_cull);
 
+  auto* reconf = pool->add_subcommand("reconfigure",
+                                      "Change a running pool's --init, --max, --cull-after, --queue-max or --auto-grow (pooler's reconfigure)");
+  reconf->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
+  reconf->add_option("--init", p.new_init, "members the supervisor keeps started (raised: it starts them now)")
+      ->transform(decimal(0, shmbox::kMaxPoolMembers));
+  reconf->add_option("--max", p.new_max,
+                     "members at most, up to the pool's table size (lowered: free members stop now; refused, exit 3, when too few are free)")
+      ->transform(decimal(1, shmbox::kMaxPoolMembers));
+  reconf->add_option("--cull-after", p.new_cull_after_ms, "free members idle this long are stopped, down to --init (0: never)")
+      ->transform(duration_ms(0, kDay));
+  reconf->add_option("--queue-max", p.new_queue_max, "takers that may wait at once (lowered: the newest waiters beyond it are refused)")
+      ->transform(decimal(0, shmbox::kMaxPoolClients));
+  auto* grow = reconf->add_option("--auto-grow", p.new_auto_grow, "start members ahead of demand when a take leaves this few free")
+                   ->transform(decimal(0, shmbox::kMaxPoolMembers));
+  reconf->add_flag("--no-auto-grow", p.no_auto_grow, "no longer start members ahead of demand")->excludes(grow);
+  reconf->add_option("--timeout", p.timeout_ms, "wait this long for the supervisor to apply them (exit 3 if it did not)")
+      ->transform(duration_ms(0, kDay))
+      ->capture_default_str();
+  reconf->add_flag("--any-owner", p.any_owner, "reconfigure a pool whose segment belongs to another user");
+  pc.subs.emplace_back(reconf, command::pool_reconfigure);
+
   auto* take = pool->add_subcommand("take", "Take a member, post messages into its box, print it, give it back");
   take->add_option("NAME", p.name, "pool name")->required()->check(pool_name_check());
   take->add_option("MESSAGE", p.messages, "messages to post into the member's box (none: one per line of stdin)");
@@ -372,6 +396,8 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
                  "Exit status 3: some pool outlived --timeout (each is named with its reason; the others are removed)."},
       {cull, "Example: shmbox pool cull jobs    shmbox pool cull jobs --idle 5m\n"
              "Exit status 3: no supervisor answered before --timeout (the request stays until one runs)."},
+      {reconf, "Example: shmbox pool reconfigure jobs --max 16 --init 4    shmbox pool reconfigure jobs --cull-after 1m\n"
+               "Exit status 3: refused (--max would stop members in use), or not applied by the supervisor before --timeout."},
       {take, "Example: shmbox pool take jobs --timeout 2s 'job 1' 'job 2'    echo job | shmbox pool take jobs --fail\n"
              "Exit status 3: no member before the timeout (or none free, with --timeout 0)."},
   };
@@ -391,7 +417,8 @@ int parse_args(int argc, char** argv, parsed& out) {
              "3 refused (post: not stored; recv: nothing before the timeout; give-away: refused;\n"
              "gc: skipped boxes it may not remove or that are not boxes, collected the rest;\n"
              "pool take: no member before the timeout; pool rm, rm-group: a pool outlived the\n"
-               "timeout; pool cull: no supervisor answered).");
+               "timeout; pool cull: no supervisor answered; pool reconfigure: refused, or not\n"
+               "applied before the timeout).");
 
   // Dispatched by main before parsing (tools/shmbox.cpp run_bridge); listed for --help.
   app.add_subcommand("bridge", "Bridge a box to NATS JetStream: 'shmbox bridge export BOX ...' / 'import ...' (shmbox-bridge --help)")

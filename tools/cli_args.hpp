@@ -101,6 +101,7 @@ struct pool_create_args {
   std::uint64_t max_lifetime_ms = 0;         // 0: none
   std::uint64_t lifetime_jitter_ms = 0;
   std::optional<std::uint32_t> auto_grow;    // --auto-grow N
+  std::uint32_t table_size = 0;              // --table-size N (0: --max)
   // Each member box: capacity, slot size, policy, lanes, max producers, block
   // timeout, spin and mode (also the pool segment's); `name` is unused.
   create_args member;
@@ -118,11 +119,15 @@ struct pool_args {
   std::vector<std::string> messages;  // take
   std::optional<std::string> run_command;       // run --command
   std::optional<std::string> run_dead_letters;  // run --dead-letters
+  // reconfigure: the values given (the others are kept)
+  std::optional<std::uint32_t> new_init, new_max, new_queue_max, new_auto_grow;
+  std::optional<std::uint64_t> new_cull_after_ms;
+  bool no_auto_grow = false;
 };
 
 enum class command {
   none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize, metrics,
-  pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_rm_group, pool_take, pool_cull,
+  pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_rm_group, pool_take, pool_cull, pool_reconfigure,
 };
 
 struct parsed {

@@ -80,6 +80,7 @@ int pool_create(const pool_args& a) {
   o.max_lifetime = std::chrono::milliseconds(c.max_lifetime_ms);
   o.max_lifetime_jitter = std::chrono::milliseconds(c.lifetime_jitter_ms);
   o.auto_grow_threshold = c.auto_grow;
+  o.table_size = c.table_size;
   o.mode = o.member.mode;
   auto r = shmbox::Pool::create(a.name, o);
   if (!r) return fail(r.error());
@@ -276,6 +277,8 @@ json pool_json(const shmbox::pool_info& i) {
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"init", i.init_count},
               {"max", i.max_count},
+              {"table_size", i.table_size},
+              {"reconfigurations", i.reconfigurations},
               {"queue_max", i.queue_max},
               {"max_clients", i.max_clients},
               {"cull_after_ms", i.cull_after.count()},
@@ -351,7 +354,8 @@ int pool_stat(const pool_args& a, bool as_json, bool prometheus) {
             << "group         " << text_or(escaped(i.group), "none") << "\n"
             << "members       " << i.free << " free, " << i.in_use << " in use, " << i.starting << " starting, "
             << i.checking << " checking, " << i.stopping << " stopping (init " << i.init_count << ", max " << i.max_count
-            << ")\n"
+            << (i.table_size != i.max_count ? ", table " + std::to_string(i.table_size) : std::string())
+            << (i.reconfigurations != 0 ? "; reconfigured " + std::to_string(i.reconfigurations) + "x" : std::string()) << ")\n"
             << "queue         " << i.queued << " waiting (at most " << i.queue_max << ")\n"
             << "clients       " << i.clients << " (at most " << i.max_clients << ")\n"
             << "supervisor    "
@@ -589,6 +593,35 @@ int pool_cull(const pool_args& a) {
   return kExitOk;
 }
 
+// ---- reconfigure --------------------------------------------------------------
+
+int pool_reconfigure(const pool_args& a) {
+  shmbox::pool_changes c;
+  c.init_count = a.new_init;
+  c.max_count = a.new_max;
+  c.queue_max = a.new_queue_max;
+  if (a.new_cull_after_ms) c.cull_after = std::chrono::milliseconds(*a.new_cull_after_ms);
+  c.auto_grow_threshold = a.no_auto_grow ? std::optional<std::uint32_t>(shmbox::kNoAutoGrow) : a.new_auto_grow;
+  if (!c.init_count && !c.max_count && !c.queue_max && !c.cull_after && !c.auto_grow_threshold) {
+    say("pool reconfigure: nothing to change: give --init, --max, --cull-after, --queue-max, --auto-grow or --no-auto-grow");
+    return kExitUsage;
+  }
+  auto pool = shmbox::Pool::open(a.name, {.any_owner = a.any_owner});
+  if (!pool) return fail(pool.error());
+  if (auto r = pool->reconfigure(c, std::chrono::milliseconds(a.timeout_ms)); !r) {
+    say(shmbox::explain(r.error()));
+    return r.error() == shmbox::errc::refused || r.error() == shmbox::errc::timed_out ? kExitRefused : kExitFail;
+  }
+  auto info = shmbox::inspect_pool(a.name);
+  if (!info) return fail(info.error());
+  std::cout << "pool '" << a.name << "': init " << info->init_count << ", max " << info->max_count << " (table " << info->table_size
+            << "), cull after " << duration_cell(info->cull_after, "never") << ", queue max " << info->queue_max << ", auto-grow "
+            << (info->auto_grow_threshold ? std::to_string(*info->auto_grow_threshold) : std::string("off"))
+            << (info->supervisor_alive ? "" : "; no supervisor runs: members start and stop when one does ('shmbox pool run " + a.name + "')")
+            << "\n";
+  return kExitOk;
+}
+
 // ---- take ---------------------------------------------------------------------
 
 int pool_take(const pool_args& a) {
@@ -631,6 +664,7 @@ int cmd_pool(const parsed& a) {
     case command::pool_rm: return pool_rm(a.pool);
     case command::pool_rm_group: return pool_rm_group(a.pool);
     case command::pool_cull: return pool_cull(a.pool);
+    case command::pool_reconfigure: return pool_reconfigure(a.pool);
     case command::pool_take: return pool_take(a.pool);
     default: return kExitUsage;
   }

@@ -364,6 +364,7 @@ int main(int argc, char** argv) {
     case command::pool_rm:
     case command::pool_rm_group:
     case command::pool_cull:
+    case command::pool_reconfigure:
     case command::pool_take: return cmd_pool(a);
     case command::none: break;
   }

@@ -44,10 +44,15 @@ inline constexpr std::uint32_t kMaxPoolClients = 1024;  // max_clients limit
 inline constexpr std::size_t kMaxPoolCommand = 2048;   // bytes of pool_options::command
 inline constexpr std::size_t kMaxPoolName = 100;        // pool names: 1..100 of [A-Za-z0-9._-]
 
-// A pool's parameters, fixed at creation.
+// A pool's parameters, fixed at creation except those Pool::reconfigure
+// changes (init_count, max_count, cull_after, queue_max, auto_grow_threshold).
 struct pool_options {
   std::uint32_t init_count = 1;  // members the supervisor keeps started (<= max_count)
-  std::uint32_t max_count = 4;   // members at most (1..kMaxPoolMembers)
+  std::uint32_t max_count = 4;   // members at most (1..table_size)
+  // Member entries in the pool's table, fixed at creation: the most
+  // max_count can be raised to by reconfigure (1..kMaxPoolMembers; 0:
+  // max_count). Each entry is 128 bytes of the pool segment.
+  std::uint32_t table_size = 0;
   // Free members idle longer than this are stopped, down to init_count;
   // members in use are never culled. 0: never.
   std::chrono::milliseconds cull_after{0};
@@ -159,6 +164,17 @@ struct supervise_options {
   std::optional<std::string> dead_letters{};
 };
 
+// Pool::reconfigure's changes (pooler's pool_reconfigure): each one set is
+// changed, the others kept.
+inline constexpr std::uint32_t kNoAutoGrow = 0xFFFFFFFFu;  // auto_grow_threshold: turn it off
+struct pool_changes {
+  std::optional<std::uint32_t> init_count{};
+  std::optional<std::uint32_t> max_count{};  // 1..the pool's table_size
+  std::optional<std::chrono::milliseconds> cull_after{};
+  std::optional<std::uint32_t> queue_max{};  // <= max_clients
+  std::optional<std::uint32_t> auto_grow_threshold{};  // kNoAutoGrow: none
+};
+
 enum class removal : std::uint8_t {
   graceful,   // no new takes; free members stop now, members in use when given back
   immediate,  // every member stops now; outstanding leases become stale
@@ -229,6 +245,21 @@ class SHMBOX_API Pool {
   // runs), pool_removed, timed_out (the request stays and is served when a
   // supervisor runs), invalid_argument (idle over 24 h).
   result<std::uint32_t> cull(std::chrono::milliseconds idle, std::chrono::nanoseconds timeout);
+
+  // Changes a running pool's parameters, with pooler's effects: a raised
+  // init_count starts members up to it; a lowered max_count stops free
+  // members (longest idle first) down to it, and is refused (errc::refused,
+  // nothing changed) when too few are free for that, as pooler's
+  // not_enough_free_workers_to_shutdown; a lowered cull_after culls at once
+  // what is idle longer; a lowered queue_max refuses the takers waiting
+  // beyond it (the newest; their take answers no_members_queue_full).
+  // Takes obey the new values at once; starts and stops are the
+  // supervisor's: with one running, waits up to `timeout` until it has
+  // applied them (timed_out: they are set, not yet applied). With none, the
+  // values are set and applied when one runs. Errors: invalid_argument (a
+  // value out of range, max_count above the table_size fixed at creation,
+  // init_count above max_count), refused, pool_removed, permission_denied.
+  result<void> reconfigure(const pool_changes& changes, std::chrono::nanoseconds timeout);
 
   // Runs the supervisor until opts.stop (or the pool is removed): as standby
   // while another supervisor is alive, then as the supervisor. Returns ok
@@ -342,7 +373,11 @@ struct pool_info {
   std::string group;
   std::string dead_letters;
   std::string command;
+  // init_count, max_count, queue_max, cull_after and auto_grow_threshold
+  // are the values in force (Pool::reconfigure changes them).
   std::uint32_t init_count = 0, max_count = 0, queue_max = 0, max_clients = 0;
+  std::uint32_t table_size = 0;         // member entries: the most max_count can be raised to
+  std::uint64_t reconfigurations = 0;   // Pool::reconfigure calls that changed the pool
   std::chrono::milliseconds cull_after{0}, start_timeout{0}, stop_grace{0}, health_interval{0}, health_timeout{0};
   std::chrono::milliseconds max_lifetime{0}, max_lifetime_jitter{0};
   std::optional<std::uint32_t> auto_grow_threshold;

@@ -34,7 +34,6 @@ namespace shmbox {
 namespace detail {
 namespace {
 
-constexpr std::uint32_t kMaxPoolMs = 86'400'000;
 constexpr std::uint64_t kEmptyPoolGraceNs = 50'000'000;  // an empty pool file nobody is creating: judged after this
 
 void copy_string(char* dst, std::size_t cap, std::string_view s) noexcept {
@@ -234,6 +233,9 @@ std::string validate(std::string_view name, const pool_options& o) {
     return who + ": max_count " + std::to_string(o.max_count) + " is outside 1.." + std::to_string(kMaxPoolMembers);
   if (o.init_count > o.max_count)
     return who + ": init_count " + std::to_string(o.init_count) + " is more than max_count " + std::to_string(o.max_count);
+  if (o.table_size != 0 && (o.table_size < o.max_count || o.table_size > kMaxPoolMembers))
+    return who + ": table_size " + std::to_string(o.table_size) + " must be between max_count (" + std::to_string(o.max_count) +
+           ") and " + std::to_string(kMaxPoolMembers) + " (0: max_count)";
   if (o.max_clients < 1 || o.max_clients > kMaxPoolClients)
     return who + ": max_clients " + std::to_string(o.max_clients) + " is outside 1.." + std::to_string(kMaxPoolClients);
   if (o.queue_max > o.max_clients)
@@ -293,8 +295,9 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
       mo.block_timeout.count() > kMaxHeaderMs || mo.spin.count() < 0 || mo.spin > kMaxSpin ||
       (mo.default_lane && *mo.default_lane >= lanes))
     return fail(errc::invalid_argument, who + ": the member box options are out of range (see shmbox::options)");
+  const std::uint32_t entries = std::max(opts.table_size, opts.max_count);
   std::uint64_t co = 0, mo_off = 0, total = 0;
-  if (!compute_pool_geometry(opts.max_clients, opts.max_count, co, mo_off, total))
+  if (!compute_pool_geometry(opts.max_clients, entries, co, mo_off, total))
     return fail(errc::invalid_argument, who + ": max_clients or max_count out of range");
 
   const std::string path = pool_shm_path(name);
@@ -329,7 +332,9 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
   h->creator_key = self_key();
   h->created_unix_ns = unix_ns();
   h->init_count = opts.init_count;
-  h->max_count = opts.max_count;
+  h->max_count = entries;  // the table; max_count itself is a live word when it is less (RC1)
+  if (entries != opts.max_count)
+    reinterpret_cast<pool_state*>(base + kPoolStateOffset)->live_max_count.store(std::uint64_t{opts.max_count} + 1, std::memory_order_relaxed);
   h->queue_max = opts.queue_max;
   h->max_clients = opts.max_clients;
   h->cull_after_ms = static_cast<std::uint32_t>(opts.cull_after.count());
@@ -569,6 +574,96 @@ result<std::uint32_t> Pool::cull(std::chrono::milliseconds idle, std::chrono::na
     if (mono_ns() >= deadline)
       return fail(errc::timed_out, quote_pool(h_->name) + ": its supervisor did not answer the cull before the timeout (is 'shmbox pool run " +
                                        h_->name + "' still running, or stopped?); the request stays and is served when it runs");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+result<void> Pool::reconfigure(const pool_changes& c, std::chrono::nanoseconds timeout) {
+  if (const std::error_code ec = refuse_inherited(*h_, "Pool", "open the pool in the child (Pool::open) to reconfigure it")) return ec;
+  std::lock_guard<std::recursive_mutex> g(h_->mu);
+  const std::string who = quote_pool(h_->name);
+  if (h_->read_only) return fail(errc::permission_denied, who + " was opened read-only; open it with Pool::open to reconfigure it");
+  if (c.cull_after && (c.cull_after->count() < 0 || c.cull_after->count() > kMaxPoolMs))
+    return fail(errc::invalid_argument, who + ": cull_after must be between 0 and one day");
+  if (c.max_count && (*c.max_count < 1 || *c.max_count > h_->max_count()))
+    return fail(errc::invalid_argument, who + ": max_count " + std::to_string(*c.max_count) + " is outside 1.." +
+                                            std::to_string(h_->max_count()) + ", its table_size (fixed at creation: create the pool with a larger "
+                                            "--table-size to leave room)");
+  if (c.queue_max && *c.queue_max > h_->max_clients())
+    return fail(errc::invalid_argument, who + ": queue_max " + std::to_string(*c.queue_max) + " is more than its max_clients " +
+                                            std::to_string(h_->max_clients()) + " (each waiting taker is a client)");
+  const std::uint64_t deadline = saturating_deadline(timeout);
+  if (auto r = ensure_client(*h_, pool_role::taker, deadline); !r) return r.error();
+  pool_state* st = h_->state();
+  std::uint64_t mine = 0;
+  bool supervised = false;
+  {
+    table_txn t(*h_, deadline);
+    if (!t.locked()) return table_busy(h_->name, "retry");
+    if (t.read(st->removing) != 0) return fail(errc::pool_removed, who + " is being removed: it cannot be reconfigured");
+    const pool_limits old = live_limits(*h_, t);
+    pool_limits now = old;
+    if (c.max_count) now.max_count = *c.max_count;
+    if (c.init_count) now.init_count = *c.init_count;
+    if (c.queue_max) now.queue_max = *c.queue_max;
+    if (c.cull_after) now.cull_after_ms = static_cast<std::uint32_t>(c.cull_after->count());
+    if (c.auto_grow_threshold) now.auto_grow_plus1 = *c.auto_grow_threshold == kNoAutoGrow ? 0 : *c.auto_grow_threshold + 1;
+    if (now.init_count > now.max_count)
+      return fail(errc::invalid_argument, who + ": init_count " + std::to_string(now.init_count) + " would be more than max_count " +
+                                              std::to_string(now.max_count) + ": change both");
+    if (c.auto_grow_threshold && now.auto_grow_plus1 > now.max_count + 1)
+      return fail(errc::invalid_argument, who + ": auto_grow_threshold " + std::to_string(now.auto_grow_plus1 - 1) +
+                                              " would be more than max_count " + std::to_string(now.max_count));
+    now.auto_grow_plus1 = std::min(now.auto_grow_plus1, now.max_count + 1);  // a lowered max_count takes the threshold down with it
+    // pooler: lowering max_count below the members alive stops that many
+    // free ones, and is refused when fewer are free.
+    const table_counts n = count_table(*h_, t);
+    const auto gauge = [&](member_state s) { return n.by_state[static_cast<std::uint32_t>(s)]; };
+    const std::uint32_t alive = gauge(member_state::free) + gauge(member_state::in_use) + gauge(member_state::checking);
+    if (now.max_count < old.max_count && alive > now.max_count && gauge(member_state::free) < alive - now.max_count)
+      return fail(errc::refused, who + ": max_count " + std::to_string(now.max_count) + " would need " +
+                                     std::to_string(alive - now.max_count) + " of its " + std::to_string(alive) + " members stopped, and only " +
+                                     std::to_string(gauge(member_state::free)) +
+                                     " are free (pooler's not_enough_free_workers_to_shutdown): nothing changed; retry when more are given back");
+    t.write(st->live_init_count, std::uint64_t{now.init_count} + 1);
+    t.write(st->live_max_count, std::uint64_t{now.max_count} + 1);
+    t.write(st->live_queue_max, std::uint64_t{now.queue_max} + 1);
+    t.write(st->live_cull_after_ms, std::uint64_t{now.cull_after_ms} + 1);
+    t.write(st->live_auto_grow, std::uint64_t{now.auto_grow_plus1} + 1);
+    mine = t.read(st->reconf_asked) + 1;
+    if (mine == t.read(st->reconf_done)) ++mine;  // (a forged pair: never one already answered)
+    t.write(st->reconf_asked, mine);
+    t.wake_supervisor();
+    supervised = supervisor_alive(*h_);
+    t.commit("reconfigure");
+    // RC2: the newest waiters beyond a lowered queue_max are refused.
+    if (n.waiters > now.queue_max) {
+      std::vector<std::pair<std::uint64_t, std::uint32_t>> line;  // (ticket, client)
+      for (std::uint32_t i = 0; i < h_->max_clients(); ++i) {
+        const pool_client* w = h_->client_at(i);
+        const std::uint64_t ticket = t.read(w->wait_ticket);
+        if (ticket != 0 && t.read(w->granted) == 0 && client_alive(*h_, i, t.read(w->key))) line.emplace_back(ticket, i);
+      }
+      std::sort(line.begin(), line.end());
+      for (std::size_t k = now.queue_max; k < line.size(); ++k) {
+        if (t.room() < 2) t.commit("shrink queue");
+        pool_client* w = h_->client_at(line[k].second);
+        t.write(w->wait_ticket, 0);
+        t.write(w->granted, kGrantRefused);
+        t.wake_client(line[k].second);
+      }
+      t.commit("shrink queue");
+    }
+  }
+  if (!supervised) return {};  // applied by the next supervisor (RC3)
+  for (;;) {
+    const std::uint64_t done = st->reconf_done.load(std::memory_order_relaxed);
+    if (static_cast<std::int64_t>(done - mine) >= 0) return {};
+    if (st->removing.load(std::memory_order_relaxed) != 0)
+      return fail(errc::pool_removed, who + " is being removed: its members stop anyway");
+    if (mono_ns() >= deadline)
+      return fail(errc::timed_out, who + ": the new values are set, but its supervisor did not apply them before the timeout (is 'shmbox pool run " +
+                                       h_->name + "' still running, or stopped?); it applies them when it runs");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

@@ -109,18 +109,21 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
   info.group = h.group;
   info.dead_letters = h.dead_letters;
   info.command = h.command;
-  info.init_count = p.init_count;
-  info.max_count = p.max_count;
-  info.queue_max = p.queue_max;
+  const pool_limits lim = live_limits(h);  // RC1: the values in force
+  info.init_count = lim.init_count;
+  info.max_count = lim.max_count;
+  info.table_size = p.max_count;
+  info.queue_max = lim.queue_max;
   info.max_clients = p.max_clients;
-  info.cull_after = std::chrono::milliseconds(p.cull_after_ms);
+  info.cull_after = std::chrono::milliseconds(lim.cull_after_ms);
+  info.reconfigurations = h.state()->reconf_asked.load(std::memory_order_relaxed);
   info.start_timeout = std::chrono::milliseconds(p.start_timeout_ms);
   info.stop_grace = std::chrono::milliseconds(p.stop_grace_ms);
   info.health_interval = std::chrono::milliseconds(p.health_interval_ms);
   info.health_timeout = std::chrono::milliseconds(p.health_timeout_ms);
   info.max_lifetime = std::chrono::milliseconds(p.max_lifetime_ms);
   info.max_lifetime_jitter = std::chrono::milliseconds(p.max_lifetime_jitter_ms);
-  if (p.auto_grow_plus1 != 0) info.auto_grow_threshold = p.auto_grow_plus1 - 1;
+  if (lim.auto_grow_plus1 != 0) info.auto_grow_threshold = lim.auto_grow_plus1 - 1;
   info.member_capacity = p.member_lane_capacity[0];
   info.member_slot_size = p.member_slot_size;
   info.member_overflow = static_cast<policy>(p.member_policy);

@@ -49,8 +49,11 @@ struct pool_header {
   std::uint64_t total_bytes;       // size of the whole segment
   std::uint64_t creator_key;       // the creator (process.hpp)
   std::uint64_t created_unix_ns;
-  std::uint32_t init_count;        // pool_options, validated at creation
-  std::uint32_t max_count;         // member entries (1..kMaxPoolMembers)
+  // pool_options, validated at creation. init_count, max_count, queue_max,
+  // cull_after_ms and auto_grow_plus1 are the values at creation: the
+  // effective ones are live_limits() (pool_state's live words).
+  std::uint32_t init_count;
+  std::uint32_t max_count;         // member entries (1..kMaxPoolMembers): pool_options::table_size or max_count
   std::uint32_t queue_max;
   std::uint32_t max_clients;       // client entries (1..kMaxPoolClients)
   std::uint32_t cull_after_ms;
@@ -174,7 +177,18 @@ struct alignas(kCacheLine) pool_state {
   a64 journal_offset[kPoolJournalMax];  // byte offset of each write in the segment (8-aligned, in the table)
   a64 journal_value[kPoolJournalMax];
   a64 counters[kPoolCounterSlots];
-  std::uint8_t reserved[kPoolStateBytes - 128 - 16 * kPoolJournalMax - 8 * kPoolCounterSlots];
+  // Live reconfiguration (Pool::reconfigure, pool_table.hpp RC): each
+  // parameter's value + 1, or 0 for the header's (a pool made by an older
+  // library, or never reconfigured). Journalled; read through live_limits(),
+  // which keeps every value within the header's bounds whatever is written here.
+  a64 live_init_count;
+  a64 live_max_count;     // <= pool_header::max_count (the member entries)
+  a64 live_queue_max;     // <= pool_header::max_clients
+  a64 live_cull_after_ms;
+  a64 live_auto_grow;     // auto_grow_plus1 + 1
+  a64 reconf_asked;       // +1 for every reconfigure
+  a64 reconf_done;        // the reconfigure the supervisor applied last (RC3)
+  std::uint8_t reserved[kPoolStateBytes - 128 - 16 * kPoolJournalMax - 8 * kPoolCounterSlots - 56];
 };
 constexpr std::uint32_t kPoolLockWaiters = 1u << 31;
 static_assert(sizeof(pool_state) == kPoolStateBytes);
@@ -198,8 +212,15 @@ static_assert(offsetof(pool_state, reserved0) == 120);
 static_assert(offsetof(pool_state, journal_offset) == 128);
 static_assert(offsetof(pool_state, journal_value) == 128 + 8 * kPoolJournalMax);
 static_assert(offsetof(pool_state, counters) == 128 + 16 * kPoolJournalMax);
-static_assert(offsetof(pool_state, reserved) == 128 + 16 * kPoolJournalMax + 8 * kPoolCounterSlots);
-static_assert(offsetof(pool_state, reserved) == 704);
+static_assert(offsetof(pool_state, live_init_count) == 128 + 16 * kPoolJournalMax + 8 * kPoolCounterSlots);
+static_assert(offsetof(pool_state, live_init_count) == 704);
+static_assert(offsetof(pool_state, live_max_count) == 712);
+static_assert(offsetof(pool_state, live_queue_max) == 720);
+static_assert(offsetof(pool_state, live_cull_after_ms) == 728);
+static_assert(offsetof(pool_state, live_auto_grow) == 736);
+static_assert(offsetof(pool_state, reconf_asked) == 744);
+static_assert(offsetof(pool_state, reconf_done) == 752);
+static_assert(offsetof(pool_state, reserved) == 760);
 
 // One Pool handle (a taker, a supervisor or a standby). Its holder keeps a
 // shared OFD lock on the byte of `key` (liveness.hpp L1) while key is set.

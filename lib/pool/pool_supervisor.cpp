@@ -308,6 +308,10 @@ std::uint64_t supervisor::tick() {
   // tick, woken by it, serves that one with a fresh scan).
   const std::uint64_t asked = h_.state()->cull_asked.load(std::memory_order_relaxed);
   const bool explicit_cull = (asked >> 32) != (h_.state()->cull_done.load(std::memory_order_relaxed) >> 32);
+  // RC3: the reconfigure this tick applies (answered at its end), read
+  // before the limits, so that the tick applies that one's values or later ones.
+  const std::uint64_t reconf = h_.state()->reconf_asked.load(std::memory_order_relaxed);
+  const pool_limits lim = live_limits(h_);
   // One probe per started member every kWorkerCheckNs, not every tick (a tick
   // is 2-5 ms while anything is in use, for the holders' deaths).
   const bool check_workers = now - last_worker_check_ns_ >= kWorkerCheckNs;
@@ -389,7 +393,9 @@ std::uint64_t supervisor::tick() {
     }
   }
   // Culling: free members idle longer than cull_after, or (CU) at least as
-  // long as an explicit cull asks, longest idle first, down to init_count.
+  // long as an explicit cull asks, longest idle first, down to init_count;
+  // and (RC3) free members, longest idle first, while more than a lowered
+  // max_count are alive.
   // CU: a pending request (cull_asked's seq not yet in cull_done) is
   // answered after this pass with the number it stopped; one that came in
   // meanwhile has a later seq and is served by the next tick. A supervisor
@@ -397,21 +403,23 @@ std::uint64_t supervisor::tick() {
   // which culls what is still idle enough and answers (a second pass stops
   // nothing the first one did).
   std::uint32_t culled = 0;
-  if ((p.cull_after_ms > 0 || explicit_cull) && removing_v == 0) {
+  if ((lim.cull_after_ms > 0 || explicit_cull || live > lim.max_count) && removing_v == 0) {
     const std::uint64_t explicit_ns = (asked & 0xFFFFFFFFu) * kMs;  // (a forged value: at most ~49 days, no overflow)
     auto idle_enough = [&](std::uint64_t idle_ns) {
-      return (explicit_cull && idle_ns >= explicit_ns) || (p.cull_after_ms > 0 && idle_ns > std::uint64_t{p.cull_after_ms} * kMs);
+      return (explicit_cull && idle_ns >= explicit_ns) || (lim.cull_after_ms > 0 && idle_ns > std::uint64_t{lim.cull_after_ms} * kMs);
     };
     std::sort(idle.begin(), idle.end());
     for (const auto& entry : idle) {
       const std::uint64_t since = entry.first;
       const std::uint32_t m = entry.second;  // (a named copy: clang 14 does not let a lambda capture a structured binding)
-      if (live <= p.init_count || !idle_enough(now - since)) break;
+      if (live <= lim.max_count && (live <= lim.init_count || !idle_enough(now - since))) break;
       pool_member* e = h_.member_at(m);
       const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
       if (with_member(m, make_member_state(member_state::free), gen, "cull",
                       [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::culled); })) {
-        log("culling member " + std::to_string(m) + " (idle " + std::to_string((now - since) / kMs) + " ms)");
+        log((live > lim.max_count ? "stopping member " + std::to_string(m) + " (above max_count " + std::to_string(lim.max_count) + ")"
+                                   : "culling member " + std::to_string(m)) +
+            " (idle " + std::to_string((now - since) / kMs) + " ms)");
         --live;
         ++culled;
         busy = true;
@@ -443,18 +451,24 @@ std::uint64_t supervisor::tick() {
           busy = true;
           return true;
         };
-        while (n.members < p.max_count && (n.members < p.init_count || n.waiters > starting) && start_one()) {
+        const pool_limits now_lim = live_limits(h_, t);
+        while (n.members < now_lim.max_count && (n.members < now_lim.init_count || n.waiters > starting) && start_one()) {
         }
         // auto_grow_threshold: takes asked (grow_asked moved); pooler starts
         // init_count minus those starting already, within max_count.
         const std::uint64_t asked = t.read(h_.state()->grow_asked);
         if (asked != t.read(h_.state()->grow_done)) {
-          std::uint32_t grow = p.init_count > starting ? p.init_count - starting : 0;
+          std::uint32_t grow = now_lim.init_count > starting ? now_lim.init_count - starting : 0;
           t.write(h_.state()->grow_done, asked);
-          while (grow > 0 && n.members < p.max_count && start_one()) {
+          while (grow > 0 && n.members < now_lim.max_count && start_one()) {
             t.add(pool_counter::auto_grow_starts);
             --grow;
           }
+        }
+        // RC3: this tick applied the reconfigure read at its start.
+        if (t.read(h_.state()->reconf_done) != reconf) {
+          if (t.room() < 1) t.commit("replenish");
+          t.write(h_.state()->reconf_done, reconf);
         }
         t.commit("replenish");
       } else if (count_table(h_, t).members == 0) {
@@ -465,7 +479,7 @@ std::uint64_t supervisor::tick() {
   if (busy) return kBusyTickNs;
   std::uint64_t sleep = in_use ? kInUseTickNs : kIdleTickNs;
   if (p.health_interval_ms > 0) sleep = std::min<std::uint64_t>(sleep, std::uint64_t{p.health_interval_ms} * kMs / 4 + kMs);
-  if (p.cull_after_ms > 0) sleep = std::min<std::uint64_t>(sleep, std::uint64_t{p.cull_after_ms} * kMs / 4 + kMs);
+  if (lim.cull_after_ms > 0) sleep = std::min<std::uint64_t>(sleep, std::uint64_t{lim.cull_after_ms} * kMs / 4 + kMs);
   return sleep;
 }
 

@@ -28,6 +28,8 @@ bool journal_target_ok(const pool_handle& h, std::uint64_t off) noexcept {
   const std::uint64_t counters_begin = kPoolStateOffset + offsetof(pool_state, counters);
   if (off >= first && off < journal_begin) return true;
   if (off >= counters_begin && off < counters_begin + 8ull * kPoolCounterSlots) return true;
+  const std::uint64_t live_begin = kPoolStateOffset + offsetof(pool_state, live_init_count);
+  if (off >= live_begin && off < kPoolStateOffset + offsetof(pool_state, reserved)) return true;
   if (off >= h.hdr.clients_offset && off < h.hdr.members_offset) {
     const std::uint64_t in = (off - h.hdr.clients_offset) % sizeof(pool_client);
     return in != offsetof(pool_client, wake) && in != offsetof(pool_client, key);  // futex word; keys are CASed
@@ -42,6 +44,35 @@ bool journal_target_ok(const pool_handle& h, std::uint64_t off) noexcept {
 a64& word_at(pool_handle& h, std::uint64_t off) noexcept { return *reinterpret_cast<a64*>(h.base + off); }
 
 }  // namespace
+
+namespace {
+
+template <class Read>
+pool_limits limits_from(const pool_handle& h, Read read) noexcept {
+  const pool_header& p = h.hdr;
+  const pool_state* st = h.state();
+  auto live = [&](const a64& w, std::uint64_t created, std::uint64_t most) {
+    const std::uint64_t v = read(w);
+    return static_cast<std::uint32_t>(std::min(v == 0 ? created : v - 1, most));
+  };
+  pool_limits l;
+  l.max_count = std::max<std::uint32_t>(1, live(st->live_max_count, p.max_count, p.max_count));
+  l.init_count = live(st->live_init_count, p.init_count, l.max_count);
+  l.queue_max = live(st->live_queue_max, p.queue_max, p.max_clients);
+  l.cull_after_ms = live(st->live_cull_after_ms, p.cull_after_ms, kMaxPoolMs);
+  l.auto_grow_plus1 = live(st->live_auto_grow, p.auto_grow_plus1, std::uint64_t{l.max_count} + 1);
+  return l;
+}
+
+}  // namespace
+
+pool_limits live_limits(const pool_handle& h) noexcept {
+  return limits_from(h, [](const a64& w) { return w.load(std::memory_order_relaxed); });
+}
+
+pool_limits live_limits(const pool_handle& h, const table_txn& t) noexcept {
+  return limits_from(h, [&](const a64& w) { return t.read(w); });
+}
 
 bool client_alive(const pool_handle& h, std::uint32_t c, std::uint64_t key) noexcept {
   return c < h.max_clients() && key != 0 && h.client_at(c)->key.load(std::memory_order_relaxed) == key &&

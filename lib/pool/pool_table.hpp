@@ -107,6 +107,28 @@
 //      and the give back answers stale, never ok; so a dead member is never
 //      granted to a waiter either.
 // A worker that dies after the probe is the supervisor's to see, as before.
+//
+// LIVE RECONFIGURATION (RC; pooler's pool_reconfigure). init_count,
+// max_count, queue_max, cull_after and auto_grow_threshold can be changed
+// on a running pool; the header keeps the values at creation.
+//  RC1 The new values are pool_state's live words, written in one journalled
+//      section by Pool::reconfigure, which checks them first (as pooler
+//      does: lowering max_count below the members alive needs that many of
+//      them free, else nothing changes). Everyone reads them through
+//      live_limits(), which clamps each to the header's bounds (max_count
+//      to the member entries, queue_max to max_clients, ...): a forged word
+//      changes the pool's own limits within its table, never more.
+//  RC2 Lowered queue_max: in the same section the newest waiters beyond it
+//      are refused (granted = kGrantRefused, ticket cleared, woken); their
+//      take answers no_members_queue_full. (pooler refuses the oldest; we
+//      keep the line's order: those who waited longest keep their place.)
+//  RC3 The supervisor reads reconf_asked at the start of a tick and, after
+//      that tick applied the live values (starts up to init_count; free
+//      members stopped, longest idle first, while more members than
+//      max_count are alive: counted as culled; a cull by a lowered
+//      cull_after), sets reconf_done to it. Members in use above a lowered
+//      max_count are stopped when they come back free; takes never start
+//      one above it meanwhile.
 #pragma once
 
 #include <array>
@@ -132,6 +154,8 @@ namespace shmbox::detail {
 constexpr std::uint32_t kAnonHolder = 0x7FFF;     // TL2: the word's value for a process registering
 constexpr std::uint64_t kPoolTableByte = 8;       // TL2: a header byte (layout_version) that is no role's
 constexpr std::uint64_t kPoolCreatorByte = 24;    // L4: offsetof(pool_header, creator_key)
+constexpr std::uint64_t kGrantRefused = 0xFFFF;   // RC2: pool_client::granted of a waiter the queue no longer holds
+constexpr std::uint32_t kMaxPoolMs = 86'400'000;  // durations: at most one day
 
 // One mapped pool segment with its validated parameters (never re-read from
 // shared memory), and this handle's client entry.
@@ -205,6 +229,19 @@ constexpr std::uint64_t make_member_state(member_state s, member_stop why = memb
   return static_cast<std::uint64_t>(s) | (static_cast<std::uint64_t>(why) << 8);
 }
 std::string_view to_string(member_stop why) noexcept;
+
+// RC: the parameters in force (the live words, else the header's), each
+// within the header's bounds.
+struct pool_limits {
+  std::uint32_t init_count = 0;
+  std::uint32_t max_count = 1;      // <= the member entries
+  std::uint32_t queue_max = 0;
+  std::uint32_t cull_after_ms = 0;
+  std::uint32_t auto_grow_plus1 = 0;  // auto_grow_threshold + 1; 0: none
+};
+pool_limits live_limits(const pool_handle& h) noexcept;  // a snapshot without the lock
+class table_txn;
+pool_limits live_limits(const pool_handle& h, const table_txn& t) noexcept;  // as the section sees them
 
 // A client's liveness: key set and its byte held (TL1).
 bool client_alive(const pool_handle& h, std::uint32_t c, std::uint64_t key) noexcept;

@@ -67,11 +67,16 @@ void assign(pool_handle& h, table_txn& t, std::uint32_t m, std::uint64_t& gen, s
 }
 
 // Under the lock: a grant made to this handle (make_available), if it is
-// still ours: the member is in use by us under that lease. Clears it either way.
+// still ours: the member is in use by us under that lease. Clears it either
+// way (also a refusal, RC2, left by a wait that ended before it saw it).
 bool collect_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) noexcept {
   pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   const std::uint64_t g = t.read(me->granted);
   if (g == 0) return false;
+  if (g == kGrantRefused) {
+    t.write(me->granted, 0);
+    return false;
+  }
   t.write(me->granted, 0);
   m = static_cast<std::uint32_t>((g & 0xFFFF) - 1);
   lease = g >> 16;
@@ -130,11 +135,12 @@ bool alive_as_probed(pool_handle& h, const probe& p, std::uint32_t m, std::uint6
 // auto_grow_threshold: a take that leaves that many free members or fewer
 // asks the supervisor to start more (pooler grows at its take too).
 void ask_growth(pool_handle& h, table_txn& t) noexcept {
-  if (h.hdr.auto_grow_plus1 == 0) return;
+  const std::uint32_t plus1 = live_limits(h, t).auto_grow_plus1;
+  if (plus1 == 0) return;
   std::uint32_t free = 0;
   for (std::uint32_t m = 0; m < h.max_count(); ++m)
     if (member_state_of(t.read(h.member_at(m)->state)) == static_cast<std::uint32_t>(member_state::free)) ++free;
-  if (free + 1 > h.hdr.auto_grow_plus1) return;
+  if (free + 1 > plus1) return;
   t.write(h.state()->grow_asked, t.read(h.state()->grow_asked) + 1);
   t.wake_supervisor();
 }
@@ -262,9 +268,9 @@ std::error_code queue_or_refuse(pool_handle& h, table_txn& t, bool wait, std::ui
   t.commit("sweep");  // the sweep may fill most of the journal; a start request and a queue entry follow
   const table_counts n = count_table(h, t);
   const std::uint32_t starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
-  const bool can_start = n.members < h.max_count();
+  const pool_limits p = live_limits(h, t);  // RC1
+  const bool can_start = n.members < p.max_count;
   const bool start_needed = starting < n.waiters + 1;
-  const pool_header& p = h.hdr;
   if (!wait) {
     const bool started = can_start && start_needed && request_start(h, t);
     if (started || starting > 0) {
@@ -342,6 +348,14 @@ result<Lease> take_impl(const std::shared_ptr<pool_handle>& hp, std::chrono::nan
       const probe guess = probe_member(h, granted_member(h));  // LV2's probe, before the section
       table_txn t(h, std::max<std::uint64_t>(deadline, now + 50'000'000ull));
       if (!t.locked()) return table_busy(h.name, "retry");
+      if (t.read(me->granted) == kGrantRefused) {  // RC2: the queue was shortened past our place
+        t.write(me->granted, 0);
+        t.write(me->wait_ticket, 0);
+        t.add(pool_counter::no_members_queue_full);
+        t.commit("refuse");
+        return fail(errc::no_members_queue_full, quote_pool(h.name) + ": no member became free, and the pool's queue_max was lowered to " +
+                                                     std::to_string(live_limits(h).queue_max) + " while this take waited beyond it: retry later");
+      }
       if (collect_live_grant(h, t, guess, m, gen, lease)) {
         t.commit("collect");
         got = true;

@@ -258,6 +258,57 @@ TEST_CASE("forged cull words: an answer is never more than max_count; a forged s
   supervisor.join();
 }
 
+TEST_CASE("forged live limits (RC1): every value stays within the header's bounds; a forged reconfigure pair is never taken as applied") {
+  const std::string name = unique_pool("liveforge");
+  pool_guard g(name);
+  REQUIRE(shmbox::Pool::create(name, small_pool()));  // max_count 4, max_clients 8, members never start (/bin/false)
+  raw_pool raw(name);
+  auto* st = raw.state();
+  st->live_max_count = std::uint64_t{1} << 40;
+  st->live_init_count = ~std::uint64_t{0};
+  st->live_queue_max = 1'000'000;
+  st->live_cull_after_ms = ~std::uint64_t{0} >> 1;
+  st->live_auto_grow = 77;
+  {
+    auto i = shmbox::inspect_pool(name);
+    REQUIRE(i);
+    CHECK(i->max_count == 4);  // the member entries, whatever the word says
+    CHECK(i->init_count <= i->max_count);
+    CHECK(i->queue_max <= 8);
+    CHECK(i->cull_after <= std::chrono::hours(24));
+    REQUIRE(i->auto_grow_threshold);
+    CHECK(*i->auto_grow_threshold <= 4);
+  }
+  auto pool = shmbox::Pool::open(name);
+  REQUIRE(pool);
+  // A take within the clamped limits: a start is asked for (never beyond the table).
+  auto t = pool->take(0ms);
+  REQUIRE(!t);
+  CHECK((t.error() == shmbox::errc::no_members_starting || t.error() == shmbox::errc::no_members_at_capacity));
+  // A forged "applied" ahead of the request, with a supervisor running: the
+  // request gets a seq that is not answered yet, and the supervisor answers it.
+  std::atomic<bool> stop{false};
+  std::thread supervisor([&] {
+    if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
+  });
+  REQUIRE(shmtest::eventually([&] {
+    auto i = shmbox::inspect_pool(name);
+    return i && i->supervisor_alive;
+  }, 10s));
+  st->reconf_asked = 41;
+  st->reconf_done = 42;
+  auto r = pool->reconfigure({.init_count = 0, .max_count = 3}, 10s);
+  INFO(shmbox::explain(r.error()));
+  REQUIRE(r);
+  CHECK(st->reconf_done.load() == 43);
+  auto i = shmbox::inspect_pool(name);
+  REQUIRE(i);
+  CHECK(i->max_count == 3);
+  CHECK(i->init_count == 0);
+  stop = true;
+  supervisor.join();
+}
+
 TEST_CASE("garbage over the whole table: take, give back, inspection and a supervisor survive it") {
   const std::string name = unique_pool("garbage");
   pool_guard g(name);
@@ -296,6 +347,15 @@ TEST_CASE("garbage over the whole table: take, give back, inspection and a super
       else
         CHECK((c.error() == shmbox::errc::timed_out || c.error() == shmbox::errc::refused ||
                c.error() == shmbox::errc::pool_removed || c.error() == shmbox::errc::pool_clients_full));
+    }
+    // A reconfigure (RC) over forged live words: ok, or one of its documented errors.
+    if (round % 10 == 5) {
+      const auto before = std::chrono::steady_clock::now();
+      auto r = pool->reconfigure({.init_count = 0, .max_count = static_cast<std::uint32_t>(1 + rng() % 4)}, 20ms);
+      CHECK(std::chrono::steady_clock::now() - before < 5s);
+      if (!r)
+        CHECK((r.error() == shmbox::errc::timed_out || r.error() == shmbox::errc::refused || r.error() == shmbox::errc::pool_removed ||
+               r.error() == shmbox::errc::pool_clients_full || r.error() == shmbox::errc::invalid_argument));
     }
     // (Garbage in `removing` makes the supervisor remove the pool: not found is fine then.)
     auto info = shmbox::inspect_pool(name);
