@@ -259,6 +259,8 @@ class SHMBOX_API Pool {
   // values are set and applied when one runs. Errors: invalid_argument (a
   // value out of range, max_count above the table_size fixed at creation,
   // init_count above max_count), refused, pool_removed, permission_denied.
+  // A max_count lowered below init_count (or auto_grow_threshold) without
+  // changing that one takes it down to max_count too.
   result<void> reconfigure(const pool_changes& changes, std::chrono::nanoseconds timeout);
 
   // Runs the supervisor until opts.stop (or the pool is removed): as standby

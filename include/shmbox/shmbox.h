@@ -671,6 +671,32 @@ SHMBOX_C_API int shmbox_pool_take(shmbox_pool* p, int64_t timeout_ns, shmbox_lea
  * (may be NULL). SHMBOX_E_REFUSED: no supervisor runs; SHMBOX_E_TIMED_OUT,
  * SHMBOX_E_POOL_REMOVED, SHMBOX_E_INVALID_ARGUMENT (idle over 24 h). */
 SHMBOX_C_API int shmbox_pool_cull(shmbox_pool* p, int64_t idle_ms, int64_t timeout_ns, uint32_t* culled);
+
+/* shmbox_pool_reconfigure's changes (shmbox::pool_changes): a field is
+ * changed when its bit is in `set`, the others are kept. */
+enum shmbox_pool_change {
+  SHMBOX_POOL_SET_INIT_COUNT = 1,
+  SHMBOX_POOL_SET_MAX_COUNT = 2,  /* 1..the pool's table size, fixed at creation */
+  SHMBOX_POOL_SET_CULL_AFTER = 4,
+  SHMBOX_POOL_SET_QUEUE_MAX = 8,
+  SHMBOX_POOL_SET_AUTO_GROW = 16
+};
+#define SHMBOX_NO_AUTO_GROW 0xFFFFFFFFu /* auto_grow_threshold: none */
+typedef struct shmbox_pool_changes {
+  uint32_t struct_size; /* sizeof(shmbox_pool_changes) */
+  uint32_t set;         /* enum shmbox_pool_change bits */
+  uint32_t init_count;
+  uint32_t max_count;
+  uint32_t queue_max;
+  uint32_t auto_grow_threshold; /* SHMBOX_NO_AUTO_GROW: none */
+  int64_t cull_after_ms;        /* 0: never */
+} shmbox_pool_changes;
+/* Changes a running pool's parameters (shmbox::Pool::reconfigure, pooler's
+ * reconfigure): with a supervisor running, waits up to timeout_ns until it
+ * applied them (SHMBOX_E_TIMED_OUT: set, not applied yet). SHMBOX_E_REFUSED:
+ * a lowered max_count would stop members in use (nothing changed);
+ * SHMBOX_E_INVALID_ARGUMENT: a value out of range; SHMBOX_E_POOL_REMOVED. */
+SHMBOX_C_API int shmbox_pool_reconfigure(shmbox_pool* p, const shmbox_pool_changes* changes, int64_t timeout_ns);
 /* The member's box name (valid while the lease is). */
 SHMBOX_C_API const char* shmbox_lease_box(const shmbox_lease* l);
 /* A producer on the member's box, owned by the lease (closed with it;

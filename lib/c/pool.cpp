@@ -53,6 +53,23 @@ int shmbox_pool_cull(shmbox_pool* p, int64_t idle_ms, int64_t timeout_ns, uint32
   });
 }
 
+int shmbox_pool_reconfigure(shmbox_pool* p, const shmbox_pool_changes* changes, int64_t timeout_ns) {
+  return guarded("shmbox_pool_reconfigure", [&]() -> int {
+    if (!live(p) || changes == nullptr) return bad("shmbox_pool_reconfigure", "pool and changes must not be NULL (nor the pool closed)");
+    shmbox_pool_changes c{};
+    if (!copy_in(changes, c)) return bad("shmbox_pool_reconfigure", "changes->struct_size is not set (sizeof(shmbox_pool_changes))");
+    if ((c.set & ~31u) != 0) return bad("shmbox_pool_reconfigure", "changes->set has bits that are no SHMBOX_POOL_SET_*");
+    sb::pool_changes pc;
+    if ((c.set & SHMBOX_POOL_SET_INIT_COUNT) != 0) pc.init_count = c.init_count;
+    if ((c.set & SHMBOX_POOL_SET_MAX_COUNT) != 0) pc.max_count = c.max_count;
+    if ((c.set & SHMBOX_POOL_SET_QUEUE_MAX) != 0) pc.queue_max = c.queue_max;
+    if ((c.set & SHMBOX_POOL_SET_AUTO_GROW) != 0) pc.auto_grow_threshold = c.auto_grow_threshold;
+    if ((c.set & SHMBOX_POOL_SET_CULL_AFTER) != 0) pc.cull_after = std::chrono::milliseconds(c.cull_after_ms);
+    if (auto r = p->pool.reconfigure(pc, to_ns(timeout_ns)); !r) return record(r.error());
+    return SHMBOX_OK;
+  });
+}
+
 const char* shmbox_lease_box(const shmbox_lease* l) { return !live(l) ? "" : l->lease.box().c_str(); }
 shmbox_producer* shmbox_lease_producer(shmbox_lease* l) { return !live(l) ? nullptr : &l->producer; }
 uint32_t shmbox_lease_worker_pid(const shmbox_lease* l) { return !live(l) ? 0 : l->lease.worker_pid(); }

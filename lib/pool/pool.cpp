@@ -608,9 +608,10 @@ result<void> Pool::reconfigure(const pool_changes& c, std::chrono::nanoseconds t
     if (c.queue_max) now.queue_max = *c.queue_max;
     if (c.cull_after) now.cull_after_ms = static_cast<std::uint32_t>(c.cull_after->count());
     if (c.auto_grow_threshold) now.auto_grow_plus1 = *c.auto_grow_threshold == kNoAutoGrow ? 0 : *c.auto_grow_threshold + 1;
+    if (!c.init_count) now.init_count = std::min(now.init_count, now.max_count);  // a lowered max_count takes init_count down with it
     if (now.init_count > now.max_count)
       return fail(errc::invalid_argument, who + ": init_count " + std::to_string(now.init_count) + " would be more than max_count " +
-                                              std::to_string(now.max_count) + ": change both");
+                                              std::to_string(now.max_count) + ": raise max_count too");
     if (c.auto_grow_threshold && now.auto_grow_plus1 > now.max_count + 1)
       return fail(errc::invalid_argument, who + ": auto_grow_threshold " + std::to_string(now.auto_grow_plus1 - 1) +
                                               " would be more than max_count " + std::to_string(now.max_count));

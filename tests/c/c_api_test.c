@@ -1040,6 +1040,33 @@ static void test_pool(void) {
     CHECK(shmbox_pool_cull(pool, -1, 0, NULL) == SHMBOX_E_INVALID_ARGUMENT);
   }
   {
+    /* shmbox_pool_reconfigure: max 2 -> 1 with the one member in use (none
+     * to stop): applied by the supervisor; a second take is then refused at
+     * capacity instead of starting a member. Bad arguments change nothing. */
+    shmbox_pool_changes c;
+    shmbox_lease* second = NULL;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.set = SHMBOX_POOL_SET_MAX_COUNT;
+    c.max_count = 3; /* above the table (2 entries) */
+    CHECK(shmbox_pool_reconfigure(pool, &c, 10000000000LL) == SHMBOX_E_INVALID_ARGUMENT);
+    c.max_count = 1;
+    CHECK(shmbox_pool_reconfigure(pool, &c, 10000000000LL) == SHMBOX_OK);
+    CHECK(shmbox_pool_take(pool, 0, &second) == SHMBOX_E_NO_MEMBERS_AT_CAPACITY);
+    CHECK(second == NULL);
+    c.set = 64;
+    CHECK(shmbox_pool_reconfigure(pool, &c, 0) == SHMBOX_E_INVALID_ARGUMENT);
+    c.struct_size = 0;
+    c.set = SHMBOX_POOL_SET_MAX_COUNT;
+    CHECK(shmbox_pool_reconfigure(pool, &c, 0) == SHMBOX_E_INVALID_ARGUMENT);
+    CHECK(shmbox_pool_reconfigure(pool, NULL, 0) == SHMBOX_E_INVALID_ARGUMENT);
+    c.struct_size = sizeof c;
+    c.set = SHMBOX_POOL_SET_MAX_COUNT | SHMBOX_POOL_SET_AUTO_GROW;
+    c.max_count = 2;
+    c.auto_grow_threshold = SHMBOX_NO_AUTO_GROW;
+    CHECK(shmbox_pool_reconfigure(pool, &c, 10000000000LL) == SHMBOX_OK);
+  }
+  {
     /* a worker left alone (its supervisor killed) ends by itself when its
      * pool is unlinked: shmbox_member_stopped */
     const uint32_t worker = shmbox_lease_worker_pid(lease);

@@ -583,12 +583,62 @@ TEST_CASE("cli pool: cull stops idle members now, down to --init, and says how m
   CHECK(shmtest::exited_with(run.wait(20s), 0));
 }
 
+TEST_CASE("cli pool: reconfigure changes a running pool within its --table-size and prints the values in force; a lowered --max "
+          "that would stop a member in use is refused (3)") {
+  pool_guard g(shmtest::unique_name("prcfg"));
+  REQUIRE(cli({"pool", "create", g.name, "--command", recv_member_command(), "--init", "0", "--max", "1", "--table-size", "3"}).code == 0);
+  auto r = cli({"pool", "reconfigure", g.name});
+  CHECK(r.code == 2);
+  check_one_line_error(r);
+  r = cli({"pool", "reconfigure", g.name, "--max", "4"});
+  CHECK(r.code == 1);
+  check_one_line_error(r);
+  CHECK(r.err.find("table-size") != std::string::npos);
+  r = cli({"pool", "reconfigure", g.name, "--auto-grow", "1", "--no-auto-grow"});
+  CHECK(r.code == 2);
+  // No supervisor: set, and said so.
+  r = cli({"pool", "reconfigure", g.name, "--max", "2", "--cull-after", "1m"});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "pool '" + g.name + "': init 0, max 2 (table 3), cull after 1 min, queue max 16, auto-grow off; no supervisor runs: "
+                 "members start and stop when one does ('shmbox pool run " + g.name + "')\n");
+  shmtest::child run({shmtest::cli_path(), "pool", "run", g.name});
+  REQUIRE(run.read_line(10s).has_value());
+  r = cli({"pool", "reconfigure", g.name, "--init", "2", "--timeout", "20s"}, {}, 30s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "pool '" + g.name + "': init 2, max 2 (table 3), cull after 1 min, queue max 16, auto-grow off\n");
+  CHECK(shmtest::eventually([&] { return pool_json(g.name)["gauges"]["free"] == 2; }, 20s));
+  const auto j = pool_json(g.name);
+  CHECK(j["init"] == 2);
+  CHECK(j["max"] == 2);
+  CHECK(j["table_size"] == 3);
+  CHECK(j["reconfigurations"] == 2);
+  // Both members held by a taker: --max 1 would stop one in use.
+  shmtest::child a({shmtest::helper_path(), "pool-take", g.name, "20000", "--hold"}, {}, true);
+  shmtest::child b({shmtest::helper_path(), "pool-take", g.name, "20000", "--hold"}, {}, true);
+  REQUIRE(a.read_line(20s).value_or("").rfind("took", 0) == 0);
+  REQUIRE(b.read_line(20s).value_or("").rfind("took", 0) == 0);
+  r = cli({"pool", "reconfigure", g.name, "--max", "1"});
+  CHECK(r.code == 3);
+  check_one_line_error(r);
+  CHECK(r.err.find("not_enough_free") != std::string::npos);
+  CHECK(pool_json(g.name)["max"] == 2);
+  a.write_stdin("go\n");
+  b.write_stdin("go\n");
+  CHECK(shmtest::exited_with(a.wait(20s), 0));
+  CHECK(shmtest::exited_with(b.wait(20s), 0));
+  r = cli({"pool", "rm", g.name, "--timeout", "20s"}, {}, 30s);
+  CHECK(r.code == 0);
+  CHECK(shmtest::exited_with(run.wait(20s), 0));
+}
+
 TEST_CASE("cli pool: the manual page documents every pool command and every option its --help shows") {
   const std::string man = shmtest::manual_text();
   REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
   const auto top = cli({"pool", "--help"});
   CHECK(top.code == 0);
-  for (const std::string c : {"create", "run", "ls", "stat", "watch", "rm", "rm-group", "cull", "take"}) {
+  for (const std::string c : {"create", "run", "ls", "stat", "watch", "rm", "rm-group", "cull", "reconfigure", "take"}) {
     CAPTURE(c);
     CHECK(top.out.find("  " + c + " ") != std::string::npos);
     CHECK(man.find("shmbox pool " + c) != std::string::npos);
