@@ -284,6 +284,9 @@ def _seconds(value, what="timeout"):
     return None if value == math.inf else value
 
 
+_UNCHANGED = object()  # Pool.reconfigure: a parameter not given
+
+
 def _finite(value, what):
     """An option in seconds (block_timeout, lease, spin): a finite number >= 0; NaN, negative and
     infinite values raise ValueError."""
@@ -1382,12 +1385,14 @@ class Pool(_Handle):
     def create(name, command, *, init_count=1, max_count=4, cull_after=0, queue_max=16, max_clients=64, group="",
                dead_letters="", start_timeout=5.0, stop_grace=1.0, health_interval=0, health_timeout=1.0,
                mode=0o600, capacity=1024, slot_size=256, overflow="reject", max_producers=64, block_timeout=1.0,
-               max_lifetime=0, max_lifetime_jitter=0, auto_grow_threshold=None):
+               max_lifetime=0, max_lifetime_jitter=0, auto_grow_threshold=None, table_size=0):
         """Creates pool `name` (raises Exists). `command` runs each member (``/bin/sh -c``, with
         SHMBOX_POOL, SHMBOX_BOX, SHMBOX_MEMBER in its environment: :meth:`PoolMember.from_env`).
         Times in seconds; capacity ... block_timeout are each member box's. `max_lifetime`
         (+/- `max_lifetime_jitter`, each member its own) retires members (pooler's); a take that
-        leaves `auto_grow_threshold` free members or fewer starts more ahead of demand."""
+        leaves `auto_grow_threshold` free members or fewer starts more ahead of demand.
+        `table_size` (0: max_count) fixes the member entries: how far :meth:`reconfigure` may
+        raise max_count."""
         raw = _name(name, "pool name").decode()
         for what, v in (("cull_after", cull_after), ("start_timeout", start_timeout), ("stop_grace", stop_grace),
                         ("health_interval", health_interval), ("health_timeout", health_timeout),
@@ -1401,7 +1406,8 @@ class Pool(_Handle):
                           str(group), str(dead_letters or ""), float(start_timeout), float(stop_grace),
                           float(health_interval), float(health_timeout), mode, capacity, slot_size,
                           _policy_code(overflow), max_producers, float(block_timeout), float(max_lifetime),
-                          float(max_lifetime_jitter), -1 if auto_grow_threshold is None else auto_grow_threshold)
+                          float(max_lifetime_jitter), -1 if auto_grow_threshold is None else auto_grow_threshold,
+                          table_size)
 
     @classmethod
     def open(cls, name, any_owner=False):
@@ -1449,6 +1455,43 @@ class Pool(_Handle):
         out = c_uint32()
         _check(_lib.shmbox_pool_cull(self._p(), int(i * 1000), int(t * 1e9), byref(out)))
         return out.value
+
+    def reconfigure(self, *, init_count=None, max_count=None, cull_after=None, queue_max=None,
+                    auto_grow_threshold=_UNCHANGED, timeout=10.0):
+        """Changes the running pool's parameters given (pooler's pool_reconfigure); the others are
+        kept. `auto_grow_threshold=None` turns growth ahead of demand off. A raised init_count
+        starts members; a lowered max_count stops free ones down to it (raises Refused, changing
+        nothing, when too few are free); a lowered cull_after (seconds) culls at once; a lowered
+        queue_max refuses the newest waiters beyond it. With a supervisor running, waits up to
+        `timeout` seconds until it applied them (TimedOut: set, not applied yet); with none, they
+        are set and applied when one runs. InvalidArgument: a value out of range (max_count above
+        the pool's table_size)."""
+        c = _capi.PoolChanges()
+        c.struct_size = ctypes.sizeof(c)
+        for what, v, bit in (("init_count", init_count, _capi.POOL_SET_INIT_COUNT),
+                             ("max_count", max_count, _capi.POOL_SET_MAX_COUNT),
+                             ("queue_max", queue_max, _capi.POOL_SET_QUEUE_MAX)):
+            if v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < _capi.NO_AUTO_GROW:
+                raise ValueError(f"{what} is a count (an int >= 0), not {v!r}")
+            setattr(c, what, v)
+            c.set |= bit
+        if cull_after is not None:
+            c.cull_after_ms = int(_finite(cull_after, "cull_after") * 1000)
+            c.set |= _capi.POOL_SET_CULL_AFTER
+        if auto_grow_threshold is not _UNCHANGED:
+            if auto_grow_threshold is None:
+                c.auto_grow_threshold = _capi.NO_AUTO_GROW
+            elif (not isinstance(auto_grow_threshold, int) or isinstance(auto_grow_threshold, bool)
+                  or not 0 <= auto_grow_threshold < _capi.NO_AUTO_GROW):
+                raise ValueError(f"auto_grow_threshold is a count of free members (an int >= 0) or None (off), "
+                                 f"not {auto_grow_threshold!r}")
+            else:
+                c.auto_grow_threshold = auto_grow_threshold
+            c.set |= _capi.POOL_SET_AUTO_GROW
+        t = _finite(timeout, "timeout")
+        _check(_lib.shmbox_pool_reconfigure(self._p(), byref(c), int(t * 1e9)))
 
     def take(self, timeout=None):
         """A lease on a free member, waiting up to `timeout` seconds (None: for ever) for one; raises

@@ -82,6 +82,23 @@ COUNTER_FIELDS = ("posted", "stored", "delivered", "rejected", "too_large", "tim
                   "dead_lettered", "dead_letter_failed", "stashed", "unstashed")
 
 
+class PoolChanges(Structure):
+    """struct shmbox_pool_changes"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("set", c_uint32),
+        ("init_count", c_uint32),
+        ("max_count", c_uint32),
+        ("queue_max", c_uint32),
+        ("auto_grow_threshold", c_uint32),
+        ("cull_after_ms", c_int64),
+    ]
+
+
+POOL_SET_INIT_COUNT, POOL_SET_MAX_COUNT, POOL_SET_CULL_AFTER, POOL_SET_QUEUE_MAX, POOL_SET_AUTO_GROW = 1, 2, 4, 8, 16
+NO_AUTO_GROW = 0xFFFFFFFF
+
+
 class Counters(Structure):
     """struct shmbox_counters"""
     _fields_ = [("struct_size", c_uint32), ("reserved_", c_uint32)] + [(f, c_uint64) for f in COUNTER_FIELDS]
@@ -299,6 +316,7 @@ SIGNATURES = {
     "shmbox_pool_close": (None, [c_void_p]),
     "shmbox_pool_take": (c_int, [c_void_p, c_int64, POINTER(c_void_p)]),
     "shmbox_pool_cull": (c_int, [c_void_p, c_int64, c_int64, POINTER(c_uint32)]),
+    "shmbox_pool_reconfigure": (c_int, [c_void_p, POINTER(PoolChanges), c_int64]),
     "shmbox_lease_box": (c_char_p, [c_void_p]),
     "shmbox_lease_producer": (c_void_p, [c_void_p]),
     "shmbox_lease_worker_pid": (c_uint32, [c_void_p]),

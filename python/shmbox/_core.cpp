@@ -1063,10 +1063,11 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   int overflow;
   double cull_after, start_timeout, stop_grace, health_interval, health_timeout, block_timeout, max_lifetime, jitter;
   long long auto_grow;  // < 0: none
-  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiIdddL", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
+  unsigned int table_size;
+  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiIdddLI", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
                         &max_clients, &group, &dead, &start_timeout, &stop_grace, &health_interval, &health_timeout,
                         &mode, &capacity, &slot_size, &overflow, &max_producers, &block_timeout, &max_lifetime, &jitter,
-                        &auto_grow)) {
+                        &auto_grow, &table_size)) {
     return nullptr;
   }
   if (auto_grow > static_cast<long long>(UINT32_MAX)) {
@@ -1099,6 +1100,7 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   o.max_lifetime = ms(max_lifetime);
   o.max_lifetime_jitter = ms(jitter);
   if (auto_grow >= 0) o.auto_grow_threshold = static_cast<std::uint32_t>(auto_grow);
+  o.table_size = table_size;
   sb::result<void> r;
   Py_BEGIN_ALLOW_THREADS
   r = sb::Pool::create(name, o);

@@ -101,6 +101,16 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
             assert lease.worker_pid == kept
         with pytest.raises(ValueError):
             pool.cull(idle=float("inf"))
+        # reconfigure (pooler's): max_count 1 with the one member free, applied by the supervisor;
+        # then a second take finds the pool at capacity instead of starting a member.
+        with pytest.raises(shmbox.InvalidArgument):
+            pool.reconfigure(max_count=3)  # above the table (max_count 2 at creation)
+        with pytest.raises(ValueError):
+            pool.reconfigure(queue_max=-1)
+        pool.reconfigure(max_count=1, cull_after=60, auto_grow_threshold=None, timeout=20)
+        with pool.take(20) as lease:
+            with pytest.raises(shmbox.NoMembers):
+                pool.take(0)
     sup.proc.send_signal(signal.SIGINT)
     lines = []
     while not lines or not lines[-1].startswith("interrupted"):
@@ -128,6 +138,24 @@ def test_create_with_max_lifetime_and_auto_grow(pool_name):
     j = json.loads(subprocess.run([cli, "pool", "stat", name, "--json"], capture_output=True, text=True, check=True,
                                   timeout=30).stdout)
     assert (j["max_lifetime_ms"], j["max_lifetime_jitter_ms"], j["auto_grow_threshold"]) == (60000, 5500, 1)
+
+
+def test_reconfigure_without_a_supervisor_sets_the_values(pool_name):
+    name = pool_name()
+    shmbox.Pool.create(name, "sleep 60", init_count=0, max_count=1, table_size=3)
+    with shmbox.Pool.open(name) as pool:
+        pool.reconfigure(max_count=3, init_count=2, queue_max=2, auto_grow_threshold=1)
+        with pytest.raises(shmbox.InvalidArgument):
+            pool.reconfigure(max_count=4)
+        with pytest.raises(shmbox.InvalidArgument):
+            pool.reconfigure(init_count=4)
+    cli = os.environ.get("SHMBOX_CLI")
+    if not cli:
+        pytest.skip("SHMBOX_CLI is not set (meson test sets it): the pool's values are read with the CLI")
+    j = json.loads(subprocess.run([cli, "pool", "stat", name, "--json"], capture_output=True, text=True, check=True,
+                                  timeout=30).stdout)
+    assert (j["init"], j["max"], j["table_size"], j["queue_max"], j["auto_grow_threshold"], j["reconfigurations"]) == \
+        (2, 3, 3, 2, 1, 1)
 
 
 def test_take_from_a_pool_without_members_times_out(pool_name):
