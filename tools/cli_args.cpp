@@ -284,6 +284,17 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
   create->add_option("--auto-grow", c.auto_grow,
                      "a take that leaves this many free members or fewer starts more ahead of demand (--init of them at once)")
       ->transform(decimal(0, shmbox::kMaxPoolMembers));
+  create->add_option("--init-command", c.init_command,
+                     "run (/bin/sh -c CMD, the member's environment plus SHMBOX_WORKER_PID) once a new member owns its box, "
+                     "before it is first handed out; it must exit 0 within --start-timeout, else the member is stopped")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            if (v.size() >= shmbox::kMaxPoolInitCommand)
+              return std::to_string(v.size()) + " bytes; at most " + std::to_string(shmbox::kMaxPoolInitCommand - 1) +
+                     " (put a longer one in a script)";
+            return std::string();
+          },
+          "CMD"));
   create->add_option("--table-size", c.table_size,
                      "member entries in the pool's table, fixed: the most 'pool reconfigure --max' can raise --max to (default: --max)")
       ->transform(decimal(1, shmbox::kMaxPoolMembers));
@@ -301,6 +312,11 @@ pool_commands add_pool_commands(CLI::App& app, parsed& out) {
          "the dead-letter box instead of the stored one (\"\": count those messages lost); required for a pool other users "
          "can write when it names one")
       ->type_name("BOX");
+  run->add_option_function<std::string>(
+         "--init-command", [&p](const std::string& v) { p.run_init_command = v; },
+         "the init command to run instead of the stored one (\"\": none); required for a pool other users can write when it "
+         "names one")
+      ->type_name("CMD");
   run->add_flag("--any-owner", p.any_owner, "supervise a pool that belongs to another user (it then needs --command)");
   pc.subs.emplace_back(run, command::pool_run);
 

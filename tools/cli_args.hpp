@@ -87,6 +87,7 @@ struct give_away_args {
 // Durations are in milliseconds (the parser reads 250, 250ms, 2s, 1m, 1h).
 struct pool_create_args {
   std::string command;
+  std::string init_command;  // --init-command CMD ("" none)
   std::uint32_t init = shmbox::pool_options{}.init_count;
   std::uint32_t max = shmbox::pool_options{}.max_count;
   std::uint64_t cull_after_ms = static_cast<std::uint64_t>(shmbox::pool_options{}.cull_after.count());
@@ -119,6 +120,7 @@ struct pool_args {
   std::vector<std::string> messages;  // take
   std::optional<std::string> run_command;       // run --command
   std::optional<std::string> run_dead_letters;  // run --dead-letters
+  std::optional<std::string> run_init_command;  // run --init-command
   // reconfigure: the values given (the others are kept)
   std::optional<std::uint32_t> new_init, new_max, new_queue_max, new_auto_grow;
   std::optional<std::uint64_t> new_cull_after_ms;

@@ -81,6 +81,7 @@ int pool_create(const pool_args& a) {
   o.max_lifetime_jitter = std::chrono::milliseconds(c.lifetime_jitter_ms);
   o.auto_grow_threshold = c.auto_grow;
   o.table_size = c.table_size;
+  o.init_command = c.init_command;
   o.mode = o.member.mode;
   auto r = shmbox::Pool::create(a.name, o);
   if (!r) return fail(r.error());
@@ -122,7 +123,8 @@ int pool_run(const pool_args& a) {
   log_line("pool '" + a.name + "': supervisor process " + std::to_string(::getpid()) +
            " running (SIGINT or SIGTERM stops it)");
   const auto r = pool->supervise(
-      {.stop = &g_stop_supervising, .log = log_line, .command = a.run_command, .dead_letters = a.run_dead_letters});
+      {.stop = &g_stop_supervising, .log = log_line, .command = a.run_command, .dead_letters = a.run_dead_letters,
+       .init_command = a.run_init_command});
   if (!r && r.error() != shmbox::errc::pool_removed) {
     log_line("pool '" + a.name + "': supervisor failed: " + shmbox::explain(r.error()));
     return fail(r.error());
@@ -274,6 +276,7 @@ json pool_json(const shmbox::pool_info& i) {
   return json{{"name", i.name},
               {"group", i.group.empty() ? json(nullptr) : json(i.group)},
               {"command", i.command},
+              {"init_command", i.init_command.empty() ? json(nullptr) : json(i.init_command)},
               {"dead_letters", i.dead_letters.empty() ? json(nullptr) : json(i.dead_letters)},
               {"init", i.init_count},
               {"max", i.max_count},
@@ -351,6 +354,7 @@ int pool_stat(const pool_args& a, bool as_json, bool prometheus) {
   }
   std::cout << "pool          " << i.name << "\n"
             << "command       " << escaped(i.command) << "\n"
+            << "init command  " << text_or(escaped(i.init_command), "none") << "\n"
             << "group         " << text_or(escaped(i.group), "none") << "\n"
             << "members       " << i.free << " free, " << i.in_use << " in use, " << i.starting << " starting, "
             << i.checking << " checking, " << i.stopping << " stopping (init " << i.init_count << ", max " << i.max_count

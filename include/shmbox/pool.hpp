@@ -43,6 +43,7 @@ inline constexpr std::uint32_t kMaxPoolMembers = 256;  // max_count limit
 inline constexpr std::uint32_t kMaxPoolClients = 1024;  // max_clients limit
 inline constexpr std::size_t kMaxPoolCommand = 2048;   // bytes of pool_options::command
 inline constexpr std::size_t kMaxPoolName = 100;        // pool names: 1..100 of [A-Za-z0-9._-]
+inline constexpr std::size_t kMaxPoolInitCommand = 128;  // bytes of pool_options::init_command, less one
 
 // A pool's parameters, fixed at creation except those Pool::reconfigure
 // changes (init_count, max_count, cull_after, queue_max, auto_grow_threshold).
@@ -91,6 +92,17 @@ struct pool_options {
   // +jitter] of its own (drawn from its pool, index and generation), so
   // members started together do not all retire at once. < max_lifetime.
   std::chrono::milliseconds max_lifetime_jitter{0};
+  // The member initialisation hook: once a new member owns its box, and
+  // before it is first handed out, the supervisor runs /bin/sh -c
+  // INIT_COMMAND (its own process group; the member's environment, plus
+  // SHMBOX_WORKER_PID). Exit status 0: the member becomes free; anything
+  // else, or still running at start_timeout (from the start of the member):
+  // the member is stopped (init-failed, counted in start_failures) and the
+  // hook's process group killed. Run at least once per member: a supervisor
+  // that dies while it runs leaves the member starting, and its successor
+  // runs the hook again. "" none. Under kMaxPoolInitCommand bytes (put a
+  // longer one in a script).
+  std::string init_command;
   // pooler's auto_grow_threshold: when a take leaves this many free members
   // or fewer, the supervisor starts more ahead of demand: init_count minus
   // those starting already (at least 0), within max_count. nullopt: never.
@@ -162,6 +174,9 @@ struct supervise_options {
   // The dead-letter box, instead of the stored one; required for such a
   // pool when it names one ("" here: stopped members' messages are counted lost).
   std::optional<std::string> dead_letters{};
+  // The init command to run instead of the stored one ("" none); required,
+  // as `command`, for a pool others can write that names one.
+  std::optional<std::string> init_command{};
 };
 
 // Pool::reconfigure's changes (pooler's pool_reconfigure): each one set is
@@ -314,7 +329,7 @@ enum class member_state : std::uint8_t {
   free,      // owns its box, waiting for a taker
   in_use,    // leased
   checking,  // free, being health-checked (not given out meanwhile)
-  stopping,  // being stopped (culled, failed, unhealthy, crashed, removed, expired)
+  stopping,  // being stopped (culled, failed, unhealthy, crashed, removed, expired, init-failed)
 };
 SHMBOX_API std::string_view to_string(member_state s) noexcept;  // "empty", "starting", ...
 
@@ -349,7 +364,7 @@ struct pool_counters {
   std::uint64_t killed_free_unhealthy = 0;   // free members that failed the health check
   std::uint64_t killed_in_use = 0;           // members stopped because their holder died holding them
   std::uint64_t crashed = 0;                 // members whose worker died on its own (restarted)
-  std::uint64_t start_failures = 0;          // members that did not own their box within start_timeout
+  std::uint64_t start_failures = 0;          // members that did not own their box within start_timeout, or failed init_command
   std::uint64_t starts = 0;                  // worker processes started
   std::uint64_t double_returns = 0;
   std::uint64_t stale_returns = 0;
@@ -375,6 +390,7 @@ struct pool_info {
   std::string group;
   std::string dead_letters;
   std::string command;
+  std::string init_command;  // "" none
   // init_count, max_count, queue_max, cull_after and auto_grow_threshold
   // are the values in force (Pool::reconfigure changes them).
   std::uint32_t init_count = 0, max_count = 0, queue_max = 0, max_clients = 0;

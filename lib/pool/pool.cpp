@@ -201,7 +201,8 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   std::string cfg_name;
   if (!read_string(cfg->name, sizeof cfg->name, cfg_name) || !read_string(cfg->group, sizeof cfg->group, h->group) ||
       !read_string(cfg->dead_letters, sizeof cfg->dead_letters, h->dead_letters) ||
-      !read_string(cfg->command, sizeof cfg->command, h->command) || cfg_name != name)
+      !read_string(cfg->command, sizeof cfg->command, h->command) ||
+      !read_string(cfg->init_command, sizeof cfg->init_command, h->init_command) || cfg_name != name)
     return fail(errc::corrupt, who + " is not a valid pool (its configuration is not valid text)" + remove_it + " and create it again");
   return h;
 }
@@ -245,6 +246,9 @@ std::string validate(std::string_view name, const pool_options& o) {
   if (o.command.size() >= kMaxPoolCommand || o.command.find('\0') != std::string::npos)
     return who + ": the member command must be under " + std::to_string(kMaxPoolCommand) + " bytes, without NUL";
   if (o.group.size() >= 128 || o.group.find('\0') != std::string::npos) return who + ": group names are at most 127 bytes";
+  if (o.init_command.size() >= kMaxPoolInitCommand || o.init_command.find('\0') != std::string::npos)
+    return who + ": the init command must be under " + std::to_string(kMaxPoolInitCommand) +
+           " bytes, without NUL (put a longer one in a script)";
   for (const auto ms : {o.cull_after, o.start_timeout, o.stop_grace, o.health_interval, o.health_timeout, o.max_lifetime,
                         o.max_lifetime_jitter})
     if (ms.count() < 0 || ms.count() > kMaxPoolMs) return who + ": durations must be between 0 and one day";
@@ -365,6 +369,7 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
   copy_string(cfg->group, sizeof cfg->group, opts.group);
   copy_string(cfg->dead_letters, sizeof cfg->dead_letters, opts.dead_letters);
   copy_string(cfg->command, sizeof cfg->command, opts.command);
+  copy_string(cfg->init_command, sizeof cfg->init_command, opts.init_command);
   h->ready.store(kReady, std::memory_order_release);  // pairs with the acquire in open_pool_segment
   ::munmap(addr, total);
   return {};
@@ -413,6 +418,9 @@ result<void> Pool::supervise(const supervise_options& opts) {
   if (opts.dead_letters && !opts.dead_letters->empty()) {
     if (auto r = validate_box_name(*opts.dead_letters); !r) return r.error();
   }
+  if (opts.init_command && (opts.init_command->size() >= kMaxPoolInitCommand || opts.init_command->find('\0') != std::string::npos))
+    return fail(errc::invalid_argument, quote_pool(h_->name) + ": the init command must be under " +
+                                            std::to_string(kMaxPoolInitCommand) + " bytes, without NUL");
   if (writable_by_others(*h_)) {
     const std::string why = quote_pool(h_->name) + " can be written by other users (mode " + mode_text(h_->mode) + ", owner uid " +
                             std::to_string(h_->uid) + "), so its stored ";
@@ -424,9 +432,14 @@ result<void> Pool::supervise(const supervise_options& opts) {
       return fail(errc::permission_denied,
                   why + "dead-letter box name may not be what its creator wrote: give it on the supervisor's own command line ("
                         "'--dead-letters " + h_->dead_letters + "', or --dead-letters '' to count those messages as lost)");
+    if (!opts.init_command && !h_->init_command.empty())
+      return fail(errc::permission_denied,
+                  why + "init command may not be what its creator wrote: give it on the supervisor's own command line ("
+                        "'--init-command CMD', or --init-command '' for none)");
   }
   if (opts.command) h_->command = *opts.command;
   if (opts.dead_letters) h_->dead_letters = *opts.dead_letters;
+  if (opts.init_command) h_->init_command = *opts.init_command;
   // TL3: every wait for the table below ends when opts.stop is set (SIGTERM
   // to `shmbox pool run` while a stopped process holds the table).
   h_->stop = opts.stop;

@@ -109,6 +109,7 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
   info.group = h.group;
   info.dead_letters = h.dead_letters;
   info.command = h.command;
+  info.init_command = h.init_command;
   const pool_limits lim = live_limits(h);  // RC1: the values in force
   info.init_count = lim.init_count;
   info.max_count = lim.max_count;

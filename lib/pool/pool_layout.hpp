@@ -121,14 +121,17 @@ struct pool_config {
   char group[128];         // pool_options::group ("" none)
   char dead_letters[128];  // pool_options::dead_letters ("" none)
   char command[2048];      // pool_options::command (kMaxPoolCommand)
-  std::uint8_t reserved[kPoolConfigBytes - 2432];
+  // pool_options::init_command (< kMaxPoolInitCommand bytes). Reserved (0)
+  // before it was an option: a pool made by an older library has none, and
+  // an older supervisor ignores it (it hands members out without running it).
+  char init_command[128];
 };
 static_assert(sizeof(pool_config) == kPoolConfigBytes);
 static_assert(offsetof(pool_config, name) == 0);
 static_assert(offsetof(pool_config, group) == 128);
 static_assert(offsetof(pool_config, dead_letters) == 256);
 static_assert(offsetof(pool_config, command) == 384);
-static_assert(offsetof(pool_config, reserved) == 2432);
+static_assert(offsetof(pool_config, init_command) == 2432);
 
 // pool_state::counters, by index (pool_counters in shmbox/pool.hpp). A new
 // counter takes the next spare slot: a pool made by an older library reads 0
@@ -251,6 +254,7 @@ static_assert(offsetof(pool_client, reserved1) == 56);
 enum class member_stop : std::uint64_t {
   none = 0, culled = 1, failed = 2, consumer_died = 3, unhealthy = 4, crashed = 5, start_timeout = 6, removed = 7,
   expired = 8,  // max_lifetime reached: free (the supervisor, a take) or at its give back
+  init_failed = 9,  // its init_command failed or outlasted start_timeout (counted as a start failure)
 };
 struct alignas(kCacheLine) pool_member {
   a64 state;          // member_state | member_stop << 8

@@ -85,6 +85,7 @@ bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, in
 }
 
 void supervisor::stop_own_workers() {
+  kill_hooks();
   reap();
   // SP1 and SP2, whatever the table says now.
   std::vector<std::pair<pid_t, int>> targets;  // (pid, pidfd or -1 for our children)

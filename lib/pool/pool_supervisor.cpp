@@ -19,7 +19,15 @@
 //     S3 worker_start = 1: a worker may exist from now on (counted in `starts`)
 //     S4 posix_spawn of /bin/sh -c COMMAND in a new process group  [supervisor.after_spawn]
 //     S5 worker_pid, worker_ns, worker_start = its start time
-//     S6 its box has a live owner: make_available (free, or granted to the oldest waiter)
+//     S6a its box has a live owner and the pool has an init command: it
+//        runs (our child, its own group; kept in this process's memory
+//        only), and S6 follows when it exits 0. It failing, or running past
+//        start_timeout: the entry is stopped (init_failed) and the hook's
+//        group SIGKILLed. A successor finds the entry still `starting` with
+//        a live owner and runs the hook again: at least once, never skipped.
+//                                                          [supervisor.after_init_spawn]
+//     S6 its box has a live owner (and S6a passed): make_available (free,
+//        or granted to the oldest waiter)
 //     A successor that finds worker_start == 1 and no pid does not start
 //     another worker (S4 may have run): it waits for an owner until
 //     start_timeout, then stops the entry. So no entry ever gets two workers.
@@ -169,12 +177,12 @@ std::optional<owner_view> supervisor::box_owner(std::uint32_t m, std::uint64_t g
   return view_owner(*access::box(*r.box));
 }
 
-pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) {
+pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& what, bool init, std::string& error) {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view v = *e;
     if (v.starts_with("SHMBOX_POOL=") || v.starts_with("SHMBOX_BOX=") || v.starts_with("SHMBOX_MEMBER=") ||
-        v.starts_with("SHMBOX_MEMBER_GENERATION=") || v.starts_with("SHMBOX_POOL_ID="))
+        v.starts_with("SHMBOX_MEMBER_GENERATION=") || v.starts_with("SHMBOX_POOL_ID=") || v.starts_with("SHMBOX_WORKER_PID="))
       continue;
     env.emplace_back(v);
   }
@@ -183,10 +191,15 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) 
   env.push_back("SHMBOX_BOX=" + member_name(m, gen));
   env.push_back("SHMBOX_MEMBER=" + std::to_string(m));
   env.push_back("SHMBOX_MEMBER_GENERATION=" + std::to_string(gen));
+  if (init) {
+    const pool_member* e = h_.member_at(m);
+    if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
+      env.push_back("SHMBOX_WORKER_PID=" + std::to_string(e->worker_pid.load(std::memory_order_relaxed) & kPidMask));
+  }
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string command = h_.command;
+  std::string command = what;
   char sh[] = "sh", dash_c[] = "-c";
   char* argv[] = {sh, dash_c, command.data(), nullptr};
   posix_spawnattr_t attr;
@@ -206,8 +219,59 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, std::string& error) 
     error = std::strerror(rc);
     return -1;
   }
-  children_.emplace(pid, member_name(m, gen));
+  if (init) hooks_.emplace(pid, std::make_pair(m, gen));
+  else children_.emplace(pid, member_name(m, gen));
   return pid;
+}
+
+supervisor::init_step supervisor::run_init(std::uint32_t m, std::uint64_t gen, std::uint64_t now, std::uint64_t started) {
+  member_rt& r = rt(m, gen);
+  if (r.init_done) return init_step::done;
+  if (r.init_pid == 0) {
+    std::string error;
+    const pid_t pid = spawn(m, gen, h_.init_command, true, error);
+    if (pid < 0) {
+      log("member " + std::to_string(m) + ": cannot run its init command (/bin/sh: " + error + ")");
+      return init_step::failed;
+    }
+    r.init_pid = pid;
+    log("member " + std::to_string(m) + ": running its init command (pid " + std::to_string(pid) + ")");
+    SHMBOX_FAULT("supervisor.after_init_spawn");
+    return init_step::running;
+  }
+  int status = 0;
+  const pid_t w = ::waitpid(r.init_pid, &status, WNOHANG);
+  if (w == r.init_pid) {
+    hooks_.erase(r.init_pid);
+    r.init_pid = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      r.init_done = true;
+      return init_step::done;
+    }
+    log("member " + std::to_string(m) + ": its init command failed (" +
+        (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "signal " + std::to_string(WTERMSIG(status))) +
+        "): stopping it");
+    return init_step::failed;
+  }
+  if (now - started > std::uint64_t{h_.hdr.start_timeout_ms} * kMs) {
+    log("member " + std::to_string(m) + ": its init command still runs after start_timeout (" + std::to_string(h_.hdr.start_timeout_ms) +
+        " ms): stopping both");
+    ::kill(-r.init_pid, SIGKILL);  // our unreaped child leads its group (SP1)
+    r.init_pid = 0;                // reaped by reap()
+    return init_step::failed;
+  }
+  return init_step::running;
+}
+
+void supervisor::kill_hooks() noexcept {
+  for (const auto& [pid, member] : hooks_) {
+    ::kill(-pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  hooks_.clear();
+  for (auto& [m, r] : rt_) r.init_pid = 0;
 }
 
 void supervisor::reap() noexcept {
@@ -215,6 +279,20 @@ void supervisor::reap() noexcept {
     int status = 0;
     const pid_t r = ::waitpid(it->first, &status, WNOHANG);
     it = r == it->first || (r < 0 && errno == ECHILD) ? children_.erase(it) : std::next(it);
+  }
+  // Init commands no member waits for any more (timed out, or their member
+  // stopped or replaced meanwhile): killed, then reaped.
+  for (auto it = hooks_.begin(); it != hooks_.end();) {
+    const auto [m, gen] = it->second;
+    const auto r = rt_.find(m);
+    if (r != rt_.end() && r->second.generation == gen && r->second.init_pid == it->first) {
+      ++it;
+      continue;
+    }
+    ::kill(-it->first, SIGKILL);
+    int status = 0;
+    const pid_t w = ::waitpid(it->first, &status, WNOHANG);
+    it = w == it->first || (w < 0 && errno == ECHILD) ? hooks_.erase(it) : std::next(it);
   }
 }
 
@@ -243,7 +321,7 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
         }))
       return;
     std::string error;
-    const pid_t pid = spawn(m, gen, error);  // S4
+    const pid_t pid = spawn(m, gen, h_.command, false, error);  // S4
     SHMBOX_FAULT("supervisor.after_spawn");
     if (pid < 0) {
       log("member " + std::to_string(m) + ": cannot start /bin/sh: " + error);
@@ -261,6 +339,15 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
     return;
   }
   if (auto v = box_owner(m, gen); v && v->alive) {  // S6
+    if (!h_.init_command.empty()) {  // S6a
+      const init_step s = run_init(m, gen, now, started);
+      if (s == init_step::running) return;
+      if (s == init_step::failed) {
+        start_failed(now);
+        with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::init_failed); });
+        return;
+      }
+    }
     if (with_member(m, word, gen, "ready", [&](table_txn& t, pool_member*) { make_available(h_, t, m, false); }))
       log("member " + std::to_string(m) + " is ready (box " + name + ")");
     return;
@@ -532,7 +619,9 @@ result<void> supervisor::run(std::uint64_t deadline) {
     }
     futex_wait(&st->work, seen, std::min(deadline, mono_ns() + sleep));
   }
-  // Stopped: a standby takes over at once (the members keep running).
+  // Stopped: a standby takes over at once (the members keep running; an init
+  // command still running is killed: the standby runs it again, S6a).
+  kill_hooks();
   h_.stop = nullptr;  // the resignation below is not interrupted by the stop that asked for it
   if (am_supervisor()) {
     table_txn t(h_, mono_ns() + kTxnWaitNs);

@@ -49,7 +49,10 @@ class supervisor {
     std::optional<Box> box;  // read-only mapping: who owns it
     std::optional<Producer> pinger;
     bool unsignalable_logged = false;
+    pid_t init_pid = 0;      // S6a: its init command, running (our child, in its own group)
+    bool init_done = false;  // S6a: it exited 0
   };
+  enum class init_step { done, running, failed };
 
   void log(const std::string& line) const {
     if (o_.log) o_.log(line);
@@ -78,7 +81,12 @@ class supervisor {
   bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
   void stop_own_workers();  // E
   bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
-  pid_t spawn(std::uint32_t m, std::uint64_t gen, std::string& error);
+  // /bin/sh -c `command` in its own process group with member m's
+  // environment (and SHMBOX_WORKER_PID for an init command); a worker is
+  // recorded in children_ (SP1), an init command in hooks_.
+  pid_t spawn(std::uint32_t m, std::uint64_t gen, const std::string& command, bool init, std::string& error);
+  init_step run_init(std::uint32_t m, std::uint64_t gen, std::uint64_t now, std::uint64_t started);
+  void kill_hooks() noexcept;  // every init command still running: its group SIGKILLed, reaped
   void reap() noexcept;
   bool finish_removal();
 
@@ -88,6 +96,7 @@ class supervisor {
   std::map<std::uint32_t, member_rt> rt_;
   std::set<std::tuple<std::uint32_t, std::uint64_t, pid_t>> refused_;  // (member, generation, pid) reported unproven (SP)
   std::map<pid_t, std::string> children_;  // SP1: our unreaped children, by the member box each was spawned for
+  std::map<pid_t, std::pair<std::uint32_t, std::uint64_t>> hooks_;  // S6a: init commands running, by (member, generation)
   std::optional<Producer> dead_letters_;
   bool standby_logged_ = false;
   bool done_ = false;

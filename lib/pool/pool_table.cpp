@@ -365,7 +365,8 @@ void stop_member(pool_handle& h, table_txn& t, std::uint32_t m, member_stop why,
     case member_stop::unhealthy: t.add(pool_counter::killed_free_unhealthy); break;
     case member_stop::consumer_died: t.add(pool_counter::killed_in_use); break;  // LG3 (only ever in_use)
     case member_stop::crashed: t.add(pool_counter::crashed); break;
-    case member_stop::start_timeout: t.add(pool_counter::start_failures); break;
+    case member_stop::start_timeout:
+    case member_stop::init_failed: t.add(pool_counter::start_failures); break;
     case member_stop::expired:
       t.add(given_back ? pool_counter::expired_returned : pool_counter::expired_free);
       break;
@@ -439,6 +440,7 @@ std::string_view to_string(member_stop why) noexcept {
     case member_stop::start_timeout: return "start-timeout";
     case member_stop::removed: return "removed";
     case member_stop::expired: return "expired";
+    case member_stop::init_failed: return "init-failed";
   }
   return "?";
 }

@@ -169,7 +169,7 @@ struct pool_handle {
   std::uint64_t dev = 0, ino = 0;
   std::uint32_t mode = 0, uid = 0;
   pool_header hdr{};  // validated copy
-  std::string group, dead_letters, command;
+  std::string group, dead_letters, command, init_command;
 
   // This handle's client entry (TL1); -1 until the first operation needs it.
   role_lock role;

@@ -1385,14 +1385,15 @@ class Pool(_Handle):
     def create(name, command, *, init_count=1, max_count=4, cull_after=0, queue_max=16, max_clients=64, group="",
                dead_letters="", start_timeout=5.0, stop_grace=1.0, health_interval=0, health_timeout=1.0,
                mode=0o600, capacity=1024, slot_size=256, overflow="reject", max_producers=64, block_timeout=1.0,
-               max_lifetime=0, max_lifetime_jitter=0, auto_grow_threshold=None, table_size=0):
+               max_lifetime=0, max_lifetime_jitter=0, auto_grow_threshold=None, table_size=0, init_command=""):
         """Creates pool `name` (raises Exists). `command` runs each member (``/bin/sh -c``, with
         SHMBOX_POOL, SHMBOX_BOX, SHMBOX_MEMBER in its environment: :meth:`PoolMember.from_env`).
         Times in seconds; capacity ... block_timeout are each member box's. `max_lifetime`
         (+/- `max_lifetime_jitter`, each member its own) retires members (pooler's); a take that
         leaves `auto_grow_threshold` free members or fewer starts more ahead of demand.
         `table_size` (0: max_count) fixes the member entries: how far :meth:`reconfigure` may
-        raise max_count."""
+        raise max_count. `init_command` (under 128 bytes) runs once a new member owns its box,
+        before it is first handed out; a member whose init command fails is stopped."""
         raw = _name(name, "pool name").decode()
         for what, v in (("cull_after", cull_after), ("start_timeout", start_timeout), ("stop_grace", stop_grace),
                         ("health_interval", health_interval), ("health_timeout", health_timeout),
@@ -1407,7 +1408,7 @@ class Pool(_Handle):
                           float(health_interval), float(health_timeout), mode, capacity, slot_size,
                           _policy_code(overflow), max_producers, float(block_timeout), float(max_lifetime),
                           float(max_lifetime_jitter), -1 if auto_grow_threshold is None else auto_grow_threshold,
-                          table_size)
+                          table_size, str(init_command or ""))
 
     @classmethod
     def open(cls, name, any_owner=False):
@@ -1503,11 +1504,12 @@ class Pool(_Handle):
         _check(code)
         return Lease(out.value)
 
-    def supervise(self, command=None, dead_letters=None, log=None):
+    def supervise(self, command=None, dead_letters=None, log=None, init_command=None):
         """Runs the supervisor until Ctrl-C (KeyboardInterrupt, raised once it has stopped) or the
         pool is removed: a standby while another supervisor lives, then the supervisor. `log`: a
-        callable given each event line. A pool others can write runs only the `command` given here."""
-        _core.pool_supervise(self._p(), command, dead_letters, log)
+        callable given each event line. A pool others can write runs only the `command` (and
+        `init_command`) given here."""
+        _core.pool_supervise(self._p(), command, dead_letters, log, init_command)
 
     def __repr__(self):
         return f"<shmbox.Pool {getattr(self, 'name', '?')!r}>" if not self.closed else "<shmbox.Pool (closed)>"

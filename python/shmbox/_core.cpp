@@ -1064,10 +1064,11 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   double cull_after, start_timeout, stop_grace, health_interval, health_timeout, block_timeout, max_lifetime, jitter;
   long long auto_grow;  // < 0: none
   unsigned int table_size;
-  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiIdddLI", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
+  const char* init_command;
+  if (!PyArg_ParseTuple(args, "ssIIdIIssddddIIIiIdddLIs", &name, &command, &init_count, &max_count, &cull_after, &queue_max,
                         &max_clients, &group, &dead, &start_timeout, &stop_grace, &health_interval, &health_timeout,
                         &mode, &capacity, &slot_size, &overflow, &max_producers, &block_timeout, &max_lifetime, &jitter,
-                        &auto_grow, &table_size)) {
+                        &auto_grow, &table_size, &init_command)) {
     return nullptr;
   }
   if (auto_grow > static_cast<long long>(UINT32_MAX)) {
@@ -1101,6 +1102,7 @@ PyObject* pool_create(PyObject*, PyObject* args) {
   o.max_lifetime_jitter = ms(jitter);
   if (auto_grow >= 0) o.auto_grow_threshold = static_cast<std::uint32_t>(auto_grow);
   o.table_size = table_size;
+  o.init_command = init_command;
   sb::result<void> r;
   Py_BEGIN_ALLOW_THREADS
   r = sb::Pool::create(name, o);
@@ -1184,8 +1186,8 @@ PyObject* pool_take_group(PyObject*, PyObject* args) {
 // handlers: Ctrl-C (or any exception from a handler) stops it, and it is raised once the
 // supervisor has returned. `log` (None or a callable) gets each of its lines.
 PyObject* pool_supervise(PyObject*, PyObject* args) {
-  PyObject *addr, *command, *dead, *log;
-  if (!PyArg_ParseTuple(args, "OOOO", &addr, &command, &dead, &log)) return nullptr;
+  PyObject *addr, *command, *dead, *log, *init = Py_None;
+  if (!PyArg_ParseTuple(args, "OOOO|O", &addr, &command, &dead, &log, &init)) return nullptr;
   auto* h = handle_at<shmbox_pool>(addr, "Pool");
   if (h == nullptr) return nullptr;
   sb::supervise_options o;
@@ -1200,6 +1202,11 @@ PyObject* pool_supervise(PyObject*, PyObject* args) {
     const char* d = PyUnicode_AsUTF8(dead);
     if (d == nullptr) return nullptr;
     o.dead_letters = std::string(d);
+  }
+  if (init != Py_None) {
+    const char* i = PyUnicode_AsUTF8(init);
+    if (i == nullptr) return nullptr;
+    o.init_command = std::string(i);
   }
   if (log != Py_None) {
     o.log = [log](std::string_view line) {

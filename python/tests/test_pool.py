@@ -59,8 +59,12 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     name = pool_name()
+    init_log = tmp_path / "init.log"
     shmbox.Pool.create(name, f"{sys.executable} {worker}", init_count=1, max_count=2, group=name + "-g",
-                       health_interval=0.2, health_timeout=2.0, capacity=16, slot_size=128)
+                       health_interval=0.2, health_timeout=2.0, capacity=16, slot_size=128,
+                       init_command=f'echo "$SHMBOX_BOX" >> {init_log}')
+    with pytest.raises(shmbox.InvalidArgument):
+        shmbox.Pool.create(name + "-long", "true", init_command="x" * 128)
     with pytest.raises(shmbox.Exists):
         shmbox.Pool.create(name, "true")
     assert name in shmbox.Pool.list()
@@ -71,6 +75,7 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
     with shmbox.Owner.acquire(reply) as answers, shmbox.Pool.open(name) as pool:
         with pool.take(20) as lease:
             assert lease.box and lease.worker_pid > 0
+            assert lease.box in init_log.read_text().split()  # its init command ran before it was handed out
             assert lease.post(reply.encode() + b":hello") == "stored"
             m = answers.receive(20)
             assert m is not None and m.data.startswith(b"hello")

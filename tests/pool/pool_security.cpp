@@ -212,6 +212,48 @@ TEST_CASE("pool security: a pool others can write runs only the command on the s
   }
 }
 
+TEST_CASE("pool security: a pool others can write runs only the init command on the supervisor's own command line") {
+  pool_guard g(shmtest::unique_name("pinitcmd"));
+  const std::string mark_a = file_in_tmp("init-a"), mark_b = file_in_tmp("init-b");
+  struct files_guard {
+    std::string a, b;
+    ~files_guard() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } files{mark_a, mark_b};
+  auto opts = small_pool(g.name, 1, 1);
+  const std::string good = "touch " + sh_quote(mark_a), evil = "touch " + sh_quote(mark_b);
+  REQUIRE(good.size() < shmbox::kMaxPoolInitCommand);
+  opts.init_command = good;
+  opts.mode = 0666;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  // Another user rewrites the stored init command.
+  CHECK(as_other_user([&] {
+    const int fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
+    if (fd < 0) return false;
+    void* p = ::mmap(nullptr, detail::kPoolConfigOffset + sizeof(detail::pool_config), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return false;
+    auto* cfg = reinterpret_cast<detail::pool_config*>(static_cast<char*>(p) + detail::kPoolConfigOffset);
+    std::memset(cfg->init_command, 0, sizeof cfg->init_command);
+    std::memcpy(cfg->init_command, evil.data(), evil.size());
+    return true;
+  }));
+  // --command alone is not enough: the stored init command is not run either.
+  const auto refused = shmtest::run({shmtest::cli_path(), "pool", "run", g.name, "--command", opts.command}, {}, 20s);
+  CHECK(refused.code != 0);
+  CHECK(refused.err.find("--init-command") != std::string::npos);
+  CHECK(!exists(mark_a));
+  CHECK(!exists(mark_b));
+  child run({shmtest::cli_path(), "pool", "run", g.name, "--command", opts.command, "--init-command", good});
+  check_settled(g.name, 1);
+  CHECK(exists(mark_a));
+  CHECK(!exists(mark_b));
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(10s), 0));
+}
+
 TEST_CASE("pool security: a lock word naming the supervisor's own live client wedges nothing; SIGTERM stops it") {
   pool_guard g(shmtest::unique_name("pwedge"));
   REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));

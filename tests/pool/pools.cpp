@@ -703,6 +703,99 @@ TEST_CASE("pool: auto_grow_threshold starts members ahead of demand when a take 
   check_counts(snapshot(g.name));
 }
 
+// The member initialisation hook (pool_options::init_command): a script in
+// /tmp that logs "init <box> <worker pid>" when it starts and, after a short
+// sleep, "done <box>" and exit 0, or exit 3 while a FAIL file exists.
+struct init_hook {
+  std::string script, log, fail;
+  explicit init_hook(const std::string& pool)
+      : script(worker_log_path(pool) + ".init.sh"), log(worker_log_path(pool) + ".init"), fail(worker_log_path(pool) + ".fail") {
+    std::ofstream(script) << "echo \"init $SHMBOX_BOX $SHMBOX_WORKER_PID\" >> '" << log << "'\n"
+                          << "sleep 0.3\n"
+                          << "test -e '" << fail << "' && exit 3\n"
+                          << "echo \"done $SHMBOX_BOX\" >> '" << log << "'\n";
+  }
+  ~init_hook() {
+    for (const auto* f : {&script, &log, &fail}) ::unlink(f->c_str());
+  }
+  std::string command() const { return "exec sh '" + script + "'"; }
+  int count(const std::string& line) const {
+    std::istringstream in(shmtest::read_text(log));
+    int n = 0;
+    for (std::string l; std::getline(in, l);) n += l == line;
+    return n;
+  }
+};
+
+TEST_CASE("pool: init_command runs once a member owns its box, and the member is handed out only after it exits 0; a failing one stops the member") {
+  pool_guard g(shmtest::unique_name("pinit"));
+  init_hook hook(g.name);
+  auto opts = small_pool(g.name, 0, 2);
+  opts.init_command = hook.command();
+  REQUIRE(opts.init_command.size() < shmbox::kMaxPoolInitCommand);
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  CHECK(snapshot(g.name).init_command == hook.command());
+  auto sup = supervisor(g.name);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto first = pool->take(15s);
+  INFO(shmbox::explain(first.error()));
+  REQUIRE(first);
+  // Its hook ran to the end before the take got it, with the member's worker already started.
+  CHECK(hook.count("done " + first->box()) == 1);
+  CHECK(hook.count("init " + first->box() + " " + std::to_string(first->worker_pid())) == 1);
+  CHECK(first->worker_pid() > 0);
+  // A given-back member is not initialised again.
+  CHECK(first->give_back() == shmbox::return_status::ok);
+  auto again = pool->take(15s);
+  REQUIRE(again);
+  CHECK(again->box() == first->box());
+  CHECK(hook.count("init " + first->box() + " " + std::to_string(first->worker_pid())) == 1);
+  // The hook fails (exit 3): the new member is stopped (init-failed, a
+  // start failure), never handed out; the take times out.
+  std::ofstream(hook.fail) << "x";
+  const auto failures = snapshot(g.name).count.start_failures;
+  auto none = pool->take(2500ms);
+  REQUIRE(!none);
+  CHECK(none.error() == shmbox::errc::timed_out);
+  CHECK(snapshot(g.name).count.start_failures > failures);
+  CHECK(snapshot(g.name).count.takes == 2);
+  // Fixed: the next start (after the supervisor's back-off) gets through.
+  ::unlink(hook.fail.c_str());
+  auto second = pool->take(15s);
+  INFO(shmbox::explain(second.error()));
+  REQUIRE(second);
+  CHECK(second->box() != again->box());
+  CHECK(hook.count("done " + second->box()) == 1);
+  CHECK(second->give_back() == shmbox::return_status::ok);
+  CHECK(again->give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 2);
+  check_counts(snapshot(g.name));
+}
+
+TEST_CASE("pool: a supervisor killed while a member's init_command runs: the standby runs it again before handing the member out") {
+  pool_guard g(shmtest::unique_name("pinitk"));
+  init_hook hook(g.name);
+  auto opts = small_pool(g.name, 0, 1);
+  opts.init_command = hook.command();
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  supervisor_pair sups = supervisor_and_standby(g.name, "supervisor.after_init_spawn", 0);
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  auto lease = pool->take(20s);
+  INFO(shmbox::explain(lease.error()));
+  REQUIRE(lease);
+  CHECK(shmtest::killed_by(sups.first->wait(15s), SIGKILL));
+  CHECK(snapshot(g.name).supervisor_pid == static_cast<std::uint32_t>(sups.standby->pid()));
+  // Run twice (the first one's, orphaned by its supervisor's death, may or
+  // may not have finished by now), and handed out after a complete run.
+  CHECK(hook.count("init " + lease->box() + " " + std::to_string(lease->worker_pid())) == 2);
+  CHECK(hook.count("done " + lease->box()) >= 1);
+  CHECK(lease->give_back() == shmbox::return_status::ok);
+  check_settled(g.name, 1);
+  check_counts(snapshot(g.name));
+}
+
 // ---------------------------------------------------------------------------
 // Crashes and health checks
 // ---------------------------------------------------------------------------
