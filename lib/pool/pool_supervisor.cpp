@@ -380,25 +380,36 @@ void supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint6
 std::uint64_t supervisor::tick() {
   reap();
   const pool_header& p = h_.hdr;
+  pool_state* st = h_.state();
+  // CU: the explicit cull this tick serves, read before its scan of the
+  // members, so that the pass sees the table as it was when the request was
+  // made or later (a request made during the scan has a later seq: the next
+  // tick, woken by it, serves that one with a fresh scan). RC3: likewise the
+  // reconfigure it applies (answered at its end) and the limits in force.
+  // Read under the lock when the tick gets it, so that they are at least as
+  // new as the section that made the request (the lock orders the two).
+  std::uint64_t asked = 0, cull_done = 0, reconf = 0;
+  pool_limits lim;
+  bool under_lock = false;
   {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {
       sweep_dead_clients(h_, t);
+      asked = t.read(st->cull_asked);
+      cull_done = t.read(st->cull_done);
+      reconf = t.read(st->reconf_asked);
+      lim = live_limits(h_, t);
+      under_lock = true;
       t.commit("sweep");
     }
   }
+  if (!under_lock) {  // (answers nothing this tick: see the replenish section)
+    asked = cull_done = st->cull_done.load(std::memory_order_relaxed);
+    lim = live_limits(h_);
+  }
   const std::uint64_t now = mono_ns();
-  const std::uint64_t removing_v = h_.state()->removing.load(std::memory_order_relaxed);
-  // CU: the explicit cull this tick serves, read before its scan of the
-  // members, so that the pass sees the table as it was when the request was
-  // made or later (a request made during the scan has a later seq: the next
-  // tick, woken by it, serves that one with a fresh scan).
-  const std::uint64_t asked = h_.state()->cull_asked.load(std::memory_order_relaxed);
-  const bool explicit_cull = (asked >> 32) != (h_.state()->cull_done.load(std::memory_order_relaxed) >> 32);
-  // RC3: the reconfigure this tick applies (answered at its end), read
-  // before the limits, so that the tick applies that one's values or later ones.
-  const std::uint64_t reconf = h_.state()->reconf_asked.load(std::memory_order_relaxed);
-  const pool_limits lim = live_limits(h_);
+  const std::uint64_t removing_v = st->removing.load(std::memory_order_relaxed);
+  const bool explicit_cull = (asked >> 32) != (cull_done >> 32);
   // One probe per started member every kWorkerCheckNs, not every tick (a tick
   // is 2-5 ms while anything is in use, for the holders' deaths).
   const bool check_workers = now - last_worker_check_ns_ >= kWorkerCheckNs;
@@ -553,7 +564,7 @@ std::uint64_t supervisor::tick() {
           }
         }
         // RC3: this tick applied the reconfigure read at its start.
-        if (t.read(h_.state()->reconf_done) != reconf) {
+        if (under_lock && t.read(h_.state()->reconf_done) != reconf) {
           if (t.room() < 1) t.commit("replenish");
           t.write(h_.state()->reconf_done, reconf);
         }
