@@ -15,32 +15,8 @@
 #include "support.hpp"
 
 namespace {
-
-constexpr const char* kSetpriv = "/usr/bin/setpriv";
-
-// Runs the CLI as user nobody with primary group `gid` and no other groups.
-shmtest::run_result as_nobody(unsigned gid, std::vector<std::string> args) {
-  const passwd* pw = ::getpwnam("nobody");
-  std::vector<std::string> argv{kSetpriv, "--reuid=" + std::to_string(pw->pw_uid), "--regid=" + std::to_string(gid),
-                                "--clear-groups", "--", shmtest::cli_path()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return shmtest::run(argv);
-}
-
-// Whether nobody can run the CLI at all here (the build tree must be readable).
-bool usable() {
-  if (::geteuid() != 0 || ::access(kSetpriv, X_OK) != 0 || ::getpwnam("nobody") == nullptr) {
-    MESSAGE("skipped: needs root, setpriv and a 'nobody' user");
-    return false;
-  }
-  const auto r = as_nobody(65534, {"--version"});
-  if (r.code != 0) {
-    MESSAGE("skipped: nobody cannot run " << shmtest::cli_path() << ": " << r.err);
-    return false;
-  }
-  return true;
-}
-
+using shmtest::as_nobody;
+bool usable() { return shmtest::nobody_can_run_cli(); }
 }  // namespace
 
 TEST_CASE("permissions: another user cannot open a 0600 box, to post, receive or read it") {

@@ -303,3 +303,40 @@ TEST_CASE("fault matrix: a reconfigure killed at every pool point leaves the old
   check_take_works(p.name(), &pool);
   check_counts(snapshot(p.name()));
 }
+
+// A second uid (nobody, through setpriv and the CLI): a 0666 pool is
+// writable by every local user, who could write its live words anyway, so
+// that user may reconfigure and cull it through the protocol (the running
+// supervisor, root's, applies it); a 0600 pool it cannot open at all.
+TEST_CASE("pool reconfigure: another uid reconfigures and culls a 0666 pool through its supervisor; a 0600 pool refuses it") {
+  if (!shmtest::nobody_can_run_cli()) return;
+  pool_guard open_pool(shmtest::unique_name("prcuid"));
+  auto opts = small_pool(open_pool.name, 1, 2);
+  opts.table_size = 3;
+  opts.mode = 0666;
+  REQUIRE(shmbox::Pool::create(open_pool.name, opts));
+  // A pool others can write is supervised only with the command on the supervisor's command line.
+  child run({shmtest::cli_path(), "pool", "run", open_pool.name, "--command", opts.command});
+  check_settled(open_pool.name, 1);
+  auto r = shmtest::as_nobody(65534, {"pool", "reconfigure", open_pool.name, "--max", "3", "--init", "2", "--any-owner", "--timeout", "20s"},
+                              30s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  check_settled(open_pool.name, 2);
+  CHECK(snapshot(open_pool.name).max_count == 3);
+  r = shmtest::as_nobody(65534, {"pool", "reconfigure", open_pool.name, "--init", "1", "--any-owner", "--timeout", "20s"}, 30s);
+  CHECK(r.code == 0);
+  r = shmtest::as_nobody(65534, {"pool", "cull", open_pool.name, "--any-owner", "--timeout", "20s"}, 30s);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "culled 1 member of pool '" + open_pool.name + "'\n");
+  check_settled(open_pool.name, 1);
+
+  running_pool closed_pool("prcuid0", 1, 1);  // 0600
+  r = shmtest::as_nobody(65534, {"pool", "reconfigure", closed_pool.name(), "--max", "1", "--any-owner"}, 30s);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("permission denied") != std::string::npos);
+  CHECK(snapshot(closed_pool.name()).reconfigurations == 0);
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(10s), 0));
+}

@@ -3,9 +3,11 @@
 // (fork + exec of a helper program) with line handshakes and timeouts.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -407,6 +409,31 @@ inline run_result cli(std::vector<std::string> args, const std::string& input = 
 }
 inline run_result cli(std::vector<std::string> args, std::chrono::milliseconds timeout) {
   return cli(std::move(args), {}, timeout);
+}
+
+// A second uid: the CLI under test run as user nobody (setpriv) with primary
+// group `gid` and no other groups.
+inline run_result as_nobody(unsigned gid, std::vector<std::string> args, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  const passwd* pw = ::getpwnam("nobody");
+  std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=" + std::to_string(pw != nullptr ? pw->pw_uid : 65534),
+                                "--regid=" + std::to_string(gid), "--clear-groups", "--", cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {}, timeout);
+}
+
+// Whether as_nobody can run here: root, setpriv, a 'nobody' user, and a
+// build tree that user can read. Says why not (MESSAGE) when it cannot.
+inline bool nobody_can_run_cli() {
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0 || ::getpwnam("nobody") == nullptr) {
+    MESSAGE("skipped: needs root, setpriv and a 'nobody' user");
+    return false;
+  }
+  const auto r = as_nobody(65534, {"--version"});
+  if (r.code != 0) {
+    MESSAGE("skipped: nobody cannot run " << cli_path() << ": " << r.err);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace shmtest
