@@ -1262,38 +1262,48 @@ TEST_CASE("fault matrix: a taker/returner killed at every pool point, at every p
   }
 }
 
+// `hooked`: the pool has an init command (S6a), so its members wait in
+// `starting` for it: every member the standby hands out ran it to the end.
 TEST_CASE("fault matrix: a supervisor killed at every pool point (passes 1..4), with a standby") {
   for (const char* point : kPoolPoints) {
-    const std::string point_name = point;
-    int killed = 0;
-    for (int n = 1; n <= 4; ++n) {  // n = 1: while it registers (the table held anonymously)
+    for (const bool hooked : {false, true}) {
+      const std::string point_name = point;
+      int killed = 0;
+      for (int n = 1; n <= 4; ++n) {  // n = 1: while it registers (the table held anonymously)
+        CAPTURE(point_name);
+        CAPTURE(hooked);
+        CAPTURE(n);
+        pool_guard g(shmtest::unique_name("fmsup"));
+        init_hook hook(g.name);
+        auto opts = small_pool(g.name, 2, 2);
+        if (hooked) opts.init_command = hook.command();
+        REQUIRE(shmbox::Pool::create(g.name, opts));
+        // It may die before it says "supervising" (opening the pool changes the table too).
+        auto first = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", g.name},
+                                             std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", point_name, ":", std::to_string(n))},
+                                             true);
+        // The standby comes second: once the first is the supervisor (or dead).
+        CHECK(shmtest::eventually([&] {
+          const char state = shmtest::process_state(first->pid());
+          if (state == 'Z' || state == '?') return true;
+          auto i = shmbox::inspect_pool(g.name);
+          return i && i->supervisor_pid == static_cast<std::uint32_t>(first->pid());
+        }, 10s));
+        auto standby = supervisor(g.name);
+        check_settled(g.name, 2);
+        const int st = first->wait(2s);  // alive after 2 s: it did not reach the n-th pass (and is killed)
+        if (shmtest::killed_by(st, SIGKILL) && !first->timed_out()) ++killed;
+        CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+          return i.supervisor_alive && i.supervisor_pid == static_cast<std::uint32_t>(standby->pid());
+        }, 10s));
+        check_settled(g.name, 2);
+        check_take_works(g.name);
+        const auto settled = check_settled(g.name, 2);
+        if (hooked)
+          for (const auto& m : settled.members) CHECK(hook.count("done " + m.box) >= 1);
+      }
       CAPTURE(point_name);
-      CAPTURE(n);
-      pool_guard g(shmtest::unique_name("fmsup"));
-      REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 2, 2)));
-      // It may die before it says "supervising" (opening the pool changes the table too).
-      auto first = std::make_unique<child>(std::vector<std::string>{shmtest::helper_path(), "pool-supervise", g.name},
-                                           std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", point_name, ":", std::to_string(n))},
-                                           true);
-      // The standby comes second: once the first is the supervisor (or dead).
-      CHECK(shmtest::eventually([&] {
-        const char state = shmtest::process_state(first->pid());
-        if (state == 'Z' || state == '?') return true;
-        auto i = shmbox::inspect_pool(g.name);
-        return i && i->supervisor_pid == static_cast<std::uint32_t>(first->pid());
-      }, 10s));
-      auto standby = supervisor(g.name);
-      check_settled(g.name, 2);
-      const int st = first->wait(2s);  // alive after 2 s: it did not reach the n-th pass (and is killed)
-      if (shmtest::killed_by(st, SIGKILL) && !first->timed_out()) ++killed;
-      CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
-        return i.supervisor_alive && i.supervisor_pid == static_cast<std::uint32_t>(standby->pid());
-      }, 10s));
-      check_settled(g.name, 2);
-      check_take_works(g.name);
-      check_settled(g.name, 2);
+      CHECK(killed >= 1);
     }
-    CAPTURE(point_name);
-    CHECK(killed >= 1);
   }
 }
