@@ -1432,6 +1432,22 @@ class Pool(_Handle):
         return _core.pool_list()
 
     @staticmethod
+    def info(name):
+        """A snapshot of pool `name` (shmbox::inspect_pool, as ``shmbox pool stat --json``), as a dict.
+
+        Keys: name, group, command, init_command, dead_letters (None when unset), init_count,
+        max_count, table_size, reconfigurations, queue_max, max_clients, cull_after,
+        start_timeout, stop_grace, health_interval, health_timeout, max_lifetime,
+        max_lifetime_jitter (seconds), auto_grow_threshold (None: none), member_capacity,
+        member_slot_size, member_overflow, the gauges free, in_use, starting, checking, stopping,
+        queued, clients, supervisor (a dict: pid, pid_ns, alive, epoch, standbys), removing (None,
+        "graceful", "immediate"), mode, uid, segment_bytes, members (a list of dicts: index, state,
+        box, generation, worker_pid, worker_pid_ns, worker_alive, taker_pid, taker_pid_ns,
+        taker_alive, leases, idle (seconds), stopping_why, depth), counters (every pool counter),
+        ledger_gap and ledger_settled. Raises NotFound, PermissionDenied, Corrupt, ..."""
+        return _core.pool_info(_name(name, "pool name").decode())
+
+    @staticmethod
     def take_group(group, timeout=None):
         """A lease on a member of the freest pool of `group` (waits up to `timeout` seconds; None: for
         ever). One call of the library: Ctrl-C is handled when it returns."""

@@ -1149,6 +1149,111 @@ PyObject* pool_list(PyObject*, PyObject*) {
   return names_list(*r);
 }
 
+// pool_info(name) -> a dict of shmbox::inspect_pool's snapshot (shmbox.Pool.info documents the keys).
+namespace pool_dict {
+
+// Each setter steals `v`; false (with the Python error set) when v is null or the dict refuses it.
+bool put(PyObject* d, const char* key, PyObject* v) {
+  if (v == nullptr) return false;
+  const int rc = PyDict_SetItemString(d, key, v);
+  Py_DECREF(v);
+  return rc == 0;
+}
+PyObject* str(std::string_view v) { return PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "replace"); }
+PyObject* str_or_none(const std::string& v) {
+  if (!v.empty()) return str(v);
+  Py_RETURN_NONE;
+}
+PyObject* u64(std::uint64_t v) { return PyLong_FromUnsignedLongLong(v); }
+PyObject* secs(std::chrono::milliseconds v) { return PyFloat_FromDouble(static_cast<double>(v.count()) / 1000.0); }
+PyObject* flag(bool v) { return PyBool_FromLong(v ? 1 : 0); }
+
+PyObject* member(const sb::member_info& m) {
+  PyObject* d = PyDict_New();
+  if (d == nullptr) return nullptr;
+  const bool ok = put(d, "index", u64(m.index)) && put(d, "state", str(sb::to_string(m.state))) && put(d, "box", str(m.box)) &&
+                  put(d, "generation", u64(m.generation)) && put(d, "worker_pid", u64(m.worker_pid)) &&
+                  put(d, "worker_pid_ns", u64(m.worker_pid_ns)) && put(d, "worker_alive", flag(m.worker_alive)) &&
+                  put(d, "taker_pid", u64(m.taker_pid)) && put(d, "taker_pid_ns", u64(m.taker_pid_ns)) &&
+                  put(d, "taker_alive", flag(m.taker_alive)) && put(d, "leases", u64(m.leases)) && put(d, "idle", secs(m.idle)) &&
+                  put(d, "stopping_why", str_or_none(m.stopping_why)) && put(d, "depth", u64(m.depth));
+  if (!ok) Py_CLEAR(d);
+  return d;
+}
+
+PyObject* counters(const sb::pool_counters& c) {
+  PyObject* d = PyDict_New();
+  if (d == nullptr) return nullptr;
+  const std::pair<const char*, std::uint64_t> all[] = {
+      {"takes", c.takes}, {"returns_ok", c.returns_ok}, {"returns_fail", c.returns_fail},
+      {"no_members_at_capacity", c.no_members_at_capacity}, {"no_members_queue_full", c.no_members_queue_full},
+      {"no_members_starting", c.no_members_starting}, {"take_timeouts", c.take_timeouts}, {"queue_max_reached", c.queue_max_reached},
+      {"granted", c.granted}, {"killed_free_culled", c.killed_free_culled}, {"killed_free_unhealthy", c.killed_free_unhealthy},
+      {"killed_in_use", c.killed_in_use}, {"crashed", c.crashed}, {"start_failures", c.start_failures}, {"starts", c.starts},
+      {"double_returns", c.double_returns}, {"stale_returns", c.stale_returns}, {"dead_lettered", c.dead_lettered},
+      {"lost", c.lost}, {"revoked_in_use", c.revoked_in_use}, {"refused_signals", c.refused_signals},
+      {"expired_free", c.expired_free}, {"expired_returned", c.expired_returned}, {"auto_grow_starts", c.auto_grow_starts}};
+  for (const auto& [k, v] : all)
+    if (!put(d, k, u64(v))) {
+      Py_DECREF(d);
+      return nullptr;
+    }
+  return d;
+}
+
+}  // namespace pool_dict
+
+PyObject* pool_info(PyObject*, PyObject* args) {
+  using namespace pool_dict;
+  const char* name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  std::optional<sb::result<sb::pool_info>> r;
+  Py_BEGIN_ALLOW_THREADS
+  r.emplace(sb::inspect_pool(name));
+  Py_END_ALLOW_THREADS
+  if (!*r) return raise_ec(r->error());
+  const sb::pool_info& i = **r;
+  PyObject* d = PyDict_New();
+  PyObject* sup = PyDict_New();
+  PyObject* members = PyList_New(0);
+  bool ok = d != nullptr && sup != nullptr && members != nullptr;
+  for (std::size_t k = 0; ok && k < i.members.size(); ++k) {
+    PyObject* m = member(i.members[k]);
+    ok = m != nullptr && PyList_Append(members, m) == 0;
+    Py_XDECREF(m);
+  }
+  ok = ok && put(sup, "pid", u64(i.supervisor_pid)) && put(sup, "pid_ns", u64(i.supervisor_pid_ns)) &&
+       put(sup, "alive", flag(i.supervisor_alive)) && put(sup, "epoch", u64(i.supervisor_epoch)) &&
+       put(sup, "standbys", u64(i.standbys));
+  ok = ok && put(d, "name", str(i.name)) && put(d, "group", str_or_none(i.group)) && put(d, "command", str(i.command)) &&
+       put(d, "init_command", str_or_none(i.init_command)) && put(d, "dead_letters", str_or_none(i.dead_letters)) &&
+       put(d, "init_count", u64(i.init_count)) && put(d, "max_count", u64(i.max_count)) && put(d, "table_size", u64(i.table_size)) &&
+       put(d, "reconfigurations", u64(i.reconfigurations)) && put(d, "queue_max", u64(i.queue_max)) &&
+       put(d, "max_clients", u64(i.max_clients)) && put(d, "cull_after", secs(i.cull_after)) &&
+       put(d, "start_timeout", secs(i.start_timeout)) && put(d, "stop_grace", secs(i.stop_grace)) &&
+       put(d, "health_interval", secs(i.health_interval)) && put(d, "health_timeout", secs(i.health_timeout)) &&
+       put(d, "max_lifetime", secs(i.max_lifetime)) && put(d, "max_lifetime_jitter", secs(i.max_lifetime_jitter)) &&
+       put(d, "auto_grow_threshold", i.auto_grow_threshold ? u64(*i.auto_grow_threshold) : Py_NewRef(Py_None)) && put(d, "member_capacity", u64(i.member_capacity)) &&
+       put(d, "member_slot_size", u64(i.member_slot_size)) && put(d, "member_overflow", str(sb::to_string(i.member_overflow))) &&
+       put(d, "free", u64(i.free)) && put(d, "in_use", u64(i.in_use)) && put(d, "starting", u64(i.starting)) &&
+       put(d, "checking", u64(i.checking)) && put(d, "stopping", u64(i.stopping)) && put(d, "queued", u64(i.queued)) &&
+       put(d, "clients", u64(i.clients)) && put(d, "removing", str_or_none(i.removing)) && put(d, "mode", u64(i.mode)) &&
+       put(d, "uid", u64(i.uid)) && put(d, "segment_bytes", u64(i.segment_bytes)) && put(d, "counters", counters(i.count)) &&
+       put(d, "ledger_gap", PyLong_FromLongLong(i.ledger_gap)) && put(d, "ledger_settled", flag(i.ledger_settled));
+  if (ok) {
+    ok = put(d, "supervisor", sup);  // (stolen, or freed by put)
+    sup = nullptr;
+  }
+  if (ok) {
+    ok = put(d, "members", members);
+    members = nullptr;
+  }
+  Py_XDECREF(sup);
+  Py_XDECREF(members);
+  if (!ok) Py_CLEAR(d);
+  return d;
+}
+
 // pool_remove_group(group, immediate, timeout_seconds) -> list of the pools removed
 PyObject* pool_remove_group(PyObject*, PyObject* args) {
   const char* group;
@@ -1339,6 +1444,7 @@ PyMethodDef module_methods[] = {
     {"pool_list", pool_list, METH_NOARGS, "pool_list() -> names (shmbox.Pool.list)."},
     {"pool_take_group", pool_take_group, METH_VARARGS, "pool_take_group(group, timeout) -> lease address."},
     {"pool_remove_group", pool_remove_group, METH_VARARGS, "pool_remove_group(group, immediate, timeout) -> names removed."},
+    {"pool_info", pool_info, METH_VARARGS, "pool_info(name) -> a dict of the pool's snapshot (shmbox.Pool.info)."},
     {"pool_supervise", pool_supervise, METH_VARARGS, "pool_supervise(pool address, command, dead_letters, log)."},
     {nullptr, nullptr, 0, nullptr},
 };

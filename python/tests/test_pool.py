@@ -116,6 +116,11 @@ def test_python_supervisor_workers_and_takers(tmp_path, pool_name, box_name, chi
         with pool.take(20) as lease:
             with pytest.raises(shmbox.NoMembers):
                 pool.take(0)
+            i = shmbox.Pool.info(name)
+            assert i["max_count"] == 1 and i["in_use"] == 1 and i["supervisor"]["alive"]
+            [m] = [m for m in i["members"] if m["state"] == "in-use"]  # (a culled member may still be stopping)
+            assert (m["box"], m["worker_pid"]) == (lease.box, lease.worker_pid)
+            assert i["init_command"].startswith("echo") and i["counters"]["killed_free_culled"] == 1
     sup.proc.send_signal(signal.SIGINT)
     lines = []
     while not lines or not lines[-1].startswith("interrupted"):
@@ -137,9 +142,11 @@ def test_create_with_max_lifetime_and_auto_grow(pool_name):
     with pytest.raises(shmbox.InvalidArgument):  # more than max_count
         shmbox.Pool.create(name, "true", max_count=2, auto_grow_threshold=3)
     shmbox.Pool.create(name, "true", max_count=4, max_lifetime=60, max_lifetime_jitter=5.5, auto_grow_threshold=1)
+    i = shmbox.Pool.info(name)
+    assert (i["max_lifetime"], i["max_lifetime_jitter"], i["auto_grow_threshold"]) == (60.0, 5.5, 1)
     cli = os.environ.get("SHMBOX_CLI")
     if not cli:
-        pytest.skip("SHMBOX_CLI is not set (meson test sets it): the pool's stored options are read with the CLI")
+        pytest.skip("SHMBOX_CLI is not set (meson test sets it): the CLI's reading is compared")
     j = json.loads(subprocess.run([cli, "pool", "stat", name, "--json"], capture_output=True, text=True, check=True,
                                   timeout=30).stdout)
     assert (j["max_lifetime_ms"], j["max_lifetime_jitter_ms"], j["auto_grow_threshold"]) == (60000, 5500, 1)
@@ -154,13 +161,13 @@ def test_reconfigure_without_a_supervisor_sets_the_values(pool_name):
             pool.reconfigure(max_count=4)
         with pytest.raises(shmbox.InvalidArgument):
             pool.reconfigure(init_count=4)
-    cli = os.environ.get("SHMBOX_CLI")
-    if not cli:
-        pytest.skip("SHMBOX_CLI is not set (meson test sets it): the pool's values are read with the CLI")
-    j = json.loads(subprocess.run([cli, "pool", "stat", name, "--json"], capture_output=True, text=True, check=True,
-                                  timeout=30).stdout)
-    assert (j["init"], j["max"], j["table_size"], j["queue_max"], j["auto_grow_threshold"], j["reconfigurations"]) == \
-        (2, 3, 3, 2, 1, 1)
+    i = shmbox.Pool.info(name)
+    assert (i["init_count"], i["max_count"], i["table_size"], i["queue_max"], i["auto_grow_threshold"],
+            i["reconfigurations"]) == (2, 3, 3, 2, 1, 1)
+    assert i["supervisor"]["alive"] is False and i["members"] == [] and i["counters"]["takes"] == 0
+    assert i["init_command"] is None and i["group"] is None and i["removing"] is None
+    with pytest.raises(shmbox.NotFound):
+        shmbox.Pool.info(name + "-none")
 
 
 def test_take_from_a_pool_without_members_times_out(pool_name):
