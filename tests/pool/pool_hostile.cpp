@@ -50,6 +50,23 @@ shmbox::pool_options small_pool() {
   return o;
 }
 
+// A supervisor of pool `name` in a thread of this process, stopped and
+// joined when it goes out of scope: also when a REQUIRE fails, so that the
+// test unwinds (its pool_guard removes the pool) instead of aborting on a
+// joinable thread.
+struct supervisor_thread {
+  std::atomic<bool> stop{false};
+  std::thread t;
+  explicit supervisor_thread(const std::string& name)
+      : t([this, name] {
+          if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
+        }) {}
+  ~supervisor_thread() {
+    stop = true;
+    t.join();
+  }
+};
+
 // The pool segment mapped raw, to damage it on purpose.
 struct raw_pool {
   unsigned char* base = nullptr;
@@ -227,10 +244,7 @@ TEST_CASE("forged cull words: an answer is never more than max_count; a forged s
   pool_guard g(name);
   REQUIRE(shmbox::Pool::create(name, small_pool()));
   raw_pool raw(name);
-  std::atomic<bool> stop{false};
-  std::thread supervisor([&] {
-    if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
-  });
+  supervisor_thread supervisor(name);
   auto pool = shmbox::Pool::open(name);
   REQUIRE(pool);
   REQUIRE(shmtest::eventually([&] {
@@ -254,8 +268,6 @@ TEST_CASE("forged cull words: an answer is never more than max_count; a forged s
   auto capped = pool->cull(0ms, 10s);
   REQUIRE(capped);
   CHECK(*capped <= 4);
-  stop = true;
-  supervisor.join();
 }
 
 TEST_CASE("forged live limits (RC1): every value stays within the header's bounds; a forged reconfigure pair is never taken as applied") {
@@ -287,10 +299,7 @@ TEST_CASE("forged live limits (RC1): every value stays within the header's bound
   CHECK((t.error() == shmbox::errc::no_members_starting || t.error() == shmbox::errc::no_members_at_capacity));
   // A forged "applied" ahead of the request, with a supervisor running: the
   // request gets a seq that is not answered yet, and the supervisor answers it.
-  std::atomic<bool> stop{false};
-  std::thread supervisor([&] {
-    if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
-  });
+  supervisor_thread supervisor(name);
   REQUIRE(shmtest::eventually([&] {
     auto i = shmbox::inspect_pool(name);
     return i && i->supervisor_alive;
@@ -305,8 +314,6 @@ TEST_CASE("forged live limits (RC1): every value stays within the header's bound
   REQUIRE(i);
   CHECK(i->max_count == 3);
   CHECK(i->init_count == 0);
-  stop = true;
-  supervisor.join();
 }
 
 TEST_CASE("garbage over the whole table: take, give back, inspection and a supervisor survive it") {
@@ -315,10 +322,7 @@ TEST_CASE("garbage over the whole table: take, give back, inspection and a super
   REQUIRE(shmbox::Pool::create(name, small_pool()));
   raw_pool raw(name);
   std::mt19937_64 rng(0x5eed);
-  std::atomic<bool> stop{false};
-  std::thread supervisor([&] {
-    if (auto p = shmbox::Pool::open(name)) (void)p->supervise({.stop = &stop});
-  });
+  supervisor_thread supervisor(name);
   auto pool = shmbox::Pool::open(name);
   REQUIRE(pool);
   const std::size_t table = shmbox::detail::kPoolStateOffset + offsetof(shmbox::detail::pool_state, journal_valid);
@@ -361,6 +365,4 @@ TEST_CASE("garbage over the whole table: take, give back, inspection and a super
     auto info = shmbox::inspect_pool(name);
     CHECK((info || info.error() == shmbox::errc::not_found));
   }
-  stop = true;
-  supervisor.join();
 }
