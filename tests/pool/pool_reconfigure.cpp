@@ -157,14 +157,9 @@ TEST_CASE("pool reconfigure: members in use above a lowered max_count are stoppe
 }
 
 TEST_CASE("pool reconfigure: a lowered queue_max refuses the newest waiters beyond it; the oldest keeps its place") {
-  pool_guard g(shmtest::unique_name("prcqueue"));
-  auto opts = small_pool(g.name, 1, 1);
-  opts.queue_max = 3;
-  REQUIRE(shmbox::Pool::create(g.name, opts));
-  auto sup = supervisor(g.name);
-  check_settled(g.name, 1);
-  auto pool = shmbox::Pool::open(g.name);
-  REQUIRE(pool);
+  running_pool p("prcqueue", 1, 1, [](shmbox::pool_options& o) { o.queue_max = 3; });
+  const pool_guard& g = p.guard;
+  auto& pool = p.pool;
   auto held = pool->take(10s);
   REQUIRE(held);
   std::vector<std::unique_ptr<child>> waiters;

@@ -66,6 +66,23 @@ bool exists(const std::string& path) {
 
 std::string sh_quote(const std::string& s) { return "'" + s + "'"; }
 
+// What another user (uid 65534, when we are root) can do to a 0666 pool:
+// rewrite a string of its configuration with `text`.
+template <std::size_t N>
+bool rewrite_as_other_user(const std::string& pool, char (detail::pool_config::*field)[N], const std::string& text) {
+  return as_other_user([&] {
+    const int fd = ::shm_open(("/shmbox-pool." + pool).c_str(), O_RDWR, 0);
+    if (fd < 0 || text.size() >= N) return false;
+    void* p = ::mmap(nullptr, detail::kPoolConfigOffset + sizeof(detail::pool_config), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return false;
+    auto* cfg = reinterpret_cast<detail::pool_config*>(static_cast<char*>(p) + detail::kPoolConfigOffset);
+    std::memset(cfg->*field, 0, N);
+    std::memcpy(cfg->*field, text.data(), text.size());
+    return true;
+  });
+}
+
 }  // namespace
 
 TEST_CASE("pool security: a forged member entry names a victim of the supervisor's uid: not signalled, counted") {
@@ -172,17 +189,7 @@ TEST_CASE("pool security: a pool others can write runs only the command on the s
   opts.mode = 0666;
   REQUIRE(shmbox::Pool::create(g.name, opts));
   // Another user rewrites the stored command (root: uid 65534 does it).
-  CHECK(as_other_user([&] {
-    const int fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
-    if (fd < 0) return false;
-    void* p = ::mmap(nullptr, detail::kPoolConfigOffset + sizeof(detail::pool_config), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) return false;
-    auto* cfg = reinterpret_cast<detail::pool_config*>(static_cast<char*>(p) + detail::kPoolConfigOffset);
-    std::memset(cfg->command, 0, sizeof cfg->command);
-    std::memcpy(cfg->command, evil.data(), evil.size());
-    return true;
-  }));
+  CHECK(rewrite_as_other_user(g.name, &detail::pool_config::command, evil));
 
   // Without --command: refused at once, nothing run.
   const auto refused = shmtest::run({shmtest::cli_path(), "pool", "run", g.name}, {}, 20s);
@@ -229,17 +236,7 @@ TEST_CASE("pool security: a pool others can write runs only the init command on 
   opts.mode = 0666;
   REQUIRE(shmbox::Pool::create(g.name, opts));
   // Another user rewrites the stored init command.
-  CHECK(as_other_user([&] {
-    const int fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
-    if (fd < 0) return false;
-    void* p = ::mmap(nullptr, detail::kPoolConfigOffset + sizeof(detail::pool_config), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) return false;
-    auto* cfg = reinterpret_cast<detail::pool_config*>(static_cast<char*>(p) + detail::kPoolConfigOffset);
-    std::memset(cfg->init_command, 0, sizeof cfg->init_command);
-    std::memcpy(cfg->init_command, evil.data(), evil.size());
-    return true;
-  }));
+  CHECK(rewrite_as_other_user(g.name, &detail::pool_config::init_command, evil));
   // --command alone is not enough: the stored init command is not run either.
   const auto refused = shmtest::run({shmtest::cli_path(), "pool", "run", g.name, "--command", opts.command}, {}, 20s);
   CHECK(refused.code != 0);
