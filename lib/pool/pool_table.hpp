@@ -154,7 +154,7 @@ namespace shmbox::detail {
 constexpr std::uint32_t kAnonHolder = 0x7FFF;     // TL2: the word's value for a process registering
 constexpr std::uint64_t kPoolTableByte = 8;       // TL2: a header byte (layout_version) that is no role's
 constexpr std::uint64_t kPoolCreatorByte = 24;    // L4: offsetof(pool_header, creator_key)
-constexpr std::uint64_t kGrantRefused = 0xFFFF;   // RC2: pool_client::granted of a waiter the queue no longer holds
+constexpr std::uint64_t kGrantRefused = 0xFFFF;   // RC2: pool_client::granted of a waiter the queue no longer holds (names no member)
 constexpr std::uint32_t kMaxPoolMs = 86'400'000;  // durations: at most one day
 
 // One mapped pool segment with its validated parameters (never re-read from

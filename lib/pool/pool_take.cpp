@@ -68,15 +68,11 @@ void assign(pool_handle& h, table_txn& t, std::uint32_t m, std::uint64_t& gen, s
 
 // Under the lock: a grant made to this handle (make_available), if it is
 // still ours: the member is in use by us under that lease. Clears it either
-// way (also a refusal, RC2, left by a wait that ended before it saw it).
+// way (a refusal, RC2, names no member: cleared too).
 bool collect_grant(pool_handle& h, table_txn& t, std::uint32_t& m, std::uint64_t& gen, std::uint64_t& lease) noexcept {
   pool_client* me = h.client_at(static_cast<std::uint32_t>(h.client));
   const std::uint64_t g = t.read(me->granted);
   if (g == 0) return false;
-  if (g == kGrantRefused) {
-    t.write(me->granted, 0);
-    return false;
-  }
   t.write(me->granted, 0);
   m = static_cast<std::uint32_t>((g & 0xFFFF) - 1);
   lease = g >> 16;
