@@ -398,6 +398,7 @@ struct import_producer {
       case shmbox::post_status::dropped:
       case shmbox::post_status::full:
       case shmbox::post_status::timeout:
+      case shmbox::post_status::over_quota:
       case shmbox::post_status::too_large: ++refused; break;
       case shmbox::post_status::error: (void)counts(p->entry_index()); break;
     }
@@ -577,6 +578,7 @@ int run_import(import_args a) {
           break;
         case shmbox::post_status::full:
         case shmbox::post_status::timeout:
+        case shmbox::post_status::over_quota:  // the bridge's own producer holds its quota: later
           st->end_post();
           natsMsg_NakWithDelay(m, a.nak_delay_ms, nullptr);
           st->add(bridge_counter::naks);

@@ -466,6 +466,23 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->check(check_lane_pair(false));
   create->add_option("--lane-policy", out.create.lane_policy, "policy of one lane (repeatable); default --policy")
       ->check(check_lane_pair(true));
+  create->add_option("--quota", out.create.quota,
+                     "per-producer fairness: each producer may have at most N messages (or P% of its lane's capacity) "
+                     "waiting in each lane; a post beyond it gets the lane's policy applied to that producer alone "
+                     "(reject, drop-newest: refused 'over-quota'; block: waits for one of its own to be taken); "
+                     "reject, drop-newest and block lanes only; not with --max-capacity, --stash, --priority or --buffer")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const bool pct = !v.empty() && v.back() == '%';
+            const std::string n = pct ? v.substr(0, v.size() - 1) : v;
+            if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoul(n) < 1 ||
+                (pct && std::stoul(n) > 100) || (!pct && std::stoul(n) > shmbox::kMaxCapacity))
+              return "'" + v + "' is not a quota: N messages (1.." + std::to_string(shmbox::kMaxCapacity) + ") or P% (1%..100%)";
+            return {};
+          },
+          "N|P%"));
+  create->add_option("--lane-quota", out.create.lane_quota, "the quota of one lane (repeatable); default --quota")
+      ->check(check_lane_pair(false));
   create->add_option("--dead-letters", out.create.dead_letters,
                      "a box that receives, with their origin, the messages this one drops or evicts")
       ->check(box_name_check());

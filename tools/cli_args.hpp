@@ -35,6 +35,8 @@ struct create_args {
   bool priority = false;    // create: a priority box
   std::string buffer;       // create: a custom-buffer box's buffer type ("" none)
   std::uint32_t max_capacity = 0;  // create: resizable up to this (0: not resizable)
+  std::string quota;                      // create: per-producer quota of every lane, "N" or "P%" ("" none)
+  std::vector<std::string> lane_quota;    // create: "L=N", one lane's quota
 };
 
 struct resize_args {

@@ -65,6 +65,8 @@ std::string transfer_text(const shmbox::transfer_record& t);
 // Its capacity, saying what is per lane: "32 messages" (one lane), "32 per
 // lane x 2 lanes = 64 messages", "96 messages in all (per lane: 32, 64)".
 std::string capacity_text(const shmbox::box_info& i);
+// "N messages per producer" for a box whose lanes have a quota ("" none).
+std::string quota_text(const shmbox::box_info& i);
 
 // ---- tools/box_ops.cpp --------------------------------------------------------
 

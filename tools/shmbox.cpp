@@ -81,6 +81,10 @@ int post_messages(shmbox::Producer& producer, const std::string& box, const std:
       case shmbox::post_status::timeout:
         say(which + " refused: timeout (no space in box '" + box + "' before the timeout)");
         break;
+      case shmbox::post_status::over_quota:
+        say(which + " refused: over quota (this producer already has its quota of messages waiting in box '" + box +
+            "'; see 'shmbox stat " + box + "')");
+        break;
       case shmbox::post_status::too_large:
         say(which + " refused: too large (" + std::to_string(msg.size()) + " bytes; box '" + box + "' takes at most " +
             std::to_string(producer.max_message_size()) + ", see --slot-size)");
@@ -126,7 +130,8 @@ int cmd_create(const create_args& a) {
     }
     o.default_lane = static_cast<std::uint32_t>(a.default_lane);
   }
-  if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty()) {
+  if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty() || !a.lane_quota.empty() ||
+      (!a.quota.empty() && a.quota.back() == '%')) {
     o.lanes.resize(a.lanes);
     for (const auto& lc : a.lane_capacity) {
       const auto [lane, v] = lane_pair(lc);
@@ -144,7 +149,24 @@ int cmd_create(const create_args& a) {
       }
       o.lanes[lane].overflow = shmbox::parse_policy(v);
     }
+    // --quota P%: of each lane's capacity (at least 1); --lane-quota L=N overrides one lane
+    if (!a.quota.empty() && a.quota.back() == '%') {
+      const std::uint64_t pct = std::stoul(a.quota);
+      for (auto& lo : o.lanes) {
+        const std::uint64_t cap = lo.capacity != 0 ? lo.capacity : o.capacity;
+        lo.quota = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cap * pct / 100));
+      }
+    }
+    for (const auto& lq : a.lane_quota) {
+      const auto [lane, v] = lane_pair(lq);
+      if (lane >= a.lanes) {
+        say("--lane-quota " + lq + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
+        return kExitUsage;
+      }
+      o.lanes[lane].quota = static_cast<std::uint32_t>(std::stoul(v));
+    }
   }
+  if (!a.quota.empty() && a.quota.back() != '%') o.quota = static_cast<std::uint32_t>(std::stoul(a.quota));
   auto box = shmbox::Box::create(a.name, o);
   if (!box) return fail(box.error());
   std::cout << "created box '" << a.name << "': capacity " << capacity_text(shmbox::info(*box)) << ", slot size " << o.slot_size

@@ -45,7 +45,8 @@ json counters_json(const shmbox::counters& c) {
               {"dead_lettered", c.dead_lettered},
               {"dead_letter_failed", c.dead_letter_failed},
               {"stashed", c.stashed},
-              {"unstashed", c.unstashed}};
+              {"unstashed", c.unstashed},
+              {"quota_refused", c.quota_refused}};
 }
 
 // " (resizable up to N)" for a box whose lanes have a reserve ("" none).
@@ -69,6 +70,7 @@ json lanes_json(const shmbox::box_info& i) {
     lanes.push_back(json{{"lane", l},
                          {"capacity", i.lanes[l].capacity},
                          {"max_capacity", i.lanes[l].max_capacity == 0 ? json(nullptr) : json(i.lanes[l].max_capacity)},
+                         {"quota", i.lanes[l].quota == 0 ? json(nullptr) : json(i.lanes[l].quota)},
                          {"policy", std::string(shmbox::to_string(i.lanes[l].overflow))},
                          {"depth", i.lanes[l].depth},
                          {"parked", i.lanes[l].parked},
@@ -110,7 +112,9 @@ json producers_json(const shmbox::box_info& i) {
                              {"alive", p.alive},
                              {"stored", p.stored},
                              {"refused", p.refused},
-                             {"aborted", p.aborted}});
+                             {"aborted", p.aborted},
+                             {"waiting", p.waiting},
+                             {"quota_refused", p.quota_refused}});
   return producers;
 }
 
@@ -195,6 +199,16 @@ std::string owner_text(const shmbox::owner_info& o) {
 
 
 }  // namespace
+
+// "16 messages per producer per lane" ("" when no lane has a quota).
+std::string quota_text(const shmbox::box_info& i) {
+  if (std::none_of(i.lanes.begin(), i.lanes.end(), [](const auto& l) { return l.quota != 0; })) return {};
+  if (std::all_of(i.lanes.begin(), i.lanes.end(), [&](const auto& l) { return l.quota == i.lanes[0].quota; }))
+    return std::to_string(i.lanes[0].quota) + " messages per producer" + (i.lanes.size() > 1 ? " per lane" : "");
+  std::string out;
+  for (const auto& l : i.lanes) out += (out.empty() ? "" : ", ") + (l.quota == 0 ? std::string("none") : std::to_string(l.quota));
+  return "per producer, per lane: " + out;
+}
 
 std::string capacity_text(const shmbox::box_info& i) {
   if (i.lanes.size() <= 1) return std::to_string(i.capacity) + " messages";
@@ -283,6 +297,9 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "dropped_newest " << c.dropped_newest
             << (c.shrunk != 0 ? " (" + std::to_string(c.shrunk) + " of them stored, dropped by a shrink)" : std::string()) << "\n"
             << "dropped_oldest " << c.dropped_oldest << "\n"
+            << (quota_text(i).empty() ? std::string()
+                                      : "quota        " + quota_text(i) + ": " + std::to_string(c.quota_refused) +
+                                            " posts refused at it (of rejected, dropped_newest, timeouts)\n")
             << "filtered     " << c.filtered
             << (c.buffer_dropped != 0 ? " (" + std::to_string(c.buffer_dropped) + " of them dropped by the custom buffer)" : std::string())
             << "\n"
@@ -318,11 +335,19 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   if (!i.producers.empty()) {
     // The producer table: entries held by live processes, and by dead ones
     // until a new producer reuses the entry.
-    std::printf("%-6s %-8s %-6s %12s %12s %12s  %s\n", "ENTRY", "PID", "ALIVE", "STORED", "REFUSED", "ABORTED", "PID-NS");
-    for (const auto& p : i.producers)
-      std::printf("%-6u %-8u %-6s %12llu %12llu %12llu  %s\n", p.entry, p.pid, p.alive ? "yes" : "no",
+    // With quotas, each producer's messages waiting now and its posts at its quota.
+    const bool quotas = !quota_text(i).empty();
+    std::printf("%-6s %-8s %-6s %12s %12s %12s", "ENTRY", "PID", "ALIVE", "STORED", "REFUSED", "ABORTED");
+    if (quotas) std::printf(" %8s %13s", "WAITING", "QUOTA-REFUSED");
+    std::printf("  %s\n", "PID-NS");
+    for (const auto& p : i.producers) {
+      std::printf("%-6u %-8u %-6s %12llu %12llu %12llu", p.entry, p.pid, p.alive ? "yes" : "no",
                   static_cast<unsigned long long>(p.stored), static_cast<unsigned long long>(p.refused),
-                  static_cast<unsigned long long>(p.aborted), ns_cell(p.pid_ns, p.same_namespace).c_str());
+                  static_cast<unsigned long long>(p.aborted));
+      if (quotas)
+        std::printf(" %8llu %13llu", static_cast<unsigned long long>(p.waiting), static_cast<unsigned long long>(p.quota_refused));
+      std::printf("  %s\n", ns_cell(p.pid_ns, p.same_namespace).c_str());
+    }
   }
   std::fflush(stdout);
   return kExitOk;

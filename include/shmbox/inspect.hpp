@@ -50,6 +50,10 @@ struct producer_info {
   std::uint64_t stored = 0;   // slots this entry claimed, all lanes: its messages, and its loans (also aborted ones)
   std::uint64_t refused = 0;  // rejected + dropped_newest + timeouts + too_large of this entry
   std::uint64_t aborted = 0;  // loans it gave back
+  // Its messages waiting in the box now (posted, not yet taken by the
+  // owner; FIFO lanes), and its posts refused at its quota (options::quota).
+  std::uint64_t waiting = 0;
+  std::uint64_t quota_refused = 0;
 };
 
 // A message seen by peek(), in delivery order, without taking it.
@@ -74,6 +78,7 @@ struct lane_info {
   policy overflow = policy::reject;
   std::uint64_t depth = 0;
   std::uint64_t parked = 0;        // its messages in the owner's stash (they count against `capacity`)
+  std::uint32_t quota = 0;         // per-producer quota (options::quota); 0: none
   counters count;
 };
 

@@ -198,6 +198,7 @@ typedef struct shmbox_options {
   int64_t spin_ns;            /* adaptive wait before sleeping; negative: the default (50 us) */
   uint32_t stash;             /* stash entries (shmbox_owner_stash); 0: none */
   int32_t priority;           /* nonzero: a priority box */
+  uint32_t quota;             /* messages each producer may have waiting in a lane (shmbox::options::quota); 0: none */
 } shmbox_options;
 
 /* Fills `o` with the defaults above (and its struct_size). */
@@ -246,6 +247,8 @@ typedef struct shmbox_counters {
   uint64_t dropped_newest, dropped_oldest, shrunk, filtered, buffer_dropped;
   uint64_t abandoned, aborted, redelivered, dead_lettered, dead_letter_failed;
   uint64_t stashed, unstashed;
+  uint64_t quota_refused;  /* posts refused at their producer's quota (of rejected, dropped_newest, timeouts) */
+  uint64_t reserved2_;
 } shmbox_counters;
 
 /* Sums the box's counters into *out (set out->struct_size first). */
@@ -279,7 +282,8 @@ typedef struct shmbox_lane_info {
   int32_t overflow;       /* enum shmbox_policy */
   uint64_t depth;
   uint64_t parked;        /* its messages in the owner's stash */
-  shmbox_counters count;
+  shmbox_counters count;  /* (an array of these is walked by its elements' struct_size) */
+  uint32_t quota;         /* per-producer quota; 0: none */
 } shmbox_lane_info;
 
 /* One entry of the heir table, in registration order (shmbox::heir_info). */
@@ -380,11 +384,13 @@ enum shmbox_post_status {
   SHMBOX_FULL = 3,            /* reject: nothing stored, counted */
   SHMBOX_TIMEOUT = 4,         /* block: no room before the timeout, counted */
   SHMBOX_POST_TOO_LARGE = 5,  /* larger than the slot size, counted */
-  SHMBOX_POST_ERROR = 6       /* see shmbox_producer_last_error */
+  SHMBOX_POST_ERROR = 6,      /* see shmbox_producer_last_error */
+  SHMBOX_OVER_QUOTA = 7       /* the producer has its lane's quota waiting: nothing stored, counted */
 };
 
 /* The status's name, as the C++ API's to_string says it: "stored",
- * "stored-evicted", "dropped", "full", "timeout", "too-large", "error";
+ * "stored-evicted", "dropped", "full", "timeout", "too-large", "error",
+ * "over-quota";
  * "unknown" for a value that is none of them. Static, never NULL.
  * (SHMBOX_0.2) */
 SHMBOX_C_API const char* shmbox_post_status_string(int status);

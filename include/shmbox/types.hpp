@@ -70,6 +70,10 @@ struct counters {
   std::uint64_t stashed = 0;    // messages the owner parked in the stash (Owner::stash; not part of
                                 // `stored`: a stashed message was received first)
   std::uint64_t unstashed = 0;  // parked messages received back (stashed - unstashed are in the stash)
+  // A lane with a quota (options::quota): posts refused because their producer had its quota
+  // of messages waiting. Each is also in the counter its policy names (like `shrunk`): of
+  // rejected (reject), dropped_newest (drop_newest), timeouts (block).
+  std::uint64_t quota_refused = 0;
 };
 
 // Why a box changed owner.
@@ -105,9 +109,12 @@ enum class post_status : std::uint8_t {
                    // a stalled process for the whole timeout
   too_large,       // larger than the box's slot size; nothing stored (counted)
   error,           // the box cannot be used (corrupt segment); see Producer::last_error()
+  over_quota,      // the lane has a quota (options::quota) and this producer already has that many
+                   // messages waiting in it: nothing stored (reject and drop_newest lanes; counted
+                   // quota_refused, of rejected / dropped_newest)
 };
 
-// "stored", "stored-evicted", "dropped", "full", "timeout", "too-large", "error".
+// "stored", "stored-evicted", "dropped", "full", "timeout", "too-large", "error", "over-quota".
 SHMBOX_API std::string_view to_string(post_status s) noexcept;
 
 // True for stored and stored_evicted.

@@ -41,6 +41,7 @@ void fill_counters(shmbox_counters& c, const sb::counters& k) noexcept {
   c.dead_letter_failed = k.dead_letter_failed;
   c.stashed = k.stashed;
   c.unstashed = k.unstashed;
+  c.quota_refused = k.quota_refused;
 }
 
 // A string into a fixed char array, cut to fit, always terminated.
@@ -124,6 +125,7 @@ int shmbox_box_create(const char* name, const shmbox_options* o, shmbox_box** ou
     if (c.spin_ns >= 0) opts.spin = std::chrono::nanoseconds(c.spin_ns);
     opts.stash = c.stash;
     opts.priority = c.priority != 0;
+    opts.quota = c.quota;
     auto b = sb::Box::create(name, opts);
     if (!b) return record(b.error());
     *out = new shmbox_box{std::move(*b)};
@@ -285,8 +287,14 @@ int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lan
       li.overflow = static_cast<int32_t>(l.overflow);
       li.depth = l.depth;
       li.parked = l.parked;
+      li.quota = l.quota;
       fill_counters(li.count, l.count);
-      if (!copy_out(&lanes[k], li)) return bad("shmbox_box_info", "lanes[i].struct_size is not set");
+      // The caller's elements may be of an older, shorter layout: walk by its struct_size.
+      const std::uint32_t stride = lanes[0].struct_size;
+      if (stride < sizeof(std::uint32_t) || stride % alignof(shmbox_lane_info) != 0)
+        return bad("shmbox_box_info", "lanes[i].struct_size is not set (sizeof(shmbox_lane_info) in every element)");
+      auto* dst = reinterpret_cast<shmbox_lane_info*>(reinterpret_cast<char*>(lanes) + k * stride);
+      if (dst->struct_size != stride || !copy_out(dst, li)) return bad("shmbox_box_info", "lanes[i].struct_size is not set");
     }
     for (std::size_t k = 0; k < std::min(heirs_cap, i.heirs.size()); ++k) {
       const auto& h = i.heirs[k];

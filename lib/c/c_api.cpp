@@ -39,6 +39,7 @@ static_assert(SHMBOX_E_POOL_CLIENTS_FULL == static_cast<int>(sb::errc::pool_clie
 static_assert(SHMBOX_BLOCK == static_cast<int>(sb::policy::block));
 static_assert(SHMBOX_POST_ERROR == static_cast<int>(sb::post_status::error));
 static_assert(SHMBOX_POST_TOO_LARGE == static_cast<int>(sb::post_status::too_large));
+static_assert(SHMBOX_OVER_QUOTA == static_cast<int>(sb::post_status::over_quota));
 static_assert(SHMBOX_RECV_ERROR == static_cast<int>(sb::recv_status::error));
 static_assert(SHMBOX_EVENT_ERROR == static_cast<int>(sb::owner_event::error));
 static_assert(SHMBOX_ACTIVE == static_cast<int>(sb::owner_mode::active));
@@ -47,7 +48,7 @@ static_assert(SHMBOX_TRANSFER_LEASE_EXPIRED == static_cast<int>(sb::transfer_rea
 static_assert(SHMBOX_RETURN_ERROR == static_cast<int>(sb::return_status::error));
 static_assert(SHMBOX_MAX_LANES == sb::kMaxLanes);
 static_assert(SHMBOX_MAX_NAME == sb::kMaxNameLength);
-static_assert(sizeof(shmbox_counters) == 8 + 18 * 8, "shmbox_counters mirrors shmbox::counters");
+static_assert(sizeof(shmbox_counters) == 8 + 20 * 8, "shmbox_counters mirrors shmbox::counters");
 
 namespace {
 
@@ -129,7 +130,7 @@ int shmbox_last_error(void) { return t_code; }
 // ---- Status names, message ids (SHMBOX_0.2) ----------------------------------
 
 const char* shmbox_post_status_string(int status) {
-  if (status < SHMBOX_STORED || status > SHMBOX_POST_ERROR) return "unknown";
+  if (status < SHMBOX_STORED || status > SHMBOX_OVER_QUOTA) return "unknown";
   return sb::to_string(static_cast<sb::post_status>(status)).data();  // static, NUL-terminated literals
 }
 

@@ -102,7 +102,7 @@ int shmbox_post(shmbox_producer* p, const void* data, size_t size) {
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size);
-  if (s >= sb::post_status::too_large) post_failed(p, s, size);
+  if (s == sb::post_status::too_large || s == sb::post_status::error) post_failed(p, s, size);
   return static_cast<int>(s);
 }
 
@@ -113,7 +113,7 @@ int shmbox_post_ex(shmbox_producer* p, const void* data, size_t size, const shmb
     return SHMBOX_POST_ERROR;
   }
   const sb::post_status s = p->p->post(data, size, po);
-  if (s >= sb::post_status::too_large) post_failed(p, s, size);
+  if (s == sb::post_status::too_large || s == sb::post_status::error) post_failed(p, s, size);
   return static_cast<int>(s);
 }
 

@@ -133,8 +133,11 @@ struct Producer::state {
     if (!ctx.capture) return st;
     const std::string_view bytes(static_cast<const char*>(data), size);
     if (st == post_status::dropped) forward(lane, "dropped-newest", bytes);
+    // THE QUOTA: a drop_newest lane's message discarded, as a drop; a reject lane's refused, as a refusal
+    if (st == post_status::over_quota && m->lanes[lane].pol == policy::drop_newest) forward(lane, "over-quota", bytes);
     if (m->dead_letter_refused) {  // options::dead_letter_refused: the refusals too
       if (st == post_status::full) forward(lane, "rejected", bytes);
+      else if (st == post_status::over_quota && m->lanes[lane].pol != policy::drop_newest) forward(lane, "over-quota", bytes);
       else if (st == post_status::timeout && !o.quiet_timeout) forward(lane, "timed-out", bytes);
       else if (st == post_status::too_large) forward(lane, "too-large", bytes);
     }
@@ -164,6 +167,7 @@ std::string_view to_string(post_status s) noexcept {
     case post_status::timeout: return "timeout";
     case post_status::too_large: return "too-large";
     case post_status::error: return "error";
+    case post_status::over_quota: return "over-quota";
   }
   return "unknown";
 }

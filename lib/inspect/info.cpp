@@ -45,6 +45,14 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
     timeouts += pc->timeouts.load(std::memory_order_relaxed);
     too_large += pc->too_large.load(std::memory_order_relaxed);
     abandoned += pc->abandoned.load(std::memory_order_relaxed);
+    // THE QUOTA: each also counts in the counter its policy names (as `shrunk` does)
+    const std::uint64_t qr = pc->quota_rejected.load(std::memory_order_relaxed),
+                        qd = pc->quota_dropped.load(std::memory_order_relaxed),
+                        qt = pc->quota_timeouts.load(std::memory_order_relaxed);
+    rejected += qr;
+    dropped_new += qd;
+    timeouts += qt;
+    c.quota_refused += qr + qd + qt;
   }
   for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {
     const detail::owner_lane_counters* oc = m.actor_counters(a, l);
@@ -101,6 +109,7 @@ void add(counters& sum, const counters& c) {
   sum.dead_letter_failed += c.dead_letter_failed;
   sum.stashed += c.stashed;
   sum.unstashed += c.unstashed;
+  sum.quota_refused += c.quota_refused;
 }
 }  // namespace
 
@@ -290,6 +299,9 @@ box_info info(const Box& box) {
       pi.refused += pc->rejected.load(std::memory_order_relaxed) + pc->dropped_new.load(std::memory_order_relaxed) +
                     pc->timeouts.load(std::memory_order_relaxed) + pc->too_large.load(std::memory_order_relaxed);
       pi.aborted += pc->aborted.load(std::memory_order_relaxed);
+      pi.quota_refused += pc->quota_rejected.load(std::memory_order_relaxed) + pc->quota_dropped.load(std::memory_order_relaxed) +
+                          pc->quota_timeouts.load(std::memory_order_relaxed);
+      if (!m.lanes[l].is_lifo()) pi.waiting += detail::waiting_of(m.lanes[l], p + 1);
     }
     if (pi.alive) ++i.producers_attached;
     i.producers.push_back(pi);
@@ -299,6 +311,7 @@ box_info info(const Box& box) {
     li.capacity = m.lanes[l].limit();
     li.max_capacity = m.lanes[l].resizable ? m.lanes[l].capacity : 0;
     li.overflow = m.lanes[l].pol;
+    li.quota = m.lanes[l].quota;
     li.depth = detail::lane_depth_scan(m, l);
     li.count = lane_counters(m, l);
     li.parked = detail::stash_count(m, l);

@@ -248,6 +248,44 @@
 // per producer in flight).
 //
 // ===========================================================================
+// THE QUOTA (options::quota, lane_options::quota): per-producer fairness
+// ===========================================================================
+// A lane with a quota Q lets each producer entry have at most Q messages
+// WAITING in it: published and not yet taken, i.e. slots FULL(q, P) with
+// q in [head, tail). Nothing new is stored for it: the count is the slots
+// themselves, read at the claim (count_own, ring_post.cpp), so it is as
+// exact after any crash as the slots are; no counter can drift, and the
+// fault matrix's producer points cover it as they cover any post.
+//  Q1 P1 finds slot(t) free for t. Scan [max(head, t - cap), t) for
+//     FULL(q, P), stopping at Q (none when fewer than Q positions: a lane
+//     whose depth is under Q costs one load of the head). Only P adds such
+//     slots (a handle is used by one thread at a time; a loan blocks other
+//     claims) and everyone else only takes them away, so the count is never
+//     low when P claims: at most Q of P's messages wait, at every instant.
+//  Q2 count >= Q: the policy, for P alone. reject / drop_newest: nothing
+//     claimed, P's quota_rejected / quota_dropped counted (they sum into
+//     rejected / dropped_newest: the identity of counters is unchanged),
+//     status over_quota. block: wait (SYNC POINT A) on P's oldest waiting
+//     slot until it moves (the owner took it) or the tail moves, then back
+//     to P1; at the deadline quota_timeouts (into timeouts), status timeout.
+//  Not drop_oldest: evicting P's own oldest (which may sit anywhere in the
+//  ring) would free a slot only for the lap after it, so the ring, which
+//  claims positions in order, would stay full for every producer until the
+//  owner passed it: create refuses the combination (and lifo, resizable,
+//  stash, priority and custom-buffer boxes: the gates of THE LIMIT and THE
+//  STASH count differently). Q lanes take the general path (lane_view::fast
+//  false: no inline fast path, no RUN). With Q x producers <= cap, a
+//  producer within its quota always finds slot(t) free once the owner has
+//  committed what it read (tests/ring/quota.cpp).
+//  The quota is per producer ENTRY: a process that attaches several handles
+//  has several quotas, and a new holder of a dead producer's entry starts
+//  with that producer's waiting messages counted against it.
+//  Hostile writers: Q is read once at open (lane_header::quota, validated,
+//  announced by box_config's kConfigQuota so that no older library posts
+//  past it); a forged slot can only make P count more of its own, which
+//  refuses P's posts and nothing else.
+//
+// ===========================================================================
 // THE STASH (options::stash; stash.cpp): actor-ts's stash / unstashAll
 // ===========================================================================
 // A box created with a stash has `stash` entries after its rings (segment
@@ -817,5 +855,8 @@ bool buf_waiting(const owner_ctx& o) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;
+// A FIFO lane's messages published by `actor` (a producer entry + 1) and
+// not yet taken: what THE QUOTA counts (exact when idle; inspectors).
+std::uint64_t waiting_of(const lane_view& L, std::uint32_t actor) noexcept;
 
 }  // namespace shmbox::detail

@@ -133,6 +133,26 @@ int adopt_gone_owner_slot(owner_ctx& o, const lane_view& L, slot_header* s, std:
 bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen,
                 op_kind kind = op_kind::evict, bool by_resize = false) noexcept;
 
+// The counter of a producer entry that op `kind` (evict, shrink_drop,
+// abort, repair) finishes: E3, ABORT, R1, R2.
+inline a64& removal_counter(producer_lane_counters* c, op_kind kind) noexcept {
+  switch (kind) {
+    case op_kind::evict: return c->evicted;
+    case op_kind::shrink_drop: return c->shrunk;
+    case op_kind::abort: return c->aborted;
+    default: return c->abandoned;
+  }
+}
+
+// THE QUOTA (ring.hpp): this handle's messages waiting in lane L below
+// position t, counted up to `stop_at`, and the oldest of them (what a
+// block lane's post over its quota waits on).
+struct own_messages {
+  std::uint32_t n = 0;
+  std::uint64_t oldest = 0, oldest_seen = 0;
+};
+own_messages count_own(const producer_ctx& p, const lane_view& L, std::uint64_t t, std::uint32_t stop_at) noexcept;
+
 // THE LIMIT of a resizable lane (ring.hpp): 1 when position t may not be
 // claimed yet because position t - limit is not finished (the lane holds
 // `limit` messages); *gate and *gate_seen then name that position's slot

@@ -21,8 +21,7 @@ namespace shmbox::detail {
 // E1-E4. Returns true when the slot of q is now free for q + cap.
 bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint64_t seen, op_kind kind,
                 [[maybe_unused]] bool by_resize) noexcept {
-  producer_lane_counters* c = p.m->producer_counters(p.entry, L.index);
-  a64& counter = kind == op_kind::shrink_drop ? c->shrunk : c->evicted;
+  a64& counter = removal_counter(p.m->producer_counters(p.entry, L.index), kind);
   const std::uint64_t before = counter.load(std::memory_order_relaxed);
   p.pe->op_before_a.store(before, std::memory_order_relaxed);
   // relaxed: published by the seq_cst CAS below to whoever sees the slot taken by us
@@ -45,6 +44,30 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
   // release: pairs with the acquire of the producer claiming q + cap
   s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
   return true;
+}
+
+// THE QUOTA. Positions below the owner's published head are finished, and
+// those below t - cap are in no slot any more; every other position of
+// ours still waiting shows FULL(q, us). Only this handle adds such slots
+// (one thread at a time), and others only take them away, so the count
+// can only be high, never low, by the time the caller claims.
+own_messages count_own(const producer_ctx& p, const lane_view& L, std::uint64_t t, std::uint32_t stop_at) noexcept {
+  own_messages r;
+  const std::uint64_t cap = L.capacity;
+  // acquire: pairs with T7's release of the head (every position before it is finished)
+  std::uint64_t q = std::max(L.hdr->head.load(std::memory_order_acquire), t > cap ? t - cap : 0);
+  if (q >= t || t - q < stop_at) return r;  // fewer positions than the quota: cannot hold it
+  for (; q < t && r.n < stop_at; ++q) {
+    // acquire: pairs with our own P5 (nothing to read) and with whoever moved the slot on
+    // (so that an eviction of q that follows sees the payload it may capture)
+    const std::uint64_t seen = L.slot_for(q)->seq.load(std::memory_order_acquire);
+    if (seen != make_seq(q, slot_state::full, p.rep.actor)) continue;
+    if (r.n++ == 0) {
+      r.oldest = q;
+      r.oldest_seen = seen;
+    }
+  }
+  return r;
 }
 
 bool limit_reached(const lane_view& L, std::uint64_t t, std::uint64_t& gate, std::uint64_t& gate_seen,
@@ -203,6 +226,27 @@ post_status fifo_claim(producer_ctx& p, const lane_view& L, producer_lane_counte
       }
       if (!wait_for_space(L, t, wait_pos, wait_seen, deadline, waiting)) return give_up(c->timeouts, post_status::timeout);
       continue;
+    }
+
+    // THE QUOTA: this handle has `quota` messages waiting: the lane's
+    // policy, applied to this producer alone. (A handle with an open loan
+    // claims nothing else: Producer refuses it.)
+    if (L.quota != 0 && d == 0 && st == slot_state::empty) {
+      const own_messages mine = count_own(p, L, t, L.quota);
+      if (mine.n >= L.quota) {
+        p.pe->op.store(0, std::memory_order_relaxed);  // we hold no claim
+        switch (L.pol) {
+          case policy::reject: return give_up(c->quota_rejected, post_status::over_quota);
+          case policy::drop_newest: return give_up(c->quota_dropped, post_status::over_quota);
+          case policy::block:
+            // Wait for the owner to take our oldest (SYNC POINT A with that slot).
+            if (!wait_for_space(L, t, mine.oldest, mine.oldest_seen, deadline, waiting))
+              return give_up(c->quota_timeouts, post_status::timeout);
+            continue;
+          case policy::drop_oldest:  // (no quota on drop_oldest or lifo lanes: create and open refuse it)
+          case policy::lifo: return give_up(c->quota_rejected, post_status::over_quota);
+        }
+      }
     }
 
     if (d == 0 && st == slot_state::empty) {  // P2

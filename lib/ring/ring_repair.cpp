@@ -134,11 +134,7 @@ bool complete_dead_producer(mapped_box& m, const lane_view& L, std::uint64_t pos
   const op_kind kind = op_kind_of(op);
   if (st == slot_state::taken && mine &&
       (kind == op_kind::evict || kind == op_kind::repair || kind == op_kind::abort || kind == op_kind::shrink_drop)) {
-    finish_count(kind == op_kind::evict         ? pc->evicted
-                 : kind == op_kind::abort       ? pc->aborted
-                 : kind == op_kind::shrink_drop ? pc->shrunk
-                                                : pc->abandoned,
-                 before_a);
+    finish_count(removal_counter(pc, kind), before_a);
     std::uint64_t expected = seen;
     // R2's free. release: pairs with the acquire of the next claimant (P1, L1).
     return s->seq.compare_exchange_strong(expected, finished_seq(L, seen), std::memory_order_release,

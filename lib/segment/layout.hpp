@@ -237,7 +237,10 @@ constexpr std::uint32_t kMaxBufferName = 48;  // options::buffer
 // box_config::flags (bits a library does not know make the box refused: a
 // newer shmbox wrote them, or the segment is corrupt).
 constexpr std::uint32_t kConfigDeadLetterRefused = 1;  // refused posts go to the dead-letter box too
-constexpr std::uint32_t kConfigKnownFlags = kConfigDeadLetterRefused;
+// Some lane has a quota (lane_header::quota): set so that a library that does
+// not enforce quotas refuses the box instead of posting past them.
+constexpr std::uint32_t kConfigQuota = 2;
+constexpr std::uint32_t kConfigKnownFlags = kConfigDeadLetterRefused | kConfigQuota;
 
 struct box_config {
   std::uint32_t dead_letters_len;  // 0: no dead-letter box
@@ -484,7 +487,8 @@ struct alignas(kCacheLine) lane_header {
   std::uint32_t policy;                         // shmbox::policy of this lane
   std::uint64_t slots_offset;                   // offset of slot 0 from the segment start
   a32 limit;                                    // resizable: messages it holds (1..capacity); 0: not resizable
-  std::uint32_t reserved3a;
+  std::uint32_t quota;  // messages one producer entry may have waiting here (ring.hpp THE QUOTA); 0: none.
+                        // Immutable; read once at open (reserved, 0, in boxes of earlier libraries)
   a64 shrink_mark;  // keep-old resizable lane: the tail when a shrink last dropped the newest (ring.hpp THE LIMIT)
   std::uint64_t reserved3[4];
 };
@@ -501,6 +505,7 @@ static_assert(offsetof(lane_header, capacity) == 192);
 static_assert(offsetof(lane_header, policy) == 196);
 static_assert(offsetof(lane_header, slots_offset) == 200);
 static_assert(offsetof(lane_header, limit) == 208);
+static_assert(offsetof(lane_header, quota) == 212);
 static_assert(offsetof(lane_header, shrink_mark) == 216);
 
 // ---------------------------------------------------------------------------
@@ -544,7 +549,12 @@ struct alignas(kCacheLine) producer_lane_counters {
   a64 aborted;            // loans this entry gave back without a message (slot_loan::abort)
   a64 shrunk;             // newest messages this entry dropped shrinking a keep-old lane (Box::resize);
                           // a shrink of a drop_oldest lane counts `evicted`
-  a64 reserved[4];
+  // THE QUOTA (ring.hpp): posts of this entry made while it had its lane's
+  // quota of messages waiting (0 in boxes of earlier libraries: reserved).
+  a64 quota_rejected;     // reject: refused (status over_quota)
+  a64 quota_dropped;      // drop_newest: the incoming message discarded (status over_quota)
+  a64 quota_timeouts;     // block: none of its messages left before the timeout (status timeout)
+  a64 reserved;
 };
 static_assert(sizeof(producer_lane_counters) == 2 * kCacheLine);
 static_assert(offsetof(producer_lane_counters, stored) == 0);
@@ -559,6 +569,10 @@ static_assert(offsetof(producer_lane_counters, dead_lettered) == 64);
 static_assert(offsetof(producer_lane_counters, dead_letter_failed) == 72);
 static_assert(offsetof(producer_lane_counters, aborted) == 80);
 static_assert(offsetof(producer_lane_counters, shrunk) == 88);
+static_assert(offsetof(producer_lane_counters, quota_rejected) == 96);
+static_assert(offsetof(producer_lane_counters, quota_dropped) == 104);
+static_assert(offsetof(producer_lane_counters, quota_timeouts) == 112);
+
 
 // ---------------------------------------------------------------------------
 // A slot: sequence word, length, writer, then the payload.

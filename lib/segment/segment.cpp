@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -112,7 +113,8 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.gated = v.resizable || m.geo.params.stash_entries != 0;
     v.priority_offset = m.geo.priority_offset;
     v.buffered = !m.buffer_name.empty();
-    v.fast = !v.is_lifo() && !v.gated;
+    v.quota = v.hdr->quota;  // validated by create / open before this
+    v.fast = !v.is_lifo() && !v.gated && v.quota == 0;
   }
 }
 
@@ -204,6 +206,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   geometry_params p;
   std::uint32_t policies[kMaxLanes] = {};
   std::uint32_t limits[kMaxLanes] = {};  // resizable lanes: the limit (lane_header::limit); 0: not resizable
+  std::uint32_t quotas[kMaxLanes] = {};  // lane_header::quota (ring.hpp THE QUOTA); 0: none
   if (o.lanes.size() > kMaxLanes)
     return fail(errc::invalid_argument, who + ": " + std::to_string(o.lanes.size()) + " lanes; a box has 1 to " +
                                             std::to_string(kMaxLanes));
@@ -230,6 +233,23 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
                                                 std::to_string(p.lane_capacity[l]) + " (its capacity) to " + std::to_string(kMaxCapacity));
       limits[l] = p.lane_capacity[l];
       p.lane_capacity[l] = reserve;  // the slots; the lane holds `limit` of them
+    }
+    if (const std::uint32_t quota = lo.quota != 0 ? lo.quota : o.quota; quota != 0) {  // ring.hpp THE QUOTA
+      const std::string lane_name = p.lane_count > 1 ? "lane " + std::to_string(l) : "the box";
+      const char* why = pol == policy::lifo ? " is lifo; a quota needs a reject, drop_newest or block lane"
+                        : pol == policy::drop_oldest
+                            ? " is drop_oldest; a quota needs a reject, drop_newest or block lane (evicting a producer's own "
+                              "oldest would leave a hole in the ring that costs every producer room until the owner passes it)"
+                        : limits[l] != 0    ? " is resizable; a lane cannot have both a quota and a max capacity yet"
+                        : o.stash != 0      ? " has a stash; a box with a stash cannot have quotas yet"
+                        : o.priority || !o.buffer.empty() ? " orders its messages in the owner's store; a quota needs a plain FIFO box (no --priority, --buffer)"
+                                                          : nullptr;
+      if (why != nullptr) return fail(errc::invalid_argument, who + ": " + lane_name + why);
+      if (quota > p.lane_capacity[l])
+        return fail(errc::invalid_argument, who + ": " + lane_name + " quota " + std::to_string(quota) +
+                                                " is over its capacity " + std::to_string(p.lane_capacity[l]) +
+                                                " (a quota is messages per producer: 1 to the capacity)");
+      quotas[l] = quota;
     }
   }
   // A plain post goes to the default lane: lane 1 when there are several
@@ -382,7 +402,8 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   cfg->dead_letters_len = static_cast<std::uint32_t>(o.dead_letters.size());
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
   m->dead_letters = o.dead_letters;
-  cfg->flags = o.dead_letter_refused ? kConfigDeadLetterRefused : 0;
+  cfg->flags = (o.dead_letter_refused ? kConfigDeadLetterRefused : 0) |
+               (std::any_of(quotas, quotas + p.lane_count, [](std::uint32_t q) { return q != 0; }) ? kConfigQuota : 0);
   m->dead_letter_refused = o.dead_letter_refused;
   m->owner()->lease_ms = m->lease_ms_;
   for (std::uint32_t i = 0; i < kHeirSlots; ++i) m->heir(i)->wake_fd.store(-1, std::memory_order_relaxed);
@@ -393,6 +414,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     lh->policy = policies[l];
     lh->slots_offset = g.slots_offset[l];
     lh->limit.store(limits[l], std::memory_order_relaxed);  // relaxed: published by the release on `ready`
+    lh->quota = quotas[l];
   }
   fill_lanes(*m, policies);
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
@@ -574,6 +596,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     return fail(errc::corrupt, who + ": default lane " + std::to_string(h.default_lane) + " in header, but it has " +
                                    std::to_string(h.lane_count) + " lanes (corrupt header)");
   m->default_lane = h.default_lane;
+  bool quota_flag = false;  // kConfigQuota: some lane has a quota
   {
     box_config cfg;
     std::memcpy(static_cast<void*>(&cfg), m->base + g.config_offset, sizeof cfg);
@@ -588,6 +611,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     if ((cfg.flags & kConfigDeadLetterRefused) != 0 && m->dead_letters.empty())
       return fail(errc::corrupt, who + ": refused posts go to dead letters, but no dead-letter box is named (corrupt)");
     m->dead_letter_refused = (cfg.flags & kConfigDeadLetterRefused) != 0;
+    quota_flag = (cfg.flags & kConfigQuota) != 0;
     if (cfg.buffer_len > kMaxBufferName || (cfg.buffer_len != 0) != (h.ordering == kOrderingBuffer))
       return fail(errc::corrupt, who + ": buffer type name of " + std::to_string(cfg.buffer_len) + " bytes for ordering " +
                                      std::to_string(h.ordering) + " (corrupt)");
@@ -609,6 +633,14 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
         (p.priority && pol == static_cast<std::uint32_t>(policy::drop_oldest)))
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " limit " + std::to_string(lim) + " with " +
                                      std::to_string(cap) + " slots (corrupt)");
+    // A quota (ring.hpp THE QUOTA): as create allows it, and announced by the config flag, so that
+    // no library that would post past it opens the box.
+    if (const std::uint32_t quota = lh->quota;
+        quota != 0 && (quota > cap || pol == static_cast<std::uint32_t>(policy::lifo) ||
+                       pol == static_cast<std::uint32_t>(policy::drop_oldest) || lh->limit.load(std::memory_order_relaxed) != 0 ||
+                       p.stash_entries != 0 || !quota_flag))
+      return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " quota " + std::to_string(quota) + " with " +
+                                     std::to_string(cap) + " slots, policy " + std::to_string(pol) + " (corrupt)");
     policies[l] = pol;
   }
   fill_lanes(*m, policies);

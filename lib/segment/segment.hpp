@@ -33,6 +33,8 @@ struct lane_view {
   bool fast = false;       // FIFO and not gated: the inline fast path may post here
   std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
   bool buffered = false;  // a custom-buffer box's lane: its store is not part of the gate (CUSTOM BUFFERS)
+  std::uint32_t quota = 0;  // messages one producer entry may have waiting (ring.hpp THE QUOTA); 0: none.
+                            // Read once at open (validated): not re-read from shared memory
 
   // The lane's limit now: its capacity unless resizable (bounded: a scribbled word reads as the capacity).
   std::uint32_t limit() const noexcept {

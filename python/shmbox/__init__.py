@@ -106,6 +106,7 @@ class PostStatus(_StrEnum):
     TIMEOUT = "timeout"
     TOO_LARGE = "too-large"
     ERROR = "error"
+    OVER_QUOTA = "over-quota"  # the producer has its lane's quota of messages waiting (Box.create(quota=))
 
     @property
     def stored(self):
@@ -451,7 +452,7 @@ class Box(_Handle):
     @classmethod
     def create(cls, name, capacity=None, slot_size=None, overflow=None, *, lanes=None, max_capacity=None,
                mode=None, max_producers=None, block_timeout=None, lease=None, default_lane=None,
-               dead_letters=None, dead_letter_refused=False, spin=None, stash=None, priority=False):
+               dead_letters=None, dead_letter_refused=False, spin=None, stash=None, priority=False, quota=None):
         """Creates box `name`; raises :class:`Exists` if it is there already.
 
         Arguments left as None take the library's defaults.
@@ -479,6 +480,12 @@ class Box(_Handle):
             spin: seconds a blocking call polls before it sleeps (default 50 us).
             stash: entries of the owner's stash (default 0: none).
             priority: a priority box (lowest priority value delivered first).
+            quota: per-producer fairness: each producer may have at most this
+                many messages waiting in each lane; a post beyond it gets the
+                lane's policy for that producer alone ('reject', 'drop-newest':
+                PostStatus.OVER_QUOTA; 'block': waits for one of its own to be
+                taken). Not with 'drop-oldest' or 'lifo' lanes, max_capacity,
+                stash or priority. Default: none.
 
         Returns:
             a :class:`Box` handle (use it in a ``with`` block, or close it).
@@ -512,6 +519,8 @@ class Box(_Handle):
         if stash is not None:
             o.stash = stash
         o.priority = 1 if priority else 0
+        if quota is not None:
+            o.quota = quota
         lane_array = None
         if lanes is not None:
             specs = [None] * lanes if isinstance(lanes, int) else list(lanes)
@@ -653,7 +662,7 @@ class Box(_Handle):
         dead_letters, orphaned, accepts_requests, epoch, owner (a dict: pid,
         alive, expired, same_namespace, pid_ns, epoch, mode; None when the box
         has no owner), lanes (a list of dicts: lane, capacity, max_capacity,
-        overflow, depth, parked, counters), heirs (a list of dicts in
+        overflow, depth, parked, quota, counters), heirs (a list of dicts in
         registration order: entry, pid, alive, listener, same_namespace,
         pid_ns, data), last_transfer (a dict as :meth:`Transfer.as_dict`, or
         None when the box never changed owner) and counters (all lanes).
@@ -716,6 +725,7 @@ class Box(_Handle):
                 "overflow": _enum_name(_POLICIES, li.overflow),
                 "depth": li.depth,
                 "parked": li.parked,
+                "quota": li.quota,
                 "counters": _counters_dict(li.count),
             } for n, li in enumerate(lanes[:min(i.lane_count, len(lanes))])],
             "heirs": [{

@@ -27,7 +27,7 @@ MAX_LANES = 8  # SHMBOX_MAX_LANES
 MAX_NAME = 128  # SHMBOX_MAX_NAME
 
 # enum shmbox_post_status
-STORED, STORED_EVICTED, DROPPED, FULL, TIMEOUT, POST_TOO_LARGE, POST_ERROR = range(7)
+STORED, STORED_EVICTED, DROPPED, FULL, TIMEOUT, POST_TOO_LARGE, POST_ERROR, OVER_QUOTA = range(8)
 # enum shmbox_recv_status
 RECV_OK, RECV_EMPTY, RECV_TIMEOUT, RECV_NOT_OWNER, RECV_ERROR = range(5)
 # enum shmbox_event
@@ -74,12 +74,13 @@ class Options(Structure):
         ("spin_ns", c_int64),
         ("stash", c_uint32),
         ("priority", c_int32),
+        ("quota", c_uint32),
     ]
 
 
 COUNTER_FIELDS = ("posted", "stored", "delivered", "rejected", "too_large", "timeouts", "dropped_newest",
                   "dropped_oldest", "shrunk", "filtered", "buffer_dropped", "abandoned", "aborted", "redelivered",
-                  "dead_lettered", "dead_letter_failed", "stashed", "unstashed")
+                  "dead_lettered", "dead_letter_failed", "stashed", "unstashed", "quota_refused")
 
 
 class PoolChanges(Structure):
@@ -101,7 +102,8 @@ NO_AUTO_GROW = 0xFFFFFFFF
 
 class Counters(Structure):
     """struct shmbox_counters"""
-    _fields_ = [("struct_size", c_uint32), ("reserved_", c_uint32)] + [(f, c_uint64) for f in COUNTER_FIELDS]
+    _fields_ = ([("struct_size", c_uint32), ("reserved_", c_uint32)] + [(f, c_uint64) for f in COUNTER_FIELDS] +
+                [("reserved2_", c_uint64)])
 
 
 class ResizeReport(Structure):
@@ -126,6 +128,7 @@ class LaneInfo(Structure):
         ("depth", c_uint64),
         ("parked", c_uint64),
         ("count", Counters),
+        ("quota", c_uint32),
     ]
 
 

@@ -1423,8 +1423,8 @@ PyObject* setup(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "O!OOOO", &PyTuple_Type, &statuses, &box_default, &seconds, &batch_result, &error_of)) {
     return nullptr;
   }
-  if (PyTuple_GET_SIZE(statuses) != 7) {
-    PyErr_SetString(PyExc_ValueError, "_setup: seven post statuses");
+  if (PyTuple_GET_SIZE(statuses) != 8) {
+    PyErr_SetString(PyExc_ValueError, "_setup: eight post statuses");
     return nullptr;
   }
   Py_XSETREF(g.statuses, Py_NewRef(statuses));

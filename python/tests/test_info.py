@@ -105,3 +105,26 @@ def test_empty_and_binary_messages(box_name):
         assert [m.data for m in o.read(5, timeout=1)] == [b"text", b""]
         o.commit()
         assert o.receive(0) is None
+
+
+def test_quota_per_producer(box_name):
+    """Box.create(quota=): each producer's own share of a lane; over it, PostStatus.OVER_QUOTA (counted)."""
+    name = box_name()
+    with shmbox.Box.create(name, capacity=8, slot_size=16, quota=2) as box:
+        assert box.info()["lanes"][0]["quota"] == 2
+        with shmbox.Producer.attach(name) as a, shmbox.Producer.attach(name) as b:
+            assert [a.post(b"a%d" % i) for i in range(3)] == ["stored", "stored", "over-quota"]
+            assert a.post(b"a3") == shmbox.PostStatus.OVER_QUOTA
+            assert [b.post(b"b%d" % i) for i in range(3)] == ["stored", "stored", "over-quota"]
+            c = box.counters()
+            assert c["quota_refused"] == 3 and c["rejected"] == 3
+            assert c["posted"] == identity(c, box.depth)
+            with shmbox.Owner.acquire(name) as o:
+                assert o.receive(timeout=0).data == b"a0"
+                assert a.post(b"a4") == "stored"  # room again for a, one of its own was taken
+    for policy in ("drop-oldest", "lifo"):
+        try:
+            shmbox.Box.create(box_name(policy), capacity=8, overflow=policy, quota=2).close()
+            raise AssertionError("created a quota box with policy " + policy)
+        except shmbox.InvalidArgument as e:
+            assert policy.replace("-", "_") in str(e)

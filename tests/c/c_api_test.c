@@ -884,6 +884,75 @@ static void test_list_and_resize(void) {
   shmbox_box_close(b);
 }
 
+/* A quota (shmbox_options.quota): each producer's share of a lane;
+ * over it SHMBOX_OVER_QUOTA, counted in quota_refused (and rejected). The
+ * lane array of shmbox_box_info is walked by its elements' struct_size: an
+ * older caller's shorter elements get their fields, not a shifted copy. */
+static void test_quota(void) {
+  const char* name = new_name("quota");
+  shmbox_box* b = NULL;
+  shmbox_box* bad = NULL;
+  shmbox_producer* p1 = NULL;
+  shmbox_producer* p2 = NULL;
+  shmbox_options opts;
+  shmbox_lane_options lo[2];
+  shmbox_counters c;
+  shmbox_info info;
+  shmbox_lane_info lanes[2];
+  /* Two elements as a caller built before quotas lays them out: shorter
+   * (read and written through memcpy at the caller's stride). */
+  enum { kOld = offsetof(shmbox_lane_info, quota) };
+  shmbox_lane_info old_lanes[2];
+  unsigned char* old_bytes = (unsigned char*)old_lanes;
+  uint32_t u32;
+  uint64_t u64;
+  int k;
+
+  shmbox_options_init(&opts);
+  memset(lo, 0, sizeof lo);
+  lo[0].overflow = lo[1].overflow = SHMBOX_DEFAULT;
+  opts.capacity = 8;
+  opts.quota = 2;
+  opts.lane_count = 2;
+  opts.lanes = lo;
+  REQUIRE(shmbox_box_create(name, &opts, &b) == SHMBOX_OK);
+  REQUIRE(shmbox_producer_attach_box(b, &p1) == SHMBOX_OK);
+  REQUIRE(shmbox_producer_attach_box(b, &p2) == SHMBOX_OK);
+  CHECK(shmbox_post(p1, "a", 1) == SHMBOX_STORED);
+  CHECK(shmbox_post(p1, "b", 1) == SHMBOX_STORED);
+  CHECK(shmbox_post(p1, "c", 1) == SHMBOX_OVER_QUOTA);
+  CHECK(shmbox_post(p2, "d", 1) == SHMBOX_STORED);
+  CHECK(strcmp(shmbox_post_status_string(SHMBOX_OVER_QUOTA), "over-quota") == 0);
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  CHECK(shmbox_box_counters(b, &c) == SHMBOX_OK);
+  CHECK(c.quota_refused == 1 && c.rejected == 1 && c.stored == 3);
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  memset(lanes, 0, sizeof lanes);
+  lanes[0].struct_size = lanes[1].struct_size = sizeof lanes[0];
+  CHECK(shmbox_box_info(b, &info, lanes, 2, NULL, 0) == SHMBOX_OK);
+  CHECK(lanes[0].quota == 2 && lanes[1].quota == 2);
+  CHECK(lanes[1].count.quota_refused == 1 && lanes[1].depth == 3 && lanes[0].depth == 0);
+  memset(old_lanes, 0, sizeof old_lanes);
+  u32 = kOld;
+  for (k = 0; k < 2; ++k) memcpy(old_bytes + k * kOld + offsetof(shmbox_lane_info, struct_size), &u32, sizeof u32);
+  CHECK(shmbox_box_info(b, &info, old_lanes, 2, NULL, 0) == SHMBOX_OK);
+  memcpy(&u64, old_bytes + kOld + offsetof(shmbox_lane_info, depth), sizeof u64);
+  CHECK(u64 == 3);
+  memcpy(&u32, old_bytes + kOld + offsetof(shmbox_lane_info, capacity), sizeof u32);
+  CHECK(u32 == 8);
+  memcpy(&u32, old_bytes + kOld + offsetof(shmbox_lane_info, struct_size), sizeof u32);
+  CHECK(u32 == kOld);
+  for (k = 2 * kOld; k < (int)sizeof old_lanes; ++k) CHECK(old_bytes[k] == 0);  /* nothing past the caller's 2 elements */
+  opts.overflow = SHMBOX_DROP_OLDEST;
+  CHECK(shmbox_box_create(new_name("quota-bad"), &opts, &bad) == SHMBOX_E_INVALID_ARGUMENT);
+  CHECK(bad == NULL);
+  shmbox_producer_close(p1);
+  shmbox_producer_close(p2);
+  shmbox_box_close(b);
+}
+
 /* Runs the CLI ($SHMBOX_CLI) with up to 20 arguments; its exit status. */
 static int cli(const char* const* args) {
   const char* path = getenv("SHMBOX_CLI");
@@ -1149,7 +1218,7 @@ static void test_ids_peek_usage(void) {
   CHECK(strcmp(shmbox_post_status_string(SHMBOX_FULL), "full") == 0);
   CHECK(strcmp(shmbox_post_status_string(SHMBOX_POST_TOO_LARGE), "too-large") == 0);
   CHECK(strcmp(shmbox_post_status_string(SHMBOX_POST_ERROR), "error") == 0);
-  CHECK(strcmp(shmbox_post_status_string(7), "unknown") == 0 && strcmp(shmbox_post_status_string(-1), "unknown") == 0);
+  CHECK(strcmp(shmbox_post_status_string(8), "unknown") == 0 && strcmp(shmbox_post_status_string(-1), "unknown") == 0);
   CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_OK), "ok") == 0);
   CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_NOT_OWNER), "not-owner") == 0);
   CHECK(strcmp(shmbox_recv_status_string(SHMBOX_RECV_EMPTY), "empty") == 0);
@@ -1273,6 +1342,7 @@ int main(int argc, char** argv) {
   test_batch_stash_priority();
   test_stash();
   test_list_and_resize();
+  test_quota();
   test_pool();
   test_ids_peek_usage();
   if (failures > 0) {

@@ -185,6 +185,59 @@ TEST_CASE("fault matrix: a producer killed at every producer point, for every po
   CHECK(covered == 4 * 4 + 2 + 1);  // 4 FIFO points x 4 FIFO policies, 2 lifo points, 1 eviction point
 }
 
+TEST_CASE("fault matrix: a producer killed at every producer point in a lane with a quota: its accounting stays exact") {
+  // THE QUOTA counts a producer's waiting slots, so a post cut short anywhere
+  // leaves the count the slots say: the messages it published, nothing for a
+  // claim it never published (abandoned). A producer that then gets the dead
+  // one's entry inherits its waiting messages against its quota; one with
+  // another entry has its whole quota.
+  int covered = 0;
+  for (const producer_point& pp : kProducerPoints) {
+    for (const policy pol : {policy::reject, policy::drop_newest, policy::block}) {
+      if (!reaches(pp, pol)) continue;
+      const std::string point_name = pp.point;
+      CAPTURE(point_name);
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("fquota"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 64, .overflow = pol, .block_timeout = 50ms, .quota = 4});
+      REQUIRE(box);
+      child victim({shmtest::helper_path(), "produce", g.name, "1", "12", "--no-wait"},
+                   {shmtest::cat("SHMBOX_FAULT=", pp.point, ":3")});
+      const std::string vready = victim.read_line(30s).value_or("");
+      REQUIRE(vready.rfind("ready ", 0) == 0);
+      REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+      ++covered;
+      // The victim died in its 3rd post: 2 of its messages wait.
+      const std::uint64_t left = 2;
+      // A new producer while nobody receives: its quota, less what it inherited.
+      child next({shmtest::helper_path(), "produce", g.name, "2", "6", "--no-wait"});
+      const std::string nready = next.read_line(30s).value_or("");
+      REQUIRE(nready.rfind("ready ", 0) == 0);
+      const bool same_entry = shmtest::fields(nready).at(1) == shmtest::fields(vready).at(1);
+      CAPTURE(same_entry);
+      const std::string done = next.read_line(30s).value_or("");
+      CAPTURE(done);
+      REQUIRE(shmtest::exited_with(next.wait(30s), 0));
+      const std::uint64_t room = same_entry ? 4 - left : 4;
+      CHECK(field(done, "stored") == std::to_string(room));
+      const std::string refused_key = pol == policy::reject ? "over_quota" : pol == policy::drop_newest ? "over_quota" : "timeout";
+      CHECK(field(done, refused_key) == std::to_string(6 - room));
+      const shmbox::counters c = box->read_counters();
+      CHECK(c.quota_refused == 6 - room);
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      const auto got = drain(*owner);  // repairs the dead claim, if any (or the new producer's attach did)
+      CHECK(box->read_counters().abandoned == (pp.abandons ? 1u : 0u));
+      CHECK(seqs_of(got, 1) == range(0, 2));
+      CHECK(seqs_of(got, 2) == range(0, room));
+      shmtest::check_invariant(*box);
+      check_usable(*box, *owner);
+      shmtest::check_invariant(*box);
+    }
+  }
+  CHECK(covered == 4 * 3);  // 4 FIFO points x 3 policies a quota takes
+}
+
 TEST_CASE("fault matrix: a producer killed holding a loan, mid-abort and mid-run (post_batch)") {
   struct loan_point {
     const char* point;

@@ -276,10 +276,10 @@ int produce(int argc, char** argv) {
     if (pause_us != 0) ::usleep(pause_us);
   }
   std::printf("done stored=%" PRIu64 " evicted=%" PRIu64 " full=%" PRIu64 " dropped=%" PRIu64 " timeout=%" PRIu64
-              " too_large=%" PRIu64 " aborted=%" PRIu64 " evictions=%" PRIu64 "\n",
+              " too_large=%" PRIu64 " aborted=%" PRIu64 " evictions=%" PRIu64 " over_quota=%" PRIu64 "\n",
               tally[shmbox::post_status::stored], tally[shmbox::post_status::stored_evicted],
               tally[shmbox::post_status::full], tally[shmbox::post_status::dropped], tally[shmbox::post_status::timeout],
-              tally[shmbox::post_status::too_large], aborted, evictions);
+              tally[shmbox::post_status::too_large], aborted, evictions, tally[shmbox::post_status::over_quota]);
   return 0;
 }
 
