@@ -5,6 +5,7 @@
 // a healthy box look broken.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "base/access.hpp"
@@ -161,6 +162,7 @@ struct checker {
     else if (t0 - h > L.capacity && L.pol != policy::drop_oldest)
       problem(lane + ": " + std::to_string(t0 - h) + " positions between head and tail, more than the capacity " + std::to_string(L.capacity));
     std::vector<std::uint64_t> seqs(L.capacity);
+    std::map<std::uint32_t, std::uint64_t> waiting;  // a quota lane: FULL slots per producer actor
     for (std::uint32_t i = 0; i < L.capacity; ++i) seqs[i] = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
     const std::uint64_t t1 = L.hdr->tail.load(std::memory_order_acquire) >> 1;
     for (std::uint32_t i = 0; i < L.capacity; ++i) {
@@ -188,7 +190,13 @@ struct checker {
         problem(where + ": position " + std::to_string(full_pos) + " is not claimed yet but the slot is not empty");
       slot_actor(where, st, seq_actor(s));
       length(where, L, L.slot_at_index(i), st);
+      if (st == slot_state::full && L.quota != 0 && !is_owner_actor(seq_actor(s))) ++waiting[seq_actor(s)];
     }
+    // THE QUOTA (ring.hpp): no producer entry has more than the quota waiting.
+    for (const auto& [actor, n] : waiting)
+      if (n > L.quota)
+        problem(lane + ": producer entry " + std::to_string(actor - 1) + " has " + std::to_string(n) +
+                " messages waiting, over the lane's quota of " + std::to_string(L.quota));
   }
 
   // THE STASH (ring.hpp): each entry in a known state, with a lane and a

@@ -309,4 +309,16 @@ TEST_CASE("quota: a forged quota word or forged slots cost only the box's own po
   CHECK(p->post("2") == post_status::stored);
   CHECK(p->post("3") == post_status::over_quota);
   shmtest::check_invariant(*o2);
+  // shmbox verify checks the quota against the slots (a quota lowered behind the box's back shows).
+  poke_lane_quota(g.name, 0, 2);
+  auto v = shmbox::verify(g.name);
+  REQUIRE(v);
+  CHECK(v->ok);
+  poke_lane_quota(g.name, 0, 1);
+  v = shmbox::verify(g.name);
+  REQUIRE(v);
+  CHECK(!v->ok);
+  bool said = false;
+  for (const auto& problem : v->problems) said = said || problem.find("over the lane's quota of 1") != std::string::npos;
+  CHECK(said);
 }
