@@ -5,7 +5,7 @@
 //     boost::lockfree::spsc_queue in Boost.Interprocess shared memory, shmbox
 //     with copies (post / try_receive) and shmbox zero-copy (loan /
 //     receive_in_place); at 64 B also the other kinds of box, as shmbox-copy
-//     (shmbox-priority, -stash, -buffer, -resizable: common.hpp shmbox_box);
+//     (shmbox-priority, -stash, -buffer, -resizable, -quota: common.hpp shmbox_box);
 //   * blocking mechanisms that sleep in the kernel when nothing is there,
 //     64 B: shmbox's adaptive wait (spin, then futex), shmbox sleeping on the
 //     futex at once, Boost.Interprocess message_queue, POSIX message queues,
@@ -144,6 +144,7 @@ const std::vector<Config>& all_configs() {
       {"rtt-busy-64", "shmbox-stash", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::stash},
       {"rtt-busy-64", "shmbox-buffer", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::buffer},
       {"rtt-busy-64", "shmbox-resizable", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::resizable},
+      {"rtt-busy-64", "shmbox-quota", Kind::shmbox, 64, shmbox_send::post, poll, shmbox_box::quota},
       baseline("rtt-busy-1k", Kind::spin_ring, 1024),
       baseline("rtt-busy-1k", Kind::lockfree_spsc, 1024),
       {"rtt-busy-1k", "shmbox-copy", Kind::shmbox, 1024, shmbox_send::post, poll},

@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
       if (auto r = ratio(g, m, metric, g, "shmbox-copy", metric); m != "shmbox-copy" && r) t += " (" + fx(r) + ")";
       return t;
     };
-    for (const std::string m : {"shmbox-copy", "shmbox-priority", "shmbox-stash", "shmbox-buffer", "shmbox-resizable"}) {
+    for (const std::string m : {"shmbox-copy", "shmbox-priority", "shmbox-stash", "shmbox-buffer", "shmbox-resizable", "shmbox-quota"}) {
       std::printf("%s", pad(m == "shmbox-copy" ? "fifo (shmbox-copy)" : m.substr(7), 20).c_str());
       for (const auto& [g, label] : tput_groups) std::printf("| %s", pad(against_fifo(g, m, "rate"), 22).c_str());
       std::printf("| %s\n", pad(against_fifo("rtt-busy-64", m, "p50"), 24).c_str());

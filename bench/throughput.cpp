@@ -13,7 +13,7 @@
 //                     polling loop (spin_wait while empty)
 //   shmbox-in-place-1 shmbox, Producer::loan + commit /
 //                     Owner::receive_in_place with max 1, waiting 1 s
-//   shmbox-priority, shmbox-stash, shmbox-resizable  the other kinds of box
+//   shmbox-priority, shmbox-stash, shmbox-resizable, shmbox-quota  the other kinds of box
 //                     (bench/mech/common.hpp shmbox_box), posted and received
 //                     as shmbox-copy; shmbox-buffer (a custom buffer) is a
 //                     skip row here (it drops by design when outrun) and a
@@ -166,6 +166,7 @@ constexpr MechInfo kMechs[] = {
     {"shmbox-stash", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch, kBatch, shmbox_box::stash},
     {"shmbox-buffer", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch, kBatch, shmbox_box::buffer},  // a skip row
     {"shmbox-resizable", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch, kBatch, shmbox_box::resizable},
+    {"shmbox-quota", Kind::shmbox, {}, 1, shmbox_send::post, shmbox_recv::batch, kBatch, shmbox_box::quota},
     baseline(Kind::boost_mq, {}, 4),
     baseline(Kind::posix_mq, {}, 16),
     baseline(Kind::pipe, {}, 4),

@@ -18,9 +18,11 @@ enum class shmbox_send { post, loan };
 // box (every message at priority 0: FIFO among equals, so the order check
 // holds; the store and the heap are paid all the same), a box with a stash
 // of 64 entries (nothing is stashed: the cost of the gate), a custom-buffer
-// box (a FIFO buffer type registered by every end), or a resizable box
-// (max_capacity twice the capacity).
-enum class shmbox_box { fifo, priority, stash, buffer, resizable };
+// box (a FIFO buffer type registered by every end), a resizable box
+// (max_capacity twice the capacity), or a box with a per-producer quota of a
+// quarter of its capacity (options::quota: each producer waits, in a block
+// box, once it has that many messages waiting).
+enum class shmbox_box { fifo, priority, stash, buffer, resizable, quota };
 enum class shmbox_recv {
   batch,          // receive_batch of up to `batch` messages, waiting up to 1 s
   in_place,       // receive_in_place of up to `batch`, waiting up to 1 s

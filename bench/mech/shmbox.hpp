@@ -83,6 +83,7 @@ class ShmboxQueue final : public Queue {
         o.buffer = kBenchBuffer;
         break;
       case shmbox_box::resizable: o.max_capacity = 2 * opts.capacity; break;
+      case shmbox_box::quota: o.quota = std::max<std::uint32_t>(1, static_cast<std::uint32_t>(opts.capacity / 4)); break;
     }
     auto box = shmbox::Box::create(name, o);
     if (!box) throw bench_failure("Box::create " + name + ": " + shmbox::explain(box.error()));

@@ -130,8 +130,15 @@ struct Producer::state {
     set_spin(o);
     const std::uint64_t timeout_ns = timeout_of(o);
     const post_status st = detail::post_message(ctx, lane, data, size, timeout_ns);
-    if (!ctx.capture) return st;
-    const std::string_view bytes(static_cast<const char*>(data), size);
+    if (ctx.capture) forward_lost(lane, st, std::string_view(static_cast<const char*>(data), size), o);
+    return st;
+  }
+
+  // Dead letters of one post (the box names a dead-letter box): what it
+  // dropped or refused, and what its claim evicted or replaced. Out of line:
+  // post() above stays small enough to inline its fast path into its callers.
+  __attribute__((noinline, cold)) void forward_lost(std::uint32_t lane, post_status st, std::string_view bytes,
+                                                    const post_options& o) noexcept {
     if (st == post_status::dropped) forward(lane, "dropped-newest", bytes);
     // THE QUOTA: a drop_newest lane's message discarded, as a drop; a reject lane's refused, as a refusal
     if (st == post_status::over_quota && m->lanes[lane].pol == policy::drop_newest) forward(lane, "over-quota", bytes);
@@ -142,7 +149,6 @@ struct Producer::state {
       else if (st == post_status::too_large) forward(lane, "too-large", bytes);
     }
     forward_captured(lane);
-    return st;
   }
 
   bool valid_lane(std::uint32_t lane) noexcept {

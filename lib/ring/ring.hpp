@@ -855,8 +855,5 @@ bool buf_waiting(const owner_ctx& o) noexcept;
 
 // Messages in the lane, by scanning slots (exact when idle).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;
-// A FIFO lane's messages published by `actor` (a producer entry + 1) and
-// not yet taken: what THE QUOTA counts (exact when idle; inspectors).
-std::uint64_t waiting_of(const lane_view& L, std::uint32_t actor) noexcept;
 
 }  // namespace shmbox::detail

@@ -321,17 +321,6 @@ void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
   }
 }
 
-std::uint64_t waiting_of(const lane_view& L, std::uint32_t actor) noexcept {
-  // acquire: as lane_depth_scan below; a count for inspectors only
-  const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
-  std::uint64_t q = std::min(L.hdr->head.load(std::memory_order_acquire), t);
-  if (t - q > L.capacity) q = t - L.capacity;
-  std::uint64_t n = 0;
-  for (; q < t; ++q)  // (acquire: as lane_depth_scan)
-    n += L.slot_for(q)->seq.load(std::memory_order_acquire) == make_seq(q, slot_state::full, actor);
-  return n;
-}
-
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept {
   const lane_view& L = m.lanes[lane];
   std::uint64_t n = 0;

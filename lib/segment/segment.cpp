@@ -96,8 +96,9 @@ struct fd_guard {
   }
 };
 
-// `policies`: the validated policy of each lane (never re-read from shared memory).
-void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
+// `policies`, `quotas`: the validated policy and quota of each lane (never
+// re-read from shared memory).
+void fill_lanes(mapped_box& m, const std::uint32_t* policies, const std::uint32_t* quotas) {
   for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
     lane_view& v = m.lanes[l];
     v.hdr = reinterpret_cast<lane_header*>(m.base + m.geo.lanes_offset) + l;
@@ -113,7 +114,7 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies) {
     v.gated = v.resizable || m.geo.params.stash_entries != 0;
     v.priority_offset = m.geo.priority_offset;
     v.buffered = !m.buffer_name.empty();
-    v.quota = v.hdr->quota;  // validated by create / open before this
+    v.quota = quotas[l];
     v.fast = !v.is_lifo() && !v.gated && v.quota == 0;
   }
 }
@@ -416,7 +417,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
     lh->limit.store(limits[l], std::memory_order_relaxed);  // relaxed: published by the release on `ready`
     lh->quota = quotas[l];
   }
-  fill_lanes(*m, policies);
+  fill_lanes(*m, policies, quotas);
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     const lane_view& v = m->lanes[l];
     for (std::uint64_t i = 0; i < v.capacity; ++i) {
@@ -620,6 +621,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
       return fail(errc::corrupt, who + ": the buffer type name in the segment is not a valid name (corrupt)");
   }
   std::uint32_t policies[kMaxLanes] = {};
+  std::uint32_t quotas[kMaxLanes] = {};
   for (std::uint32_t l = 0; l < p.lane_count; ++l) {
     const auto* lh = reinterpret_cast<const lane_header*>(m->base + g.lanes_offset) + l;
     const std::uint32_t cap = lh->capacity, pol = lh->policy;
@@ -635,15 +637,17 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
                                      std::to_string(cap) + " slots (corrupt)");
     // A quota (ring.hpp THE QUOTA): as create allows it, and announced by the config flag, so that
     // no library that would post past it opens the box.
-    if (const std::uint32_t quota = lh->quota;
-        quota != 0 && (quota > cap || pol == static_cast<std::uint32_t>(policy::lifo) ||
+    // Read once (volatile: not re-read by the compiler): what is checked is what the lane keeps.
+    const std::uint32_t quota = *static_cast<const volatile std::uint32_t*>(&lh->quota);
+    if (quota != 0 && (quota > cap || pol == static_cast<std::uint32_t>(policy::lifo) ||
                        pol == static_cast<std::uint32_t>(policy::drop_oldest) || lh->limit.load(std::memory_order_relaxed) != 0 ||
                        p.stash_entries != 0 || !quota_flag))
       return fail(errc::corrupt, who + ": lane " + std::to_string(l) + " quota " + std::to_string(quota) + " with " +
                                      std::to_string(cap) + " slots, policy " + std::to_string(pol) + " (corrupt)");
+    quotas[l] = quota;
     policies[l] = pol;
   }
-  fill_lanes(*m, policies);
+  fill_lanes(*m, policies, quotas);
   return m;
 }
 

@@ -25,6 +25,7 @@ struct lane_view {
   std::uint32_t capacity = 0;
   std::uint64_t mask = 0;  // capacity - 1 when capacity is a power of two
   bool pow2 = false;
+  bool buffered = false;  // a custom-buffer box's lane: its store is not part of the gate (CUSTOM BUFFERS)
   std::uint32_t stride = 0;
   std::uint32_t payload = 0;
   policy pol = policy::reject;
@@ -32,7 +33,6 @@ struct lane_view {
   bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash or priority box's lane
   bool fast = false;       // FIFO and not gated: the inline fast path may post here
   std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
-  bool buffered = false;  // a custom-buffer box's lane: its store is not part of the gate (CUSTOM BUFFERS)
   std::uint32_t quota = 0;  // messages one producer entry may have waiting (ring.hpp THE QUOTA); 0: none.
                             // Read once at open (validated): not re-read from shared memory
 
