@@ -130,43 +130,39 @@ int cmd_create(const create_args& a) {
     }
     o.default_lane = static_cast<std::uint32_t>(a.default_lane);
   }
-  if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty() || !a.lane_quota.empty() ||
-      (!a.quota.empty() && a.quota.back() == '%')) {
+  const bool quota_share = !a.quota.empty() && a.quota.back() == '%';  // --quota P%: per lane, of its capacity
+  if (a.lanes > 1 || !a.lane_capacity.empty() || !a.lane_policy.empty() || !a.lane_quota.empty() || quota_share) {
     o.lanes.resize(a.lanes);
-    for (const auto& lc : a.lane_capacity) {
-      const auto [lane, v] = lane_pair(lc);
-      if (lane >= a.lanes) {
-        say("--lane-capacity " + lc + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
-        return kExitUsage;
+    // --lane-capacity, --lane-policy, --lane-quota: "L=VALUE", L one of the box's lanes.
+    auto per_lane = [&](const char* flag, const std::vector<std::string>& specs, auto set) {
+      for (const auto& spec : specs) {
+        const auto [lane, v] = lane_pair(spec);
+        if (lane >= a.lanes) {
+          say(std::string(flag) + " " + spec + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
+          return false;
+        }
+        set(o.lanes[lane], v);
       }
-      o.lanes[lane].capacity = static_cast<std::uint32_t>(std::stoul(v));
-    }
-    for (const auto& lp : a.lane_policy) {
-      const auto [lane, v] = lane_pair(lp);
-      if (lane >= a.lanes) {
-        say("--lane-policy " + lp + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
-        return kExitUsage;
-      }
-      o.lanes[lane].overflow = shmbox::parse_policy(v);
-    }
+      return true;
+    };
+    if (!per_lane("--lane-capacity", a.lane_capacity,
+                  [](shmbox::lane_options& lo, const std::string& v) { lo.capacity = static_cast<std::uint32_t>(std::stoul(v)); }) ||
+        !per_lane("--lane-policy", a.lane_policy,
+                  [](shmbox::lane_options& lo, const std::string& v) { lo.overflow = shmbox::parse_policy(v); }))
+      return kExitUsage;
     // --quota P%: of each lane's capacity (at least 1); --lane-quota L=N overrides one lane
-    if (!a.quota.empty() && a.quota.back() == '%') {
+    if (quota_share) {
       const std::uint64_t pct = std::stoul(a.quota);
       for (auto& lo : o.lanes) {
         const std::uint64_t cap = lo.capacity != 0 ? lo.capacity : o.capacity;
         lo.quota = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cap * pct / 100));
       }
     }
-    for (const auto& lq : a.lane_quota) {
-      const auto [lane, v] = lane_pair(lq);
-      if (lane >= a.lanes) {
-        say("--lane-quota " + lq + ": the box has lanes 0.." + std::to_string(a.lanes - 1) + " (see --lanes)");
-        return kExitUsage;
-      }
-      o.lanes[lane].quota = static_cast<std::uint32_t>(std::stoul(v));
-    }
+    if (!per_lane("--lane-quota", a.lane_quota,
+                  [](shmbox::lane_options& lo, const std::string& v) { lo.quota = static_cast<std::uint32_t>(std::stoul(v)); }))
+      return kExitUsage;
   }
-  if (!a.quota.empty() && a.quota.back() != '%') o.quota = static_cast<std::uint32_t>(std::stoul(a.quota));
+  if (!a.quota.empty() && !quota_share) o.quota = static_cast<std::uint32_t>(std::stoul(a.quota));
   auto box = shmbox::Box::create(a.name, o);
   if (!box) return fail(box.error());
   std::cout << "created box '" << a.name << "': capacity " << capacity_text(shmbox::info(*box)) << ", slot size " << o.slot_size
