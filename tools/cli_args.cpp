@@ -544,6 +544,22 @@ int parse_args(int argc, char** argv, parsed& out) {
   recv->add_flag("--accept-give-away", out.recv.accept_give_away,
                  "while receiving, hand the box over when 'shmbox give-away NAME PID' asks for it");
 
+  recv->add_option("--reply-with", out.recv.reply_with,
+                   "a service: answer each request ('shmbox ask', shmbox::Requester) with the standard output of shell "
+                   "command CMD, run with the request on its standard input (one trailing newline of the output is "
+                   "dropped; requests an owner that died had answered are not run again); other messages are printed "
+                   "as usual");
+
+  auto* ask = app.add_subcommand("ask", "Send requests to a box's owner and print their replies, one per line, in order");
+  ask->add_option("NAME", out.ask.name, "the service box")->required()->check(box_name_check());
+  ask->add_option("MESSAGE", out.ask.messages, "requests (with none, one per line of stdin)");
+  ask->add_option("--timeout", out.ask.timeout_ms, "how long to wait for each reply, in ms")
+      ->transform(decimal(0, 86'400'000))
+      ->capture_default_str();
+  ask->add_option("--lane", out.ask.lane, "the lane to post the requests into (default: the box's default lane)")
+      ->transform(decimal(0, shmbox::kMaxLanes - 1));
+  ask->add_flag("--any-owner", out.ask.any_owner, "a service box whose segment belongs to another user");
+
   auto* stat = app.add_subcommand("stat", "Show a box: geometry, lanes, counters, owner, heirs, producers, last transfer");
   stat->add_option("NAME", out.name, "box name")->required()->check(box_name_check());
   auto* stat_json = stat->add_flag("--json", out.json, "one JSON object");
@@ -714,7 +730,7 @@ int parse_args(int argc, char** argv, parsed& out) {
   }
   if (out.cmd != command::none) return -1;
 
-  const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv},
+  const std::pair<CLI::App*, command> commands[] = {{create, command::create}, {post, command::post}, {recv, command::recv}, {ask, command::ask},
                                                    {stat, command::stat},     {ls, command::ls},     {heirs, command::heirs},
                                                    {rm, command::rm},         {verify, command::verify}, {gc, command::gc},
                                                    {watch, command::watch},   {dump, command::dump},   {give, command::give_away},

@@ -65,6 +65,15 @@ struct recv_args {
   bool verbose = false;
   bool any_owner = false;
   bool accept_give_away = false;  // serve `shmbox give-away` requests while receiving
+  std::string reply_with;  // answer each request with this shell command's output (its stdin: the request)
+};
+
+struct ask_args {
+  std::string name;
+  std::vector<std::string> messages;
+  long long timeout_ms = 5000;  // per request, from its post to its reply
+  long long lane = -1;          // -1: the box's default lane
+  bool any_owner = false;
 };
 
 struct watch_args {
@@ -130,7 +139,7 @@ struct pool_args {
 };
 
 enum class command {
-  none, create, post, recv, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize, metrics,
+  none, create, post, recv, ask, stat, ls, heirs, rm, verify, gc, watch, dump, give_away, resize, metrics,
   pool_create, pool_run, pool_ls, pool_stat, pool_watch, pool_rm, pool_rm_group, pool_take, pool_cull, pool_reconfigure,
 };
 
@@ -139,6 +148,7 @@ struct parsed {
   create_args create;
   post_args post;
   recv_args recv;
+  ask_args ask;
   watch_args watch;
   dump_args dump;
   give_away_args give_away;

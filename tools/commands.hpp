@@ -16,6 +16,7 @@
 #include "cli_args.hpp"
 #include "shmbox/box.hpp"
 #include "shmbox/inspect.hpp"
+#include "shmbox/owner.hpp"
 #include "shmbox/pool.hpp"
 #include "shmbox/producer.hpp"
 
@@ -37,6 +38,20 @@ shmbox::options box_options(const create_args& a);
 // kExitFail (too large, or the box cannot be used).
 int post_messages(shmbox::Producer& producer, const std::string& box, const std::vector<std::string>& messages,
                   const shmbox::post_options& how);
+
+// ---- tools/request_cmds.cpp ---------------------------------------------------
+
+// `shmbox ask NAME [MESSAGE...]`: each message (or line of stdin) a request;
+// prints each reply on a line, in request order. kExitRefused if a request
+// was refused or got no reply in time (a line on stderr says which).
+int cmd_ask(const ask_args& a);
+// `shmbox recv --reply-with CMD`: answers request i of `batch` (read, not yet
+// committed) with CMD's output; a request that an owner which died had
+// answered already is not run again. false (a line on stderr) when CMD could
+// not be run or the reply could not be sent; the request is committed all
+// the same (its requester got, or will get, a status for it).
+bool answer_request(shmbox::Owner& owner, const shmbox::batch& batch, std::size_t i, const std::string& box,
+                    const std::string& cmd);
 
 // ---- tools/views.cpp ----------------------------------------------------------
 

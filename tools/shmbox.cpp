@@ -1,5 +1,6 @@
 // tools/shmbox.cpp - the shmbox command line: main, what the command files
-// share (commands.hpp), and the message commands create, post and recv.
+// share (commands.hpp), and the message commands create, post and recv
+// (ask and recv's --reply-with: request_cmds.cpp).
 // The other families: views.cpp (stat, ls, heirs), box_ops.cpp (rm, verify,
 // gc, dump, resize, give-away), watch.cpp, metrics.cpp (metrics, and the
 // --prometheus text of stat), pool_cmds.cpp.
@@ -251,6 +252,10 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
     const shmbox::recv_status st = owner.read(batch, {.max = chunk, .timeout = left});
     bool written = true;
     for (std::size_t i = 0; i < batch.size() && written; ++i) {
+      if (!a.reply_with.empty() && batch.is_request(i)) {  // a service: answered, not printed (request_cmds.cpp)
+        (void)answer_request(owner, batch, i, a.name, a.reply_with);
+        continue;
+      }
       prefix.clear();
       if (a.verbose)
         prefix.append("lane=").append(std::to_string(batch.lane(i))).append(" redelivered=").append(batch.redelivered(i) ? "yes " : "no ");
@@ -363,6 +368,7 @@ int main(int argc, char** argv) {
     case command::create: return cmd_create(a.create);
     case command::post: return cmd_post(a.post);
     case command::recv: return cmd_recv(a.recv);
+    case command::ask: return cmd_ask(a.ask);
     case command::stat: return cmd_stat(a.name, a.json, a.prometheus);
     case command::ls: return cmd_ls(a.json, a.plain);
     case command::heirs: return cmd_heirs(a.name, a.json);

@@ -175,7 +175,8 @@ json info_json(const shmbox::box_info& i) {
               {"mode", octal(i.mode)},
               {"uid", i.uid},
               {"lanes", lanes_json(i)},
-              {"counters", counters_json(i.count)}};
+              {"counters", counters_json(i.count)},
+              {"replies", json{{"sent", i.replies.sent}, {"lost", i.replies.lost}, {"skipped", i.replies.skipped}}}};
 }
 
 // The PID-NS column: "this" for the caller's pid namespace, else its inode.
@@ -306,6 +307,10 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
             << "abandoned    " << c.abandoned << "\n"
             << "aborted      " << c.aborted << " (loans given back)\n"
             << "redelivered  " << c.redelivered << "\n";
+  const shmbox::reply_counts& r = i.replies;
+  if (r.sent + r.lost + r.skipped != 0)  // request/reply (docs/request-reply.md)
+    std::cout << "replies      " << r.sent << " sent, " << r.lost << " lost (requester gone, or its reply box full), "
+              << r.skipped << " skipped (answered already)\n";
   for (const bridge_info& b : bridges) {
     std::cout << "bridge       " << to_string(b.role) << (b.role == bridge_role::export_ ? " to " : " from ") << "stream '"
               << printable(b.stream) << "' subject '" << printable(b.subject) << "'"

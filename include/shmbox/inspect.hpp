@@ -82,6 +82,14 @@ struct lane_info {
   counters count;
 };
 
+// Request/reply (shmbox/request.hpp): what the box's owners did with the
+// requests they answered (Owner::reply), every owner so far.
+struct reply_counts {
+  std::uint64_t sent = 0;     // replies stored in requesters' reply boxes
+  std::uint64_t lost = 0;     // replies that could not be: the requester dead or gone, or its reply box full
+  std::uint64_t skipped = 0;  // replies not sent because the request was answered already (already_replied)
+};
+
 // A snapshot of a box, read without locks (values are consistent only when idle).
 struct box_info {
   std::string name;
@@ -112,6 +120,7 @@ struct box_info {
   bool priority = false;             // a priority box (options::priority)
   std::string buffer;                // a custom-buffer box: its buffer type (options::buffer); "" none
   counters count;                 // all lanes
+  reply_counts replies;           // request/reply
 };
 
 // What verify() found. A box in use is checked without stopping anyone:

@@ -30,6 +30,13 @@ struct message {
   std::uint32_t lane = 0;
   std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
   std::int64_t priority = 0;  // a priority box: its priority (stash() keeps it); a custom-buffer box: its key; else 0
+  // A request (shmbox/request.hpp): where its reply goes, opaque (empty: not a
+  // request; `data` is the request's bytes without it). Owner::reply answers it.
+  std::string reply_to{};
+  // A request delivered again (redelivered) that an owner already answered
+  // before it died: Owner::reply will send nothing (already_replied).
+  bool answered = false;
+  bool is_request() const noexcept { return !reply_to.empty(); }
 };
 
 // One message seen in place (zero-copy receive): `data` points into the
@@ -40,6 +47,10 @@ struct message_view {
   std::uint32_t lane = 0;
   std::uint64_t position = kNoPosition;  // its lane position (message_id; Owner::id_of)
   std::int64_t priority = 0;  // as message::priority
+  std::string_view reply_to{};  // as message::reply_to (in the box: valid only inside the callback)
+  bool answered = false;        // as message::answered
+  // As message::is_request: Owner::reply answers it.
+  bool is_request() const noexcept { return !reply_to.empty(); }
 };
 
 // A reusable set of received messages. Receiving into it reuses its memory,
@@ -61,6 +72,12 @@ class batch {
   std::uint64_t position(std::size_t i) const noexcept { return entries_[i].position; }
   // Message i's priority (message::priority).
   std::int64_t priority(std::size_t i) const noexcept { return entries_[i].priority; }
+  // Message i's reply address (message::reply_to; empty: not a request) and answered mark.
+  std::string_view reply_to(std::size_t i) const noexcept {
+    return {bytes_.data() + entries_[i].offset + entries_[i].size, entries_[i].trailer};
+  }
+  bool is_request(std::size_t i) const noexcept { return entries_[i].trailer != 0; }
+  bool answered(std::size_t i) const noexcept { return entries_[i].answered; }
   // Forgets the messages, keeps the memory.
   void clear() noexcept {
     bytes_.clear();
@@ -69,10 +86,11 @@ class batch {
 
  private:
   friend struct detail::access;  // the library appends while receiving
+  // `trailer`: how many of the `size` bytes are a request's reply address (kept after the body).
   void append(const void* data, std::size_t size, bool redelivered, std::uint32_t lane, std::uint64_t position,
-              std::int64_t priority) {
+              std::int64_t priority, std::uint32_t trailer = 0, bool answered = false) {
     const auto* p = static_cast<const char*>(data);
-    entries_.push_back({bytes_.size(), size, redelivered, lane, position, priority});
+    entries_.push_back({bytes_.size(), size - trailer, redelivered, lane, position, priority, trailer, answered});
     bytes_.insert(bytes_.end(), p, p + size);
   }
   struct entry {
@@ -82,6 +100,8 @@ class batch {
     std::uint32_t lane;
     std::uint64_t position;
     std::int64_t priority;
+    std::uint32_t trailer;
+    bool answered;
   };
   std::vector<char> bytes_;
   std::vector<entry> entries_;
@@ -199,6 +219,25 @@ class SHMBOX_API Owner {
   // says how many of them went back to the new owner.
   recv_status commit(std::size_t* lost = nullptr);
 
+  // --- Request/reply (shmbox/request.hpp). Answers a request this owner
+  // received (message::is_request()): the reply goes to the requester's reply
+  // box, correlated by the request itself, and the requester receives exactly
+  // one reply per request. A request read and not yet committed (read(), or
+  // inside receive_in_place's function, where reply() may be called) is
+  // marked answered in the box after its reply is stored: an heir that
+  // receives it again (redelivered) sees message::answered and reply() sends
+  // nothing (already_replied). An owner killed between storing a reply and
+  // marking it (a few instructions) leaves no mark: the heir's reply is then
+  // dropped by the requester as a duplicate (counted there). Never waits:
+  // a dead requester (requester_gone) or a full reply box (full) costs that
+  // reply, counted in the box's reply counters and sent to its dead letters.
+  // Replies may be up to the box's slot size (the Requester's
+  // max_reply_size). Owner only; the reply boxes' producer handles are kept
+  // (up to 64, least recently used first to go).
+  reply_status reply(const message& request, std::string_view data);
+  reply_status reply(const message_view& request, std::string_view data);
+  reply_status reply(const batch& requests, std::size_t i, std::string_view data);
+
   // --- The stash (actor-ts's stash / unstashAll; boxes created with
   // options::stash). stash() parks a copy of a message this owner received,
   // to be handled later; unstash_all() makes every parked message the next
@@ -299,6 +338,8 @@ class SHMBOX_API Owner {
  private:
   struct SHMBOX_LOCAL state;
   recv_status receive_in_place_impl(void (*fn)(void*, const message_view&), void* ctx, const receive_options& o);
+  reply_status reply_impl(std::string_view reply_to, bool answered, std::uint32_t lane, std::uint64_t position,
+                          std::size_t body, const char* in_place, std::string_view data);
   SHMBOX_LOCAL explicit Owner(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
   friend struct detail::access;

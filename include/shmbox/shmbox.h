@@ -49,7 +49,7 @@
  *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
  *
  * ABI: every function is exported with the symbol version SHMBOX_0.1
- * (lib/shmbox.map), except those marked (SHMBOX_0.2), added later: a
+ * (lib/shmbox.map), except those marked (SHMBOX_0.2) or (SHMBOX_0.3), added later: a
  * program that uses one fails to load on an older library, at start. The
  * soname policy is in README.md ("The C API").
  */
@@ -485,6 +485,11 @@ typedef struct shmbox_msg_meta {
   int32_t reserved;
   int64_t priority;     /* its priority in a priority box; 0 otherwise */
   shmbox_message_id id;
+  /* Request/reply (SHMBOX_0.3; 0 from older libraries): a request
+   * (shmbox_reply_last / shmbox_reply_batch answer it), and one an owner
+   * that died had answered already. */
+  int32_t is_request;
+  int32_t answered;
 } shmbox_msg_meta;
 SHMBOX_C_API void shmbox_msg_meta_init(shmbox_msg_meta* meta);
 
@@ -550,6 +555,71 @@ SHMBOX_C_API size_t shmbox_stashed(const shmbox_owner* o);
 /* Priority boxes: moves what the lanes hold into the ordered store without
  * delivering; returns how many it moved. */
 SHMBOX_C_API size_t shmbox_pump(shmbox_owner* o);
+
+/* ---- Request/reply (docs/request-reply.md; all SHMBOX_0.3) ------------- */
+
+/* What a request/reply call did (shmbox::reply_status, value for value). */
+enum shmbox_reply_status {
+  SHMBOX_REPLY_OK = 0,               /* requester: the reply is in buf; owner: the reply is stored */
+  SHMBOX_REPLY_TIMEOUT = 1,          /* no reply in time (the request is over unless `keep`) */
+  SHMBOX_REPLY_ALREADY_REPLIED = 2,  /* owner: answered already (by an owner that died); nothing sent */
+  SHMBOX_REPLY_NOT_A_REQUEST = 3,    /* owner: the message carries no reply address */
+  SHMBOX_REPLY_REQUESTER_GONE = 4,   /* owner: the requester is dead or gone: counted lost, dead-lettered */
+  SHMBOX_REPLY_FULL = 5,             /* owner: the requester's reply box is full: counted lost */
+  SHMBOX_REPLY_TOO_LARGE = 6,        /* the request or reply is larger than the box takes */
+  SHMBOX_REPLY_NOT_OWNER = 7,        /* owner: this handle no longer owns the box */
+  SHMBOX_REPLY_ERROR = 8             /* see shmbox_last_error_message */
+};
+/* "ok", "timeout", "already-replied", "not-a-request", "requester-gone",
+ * "full", "too-large", "not-owner", "error"; "unknown" for another value. */
+SHMBOX_C_API const char* shmbox_reply_status_string(int status);
+
+typedef struct shmbox_requester shmbox_requester;
+typedef struct shmbox_requester_options {
+  uint32_t struct_size;
+  uint32_t max_outstanding;  /* requests waiting for their reply at once (default 64) */
+  uint32_t max_reply_size;   /* the largest reply in bytes; 0: the service box's slot size */
+  int32_t any_owner;         /* a service box of another user */
+} shmbox_requester_options;
+/* Sets struct_size and the defaults. */
+SHMBOX_C_API void shmbox_requester_options_init(shmbox_requester_options* o);
+/* Attaches to service box `service` and makes this requester's reply box
+ * (o may be NULL: the defaults). */
+SHMBOX_C_API int shmbox_requester_attach(const char* service, const shmbox_requester_options* o, shmbox_requester** out);
+/* Removes the reply box. */
+SHMBOX_C_API void shmbox_requester_close(shmbox_requester* r);
+/* Posts a request (a full `block` box waits up to timeout_ns; SHMBOX_BOX_TIMEOUT:
+ * the box's): returns an enum shmbox_post_status; *ticket gets the request's
+ * ticket when it is stored. SHMBOX_FULL also when max_outstanding requests wait. */
+SHMBOX_C_API int shmbox_ask(shmbox_requester* r, const void* data, size_t size, int64_t timeout_ns, uint64_t* ticket);
+/* Waits up to timeout_ns for the reply to `ticket` and copies it into buf
+ * (cap at least shmbox_requester_max_reply): an enum shmbox_reply_status.
+ * A timeout ends the request unless `keep` is non-zero. */
+SHMBOX_C_API int shmbox_ask_wait(shmbox_requester* r, uint64_t ticket, void* buf, size_t cap, size_t* size,
+                                 int64_t timeout_ns, int keep);
+/* Gives up on a request: its reply, if it comes, is counted late. */
+SHMBOX_C_API void shmbox_ask_forget(shmbox_requester* r, uint64_t ticket);
+/* Readable when a reply may have come (then shmbox_ask_wait with timeout 0
+ * and keep 1); -1 on error. Owned by the handle. */
+SHMBOX_C_API int shmbox_requester_notify_fd(shmbox_requester* r);
+/* The largest reply and the largest request, in bytes. */
+SHMBOX_C_API size_t shmbox_requester_max_reply(const shmbox_requester* r);
+SHMBOX_C_API size_t shmbox_requester_max_request(const shmbox_requester* r);
+/* Its counters: asked, replied, timed_out, duplicates, late, stray. */
+typedef struct shmbox_requester_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t asked, replied, timed_out, duplicates, late, stray;
+} shmbox_requester_stats;
+SHMBOX_C_API int shmbox_requester_stats_get(const shmbox_requester* r, shmbox_requester_stats* out);
+
+/* The owner's side: answers message i of the handle's batch (shmbox_read,
+ * shmbox_receive_batch, a delivery), or the message the last
+ * shmbox_receive / shmbox_try_receive / shmbox_receive_meta took. Returns an
+ * enum shmbox_reply_status. A request read and not yet committed is marked
+ * answered, so that an heir does not answer it again. */
+SHMBOX_C_API int shmbox_reply_batch(shmbox_owner* o, size_t i, const void* data, size_t size);
+SHMBOX_C_API int shmbox_reply_last(shmbox_owner* o, const void* data, size_t size);
 
 /* What a filter makes of one message (shmbox::filter_verdict). */
 enum shmbox_verdict { SHMBOX_DELIVER = 0, SHMBOX_DROP = 1, SHMBOX_SKIP = 2 };

@@ -9,4 +9,5 @@
 #include "shmbox/owner.hpp"     // IWYU pragma: export
 #include "shmbox/pool.hpp"      // IWYU pragma: export
 #include "shmbox/producer.hpp"  // IWYU pragma: export
+#include "shmbox/request.hpp"   // IWYU pragma: export
 #include "shmbox/types.hpp"     // IWYU pragma: export

@@ -134,6 +134,25 @@ enum class recv_status : std::uint8_t {
 // "ok", "empty", "timeout", "not-owner", "error".
 SHMBOX_API std::string_view to_string(recv_status s) noexcept;
 
+// What a request/reply call did (shmbox/request.hpp: Requester; Owner::reply).
+enum class reply_status : std::uint8_t {
+  ok,               // Requester: the reply is in `out`; Owner::reply: the reply is in the requester's reply box
+  timeout,          // Requester: no reply in time (a later one is counted late, never handed to another request)
+  already_replied,  // Owner::reply: this request was answered already, by this owner or by one that died
+                    // before committing it (message::answered); nothing sent
+  not_a_request,    // Owner::reply: the message carries no reply address (message::reply_to is empty)
+  requester_gone,   // Owner::reply: the requester is dead, or its reply box is gone or another's; the reply
+                    // is counted and goes to the box's dead letters (if it has one)
+  full,             // Owner::reply: the requester's reply box is full (it has that many replies unread):
+                    // counted, dead-lettered as requester_gone
+  too_large,        // the request (Requester) or reply (Owner::reply) is larger than the box takes
+  not_owner,        // Owner::reply: this handle no longer owns the box
+  error,            // see last_error()
+};
+// "ok", "timeout", "already-replied", "not-a-request", "requester-gone", "full", "too-large",
+// "not-owner", "error".
+SHMBOX_API std::string_view to_string(reply_status s) noexcept;
+
 // A message's position when it has none (a message an owner parked in the
 // stash, Owner::stash, is a new message of the owner's).
 inline constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};

@@ -24,9 +24,10 @@ struct access {
   static const std::shared_ptr<mapped_box>& owner_box(const Owner& o) noexcept;
   // The mapping behind a Producer (producer.cpp): a pool probes its member box's owner (pool_table.hpp LV).
   static const std::shared_ptr<mapped_box>& producer_box(const Producer& p) noexcept;
+  // `trailer`: the last bytes of `size` that are a request's reply address (lib/segment/envelope.hpp).
   static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane,
-                     std::uint64_t position, std::int64_t priority) {
-    b.append(data, size, redelivered, lane, position, priority);
+                     std::uint64_t position, std::int64_t priority, std::uint32_t trailer = 0, bool answered = false) {
+    b.append(data, size, redelivered, lane, position, priority, trailer, answered);
   }
   // An Owner handle for the epoch this process has just taken (handover.hpp):
   // runs recovery (ring.hpp R4) and reads the transfer record. owner.cpp.

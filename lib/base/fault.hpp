@@ -28,6 +28,8 @@
 //   owner.mid_unstash_all    owner (unstash_all): a parked message made FRONT (unstashed), the next ones not yet
 //   owner.mid_sort           owner (priority box): a ring message copied into a SORTING store entry, its slot not yet committed
 //   owner.before_buffer_drop owner (custom-buffer box): the buffer named messages to drop, none marked DONE yet
+//   owner.reply_before_mark  owner (Owner::reply): the reply stored in the reply box, the request not yet marked answered
+//   owner.reply_after_mark   owner (Owner::reply): the request marked answered, not yet committed
 //   takeover.after_cas       new owner: owner key CASed to itself, epoch not yet bumped
 //   takeover.after_record    new owner: epoch bumped, transfer record written, heirs not signalled
 //   takeover.mid_recovery    new owner: one gone owner's in-flight slot adopted, others not yet

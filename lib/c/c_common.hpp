@@ -63,6 +63,13 @@ struct shmbox_owner : tagged<0x5342'4f57> {  // "SBOW"
   const shmbox::batch* current = &batch;  // what shmbox_batch_message reads
   int last = SHMBOX_OK;          // an error of the C layer itself (bad arguments); an int: reset on every call
   bool borrowed = false;         // part of a shmbox_member: closed with it
+  shmbox::message last_request;  // the address of what the last one-message receive took (shmbox_reply_last)
+};
+
+struct shmbox_requester : tagged<0x5342'5251> {  // "SBRQ"
+  explicit shmbox_requester(shmbox::Requester r) : req(std::move(r)) {}
+  shmbox::Requester req;
+  std::string reply;  // shmbox_ask_wait's reply before it is copied out
 };
 
 struct shmbox_heir : tagged<0x5342'4852> {  // "SBHR"

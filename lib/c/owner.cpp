@@ -95,10 +95,19 @@ struct copy_one {
   void* buf;
   std::size_t* size;
   shmbox_msg_info* info;
+  sb::message* keep = nullptr;  // the owner handle's last_request: a request's address, for shmbox_reply_last
+  void set_keep(sb::message* m) noexcept { keep = m; }
   void operator()(const sb::message_view& v) const noexcept {
     std::memcpy(buf, v.data.data(), v.data.size());
     if (size != nullptr) *size = v.data.size();
     if (info != nullptr) *info = {v.lane, v.redelivered ? 1 : 0};
+    if (keep != nullptr) {
+      keep->reply_to.assign(v.reply_to);  // at most 40 bytes: within the string's reserve (receive_copy)
+      keep->answered = v.answered;
+      keep->redelivered = v.redelivered;
+      keep->lane = v.lane;
+      keep->position = v.position;
+    }
   }
 };
 
@@ -107,6 +116,7 @@ struct copy_one_meta {
   copy_one copy;
   const shmbox::Owner* owner;
   shmbox_msg_meta* meta;
+  void set_keep(sb::message* m) noexcept { copy.keep = m; }
   void operator()(const sb::message_view& v) const noexcept {
     copy(v);
     if (meta != nullptr) {
@@ -116,6 +126,8 @@ struct copy_one_meta {
       m.redelivered = v.redelivered ? 1 : 0;
       m.priority = v.priority;
       m.id = to_c_id(owner->id_of(v.lane, v.position));
+      m.is_request = v.is_request() ? 1 : 0;
+      m.answered = v.answered ? 1 : 0;
       (void)copy_out(meta, m);
     }
   }
@@ -138,6 +150,9 @@ int receive_copy(shmbox_owner* o, void* buf, size_t cap, size_t* size, std::chro
   sb::receive_options ro;
   ro.max = 1;
   ro.timeout = t;
+  o->last_request.reply_to.clear();
+  o->last_request.reply_to.reserve(64);  // copy_one's assign never allocates (noexcept)
+  copy.set_keep(&o->last_request);
   const sb::recv_status s = o->o->receive_in_place(copy, ro);  // one copy, as Owner::receive makes
   return recv_result(o, s);
 }

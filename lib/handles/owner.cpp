@@ -372,8 +372,9 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
       const detail::commit_result r = detail::owner_commit(o, &kept);
       for (std::size_t i = 0; i < kept.size(); ++i)
         if (kept[i] != 0 && (filter == nullptr || staging_drops[i] == 0)) {
-          const std::string_view b = staging[i];
-          sink.append(reinterpret_cast<const std::byte*>(b.data()), static_cast<std::uint32_t>(b.size()),
+          const std::string_view b = staging[i];  // the body; a request's reply address follows it
+          sink.append(reinterpret_cast<const std::byte*>(b.data()),
+                      static_cast<std::uint32_t>(b.size() + staging.reply_to(i).size()),
                       staging.redelivered(i), staging.lane(i), staging.position(i), staging.priority(i));
         }
       if (sink.appended > 0 || (filter != nullptr && r.committed > 0)) return recv_status::ok;
@@ -424,7 +425,14 @@ recv_status Owner::stash(std::string_view data, std::uint32_t lane, std::int64_t
   return recv_status::ok;
 }
 
-recv_status Owner::stash(const message& m) { return stash(m.data, m.lane, m.priority); }
+recv_status Owner::stash(const message& m) {
+  if (!m.is_request()) return stash(m.data, m.lane, m.priority);
+  // A request stays one: its reply address is parked after its bytes (segment/envelope.hpp).
+  std::string whole;
+  whole.reserve(m.data.size() + m.reply_to.size());
+  whole.append(m.data).append(m.reply_to);
+  return stash(whole, m.lane, m.priority);
+}
 
 std::size_t Owner::unstash_all() {
   if (!s_ || !s_->still_owner()) return 0;

@@ -25,9 +25,35 @@
 #include "segment/segment.hpp"
 #include "shmbox/owner.hpp"
 #include "ring/wake.hpp"
+#include "segment/envelope.hpp"
 
 namespace shmbox {
 namespace detail {
+
+// A received message split into its body and, for a request, its reply
+// address (lib/segment/envelope.hpp). `answered` only for a redelivery
+// (THE ANSWERED MARK). The trailer's flags byte is read once, here.
+struct request_split {
+  std::uint32_t body;
+  std::uint32_t trailer;
+  bool answered;
+};
+inline request_split split_request(const std::byte* data, std::uint32_t size, bool redelivered) noexcept {
+  const std::size_t body = envelope::request_body(data, size);
+  if (body == size) [[likely]]
+    return {size, 0, false};
+  // The owner holds the slot; an earlier owner may have marked it (relaxed: read once, any value is safe).
+  const std::uint8_t flags = std::to_integer<std::uint8_t>(
+      std::atomic_ref<std::byte>(const_cast<std::byte&>(data[body + kRequestFlagsAt])).load(std::memory_order_relaxed));
+  return {static_cast<std::uint32_t>(body), static_cast<std::uint32_t>(kRequestTrailer),
+          redelivered && (flags & kAnswered) != 0};
+}
+
+// Request/reply: the owner's producers on reply boxes (lib/request/reply.cpp).
+struct reply_cache;
+struct reply_cache_deleter {
+  void operator()(reply_cache* c) const noexcept;
+};
 
 // Counts what it appends; the public receive forms wrap it.
 struct owner_sink : take_sink {
@@ -43,7 +69,10 @@ struct vector_sink final : detail::owner_sink {
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
                                      std::uint64_t position, std::int64_t priority) override {
     message& m = out->emplace_back();
-    m.data.assign(reinterpret_cast<const char*>(data), size);
+    const request_split r = split_request(data, size, redelivered);
+    m.data.assign(reinterpret_cast<const char*>(data), r.body);
+    m.reply_to.assign(reinterpret_cast<const char*>(data) + r.body, r.trailer);
+    m.answered = r.answered;
     m.redelivered = redelivered;
     m.lane = lane;
     m.position = position;
@@ -59,7 +88,11 @@ struct message_sink final : detail::owner_sink {
   explicit message_sink(message& m) : out(&m) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
                                      std::uint64_t position, std::int64_t priority) override {
-    out->data.assign(reinterpret_cast<const char*>(data), size);
+    const request_split r = split_request(data, size, redelivered);
+    out->data.assign(reinterpret_cast<const char*>(data), r.body);
+    if (r.trailer != 0 || !out->reply_to.empty()) [[unlikely]]
+      out->reply_to.assign(reinterpret_cast<const char*>(data) + r.body, r.trailer);
+    out->answered = r.answered;
     out->redelivered = redelivered;
     out->lane = lane;
     out->position = position;
@@ -73,7 +106,8 @@ struct batch_sink final : detail::owner_sink {
   explicit batch_sink(batch& b) : out(&b) {}
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
                                      std::uint64_t position, std::int64_t priority) override {
-    detail::access::append(*out, data, size, redelivered, lane, position, priority);
+    const request_split r = split_request(data, size, redelivered);
+    detail::access::append(*out, data, size, redelivered, lane, position, priority, r.trailer, r.answered);
     ++appended;
     return detail::take_verdict::deliver;
   }
@@ -93,7 +127,10 @@ struct view_sink final : detail::owner_sink {
     if (thrown) return detail::take_verdict::skip;
     ++appended;
     try {
-      fn(ctx, message_view{std::string_view(reinterpret_cast<const char*>(data), size), redelivered, lane, position, priority});
+      const request_split r = split_request(data, size, redelivered);
+      const auto* c = reinterpret_cast<const char*>(data);
+      fn(ctx, message_view{std::string_view(c, r.body), redelivered, lane, position, priority,
+                           std::string_view(c + r.body, r.trailer), r.answered});
     } catch (...) {
       thrown = std::current_exception();
     }
@@ -116,8 +153,11 @@ struct filter_sink final : detail::owner_sink {
     const std::byte* out = data;
     std::size_t n = size;
     if (filter != nullptr && *filter) {
-      scratch.assign(reinterpret_cast<const char*>(data), size);
+      // The filter sees a request's body; its reply address follows what it leaves.
+      const request_split r = split_request(data, size, false);
+      scratch.assign(reinterpret_cast<const char*>(data), r.body);
       v = (*filter)(scratch);
+      scratch.append(reinterpret_cast<const char*>(data) + r.body, r.trailer);
       out = reinterpret_cast<const std::byte*>(scratch.data());
       n = scratch.size();
     }
@@ -173,6 +213,9 @@ struct Owner::state {
   // epoch's actor byte until the handle goes (a stale owner still finishes
   // the commits it started: a later owner's recovery must see it alive).
   mutable detail::role_lock lease;
+  // Request/reply (Owner::reply): producers on reply boxes, made on first use.
+  std::unique_ptr<detail::reply_cache, detail::reply_cache_deleter> replies;
+  std::string reply_scratch;
 
   bool still_owner() const noexcept { return detail::still_owner(ctx, lease); }
 

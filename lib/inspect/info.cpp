@@ -380,6 +380,12 @@ box_info info(const Box& box) {
     i.last_transfer.reason = static_cast<transfer_reason>(static_cast<std::uint8_t>(t.reason));
   }
   for (const lane_info& li : i.lanes) add(i.count, li.count);
+  for (std::uint32_t a = 0; a < detail::kOwnerActors; ++a) {  // request/reply (Owner::reply)
+    const detail::owner_actor* act = m.actor(a);
+    i.replies.sent += act->replies.load(std::memory_order_relaxed);
+    i.replies.lost += act->replies_lost.load(std::memory_order_relaxed);
+    i.replies.skipped += act->replies_skipped.load(std::memory_order_relaxed);
+  }
   return i;
 }
 

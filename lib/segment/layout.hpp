@@ -394,7 +394,12 @@ struct alignas(kCacheLine) owner_actor {
   a64 op_before;    // the counter the op changes, before it (commit: delivered)
   a64 op_before_b;  // commit: filtered before it (target 1, a commit of redeliveries: redelivered);
                     // recv / lifo_pop with kRecvAgain: redelivered; stash_commit: ring.hpp THE STASH
-  a64 reserved[3];
+  // Request/reply (lib/segment/envelope.hpp), counted by the owner of this
+  // epoch (0 in boxes of earlier libraries: reserved). Not crash-exact: an
+  // owner killed between a reply's post and its count leaves it uncounted.
+  a64 replies;          // replies stored in requesters' reply boxes
+  a64 replies_lost;     // replies that could not be: the requester dead or gone, its reply box full
+  a64 replies_skipped;  // replies not sent: the request was answered already (already_replied)
 };
 static_assert(sizeof(owner_actor) == kCacheLine);
 static_assert(offsetof(owner_actor, key) == 0);

@@ -44,7 +44,7 @@ from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Loan", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "PeekedMessage",
+    "Box", "Producer", "Owner", "Heir", "Loan", "Requester", "ReplyStatus", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "PeekedMessage",
     "CollectedBox", "gc", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
@@ -115,6 +115,18 @@ class PostStatus(_StrEnum):
 
 
 _POST_STATUSES = list(PostStatus)
+
+
+class ReplyStatus(_StrEnum):
+    """What Owner.reply did (enum shmbox_reply_status; the other values are raised)."""
+    OK = "ok"                            # the reply is in the requester's reply box
+    ALREADY_REPLIED = "already-replied"  # an owner that died had answered it: nothing sent
+    REQUESTER_GONE = "requester-gone"    # the requester died (or its reply box is gone): counted lost
+    FULL = "full"                        # the requester's reply box is full: counted lost
+
+
+_REPLY_STATUSES = {_capi.REPLY_OK: ReplyStatus.OK, _capi.REPLY_ALREADY_REPLIED: ReplyStatus.ALREADY_REPLIED,
+                   _capi.REPLY_REQUESTER_GONE: ReplyStatus.REQUESTER_GONE, _capi.REPLY_FULL: ReplyStatus.FULL}
 
 
 class OwnerMode(_StrEnum):
@@ -1058,6 +1070,23 @@ class Owner(_Handle, _core.OwnerCore):
             if m is not None:
                 yield m
 
+    def reply(self, message, data):
+        """Answers a request (a received Message whose ``reply_to`` is set; docs/request-reply.md):
+        the requester receives exactly one reply per request. Returns a :class:`ReplyStatus`: 'ok',
+        'already-replied' (an owner that died before committing had answered it: ``message.answered``),
+        'requester-gone' or 'full' (the reply is lost: counted, and dead-lettered). Never waits.
+        Raises InvalidArgument for a message that is no request, TooLarge for a reply larger than
+        the requester takes, NotOwner once the box is lost."""
+        st = self._reply(message, _bytes(data, "reply"))
+        if st in _REPLY_STATUSES:
+            return _REPLY_STATUSES[st]
+        if st == _capi.REPLY_NOT_A_REQUEST:
+            raise _errors.InvalidArgument(f"box '{self.name}': the message is not a request (it has no reply address)",
+                                  _capi.E_INVALID_ARGUMENT)
+        if st == _capi.REPLY_NOT_OWNER:
+            raise self._not_owner()
+        raise _error(_lib.shmbox_last_error())
+
     def unstash_all(self):
         """Makes every stashed message the next ones received (in stash order); returns how many."""
         return _lib.shmbox_unstash_all(self._p())
@@ -1252,6 +1281,102 @@ class Owner(_Handle, _core.OwnerCore):
 
 
 # ---- Heir ------------------------------------------------------------------------------
+
+
+class Requester(_Handle):
+    """Asks a box's owner and waits for its reply (docs/request-reply.md)::
+
+        with shmbox.Requester.attach("prices") as r:
+            reply = r.call(b"EURUSD", timeout=1.0)     # bytes, or None when no reply came in time
+
+    The requester has a reply box of its own ("<service>.r<16 hex digits>", removed on close).
+    Each request gets exactly one reply; one that comes after its timeout is counted late and
+    never handed to another request. Replies never cross between requesters.
+    """
+
+    _close_fn = "shmbox_requester_close"
+
+    @classmethod
+    def attach(cls, service, max_outstanding=64, max_reply_size=0, any_owner=False):
+        """Attaches to box `service` and makes the reply box. `max_outstanding`: requests that may
+        wait for their reply at once; `max_reply_size`: the largest reply (0: the service box's
+        slot size)."""
+        name = _name(service)
+        o = _capi.RequesterOptions()
+        _lib.shmbox_requester_options_init(byref(o))
+        o.max_outstanding = max_outstanding
+        o.max_reply_size = max_reply_size
+        o.any_owner = 1 if any_owner else 0
+        out = c_void_p()
+        _check(_lib.shmbox_requester_attach(name, byref(o), byref(out)))
+        return cls(out.value, name.decode())
+
+    def __init__(self, ptr, name):
+        super().__init__(ptr)
+        self.name = name  #: the service box's name
+        self._buf = ctypes.create_string_buffer(max(1, _lib.shmbox_requester_max_reply(ptr)))
+
+    @property
+    def max_request_size(self):
+        """The largest request the service box takes (its slot size less 40 bytes)."""
+        return _lib.shmbox_requester_max_request(self._p())
+
+    def ask(self, data, timeout=BOX_DEFAULT):
+        """Posts a request; returns its ticket (an int) for :meth:`wait`. `timeout`: how long a
+        post into a full 'block' box may wait (default: the box's). Raises TooLarge, and Refused
+        when it was not stored (the box full, over quota, max_outstanding requests waiting)."""
+        b = _bytes(data, "request")
+        ticket = c_uint64(0)
+        ns = _capi.BOX_TIMEOUT if timeout is BOX_DEFAULT else _ns(timeout)
+        st = _lib.shmbox_ask(self._p(), b, len(b), ns, byref(ticket))
+        if st in (_capi.STORED, _capi.STORED_EVICTED):
+            return ticket.value
+        if st == _capi.POST_TOO_LARGE:
+            raise TooLarge(f"box '{self.name}': a request of {len(b)} bytes is larger than the "
+                           f"{self.max_request_size} bytes a request may have", _capi.E_TOO_LARGE)
+        if st == _capi.POST_ERROR:
+            raise _error(_lib.shmbox_last_error())
+        raise _errors.Refused(f"box '{self.name}': the request was not stored ({_enum_name(_POST_STATUSES, st)})",
+                      _capi.E_REFUSED)
+
+    def wait(self, ticket, timeout=None, keep=False):
+        """The reply to `ticket` (bytes), waiting up to `timeout` seconds (None: for ever), or None
+        when none came in time: then the request is over (a later reply is counted late) unless
+        `keep`. Ctrl-C interrupts the wait (the request stays waiting then)."""
+        size = c_size_t(0)
+        buf = self._buf
+        for ns, last in _Slices(timeout):
+            st = _lib.shmbox_ask_wait(self._p(), ticket, buf, len(buf), byref(size), ns, 1 if keep or not last else 0)
+            if st == _capi.REPLY_OK:
+                return buf.raw[:size.value]
+            if st != _capi.REPLY_TIMEOUT:
+                raise _error(_lib.shmbox_last_error())
+            if last:
+                return None
+        return None
+
+    def call(self, data, timeout=None):
+        """ask() then wait(): the reply (bytes), or None when none came within `timeout` seconds."""
+        return self.wait(self.ask(data, timeout=BOX_DEFAULT if timeout is None else timeout), timeout)
+
+    def forget(self, ticket):
+        """Gives up on a request: its reply, if it comes, is counted late."""
+        _lib.shmbox_ask_forget(self._p(), ticket)
+
+    @property
+    def notify_fd(self):
+        """Readable when a reply may have come: then ``wait(ticket, 0, keep=True)``."""
+        fd = _lib.shmbox_requester_notify_fd(self._p())
+        if fd < 0:
+            raise _error(_lib.shmbox_last_error())
+        return fd
+
+    def stats(self):
+        """What this requester saw: asked, replied, timed_out, duplicates, late, stray."""
+        st = _capi.RequesterStats()
+        st.struct_size = ctypes.sizeof(st)
+        _check(_lib.shmbox_requester_stats_get(self._p(), byref(st)))
+        return {f: getattr(st, f) for f, _ in _capi.RequesterStats._fields_[2:]}
 
 
 class Heir(_Handle):

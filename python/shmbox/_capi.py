@@ -22,12 +22,16 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int6
 # ---- constants (shmbox.h) ------------------------------------------------
 
 FOREVER = -1   # SHMBOX_FOREVER
+BOX_TIMEOUT = -(2 ** 63)  # SHMBOX_BOX_TIMEOUT (INT64_MIN): the box's block_timeout
 DEFAULT = -1   # SHMBOX_DEFAULT
 MAX_LANES = 8  # SHMBOX_MAX_LANES
 MAX_NAME = 128  # SHMBOX_MAX_NAME
 
 # enum shmbox_post_status
 STORED, STORED_EVICTED, DROPPED, FULL, TIMEOUT, POST_TOO_LARGE, POST_ERROR, OVER_QUOTA = range(8)
+# enum shmbox_reply_status
+(REPLY_OK, REPLY_TIMEOUT, REPLY_ALREADY_REPLIED, REPLY_NOT_A_REQUEST, REPLY_REQUESTER_GONE, REPLY_FULL, REPLY_TOO_LARGE,
+ REPLY_NOT_OWNER, REPLY_ERROR) = range(9)
 # enum shmbox_recv_status
 RECV_OK, RECV_EMPTY, RECV_TIMEOUT, RECV_NOT_OWNER, RECV_ERROR = range(5)
 # enum shmbox_event
@@ -40,6 +44,7 @@ E_INVALID_ARGUMENT = 2
 E_NOT_OWNER = 13
 E_TOO_LARGE = 7
 E_TIMED_OUT = 17
+E_REFUSED = 19
 E_INHERITED_HANDLE = 28
 
 # ---- structs ---------------------------------------------------------------
@@ -245,6 +250,22 @@ FILTER_FN = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_size_t), c_size_t)  #
 box_p = c_void_p
 #: int64_t (*)(void* ctx, const void* data, size_t size): shmbox_producer_set_priority_function
 PRIORITY_FN = CFUNCTYPE(c_int64, c_void_p, c_void_p, c_size_t)
+class RequesterOptions(Structure):
+    """struct shmbox_requester_options"""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("max_outstanding", c_uint32),
+        ("max_reply_size", c_uint32),
+        ("any_owner", c_int32),
+    ]
+
+
+class RequesterStats(Structure):
+    """struct shmbox_requester_stats"""
+    _fields_ = [("struct_size", c_uint32), ("reserved", c_uint32)] + [
+        (f, c_uint64) for f in ("asked", "replied", "timed_out", "duplicates", "late", "stray")]
+
+
 producer_p = c_void_p
 owner_p = c_void_p
 heir_p = c_void_p
@@ -330,6 +351,17 @@ SIGNATURES = {
     "shmbox_member_answer_ping": (c_int, [c_void_p, c_void_p, c_size_t]),
     "shmbox_member_stopped": (c_int, [c_void_p]),
     "shmbox_member_close": (None, [c_void_p]),
+    # request/reply (the owner's reply is in _core)
+    "shmbox_requester_options_init": (None, [POINTER(RequesterOptions)]),
+    "shmbox_requester_attach": (c_int, [c_char_p, POINTER(RequesterOptions), POINTER(c_void_p)]),
+    "shmbox_requester_close": (None, [c_void_p]),
+    "shmbox_ask": (c_int, [c_void_p, c_void_p, c_size_t, c_int64, POINTER(c_uint64)]),
+    "shmbox_ask_wait": (c_int, [c_void_p, c_uint64, c_void_p, c_size_t, POINTER(c_size_t), c_int64, c_int]),
+    "shmbox_ask_forget": (None, [c_void_p, c_uint64]),
+    "shmbox_requester_notify_fd": (c_int, [c_void_p]),
+    "shmbox_requester_max_reply": (c_size_t, [c_void_p]),
+    "shmbox_requester_max_request": (c_size_t, [c_void_p]),
+    "shmbox_requester_stats_get": (c_int, [c_void_p, POINTER(RequesterStats)]),
     # heirs
     "shmbox_heir_enlist": (c_int, [c_char_p, c_void_p, c_size_t, POINTER(heir_p)]),
     "shmbox_heir_listen": (c_int, [c_char_p, POINTER(heir_p)]),

@@ -306,6 +306,8 @@ PyStructSequence_Field message_fields[] = {
     {"redelivered", "True when a previous owner read it and died before committing it"},
     {"position", "its lane position (the claim order across all producers); None for a message without one"},
     {"box_id", "the box's incarnation (Box.id): with lane and position, the message's id"},
+    {"reply_to", "a request's reply address (opaque bytes; None: not a request): Owner.reply answers it"},
+    {"answered", "True for a request delivered again that an owner which died had answered (Owner.reply sends nothing)"},
     {nullptr, nullptr},
 };
 
@@ -319,7 +321,8 @@ PyStructSequence_Desc message_desc = {
 };
 
 // A new Message (nullptr with an exception set).
-PyObject* make_message(PyObject* data, std::uint32_t lane, bool redelivered, std::uint64_t position, PyObject* box) {
+PyObject* make_message(PyObject* data, std::uint32_t lane, bool redelivered, std::uint64_t position, PyObject* box,
+                       std::string_view reply_to = {}, bool answered = false) {
   if (data == nullptr) return nullptr;
   PyObject* m = PyStructSequence_New(g.message);
   if (m == nullptr) {
@@ -333,7 +336,11 @@ PyObject* make_message(PyObject* data, std::uint32_t lane, bool redelivered, std
   PyStructSequence_SET_ITEM(m, 2, Py_NewRef(redelivered ? Py_True : Py_False));
   PyStructSequence_SET_ITEM(m, 3, pos);
   PyStructSequence_SET_ITEM(m, 4, Py_NewRef(box));
-  if (l == nullptr || pos == nullptr) {
+  PyObject* rt = reply_to.empty() ? Py_NewRef(Py_None)
+                                  : PyBytes_FromStringAndSize(reply_to.data(), static_cast<Py_ssize_t>(reply_to.size()));
+  PyStructSequence_SET_ITEM(m, 5, rt);
+  PyStructSequence_SET_ITEM(m, 6, Py_NewRef(answered ? Py_True : Py_False));
+  if (l == nullptr || pos == nullptr || rt == nullptr) {
     Py_DECREF(m);
     return nullptr;
   }
@@ -611,7 +618,7 @@ PyObject* batch_message(OwnerCore* self, std::size_t i) {
   const sb::batch& b = self->s->batch;
   const std::string_view v = b[i];
   return make_message(PyBytes_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.size())), b.lane(i),
-                      b.redelivered(i), b.position(i), self->box_id);
+                      b.redelivered(i), b.position(i), self->box_id, b.reply_to(i), b.answered(i));
 }
 
 // The pending message, if any (after a MemoryError), else nullptr without an exception.
@@ -627,7 +634,8 @@ PyObject* take_pending(OwnerCore* self) {
   }
   if (s.msg_pending) {
     PyObject* m = make_message(PyBytes_FromStringAndSize(s.msg.data.data(), static_cast<Py_ssize_t>(s.msg.data.size())),
-                               s.msg.lane, s.msg.redelivered, s.msg.position, self->box_id);
+                               s.msg.lane, s.msg.redelivered, s.msg.position, self->box_id, s.msg.reply_to,
+                               s.msg.answered);
     if (m != nullptr) s.msg_pending = false;
     return m;
   }
@@ -779,10 +787,12 @@ PyObject* Owner_receive_into(OwnerCore* self, PyObject* const* args, Py_ssize_t 
   }
   std::size_t size = 0;
   sb::message_view got;
+  std::string got_reply_to;  // the view's reply_to is in the box: valid only inside the call
   auto copy = [&](const sb::message_view& v) {
     std::memcpy(view.buf, v.data.data(), v.data.size());
     size = v.data.size();
     got = v;
+    got_reply_to.assign(v.reply_to);
   };
   sb::recv_status st = o->receive_in_place(copy, {.max = 1, .timeout = std::chrono::nanoseconds(0)});
   if (st == sb::recv_status::timeout && timeout != 0) {
@@ -815,7 +825,7 @@ PyObject* Owner_receive_into(OwnerCore* self, PyObject* const* args, Py_ssize_t 
     }
     Py_DECREF(whole);
   }
-  return make_message(data, got.lane, got.redelivered, got.position, self->box_id);
+  return make_message(data, got.lane, got.redelivered, got.position, self->box_id, got_reply_to, got.answered);
 }
 
 // receive_in_place(fn, max=64, timeout=None): fn(view, lane, redelivered, position) for each
@@ -856,7 +866,7 @@ PyObject* Owner_receive_in_place(OwnerCore* self, PyObject* const* args, Py_ssiz
     if (!failed) {
       PyObject* view = PyMemoryView_FromMemory(const_cast<char*>(v.data.data()), static_cast<Py_ssize_t>(v.data.size()),
                                                PyBUF_READ);
-      PyObject* msg = make_message(view, v.lane, v.redelivered, v.position, self->box_id);
+      PyObject* msg = make_message(view, v.lane, v.redelivered, v.position, self->box_id, v.reply_to, v.answered);
       PyObject* r = msg != nullptr ? PyObject_CallOneArg(a[0], msg) : nullptr;
       if (r == nullptr) failed = true;
       Py_XDECREF(r);
@@ -943,9 +953,51 @@ PyObject* Owner_stash(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs, 
   }
   Data d;
   if (get_data(data, d) < 0) return nullptr;
-  const sb::recv_status st = o->stash(std::string_view(d.p, static_cast<std::size_t>(d.n)), lane, priority);
+  std::string whole;  // a request stays one: its reply address is parked after its bytes
+  std::string_view parked(d.p, static_cast<std::size_t>(d.n));
+  if (Py_TYPE(a[0]) == g.message && PyBytes_Check(PyStructSequence_GET_ITEM(a[0], 5))) {
+    PyObject* rt = PyStructSequence_GET_ITEM(a[0], 5);
+    whole.assign(parked).append(PyBytes_AS_STRING(rt), static_cast<std::size_t>(PyBytes_GET_SIZE(rt)));
+    parked = whole;
+  }
+  const sb::recv_status st = o->stash(parked, lane, priority);
   if (st == sb::recv_status::ok) Py_RETURN_NONE;
   return receive_failed(self, st);
+}
+
+// reply(message, data) -> int: Owner::reply to a received Message (a request); the
+// reply_status as a number (Owner.reply in __init__.py names it or raises).
+PyObject* Owner_reply(OwnerCore* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* const names[] = {"message", "data"};
+  PyObject* a[2];
+  if (parse_args("reply", names, 2, 2, args, nargs, kwnames, a) < 0) return nullptr;
+  sb::Owner* o = owner_of(self);
+  if (o == nullptr) return nullptr;
+  if (Py_TYPE(a[0]) != g.message) {
+    PyErr_SetString(PyExc_TypeError, "reply(message, data): message must be a received shmbox.Message");
+    return nullptr;
+  }
+  PyObject* reply_to = PyStructSequence_GET_ITEM(a[0], 5);
+  if (reply_to == Py_None) return PyLong_FromLong(static_cast<long>(sb::reply_status::not_a_request));
+  if (!PyBytes_Check(reply_to)) {
+    PyErr_SetString(PyExc_TypeError, "reply(message, data): message.reply_to must be bytes");
+    return nullptr;
+  }
+  Data body, d;
+  if (get_data(PyStructSequence_GET_ITEM(a[0], 0), body) < 0 || get_data(a[1], d) < 0) return nullptr;
+  sb::message_view v;
+  v.data = std::string_view(body.p, static_cast<std::size_t>(body.n));
+  v.lane = static_cast<std::uint32_t>(PyLong_AsUnsignedLong(PyStructSequence_GET_ITEM(a[0], 1)));
+  v.redelivered = PyStructSequence_GET_ITEM(a[0], 2) == Py_True;
+  PyObject* pos = PyStructSequence_GET_ITEM(a[0], 3);
+  v.position = pos == Py_None ? sb::kNoPosition : PyLong_AsUnsignedLongLong(pos);
+  if (PyErr_Occurred()) return nullptr;
+  v.reply_to = std::string_view(PyBytes_AS_STRING(reply_to), static_cast<std::size_t>(PyBytes_GET_SIZE(reply_to)));
+  v.answered = PyStructSequence_GET_ITEM(a[0], 6) == Py_True;
+  const sb::reply_status st = o->reply(v, std::string_view(d.p, static_cast<std::size_t>(d.n)));
+  if (st == sb::reply_status::error || st == sb::reply_status::too_large || st == sb::reply_status::not_owner)
+    shmbox::detail::capi::record(o->last_error());
+  return PyLong_FromLong(static_cast<long>(st));
 }
 
 // _current(count): the messages of the C handle's current batch (what the C API's
@@ -961,7 +1013,7 @@ PyObject* Owner_current(OwnerCore* self, PyObject* arg) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::string_view v = b[i];
     PyObject* m = make_message(PyBytes_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.size())), b.lane(i),
-                               b.redelivered(i), b.position(i), self->box_id);
+                               b.redelivered(i), b.position(i), self->box_id, b.reply_to(i), b.answered(i));
     if (m == nullptr) {
       Py_DECREF(l);
       return nullptr;
@@ -993,6 +1045,8 @@ PyMethodDef owner_methods[] = {
      "read(max=64, timeout=None) -> list[Message]\n\n"
      "Two-phase receive: up to `max` messages, not committed. If this process dies before\n"
      "commit(), the next owner receives them again, flagged redelivered."},
+    {"_reply", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_reply)), METH_FASTCALL | METH_KEYWORDS,
+     "_reply(message, data) -> int: Owner::reply (Owner.reply names the status)."},
     {"_current", reinterpret_cast<PyCFunction>(Owner_current), METH_O,
      "_current(count): the messages of the handle's current batch (a delivery), with ids."},
     {"receive_in_place", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Owner_receive_in_place)),

@@ -33,7 +33,7 @@ import functools
 import shmbox as _shmbox
 from shmbox import BOX_DEFAULT, _seconds
 
-__all__ = ["Owner", "Producer", "Pool"]
+__all__ = ["Owner", "Producer", "Pool", "Requester"]
 
 
 class _Wrapper:
@@ -131,6 +131,57 @@ class Owner(_Wrapper):
             if m is not None:
                 yield m
 
+
+
+class Requester(_Wrapper):
+    """An asyncio requester (docs/request-reply.md): ``await call(request)``, ``await
+    wait(ticket)``. The wait is the requester's notify_fd in the loop: no thread, no polling;
+    any number of requests (of one requester, or of many) wait in one loop."""
+
+    @classmethod
+    def attach(cls, service, **options):
+        """As :meth:`shmbox.Requester.attach` (it does not wait)."""
+        return cls(_shmbox.Requester.attach(service, **options))
+
+    def ask(self, data, timeout=BOX_DEFAULT):
+        """Posts a request (as :meth:`shmbox.Requester.ask`); returns its ticket."""
+        return self.sync.ask(data, timeout)
+
+    async def wait(self, ticket, timeout=None):
+        """The reply to `ticket` (bytes), or None when none came within `timeout` seconds (the
+        request is over then: a later reply is counted late)."""
+        t = _seconds(timeout)
+        r = self.sync
+        loop = asyncio.get_running_loop()
+        deadline = None if t is None else loop.time() + t
+        fd = r.notify_fd
+        try:
+            while True:
+                got = r.wait(ticket, 0, keep=True)  # re-arms the descriptor when nothing is there
+                if got is not None:
+                    return got
+                if deadline is not None and loop.time() >= deadline:
+                    r.forget(ticket)
+                    return None
+                ready = loop.create_future()
+                loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
+                try:
+                    if deadline is None:
+                        await ready
+                    else:
+                        try:
+                            await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+                        except asyncio.TimeoutError:
+                            pass
+                finally:
+                    loop.remove_reader(fd)
+        except asyncio.CancelledError:
+            r.forget(ticket)
+            raise
+
+    async def call(self, data, timeout=None):
+        """ask() then wait(): the reply, or None in time."""
+        return await self.wait(self.sync.ask(data, BOX_DEFAULT if timeout is None else timeout), timeout)
 
 
 class Producer(_Wrapper):

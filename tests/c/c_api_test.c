@@ -953,6 +953,79 @@ static void test_quota(void) {
   shmbox_box_close(b);
 }
 
+/* Request/reply (shmbox_requester_*, shmbox_ask*, shmbox_reply_*): the
+ * requester and the owner in one process (tests/request/request.cpp has
+ * them in separate ones, killed). */
+static void test_request(void) {
+  const char* name = new_name("req");
+  shmbox_box* b = NULL;
+  shmbox_owner* o = NULL;
+  shmbox_producer* p = NULL;
+  shmbox_requester* r = NULL;
+  shmbox_options opts;
+  shmbox_requester_options ro;
+  shmbox_requester_stats st;
+  shmbox_msg_meta meta;
+  char buf[256];
+  size_t n = 0, count = 0;
+  uint64_t t1 = 0, t2 = 0, t3 = 0;
+
+  shmbox_options_init(&opts);
+  opts.capacity = 8;
+  opts.slot_size = 128;
+  REQUIRE(shmbox_box_create(name, &opts, &b) == SHMBOX_OK);
+  REQUIRE(shmbox_owner_acquire_box(b, &o) == SHMBOX_OK);
+  shmbox_requester_options_init(&ro);
+  ro.max_outstanding = 3;
+  REQUIRE(shmbox_requester_attach(name, &ro, &r) == SHMBOX_OK);
+  CHECK(shmbox_requester_max_request(r) == 128 - 40);
+  CHECK(shmbox_requester_max_reply(r) == 128);
+  CHECK(shmbox_requester_notify_fd(r) >= 0);
+  CHECK(shmbox_ask(r, "one", 3, 0, &t1) == SHMBOX_STORED && t1 == 1);
+  CHECK(shmbox_ask(r, "two", 3, 0, &t2) == SHMBOX_STORED && t2 == 2);
+  /* One receive, answered after it (shmbox_reply_last). */
+  shmbox_msg_meta_init(&meta);
+  CHECK(shmbox_receive_meta(o, buf, sizeof buf, &n, &meta, 0) == SHMBOX_RECV_OK);
+  CHECK(n == 3 && memcmp(buf, "one", 3) == 0);
+  CHECK(meta.is_request == 1 && meta.answered == 0);
+  CHECK(shmbox_reply_last(o, "ONE", 3) == SHMBOX_REPLY_OK);
+  /* A read one, answered before its commit (shmbox_reply_batch). */
+  CHECK(shmbox_read(o, 4, 0, &count) == SHMBOX_RECV_OK && count == 1);
+  CHECK(shmbox_reply_batch(o, 0, "TWO", 3) == SHMBOX_REPLY_OK);
+  CHECK(shmbox_reply_batch(o, 1, "x", 1) == SHMBOX_REPLY_ERROR);
+  CHECK(shmbox_commit(o, NULL) == SHMBOX_RECV_OK);
+  CHECK(shmbox_ask_wait(r, t2, buf, 8, &n, 0, 0) == SHMBOX_REPLY_ERROR); /* buf smaller than the largest reply */
+  CHECK(shmbox_ask_wait(r, t2, buf, sizeof buf, &n, 1000000000, 0) == SHMBOX_REPLY_OK);
+  CHECK(n == 3 && memcmp(buf, "TWO", 3) == 0);
+  CHECK(shmbox_ask_wait(r, t1, buf, sizeof buf, &n, 0, 0) == SHMBOX_REPLY_OK); /* it came meanwhile: kept */
+  CHECK(n == 3 && memcmp(buf, "ONE", 3) == 0);
+  CHECK(shmbox_ask_wait(r, t1, buf, sizeof buf, &n, 0, 0) == SHMBOX_REPLY_ERROR); /* answered already */
+  /* A plain post is no request. */
+  REQUIRE(shmbox_producer_attach_box(b, &p) == SHMBOX_OK);
+  CHECK(shmbox_post(p, "plain", 5) == SHMBOX_STORED);
+  shmbox_msg_meta_init(&meta);
+  CHECK(shmbox_receive_meta(o, buf, sizeof buf, &n, &meta, 0) == SHMBOX_RECV_OK);
+  CHECK(meta.is_request == 0);
+  CHECK(shmbox_reply_last(o, "x", 1) == SHMBOX_REPLY_NOT_A_REQUEST);
+  /* A timeout ends the request; keep leaves it waiting. */
+  CHECK(shmbox_ask(r, "three", 5, 0, &t3) == SHMBOX_STORED);
+  CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 0, 1) == SHMBOX_REPLY_TIMEOUT);
+  CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 1000000, 0) == SHMBOX_REPLY_TIMEOUT);
+  CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 0, 0) == SHMBOX_REPLY_ERROR);
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  CHECK(shmbox_requester_stats_get(r, &st) == SHMBOX_OK);
+  CHECK(st.asked == 3 && st.replied == 2 && st.timed_out == 1 && st.late == 0);
+  CHECK(strcmp(shmbox_reply_status_string(SHMBOX_REPLY_ALREADY_REPLIED), "already-replied") == 0);
+  CHECK(strcmp(shmbox_reply_status_string(99), "unknown") == 0);
+  CHECK(shmbox_requester_attach(NULL, NULL, &r) == SHMBOX_E_INVALID_ARGUMENT);
+  CHECK(shmbox_ask(NULL, "x", 1, 0, &t1) == SHMBOX_POST_ERROR);
+  shmbox_requester_close(r);
+  shmbox_producer_close(p);
+  shmbox_owner_close(o);
+  shmbox_box_close(b);
+}
+
 /* Runs the CLI ($SHMBOX_CLI) with up to 20 arguments; its exit status. */
 static int cli(const char* const* args) {
   const char* path = getenv("SHMBOX_CLI");
@@ -1343,6 +1416,7 @@ int main(int argc, char** argv) {
   test_stash();
   test_list_and_resize();
   test_quota();
+  test_request();
   test_pool();
   test_ids_peek_usage();
   if (failures > 0) {

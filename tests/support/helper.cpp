@@ -1074,10 +1074,17 @@ int try_open(int argc, char** argv) {
 
 }  // namespace
 
+int helper_ask(int argc, char** argv);  // helper_request.cpp
+int helper_ask_hold(int argc, char** argv);
+int helper_respond(int argc, char** argv);
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   if (std::string(argv[1]) == "try-open") return try_open(argc, argv);
   const std::string cmd = argv[1];
+  if (cmd == "ask") return helper_ask(argc, argv);  // helper_request.cpp
+  if (cmd == "ask-hold") return helper_ask_hold(argc, argv);
+  if (cmd == "respond") return helper_respond(argc, argv);
   if (cmd == "produce") return produce(argc, argv);
   if (cmd == "consume") return consume(argc, argv);
   if (cmd == "own") return own(argc, argv);

@@ -27,6 +27,7 @@ LAYERS = [
     "wake",       # the futex waits and wakes, the owner's sleep, eventfd, notify hub
     "ordering",   # priority store, stash, custom buffers, resize
     "handles",    # Box, Producer, Owner, Heir, owner modes
+    "request",    # request/reply: Requester, Owner::reply
     "inspect",    # verify, info, peek, gc
     "pool",       # the pool segment and table, take/give back, the supervisor
     "c",          # the C layer

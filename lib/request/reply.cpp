@@ -1,0 +1,224 @@
+// lib/request/reply.cpp - Owner::reply (shmbox/owner.hpp, shmbox/request.hpp): the
+// owner's side of request/reply. The envelopes and THE ANSWERED MARK are in
+// envelope.hpp.
+//
+// Where a reply goes is decided by this process, not by the segment: the
+// reply box's name is this box's own name, ".r", and the request's token in
+// hex (so a forged request can point only at a reply box of this service),
+// it is opened like any box (no links, no FIFOs: shm_file.hpp), its id must
+// be the one the request carries, and it must have a live owner (the
+// requester) at the time of the reply. The reply is posted without waiting.
+#include <algorithm>
+#include <cstring>
+
+#include "base/access.hpp"
+#include "base/errors.hpp"
+#include "base/fault.hpp"
+#include "handles/owner_state.hpp"
+#include "segment/envelope.hpp"
+#include "segment/liveness.hpp"
+#include "segment/segment.hpp"
+#include "shmbox/producer.hpp"
+
+namespace shmbox {
+namespace detail {
+
+// Producers on requesters' reply boxes, kept between replies.
+struct reply_cache {
+  struct entry {
+    std::uint64_t token = 0;
+    std::uint64_t id = 0;
+    std::shared_ptr<mapped_box> m;
+    std::optional<Producer> p;
+    std::uint64_t used = 0;
+  };
+  static constexpr std::size_t kKept = 64;
+  std::vector<entry> entries;
+  std::uint64_t clock = 0;
+  std::unique_ptr<Producer> dead_letters;
+  bool dead_letters_tried = false;
+
+  // A live requester's reply box has a live owner (liveness.hpp L1).
+  static bool requester_alive(const mapped_box& rb) noexcept {
+    const std::uint64_t key = rb.owner()->key.load(std::memory_order_acquire);
+    return role_alive(rb, owner_byte(rb), key);
+  }
+
+  // Forgets reply boxes whose requester is gone, so that `shmbox gc` can
+  // remove them (a producer handle here would keep them "in use").
+  void sweep() noexcept {
+    std::erase_if(entries, [](const entry& e) { return !requester_alive(*e.m); });
+  }
+
+  entry* find(std::uint64_t token, std::uint64_t id) noexcept {
+    for (entry& e : entries)
+      if (e.token == token && e.id == id) return &e;
+    return nullptr;
+  }
+};
+
+void reply_cache_deleter::operator()(reply_cache* c) const noexcept { delete c; }
+
+}  // namespace detail
+
+namespace {
+
+constexpr post_options kNoWait{.timeout = std::chrono::nanoseconds(0)};
+
+void bump(detail::a64& v) noexcept { v.store(v.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+
+// THE ANSWERED MARK: the request's flags byte in the slot, if this owner
+// holds the request read and not yet committed (or, in place, is inside the
+// callback: `in_place` points at the trailer there).
+void mark_answered(detail::owner_ctx& o, std::uint32_t lane, std::uint64_t position, std::size_t body,
+                   std::string_view trailer, const char* in_place) noexcept {
+  std::byte* flags = nullptr;
+  // In place: only inside this box's mapping (a view the caller made up, or
+  // copied, is not written: then the request is looked up among those read).
+  const auto* b = reinterpret_cast<const std::byte*>(in_place);
+  if (b != nullptr && !o.m->snapshot && b >= o.m->base && b + detail::kRequestTrailer <= o.m->base + o.m->mapped_bytes) {
+    flags = const_cast<std::byte*>(b) + detail::kRequestFlagsAt;
+  } else {
+    detail::mapped_box& m = *o.m;
+    if (lane >= m.lane_count() || position == kNoPosition) return;
+    const detail::lane_view& L = m.lanes[lane];
+    if (L.is_lifo()) return;
+    for (const detail::pending_slot& p : o.pending) {
+      if (p.stash || p.lane != lane || p.where != position) continue;
+      detail::slot_header* s = L.slot_for(position);
+      // Still ours (TAKEN by us at that position) and still this request.
+      if (s->seq.load(std::memory_order_acquire) != p.seq) return;
+      const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+      if (len != body + detail::kRequestTrailer || len > L.payload) return;
+      std::byte* t = detail::lane_view::payload_of(s) + body;
+      if (std::memcmp(t, trailer.data(), detail::kRequestFlagsAt) != 0) return;
+      flags = t + detail::kRequestFlagsAt;
+      break;
+    }
+  }
+  if (flags == nullptr) return;
+  std::atomic_ref<std::byte> f(*flags);
+  f.store(f.load(std::memory_order_relaxed) | std::byte{detail::kAnswered}, std::memory_order_release);
+}
+
+}  // namespace
+
+reply_status Owner::reply(const message& request, std::string_view data) {
+  return reply_impl(request.reply_to, request.answered, request.lane, request.position, request.data.size(), nullptr,
+                    data);
+}
+
+reply_status Owner::reply(const message_view& request, std::string_view data) {
+  return reply_impl(request.reply_to, request.answered, request.lane, request.position, request.data.size(),
+                    request.reply_to.empty() ? nullptr : request.reply_to.data(), data);
+}
+
+reply_status Owner::reply(const batch& requests, std::size_t i, std::string_view data) {
+  if (i >= requests.size()) {
+    s_->ctx.last_error = detail::fail(errc::invalid_argument, "Owner::reply: the batch has " +
+                                                                  std::to_string(requests.size()) + " messages; no message " +
+                                                                  std::to_string(i));
+    return reply_status::error;
+  }
+  return reply_impl(requests.reply_to(i), requests.answered(i), requests.lane(i), requests.position(i), requests[i].size(),
+                    nullptr, data);
+}
+
+reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::uint32_t lane, std::uint64_t position,
+                               std::size_t body, const char* in_place, std::string_view data) {
+  if (!s_) return reply_status::not_owner;
+  state& st = *s_;
+  detail::owner_ctx& o = st.ctx;
+  if (!st.still_owner()) {
+    o.last_error = st.not_owner_error("box '" + st.m->name + "': this handle no longer owns the box");
+    return reply_status::not_owner;
+  }
+  const auto env = detail::envelope::parse_request(reply_to);
+  if (!env) {
+    o.last_error = detail::fail(errc::invalid_argument, "box '" + st.m->name + "': the message is not a request (no reply address)");
+    return reply_status::not_a_request;
+  }
+  if (answered) {  // THE ANSWERED MARK: a dead owner replied before it died
+    bump(o.act->replies_skipped);
+    return reply_status::already_replied;
+  }
+  if (!st.replies) st.replies.reset(new detail::reply_cache);
+  detail::reply_cache& c = *st.replies;
+  if (++c.clock % 64 == 0 || c.entries.size() >= detail::reply_cache::kKept) c.sweep();
+  auto lost = [&](reply_status why, std::string_view reason) {
+    bump(o.act->replies_lost);
+    if (!st.m->dead_letters.empty()) {
+      if (!c.dead_letters_tried) {
+        c.dead_letters_tried = true;
+        if (auto p = Producer::attach(st.m->dead_letters)) c.dead_letters = std::make_unique<Producer>(std::move(*p));
+      }
+      if (c.dead_letters) {
+        std::string letter;
+        letter.append("[").append(st.m->name).append(" ").append(reason).append("] ").append(data);
+        (void)c.dead_letters->post(letter, kNoWait);
+      }
+    }
+    return why;
+  };
+  detail::reply_cache::entry* e = c.find(env->token, env->reply_box);
+  if (e == nullptr) {
+    const std::string name = detail::envelope::reply_box_name(st.m->name, env->token);
+    // any_owner: a requester of another user (a 0666 service) owns its reply
+    // box; the name (ours, and a token) and the id decide, not the file's owner.
+    auto box = Box::open(name, {.any_owner = true});
+    if (!box || box->id() != env->reply_box) return lost(reply_status::requester_gone, "reply-requester-gone");
+    auto p = Producer::attach(*box);
+    if (!p) {
+      o.last_error = p.error();
+      return lost(reply_status::requester_gone, "reply-requester-gone");
+    }
+    if (c.entries.size() >= detail::reply_cache::kKept)
+      c.entries.erase(std::min_element(c.entries.begin(), c.entries.end(),
+                                       [](const auto& a, const auto& b) { return a.used < b.used; }));
+    c.entries.push_back({env->token, env->reply_box, detail::access::box(*box), std::move(*p), 0});
+    e = &c.entries.back();
+  }
+  e->used = c.clock;
+  if (!detail::reply_cache::requester_alive(*e->m)) {
+    c.entries.erase(c.entries.begin() + (e - c.entries.data()));
+    return lost(reply_status::requester_gone, "reply-requester-gone");
+  }
+  if (data.size() + detail::kReplyTrailer > e->p->max_message_size()) {
+    o.last_error = detail::fail(errc::too_large, "box '" + st.m->name + "': a reply of " + std::to_string(data.size()) +
+                                                     " bytes is larger than the " +
+                                                     std::to_string(e->p->max_message_size() - detail::kReplyTrailer) +
+                                                     " bytes this requester takes (requester_options::max_reply_size)");
+    return reply_status::too_large;
+  }
+  std::string& buf = st.reply_scratch;
+  buf.assign(data);
+  detail::envelope::append_reply(buf, {st.m->incarnation(), position, lane, env->token, env->seq});
+  const post_status ps = e->p->post(buf, kNoWait);
+  if (!is_stored(ps)) {
+    if (ps == post_status::full) return lost(reply_status::full, "reply-box-full");
+    o.last_error = e->p->last_error();
+    return lost(reply_status::requester_gone, "reply-requester-gone");
+  }
+  SHMBOX_FAULT("owner.reply_before_mark");
+  mark_answered(o, lane, position, body, reply_to, in_place);
+  SHMBOX_FAULT("owner.reply_after_mark");
+  bump(o.act->replies);
+  return reply_status::ok;
+}
+
+std::string_view to_string(reply_status s) noexcept {
+  switch (s) {
+    case reply_status::ok: return "ok";
+    case reply_status::timeout: return "timeout";
+    case reply_status::already_replied: return "already-replied";
+    case reply_status::not_a_request: return "not-a-request";
+    case reply_status::requester_gone: return "requester-gone";
+    case reply_status::full: return "full";
+    case reply_status::too_large: return "too-large";
+    case reply_status::not_owner: return "not-owner";
+    case reply_status::error: return "error";
+  }
+  return "unknown";
+}
+
+}  // namespace shmbox
