@@ -97,6 +97,8 @@ run "round trips" "$b/shmbox-bench-rtt" "${common[@]}"
 run pool "$b/shmbox-bench-pool" "${common[@]}"
 # Priority boxes (issue 17): against a FIFO box at 1 Ki and 64 Ki (about 20 s; --quick: 1 s).
 run priority "$b/shmbox-bench-priority" "${common[@]}"
+# Request/reply (issue 35): the round trip against two boxes by hand (about 5 s; --quick: 1 s).
+run request "$b/shmbox-bench-request" "${common[@]}"
 # The C API and Python next to C++ (issue 18): about 10 s; --quick: 1 s.
 SHMBOX_SOURCE_ROOT="$root" SHMBOX_PY_DIR="$build/python" run api "$b/shmbox-bench-api" "${common[@]}"
 # Python between two processes (issue 31, item 7): the shmbox package against

@@ -269,6 +269,27 @@ int main(int argc, char** argv) {
                 "   ~20 us when they share one: read them with box-rtt's min-max; bench/pool.cpp METHOD)\n\n");
   }
 
+  // --- Request/reply (shmbox-bench-request, issue 35); always shown: not measured is "-"
+  {
+    std::printf("REQUEST/REPLY round trip, 64 B each way, microseconds: p50 (min-max over runs) / p99 / p99.9 (medians)\n");
+    for (const std::string m : {"shmbox-request", "two-boxes"}) {
+      std::string c = "-";
+      if (get("request-rtt", m, "p50")) {
+        c = cell("request-rtt", m, "p50") + " / " + num(get("request-rtt", m, "p99")->median) + " / " +
+            (get("request-rtt", m, "p99.9") ? num(get("request-rtt", m, "p99.9")->median) : std::string("-"));
+      } else if (const std::string why = skip_of("request-rtt", m); !why.empty()) {
+        c = "skipped: " + why;
+      }
+      std::printf("%s| %s\n", pad(m, 20).c_str(), c.c_str());
+    }
+    const auto r50 = get("request-rtt", "shmbox-request", "ratio-p50");
+    const auto r99 = get("request-rtt", "shmbox-request", "ratio-p99");
+    std::printf("%s| p50 %s, p99 %s\n", pad("  / two-boxes", 20).c_str(), r50 ? (num(r50->median) + "x").c_str() : "-",
+                r99 ? (num(r99->median) + "x").c_str() : "-");
+    std::printf("  (shmbox-request = Requester::call + Owner::reply; two-boxes = the same by hand: a correlation number,\n"
+                "   a reply box of the requester's own; both with the adaptive wait; bench/request.cpp METHOD)\n\n");
+  }
+
   // --- Priority boxes (shmbox-bench-priority, issue 17); always shown: a configuration not measured is "-"
   {
     std::printf("PRIORITY BOX against a FIFO box (64 B, block policy): fill = ns per post into the empty box,\n"

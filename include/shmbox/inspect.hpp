@@ -121,6 +121,8 @@ struct box_info {
   std::string buffer;                // a custom-buffer box: its buffer type (options::buffer); "" none
   counters count;                 // all lanes
   reply_counts replies;           // request/reply
+  bool reply_box = false;         // a requester's reply box (shmbox/request.hpp): gc removes it, replies and all,
+                                  // once its requester is dead and nobody holds it
 };
 
 // What verify() found. A box in use is checked without stopping anyone:

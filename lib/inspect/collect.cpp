@@ -140,9 +140,12 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
       bool live = i.owner.alive || i.producers_attached != 0;
       for (const heir_info& h : i.heirs) live |= h.alive;
       if (live) continue;
-      if (i.depth != 0 && !opts.include_nonempty) continue;
+      // A dead requester's reply box: nobody can ever read it (its token died with it).
+      if (i.depth != 0 && !opts.include_nonempty && !i.reply_box) continue;
       c.depth = i.depth;
-      c.why = i.owner.pid != 0 ? "owner, heirs and producers are dead" : "never owned; no live heir or producer";
+      c.why = i.reply_box ? "a dead requester's reply box (" + std::to_string(i.depth) + " replies nobody can read)"
+              : i.owner.pid != 0 ? "owner, heirs and producers are dead"
+                                 : "never owned; no live heir or producer";
     }
     if (opts.dry_run && !may_unlink(name)) {
       c.skipped = true;

@@ -338,6 +338,7 @@ box_info info(const Box& box) {
   i.default_lane = m.default_lane;
   i.dead_letters = m.dead_letters;
   i.dead_letter_refused = m.dead_letter_refused;
+  i.reply_box = m.reply_box;
   i.stash = m.user_stash();
   i.priority = m.priority() && !m.buffered();
   i.buffer = m.buffer_name;

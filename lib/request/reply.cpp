@@ -14,6 +14,7 @@
 #include "base/access.hpp"
 #include "base/errors.hpp"
 #include "base/fault.hpp"
+#include "base/process.hpp"
 #include "handles/owner_state.hpp"
 #include "segment/envelope.hpp"
 #include "segment/liveness.hpp"
@@ -31,7 +32,14 @@ struct reply_cache {
     std::shared_ptr<mapped_box> m;
     std::optional<Producer> p;
     std::uint64_t used = 0;
+    std::uint64_t next_probe_ns = 0;  // the kernel is asked at most every kProbeNs
   };
+  // Asking the kernel whether a requester lives (F_OFD_GETLK) costs more than
+  // the rest of a reply; a requester that let go cleared its key (a load says
+  // so), one that was killed is found by the next probe: at most kProbeNs of
+  // replies go into its reply box, which gc removes with them (kConfigReplyBox).
+  static constexpr std::uint64_t kProbeNs = 1'000'000;
+  std::uint64_t next_sweep_ns = 0;
   static constexpr std::size_t kKept = 64;
   std::vector<entry> entries;
   std::uint64_t clock = 0;
@@ -42,6 +50,13 @@ struct reply_cache {
   static bool requester_alive(const mapped_box& rb) noexcept {
     const std::uint64_t key = rb.owner()->key.load(std::memory_order_acquire);
     return role_alive(rb, owner_byte(rb), key);
+  }
+  // The same, asking the kernel only every kProbeNs (the key every time).
+  static bool requester_alive(entry& e, std::uint64_t now) noexcept {
+    if (e.m->owner()->key.load(std::memory_order_acquire) == 0) return false;
+    if (now < e.next_probe_ns) return true;
+    e.next_probe_ns = now + kProbeNs;
+    return requester_alive(*e.m);
   }
 
   // Forgets reply boxes whose requester is gone, so that `shmbox gc` can
@@ -144,7 +159,12 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
   }
   if (!st.replies) st.replies.reset(new detail::reply_cache);
   detail::reply_cache& c = *st.replies;
-  if (++c.clock % 64 == 0 || c.entries.size() >= detail::reply_cache::kKept) c.sweep();
+  ++c.clock;
+  const std::uint64_t now = detail::mono_ns();
+  if (now >= c.next_sweep_ns || c.entries.size() >= detail::reply_cache::kKept) {  // at most every 100 ms
+    c.sweep();
+    c.next_sweep_ns = now + 100'000'000;
+  }
   auto lost = [&](reply_status why, std::string_view reason) {
     bump(o.act->replies_lost);
     if (!st.m->dead_letters.empty()) {
@@ -166,7 +186,9 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
     // any_owner: a requester of another user (a 0666 service) owns its reply
     // box; the name (ours, and a token) and the id decide, not the file's owner.
     auto box = Box::open(name, {.any_owner = true});
-    if (!box || box->id() != env->reply_box) return lost(reply_status::requester_gone, "reply-requester-gone");
+    // A reply box, made by a Requester (kConfigReplyBox), with the id the request names.
+    if (!box || box->id() != env->reply_box || !detail::access::box(*box)->reply_box)
+      return lost(reply_status::requester_gone, "reply-requester-gone");
     auto p = Producer::attach(*box);
     if (!p) {
       o.last_error = p.error();
@@ -179,7 +201,7 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
     e = &c.entries.back();
   }
   e->used = c.clock;
-  if (!detail::reply_cache::requester_alive(*e->m)) {
+  if (!detail::reply_cache::requester_alive(*e, now)) {
     c.entries.erase(c.entries.begin() + (e - c.entries.data()));
     return lost(reply_status::requester_gone, "reply-requester-gone");
   }

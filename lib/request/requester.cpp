@@ -13,6 +13,7 @@
 #include "base/errors.hpp"
 #include "base/process.hpp"
 #include "segment/envelope.hpp"
+#include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "shmbox/owner.hpp"
 
@@ -154,12 +155,13 @@ result<Requester> Requester::attach(std::string_view service, const requester_op
     if (::getrandom(&token, sizeof token, 0) != static_cast<ssize_t>(sizeof token) || token == 0)
       token = detail::mono_ns() ^ (std::uint64_t{static_cast<std::uint32_t>(::getpid())} << 32) ^ attempt;
     const std::string name = detail::envelope::reply_box_name(service, token);
-    auto rb = Box::create(name, bo);
-    if (!rb) {
-      last = rb.error();
+    auto made = detail::create_segment(name, bo, detail::kConfigReplyBox);  // gc knows it for what it is
+    if (!made) {
+      last = made.error();
       if (last == errc::exists) continue;
       return last;
     }
+    std::optional<Box> rb(detail::access::make_box(std::move(*made)));
     s->reply_name = name;  // from here on the destructor removes it
     s->token = token;
     auto ow = Owner::acquire(*rb);

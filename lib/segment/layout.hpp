@@ -240,7 +240,10 @@ constexpr std::uint32_t kConfigDeadLetterRefused = 1;  // refused posts go to th
 // Some lane has a quota (lane_header::quota): set so that a library that does
 // not enforce quotas refuses the box instead of posting past them.
 constexpr std::uint32_t kConfigQuota = 2;
-constexpr std::uint32_t kConfigKnownFlags = kConfigDeadLetterRefused | kConfigQuota;
+// A requester's reply box (lib/request/requester.cpp): once its owner is dead
+// nobody can ever read it, so `gc` removes it with its replies (counted).
+constexpr std::uint32_t kConfigReplyBox = 4;
+constexpr std::uint32_t kConfigKnownFlags = kConfigDeadLetterRefused | kConfigQuota | kConfigReplyBox;
 
 struct box_config {
   std::uint32_t dead_letters_len;  // 0: no dead-letter box

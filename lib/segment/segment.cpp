@@ -169,7 +169,7 @@ result<void> validate_box_name(std::string_view name) {
   return {};
 }
 
-result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& o) {
+result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& o, std::uint32_t flags) {
   if (auto r = validate_box_name(name); !r) return r.error();
   const std::string who = quote(name);
   if (o.capacity < 1 || o.capacity > kMaxCapacity)
@@ -404,7 +404,9 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   std::memcpy(cfg->dead_letters, o.dead_letters.data(), o.dead_letters.size());
   m->dead_letters = o.dead_letters;
   cfg->flags = (o.dead_letter_refused ? kConfigDeadLetterRefused : 0) |
-               (std::any_of(quotas, quotas + p.lane_count, [](std::uint32_t q) { return q != 0; }) ? kConfigQuota : 0);
+               (std::any_of(quotas, quotas + p.lane_count, [](std::uint32_t q) { return q != 0; }) ? kConfigQuota : 0) |
+               (flags & kConfigReplyBox);
+  m->reply_box = (flags & kConfigReplyBox) != 0;
   m->dead_letter_refused = o.dead_letter_refused;
   m->owner()->lease_ms = m->lease_ms_;
   for (std::uint32_t i = 0; i < kHeirSlots; ++i) m->heir(i)->wake_fd.store(-1, std::memory_order_relaxed);
@@ -612,6 +614,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     if ((cfg.flags & kConfigDeadLetterRefused) != 0 && m->dead_letters.empty())
       return fail(errc::corrupt, who + ": refused posts go to dead letters, but no dead-letter box is named (corrupt)");
     m->dead_letter_refused = (cfg.flags & kConfigDeadLetterRefused) != 0;
+    m->reply_box = (cfg.flags & kConfigReplyBox) != 0;
     quota_flag = (cfg.flags & kConfigQuota) != 0;
     if (cfg.buffer_len > kMaxBufferName || (cfg.buffer_len != 0) != (h.ordering == kOrderingBuffer))
       return fail(errc::corrupt, who + ": buffer type name of " + std::to_string(cfg.buffer_len) + " bytes for ordering " +

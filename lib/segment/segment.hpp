@@ -87,6 +87,7 @@ struct mapped_box {
   std::string dead_letters;     // validated copy of the config's dead-letter box name ("" none)
   std::string buffer_name;      // validated copy of the config's buffer type (CUSTOM BUFFERS; "" none)
   bool dead_letter_refused = false;  // refused posts are forwarded too (kConfigDeadLetterRefused)
+  bool reply_box = false;  // a requester's reply box (kConfigReplyBox)
   // The mapping's open file description, kept open: it holds the attach lock
   // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).
   int fd = -1;
@@ -152,7 +153,8 @@ inline constexpr std::uint32_t kMaxHeaderMs = 86'400'000;
 // "/shmbox.<name>", the name given to shm_open.
 std::string shm_path(std::string_view name);
 
-result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& opts);
+// `flags`: box_config flags beyond what `opts` says (kConfigReplyBox).
+result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const options& opts, std::uint32_t flags = 0);
 // Read-write opens refuse a segment owned by another user unless any_owner
 // (someone else could have planted it to read what we post, or to feed us).
 // `attach`: take the attach lock (liveness.hpp L3); only gc, which holds the

@@ -236,12 +236,31 @@ TEST_CASE("request: a requester SIGKILLed while it waits: its reply is counted l
   REQUIRE(dead);
   shmbox::message letter = receive_one(*dead);
   CHECK(letter.data == shmtest::cat("[", g.name, " reply-requester-gone] re:d1"));
-  // Nobody holds the dead requester's reply box now: gc removes it.
+  // Nobody holds the dead requester's reply box now: gc removes it, also with
+  // replies in it (a reply that got in before the owner found the requester dead).
+  CHECK(shmbox::info(shmbox::Box::open(reply_box).value()).reply_box);
+  {
+    auto p = shmbox::Producer::attach(reply_box);
+    REQUIRE(p);
+    REQUIRE(p->post("a reply nobody will read") == shmbox::post_status::stored);
+  }
   auto removed = shmbox::collect({.prefix = reply_box});
   REQUIRE(removed);
   REQUIRE(removed->size() == 1);
   CHECK_FALSE(removed->front().skipped);
+  CHECK(removed->front().depth == 1);
+  CHECK(removed->front().why.find("a dead requester's reply box (1 replies nobody can read)") != std::string::npos);
   CHECK_FALSE(shmbox::Box::open(reply_box));
+  // An ordinary box is not removed with its messages.
+  shmtest::segment_guard other(shmtest::unique_name("reqplain"));
+  {
+    auto b = shmbox::Box::create(other.name, {.capacity = 4});
+    REQUIRE(b);
+    REQUIRE(shmbox::Producer::attach(*b)->post("kept") == shmbox::post_status::stored);
+  }
+  auto kept = shmbox::collect({.prefix = other.name});
+  REQUIRE(kept);
+  CHECK(kept->empty());
 }
 
 TEST_CASE("request: a request that timed out is over: its late reply is counted, never handed to the next request") {
