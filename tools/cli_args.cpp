@@ -651,7 +651,9 @@ int parse_args(int argc, char** argv, parsed& out) {
   const std::pair<CLI::App*, const char*> examples[] = {
       {create, "Example: shmbox create jobs --capacity 4096 --slot-size 512 --policy drop-oldest"},
       {post, "Example: shmbox post jobs 'hello'    printf 'a\\nb\\n' | shmbox post jobs    shmbox post jobs --control stop"},
-      {recv, "Example: shmbox recv jobs --follow --accept-give-away    shmbox recv jobs --heir --data backup --follow"},
+      {recv, "Example: shmbox recv jobs --follow --accept-give-away    shmbox recv jobs --heir --data backup --follow    "
+             "shmbox recv prices --follow --reply-with 'tr a-z A-Z'"},
+      {ask, "Example: shmbox ask prices eurusd --timeout 1000    printf 'a\\nb\\n' | shmbox ask prices"},
       {stat, "Example: shmbox stat jobs --json | jq .counters    shmbox stat jobs --prometheus > jobs.prom"},
       {watch, "Example: shmbox watch jobs --interval 500    shmbox watch jobs --count 10 > jobs.log"},
       {dump, "Example: shmbox dump jobs --max 10 --hex"},

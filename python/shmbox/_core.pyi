@@ -13,6 +13,8 @@ class Message(Tuple[Any, int, bool]):
     redelivered: bool
     position: Optional[int]
     box_id: Optional[int]
+    reply_to: Optional[bytes]  # a request's reply address (Owner.reply); None: not a request
+    answered: Optional[bool]   # a redelivered request an owner that died had answered
     @property
     def id(self) -> Any: ...  # shmbox.MessageId | None
 
@@ -34,6 +36,7 @@ class OwnerCore:
     def receive_in_place(self, fn: Callable[[Message], Any], max: int = ..., timeout: _Timeout = ...) -> int: ...
     def stash(self, message: Union[Message, _Buffer], lane: Optional[int] = ..., priority: Optional[int] = ...) -> None: ...
     def _current(self, count: int) -> List[Message]: ...
+    def _reply(self, message: Message, data: bytes) -> int: ...
     @property
     def _busy(self) -> bool: ...
 

@@ -425,7 +425,7 @@ TEST_CASE("give-away is refused with a reason: owner does not accept, pid not wa
 TEST_CASE("the manual page documents every command and every option that --help shows") {
   const std::string man = shmtest::manual_text();
   REQUIRE_MESSAGE(!man.empty(), "SHMBOX_MANPAGE (set by tests/meson.build) names the manual page");
-  const std::vector<std::string> commands = {"create", "post", "recv",  "stat", "watch", "dump",
+  const std::vector<std::string> commands = {"create", "post", "recv",  "ask", "stat", "watch", "dump",
                                              "give-away", "ls", "heirs", "rm", "verify", "gc", "resize", "metrics"};
   const auto top = cli({"--help"});
   CHECK(top.code == 0);

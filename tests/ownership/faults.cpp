@@ -367,6 +367,80 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
   CHECK(covered == (2 + 2 + 3 + 3) * 5);
 }
 
+TEST_CASE("fault matrix: an owner killed at every point of a reply (request/reply), two-phase and in place, every FIFO policy") {
+  // The owner (the helper's `respond`) answers one request and is killed at
+  // `point`; its heir (this process) receives the request again. What the
+  // requester (this process too) sees: exactly one reply to it, and a
+  // duplicate only where the dead owner's reply was stored but not marked.
+  struct point {
+    const char* spec;
+    bool in_place;
+    bool sent;    // the dead owner's reply reached the reply box
+    bool marked;  // ... and the request was marked answered
+  };
+  const point points[] = {
+      {"owner.after_take", false, false, false},  // read, nothing replied yet
+      {"owner.reply_before_mark", false, true, false},
+      {"owner.reply_after_mark", false, true, true},
+      {"owner.after_take", true, true, true},  // in place: the callback replied (and marked), not committed
+      {"owner.reply_before_mark", true, true, false},
+      {"owner.reply_after_mark", true, true, true},
+  };
+  int covered = 0;
+  for (const point& pt : points) {
+    for (const policy pol : {policy::reject, policy::drop_newest, policy::drop_oldest, policy::block}) {
+      CAPTURE(pt.spec);
+      CAPTURE(pt.in_place);
+      CAPTURE(shmbox::to_string(pol));
+      shmtest::segment_guard g(shmtest::unique_name("frep"));
+      auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128, .overflow = pol});
+      REQUIRE(box);
+      auto req = shmbox::Requester::attach(g.name);
+      REQUIRE(req);
+      struct reply_box_gone {
+        std::string name;
+        ~reply_box_gone() { (void)shmbox::Box::remove(name); }
+      } rb{req->reply_box()};
+      const auto t1 = req->ask("f1");
+      REQUIRE(t1);
+      {
+        child victim({shmtest::helper_path(), "respond", g.name}, {shmtest::cat("SHMBOX_FAULT=", pt.spec)}, true);
+        REQUIRE(victim.read_line(30s).value_or("").rfind("owned ", 0) == 0);
+        victim.write_stdin(pt.in_place ? "serve 1\n" : "read 1\nreply\n");
+        REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+      }
+      ++covered;
+      auto heir = shmbox::Owner::acquire(*box);
+      REQUIRE(heir);
+      shmbox::batch b;
+      REQUIRE(heir->read(b, {.max = 4, .timeout = 5s}) == shmbox::recv_status::ok);
+      REQUIRE(b.size() == 1);
+      CHECK(b[0] == "f1");
+      CHECK(b.redelivered(0));
+      CHECK(b.answered(0) == pt.marked);
+      CHECK(heir->reply(b, 0, "re:f1") == (pt.marked ? shmbox::reply_status::already_replied : shmbox::reply_status::ok));
+      CHECK(heir->commit() == shmbox::recv_status::ok);
+      std::string out;
+      CHECK(req->wait(t1.ticket, out, 10s) == shmbox::reply_status::ok);
+      CHECK(out == "re:f1");
+      // A second request: its reply is its own, and any second reply to f1 is counted.
+      const auto t2 = req->ask("f2");
+      REQUIRE(t2);
+      shmbox::message m;
+      REQUIRE(heir->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
+      CHECK(heir->reply(m, "re:f2") == shmbox::reply_status::ok);
+      CHECK(req->wait(t2.ticket, out, 10s) == shmbox::reply_status::ok);
+      CHECK(out == "re:f2");
+      CHECK(req->stats().duplicates == (pt.sent && !pt.marked ? 1u : 0u));
+      CHECK(req->stats().stray == 0);
+      CHECK(box->read_counters().delivered == 2);
+      CHECK(box->read_counters().redelivered == 1);
+      shmtest::check_invariant(*box);
+    }
+  }
+  CHECK(covered == 6 * 4);
+}
+
 TEST_CASE("fault matrix: a redelivery is counted once when the owner handing it out again is killed too (FIFO, lifo, lease)") {
   // (tests/support/checks.hpp check_redeliveries_counted; the store's kinds are in
   // priority.cpp, buffers.cpp and stash.cpp)

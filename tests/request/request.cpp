@@ -131,82 +131,69 @@ TEST_CASE("request: 8 requesters x 10,000 requests through one service box: ever
   CHECK(i.replies.lost == 0);
 }
 
-TEST_CASE("request: an owner SIGKILLed after its reply and before its commit: the heir sees the request answered, the requester one reply") {
-  shmtest::segment_guard g(shmtest::unique_name("reqkill"));
-  reply_boxes_guard rg{g.name};
-  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128});
-  REQUIRE(box);
-  child a({shmtest::helper_path(), "respond", g.name}, {}, true);
-  REQUIRE(a.read_line(30s).value_or("").rfind("owned ", 0) == 0);
-  child r({shmtest::helper_path(), "ask-hold", g.name, "q1"}, {}, true);
-  REQUIRE(r.read_line(30s).value_or("").rfind("asked 1 ", 0) == 0);
-  a.write_stdin("read 1\n");
-  CHECK(a.read_line(10s) == "read 1 q1");
-  a.write_stdin("reply\n");
-  CHECK(a.read_line(10s) == "replied ok");
-  kill_and_reap(a);  // read, replied, never committed
-  CHECK(r.read_line(10s) == "reply re:q1");
-  CHECK(r.read_line(10s) == "stats duplicates=0 late=0 stray=0");
+TEST_CASE("request: an owner killed after its reply and before its commit, at each point: the requester sees exactly one reply, the heir knows what it can") {
+  // killed: SIGKILLed from here after its reply returned ok, before its commit;
+  // owner.reply_after_mark: killed there (marked, not committed, not counted):
+  //   the heir sees the request answered and sends nothing;
+  // owner.reply_before_mark: the reply stored, the request not marked: the heir
+  //   replies again and the requester drops that duplicate (counted).
+  struct way {
+    const char* fault;  // nullptr: SIGKILL from the test
+    bool marked;
+    std::uint64_t sent;  // replies counted at the end (the dead owner's only when it returned)
+  };
+  for (const way w : {way{nullptr, true, 2}, way{"owner.reply_after_mark", true, 1}, way{"owner.reply_before_mark", false, 2}}) {
+    CAPTURE(w.fault != nullptr ? w.fault : "SIGKILL");
+    shmtest::segment_guard g(shmtest::unique_name("reqkill"));
+    reply_boxes_guard rg{g.name};
+    auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128});
+    REQUIRE(box);
+    child a({shmtest::helper_path(), "respond", g.name},
+            w.fault != nullptr ? std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", w.fault)} : std::vector<std::string>{},
+            true);
+    REQUIRE(a.read_line(30s).value_or("").rfind("owned ", 0) == 0);
+    child r({shmtest::helper_path(), "ask-hold", g.name, "q1"}, {}, true);
+    REQUIRE(r.read_line(30s).value_or("").rfind("asked 1 ", 0) == 0);
+    a.write_stdin("read 1\n");
+    CHECK(a.read_line(10s) == "read 1 q1");
+    a.write_stdin("reply\n");
+    if (w.fault == nullptr) {
+      CHECK(a.read_line(10s) == "replied ok");
+      kill_and_reap(a);  // read, replied, never committed
+    } else {
+      CHECK_FALSE(a.read_line(10s).has_value());  // killed at the fault point
+      int st = 0;
+      REQUIRE(::waitpid(a.pid(), &st, 0) == a.pid());
+      CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL));
+    }
+    CHECK(r.read_line(10s) == "reply re:q1");  // the reply got through
+    CHECK(r.read_line(10s) == "stats duplicates=0 late=0 stray=0");
 
-  // The heir: the request again, flagged redelivered and answered; no second reply.
-  auto heir = shmbox::Owner::acquire(*box);
-  REQUIRE(heir);
-  shmbox::batch b;
-  REQUIRE(heir->read(b, {.max = 4, .timeout = 5s}) == shmbox::recv_status::ok);
-  REQUIRE(b.size() == 1);
-  CHECK(b[0] == "q1");
-  CHECK(b.redelivered(0));
-  CHECK(b.answered(0));
-  CHECK(heir->reply(b, 0, "re:q1 again") == reply_status::already_replied);
-  CHECK(heir->commit() == shmbox::recv_status::ok);
-  // The requester asks again: the reply it gets is the new request's, and no duplicate came.
-  r.write_stdin("again\n");
-  REQUIRE(r.read_line(10s).value_or("").rfind("asked 2 ", 0) == 0);
-  shmbox::message m = receive_one(*heir);
-  CHECK(m.data == "q1+");
-  CHECK_FALSE(m.redelivered);
-  CHECK(heir->reply(m, "re:q1+") == reply_status::ok);
-  CHECK(r.read_line(10s) == "reply re:q1+");
-  CHECK(r.read_line(10s) == "stats duplicates=0 late=0 stray=0");
-  const auto i = shmbox::info(*box);
-  CHECK(i.replies.sent == 2);
-  CHECK(i.replies.skipped == 1);
-}
-
-TEST_CASE("request: an owner killed between storing its reply and marking the request: the heir replies again, the requester drops the duplicate") {
-  shmtest::segment_guard g(shmtest::unique_name("reqwin"));
-  reply_boxes_guard rg{g.name};
-  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128});
-  REQUIRE(box);
-  child a({shmtest::helper_path(), "respond", g.name}, {"SHMBOX_FAULT=owner.reply_before_mark"}, true);
-  REQUIRE(a.read_line(30s).value_or("").rfind("owned ", 0) == 0);
-  child r({shmtest::helper_path(), "ask-hold", g.name, "w1"}, {}, true);
-  REQUIRE(r.read_line(30s).value_or("").rfind("asked 1 ", 0) == 0);
-  a.write_stdin("read 1\n");
-  CHECK(a.read_line(10s) == "read 1 w1");
-  a.write_stdin("reply\n");
-  CHECK_FALSE(a.read_line(10s).has_value());  // killed at the fault point
-  int st = 0;
-  REQUIRE(::waitpid(a.pid(), &st, 0) == a.pid());
-  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL));
-  CHECK(r.read_line(10s) == "reply re:w1");  // the reply got through
-  CHECK(r.read_line(10s) == "stats duplicates=0 late=0 stray=0");
-
-  auto heir = shmbox::Owner::acquire(*box);
-  REQUIRE(heir);
-  shmbox::batch b;
-  REQUIRE(heir->read(b, {.max = 4, .timeout = 5s}) == shmbox::recv_status::ok);
-  REQUIRE(b.size() == 1);
-  CHECK(b.redelivered(0));
-  CHECK_FALSE(b.answered(0));  // the mark never made it
-  CHECK(heir->reply(b, 0, "re:w1") == reply_status::ok);
-  CHECK(heir->commit() == shmbox::recv_status::ok);
-  r.write_stdin("again\n");
-  REQUIRE(r.read_line(10s).value_or("").rfind("asked 2 ", 0) == 0);
-  shmbox::message m = receive_one(*heir);
-  CHECK(heir->reply(m, shmtest::cat("re:", m.data)) == reply_status::ok);
-  CHECK(r.read_line(10s) == "reply re:w1+");
-  CHECK(r.read_line(10s) == "stats duplicates=1 late=0 stray=0");  // the heir's second reply, dropped
+    // The heir: the request again, flagged redelivered (and answered if the mark was made).
+    auto heir = shmbox::Owner::acquire(*box);
+    REQUIRE(heir);
+    shmbox::batch b;
+    REQUIRE(heir->read(b, {.max = 4, .timeout = 5s}) == shmbox::recv_status::ok);
+    REQUIRE(b.size() == 1);
+    CHECK(b[0] == "q1");
+    CHECK(b.redelivered(0));
+    CHECK(b.answered(0) == w.marked);
+    CHECK(heir->reply(b, 0, "re:q1") == (w.marked ? reply_status::already_replied : reply_status::ok));
+    CHECK(heir->commit() == shmbox::recv_status::ok);
+    // The requester asks again: the reply it gets is the new request's.
+    r.write_stdin("again\n");
+    REQUIRE(r.read_line(10s).value_or("").rfind("asked 2 ", 0) == 0);
+    shmbox::message m = receive_one(*heir);
+    CHECK(m.data == "q1+");
+    CHECK_FALSE(m.redelivered);
+    CHECK(heir->reply(m, shmtest::cat("re:", m.data)) == reply_status::ok);
+    CHECK(r.read_line(10s) == "reply re:q1+");
+    // the heir's second reply to q1 (not marked) dropped and counted; none when marked
+    CHECK(r.read_line(10s) == (w.marked ? "stats duplicates=0 late=0 stray=0" : "stats duplicates=1 late=0 stray=0"));
+    const auto i = shmbox::info(*box);
+    CHECK(i.replies.sent == w.sent);
+    CHECK(i.replies.skipped == (w.marked ? 1u : 0u));
+  }
 }
 
 TEST_CASE("request: a requester SIGKILLed while it waits: its reply is counted lost, goes to dead letters, and gc takes its reply box") {
