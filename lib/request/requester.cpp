@@ -5,6 +5,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
@@ -172,7 +173,7 @@ result<Requester> Requester::attach(std::string_view service, const requester_op
     s->reply_box_id = rb->id();
     s->opts.max_reply_size = max_reply;
     s->scratch.reserve(s->max_request + detail::kRequestTrailer);
-    s->pending.reserve(o.max_outstanding);
+    s->pending.reserve(std::min<std::uint32_t>(o.max_outstanding, 1024));
     s->in.data.reserve(bo.slot_size);
     return Requester(std::move(s));
   }
