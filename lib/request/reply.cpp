@@ -90,9 +90,9 @@ void mark_answered(detail::owner_ctx& o, std::uint32_t lane, std::uint64_t posit
   std::byte* flags = nullptr;
   // In place: only inside this box's mapping (a view the caller made up, or
   // copied, is not written: then the request is looked up among those read).
-  const auto* b = reinterpret_cast<const std::byte*>(in_place);
-  if (b != nullptr && !o.m->snapshot && b >= o.m->base && b + detail::kRequestTrailer <= o.m->base + o.m->mapped_bytes) {
-    flags = const_cast<std::byte*>(b) + detail::kRequestFlagsAt;
+  const auto at = reinterpret_cast<std::uintptr_t>(in_place), base = reinterpret_cast<std::uintptr_t>(o.m->base);
+  if (in_place != nullptr && !o.m->snapshot && at >= base && at - base + detail::kRequestTrailer <= o.m->mapped_bytes) {
+    flags = o.m->base + (at - base) + detail::kRequestFlagsAt;
   } else {
     detail::mapped_box& m = *o.m;
     if (lane >= m.lane_count() || position == kNoPosition) return;
