@@ -5,6 +5,7 @@
 // owner, orphaned, corrupt, mid-failover.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
+#include "shmbox/inspect.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -126,7 +128,7 @@ TEST_CASE("dump on a busy box (4 producers, an owner) shows only whole messages,
         shmtest::helper_path(), "produce", g.name, std::to_string(id), std::to_string(per), "--no-wait", "--size", "200",
         "--pause-us", "20"}));
   int dumps = 0, seen = 0;
-  while (dumps < 200) {
+  auto dump_once = [&] {
     const auto j = json_of(cli({"dump", g.name, "--json", "--max", "64"}));
     ++dumps;
     for (const auto& m : j) {
@@ -134,7 +136,19 @@ TEST_CASE("dump on a busy box (4 producers, an owner) shows only whole messages,
       CHECK_MESSAGE(well_formed(bytes), "a torn or mixed-up message in the dump");
       ++seen;
     }
-  }
+  };
+  // First with the owner stopped (a handshake, not luck): the producers fill
+  // the box, so these dumps see messages however fast the owner drains it
+  // on this machine (under ASan it emptied the box before every dump once).
+  owner.kill(SIGSTOP);
+  REQUIRE(shmtest::wait_for_state(owner.pid(), 'T', 10s));
+  auto box = shmbox::Box::inspect(g.name);
+  REQUIRE(box);
+  CHECK(shmtest::eventually([&] { return shmbox::info(*box).depth > 0; }, 30s));
+  while (seen == 0 && dumps < 20) dump_once();
+  owner.kill(SIGCONT);
+  // Then while it runs.
+  while (dumps < 200) dump_once();
   for (auto& p : producers) CHECK(shmtest::exited_with(p->wait(60s), 0));
   const std::string out = owner.read_all(60s);
   CHECK(shmtest::exited_with(owner.wait(10s), 0));
