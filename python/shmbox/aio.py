@@ -36,6 +36,22 @@ from shmbox import BOX_DEFAULT, _seconds
 __all__ = ["Owner", "Producer", "Pool", "Requester"]
 
 
+async def _readable(loop, fd, deadline):
+    """Waits until `fd` is readable in `loop`, or until `deadline` (loop.time(); None: no limit)."""
+    ready = loop.create_future()
+    loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
+    try:
+        if deadline is None:
+            await ready
+        else:
+            try:
+                await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        loop.remove_reader(fd)
+
+
 class _Wrapper:
     """What the three wrappers share: the handle they drive (``.sync``), every other attribute
     passed to it, close(), and ``with`` / ``async with`` closing it."""
@@ -94,20 +110,9 @@ class Owner(_Wrapper):
                     return got
                 if deadline is not None and loop.time() >= deadline:
                     return got
-                ready = loop.create_future()
                 # Armed now; if data is there already the notification comes at once.
                 o.notify()
-                loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
-                try:
-                    if deadline is None:
-                        await ready
-                    else:
-                        try:
-                            await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
-                        except asyncio.TimeoutError:
-                            pass
-                finally:
-                    loop.remove_reader(fd)
+                await _readable(loop, fd, deadline)
                 # Reads the notification (and serves a give-away request: NotOwner once given).
                 o.wait(0)
 
@@ -163,18 +168,7 @@ class Requester(_Wrapper):
                 if deadline is not None and loop.time() >= deadline:
                     r.forget(ticket)
                     return None
-                ready = loop.create_future()
-                loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
-                try:
-                    if deadline is None:
-                        await ready
-                    else:
-                        try:
-                            await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
-                        except asyncio.TimeoutError:
-                            pass
-                finally:
-                    loop.remove_reader(fd)
+                await _readable(loop, fd, deadline)
         except asyncio.CancelledError:
             r.forget(ticket)
             raise
