@@ -40,10 +40,10 @@
 //   owner's main thread sleeps in the kernel (state S: in epoll_wait); the
 //   owner acknowledges each sample through a pipe after it has re-armed the
 //   box, so one sample never overlaps the next.
-// * File descriptors: every owned box holds its segment descriptor, its
-//   role-lock descriptor and its notify_fd (the owner process had 311 open
-//   for 100 boxes; the "threads" row's note gives the count), the producer
-//   one segment descriptor, one role lock and the owner's eventfd per box
+// * File descriptors: every owned box holds its lock description (its
+//   segment: liveness.hpp L1) and its notify_fd (the owner process had 215
+//   open for 100 boxes; the "threads" row's note gives the count), the
+//   producer its lock description and the owner's eventfd per box
 //   (docs/status.md, Limits). The benchmark raises RLIMIT_NOFILE's
 //   soft limit to the hard limit, and (as root) the hard limit to what N
 //   needs; if it still cannot, it measures the largest N the limit allows and
@@ -89,7 +89,7 @@ constexpr std::string_view kProg = "shmbox-bench-boxes";
 constexpr std::string_view kMarker = "shmbench-bx-";  // in every box name we create
 constexpr std::uint32_t kCapacity = 64;               // slots per box
 constexpr std::uint32_t kSlot = 64;                   // bytes per slot
-constexpr int kFdsPerBox = 3;  // the owner process holds 3 per box (its row says how many)
+constexpr int kFdsPerBox = 2;  // the owner process holds 2 per box, the producer process too (the rows say how many)
 constexpr int kFdReserve = 256;                       // pipes, epoll, stdio, the library's own
 
 struct Args : CommonArgs {

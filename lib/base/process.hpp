@@ -115,8 +115,8 @@ inline void write_eventfd(int fd) noexcept {
 //     it is one relaxed load of a process-local word: the per-message calls
 //     (post, receive) check it, where a getpid() would be a system call.
 //  H3 A handle used in another process than its maker's only frees what is
-//     its own copy (unmaps, closes its descriptors; its role locks point at
-//     /dev/null there already: liveness.hpp L6). Its destructor and close
+//     its own copy (unmaps, closes its descriptors; its role locks are
+//     void there already: liveness.hpp L6). Its destructor and close
 //     never clear a key, release or give back a lease, withdraw an heir
 //     entry, hand over, or write the segment for the role; its operations
 //     refuse (errc::inherited_handle; an Owner's: not_owner), naming the

@@ -63,7 +63,7 @@ struct Heir::state {
 
   ~state() {
     // process.hpp H3: a fork child's copy leaves the entry to its parent (its
-    // entry lock points at /dev/null there: L6).
+    // entry lock is void there: liveness.hpp L6).
     if (born.here_for_sure()) detail::withdraw(*m, index, key, &entry_lock);
     detail::release_watch_remove(release_watch);  // (before efd closes: the watcher writes it no more)
     if (pidfd >= 0) ::close(pidfd);

@@ -286,7 +286,7 @@ struct Owner::state {
   ~state() {
     // process.hpp H3: in a fork child (or a raw clone, H4) only our own copy
     // goes: the eventfd (the hub is the parent's; hub_remove would be a
-    // no-op here) and the lease descriptor (pointing at /dev/null, L6). The
+    // no-op here) and the lease (void in the child: liveness.hpp L6). The
     // owner record, its notify_fd and the lease stay the parent's.
     if (!ctx.born.here_for_sure()) {
       if (efd >= 0) ::close(efd);

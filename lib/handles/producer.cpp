@@ -28,8 +28,8 @@ struct Producer::state {
   // CUSTOM BUFFERS: the registered type's key function (after priority_fn).
   std::shared_ptr<const buffer_type> buf_type;
   // process.hpp H3: a fork child's copy gives nothing back: the entry (and
-  // any claim it announces) is its parent's; its lock descriptor points at
-  // /dev/null in the child (L6) and closes with ctx.
+  // any claim it announces) is its parent's; its role lock is void in the
+  // child (liveness.hpp L6) and goes with ctx.
   ~state() {
     if (ctx.born.here_for_sure()) detail::release_producer_entry(ctx);
   }

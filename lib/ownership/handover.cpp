@@ -199,7 +199,7 @@ std::uint64_t heir_take(mapped_box& m, std::uint64_t key, bool listener, std::st
 bool still_owner(const owner_ctx& o, role_lock& lease) noexcept {
   // process.hpp H3: a handle inherited by a fork child is not the owner there
   // (its parent is), whatever the record says; it lets go of nothing (its
-  // lease descriptor points at /dev/null in the child: L6).
+  // lease is void in the child: liveness.hpp L6).
   if (!o.born.here()) return false;
   const owner_record* rec = o.m->owner();
   // acquire: pairs with O2/O3 of whoever took the box from us

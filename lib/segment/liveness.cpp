@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "segment/layout.hpp"
@@ -43,11 +44,31 @@ bool wait_lock_byte(int fd, std::uint64_t off, short type) noexcept {
   return rc == 0;
 }
 
-// L6: the descriptors of every role_lock of this process, so that a fork
-// child can let go of them. The mutex is held across fork (prepare/parent/
-// child), so the list and the descriptors agree in the child.
+// L6: the descriptors of every role_lock of this process that has one of
+// its own, and the list of mappings (lock_description), so that a fork child
+// can let go of them. The mutex is held across fork (prepare/parent/child),
+// so the lists and the descriptors agree in the child. It also guards every
+// mapping's held bytes (L1).
 std::mutex registry_mutex;
 std::vector<int>* registry = nullptr;
+mapped_box* mappings = nullptr;  // head of the list through track_prev / track_next
+
+// L6 for one mapping, in the fork child: a lock description of its own at
+// the same number; the held bytes void.
+void own_description_in_child(mapped_box& m) noexcept {
+  ++m.held_gen;
+  m.held.clear();
+  m.held_count.store(0, std::memory_order_relaxed);  // relaxed: one thread in the child
+  if (m.fd < 0) return;
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", m.fd);
+  const int fresh = ::open(path, (m.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
+  if (fresh < 0 || ::dup3(fresh, m.fd, O_CLOEXEC) < 0) {
+    ::close(m.fd);  // no /proc: no probes in the child (lock_held_fd(-1) says "held")
+    m.fd = -1;
+  }
+  if (fresh >= 0) ::close(fresh);
+}
 
 void before_fork() { registry_mutex.lock(); }
 void after_fork_parent() { registry_mutex.unlock(); }
@@ -63,17 +84,28 @@ void after_fork_child() {
     if (null_fd >= 0) ::close(null_fd);
     registry->clear();
   }
+  for (mapped_box* m = mappings; m != nullptr; m = m->track_next) own_description_in_child(*m);
   registry_mutex.unlock();
 }
 
-void register_fd_locked(int fd) {
+void install_fork_handlers() {
   static const bool installed = [] {
     ::pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     return true;
   }();
   (void)installed;
+}
+
+void register_fd_locked(int fd) {
+  install_fork_handlers();
   if (registry == nullptr) registry = new std::vector<int>();  // never freed: used until exit
   registry->push_back(fd);
+}
+
+std::pair<std::uint64_t, std::uint32_t>* held_entry(const mapped_box& m, std::uint64_t off) noexcept {
+  for (auto& e : m.held)
+    if (e.first == off) return &e;
+  return nullptr;
 }
 
 }  // namespace
@@ -99,7 +131,40 @@ bool lock_held_fd(int fd, std::uint64_t off) noexcept {
   return fl.l_type != F_UNLCK;
 }
 
-bool lock_held(const mapped_box& m, std::uint64_t off) noexcept { return lock_held_fd(m.fd, off); }
+bool lock_held(const mapped_box& m, std::uint64_t off) noexcept {
+  // acquire: pairs with the release increment in role_lock::hold (L2's ordering).
+  if (m.held_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> g(registry_mutex);
+    if (const auto* e = held_entry(m, off); e != nullptr && e->second != 0) return true;  // ours: we live
+  }
+  return lock_held_fd(m.fd, off);
+}
+
+void lock_description(mapped_box& m) noexcept {
+  if (!m.snapshot && m.base != nullptr && m.fd >= 0) {
+    // A snapshot maps nothing: its one description serves.
+    if (const int fd = reopen_segment(m); fd >= 0) {
+      ::close(m.fd);  // the mapping keeps the mapped description, and its attach lock (L3)
+      m.fd = fd;
+    }
+  }
+  std::lock_guard<std::mutex> g(registry_mutex);
+  install_fork_handlers();
+  m.track_prev = nullptr;
+  m.track_next = mappings;
+  if (mappings != nullptr) mappings->track_prev = &m;
+  mappings = &m;
+  m.tracked = true;
+}
+
+void untrack_mapping(mapped_box& m) noexcept {
+  if (!m.tracked) return;
+  std::lock_guard<std::mutex> g(registry_mutex);
+  if (m.track_prev != nullptr) m.track_prev->track_next = m.track_next;
+  else mappings = m.track_next;
+  if (m.track_next != nullptr) m.track_next->track_prev = m.track_prev;
+  m.tracked = false;
+}
 
 bool try_lock_byte(int fd, std::uint64_t off, bool exclusive) noexcept {
   struct flock fl = one_byte(exclusive ? F_WRLCK : F_RDLCK, off);
@@ -135,18 +200,100 @@ int reopen_segment(const mapped_box& m) noexcept {
   return fd;
 }
 
-role_lock::role_lock(role_lock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+role_lock::role_lock(role_lock&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), m_(std::move(o.m_)), gen_(o.gen_), pid_(o.pid_), bytes_(std::move(o.bytes_)) {
+  o.bytes_.clear();
+}
 role_lock& role_lock::operator=(role_lock&& o) noexcept {
   if (this != &o) {
     reset();
-    fd_ = o.fd_;
-    o.fd_ = -1;
+    fd_ = std::exchange(o.fd_, -1);
+    m_ = std::move(o.m_);
+    gen_ = o.gen_;
+    pid_ = o.pid_;
+    bytes_ = std::move(o.bytes_);
+    o.bytes_.clear();
   }
   return *this;
 }
 
 bool role_lock::lock(const mapped_box& m, std::uint64_t off) noexcept {
+  if (fd_ < 0) {
+    if (m_ != nullptr && m_.get() != &m) reset();  // another box: let go of the first
+    if (m_ == nullptr) m_ = m.weak_from_this().lock();
+    if (m_ != nullptr) return hold(off);
+  }
+  // Not held by a shared_ptr: a description of our own.
   return open_with([&m] { return reopen_segment(m); }) && lock_open(off);
+}
+
+// L1's one description: count the byte, and lock it when we are its first
+// holder in this process. The kernel lock is taken under the mutex without
+// waiting; when another description holds the byte exclusively for a moment
+// (a watcher, L5), we wait for it outside the mutex and count it after.
+bool role_lock::hold(std::uint64_t off) noexcept {
+  const mapped_box& m = *m_;
+  try {
+    bytes_.reserve(bytes_.size() + 1);
+  } catch (...) {
+    errno = ENOMEM;
+    return false;
+  }
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(registry_mutex);
+      if (bytes_.empty() || gen_ != m.held_gen) {  // L6: what was taken in our parent is void here
+        bytes_.clear();
+        gen_ = m.held_gen;
+        pid_ = static_cast<std::uint32_t>(::getpid());
+      }
+      if (std::find(bytes_.begin(), bytes_.end(), off) != bytes_.end()) return true;  // ours already
+      if (m.fd < 0) {
+        errno = EBADF;
+        return false;
+      }
+      auto* e = held_entry(m, off);
+      const bool counted = e != nullptr && e->second != 0;
+      if (counted || try_lock_byte(m.fd, off, false)) {
+        if (e == nullptr) {
+          try {
+            m.held.emplace_back(off, 0);
+          } catch (...) {
+            unlock_byte(m.fd, off);
+            errno = ENOMEM;
+            return false;
+          }
+          e = &m.held.back();
+        }
+        // release: pairs with lock_held's acquire (L2's ordering).
+        if (e->second++ == 0) m.held_count.fetch_add(1, std::memory_order_release);
+        bytes_.push_back(off);
+        return true;
+      }
+      if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
+    }
+    // Held exclusively by another description: wait for it (it holds the
+    // byte for a moment), then count it above (the lock is ours already,
+    // and taking it again there does not wait).
+    if (!wait_lock_byte(m.fd, off, F_RDLCK)) return false;
+  }
+}
+
+void role_lock::let_go(std::uint64_t off) noexcept {
+  std::lock_guard<std::mutex> g(registry_mutex);
+  const auto it = std::find(bytes_.begin(), bytes_.end(), off);
+  if (it == bytes_.end()) return;
+  bytes_.erase(it);
+  const mapped_box& m = *m_;
+  // L6: our parent's; nothing to unlock here (H4: nor in a raw clone() child,
+  // whose description is its parent's).
+  if (gen_ != m.held_gen || pid_ != static_cast<std::uint32_t>(::getpid())) return;
+  auto* e = held_entry(m, off);
+  if (e == nullptr || e->second == 0) return;
+  if (--e->second == 0) {
+    unlock_byte(m.fd, off);  // the last holder in this process
+    m.held_count.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a probe that still sees it asks under the mutex
+  }
 }
 
 bool role_lock::open_file(int segment_fd) noexcept {
@@ -182,9 +329,16 @@ bool role_lock::open_segment(const mapped_box& m) noexcept {
 
 bool role_lock::wait_exclusive(std::uint64_t off) noexcept { return wait_lock_byte(fd_, off, F_WRLCK); }
 
-void role_lock::unlock(std::uint64_t off) noexcept { unlock_byte(fd_, off); }
+void role_lock::unlock(std::uint64_t off) noexcept {
+  if (m_ != nullptr) let_go(off);
+  else unlock_byte(fd_, off);
+}
 
 void role_lock::reset() noexcept {
+  if (m_ != nullptr) {
+    while (!bytes_.empty()) let_go(bytes_.back());
+    m_.reset();
+  }
   if (fd_ < 0) return;
   std::lock_guard<std::mutex> g(registry_mutex);
   if (registry != nullptr) registry->erase(std::remove(registry->begin(), registry->end(), fd_), registry->end());

@@ -16,20 +16,41 @@
 // THE RULES.
 //  L1 A role's byte is the offset of its key word in the segment (owner record,
 //     owner actor, heir entry, producer entry, the give-away request, the
-//     creator's key). Holders take a SHARED lock (F_RDLCK) on it, through an
-//     open file description of their own (role_lock), BEFORE they publish
-//     their key there, and drop it only AFTER they cleared the key (or die).
-//     So "key != 0 and nobody holds the byte" means: its holder is dead.
+//     creator's key). Holders take a SHARED lock (F_RDLCK) on it BEFORE they
+//     publish their key there, and drop it only AFTER they cleared the key (or
+//     die). So "key != 0 and nobody holds the byte" means: its holder is dead.
 //     Shared, because two processes may hold one byte for a moment (a claimer
 //     whose CAS then fails; a stale owner whose lease expired and its
 //     successor): that errs towards "alive", never towards "dead". Exclusive
 //     rights still come from the CAS on the key, as before.
-//  L2 A probe is F_OFD_GETLK for an exclusive lock on the byte, through the
-//     box's mapping descriptor, which holds no role lock (only L3's and L4's,
-//     on other bytes): any lock of any other open file description, in this
-//     process or another, answers "held".
+//     THE LOCK DESCRIPTION. A handle locks its role bytes through its
+//     mapping's lock description (mapped_box::fd), not one of its own: an
+//     owned box costs one descriptor, not two. It is a second description
+//     of the segment, opened once the box is mapped (lock_description); the
+//     description that was mapped holds only the attach lock (L3), and its
+//     descriptor is closed: the mapping keeps it (and the lock) alive. The
+//     two must differ because a mapping pins the description it was made
+//     from, in this process and in every fork child that inherits the
+//     mapping: role locks on it would outlive their holder in its children.
+//     The handles of one mapping share its lock description, and the locks
+//     of one description are one lock per byte however often they are
+//     taken, so the mapping counts its holders per byte (mapped_box::held,
+//     under this file's mutex) and the last role_lock that lets a byte go
+//     unlocks it. (Without /proc, and with the name gone, the mapped
+//     description stays the lock description; a mapping not held by a
+//     shared_ptr gets a description per role_lock, as before.)
+//  L2 A probe answers "held" for a byte its own mapping holds (the held
+//     bytes: this process holds it, and this process lives), and otherwise
+//     asks the kernel: F_OFD_GETLK for an exclusive lock on the byte, through
+//     the mapping's description, which reports the locks of every OTHER open
+//     file description, in this process or another. (A description never
+//     conflicts with itself: that is why the held bytes are asked first.)
+//     Ordering: a holder counts its byte (under the mutex) before it
+//     publishes its key; a prober of this process reads the key (acquire)
+//     before the count, so it sees the count of any key it sees.
 //  L3 Every handle that maps a box holds a shared lock on byte 0 (the attach
-//     byte) for as long as it is mapped. gc takes an exclusive lock on it
+//     byte) for as long as it is mapped (on the mapped description: it goes
+//     with the last mapping of that description, a fork child's included). gc takes an exclusive lock on it
 //     (F_OFD_SETLK, never waiting) before it checks and unlinks: while gc
 //     holds it nobody can attach, and gc gets it only when nobody is
 //     attached. An opener that gets its shared lock after gc unlinked sees
@@ -46,13 +67,24 @@
 //     role_lock::lock waits (F_OFD_SETLKW for a shared lock) instead of
 //     failing.
 //  L6 fork: a child inherits descriptors, so it would keep its parent's role
-//     locks held after the parent died. A pthread_atfork child handler points
-//     every role_lock descriptor at /dev/null in the child. (A child made by
-//     a raw clone() without the handler holds them until it exits or execs:
-//     every descriptor here is O_CLOEXEC.)
+//     locks held after the parent died, and its probes through the shared
+//     lock description would not see them (a description never conflicts
+//     with itself: the child would take its living parent for dead). So a
+//     pthread_atfork child handler gives every mapping of the child a lock
+//     description of its own (/proc/self/fd/N opened again, put at the same
+//     number with dup3) and voids the held bytes (mapped_box::held_gen: a
+//     handle's later unlock there is a no-op). With no /proc the child's
+//     lock descriptor is closed (fd -1: its probes answer "held", never
+//     "dead"). The other role_lock descriptions (release watchers, pools)
+//     are pointed at /dev/null in the child. (A child made by a raw clone()
+//     without the handler holds them until it exits or execs: every
+//     descriptor here is O_CLOEXEC; its handles unlock nothing, by pid.)
+//     Cost: three system calls per mapped box per fork.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace shmbox::detail {
 
@@ -68,8 +100,8 @@ std::uint64_t heir_byte(const mapped_box& m, std::uint32_t entry) noexcept;
 std::uint64_t producer_byte(const mapped_box& m, std::uint32_t entry) noexcept;
 
 // L2: true while some open file description holds a lock on byte `off` of
-// the box (true as well if the kernel cannot answer: never declare a living
-// process dead).
+// the box, this mapping's own held bytes included (true as well if the kernel
+// cannot answer: never declare a living process dead).
 bool lock_held(const mapped_box& m, std::uint64_t off) noexcept;
 // The same for a descriptor of a segment that is not mapped (gc, openers).
 bool lock_held_fd(int fd, std::uint64_t off) noexcept;
@@ -83,9 +115,12 @@ inline bool role_alive(const mapped_box& m, std::uint64_t off, std::uint64_t key
 bool try_lock_byte(int fd, std::uint64_t off, bool exclusive) noexcept;
 void unlock_byte(int fd, std::uint64_t off) noexcept;
 
-// The role locks of one handle: one open file description of the segment,
-// private to the handle, holding shared locks on its roles' bytes (L1, L6).
-// Move-only; closing it (destruction, reset) drops every lock it holds.
+// The role locks of one handle: shared locks on its roles' bytes (L1, L6),
+// held through the mapping's description (a box handle's lock(), counted in
+// mapped_box::held; it keeps the mapping alive while it holds any), or
+// through an open file description of its own (a pool's open_file, a
+// watcher's open_segment, a mapping not held by a shared_ptr).
+// Move-only; destruction and reset drop every lock it holds.
 class role_lock {
  public:
   role_lock() = default;
@@ -95,8 +130,10 @@ class role_lock {
   role_lock& operator=(const role_lock&) = delete;
   ~role_lock() { reset(); }
 
-  // Takes a shared lock on byte `off` (opens the description on first use);
-  // waits out a momentary exclusive holder (gc, L3). false: could not open or lock.
+  // Takes a shared lock on byte `off` of box `m`, through m's description
+  // (L1); waits out a momentary exclusive holder (a watcher, L5). false:
+  // could not lock (errno). Locking a byte this role_lock holds already is a
+  // no-op; locking a byte of another mapping first lets go of the first.
   bool lock(const mapped_box& m, std::uint64_t off) noexcept;
   // Opens the description on segment `segment_fd` of this process (a pool)
   // without locking anything; then lock_open() takes shared locks on it.
@@ -111,13 +148,26 @@ class role_lock {
   bool try_exclusive(std::uint64_t off) noexcept { return fd_ >= 0 && try_lock_byte(fd_, off, true); }
   void unlock(std::uint64_t off) noexcept;
   void reset() noexcept;  // drops every lock
-  bool open() const noexcept { return fd_ >= 0; }
+  bool open() const noexcept { return fd_ >= 0 || m_ != nullptr; }
 
  private:
   template <class Open>
   bool open_with(Open open_description) noexcept;
-  int fd_ = -1;
+  bool hold(std::uint64_t off) noexcept;     // through m_ (L1's one description)
+  void let_go(std::uint64_t off) noexcept;   // the same, one byte
+  int fd_ = -1;                              // a description of its own, or -1
+  std::shared_ptr<const mapped_box> m_;      // or the mapping whose description holds our bytes
+  std::uint32_t gen_ = 0;                    // m_->held_gen when `bytes_` were taken (L6)
+  std::uint32_t pid_ = 0;                    // our pid then (process.hpp H4: a raw clone() child unlocks nothing)
+  std::vector<std::uint64_t> bytes_;         // the bytes we hold through m_
 };
+
+// L1: once box `m` is mapped (the end of create_segment and open_segment),
+// its lock description takes the place of the mapped one in m.fd. L6: it also
+// puts `m` on this process's list of mappings (until destruction:
+// untrack_mapping), so that a fork child can give each a description of its own.
+void lock_description(mapped_box& m) noexcept;
+void untrack_mapping(mapped_box& m) noexcept;
 
 // A new open file description of the box's segment (read-write when the
 // box is mapped read-write), or -1 with errno.

@@ -144,7 +144,10 @@ ssize_t read_whole(int fd, std::byte* to, std::size_t bytes) {
 mapped_box::~mapped_box() {
   if (base != nullptr && snapshot) ::operator delete(base, kSnapshotAlign);
   else if (base != nullptr) ::munmap(base, mapped_bytes);
-  if (fd >= 0) ::close(fd);  // drops the attach lock
+  untrack_mapping(*this);
+  // The lock description (liveness.hpp L1): no role lock is left on it (each
+  // role_lock keeps its mapping). The attach lock went with the mapping.
+  if (fd >= 0) ::close(fd);
 }
 
 std::string shm_path(std::string_view name) { return "/shmbox." + std::string(name); }
@@ -432,6 +435,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   // `ready` in open_segment.
   h->ready.store(kReady, std::memory_order_release);
   unlock_byte(m->fd, kCreatorByte);
+  lock_description(*m);  // liveness.hpp L1
   return m;
 }
 
@@ -651,6 +655,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     policies[l] = pol;
   }
   fill_lanes(*m, policies, quotas);
+  lock_description(*m);  // liveness.hpp L1
   return m;
 }
 

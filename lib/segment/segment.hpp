@@ -5,11 +5,14 @@
 // shared memory (another process could have scribbled over it).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "segment/layout.hpp"
 #include "shmbox/box.hpp"
@@ -70,7 +73,7 @@ struct lane_view {
   }
 };
 
-struct mapped_box {
+struct mapped_box : std::enable_shared_from_this<mapped_box> {
   std::string name;
   std::byte* base = nullptr;
   std::size_t mapped_bytes = 0;
@@ -89,8 +92,22 @@ struct mapped_box {
   bool dead_letter_refused = false;  // refused posts are forwarded too (kConfigDeadLetterRefused)
   bool reply_box = false;  // a requester's reply box (kConfigReplyBox)
   // The mapping's open file description, kept open: it holds the attach lock
-  // (liveness.hpp L3) and asks the kernel who holds the role bytes (L2).
+  // (liveness.hpp L3), the role locks of this process's handles of this
+  // mapping (L1: THE ONE DESCRIPTION) and asks the kernel who holds the role
+  // bytes (L2). A fork child gets a description of its own (L6).
   int fd = -1;
+  // THE HELD BYTES (liveness.hpp L1, L2): the role bytes this process holds
+  // through `fd`, each with how many role_locks hold it (a lock of one
+  // description is one lock however often it is taken: the last role_lock
+  // that lets go unlocks it). Guarded by liveness.cpp's mutex; `held_count`
+  // (entries with a count) lets a probe skip the mutex when nothing is held.
+  mutable std::vector<std::pair<std::uint64_t, std::uint32_t>> held;
+  mutable std::atomic<std::uint32_t> held_count{0};
+  mutable std::uint32_t held_gen = 0;  // bumped in a fork child (L6): the parent's holds are void there
+  // This process's list of mappings (liveness.cpp), for L6's fork child.
+  mapped_box* track_prev = nullptr;
+  mapped_box* track_next = nullptr;
+  bool tracked = false;
   std::uint64_t dev = 0, ino = 0;  // the segment file, to recognise it again
   std::uint32_t mode = 0;  // st_mode & 07777 at open
   std::uint32_t uid = 0;

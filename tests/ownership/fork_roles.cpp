@@ -33,10 +33,11 @@ using shmtest::line_starting;
 namespace {
 
 // Forks; the child runs `body` and leaves with _exit(its result) (a body may
-// leave by std::exit itself). Returns the child's exit code (-1: it did not
-// exit normally within 30 s; it is killed then).
-template <class Body>
-int in_fork_child(Body&& body) {
+// leave by std::exit itself); this process runs `meanwhile` once the child
+// exists. Returns the child's exit code (-1: it did not exit normally within
+// 30 s; it is killed then).
+template <class Body, class Meanwhile = void (*)()>
+int in_fork_child(Body&& body, Meanwhile&& meanwhile = [] {}) {
   REQUIRE(shmtest::threads_parked());  // no thread of ours inside the allocator at fork()
   std::fflush(nullptr);  // the child must not write out our buffered output again
   const pid_t pid = ::fork();
@@ -50,6 +51,7 @@ int in_fork_child(Body&& body) {
     }
     ::_exit(code);
   }
+  meanwhile();
   const auto until = std::chrono::steady_clock::now() + 30s;
   int st = 0;
   for (;;) {
@@ -268,4 +270,45 @@ TEST_CASE("fork: a child may use an inherited Box to make handles of its own") {
   REQUIRE(o->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
   CHECK(m.data == "child's own");
   CHECK(stat_of(name).owner.pid == static_cast<std::uint32_t>(::getpid()));
+}
+
+TEST_CASE("fork: a role the parent takes after the fork is alive to the child (liveness.hpp L6: its own lock description)") {
+  // The handles of one mapping lock their roles through the mapping's lock
+  // description, and a description never conflicts with itself: a child
+  // still sharing it would find the parent's new lease unheld, and take
+  // the box from its living parent.
+  const std::string name = shmtest::unique_name("fork-after");
+  shmtest::segment_guard g(name);
+  REQUIRE(shmbox::Box::create(name, {.capacity = 8}));
+  auto box = shmbox::Box::open(name);
+  REQUIRE(box);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::optional<shmbox::Owner> o;
+  const int code = in_fork_child(
+      [&] {
+        ::close(go[1]);
+        char c = 0;
+        if (::read(go[0], &c, 1) != 1) return 60;  // the parent owns the box now
+        if (shmbox::Owner::acquire(*box)) return 61;  // taken from a living owner
+        return 0;
+      },
+      [&] {
+        ::close(go[0]);
+        auto got = shmbox::Owner::acquire(*box);
+        REQUIRE(got);
+        o.emplace(std::move(*got));
+        CHECK(::write(go[1], "x", 1) == 1);
+        ::close(go[1]);
+      });
+  CHECK(code == 0);
+  REQUIRE(o);
+  const auto st = stat_of(name);
+  CHECK(st.owner.pid == static_cast<std::uint32_t>(::getpid()));
+  CHECK(st.owner.epoch == o->epoch());
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  REQUIRE(p->post("still ours") == shmbox::post_status::stored);
+  shmbox::message m;
+  CHECK(o->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
 }
