@@ -8,6 +8,8 @@
 // still takes over when the owner dies), producer entry, an open loan.
 // Two ways out of the child: the copies destroyed explicitly and then
 // std::exit(), and the copies' destructors run by returning from a function.
+// Also the lock description the handles of one Box share (liveness.hpp L1),
+// and the child's own (L6).
 // (Pools and leases: tests/pool/pools.cpp; the C API: tests/c/c_api_test.c; Python:
 // python/tests/test_fork.py.)
 #include <doctest/doctest.h>
@@ -311,4 +313,52 @@ TEST_CASE("fork: a role the parent takes after the fork is alive to the child (l
   REQUIRE(p->post("still ours") == shmbox::post_status::stored);
   shmbox::message m;
   CHECK(o->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
+}
+
+TEST_CASE("liveness: the handles of one Box lock their roles through one description; one that goes leaves the others held") {
+  // liveness.hpp L1 (THE LOCK DESCRIPTION): an Owner and two Producers made
+  // from one Box share its lock description, where a byte's lock is one lock
+  // however many hold it. What another mapping (Box::inspect: a description
+  // of its own, as another process's) sees is the kernel's answer.
+  const std::string name = shmtest::unique_name("one-desc");
+  shmtest::segment_guard g(name);
+  REQUIRE(shmbox::Box::create(name, {.capacity = 8}));
+  auto box = shmbox::Box::open(name);
+  REQUIRE(box);
+  std::optional<shmbox::Owner> o;
+  std::optional<shmbox::Producer> p1, p2;
+  {
+    auto got = shmbox::Owner::acquire(*box);
+    auto a = shmbox::Producer::attach(*box);
+    auto b = shmbox::Producer::attach(*box);
+    REQUIRE(got);
+    REQUIRE(a);
+    REQUIRE(b);
+    o.emplace(std::move(*got));
+    p1.emplace(std::move(*a));
+    p2.emplace(std::move(*b));
+  }
+  // Through another mapping (the kernel's answer), and through the Box the
+  // handles were made from (its lock description holds the bytes: a
+  // description never conflicts with itself, so its held bytes answer).
+  auto check = [&](bool owner_alive, std::uint32_t producers) {
+    const auto other = stat_of(name);
+    const auto same = shmbox::info(*box);
+    CHECK(other.owner.alive == owner_alive);
+    CHECK(same.owner.alive == owner_alive);
+    CHECK(other.producers_attached == producers);
+    CHECK(same.producers_attached == producers);
+  };
+  check(true, 2);
+  p1.reset();  // its entry's byte goes; the owner's and p2's stay
+  check(true, 1);
+  REQUIRE(p2->post("p2") == shmbox::post_status::stored);
+  o.reset();  // released: the owner byte goes, p2's stays
+  check(false, 1);
+  auto again = shmbox::Owner::acquire(*box);  // the byte is taken again through the same description
+  REQUIRE(again);
+  check(true, 1);
+  shmbox::message m;
+  CHECK(again->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
+  CHECK(m.data == "p2");
 }
