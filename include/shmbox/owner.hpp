@@ -21,7 +21,38 @@ namespace shmbox {
 
 namespace detail {
 struct access;  // the library's own way in (lib/base/access.hpp)
+struct notify_group_state;
 }
+
+class Owner;
+
+// One descriptor for many owners in an event loop (10,000 boxes within a
+// descriptor limit of 20,000): each member Owner (Owner::join) is named by
+// the tag it joined with when its armed notify or active state fires, or
+// when it is asked to give its box away. fd() is readable while some tag
+// is ready; ready() drains it and hands out the tags. Then, for each tag,
+// do what notify_fd()'s readability asks: wait(out, 0), receive, arm again.
+// Wakers reach members through this process's doorbell and notify hub
+// (docs/owner-states.md): one thread hop more than a notify_fd's. A group
+// and its members may go in any order; a tag may be handed out once more
+// after its Owner left (the tags are the caller's: look them up).
+class SHMBOX_API NotifyGroup {
+ public:
+  static result<NotifyGroup> create();
+  NotifyGroup(NotifyGroup&&) noexcept;
+  NotifyGroup& operator=(NotifyGroup&&) noexcept;
+  ~NotifyGroup();
+  // Readable (poll, epoll) while some member's tag is ready; -1 for a moved-from group.
+  int fd() const noexcept;
+  // Appends the tags ready since the last call (each once) to `tags` and
+  // makes fd() unreadable until the next; returns how many it appended.
+  std::size_t ready(std::vector<std::uint64_t>& tags);
+
+ private:
+  friend class Owner;
+  NotifyGroup() = default;
+  std::shared_ptr<detail::notify_group_state> s_;
+};
 
 // One received message.
 struct message {
@@ -322,8 +353,16 @@ class SHMBOX_API Owner {
   recv_status deliver(delivery& out, std::size_t max, const filter_fn& filter);
   // For event loops (epoll, poll, asio, libuv): readable when an armed notify
   // or active fired; then call wait(out, 0). Works with producers in any
-  // process; each Owner handle has its own. Owned by the handle.
+  // process; each Owner handle has its own. Owned by the handle. -1 (and
+  // last_error() says why) for a member of a NotifyGroup.
   int notify_fd();
+  // Instead of a notify_fd of its own: this owner's notifications make
+  // `group`'s fd readable and its ready() hand out `tag`. An Owner is in one
+  // group at most; join again to move (or to change the tag). Refused
+  // (invalid_argument) once notify_fd() was called; not_owner as wait().
+  result<void> join(NotifyGroup& group, std::uint64_t tag);
+  // Leaves its group (nothing if in none); so does destroying the Owner.
+  void leave_group() noexcept;
 
   // How this owner got the box.
   const transfer_record& transfer() const noexcept;

@@ -171,6 +171,12 @@ int Owner::notify_fd() {
     return -1;
   }
   if (s_->efd >= 0) return s_->efd;
+  if (s_->group != nullptr) {
+    s_->ctx.last_error = detail::fail(errc::invalid_argument, "box '" + s_->m->name +
+                                                                  "': this Owner is in a NotifyGroup: wait on the "
+                                                                  "group's fd (or leave_group() first)");
+    return -1;
+  }
   s_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s_->efd < 0) {
     s_->ctx.last_error = detail::fail_errno(errno, "box '" + s_->m->name + "': eventfd");
@@ -178,7 +184,8 @@ int Owner::notify_fd() {
   }
   // The hub writes it for wakers that cannot (another user or pid
   // namespace: the doorbell), and for what nobody woke us for (its scan).
-  if (!detail::hub_add(*s_->m, s_->efd, s_->ctx.key, s_->ctx.epoch)) {
+  s_->hub_id = detail::hub_add(*s_->m, s_->efd, s_->ctx.key, s_->ctx.epoch);
+  if (s_->hub_id == 0) {
     s_->ctx.last_error = detail::fail(errc::system_error, "box '" + s_->m->name + "': cannot start the notify hub thread");
     ::close(s_->efd);
     s_->efd = -1;
@@ -193,5 +200,60 @@ int Owner::notify_fd() {
   if (s_->due) s_->poke_fd();
   return s_->efd;
 }
+
+// ---------------------------------------------------------------------------
+// Notify groups (notify_hub.hpp NOTIFY GROUPS)
+// ---------------------------------------------------------------------------
+
+result<void> Owner::join(NotifyGroup& group, std::uint64_t tag) {
+  if (!s_) return detail::fail(errc::not_owner, "this Owner handle is empty (moved from)");
+  if (!s_->ctx.born.here()) return s_->not_owner_error("");  // process.hpp H3
+  if (!s_->still_owner()) return s_->not_owner_error("box '" + s_->m->name + "' was taken from this handle");
+  if (!group.s_) return detail::fail(errc::invalid_argument, "NotifyGroup is empty (moved from): make one with NotifyGroup::create()");
+  if (s_->efd >= 0)
+    return detail::fail(errc::invalid_argument, "box '" + s_->m->name +
+                                                    "': this Owner has a notify_fd already; an Owner is woken through "
+                                                    "its notify_fd or through a group, not both");
+  leave_group();
+  s_->hub_id = detail::hub_add(*s_->m, -1, s_->ctx.key, s_->ctx.epoch, group.s_.get(), tag);
+  if (s_->hub_id == 0)
+    return detail::fail(errc::system_error, "box '" + s_->m->name + "': cannot start the notify hub thread");
+  s_->group = group.s_;
+  s_->group_tag = tag;
+  // Wakers ring the doorbell, which names the box (notify_hub.hpp). release:
+  // pairs with the acquire loads of notify_fd_plus1 in wake_owner (wake.cpp).
+  s_->m->owner()->notify_fd_plus1.store(detail::kNotifyByBell, std::memory_order_release);
+  if (s_->due) s_->poke_fd();
+  return {};
+}
+
+void Owner::leave_group() noexcept {
+  if (!s_ || s_->group == nullptr) return;
+  if (!s_->ctx.born.here_for_sure()) {  // process.hpp H3: the parent's membership
+    s_->group.reset();
+    return;
+  }
+  s_->leave_notify();
+}
+
+result<NotifyGroup> NotifyGroup::create() {
+  NotifyGroup g;
+  try {
+    g.s_ = std::make_shared<detail::notify_group_state>();
+  } catch (const std::bad_alloc&) {
+    return detail::fail(errc::system_error, "NotifyGroup: out of memory");
+  }
+  g.s_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (g.s_->efd < 0) return detail::fail_errno(errno, "NotifyGroup: eventfd");
+  return g;
+}
+
+NotifyGroup::NotifyGroup(NotifyGroup&&) noexcept = default;
+NotifyGroup& NotifyGroup::operator=(NotifyGroup&&) noexcept = default;
+NotifyGroup::~NotifyGroup() = default;
+
+int NotifyGroup::fd() const noexcept { return s_ ? s_->efd : -1; }
+
+std::size_t NotifyGroup::ready(std::vector<std::uint64_t>& tags) { return s_ ? s_->take(tags) : 0; }
 
 }  // namespace shmbox

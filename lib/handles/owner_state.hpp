@@ -209,6 +209,11 @@ struct Owner::state {
   // notify_fd: an eventfd that wakers write themselves where they may, and
   // this process's notify hub (notify_hub.hpp) writes for the others.
   int efd = -1;
+  // Or a notify group's member (Owner::join; notify_hub.hpp NOTIFY GROUPS):
+  // the group (kept alive while we are registered) and our tag in it.
+  std::shared_ptr<detail::notify_group_state> group;
+  std::uint64_t group_tag = 0;
+  std::uint64_t hub_id = 0;  // our registration with the hub (efd or group), 0: none
   // liveness.hpp L1: the owner byte while this handle owns the box, and its
   // epoch's actor byte until the handle goes (a stale owner still finishes
   // the commits it started: a later owner's recovery must see it alive).
@@ -257,8 +262,8 @@ struct Owner::state {
   }
 
   void poke_fd() noexcept {
-    if (efd < 0) return;
-    detail::write_eventfd(efd);
+    if (group != nullptr) group->fire(group_tag);
+    else if (efd >= 0) detail::write_eventfd(efd);
   }
 
   void drain_fd() noexcept {
@@ -283,6 +288,18 @@ struct Owner::state {
     for (std::uint32_t l = 0; l < m->lane_count(); ++l) detail::owner_clear_sleep(ctx, l);
   }
 
+  // Our notify_fd, or our group membership, goes.
+  void leave_notify() noexcept {
+    // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
+    // owner_eventfd (wake.cpp): producers stop writing our descriptor.
+    if ((efd >= 0 || group != nullptr) && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
+    detail::hub_remove(hub_id);  // the hub never writes our eventfd, nor tells our group, again
+    hub_id = 0;
+    if (efd >= 0) ::close(efd);
+    efd = -1;
+    group.reset();
+  }
+
   ~state() {
     // process.hpp H3: in a fork child (or a raw clone, H4) only our own copy
     // goes: the eventfd (the hub is the parent's; hub_remove would be a
@@ -292,13 +309,7 @@ struct Owner::state {
       if (efd >= 0) ::close(efd);
       return;
     }
-    // release: pairs with the acquire loads of notify_fd_plus1 in wake_owner /
-    // owner_eventfd (wake.cpp): producers stop writing our descriptor.
-    if (efd >= 0 && still_owner()) m->owner()->notify_fd_plus1.store(0, std::memory_order_release);
-    if (efd >= 0) {
-      detail::hub_remove(efd);  // the hub never writes it again
-      ::close(efd);
-    }
+    leave_notify();
     // Give the lease back; the messages stay (uncommitted reads are delivered
     // again to the next owner). Only if it is still ours. A registered heir
     // (pobox's monitor mode) takes it over.

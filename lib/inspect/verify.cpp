@@ -81,7 +81,7 @@ struct checker {
       problem("owner record: a give-away offer made at epoch " + std::to_string(o->offer_epoch.load()) + ", after the current epoch");
     if (o->fd_fallback.load(std::memory_order_relaxed) > 1)
       problem("owner record: fd_fallback is " + std::to_string(o->fd_fallback.load()) + " (0 or 1)");
-    if (o->notify_fd_plus1.load(std::memory_order_relaxed) > (1u << 24))
+    if (const std::uint32_t n = o->notify_fd_plus1.load(std::memory_order_relaxed); n > (1u << 24) && n != kNotifyByBell)
       problem("owner record: notify descriptor " + std::to_string(o->notify_fd_plus1.load() - 1) + " is out of range");
     (void)epoch;
     for (std::uint32_t i = 0; i < kOwnerActors; ++i) {

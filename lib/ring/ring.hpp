@@ -526,12 +526,10 @@ struct producer_ctx {
   // when that owner's descriptor could not be had (another pid namespace or
   // user, pidfd_getfd refused by seccomp or Yama): remembered, so that a
   // refused producer does not try again on every wake (it rings the owner's
-  // doorbell instead: bell_fd, notify_hub.hpp).
+  // doorbell instead: ring_bell, notify_hub.hpp).
   int owner_fd = -1;
   std::uint64_t owner_fd_key = 0;
   std::uint32_t owner_fd_num = 0;
-  int bell_fd = -1;            // the doorbell of the owner process with key bell_key (-1: none there)
-  std::uint64_t bell_key = 0;
   std::uint64_t spin_ns = 0;  // this call's adaptive wait (set by the Producer before each call)
   bool quiet_timeout = false;  // this call's timeout is not counted (post_options::quiet_timeout; set with spin_ns)
   // Messages this handle's current call (post, loan, post_batch) evicted

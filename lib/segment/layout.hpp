@@ -293,7 +293,8 @@ struct alignas(kCacheLine) owner_record {
   // line 1: the futex the owner sleeps on; producers bump it to wake the owner
   alignas(kCacheLine) a32 wake_seq;  // futex word
   a32 notify_fd_plus1;   // the owner's notify eventfd number + 1 (0: none); producers that wake the
-                         // owner also write it, through pidfd_getfd (a waker thread covers the rest)
+                         // owner also write it, through pidfd_getfd (a waker thread covers the rest);
+                         // kNotifyByBell: a notify group's member (notify_hub.hpp): they ring its doorbell
   a64 wake_calls;        // futex_wake syscalls made on wake_seq (diagnostic)
   a32 fd_fallback;       // 1 once a producer could not write the owner's eventfd itself (it rings the
                          // owner's doorbell instead: notify_hub.hpp); a futex word for owners of
@@ -331,6 +332,11 @@ struct alignas(kCacheLine) owner_record {
   alignas(kCacheLine) a64 tr_data[kHeirDataMax / 8];  // bytes, as 8 relaxed atomic words (read under a seqlock)
 };
 static_assert(sizeof(owner_record) == 6 * kCacheLine);
+// owner_record::notify_fd_plus1 of a notify group's member: no descriptor of
+// its own; wakers ring the owner process's doorbell (notify_hub.hpp NOTIFY
+// GROUPS). A library before groups takes it for descriptor 0xFFFFFFFE, which
+// pidfd_getfd refuses: it rings the doorbell too.
+inline constexpr std::uint32_t kNotifyByBell = 0xFFFFFFFFu;
 
 // owner_record::request_pid: the destination is an heir-table entry (which
 // holds its key, valid in any pid namespace); its pid and the asker's pid,

@@ -69,7 +69,10 @@ struct bell_key_eq {
 class hub {
  public:
   struct entry {
-    int efd;
+    std::uint64_t id;             // the registration (hub_add)
+    int efd;                      // a notify_fd, or -1: a group member
+    notify_group_state* group;    // the member's group (kept alive by its Owner until hub_remove)
+    std::uint64_t tag;
     mapped_box* m;
     owner_record* rec;            // m's, kept here: the scan touches no more than it must
     const lane_header* lane0;
@@ -98,34 +101,36 @@ class hub {
     return true;
   }
 
-  void add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) {
+  std::uint64_t add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
+                    std::uint64_t tag) {
+    std::uint64_t id;
     {
       std::lock_guard<std::mutex> g(mu_);
-      entry e{efd, &m, m.owner(), m.lanes[0].hdr, m.lane_count() == 1 && !m.lanes[0].is_lifo(), key, epoch, {m.dev, m.ino}};
+      id = ++last_id_;
+      entry e{id, efd, group, tag, &m, m.owner(), m.lanes[0].hdr, m.lane_count() == 1 && !m.lanes[0].is_lifo(),
+              key, epoch, {m.dev, m.ino}};
       e.wake_seen = owner_wake_seq(*m.owner());
       e.request_seen = pending_request(m);
-      if (const auto it = index_.find(efd); it != index_.end()) {
-        entries_[it->second] = e;  // (a descriptor number reused without a remove: cannot happen, but stays consistent)
-      } else {
-        index_.emplace(efd, entries_.size());
-        entries_.push_back(e);
-      }
-      by_file_.emplace(e.file, efd);
+      entries_.reserve(entries_.size() + 1);
+      by_file_.emplace(e.file, id);
+      index_.emplace(id, entries_.size());
+      entries_.push_back(e);
       // The doorbell exists while a notify owner does (made again after the
       // last one went and took it along): in place before notify_fd() returns.
       if (bell_r_.load(std::memory_order_relaxed) < 0) make_bell();
     }
     write_eventfd(ctl_);  // the hub now has something to scan: it sets its timeout
+    return id;
   }
 
-  void remove(int efd) {
+  void remove(std::uint64_t id) {
     std::lock_guard<std::mutex> g(mu_);
-    const auto it = index_.find(efd);
+    const auto it = index_.find(id);
     if (it == index_.end()) return;
     const std::size_t i = it->second;
     auto [lo, hi] = by_file_.equal_range(entries_[i].file);
     for (auto f = lo; f != hi; ++f)
-      if (f->second == efd) {
+      if (f->second == id) {
         by_file_.erase(f);
         break;
       }
@@ -134,7 +139,7 @@ class hub {
     // late in this round; it never skips one for longer than a round.
     if (i + 1 != entries_.size()) {
       entries_[i] = entries_.back();
-      index_[entries_[i].efd] = i;
+      index_[entries_[i].id] = i;
     }
     entries_.pop_back();
     // The last notify owner went: so does the doorbell, before this returns
@@ -145,9 +150,16 @@ class hub {
  private:
   std::mutex mu_;
   std::vector<entry> entries_;
-  std::unordered_map<int, std::size_t> index_;  // eventfd -> its entry
+  std::unordered_map<std::uint64_t, std::size_t> index_;  // registration -> its entry
+  std::uint64_t last_id_ = 0;
   std::size_t cursor_ = 0;                      // where the scan goes on
-  std::unordered_multimap<bell_record, int, bell_key_hash, bell_key_eq> by_file_;
+  std::unordered_multimap<bell_record, std::uint64_t, bell_key_hash, bell_key_eq> by_file_;
+
+  // Under mu_: the entry's owner is told (its eventfd, or its group).
+  static void signal(const entry& e) noexcept {
+    if (e.group != nullptr) e.group->fire(e.tag);
+    else write_eventfd(e.efd);
+  }
   int ep_ = -1, ctl_ = -1;
   // The doorbell's two ends. Made by add() when there is none, dropped by
   // remove() when no entry is left, read by the hub thread: each under mu_
@@ -232,8 +244,9 @@ class hub {
         for (auto f = lo; f != hi; ++f) {
           // Counted first: whoever the eventfd wakes sees the count. relaxed: a
           // diagnostic count (shmbox stat); the write(2) below comes after it.
-          entries_[index_.at(f->second)].rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
-          write_eventfd(f->second);
+          const entry& e = entries_[index_.at(f->second)];
+          e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
+          signal(e);
         }
       }
     }
@@ -250,7 +263,6 @@ class hub {
       if ((k & 15) == 15 && mono_ns() - start >= kScanBudgetNs) break;
       if (cursor_ >= entries_.size()) cursor_ = 0;
       entry& e = entries_[cursor_++];
-      const int efd = e.efd;
       const mapped_box& m = *e.m;
       const owner_record* rec = e.rec;
       // acquire: pairs with the owner change (O2/O3) as still_owner does; a
@@ -280,7 +292,7 @@ class hub {
           wake = depth != 0;
         }
       }
-      if (wake) write_eventfd(efd);
+      if (wake) signal(e);
     }
   }
 
@@ -315,6 +327,36 @@ class hub {
   }
 };
 
+}  // namespace
+
+notify_group_state::~notify_group_state() {
+  if (efd >= 0) ::close(efd);
+}
+
+void notify_group_state::fire(std::uint64_t tag) noexcept {
+  try {
+    std::lock_guard<std::mutex> g(mu);
+    if (queued.insert(tag).second) ready.push_back(tag);
+  } catch (...) {
+    // No memory for the tag: the eventfd below still wakes the group's owner,
+    // whose wait(out, 0) on every member finds the box (docs/owner-states.md).
+  }
+  write_eventfd(efd);
+}
+
+std::size_t notify_group_state::take(std::vector<std::uint64_t>& out) {
+  std::uint64_t v;
+  [[maybe_unused]] const ssize_t n = ::read(efd, &v, sizeof v);  // before the list: a fire after it is readable again
+  std::lock_guard<std::mutex> g(mu);
+  out.insert(out.end(), ready.begin(), ready.end());
+  const std::size_t k = ready.size();
+  ready.clear();
+  queued.clear();
+  return k;
+}
+
+namespace {
+
 std::mutex g_hub_mu;
 hub* g_hub = nullptr;  // never freed: the thread runs until the process ends
 
@@ -331,27 +373,64 @@ hub* this_process_hub() {
 
 }  // namespace
 
-bool hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) noexcept {
+std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
+                      std::uint64_t tag) noexcept {
   try {
     hub* h = this_process_hub();
-    if (h == nullptr) return false;
-    h->add(m, efd, key, epoch);
-    return true;
+    if (h == nullptr) return 0;
+    return h->add(m, efd, key, epoch, group, tag);
   } catch (...) {
-    return false;
+    return 0;
   }
 }
 
-void hub_remove(int efd) noexcept {
+void hub_remove(std::uint64_t registration) noexcept {
+  if (registration == 0) return;
   hub* h;
   {
     std::lock_guard<std::mutex> g(g_hub_mu);
     h = g_hub != nullptr && g_hub->pid == ::getpid() ? g_hub : nullptr;
   }
-  if (h != nullptr) h->remove(efd);
+  if (h != nullptr) h->remove(registration);
 }
 
-bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept {
+namespace {
+
+// The doorbells this process rings (ring_bell): a few kept open, by owner
+// key, so that a producer of 10,000 boxes of one owner holds one descriptor
+// for them, not one per box. The mutex is held across the write (no
+// descriptor is closed while a thread writes it) and across fork (a child's
+// copy is never left locked).
+struct bell_slot {
+  std::uint64_t key = 0;
+  int fd = -1;
+};
+constexpr std::size_t kBellSlots = 16;
+std::mutex g_bells_mu;
+bell_slot g_bells[kBellSlots];
+std::size_t g_bells_next = 0;  // the slot a new key takes (round robin)
+void bells_lock() { g_bells_mu.lock(); }
+void bells_unlock() { g_bells_mu.unlock(); }
+
+}  // namespace
+
+bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
+  static const bool installed = [] {
+    ::pthread_atfork(bells_lock, bells_unlock, bells_unlock);
+    return true;
+  }();
+  (void)installed;
+  std::lock_guard<std::mutex> g(g_bells_mu);
+  bell_slot* slot = nullptr;
+  for (auto& s : g_bells)
+    if (s.key == key && s.fd >= 0) slot = &s;
+  if (slot == nullptr) {
+    slot = &g_bells[g_bells_next++ % kBellSlots];
+    if (slot->fd >= 0) ::close(slot->fd);
+    *slot = bell_slot{};
+  }
+  int& fd = slot->fd;
+  std::uint64_t& fd_key = slot->key;
   auto open_bell = [&] {
     if (fd >= 0) ::close(fd);
     fd_key = key;

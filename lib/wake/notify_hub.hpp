@@ -40,11 +40,23 @@
 //
 // A fork child starts its own hub (its own key, its own doorbell) when it
 // first calls notify_fd(); it inherits none of the parent's registrations.
+//
+// NOTIFY GROUPS (shmbox::NotifyGroup, Owner::join): one eventfd for many
+// owners, and the names of those that fired. A member has no eventfd of its
+// own: its owner record says kNotifyByBell instead of a descriptor number,
+// so every waker rings the doorbell (route 2: it names the box), and the hub
+// turns a ring, or its scan's finding (route 3), into the member's tag on
+// the group's ready list and one write of the group's eventfd. So an owned
+// box in a group costs no descriptor beyond its segment's, and a process
+// can own 10,000 boxes within 20,000 descriptors; a wake-up takes one
+// thread hop more than a notify_fd's written by its waker (route 1).
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "segment/segment.hpp"
@@ -79,18 +91,34 @@ std::string bell_entry(std::uint64_t key);
 // The prefix every doorbell name has in /dev/shm (for gc and ls).
 inline constexpr const char* kBellPrefix = "shmbox-bell.";
 
-// Registers owner handle `efd` (its notify_fd) of box `m`, owned as (key,
-// epoch), with this process's hub, starting the hub on first use. False if
-// the hub thread cannot be started (then the caller reports the error).
-bool hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch) noexcept;
-// Removes it: once this returns, the hub never touches `efd` again.
-void hub_remove(int efd) noexcept;
+// A notify group (NOTIFY GROUPS): its eventfd and the tags that fired.
+struct notify_group_state {
+  int efd = -1;
+  std::mutex mu;
+  std::vector<std::uint64_t> ready;         // tags fired since the last take(), each once
+  std::unordered_set<std::uint64_t> queued;  // ... and as a set
+  ~notify_group_state();
+  // Puts `tag` on the ready list (once) and makes efd readable.
+  void fire(std::uint64_t tag) noexcept;
+  // Drains efd and moves the ready list to the end of `out`; how many.
+  std::size_t take(std::vector<std::uint64_t>& out);
+};
 
-// Rings the doorbell of the owner with key `key` for box `m`, through `fd`
-// (a cached descriptor, -1: open it now; `fd_key`: the key it was opened
-// for; one whose reader went is opened again). False when there is no
-// doorbell to ring (or it is full).
-bool ring_bell(const mapped_box& m, std::uint64_t key, int& fd, std::uint64_t& fd_key) noexcept;
+// Registers owner handle `efd` (its notify_fd) of box `m`, owned as (key,
+// epoch), with this process's hub, starting the hub on first use; or, with
+// `group`, a member of that group with `tag` (efd -1). Returns the
+// registration (non-zero), or 0 if the hub thread cannot be started (then
+// the caller reports the error).
+std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch,
+                      notify_group_state* group = nullptr, std::uint64_t tag = 0) noexcept;
+// Removes it: once this returns, the hub never touches its efd or group again.
+void hub_remove(std::uint64_t registration) noexcept;
+
+// Rings the doorbell of the owner with key `key` for box `m`, through a
+// descriptor this process keeps open for that key (a few keys are kept; one
+// whose reader went is opened again). False when there is no doorbell to
+// ring (or it is full).
+bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept;
 
 // The doorbells in /dev/shm that nobody reads (their process is gone): their
 // file names; removed unless `dry_run`. Only what remove_unread_bell proves.

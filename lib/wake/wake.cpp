@@ -67,7 +67,7 @@ int owner_eventfd(producer_ctx& p) noexcept {
   // acquire: pairs with the seq_cst CAS that installed the owner's key
   // (take_ownership, lease.cpp).
   const std::uint64_t key = o->key.load(std::memory_order_acquire);
-  if (num == 0 || key == 0) return -1;
+  if (num == 0 || num == kNotifyByBell || key == 0) return -1;  // (a group's member: the doorbell)
   // Had (or refused) for this owner and descriptor already.
   if (p.owner_fd_key == key && p.owner_fd_num == num) return p.owner_fd;
   if (p.owner_fd >= 0) ::close(p.owner_fd);
@@ -83,7 +83,6 @@ int owner_eventfd(producer_ctx& p) noexcept {
 // The owner's eventfd, duplicated into this process by owner_eventfd.
 producer_ctx::~producer_ctx() {
   if (owner_fd >= 0) ::close(owner_fd);
-  if (bell_fd >= 0) ::close(bell_fd);
 }
 
 // P6 (and L1's wake): the owner's eventfd when it has one (first: an owner in
@@ -102,7 +101,7 @@ void wake_owner(producer_ctx& p) noexcept {
       write_eventfd(fd);
     } else {
       // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
-      ring_bell(*p.m, o->key.load(std::memory_order_acquire), p.bell_fd, p.bell_key);
+      ring_bell(*p.m, o->key.load(std::memory_order_acquire));
       if (o->fd_fallback.load(std::memory_order_relaxed) == 0) {
         // For an owner of an older build (a waker thread per box, which sleeps
         // on this word and then relays wake_seq). release: pairs with its
@@ -158,15 +157,12 @@ void ring_owner_fd(mapped_box& m) noexcept {
   // acquire: pairs with the seq_cst CAS that installed the owner's key (take_ownership).
   const std::uint64_t key = o->key.load(std::memory_order_acquire);
   if (num == 0 || key == 0) return;
-  if (const int fd = take_owner_eventfd(m, key, num); fd >= 0) {
+  if (const int fd = num == kNotifyByBell ? -1 : take_owner_eventfd(m, key, num); fd >= 0) {
     write_eventfd(fd);
     ::close(fd);
     return;
   }
-  int bell = -1;
-  std::uint64_t bell_key = 0;
-  ring_bell(m, key, bell, bell_key);
-  if (bell >= 0) ::close(bell);
+  ring_bell(m, key);
 }
 
 void wake_owner_waiters(owner_record& rec) noexcept {

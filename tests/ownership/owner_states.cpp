@@ -3,6 +3,7 @@
 // (queue = drop_oldest, stack = lifo, keep_old = drop_newest), with the
 // producers separate programs (the shmbox CLI); and notify_fd with epoll.
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -475,12 +478,7 @@ TEST_CASE("notify_fd: a waker never writes into a file or a link planted at a do
   for (const std::string& p : {file, link, target}) ::unlink(p.c_str());
   { std::ofstream(file.c_str()); std::ofstream(target.c_str()); }
   REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
-  for (const std::uint64_t key : {file_key, link_key}) {
-    int fd = -1;
-    std::uint64_t fd_key = 0;
-    CHECK(!shmbox::detail::ring_bell(**seg, key, fd, fd_key));
-    CHECK(fd == -1);
-  }
+  for (const std::uint64_t key : {file_key, link_key}) CHECK(!shmbox::detail::ring_bell(**seg, key));
   struct stat st {};
   CHECK((::stat(file.c_str(), &st) == 0 && st.st_size == 0));
   CHECK((::stat(target.c_str(), &st) == 0 && st.st_size == 0));
@@ -527,8 +525,8 @@ TEST_CASE("notify_fd: the doorbell of a killed owner process is removed by gc, a
 
 // notify_hub.hpp: the doorbell exists while its process has a notify owner.
 // It goes with the last such handle, before the handle's destructor returns,
-// and comes back with the next notify_fd(); a waker that cached the old one
-// reaches the new one (ring_bell opens the name again after EPIPE).
+// and comes back with the next notify_fd(); a waker that kept the old one
+// open reaches the new one (ring_bell opens the name again after EPIPE).
 TEST_CASE("notify_fd: the doorbell goes with the last notify owner and comes back with the next; a cached waker follows") {
   shmtest::segment_guard ga(shmtest::unique_name("bella")), gb(shmtest::unique_name("bellb"));
   auto a = shmbox::Box::create(ga.name, {.capacity = 4, .slot_size = 16});
@@ -539,31 +537,25 @@ TEST_CASE("notify_fd: the doorbell goes with the last notify owner and comes bac
   REQUIRE(seg);
   struct stat st {};
   std::string bell;
-  int fd = -1, fd2 = -1;  // two wakers' cached descriptors of the doorbell
-  std::uint64_t fd_key = 0, fd2_key = 0;
+  std::uint64_t key = 0;
   {
     auto ra = shmbox::Owner::acquire(*a);
     auto ob = shmbox::Owner::acquire(*b);
     REQUIRE(ra);
     REQUIRE(ob);
     std::optional<shmbox::Owner> oa(std::move(*ra));
-    const std::uint64_t key = (*seg)->owner()->key.load();
+    key = (*seg)->owner()->key.load();
     bell = shmbox::detail::bell_path(key);
     ::unlink(bell.c_str());  // (an earlier test's, were one left: this process's key)
     REQUIRE(oa->notify_fd() >= 0);
     REQUIRE(::lstat(bell.c_str(), &st) == 0);
     CHECK(S_ISFIFO(st.st_mode));
     REQUIRE(ob->notify_fd() >= 0);
-    CHECK(shmbox::detail::ring_bell(**seg, key, fd, fd_key));
-    CHECK(fd >= 0);
-    CHECK(shmbox::detail::ring_bell(**seg, key, fd2, fd2_key));
+    CHECK(shmbox::detail::ring_bell(**seg, key));  // opened, and kept open for this key
     oa.reset();
     CHECK(::lstat(bell.c_str(), &st) == 0);  // box b's owner still waits on it
   }
   CHECK(::lstat(bell.c_str(), &st) != 0);  // the last one went: so did the doorbell
-  const std::uint64_t key = fd_key;
-  CHECK(!shmbox::detail::ring_bell(**seg, key, fd, fd_key));  // nobody reads it any more
-  CHECK(fd == -1);
   auto ra = shmbox::Owner::acquire(*a);
   REQUIRE(ra);
   std::optional<shmbox::Owner> oa(std::move(*ra));
@@ -573,22 +565,20 @@ TEST_CASE("notify_fd: the doorbell goes with the last notify owner and comes bac
   const int ep = epoll_for(efd);
   oa->notify();
   const std::uint32_t rings = (*seg)->owner()->bell_rings.load();
-  CHECK(shmbox::detail::ring_bell(**seg, key, fd, fd_key));  // the waker opened the new one
-  CHECK(ready(ep, 10'000) == 1);                             // and the hub woke the owner through it
+  // The kept descriptor's reader is gone: EPIPE, then the name again.
+  CHECK(shmbox::detail::ring_bell(**seg, key));
+  CHECK(ready(ep, 10'000) == 1);  // and the hub woke the owner through the new one
   CHECK((*seg)->owner()->bell_rings.load() == rings + 1);
   std::uint64_t count = 0;
   CHECK(::read(efd, &count, sizeof count) == sizeof count);  // taken: the fd is quiet again
   CHECK(ready(ep, 0) == 0);
-  // The other waker still holds the old doorbell (its reader gone): EPIPE,
-  // then the name again.
-  CHECK(shmbox::detail::ring_bell(**seg, key, fd2, fd2_key));
+  CHECK(shmbox::detail::ring_bell(**seg, key));  // kept open now
   CHECK(ready(ep, 10'000) == 1);
   CHECK((*seg)->owner()->bell_rings.load() == rings + 2);
   ::close(ep);
-  for (const int f : {fd, fd2})
-    if (f >= 0) ::close(f);
   oa.reset();
   CHECK(::lstat(bell.c_str(), &st) != 0);
+  CHECK(!shmbox::detail::ring_bell(**seg, key));  // nobody reads it any more
 }
 
 // A forked worker that drops its Owner and leaves with _exit (no exit
@@ -606,4 +596,194 @@ TEST_CASE("notify_fd: a worker that drops its notify owner and _exits leaves no 
   worker.write_stdin("go\n");
   CHECK(worker.wait(30s) == 0);
   CHECK(::lstat(bell.c_str(), &st) != 0);
+}
+
+// ---------------------------------------------------------------------------
+// NOTIFY GROUPS (notify_hub.hpp): one descriptor for many owners
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// The tags the group hands out within `ms` until `want` are in; sorted.
+std::vector<std::uint64_t> ready_tags(shmbox::NotifyGroup& group, std::size_t want, int ms = 10'000) {
+  std::vector<std::uint64_t> tags;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (tags.size() < want && std::chrono::steady_clock::now() < until) {
+    pollfd p{group.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) == 1) group.ready(tags);
+  }
+  std::sort(tags.begin(), tags.end());
+  return tags;
+}
+
+// A group of `n` boxes owned here, tag i for box i, all armed (notify).
+struct group_fixture {
+  std::deque<shmtest::segment_guard> guards;  // (not movable)
+  std::vector<shmbox::Owner> owners;
+  shmbox::NotifyGroup group;
+  std::size_t fds_before = 0, fds_after = 0;
+  static shmbox::NotifyGroup make_group() {
+    auto g = shmbox::NotifyGroup::create();
+    REQUIRE(g);
+    return std::move(*g);
+  }
+  explicit group_fixture(std::size_t n, std::uint32_t mode = 0600) : group(make_group()) {
+    for (std::size_t i = 0; i < n; ++i) {
+      guards.emplace_back(shmtest::unique_name("grp" + std::to_string(i) + "-"));
+      REQUIRE(shmbox::Box::create(guards.back().name, {.capacity = 8, .slot_size = 64, .mode = mode}));
+    }
+    fds_before = open_descriptors();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto o = shmbox::Owner::acquire(guards[i].name);
+      REQUIRE(o);
+      owners.push_back(std::move(*o));
+      REQUIRE(owners.back().join(group, i));
+      owners.back().notify();
+    }
+    fds_after = open_descriptors();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("NotifyGroup: one descriptor for many owners; ready() names the boxes producers of other processes woke, each once") {
+  constexpr std::size_t kBoxes = 40;
+  group_fixture f(kBoxes);
+  // One descriptor per owned box (its segment: liveness.hpp L1), none for
+  // notification: the group's eventfd and the hub's own few are shared.
+  CHECK(f.fds_after - f.fds_before <= kBoxes + 6);
+  pollfd idle{f.group.fd(), POLLIN, 0};
+  CHECK(::poll(&idle, 1, 0) == 0);
+  for (const std::size_t i : {3, 17, 31}) {
+    const auto r = shmtest::cli({"post", f.guards[i].name, "m" + std::to_string(i)});
+    REQUIRE(r.code == 0);
+  }
+  CHECK(ready_tags(f.group, 3) == std::vector<std::uint64_t>{3, 17, 31});
+  for (const std::size_t i : {3, 17, 31}) {
+    // Through the doorbell (route 2: counted), not found by the scan later.
+    auto seg = shmbox::detail::open_segment(f.guards[i].name, true);
+    REQUIRE(seg);
+    CHECK((*seg)->owner()->bell_rings.load() >= 1);
+    CHECK((*seg)->owner()->notify_fd_plus1.load() == shmbox::detail::kNotifyByBell);
+    shmbox::delivery d;
+    CHECK(f.owners[i].wait(d, std::chrono::milliseconds(0)) == shmbox::owner_event::notified);
+    shmbox::message m;
+    REQUIRE(f.owners[i].try_receive(m) == shmbox::recv_status::ok);
+    CHECK(m.data == "m" + std::to_string(i));
+  }
+  std::vector<std::uint64_t> none;
+  CHECK(f.group.ready(none) == 0);
+  CHECK(::poll(&idle, 1, 0) == 0);
+  // pobox: a notification is one-shot. Box 3 is passive now (not woken),
+  // box 17 is armed again; two posts to each: one tag, once.
+  f.owners[17].notify();
+  for (const std::size_t i : {3, 17, 3, 17}) REQUIRE(shmtest::cli({"post", f.guards[i].name, "again"}).code == 0);
+  CHECK(ready_tags(f.group, 1) == std::vector<std::uint64_t>{17});
+  CHECK(ready_tags(f.group, 1, 300).empty());
+  // Box 3's messages are there all the same; arming finds them at once.
+  f.owners[3].notify();
+  CHECK(ready_tags(f.group, 1) == std::vector<std::uint64_t>{3});
+}
+
+TEST_CASE("NotifyGroup: a producer killed between publishing and waking; the hub's scan names the box") {
+  group_fixture f(4);
+  shmtest::child p({shmtest::helper_path(), "produce", f.guards[2].name, "1", "1", "--no-wait"},
+                   {"SHMBOX_FAULT=producer.before_wake:1"});
+  CHECK(shmtest::killed_by(p.wait(30s), SIGKILL));
+  // Nobody rang: the scan (once a second, notify_hub.hpp route 3) finds it.
+  CHECK(ready_tags(f.group, 1, 10'000) == std::vector<std::uint64_t>{2});
+  shmbox::message m;
+  CHECK(f.owners[2].try_receive(m) == shmbox::recv_status::ok);
+}
+
+TEST_CASE("NotifyGroup: a producer of another user rings the doorbell; the member is named") {
+  if (!shmtest::nobody_can_run_cli()) return;
+  group_fixture f(3, 0666);
+  const auto r = shmtest::as_nobody(65534, {"post", "--any-owner", f.guards[1].name, "from nobody"});
+  REQUIRE(r.code == 0);
+  CHECK(ready_tags(f.group, 1) == std::vector<std::uint64_t>{1});
+  shmbox::message m;
+  REQUIRE(f.owners[1].try_receive(m) == shmbox::recv_status::ok);
+  CHECK(m.data == "from nobody");
+}
+
+TEST_CASE("NotifyGroup: one or the other; leaving; moving; members and group going in any order") {
+  shmtest::segment_guard ga(shmtest::unique_name("grpa")), gb(shmtest::unique_name("grpb"));
+  REQUIRE(shmbox::Box::create(ga.name, {.capacity = 4, .slot_size = 16}));
+  REQUIRE(shmbox::Box::create(gb.name, {.capacity = 4, .slot_size = 16}));
+  auto g1 = shmbox::NotifyGroup::create();
+  auto g2 = shmbox::NotifyGroup::create();
+  REQUIRE(g1);
+  REQUIRE(g2);
+  auto a = shmbox::Owner::acquire(ga.name);
+  auto b = shmbox::Owner::acquire(gb.name);
+  REQUIRE(a);
+  REQUIRE(b);
+  // A notify_fd, then a group: refused, and the fd still works.
+  REQUIRE(b->notify_fd() >= 0);
+  auto refused = b->join(*g1, 9);
+  REQUIRE(!refused);
+  CHECK(refused.error() == shmbox::errc::invalid_argument);
+  CHECK(shmbox::explain(refused.error()).find("notify_fd") != std::string::npos);
+  // A group, then a notify_fd: -1, with the reason.
+  REQUIRE(a->join(*g1, 1));
+  CHECK(a->notify_fd() == -1);
+  CHECK(a->last_error() == shmbox::errc::invalid_argument);
+  // Armed with data already there: the tag at once.
+  REQUIRE(shmtest::cli({"post", ga.name, "x"}).code == 0);
+  a->notify();
+  CHECK(ready_tags(*g1, 1) == std::vector<std::uint64_t>{1});
+  shmbox::message m;
+  REQUIRE(a->try_receive(m) == shmbox::recv_status::ok);
+  // Moved to g2 with another tag: g1 hears nothing more.
+  REQUIRE(a->join(*g2, 2));
+  a->notify();
+  REQUIRE(shmtest::cli({"post", ga.name, "y"}).code == 0);
+  CHECK(ready_tags(*g2, 1) == std::vector<std::uint64_t>{2});
+  CHECK(ready_tags(*g1, 1, 300).empty());
+  REQUIRE(a->try_receive(m) == shmbox::recv_status::ok);
+  // Left: no group hears it; a notify_fd may be had now.
+  a->leave_group();
+  a->notify();
+  REQUIRE(shmtest::cli({"post", ga.name, "z"}).code == 0);
+  CHECK(ready_tags(*g2, 1, 300).empty());
+  const int fd = a->notify_fd();
+  CHECK(fd >= 0);
+  REQUIRE(a->try_receive(m) == shmbox::recv_status::ok);
+  // The group goes before its member: the member still receives, and a
+  // post to it harms nothing.
+  shmtest::segment_guard gc(shmtest::unique_name("grpc"));
+  REQUIRE(shmbox::Box::create(gc.name, {.capacity = 4, .slot_size = 16}));
+  auto rc = shmbox::Owner::acquire(gc.name);
+  REQUIRE(rc);
+  std::optional<shmbox::Owner> c(std::move(*rc));
+  {
+    auto g3 = shmbox::NotifyGroup::create();
+    REQUIRE(g3);
+    REQUIRE(c->join(*g3, 3));
+    c->notify();
+  }
+  REQUIRE(shmtest::cli({"post", gc.name, "after the group"}).code == 0);
+  REQUIRE(c->receive(m, {.timeout = 5s}) == shmbox::recv_status::ok);
+  CHECK(m.data == "after the group");
+  // The member goes before its group: the group stays quiet.
+  auto g4 = shmbox::NotifyGroup::create();
+  REQUIRE(g4);
+  REQUIRE(c->join(*g4, 4));
+  c->notify();
+  c.reset();  // leaves the group, releases the box
+  REQUIRE(shmtest::cli({"post", gc.name, "nobody waits"}).code == 0);
+  CHECK(ready_tags(*g4, 1, 300).empty());
+  // A moved-from group.
+  shmbox::NotifyGroup moved = std::move(*g4);
+  CHECK(g4->fd() == -1);
+  CHECK(moved.fd() >= 0);
+  std::vector<std::uint64_t> t;
+  CHECK(g4->ready(t) == 0);
 }
