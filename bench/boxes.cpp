@@ -1,9 +1,9 @@
 // bench/boxes.cpp - shmbox-bench-boxes: thousands of boxes in one owner
 // process, all waited on in ONE epoll set over each box's
-// Owner::notify_fd().
+// Owner::notify_fd(), or (--group) in one NotifyGroup (Owner::join).
 //
 // WHAT IT MEASURES (for N boxes, --boxes N, default 10000)
-//   setup      the owner process's Owner::acquire + notify_fd() +
+//   setup      the owner process's Owner::acquire + notify_fd() (--group: join) +
 //              epoll_ctl(ADD) + notify() of all N boxes (ms), and its thread
 //              count after that (Threads: in /proc/self/status)
 //   idle       the owner's CPU while nothing is posted, over --idle-seconds
@@ -89,7 +89,10 @@ constexpr std::string_view kProg = "shmbox-bench-boxes";
 constexpr std::string_view kMarker = "shmbench-bx-";  // in every box name we create
 constexpr std::uint32_t kCapacity = 64;               // slots per box
 constexpr std::uint32_t kSlot = 64;                   // bytes per slot
-constexpr int kFdsPerBox = 2;  // the owner process holds 2 per box, the producer process too (the rows say how many)
+// The owner process holds 2 per box (its segment, the notify_fd), 1 with
+// --group; the producer process 1 (its segment; the owner's eventfd too
+// without --group). The rows say how many were open.
+int fds_per_box(bool group) { return group ? 1 : 2; }
 constexpr int kFdReserve = 256;                       // pipes, epoll, stdio, the library's own
 
 struct Args : CommonArgs {
@@ -99,13 +102,15 @@ struct Args : CommonArgs {
   std::uint64_t messages = 400'000;
   double tput_seconds = 3;   // the throughput phase stops after this long, whatever it has posted
   std::string cli;           // the shmbox CLI; default: ../tools/shmbox next to this program
+  bool group = false;        // the owners in one NotifyGroup instead of a notify_fd each
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-boxes [--boxes N] [--samples S] [--idle-seconds T] [--messages M]\n"
-               "                          [--cli PATH] [--timeout S] [--quick] [--verbose]\n"
+               "                          [--group] [--cli PATH] [--timeout S] [--quick] [--verbose]\n"
                "  --boxes N         boxes owned by one process (default 10000)\n"
+               "  --group           the owners in one NotifyGroup (Owner::join), not a notify_fd each\n"
                "  --samples S       wake-up samples, alternating box 1 and box N (default 400)\n"
                "  --idle-seconds T  how long the idle CPU is measured (default 3)\n"
                "  --messages M      throughput phase: at most M messages posted round-robin (default 400000)\n"
@@ -125,6 +130,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
     if (arg == "--idle-seconds") return w.number(a.idle_seconds, 0.1, 600.0);
     if (arg == "--messages") return w.number(a.messages, std::uint64_t{1});
     if (arg == "--tput-seconds") return w.number(a.tput_seconds, 0.01, 600.0);
+    if (arg == "--group") {
+      a.group = true;
+      return true;
+    }
     if (arg == "--cli") {
       std::string_view v;
       if (!w.value(v)) return false;
@@ -242,10 +251,28 @@ void owner_main(const Args& args, int n, int report, int ctl, int ack) {
   owners.reserve(static_cast<std::size_t>(n));
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0) throw bench_failure(errno_text("epoll_create1"));
+  constexpr std::uint64_t kGroupEvent = UINT64_MAX - 1;
+  std::optional<shmbox::NotifyGroup> group;
+  if (args.group) {
+    auto g = shmbox::NotifyGroup::create();
+    if (!g) throw bench_failure("NotifyGroup::create: " + shmbox::explain(g.error()));
+    group.emplace(std::move(*g));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kGroupEvent;
+    if (::epoll_ctl(ep, EPOLL_CTL_ADD, group->fd(), &ev) != 0) throw bench_failure(errno_text("epoll_ctl ADD of the group"));
+  }
   for (int i = 0; i < n; ++i) {
     auto o = shmbox::Owner::acquire(box_name(i));
     if (!o) throw bench_failure("Owner::acquire of box " + std::to_string(i + 1) + ": " + shmbox::explain(o.error()));
     owners.push_back(std::move(*o));
+    if (group) {
+      if (auto j = owners.back().join(*group, static_cast<std::uint64_t>(i)); !j)
+        throw bench_failure("join of box " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                            " failed: " + shmbox::explain(j.error()));
+      owners.back().notify();
+      continue;
+    }
     const int fd = owners.back().notify_fd();
     if (fd < 0)
       throw bench_failure("notify_fd of box " + std::to_string(i + 1) + " of " + std::to_string(n) +
@@ -287,6 +314,7 @@ void owner_main(const Args& args, int n, int report, int ctl, int ack) {
   m.data.reserve(kSlot);
   shmbox::delivery d;
   std::vector<epoll_event> evs(256);
+  std::vector<std::uint64_t> tags;
   for (;;) {
     const int k = ::epoll_wait(ep, evs.data(), static_cast<int>(evs.size()), -1);
     if (k < 0) {
@@ -303,49 +331,55 @@ void owner_main(const Args& args, int n, int report, int ctl, int ack) {
         report_if_complete();
         continue;
       }
-      const auto i = static_cast<std::size_t>(evs[e].data.u64);
-      shmbox::Owner& o = owners[i];
-      const shmbox::owner_event got = o.wait(d, std::chrono::nanoseconds(0));
-      if (got == shmbox::owner_event::not_owner || got == shmbox::owner_event::error)
-        throw bench_failure("Owner::wait on box " + std::to_string(i + 1) + ": " + shmbox::explain(o.last_error()));
-      bool sample = false;
-      shmbox::recv_status st;
-      while ((st = o.try_receive(m)) == shmbox::recv_status::ok) {
-        const std::int64_t t = now_ns();
-        Msg msg{};
-        if (m.data.size() != kMsgBytes) throw bench_failure("a message of " + std::to_string(m.data.size()) + " bytes");
-        std::memcpy(&msg, m.data.data(), kMsgBytes);
-        if (msg.box != i || msg.check != (~msg.seq ^ msg.box) || m.redelivered)
-          throw bench_failure("box " + std::to_string(i + 1) + ": a message for box " + std::to_string(msg.box + 1) +
-                              " or a torn or redelivered one");
-        if (msg.kind == 2) {
-          if (++warm == static_cast<std::size_t>(n)) write_all(ack, "w", 1, "ack to the producer");
-        } else if (msg.kind == 0) {
-          (i == 0 ? first_us : last_us).push_back(static_cast<double>(t - msg.t_post) / 1000.0);
-          ++wakes;
-          sample = true;
-        } else {
-          if (msg.seq != next[i])
-            throw bench_failure("box " + std::to_string(i + 1) + ": sequence " + std::to_string(msg.seq) +
-                                ", expected " + std::to_string(next[i]) + " (lost, repeated or reordered)");
-          ++next[i];
-          ++received;
-          t_last = t;
-          if (received > expected) throw bench_failure("more messages than were posted");
+      tags.clear();
+      if (evs[e].data.u64 == kGroupEvent) group->ready(tags);
+      else tags.push_back(evs[e].data.u64);
+      for (const std::uint64_t tag : tags) {
+        const auto i = static_cast<std::size_t>(tag);
+        if (i >= owners.size()) throw bench_failure("a tag of no box: " + std::to_string(tag));
+        shmbox::Owner& o = owners[i];
+        const shmbox::owner_event got = o.wait(d, std::chrono::nanoseconds(0));
+        if (got == shmbox::owner_event::not_owner || got == shmbox::owner_event::error)
+          throw bench_failure("Owner::wait on box " + std::to_string(i + 1) + ": " + shmbox::explain(o.last_error()));
+        bool sample = false;
+        shmbox::recv_status st;
+        while ((st = o.try_receive(m)) == shmbox::recv_status::ok) {
+          const std::int64_t t = now_ns();
+          Msg msg{};
+          if (m.data.size() != kMsgBytes) throw bench_failure("a message of " + std::to_string(m.data.size()) + " bytes");
+          std::memcpy(&msg, m.data.data(), kMsgBytes);
+          if (msg.box != i || msg.check != (~msg.seq ^ msg.box) || m.redelivered)
+            throw bench_failure("box " + std::to_string(i + 1) + ": a message for box " + std::to_string(msg.box + 1) +
+                                " or a torn or redelivered one");
+          if (msg.kind == 2) {
+            if (++warm == static_cast<std::size_t>(n)) write_all(ack, "w", 1, "ack to the producer");
+          } else if (msg.kind == 0) {
+            (i == 0 ? first_us : last_us).push_back(static_cast<double>(t - msg.t_post) / 1000.0);
+            ++wakes;
+            sample = true;
+          } else {
+            if (msg.seq != next[i])
+              throw bench_failure("box " + std::to_string(i + 1) + ": sequence " + std::to_string(msg.seq) +
+                                  ", expected " + std::to_string(next[i]) + " (lost, repeated or reordered)");
+            ++next[i];
+            ++received;
+            t_last = t;
+            if (received > expected) throw bench_failure("more messages than were posted");
+          }
         }
-      }
-      if (st != shmbox::recv_status::empty)
-        throw bench_failure("try_receive on box " + std::to_string(i + 1) + ": " + shmbox::explain(o.last_error()));
-      report_if_complete();
-      o.notify();  // re-arm: fires at once if something arrived meanwhile
-      if (sample) {
-        write_all(ack, "a", 1, "ack to the producer");
-        if (wakes == samples) {
-          Record res = make_record(rec_kind::result, 1);
-          if (n == 1) first_us.swap(last_us), first_us = last_us;  // one box is box 1 and box N
-          res.us[0] = pct(first_us, 0.5), res.us[1] = pct(first_us, 0.99);
-          res.us[2] = pct(last_us, 0.5), res.us[3] = pct(last_us, 0.99);
-          send_record(report, res);
+        if (st != shmbox::recv_status::empty)
+          throw bench_failure("try_receive on box " + std::to_string(i + 1) + ": " + shmbox::explain(o.last_error()));
+        report_if_complete();
+        o.notify();  // re-arm: fires at once if something arrived meanwhile
+        if (sample) {
+          write_all(ack, "a", 1, "ack to the producer");
+          if (wakes == samples) {
+            Record res = make_record(rec_kind::result, 1);
+            if (n == 1) first_us.swap(last_us), first_us = last_us;  // one box is box 1 and box N
+            res.us[0] = pct(first_us, 0.5), res.us[1] = pct(first_us, 0.99);
+            res.us[2] = pct(last_us, 0.5), res.us[3] = pct(last_us, 0.99);
+            send_record(report, res);
+          }
         }
       }
     }
@@ -496,7 +530,9 @@ int count_boxes_on_machine() {
 }
 
 int run(const Args& args) {
-  const std::string mech = std::to_string(args.boxes) + " boxes";
+  const std::string kind = args.group ? " boxes, group" : " boxes";
+  const std::string mech = std::to_string(args.boxes) + kind;
+  const int kFdsPerBox = fds_per_box(args.group);
   const std::string group = "boxes";
   install_signal_handlers(unlink_all_boxes);
   remove_stale(kProg, "/dev/shm", kMarker);
@@ -519,7 +555,7 @@ int run(const Args& args) {
     std::fprintf(stderr, "%.*s: %s\n", int(kProg.size()), kProg.data(), why);
     if (n < 1) return 0;
   }
-  const std::string nmech = std::to_string(n) + " boxes";
+  const std::string nmech = std::to_string(n) + kind;
   double load = 0;
   ::getloadavg(&load, 1);
 
@@ -602,7 +638,7 @@ int run(const Args& args) {
   auto row = [&](const char* metric, double v, const char* unit, const std::string& note) {
     print_row(group, nmech, metric, v, v, v, unit, note);
   };
-  row("setup", setup_ms, "ms", "acquire + notify_fd + epoll_ctl + notify, all boxes; create " +
+  row("setup", setup_ms, "ms", std::string(args.group ? "acquire + join + notify" : "acquire + notify_fd + epoll_ctl + notify") + ", all boxes; create " +
                                    std::to_string(static_cast<long>(create_ms)) + " ms, producer attach " +
                                    std::to_string(static_cast<long>(attach_ms)) + " ms");
   row("threads", threads, "count",

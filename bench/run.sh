@@ -139,12 +139,15 @@ if [ "$quick" = 1 ]; then
   run failover "$b/shmbox-bench-failover" --runs 10
   run memory "$b/shmbox-bench-memory" --quick
   run boxes "$b/shmbox-bench-boxes" --boxes 100 --quick
+  run boxes "$b/shmbox-bench-boxes" --boxes 100 --quick --group
   run scrape "$b/shmbox-bench-scrape" --quick --cli "$build/tools/shmbox"
 else
   run wake "$b/shmbox-bench-wake" --runs 200
   run failover "$b/shmbox-bench-failover" --runs 100
   run memory "$b/shmbox-bench-memory"
   run boxes "$b/shmbox-bench-boxes" --boxes 1000 --idle-seconds 2 --tput-seconds 2
+  # 10,000 boxes in one NotifyGroup: one descriptor per box (about 40 s).
+  run boxes "$b/shmbox-bench-boxes" --boxes 10000 --group --idle-seconds 3 --tput-seconds 2
   # A scrape of 10000 boxes (about 20 s; --quick: 500 boxes, 2 s).
   run scrape "$b/shmbox-bench-scrape" --boxes 10000 --cli "$build/tools/shmbox"
 fi

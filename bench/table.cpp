@@ -486,8 +486,9 @@ int main(int argc, char** argv) {
   for (const auto& [key, why] : g_skips)
     if (key.first == "boxes") box_skips.push_back({key.second, why});
   if (!box_mechs.empty() || !box_skips.empty()) {
-    std::printf("MANY BOXES: one owner process, every box's notify_fd in one epoll set, 1 producer process\n");
-    std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad("boxes", 12).c_str(), pad("set-up ms", 11).c_str(),
+    std::printf("MANY BOXES: one owner process, every box's notify_fd in one epoll set (\", group\": every box in one\n"
+                "NotifyGroup, its fd in the epoll set), 1 producer process\n");
+    std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad("boxes", 19).c_str(), pad("set-up ms", 11).c_str(),
                 pad("threads", 9).c_str(), pad("idle ms/s", 10).c_str(),
                 pad("wake p50/p99 us, box 1 | box N", 34).c_str(), pad("KiB/box shm, RSS", 18).c_str(),
                 "round-robin Mmsg/s | ls, gc ms");
@@ -500,7 +501,7 @@ int main(int argc, char** argv) {
       return v ? num(v->median / 1024) : std::string("-");
     };
     for (const auto& m : box_mechs) {
-      std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad(m, 12).c_str(), pad(n(m, "setup"), 11).c_str(),
+      std::printf("%s| %s| %s| %s| %s| %s| %s\n", pad(m, 19).c_str(), pad(n(m, "setup"), 11).c_str(),
                   pad(n(m, "threads"), 9).c_str(), pad(n(m, "idle"), 10).c_str(),
                   pad(n(m, "wake-first-p50") + "/" + n(m, "wake-first-p99") + " | " + n(m, "wake-last-p50") + "/" +
                           n(m, "wake-last-p99"),
@@ -509,7 +510,7 @@ int main(int argc, char** argv) {
                   pad(kib(m, "shm-per-box") + ", " + kib(m, "rss-per-box"), 18).c_str(),
                   (n(m, "tput") + " | " + n(m, "ls") + ", " + n(m, "gc")).c_str());
     }
-    for (const auto& [m, why] : box_skips) std::printf("%s| skipped: %s\n", pad(m, 12).c_str(), why.c_str());
+    for (const auto& [m, why] : box_skips) std::printf("%s| skipped: %s\n", pad(m, 19).c_str(), why.c_str());
     std::printf("\n");
   }
 

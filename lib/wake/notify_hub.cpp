@@ -111,10 +111,15 @@ class hub {
               key, epoch, {m.dev, m.ino}};
       e.wake_seen = owner_wake_seq(*m.owner());
       e.request_seen = pending_request(m);
-      entries_.reserve(entries_.size() + 1);
-      by_file_.emplace(e.file, id);
-      index_.emplace(id, entries_.size());
       entries_.push_back(e);
+      try {
+        index_.emplace(id, entries_.size() - 1);
+        by_file_.emplace(e.file, id);
+      } catch (...) {
+        index_.erase(id);
+        entries_.pop_back();
+        throw;
+      }
       // The doorbell exists while a notify owner does (made again after the
       // last one went and took it along): in place before notify_fd() returns.
       if (bell_r_.load(std::memory_order_relaxed) < 0) make_bell();
