@@ -38,6 +38,7 @@ class Owner;
 // after its Owner left (the tags are the caller's: look them up).
 class SHMBOX_API NotifyGroup {
  public:
+  // A group with no member yet (its eventfd); errc::system_error if none can be had.
   static result<NotifyGroup> create();
   NotifyGroup(NotifyGroup&&) noexcept;
   NotifyGroup& operator=(NotifyGroup&&) noexcept;

@@ -677,6 +677,25 @@ SHMBOX_C_API int shmbox_owner_deliver(shmbox_owner* o, size_t max, shmbox_filter
  * error. */
 SHMBOX_C_API int shmbox_owner_notify_fd(shmbox_owner* o);
 
+/* One descriptor for many owners (shmbox::NotifyGroup; docs/owner-states.md):
+ * each member owner (shmbox_owner_join) is named by its tag when its armed
+ * notify or active state fires; 10,000 owned boxes within a descriptor
+ * limit of 20,000. */
+typedef struct shmbox_notify_group shmbox_notify_group;
+SHMBOX_C_API int shmbox_notify_group_create(shmbox_notify_group** out);
+/* Members keep working (they are told nothing more); NULL is ignored. */
+SHMBOX_C_API void shmbox_notify_group_close(shmbox_notify_group* g);
+/* Readable (poll, epoll) while some tag is ready; -1 on error. */
+SHMBOX_C_API int shmbox_notify_group_fd(const shmbox_notify_group* g);
+/* Copies up to `cap` ready tags (each once) into `tags`; returns how many.
+ * Tags beyond `cap` stay for the next call (the fd is then not readable
+ * for them: call again while it returns `cap`). */
+SHMBOX_C_API size_t shmbox_notify_group_ready(shmbox_notify_group* g, uint64_t* tags, size_t cap);
+/* Instead of a notify fd of its own, the owner's notifications go to `g`
+ * under `tag` (see shmbox::Owner::join). SHMBOX_OK or an error code. */
+SHMBOX_C_API int shmbox_owner_join(shmbox_owner* o, shmbox_notify_group* g, uint64_t tag);
+SHMBOX_C_API void shmbox_owner_leave_group(shmbox_owner* o);
+
 /* Hands the box to process `pid` of this pid namespace, waiting for it as
  * heir or listener; 1 once it owns the box (this handle then no longer
  * does), 0 with nothing changed (see shmbox::Owner::give_away):

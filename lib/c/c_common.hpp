@@ -66,6 +66,12 @@ struct shmbox_owner : tagged<0x5342'4f57> {  // "SBOW"
   shmbox::message last_request;  // the address of what the last one-message receive took (shmbox_reply_last)
 };
 
+struct shmbox_notify_group : tagged<0x5342'4e47> {  // "SBNG"
+  explicit shmbox_notify_group(shmbox::NotifyGroup g) : group(std::move(g)) {}
+  shmbox::NotifyGroup group;
+  std::vector<std::uint64_t> pending;  // tags taken from the group, not yet copied out
+};
+
 struct shmbox_requester : tagged<0x5342'5251> {  // "SBRQ"
   explicit shmbox_requester(shmbox::Requester r) : req(std::move(r)) {}
   shmbox::Requester req;

@@ -403,6 +403,52 @@ int shmbox_owner_notify_fd(shmbox_owner* o) {
   }
 }
 
+int shmbox_notify_group_create(shmbox_notify_group** out) {
+  return guarded("shmbox_notify_group_create", [&]() -> int {
+    if (out == nullptr) return bad("shmbox_notify_group_create", "out must not be NULL");
+    *out = nullptr;
+    auto g = sb::NotifyGroup::create();
+    if (!g) return record(g.error());
+    *out = new shmbox_notify_group(std::move(*g));
+    return SHMBOX_OK;
+  });
+}
+
+void shmbox_notify_group_close(shmbox_notify_group* g) {
+  if (closable(g, "shmbox_notify_group_close")) delete g;
+}
+
+int shmbox_notify_group_fd(const shmbox_notify_group* g) { return live(g) ? g->group.fd() : -1; }
+
+size_t shmbox_notify_group_ready(shmbox_notify_group* g, uint64_t* tags, size_t cap) {
+  if (!live(g) || (tags == nullptr && cap > 0)) {
+    bad("shmbox_notify_group_ready", "group must not be NULL (nor closed), nor tags when cap is not 0");
+    return 0;
+  }
+  try {
+    if (g->pending.size() < cap) g->group.ready(g->pending);
+    const std::size_t k = std::min(cap, g->pending.size());
+    std::copy_n(g->pending.begin(), k, tags);
+    g->pending.erase(g->pending.begin(), g->pending.begin() + static_cast<std::ptrdiff_t>(k));
+    return k;
+  } catch (...) {
+    record_code(SHMBOX_E_SYSTEM);
+    return 0;
+  }
+}
+
+int shmbox_owner_join(shmbox_owner* o, shmbox_notify_group* g, uint64_t tag) {
+  return guarded("shmbox_owner_join", [&]() -> int {
+    if (!live(o) || !live(g)) return bad("shmbox_owner_join", "owner and group must not be NULL (nor closed)");
+    auto r = o->o->join(g->group, tag);
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
+void shmbox_owner_leave_group(shmbox_owner* o) {
+  if (live(o)) o->o->leave_group();
+}
+
 int shmbox_owner_give_away(shmbox_owner* o, uint32_t pid, const void* data, size_t size, int64_t timeout_ns) {
   if (!live(o) || (data == nullptr && size > 0)) {
     bad("shmbox_owner_give_away", "owner must not be NULL (nor closed), nor data when size is not 0");

@@ -716,6 +716,56 @@ static void test_notify_and_filter(void) {
   shmbox_box_close(b);
 }
 
+/* A notify group: two owners, one descriptor; a producer process wakes the
+ * second; its tag comes out once; joining refused after a notify fd. */
+static void test_notify_group(void) {
+  const char* n1 = new_name("grp1");
+  const char* n2 = new_name("grp2");
+  shmbox_box* b1 = create_box(n1, 8, SHMBOX_REJECT);
+  shmbox_box* b2 = create_box(n2, 8, SHMBOX_REJECT);
+  shmbox_owner *o1 = NULL, *o2 = NULL;
+  shmbox_notify_group* g = NULL;
+  struct pollfd pfd;
+  child pr;
+  char line[64];
+  uint64_t tags[4] = {0, 0, 0, 0}, dropped = 0;
+  size_t k;
+
+  CHECK(shmbox_notify_group_create(NULL) == SHMBOX_E_INVALID_ARGUMENT);
+  REQUIRE(shmbox_notify_group_create(&g) == SHMBOX_OK);
+  REQUIRE(shmbox_owner_acquire_box(b1, &o1) == SHMBOX_OK);
+  REQUIRE(shmbox_owner_acquire_box(b2, &o2) == SHMBOX_OK);
+  CHECK(shmbox_owner_join(o1, g, 71) == SHMBOX_OK);
+  CHECK(shmbox_owner_join(o2, g, 72) == SHMBOX_OK);
+  CHECK(shmbox_owner_notify_fd(o1) == -1); /* a member has none */
+  shmbox_owner_notify(o1);
+  shmbox_owner_notify(o2);
+  pfd.fd = shmbox_notify_group_fd(g);
+  pfd.events = POLLIN;
+  pfd.revents = 0;
+  REQUIRE(pfd.fd >= 0);
+  CHECK(poll(&pfd, 1, 0) == 0);
+  pr = spawn("produce", n2, "1", "2");
+  CHECK(poll(&pfd, 1, 10000) == 1);
+  read_line(&pr, line, sizeof line);
+  CHECK(strcmp(line, "done") == 0);
+  CHECK(reap(&pr) == 0);
+  k = shmbox_notify_group_ready(g, tags, 4);
+  CHECK(k == 1 && tags[0] == 72);
+  CHECK(shmbox_notify_group_ready(g, tags, 4) == 0);
+  CHECK(shmbox_owner_wait(o2, 0, &dropped) == SHMBOX_EVENT_NOTIFIED);
+  CHECK(shmbox_receive_batch(o2, 10, 0, &k) == SHMBOX_RECV_OK && k == 2);
+  CHECK(shmbox_notify_group_ready(NULL, tags, 4) == 0);
+  shmbox_owner_leave_group(o1);
+  CHECK(shmbox_owner_notify_fd(o1) >= 0);
+  CHECK(shmbox_owner_join(o1, g, 71) == SHMBOX_E_INVALID_ARGUMENT); /* one or the other */
+  shmbox_notify_group_close(g);
+  shmbox_owner_close(o1);
+  shmbox_owner_close(o2);
+  shmbox_box_close(b1);
+  shmbox_box_close(b2);
+}
+
 /* Batches, drop-newest, two-phase read, the stash, priorities, lanes. */
 static int64_t leading_number(void* ctx, const void* data, size_t size) {
   (void)ctx;
@@ -1412,6 +1462,7 @@ int main(int argc, char** argv) {
   test_fork_roles();
   test_give_away();
   test_notify_and_filter();
+  test_notify_group();
   test_batch_stash_priority();
   test_stash();
   test_list_and_resize();
