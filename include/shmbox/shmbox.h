@@ -49,7 +49,7 @@
  *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
  *
  * ABI: every function is exported with the symbol version SHMBOX_0.1
- * (lib/shmbox.map), except those marked (SHMBOX_0.2) or (SHMBOX_0.3), added later: a
+ * (lib/shmbox.map), except those marked (SHMBOX_0.2), (SHMBOX_0.3) or (SHMBOX_0.4), added later: a
  * program that uses one fails to load on an older library, at start. The
  * soname policy is in README.md ("The C API").
  */
@@ -680,7 +680,7 @@ SHMBOX_C_API int shmbox_owner_notify_fd(shmbox_owner* o);
 /* One descriptor for many owners (shmbox::NotifyGroup; docs/owner-states.md):
  * each member owner (shmbox_owner_join) is named by its tag when its armed
  * notify or active state fires; 10,000 owned boxes within a descriptor
- * limit of 20,000. */
+ * limit of 20,000. (SHMBOX_0.4: every function of this group) */
 typedef struct shmbox_notify_group shmbox_notify_group;
 SHMBOX_C_API int shmbox_notify_group_create(shmbox_notify_group** out);
 /* Members keep working (they are told nothing more); NULL is ignored. */

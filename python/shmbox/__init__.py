@@ -44,7 +44,7 @@ from .errors import Error, NotOwner, TooLarge, error_class
 from . import errors as _errors
 
 __all__ = [
-    "Box", "Producer", "Owner", "Heir", "Loan", "Requester", "ReplyStatus", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "PeekedMessage",
+    "Box", "Producer", "Owner", "NotifyGroup", "Heir", "Loan", "Requester", "ReplyStatus", "Message", "MessageId", "Event", "Pool", "Lease", "PoolMember", "PeekedMessage",
     "CollectedBox", "gc", "BatchResult", "Transfer",
     "Policy", "PostStatus", "OwnerMode", "EventKind", "TransferReason", "BOX_DEFAULT", "version",
     "library_path",
@@ -1232,6 +1232,16 @@ class Owner(_Handle, _core.OwnerCore):
             raise _error(_lib.shmbox_last_error() or _lib.shmbox_owner_last_error(self._ptr) or 18)
         return fd
 
+    def join(self, group, tag):
+        """Instead of a notify_fd of its own: this owner's notifications make `group`'s fd
+        readable and its ready() return `tag` (an int, 0 .. 2**64-1). One or the other: refused
+        (InvalidArgument) after notify_fd(). Join again to move; see :class:`NotifyGroup`."""
+        _check(_lib.shmbox_owner_join(self._p(), group._p(), tag))
+
+    def leave_group(self):
+        """Leaves its NotifyGroup (nothing if in none); closing the Owner does too."""
+        _lib.shmbox_owner_leave_group(self._p())
+
     # -- ownership
 
     def give_away(self, pid, data=b"", timeout=10.0):
@@ -1281,6 +1291,43 @@ class Owner(_Handle, _core.OwnerCore):
 
 
 # ---- Heir ------------------------------------------------------------------------------
+
+
+class NotifyGroup(_Handle):
+    """One file descriptor for many owners (docs/owner-states.md, "Many boxes, one descriptor")::
+
+        group = shmbox.NotifyGroup()
+        owners = [shmbox.Owner.acquire(n) for n in names]
+        for tag, o in enumerate(owners):
+            o.join(group, tag)
+            o.notify()
+        loop.add_reader(group.fd(), on_ready)   # on_ready: for tag in group.ready(): owners[tag].wait(0), ...
+
+    A member owner has no descriptor of its own: 10,000 owned boxes fit in a descriptor limit
+    of 20,000. A group and its members may be closed in any order.
+    """
+
+    _close_fn = "shmbox_notify_group_close"
+    _BATCH = 256
+
+    def __init__(self):
+        out = c_void_p()
+        _check(_lib.shmbox_notify_group_create(byref(out)))
+        super().__init__(out.value)
+        self._tags = (ctypes.c_uint64 * self._BATCH)()
+
+    def fd(self):
+        """Readable while some member's tag is ready (owned by the group; do not close it)."""
+        return _lib.shmbox_notify_group_fd(self._p())
+
+    def ready(self):
+        """The tags ready since the last call (each once), as a list; the fd is quiet after."""
+        out = []
+        while True:
+            k = _lib.shmbox_notify_group_ready(self._p(), self._tags, self._BATCH)
+            out.extend(self._tags[:k])
+            if k < self._BATCH:
+                return out
 
 
 class Requester(_Handle):

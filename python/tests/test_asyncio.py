@@ -3,6 +3,8 @@ import asyncio
 import select
 import subprocess
 
+import pytest
+
 import shmbox
 
 
@@ -89,3 +91,39 @@ def test_blocking_receive_in_a_thread_wakes(box_name, cli):
         t.join(30)
         assert not t.is_alive()
     assert out[0].data == b"wake"
+
+
+def test_notify_group_names_the_boxes_woken(box_name, cli):
+    """One NotifyGroup for several owners: the group's fd wakes when the CLI (another process)
+    posts, and ready() names exactly the boxes posted to, each once."""
+    names = [box_name() for _ in range(6)]
+    for n in names:
+        shmbox.Box.create(n, capacity=8).close()
+    with shmbox.NotifyGroup() as group:
+        owners = [shmbox.Owner.acquire(n) for n in names]
+        try:
+            for tag, o in enumerate(owners):
+                o.join(group, tag)
+                o.notify()
+            with pytest.raises(shmbox.InvalidArgument):
+                owners[0].notify_fd()  # a member has none
+            fd = group.fd()
+            assert select.select([fd], [], [], 0)[0] == []
+            for i in (1, 4, 4):
+                assert subprocess.run([cli, "post", names[i], f"m{i}"], timeout=30).returncode == 0
+            tags = set()
+            for _ in range(100):
+                if select.select([fd], [], [], 0.1)[0]:
+                    tags.update(group.ready())
+                if tags == {1, 4}:
+                    break
+            assert tags == {1, 4}
+            assert group.ready() == []
+            for i in (1, 4):
+                assert owners[i].wait(0).kind == "notified"
+                assert owners[i].receive(0).data == f"m{i}".encode()
+            owners[2].leave_group()
+            assert owners[2].notify_fd() >= 0
+        finally:
+            for o in owners:
+                o.close()
