@@ -343,8 +343,8 @@ void notify_group_state::fire(std::uint64_t tag) noexcept {
     std::lock_guard<std::mutex> g(mu);
     if (queued.insert(tag).second) ready.push_back(tag);
   } catch (...) {
-    // No memory for the tag: the eventfd below still wakes the group's owner,
-    // whose wait(out, 0) on every member finds the box (docs/owner-states.md).
+    // No memory for the tag: it is not handed out this time; the hub's next
+    // scan (route 3) fires an armed member with messages waiting again.
   }
   write_eventfd(efd);
 }
