@@ -11,7 +11,9 @@
 # README's Install says (python -m venv, pip install); python3-dev and python3-mesonpy
 # build its compiled module (-Dpython=enabled; patchelf, which python3-mesonpy
 # only Recommends, reads the module's rpath when pip builds the wheel, and
-# install_missing skips Recommends), python3-numpy and python3-zmq
+# install_missing skips Recommends; python3-setuptools also gives a Python
+# >= 3.12 the distutils Debian's meson asks for, and python3-typing-extensions
+# lets a Python 3.9 run Debian's meson-python), python3-numpy and python3-zmq
 # are the Python benchmark's baselines and examples. libnats-dev and
 # libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for
 # NKeys); nats-server runs its tests and bench, openssl makes their TLS
@@ -24,7 +26,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=packages.sh
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
-  python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy patchelf python3-numpy python3-zmq \
+  python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy python3-typing-extensions patchelf python3-numpy python3-zmq \
   libnats-dev libssl-dev nats-server openssl python3-cryptography libcpp-httplib-dev
 
 build="${1:-build}"

@@ -252,6 +252,7 @@ class PeekedMessage(NamedTuple):
     lane: int
     position: int  # FIFO position, lifo stamp, or stash order
     stash: str     # "" in its lane; "parked", "unstashed", "reading", "sorted", "buffered" (inspect.hpp)
+    envelope: str = ""  # "request": data is a request's body (its reply address left out); "reply": a reply's body
 
 
 class CollectedBox(NamedTuple):
@@ -614,7 +615,8 @@ class Box(_Handle):
 
     def peek(self, max=16):
         """Up to `max` messages in delivery order, copied out without taking them (the owner and
-        producers are not disturbed): a list of :class:`PeekedMessage`. A snapshot of a moving box."""
+        producers are not disturbed): a list of :class:`PeekedMessage`. A snapshot of a moving box.
+        A request shows its body as its owner receives it (``envelope`` "request")."""
         return [PeekedMessage(*t) for t in _core.box_peek(self._p(), int(max))]
 
     @property
@@ -677,7 +679,11 @@ class Box(_Handle):
         overflow, depth, parked, quota, counters), heirs (a list of dicts in
         registration order: entry, pid, alive, listener, same_namespace,
         pid_ns, data), last_transfer (a dict as :meth:`Transfer.as_dict`, or
-        None when the box never changed owner) and counters (all lanes).
+        None when the box never changed owner), counters (all lanes), replies
+        (request/reply: a dict of what the box's owners did with the requests
+        they answered, every owner so far: sent, lost (the requester dead or
+        gone, or its reply box full), skipped (answered already)) and
+        reply_box (a requester's reply box, which gc removes with it).
         """
         b = self._p()
         lanes = (_capi.LaneInfo * _capi.MAX_LANES)()
@@ -751,6 +757,8 @@ class Box(_Handle):
             } for h in heirs[:min(i.heir_count, heir_cap)]],
             "last_transfer": None if t.epoch == 0 else _transfer(t).as_dict(),
             "counters": _counters_dict(i.count),
+            "replies": {"sent": i.replies_sent, "lost": i.replies_lost, "skipped": i.replies_skipped},
+            "reply_box": bool(i.reply_box),
         }
 
     def resize(self, limit, lane=None):

@@ -202,6 +202,11 @@ class Info(Structure):
         ("dead_letters", c_char * 129),
         ("last_transfer", Transfer),
         ("count", Counters),
+        ("replies_sent", c_uint64),
+        ("replies_lost", c_uint64),
+        ("replies_skipped", c_uint64),
+        ("reply_box", c_int32),
+        ("reserved3_", c_uint32),
     ]
 
 

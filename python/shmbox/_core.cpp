@@ -1408,7 +1408,7 @@ PyObject* pool_supervise(PyObject*, PyObject* args) {
 
 // ---- Looking at boxes ------------------------------------------------------------------
 
-// box_peek(box_address, max) -> [(data, lane, position, stash)], in delivery order, not taken.
+// box_peek(box_address, max) -> [(data, lane, position, stash, envelope)], in delivery order, not taken.
 PyObject* box_peek(PyObject*, PyObject* args) {
   PyObject* addr;
   Py_ssize_t max;
@@ -1428,9 +1428,10 @@ PyObject* box_peek(PyObject*, PyObject* args) {
   PyObject* l = PyList_New(static_cast<Py_ssize_t>(v.size()));
   if (l == nullptr) return nullptr;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    PyObject* t = Py_BuildValue("(y#IKs#)", v[i].data.data(), static_cast<Py_ssize_t>(v[i].data.size()), v[i].lane,
+    PyObject* t = Py_BuildValue("(y#IKs#s#)", v[i].data.data(), static_cast<Py_ssize_t>(v[i].data.size()), v[i].lane,
                                 static_cast<unsigned long long>(v[i].position), v[i].stash.data(),
-                                static_cast<Py_ssize_t>(v[i].stash.size()));
+                                static_cast<Py_ssize_t>(v[i].stash.size()), v[i].envelope.data(),
+                                static_cast<Py_ssize_t>(v[i].envelope.size()));
     if (t == nullptr) {
       Py_DECREF(l);
       return nullptr;

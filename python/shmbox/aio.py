@@ -33,7 +33,7 @@ import functools
 import shmbox as _shmbox
 from shmbox import BOX_DEFAULT, _seconds
 
-__all__ = ["Owner", "Producer", "Pool", "Requester"]
+__all__ = ["Owner", "Producer", "Pool", "Requester", "NotifyGroup"]
 
 
 async def _readable(loop, fd, deadline):
@@ -66,6 +66,27 @@ class _Wrapper:
             self._lock = asyncio.Lock()
         return self._lock
 
+    async def _until(self, take, fd, timeout, arm=None, after=None):
+        """take() until it returns something other than None/[], up to `timeout` seconds (None:
+        for ever), waiting in the loop for descriptor fd() to turn readable between tries:
+        arm() before each wait, after() after it. What take() last returned."""
+        got = take()
+        if got:
+            return got
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        async with self._serial():
+            d = fd()
+            while True:
+                got = take()
+                if got or (deadline is not None and loop.time() >= deadline):
+                    return got
+                if arm is not None:
+                    arm()
+                await _readable(loop, d, deadline)
+                if after is not None:
+                    after()
+
     def __getattr__(self, attr):
         return getattr(self.sync, attr)
 
@@ -94,38 +115,23 @@ class Owner(_Wrapper):
         """Takes ownership of box `name` (as :meth:`shmbox.Owner.acquire`; it does not wait)."""
         return cls(_shmbox.Owner.acquire(name))
 
-    async def _until(self, take, timeout):
-        """take() until it returns something other than None/[], waking on notify_fd."""
-        got = take()
-        if got:
-            return got
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        async with self._serial():
-            o = self.sync
-            fd = o.notify_fd()
-            while True:
-                got = take()
-                if got:
-                    return got
-                if deadline is not None and loop.time() >= deadline:
-                    return got
-                # Armed now; if data is there already the notification comes at once.
-                o.notify()
-                await _readable(loop, fd, deadline)
-                # Reads the notification (and serves a give-away request: NotOwner once given).
-                o.wait(0)
+    async def _take(self, take, timeout):
+        """take() until it returns something other than None/[], waking on notify_fd: armed
+        before each wait (if data is there already the notification comes at once), the
+        notification read after it (which also serves a give-away request: NotOwner once given)."""
+        o = self.sync
+        return await self._until(take, o.notify_fd, timeout, o.notify, lambda: o.wait(0))
 
     async def receive(self, timeout=None):
         """The next message, waiting up to `timeout` seconds (None: for ever) without blocking the
         loop; None when nothing arrived in time. Raises NotOwner once the box is lost."""
         t = _seconds(timeout)
-        return await self._until(self.sync.try_receive, t)
+        return await self._take(self.sync.try_receive, t)
 
     async def receive_batch(self, max=64, timeout=None):
         """Up to `max` messages once at least one is there (waiting up to `timeout`); [] on timeout."""
         t = _seconds(timeout)
-        return await self._until(lambda: self.sync.receive_batch(max, 0), t)
+        return await self._take(lambda: self.sync.receive_batch(max, 0), t)
 
     def __aiter__(self):
         return self._messages()
@@ -136,6 +142,41 @@ class Owner(_Wrapper):
             if m is not None:
                 yield m
 
+
+
+class NotifyGroup(_Wrapper):
+    """An asyncio notify group (docs/owner-states.md, "Many boxes, one descriptor"): any number
+    of owners wait through the group's one descriptor in the loop, no thread, no polling::
+
+        group = aio.NotifyGroup()
+        owners = [shmbox.Owner.acquire(n) for n in names]
+        for tag, o in enumerate(owners):
+            group.join(o, tag)                       # joined and armed
+        while True:
+            for tag in await group.ready():          # the members that fired, each once
+                o = owners[tag]
+                o.wait(0)                            # reads its notification
+                for m in o.receive_batch(64, 0):
+                    ...
+                o.notify()                           # one-shot: arm it again
+
+    (An :class:`Owner` of this module waits on a notify_fd of its own; a member of a group has
+    none: use ordinary owners, or an aio Owner's ``.sync``, with a group.)"""
+
+    def __init__(self, group=None):
+        super().__init__(group if group is not None else _shmbox.NotifyGroup())
+
+    def join(self, owner, tag):
+        """`owner` (a :class:`shmbox.Owner`) joins this group with `tag` and is armed (notify())."""
+        o = getattr(owner, "sync", owner)
+        o.join(self.sync, tag)
+        o.notify()
+
+    async def ready(self, timeout=None):
+        """The tags of the members that fired since the last call (each once), waiting up to
+        `timeout` seconds (None: for ever) without blocking the loop; [] when none did in time."""
+        t = _seconds(timeout)
+        return await self._until(self.sync.ready, self.sync.fd, t)
 
 
 class Requester(_Wrapper):

@@ -71,6 +71,48 @@ def test_one_loop_serves_100_boxes_fed_by_another_process(box_name, children):
     assert idle_cpu < 0.2, f"100 idle owners used {idle_cpu:.3f} s of CPU in 0.5 s"
 
 
+def test_one_notify_group_serves_20_boxes_fed_by_another_process(box_name, children):
+    """aio.NotifyGroup: 20 owners behind one descriptor, awaited in the loop; every message of a
+    producer process arrives, in order per box; ready() with a timeout returns [] in time."""
+    names = [box_name(f"g{i}") for i in range(20)]
+    per = 30
+    for n in names:
+        shmbox.Box.create(n, capacity=8, overflow="block", block_timeout=30).close()
+
+    async def main():
+        owners = [shmbox.Owner.acquire(n) for n in names]
+        got = {n: [] for n in names}
+        try:
+            with aio.NotifyGroup() as group:
+                for tag, o in enumerate(owners):
+                    group.join(o, tag)
+                with pytest.raises(shmbox.InvalidArgument):
+                    owners[0].notify_fd()  # a member has none
+                t = time.monotonic()
+                assert await group.ready(0.2) == []  # nothing posted: nothing fired
+                assert time.monotonic() - t >= 0.19
+                feeder = children([sys.executable, "-c", FEED, per, *names])
+                feeder.expect("ready")
+                feeder.send("go")
+                deadline = time.monotonic() + 120
+                while any(len(v) < per for v in got.values()):
+                    assert time.monotonic() < deadline, {n: len(v) for n, v in got.items()}
+                    for tag in await group.ready(10):
+                        o = owners[tag]
+                        o.wait(0)
+                        got[names[tag]] += [m.data for m in o.receive_batch(64, 0)]
+                        o.notify()
+                feeder.expect("done")
+        finally:
+            for o in owners:
+                o.close()
+        return got
+
+    got = asyncio.run(main())
+    for n in names:
+        assert got[n] == [b"%s:%d" % (n.encode(), i) for i in range(per)], n
+
+
 def test_await_receive_times_out_then_wakes(box_name):
     name = box_name()
     shmbox.Box.create(name, capacity=4).close()

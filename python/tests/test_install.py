@@ -2,7 +2,9 @@
 its compiled module) into a fresh venv, offline, as the README says, from each interpreter
 this machine has: the one running the tests, Debian's /usr/bin/python3 and the first
 python3 on PATH (CI has only Debian's; a development machine may have a pyenv or other
-non-Debian CPython first on PATH). The
+non-Debian CPython first on PATH), and any named in SHMBOX_TEST_PYTHONS (paths, separated
+by ':', e.g. a pyenv's 3.12 and 3.13, which have no distutils: the build backend gives
+Debian's meson setuptools' copy). The
 installed package then posts into a box this process owns, without any environment
 variable telling it where a library is, and the venv's python3 runs the README's producer
 and owner (<!-- hello-python -->) as two processes. Each build compiles the library: about
@@ -20,7 +22,8 @@ from conftest import SOURCE_ROOT, readme_hello, run_hello_pair
 
 def _interpreters():
     seen, out = set(), []
-    for py in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+    extra = [p for p in os.environ.get("SHMBOX_TEST_PYTHONS", "").split(":") if p]
+    for py in (sys.executable, "/usr/bin/python3", shutil.which("python3"), *extra):
         if not py or not os.path.exists(py):
             continue
         real = os.path.realpath(py)

@@ -73,6 +73,25 @@ def test_an_owner_killed_after_its_reply_and_before_its_commit(box_name, childre
             assert heir.reply(m, b"again") == shmbox.ReplyStatus.ALREADY_REPLIED
             heir.commit()
         assert r.stats()["duplicates"] == 0
+        # The box's reply counters, every owner so far: the killed one's reply, the heir's skipped one.
+        with shmbox.Box.open(name) as b:
+            info = b.info()
+        assert info["replies"] == {"sent": 1, "lost": 0, "skipped": 1}
+        assert not info["reply_box"]
+        mine = [n for n in shmbox.Box.list() if n.startswith(name + ".r")]
+        assert len(mine) == 1
+        with shmbox.Box.open(mine[0], any_owner=True) as rb:
+            assert rb.info()["reply_box"]
+
+
+def test_peek_shows_a_request_as_its_owner_receives_it(box_name):
+    name = box_name()
+    with shmbox.Box.create(name, capacity=16, slot_size=128) as b, shmbox.Requester.attach(name) as r:
+        r.ask(b"hello")
+        with shmbox.Producer.attach(name) as p:
+            p.post(b"plain")
+        seen = b.peek()
+        assert [(m.data, m.envelope) for m in seen] == [(b"hello", "request"), (b"plain", "")]
 
 
 def test_timeout_then_late_reply_is_counted_not_delivered(box_name):
