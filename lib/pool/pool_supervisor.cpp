@@ -361,19 +361,22 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
 }
 
 
-void supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now) {
+bool supervisor::handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now) {
   pool_member* e = h_.member_at(m);
   const std::uint64_t seq = e->ping_seq.load(std::memory_order_relaxed);
   // Acquire: pairs with the member's release store in PoolMember::answer_ping.
   if (e->ping_ack.load(std::memory_order_acquire) == seq) {
     with_member(m, word, gen, "healthy", [&](table_txn& t, pool_member*) { make_available(h_, t, m, true); });
-    return;
+    return false;
   }
   if (now - e->ping_sent_ns.load(std::memory_order_relaxed) > std::uint64_t{h_.hdr.health_timeout_ms} * kMs) {
-    if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::unhealthy); }))
+    if (with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::unhealthy); })) {
       log("member " + std::to_string(m) + " did not answer its health check within " + std::to_string(h_.hdr.health_timeout_ms) +
           " ms: replacing it");
+      return true;
+    }
   }
+  return false;
 }
 
 
@@ -454,7 +457,12 @@ std::uint64_t supervisor::tick() {
       continue;
     }
     if (s == member_state::checking) {
-      handle_checking(m, word, gen, now);
+      // A member under a health check is free and idle all the same: a cull
+      // considers it in its place (idle since it was given back), or it
+      // would stop a member idle for less in its stead.
+      // (One it stops as unhealthy is neither idle nor alive any more.)
+      if (handle_checking(m, word, gen, now)) --live;
+      else idle.emplace_back(e->idle_since_ns.load(std::memory_order_relaxed), m);
       continue;
     }
     if (s != member_state::free) continue;
@@ -513,8 +521,10 @@ std::uint64_t supervisor::tick() {
       if (live <= lim.max_count && (live <= lim.init_count || !idle_enough(now - since))) break;
       pool_member* e = h_.member_at(m);
       const std::uint64_t gen = e->generation.load(std::memory_order_relaxed);
-      if (with_member(m, make_member_state(member_state::free), gen, "cull",
-                      [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::culled); })) {
+      auto cull_if = [&](member_state was) {
+        return with_member(m, make_member_state(was), gen, "cull", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::culled); });
+      };
+      if (cull_if(member_state::free) || cull_if(member_state::checking)) {
         log((live > lim.max_count ? "stopping member " + std::to_string(m) + " (above max_count " + std::to_string(lim.max_count) + ")"
                                    : "culling member " + std::to_string(m)) +
             " (idle " + std::to_string((now - since) / kMs) + " ms)");

@@ -76,7 +76,7 @@ class supervisor {
   std::optional<owner_view> box_owner(std::uint32_t m, std::uint64_t gen);
   void handle_starting(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
-  void handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
+  bool handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);  // true: stopped it (unhealthy)
   bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
   bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
   void stop_own_workers();  // E

@@ -62,7 +62,7 @@
 //   free --health check--> checking --answered--> free | in_use
 //   in_use --give back fail / holder dead / worker died / removed at once--> stopping
 //     --(supervisor: signal, drain to the dead-letter box, unlink the box)--> starting (replaced) | empty
-//   free --culled / worker died / unhealthy / removed--> stopping
+//   free | checking --culled / worker died / unhealthy / removed--> stopping
 // The supervisor is the only one that starts or stops processes; take and
 // give back only change the table, so they never wait for it.
 //

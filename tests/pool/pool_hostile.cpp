@@ -252,14 +252,28 @@ TEST_CASE("forged cull words: an answer is never more than max_count; a forged s
     return i && i->supervisor_alive;
   }, 10s));
   // A served count far beyond the table, and the next seq already "served":
-  // the request gets a seq no answer holds yet, and the answer is capped.
-  raw.state()->cull_asked = (std::uint64_t{7} << 32) | 5;
-  raw.state()->cull_done = (std::uint64_t{8} << 32) | 0xFFFFFFFFu;
-  auto c = pool->cull(0ms, 10s);
-  INFO(shmbox::explain(c.error()));
-  REQUIRE(c);
-  CHECK(*c == 0);  // no member to cull: the supervisor's own answer, not the forged one
-  CHECK((raw.state()->cull_done.load() >> 32) == 9);
+  // the request must get a seq no answer holds yet, and its answer is the
+  // supervisor's (0: no member to cull), never the forged one (4, capped).
+  // The forged words are written without the table lock while the
+  // supervisor runs, and any tick between the forging and the request's
+  // section makes the pair consistent again (the guard is then not
+  // exercised): the round is repeated until the request picked its seq
+  // past the forged answer. Without the guard, such a round returns 4.
+  int exercised = 0;
+  for (int round = 0; round < 50 && exercised == 0; ++round) {
+    const std::uint64_t s = raw.state()->cull_asked.load() >> 32;
+    raw.state()->cull_asked = ((s + 1) << 32) | 5;
+    raw.state()->cull_done = ((s + 2) << 32) | 0xFFFFFFFFu;
+    auto c = pool->cull(0ms, 10s);
+    INFO("round " << round << ": " << shmbox::explain(c.error()));
+    REQUIRE(c);
+    CHECK(*c == 0);  // the supervisor's own answer
+    if (*c != 0) break;
+    const std::uint64_t picked = raw.state()->cull_asked.load() >> 32;
+    CHECK((raw.state()->cull_done.load() >> 32) == picked);  // the answer is to the request's own seq
+    if (picked == s + 3) ++exercised;  // it saw the forged pair and stepped past the forged answer
+  }
+  CHECK(exercised == 1);
   // A forged answer ahead of the request is taken (the words are the pool's:
   // a writer of the segment may lie about its own culls), capped at max_count
   // (4); or the supervisor answered first (0).
@@ -297,19 +311,20 @@ TEST_CASE("forged live limits (RC1): every value stays within the header's bound
   auto t = pool->take(0ms);
   REQUIRE(!t);
   CHECK((t.error() == shmbox::errc::no_members_starting || t.error() == shmbox::errc::no_members_at_capacity));
-  // A forged "applied" ahead of the request, with a supervisor running: the
-  // request gets a seq that is not answered yet, and the supervisor answers it.
-  supervisor_thread supervisor(name);
-  REQUIRE(shmtest::eventually([&] {
-    auto i = shmbox::inspect_pool(name);
-    return i && i->supervisor_alive;
-  }, 10s));
+  // A forged "applied" ahead of the request: the request gets a seq that is
+  // not answered yet. Forged before any supervisor runs (a supervisor's tick
+  // would make the pair consistent again: a tick sets reconf_done to
+  // reconf_asked), so the request sees it for certain; then a supervisor
+  // answers the request's own seq.
   st->reconf_asked = 41;
   st->reconf_done = 42;
   auto r = pool->reconfigure({.init_count = 0, .max_count = 3}, 10s);
   INFO(shmbox::explain(r.error()));
-  REQUIRE(r);
-  CHECK(st->reconf_done.load() == 43);
+  REQUIRE(r);  // no supervisor: set, applied by the next one (RC3)
+  CHECK(st->reconf_asked.load() == 43);  // not 42, which the forged pair says is applied
+  CHECK(st->reconf_done.load() == 42);
+  supervisor_thread supervisor(name);
+  CHECK(shmtest::eventually([&] { return st->reconf_done.load() == 43; }, 10s));
   auto i = shmbox::inspect_pool(name);
   REQUIRE(i);
   CHECK(i->max_count == 3);

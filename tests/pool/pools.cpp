@@ -588,6 +588,51 @@ TEST_CASE("pool: an explicit cull stops idle free members now, longest idle firs
   check_counts(after);
 }
 
+// A member under its health check (`checking`) is free and idle all the
+// same: a cull takes it in its place, never a member idle for less in its
+// stead (the supervisor's pass once left `checking` members out of its list).
+TEST_CASE("pool: a cull counts a member under its health check as idle, in its place") {
+  running_pool p("pchkcull", 1, 2, [](shmbox::pool_options& o) {
+    o.health_interval = 100ms;
+    o.health_timeout = 60s;  // the hung member stays `checking` for the whole test
+  });
+  const std::string& name = p.name();
+  auto a = p.pool->take(10s);
+  REQUIRE(a);
+  auto b = p.pool->take(10s);
+  REQUIRE(b);
+  const shmbox::lease_token ta = a->token(), tb = b->token();
+  // a's worker stops receiving: given back, it is pinged and never answers.
+  CHECK(a->producer().post("hang") == shmbox::post_status::stored);
+  REQUIRE(worker_said(name, shmtest::cat("hanging ", std::to_string(ta.member), " ", std::to_string(ta.generation))));
+  CHECK(a->give_back() == shmbox::return_status::ok);
+  REQUIRE(settles(name, [&](const shmbox::pool_info& i) {
+    const auto* m = find_member(i, ta.member);
+    return m != nullptr && m->generation == ta.generation && m->state == member_state::checking;
+  }, 10s));
+  CHECK(b->give_back() == shmbox::return_status::ok);  // b idles for less than a
+  // Two alive, init_count 1: one goes, the longest idle: a, under its check.
+  auto n = p.pool->cull(0ms, 15s);
+  INFO(shmbox::explain(n.error()));
+  REQUIRE(n);
+  CHECK(*n == 1);
+  const auto i = snapshot(name);
+  CHECK(i.count.killed_free_culled == 1);
+  CHECK(i.count.killed_free_unhealthy == 0);
+  const auto* kept = find_member(i, tb.member);
+  REQUIRE(kept != nullptr);
+  CHECK(kept->generation == tb.generation);
+  CHECK((kept->state == member_state::free || kept->state == member_state::checking));
+  const auto* gone = find_member(i, ta.member);
+  CHECK((gone == nullptr || gone->generation != ta.generation || gone->state == member_state::stopping));
+  check_settled(name, 1);
+  const auto last = snapshot(name);
+  REQUIRE(last.members.size() == 1);
+  CHECK(last.members[0].index == tb.member);
+  CHECK(last.members[0].generation == tb.generation);
+  check_counts(last);
+}
+
 // max_lifetime (pooler's): free members are retired and replaced once past
 // it; one in use never under its holder, but at its give back (still ok).
 TEST_CASE("pool: max_lifetime replaces free members once past it; a member in use is retired at its give back, never under its holder") {
