@@ -132,6 +132,7 @@ int cmd_dump(const parsed& a) {
       // A message in its lane: its shmbox::message_id (Nats-Msg-Id when bridged).
       if (m.stash.empty()) one["id"] = shmbox::to_string(shmbox::message_id{box->id(), m.lane, m.position});
       if (!m.stash.empty()) one["stash"] = m.stash;
+      if (!m.envelope.empty()) one["envelope"] = m.envelope;  // request/reply: the body only, as its owner receives it
       try {
         (void)json(m.data).dump();  // throws on bytes that are not UTF-8
         one["text"] = m.data;
@@ -151,8 +152,9 @@ int cmd_dump(const parsed& a) {
                 : bi.priority ? std::string("in delivery order per lane (a priority box: lowest priority first; [stash: sorted]: in the owner's store)\n")
                               : std::string("oldest first per lane (lifo lanes: newest first; the owner's stash first)\n"));
   for (const auto& m : msgs) {
-    std::printf("lane %u  #%llu  %zu bytes%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
-                m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), a.dump.hex ? "\n" : "  ");
+    std::printf("lane %u  #%llu  %zu bytes%s%s%s", m.lane, static_cast<unsigned long long>(m.position), m.data.size(),
+                m.stash.empty() ? "" : ("  [stash: " + m.stash + "]").c_str(), m.envelope.empty() ? "" : ("  [" + m.envelope + "]").c_str(),
+                a.dump.hex ? "\n" : "  ");
     if (a.dump.hex) {
       print_hex(m.data);
     } else {

@@ -69,6 +69,11 @@ struct peeked_message {
   // each lane's store first, in arrival order (the delivery order is its
   // owner's buffer's), marked "buffered" (or "reading"), then its ring's.
   std::string stash;
+  // Request/reply (shmbox/request.hpp): "request": a request, `data` its
+  // body as the owner receives it (its reply address, the trailer, left
+  // out); "reply": a reply in a requester's reply box, `data` its body;
+  // "" a plain message (or one whose trailer does not check out: all of it).
+  std::string envelope;
 };
 
 // One lane, as seen by anyone.
@@ -158,7 +163,8 @@ SHMBOX_API box_info info(const Box& box);
 // owner and the producers are not disturbed (nothing in the segment is
 // written). A message taken, evicted or overwritten while it is being
 // copied is left out; so the list is a snapshot of a moving box. Works on
-// a box opened with Box::inspect().
+// a box opened with Box::inspect(). A request is shown as its owner would
+// receive it (peeked_message::envelope).
 SHMBOX_API std::vector<peeked_message> peek(const Box& box, std::size_t max);
 
 // Checks the segment's invariants: header, owner record, heir and producer

@@ -343,6 +343,14 @@ typedef struct shmbox_info {
   char dead_letters[129];           /* its dead-letter box, "" none */
   shmbox_transfer last_transfer;    /* epoch 0: none yet */
   shmbox_counters count;            /* all lanes */
+  /* Request/reply (shmbox::reply_counts; SHMBOX_0.4: an older library
+   * leaves them as it found them, so zero them first): what the box's
+   * owners did with the requests they answered, every owner so far. */
+  uint64_t replies_sent;            /* stored in requesters' reply boxes */
+  uint64_t replies_lost;            /* the requester dead or gone, or its reply box full */
+  uint64_t replies_skipped;         /* not sent: the request was answered already */
+  int32_t reply_box;                /* a requester's reply box (gc removes it with its requester) */
+  uint32_t reserved3_;
 } shmbox_info;
 
 /* Fills *out (set out->struct_size) and up to lanes_cap lanes and heirs_cap
@@ -364,6 +372,9 @@ typedef struct shmbox_peek_info {
   shmbox_message_id id;  /* the id its owner will receive it with (position SHMBOX_NO_POSITION: parked in the stash) */
   const char* stash;     /* "" in its lane; in the owner's stash (listed first): "parked", "unstashed", "reading";
                             a priority box's ordered store: "sorted"; a custom buffer's store: "buffered" */
+  const char* envelope;  /* (SHMBOX_0.4; check struct_size) "request": data is a request's body as its owner
+                            receives it (its reply address left out); "reply": a reply's body, in a
+                            requester's reply box; "" a plain message */
 } shmbox_peek_info;
 /* Calls fn(ctx, data, size, info) for each of up to `max` messages the box
  * holds, in delivery order, without taking them: anyone who may read the

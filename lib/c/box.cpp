@@ -277,6 +277,10 @@ int shmbox_box_info(const shmbox_box* b, shmbox_info* out, shmbox_lane_info* lan
     copy_text(c.dead_letters, i.dead_letters);
     fill_transfer(c.last_transfer, i.last_transfer);
     fill_counters(c.count, i.count);
+    c.replies_sent = i.replies.sent;
+    c.replies_lost = i.replies.lost;
+    c.replies_skipped = i.replies.skipped;
+    c.reply_box = i.reply_box;
     if (!copy_out(out, c)) return bad("shmbox_box_info", "out->struct_size is not set");
     for (std::size_t k = 0; k < std::min(lanes_cap, i.lanes.size()); ++k) {
       const auto& l = i.lanes[k];
@@ -344,6 +348,7 @@ int shmbox_peek(const shmbox_box* b, size_t max, void (*fn)(void* ctx, const voi
       info.lane = m.lane;
       info.id = to_c_id(sb::message_id{box_id, m.lane, parked ? sb::kNoPosition : m.position});
       info.stash = m.stash.c_str();
+      info.envelope = m.envelope.c_str();
       ++n;
       fn(ctx, m.data.data(), m.data.size(), &info);
     }

@@ -115,8 +115,9 @@ struct Producer::state {
     ctx.captured.clear();
   }
 
-  // The common case (a FIFO lane with room, a message that fits, no loan
-  // open): detail::post_fast, without the general path's machinery.
+  // The common case (a FIFO lane with room, nothing parked in a stash
+  // box's lane, a message that fits, no loan open): detail::post_fast,
+  // without the general path's machinery.
   bool try_fast(std::uint32_t lane, const void* data, std::size_t size) noexcept {
     const detail::lane_view& L = m->lanes[lane];
     return !ctx.loan_open && size <= L.payload && L.fast && detail::post_fast(ctx, L, data, size);
@@ -125,7 +126,13 @@ struct Producer::state {
   // Every post: the fast path, else the general one with this call's wait.
   post_status post(std::uint32_t lane, const void* data, std::size_t size, const post_options& o) noexcept {
     if (try_fast(lane, data, size)) return post_status::stored;
-    if (m->lanes[lane].is_priority()) ctx.priority = priority_of(o.priority, std::string_view(static_cast<const char*>(data), size));
+    const detail::lane_view& L = m->lanes[lane];
+    if (L.is_priority()) {
+      ctx.priority = priority_of(o.priority, std::string_view(static_cast<const char*>(data), size));
+      // a priority lane's fast path (nothing in its store: THE GATE), with the priority word
+      if (!ctx.loan_open && size <= L.payload && L.fast_priority && detail::post_fast_priority(ctx, L, data, size, ctx.priority))
+        return post_status::stored;
+    }
     if (loan_blocks()) return post_status::error;
     set_spin(o);
     const std::uint64_t timeout_ns = timeout_of(o);

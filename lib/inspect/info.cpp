@@ -17,6 +17,7 @@
 #include "base/access.hpp"
 #include "ownership/handover.hpp"
 #include "ownership/lease.hpp"
+#include "segment/envelope.hpp"
 #include "segment/liveness.hpp"
 #include "base/process.hpp"
 #include "ring/ring.hpp"
@@ -127,7 +128,34 @@ void add(counters& sum, const counters& c) {
 }
 }  // namespace
 
+namespace {
+std::vector<peeked_message> peek_raw(const Box& box, std::size_t max);
+}  // namespace
+
 std::vector<peeked_message> peek(const Box& box, std::size_t max) {
+  std::vector<peeked_message> out = peek_raw(box, max);
+  // The bytes an owner receives: a request's trailer (or a reply's, in a
+  // reply box) is not the message's (lib/segment/envelope.hpp). Read from
+  // the copies, never the segment: a forged trailer misleads only the view
+  // of its own message.
+  const bool reply_box = detail::access::box(box)->reply_box;
+  for (peeked_message& p : out) {
+    const auto* d = reinterpret_cast<const std::byte*>(p.data.data());
+    std::size_t body = detail::envelope::request_body(d, p.data.size());
+    if (body < p.data.size()) {
+      p.envelope = "request";
+    } else if (reply_box && detail::envelope::parse_reply(p.data, body)) {
+      p.envelope = "reply";
+    } else {
+      continue;
+    }
+    p.data.resize(body);
+  }
+  return out;
+}
+
+namespace {
+std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
   const detail::mapped_box& m = *detail::access::box(box);
   std::vector<peeked_message> out;
   std::string bytes;
@@ -280,6 +308,8 @@ std::vector<peeked_message> peek(const Box& box, std::size_t max) {
   }
   return out;
 }
+}  // namespace
+
 counters Box::read_counters() const {
   counters total;
   for (std::uint32_t l = 0; l < m_->lane_count(); ++l) add(total, lane_counters(*m_, l));

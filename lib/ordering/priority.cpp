@@ -125,6 +125,15 @@ struct sort_sink final : take_sink {
 //     them: exactly what the store would deliver next. The ring's own take
 //     (T1-T7 or H1, the FIFO lane's protocol, with its crash repair R1-R4)
 //     delivers them, as many as the sink takes.
+//  R5 the run taken whole and the slot after it FULL now (a producer
+//     published there while D2 took the run): D1-D2 again, a round at a
+//     time (each delivers one at least; a lap's worth at most), while the
+//     new run's first is no earlier than the last message this call
+//     delivered and nothing is stored; else the call ends with what it has
+//     (the next call orders the rest). Without R5 every message a busy
+//     producer published during D2 went to the store, and with it every
+//     later one: the store's work, and posts on the general path (THE GATE
+//     counts the store), for a run that was in order.
 // A lane whose ring holds more than that (a message out of order, a
 // redelivery) is the sort's from there on: the caller moves and delivers as
 // before. Snapshot semantics as the sort's: what a
@@ -142,6 +151,12 @@ namespace {
 // relaxed: only compared; T1 (in fifo_take) acquires it before any use.
 bool plainly_empty(const lane_view& L, std::uint64_t p) noexcept {
   return L.slot_for(p)->seq.load(std::memory_order_relaxed) == make_seq(p, slot_state::empty, kActorNone);
+}
+// Position p's slot holds p's message, published (FULL), not yet taken.
+// relaxed: only compared; D1 acquires it before any use.
+bool plainly_full(const lane_view& L, std::uint64_t p) noexcept {
+  const std::uint64_t seen = L.slot_for(p)->seq.load(std::memory_order_relaxed);
+  return pos_diff(seq_pos(seen), p) == 0 && seq_state(seen) == slot_state::full;
 }
 }  // namespace
 
@@ -166,57 +181,86 @@ take_result sort_direct(owner_ctx& o, take_sink& sink, take_mode mode, std::uint
       return res;
     }
     sort_run& run = o.run[l];
-    const std::uint64_t head = o.head[l];
-    run.forget_below(head);
-    if (run.scanned < head) run.scanned = head;
-    // D1 (at most a lap of the ring past the cursor)
-    for (const std::uint64_t end = head + L.capacity; run.scanned < end; ++run.scanned) {
-      slot_header* s = L.slot_for(run.scanned);
-      // acquire: pairs with P5's release (the priority word, written at P4)
-      const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
-      if (pos_diff(seq_pos(seen), run.scanned) != 0 || seq_state(seen) != slot_state::full) break;
-      run.add(run.scanned, as_priority(L.priority_of(s)->load(std::memory_order_relaxed)));
-    }
-    // D0: what the lane's heap holds first. Everything stored left the ring
-    // before the cursor: it comes before the ring's messages of its priority
-    // (and an unstashed one is first in its priority anyway). So the store
-    // delivers while its first is no later than the run's first; a stored
-    // message later than that (or a ring out of order) is the sort's.
-    if (!o.sort_heap[l].empty() && sink.max > 0) {
-      const bool ring_empty = run.size() == 0 && run.scanned == head && plainly_empty(L, head);
-      if (!ring_empty && (run.size() == 0 || run.at(0).pos != head)) {
+    // Rounds: a message published after D1, at the very position where the
+    // run stopped, is met by another round (D1 again), not sent to the sort
+    // (R5 below); what was delivered stays in the owner's order.
+    bool again = false;
+    std::int64_t last = INT64_MIN;  // the priority of the last message this lane delivered in this call
+    for (std::uint32_t round = 0;; ++round) {
+      const std::uint64_t head = o.head[l];
+      run.forget_below(head);
+      if (run.scanned < head) run.scanned = head;
+      // D1 (at most a lap of the ring past the cursor)
+      for (const std::uint64_t end = head + L.capacity; run.scanned < end; ++run.scanned) {
+        slot_header* s = L.slot_for(run.scanned);
+        // acquire: pairs with P5's release (the priority word, written at P4)
+        const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
+        if (pos_diff(seq_pos(seen), run.scanned) != 0 || seq_state(seen) != slot_state::full) break;
+        run.add(run.scanned, as_priority(L.priority_of(s)->load(std::memory_order_relaxed)));
+      }
+      if (again) {
+        // R5's round delivers only what keeps this call's messages in the
+        // owner's order (its first no earlier than the last delivered), and
+        // only with nothing stored (D0 ran in the first round). Else the call
+        // ends here, with what it has: the next call orders the rest.
+        if (run.size() == 0 || run.at(0).pos != head || run.at(0).priority < last) return res;
+        if (!o.sort_heap[l].empty()) {
+          sorted_from = l;
+          return res;
+        }
+      }
+      // D0: what the lane's heap holds first. Everything stored left the ring
+      // before the cursor: it comes before the ring's messages of its priority
+      // (and an unstashed one is first in its priority anyway). So the store
+      // delivers while its first is no later than the run's first; a stored
+      // message later than that (or a ring out of order) is the sort's.
+      if (!o.sort_heap[l].empty() && sink.max > 0) {
+        const bool ring_empty = run.size() == 0 && run.scanned == head && plainly_empty(L, head);
+        if (!ring_empty && (run.size() == 0 || run.at(0).pos != head)) {
+          sorted_from = l;
+          return res;
+        }
+        const std::size_t room = sink.max;
+        const take_result r = sort_take(o, sink, mode, l, ring_empty ? INT64_MAX : run.at(0).priority);
+        account(r, room);
+        if (r.skipped || r.corrupt || sink.max == 0 || !o.sort_heap[l].empty()) {
+          sorted_from = l;
+          return res;
+        }
+      }
+      // D2
+      std::size_t k = 0;
+      while (k < run.size() && run.at(k).pos == head + k) ++k;
+      if (k > 0 && sink.max > 0) {
+        const std::size_t room = sink.max;
+        sink.max = std::min(room, k);
+        const take_result r = owner_take(o, l, sink, mode);
+        account(r, room);
+        // the run's priorities rise with its positions: the last one taken is the highest
+        if (const std::uint64_t moved = o.head[l] - head; moved > 0 && moved <= k) last = run.at(moved - 1).priority;
+        run.forget_below(o.head[l]);
+        if (r.skipped || r.corrupt) {
+          sorted_from = l;
+          return res;
+        }
+      }
+      // Left in this lane: messages out of order, or a slot that is neither
+      // FULL nor plainly EMPTY (a redelivery, a dead owner's commit, a scribble):
+      // the sort's (the caller's; fifo_take knows them all). A plainly empty one
+      // (nothing claimed, or a claim not yet published): the next lane.
+      if (o.head[l] != run.scanned || sink.max == 0) {
         sorted_from = l;
         return res;
       }
-      const std::size_t room = sink.max;
-      const take_result r = sort_take(o, sink, mode, l, ring_empty ? INT64_MAX : run.at(0).priority);
-      account(r, room);
-      if (r.skipped || r.corrupt || sink.max == 0 || !o.sort_heap[l].empty()) {
+      if (plainly_empty(L, run.scanned)) break;
+      // R5: the run ended at its last scanned message and the slot after it
+      // is FULL now (published during D2): another round, at most a lap's
+      // worth of rounds (each delivered at least one message).
+      if (round >= L.capacity || !plainly_full(L, run.scanned)) {
         sorted_from = l;
         return res;
       }
-    }
-    // D2
-    std::size_t k = 0;
-    while (k < run.size() && run.at(k).pos == head + k) ++k;
-    if (k > 0 && sink.max > 0) {
-      const std::size_t room = sink.max;
-      sink.max = std::min(room, k);
-      const take_result r = owner_take(o, l, sink, mode);
-      account(r, room);
-      run.forget_below(o.head[l]);
-      if (r.skipped || r.corrupt) {
-        sorted_from = l;
-        return res;
-      }
-    }
-    // Left in this lane: messages out of order, or a slot that is neither
-    // FULL nor plainly EMPTY (a redelivery, a dead owner's commit, a scribble):
-    // the sort's (the caller's; fifo_take knows them all). A plainly empty one
-    // (nothing claimed, or a claim not yet published): the next lane.
-    if (o.head[l] != run.scanned || sink.max == 0 || !plainly_empty(L, run.scanned)) {
-      sorted_from = l;
-      return res;
+      again = true;
     }
   }
   return res;

@@ -82,9 +82,14 @@ constexpr post_options kNoWait{.timeout = std::chrono::nanoseconds(0)};
 
 void bump(detail::a64& v) noexcept { v.store(v.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
-// THE ANSWERED MARK: the request's flags byte in the slot, if this owner
-// holds the request read and not yet committed (or, in place, is inside the
-// callback: `in_place` points at the trailer there).
+// THE ANSWERED MARK: the request's flags byte in the slot, or in the stash
+// entry (THE STASH, a priority box's store), if this owner holds the request
+// read and not yet committed (or, in place, is inside the callback:
+// `in_place` points at the trailer there). A stash entry is recognised by its
+// lane, its ring position where it has one (a priority box's store) and the
+// trailer itself (an unstashed message has no position): a forged copy of a
+// trailer in another entry of the box is marked too, which costs only that
+// box's requests.
 void mark_answered(detail::owner_ctx& o, std::uint32_t lane, std::uint64_t position, std::size_t body,
                    std::string_view trailer, const char* in_place) noexcept {
   std::byte* flags = nullptr;
@@ -95,18 +100,38 @@ void mark_answered(detail::owner_ctx& o, std::uint32_t lane, std::uint64_t posit
     flags = o.m->base + (at - base) + detail::kRequestFlagsAt;
   } else {
     detail::mapped_box& m = *o.m;
-    if (lane >= m.lane_count() || position == kNoPosition) return;
+    if (lane >= m.lane_count() || trailer.size() != detail::kRequestTrailer) return;
     const detail::lane_view& L = m.lanes[lane];
-    if (L.is_lifo()) return;
     for (const detail::pending_slot& p : o.pending) {
-      if (p.stash || p.lane != lane || p.where != position) continue;
-      detail::slot_header* s = L.slot_for(position);
-      // Still ours (TAKEN by us at that position) and still this request.
-      if (s->seq.load(std::memory_order_acquire) != p.seq) return;
-      const std::uint32_t len = s->length.load(std::memory_order_relaxed);
-      if (len != body + detail::kRequestTrailer || len > L.payload) return;
-      std::byte* t = detail::lane_view::payload_of(s) + body;
-      if (std::memcmp(t, trailer.data(), detail::kRequestFlagsAt) != 0) return;
+      if (p.lane != lane) continue;
+      std::byte* t = nullptr;
+      if (p.stash) {
+        if (p.where >= m.stash_entries()) continue;
+        detail::stash_entry* e = m.stash_at(static_cast<std::uint32_t>(p.where));
+        // Still ours (TAKEN by us) and still this request.
+        if (e->state.load(std::memory_order_acquire) != p.seq) continue;
+        if (position != kNoPosition && (e->order.load(std::memory_order_relaxed) & detail::kPosMask) != position) continue;
+        const std::uint32_t len = e->length.load(std::memory_order_relaxed);
+        if (len != body + detail::kRequestTrailer || len > m.geo.params.slot_payload) continue;
+        t = detail::mapped_box::stash_payload(e) + body;
+      } else {
+        // A lifo lane: `where` is the slot's index, the position its stamp (unique
+        // per post: a replaced top has another). A FIFO lane: `where` is the position.
+        detail::slot_header* s = nullptr;
+        if (L.is_lifo()) {
+          if (p.where >= L.capacity || (position != kNoPosition && detail::seq_pos(p.seq) != position)) continue;
+          s = L.slot_at_index(static_cast<std::uint32_t>(p.where));
+        } else {
+          if (position == kNoPosition || p.where != position) continue;
+          s = L.slot_for(position);
+        }
+        // Still ours (TAKEN by us) and still this request.
+        if (s->seq.load(std::memory_order_acquire) != p.seq) continue;
+        const std::uint32_t len = s->length.load(std::memory_order_relaxed);
+        if (len != body + detail::kRequestTrailer || len > L.payload) continue;
+        t = detail::lane_view::payload_of(s) + body;
+      }
+      if (std::memcmp(t, trailer.data(), detail::kRequestFlagsAt) != 0) continue;
       flags = t + detail::kRequestFlagsAt;
       break;
     }

@@ -329,9 +329,12 @@
 // op_before is counted there. Then every lane's `parked` is recounted from
 // the entries. So any owner killed at any step loses no parked message,
 // and Σ stashed = Σ unstashed + entries held, exactly.
-// THE GATE: a stash box's lanes are gated (lane_view::gated, no inline fast
-// path): the claim's limit is limit - parked (at least 1), the THE LIMIT
-// rules above with that number. Owner::stash refuses a message whose lane
+// THE GATE: a stash box's lanes are gated (lane_view::gated): the claim's
+// limit is limit - parked (at least 1), the THE LIMIT rules above with that
+// number. With nothing parked that limit is the ring's own, so the inline
+// fast path and RUN post there (lane_view::fast_gate: they read `parked`,
+// relaxed, after the slot, as limit_reached does, and leave any other
+// count to fifo_claim). Owner::stash refuses a message whose lane
 // would be left no room (parked + 1 >= limit). A post that read `parked`
 // just before a stash may still land against the old count.
 // A PRIORITY BOX'S STASH (below): its entries follow the store's in the
@@ -352,8 +355,9 @@
 // ===========================================================================
 // PRIORITY BOXES (options::priority; priority.cpp): actor-ts's PriorityMailbox
 // ===========================================================================
-// Producers post as into any FIFO lane (P1-P6, general path), and P4 also
-// writes the message's priority (an int64) into the word after the payload
+// Producers post as into any FIFO lane (P1-P6; the inline fast path while
+// the lane's store holds nothing: THE GATE below), and P4 also writes the
+// message's priority (an int64) into the word after the payload
 // (lane_view::priority_of). The rings stay FIFO: order is the owner's job.
 // The owner keeps a STORE: the stash region (THE STASH's entries), one
 // entry per slot of every lane, and for each lane a heap in its own memory
@@ -365,7 +369,9 @@
 // lane's stored messages no later than its ring's first, then the ring's
 // leading messages that are no later than everything after them (one
 // priority, or rising ones), by the ring's own take (T1-T7, H1; repair
-// R1-R4: a crash there is a FIFO lane's).
+// R1-R4: a crash there is a FIFO lane's); a message published at the
+// run's end while the owner takes the run is met by another round (R5),
+// not by the store, as long as it keeps the call's messages in order.
 // MOVE (sort_drain: the ring's take T1-T7, commit_each, into sort_sink):
 //  M1 (inside T4) FREE -> SORTING(E) (CAS); M2 payload, length, lane,
 //     order = position, priority; M3 lane.parked += 1 (the gate counts it
@@ -404,7 +410,9 @@
 //  move (T5b does not count a move). Costs: the store doubles the segment
 //  (a slot's size per entry); a message out of order is copied once more
 //  (ring -> store) and costs O(log n) heap work (one in order: a scan of
-//  its slot's words); posts take the general path (bench/run.sh).
+//  its slot's words); a post takes the general path while its lane has
+//  messages in the store (bench/run.sh); RUN (post_batch) never in a
+//  priority box (each message has its own priority).
 //
 // ===========================================================================
 // CUSTOM BUFFERS (options::buffer; buffer.cpp, shmbox/buffer.hpp): pobox's
@@ -579,6 +587,9 @@ void publish_slot(producer_ctx& p, const slot_claim& k, std::size_t size) noexce
 // fifo_publish_inline: ring_fast.hpp); false, having claimed nothing, when
 // the slot at the tail is not free for it: then post_message decides.
 bool post_fast(producer_ctx& p, const lane_view& L, const void* data, std::size_t size) noexcept;
+// The same for a priority lane (lane_view::fast_priority), with the message's priority word.
+bool post_fast_priority(producer_ctx& p, const lane_view& L, const void* data, std::size_t size,
+                        std::int64_t priority) noexcept;
 void abort_slot(producer_ctx& p, const slot_claim& k) noexcept;
 
 // Posts msgs[0..k) with one claim of k consecutive free positions (FIFO

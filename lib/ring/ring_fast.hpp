@@ -1,9 +1,11 @@
 // lib/ring/ring_fast.hpp - THE FAST PATH of a FIFO post (ring.hpp P1-P6), inline
 // so that Producer::post, loan and slot_loan::commit run it without calls.
 // It handles only the common case: the slot at the tail is free for it
-// (EMPTY(t)). Anything else (full, busy, a lost CAS) returns false having
-// claimed nothing, and the caller takes the general path (ring_post.cpp:
-// fifo_claim), which decides it. Same steps, same order, same memory orders,
+// (EMPTY(t)) and, in a stash or priority box's lane, nothing is parked (THE
+// GATE then limits nothing the slot does not). Anything else (full, busy,
+// parked messages, a lost CAS) returns false having claimed nothing, and the
+// caller takes the general path (ring_post.cpp: fifo_claim), which decides
+// it. Same steps, same order, same memory orders,
 // same fault points as there.
 #pragma once
 
@@ -42,6 +44,10 @@ __attribute__((always_inline)) inline bool claim_fast_inline(producer_ctx& p, co
   slot_header* s = L.slot_for(t);
   // acquire: pairs with the release that freed the slot (T6, E4, R1)
   if (s->seq.load(std::memory_order_acquire) != make_seq(t, slot_state::empty, kActorNone)) return false;
+  // THE GATE (ring.hpp) of a stash or priority lane: with nothing parked its
+  // limit is the ring's, which the slot just checked; else fifo_claim decides.
+  // relaxed: as limit_reached's read of the count (gate_limit), in the same place.
+  if (L.fast_gate && L.hdr->parked.load(std::memory_order_relaxed) != 0) return false;
   // Ask for the slot's lines in exclusive state now: the tail CAS below
   // drains the store buffer, and stores still waiting for their lines would
   // make every post wait for the previous one's cache misses.

@@ -335,6 +335,16 @@ __attribute__((hot)) bool post_fast(producer_ctx& p, const lane_view& L, const v
   return true;
 }
 
+bool post_fast_priority(producer_ctx& p, const lane_view& L, const void* data, std::size_t size,
+                        std::int64_t priority) noexcept {
+  slot_claim k;
+  if (!claim_fast_inline(p, L, k)) return false;
+  write_payload(k.slot, data, size);
+  set_priority(L, k.slot, priority);  // P4's priority word, published by P5 with the payload
+  fifo_publish_inline(p, k, size);
+  return true;
+}
+
 post_status claim_slot(producer_ctx& p, std::uint32_t lane, std::size_t size, std::uint64_t timeout_ns,
                        slot_claim& out) noexcept {
   const lane_view& L = p.m->lanes[lane];
@@ -417,7 +427,11 @@ post_status post_message(producer_ctx& p, std::uint32_t lane, const void* data, 
 // release store; a sleeping owner is woken once, after the last.
 std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view* msgs, std::size_t n) noexcept {
   const lane_view& L = p.m->lanes[lane];
-  if (!L.fast || n == 0) return 0;  // lifo, or resizable (its limit: fifo_claim)
+  // lifo, resizable, quota (their limits: fifo_claim); a priority lane (each
+  // message's priority: one at a time); a stash lane with messages parked (THE GATE)
+  if (!L.fast || n == 0) return 0;
+  // relaxed: as claim_fast_inline's read (with nothing parked the gate limits no position)
+  if (L.fast_gate && L.hdr->parked.load(std::memory_order_relaxed) != 0) return 0;
   lane_header* h = L.hdr;
   producer_lane_counters* c = p.m->producer_counters(p.entry, lane);
   n = std::min<std::size_t>({n, kMaxClaimRun, L.capacity});

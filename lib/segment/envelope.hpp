@@ -15,7 +15,8 @@
 //
 // THE ANSWERED MARK. An owner that replies to a request it has read and not
 // yet committed (Owner::read, or inside receive_in_place) sets kAnswered in
-// the trailer's flags byte, in the slot, AFTER the reply is stored in the
+// the trailer's flags byte, in the slot (or the stash entry: THE STASH, a
+// priority box's store; not a lifo lane's), AFTER the reply is stored in the
 // reply box. An heir that receives the request again (redelivered) sees the
 // mark (message::answered) and Owner::reply sends nothing (already_replied).
 // The window between the reply's store and the mark is a few instructions: an

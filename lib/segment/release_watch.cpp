@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,13 @@ registry* existing_registry() noexcept {
 void* run(void* arg) {
   auto* w = static_cast<watcher*>(arg);
   registry* reg = w->reg;
+  // This thread's first use of the allocator makes its arena (mmap, munmap,
+  // mprotect of a new heap), and its first use would come after the wait, in
+  // the failover's path, with `reg->mu` held while the heir waits for it: so
+  // now, before the wait. (volatile: a malloc/free pair may otherwise be
+  // left out by the compiler.)
+  void* volatile warm = std::malloc(64);
+  std::free(warm);
   // Blocks until nobody else holds the byte; then lets go at once.
   if (w->desc.wait_exclusive(w->off)) w->desc.unlock(w->off);
   {

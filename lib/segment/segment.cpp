@@ -115,7 +115,15 @@ void fill_lanes(mapped_box& m, const std::uint32_t* policies, const std::uint32_
     v.priority_offset = m.geo.priority_offset;
     v.buffered = !m.buffer_name.empty();
     v.quota = quotas[l];
-    v.fast = !v.is_lifo() && !v.gated && v.quota == 0;
+    // THE GATE of a stash or priority lane (not resizable) limits nothing while
+    // nothing of the lane is parked: the fast path posts then (fast_gate), and
+    // leaves every other case to fifo_claim. A custom buffer's gate is the ring's.
+    // A priority lane's posts also write the priority word: a fast path of
+    // their own (fast_priority), so that the FIFO box's stays as it was.
+    const bool fifo_fast = !v.is_lifo() && !v.resizable && v.quota == 0;
+    v.fast = fifo_fast && !v.is_priority();
+    v.fast_priority = fifo_fast && v.is_priority();
+    v.fast_gate = fifo_fast && v.gated && !v.buffered;
   }
 }
 

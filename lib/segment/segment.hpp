@@ -29,12 +29,17 @@ struct lane_view {
   std::uint64_t mask = 0;  // capacity - 1 when capacity is a power of two
   bool pow2 = false;
   bool buffered = false;  // a custom-buffer box's lane: its store is not part of the gate (CUSTOM BUFFERS)
+  bool fast_gate = false;  // fast or fast_priority, and gated (a stash or priority box's lane, not a custom
+                           // buffer's): the fast path posts only while nothing is parked (THE GATE's limit
+                           // is then the ring's)
+  bool fast_priority = false;  // a priority (or custom-buffer) lane, not resizable, no quota: the fast path
+                               // with the priority word (post_fast_priority), after `fast` said no
   std::uint32_t stride = 0;
   std::uint32_t payload = 0;
   policy pol = policy::reject;
   bool resizable = false;  // created with a reserve: posts check hdr->limit (the general path)
   bool gated = false;      // posts check the gate (limit_reached): resizable, or a stash or priority box's lane
-  bool fast = false;       // FIFO and not gated: the inline fast path may post here
+  bool fast = false;       // FIFO, not resizable, no quota, no priority word: the inline fast path (fast_gate)
   std::uint32_t priority_offset = 0;  // a priority box's lane: where a slot's priority word is (else 0)
   std::uint32_t quota = 0;  // messages one producer entry may have waiting (ring.hpp THE QUOTA); 0: none.
                             // Read once at open (validated): not re-read from shared memory
@@ -72,6 +77,9 @@ struct lane_view {
     return lim - static_cast<std::uint32_t>(parked);
   }
 };
+// Every post reads its lane's view: it stays 56 bytes (a build that grew it
+// to 64 measured 0.80-0.88x on the FIFO box's throughput: docs/benchmarks.md).
+static_assert(sizeof(void*) != 8 || sizeof(lane_view) == 56);
 
 struct mapped_box : std::enable_shared_from_this<mapped_box> {
   std::string name;

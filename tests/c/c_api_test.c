@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1003,6 +1004,20 @@ static void test_quota(void) {
   shmbox_box_close(b);
 }
 
+/* shmbox_peek's view of a request (shmbox_peek_info.envelope, SHMBOX_0.4):
+ * counts the messages peeked, and those that are requests whose body is "three". */
+typedef struct peeked_requests {
+  int n, three;
+} peeked_requests;
+
+static void on_peek_request(void* ctx, const void* data, size_t size, const shmbox_peek_info* info) {
+  peeked_requests* pr = (peeked_requests*)ctx;
+  ++pr->n;
+  if (info->struct_size >= offsetof(shmbox_peek_info, envelope) + sizeof info->envelope && info->envelope != NULL &&
+      strcmp(info->envelope, "request") == 0 && size == 5 && memcmp(data, "three", 5) == 0)
+    ++pr->three;
+}
+
 /* Request/reply (shmbox_requester_*, shmbox_ask*, shmbox_reply_*): the
  * requester and the owner in one process (tests/request/request.cpp has
  * them in separate ones, killed). */
@@ -1062,10 +1077,26 @@ static void test_request(void) {
   CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 0, 1) == SHMBOX_REPLY_TIMEOUT);
   CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 1000000, 0) == SHMBOX_REPLY_TIMEOUT);
   CHECK(shmbox_ask_wait(r, t3, buf, sizeof buf, &n, 0, 0) == SHMBOX_REPLY_ERROR);
+  {
+    /* "three" is still in the box: peek shows its body, as its owner would receive it. */
+    peeked_requests pr = {0, 0};
+    CHECK(shmbox_peek(b, 8, on_peek_request, &pr, NULL) == SHMBOX_OK);
+    CHECK(pr.n == 1 && pr.three == 1);
+  }
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   CHECK(shmbox_requester_stats_get(r, &st) == SHMBOX_OK);
   CHECK(st.asked == 3 && st.replied == 2 && st.timed_out == 1 && st.late == 0);
+  /* The box's reply counters (SHMBOX_0.4 fields of shmbox_info): ONE and TWO
+   * sent; the failed shmbox_reply_batch counted nowhere. */
+  {
+    shmbox_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    REQUIRE(shmbox_box_info(b, &info, NULL, 0, NULL, 0) == SHMBOX_OK);
+    CHECK(info.replies_sent == 2 && info.replies_lost == 0 && info.replies_skipped == 0);
+    CHECK(info.reply_box == 0);
+  }
   CHECK(strcmp(shmbox_reply_status_string(SHMBOX_REPLY_ALREADY_REPLIED), "already-replied") == 0);
   CHECK(strcmp(shmbox_reply_status_string(99), "unknown") == 0);
   CHECK(shmbox_requester_attach(NULL, NULL, &r) == SHMBOX_E_INVALID_ARGUMENT);
@@ -1317,6 +1348,7 @@ static void on_peek(void* ctx, const void* data, size_t size, const shmbox_peek_
     pk->ids[pk->n] = info->id;
   }
   if (info->struct_size < sizeof *info || info->stash == NULL || info->stash[0] != '\0') pk->stash_empty = 0;
+  if (info->envelope == NULL || info->envelope[0] != '\0') pk->stash_empty = 0; /* plain messages: no envelope */
   ++pk->n;
 }
 

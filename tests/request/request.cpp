@@ -21,16 +21,9 @@
 using namespace std::chrono_literals;
 using shmbox::reply_status;
 using shmtest::child;
+using shmtest::line_field;
 
 namespace {
-
-std::string field(const std::string& line, const std::string& key) {
-  const std::string k = " " + key + "=";
-  const auto at = line.find(k);
-  if (at == std::string::npos) return {};
-  const auto from = at + k.size();
-  return line.substr(from, line.find(' ', from) - from);
-}
 
 // "asked TICKET REPLYBOX" -> REPLYBOX
 std::string reply_box_of(const std::string& asked) { return asked.substr(asked.rfind(' ') + 1); }
@@ -94,6 +87,49 @@ TEST_CASE("request: the owner sees the request's bytes and its reply address apa
   CHECK(i.replies.lost == 0);
 }
 
+// peek (shmbox dump, shmbox_peek, Box.peek) shows what the owner and the
+// requester receive: the body, the trailer apart (peeked_message::envelope).
+TEST_CASE("request: peek shows a request as its owner receives it, and a reply as its requester does") {
+  shmtest::segment_guard g(shmtest::unique_name("reqpeek"));
+  reply_boxes_guard rg{g.name};
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128});
+  REQUIRE(box);
+  auto req = shmbox::Requester::attach(g.name);
+  REQUIRE(req);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  const shmbox::ask_result a = req->ask("hello");
+  REQUIRE(a);
+  REQUIRE(p->post("plain") == shmbox::post_status::stored);
+  // A plain message that ends in a request's magic, but whose check word does not check out: all of it.
+  std::string forged(40, 'x');
+  forged.replace(32, 8, std::string("\x01SHMBXRQ", 8));
+  REQUIRE(p->post(forged) == shmbox::post_status::stored);
+  auto seen = shmbox::peek(*box, 16);
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].data == "hello");
+  CHECK(seen[0].envelope == "request");
+  CHECK(seen[1].data == "plain");
+  CHECK(seen[1].envelope.empty());
+  CHECK(seen[2].data == forged);
+  CHECK(seen[2].envelope.empty());
+  // The reply, in the reply box.
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  shmbox::message m = receive_one(*owner);
+  REQUIRE(m.is_request());
+  CHECK(owner->reply(m, "re:hello") == reply_status::ok);
+  auto rb = shmbox::Box::inspect(req->reply_box());
+  REQUIRE(rb);
+  seen = shmbox::peek(*rb, 16);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].data == "re:hello");
+  CHECK(seen[0].envelope == "reply");
+  std::string out;
+  CHECK(req->wait(a.ticket, out, 10s) == reply_status::ok);
+  CHECK(out == "re:hello");
+}
+
 TEST_CASE("request: 8 requesters x 10,000 requests through one service box: every reply to its own request") {
   shmtest::segment_guard g(shmtest::unique_name("req8"));
   reply_boxes_guard rg{g.name};
@@ -118,12 +154,12 @@ TEST_CASE("request: 8 requesters x 10,000 requests through one service box: ever
     const auto done = rs[k]->read_line(240s);
     REQUIRE(done.has_value());
     INFO(*done);
-    CHECK(field(*done, "ok") == std::to_string(kEach));
-    CHECK(field(*done, "wrong") == "0");
-    CHECK(field(*done, "timeout") == "0");
-    CHECK(field(*done, "error") == "0");
-    CHECK(field(*done, "duplicates") == "0");
-    CHECK(field(*done, "stray") == "0");
+    CHECK(line_field(*done, "ok") == std::to_string(kEach));
+    CHECK(line_field(*done, "wrong") == "0");
+    CHECK(line_field(*done, "timeout") == "0");
+    CHECK(line_field(*done, "error") == "0");
+    CHECK(line_field(*done, "duplicates") == "0");
+    CHECK(line_field(*done, "stray") == "0");
   }
   CHECK(service.read_line(60s) == shmtest::cat("served ", std::to_string(kRequesters * kEach)));
   const auto i = shmbox::info(shmbox::Box::open(g.name).value());
@@ -137,23 +173,42 @@ TEST_CASE("request: an owner killed after its reply and before its commit, at ea
   //   the heir sees the request answered and sends nothing;
   // owner.reply_before_mark: the reply stored, the request not marked: the heir
   //   replies again and the requester drops that duplicate (counted).
+  // Where the request is read from: a FIFO lane's slot; a priority box's
+  // store (a later message of a lower priority was there first, so the lane
+  // is sorted); the stash (received, stashed and unstashed by the owner); a
+  // lifo lane's slot (found by its index and stamp).
   struct way {
     const char* fault;  // nullptr: SIGKILL from the test
     bool marked;
     std::uint64_t sent;  // replies counted at the end (the dead owner's only when it returned)
   };
+  enum class from { slot, store, stash, lifo };
+  for (const from f : {from::slot, from::store, from::stash, from::lifo})
   for (const way w : {way{nullptr, true, 2}, way{"owner.reply_after_mark", true, 1}, way{"owner.reply_before_mark", false, 2}}) {
-    CAPTURE(w.fault != nullptr ? w.fault : "SIGKILL");
+    const std::string how = w.fault != nullptr ? w.fault : "SIGKILL";
+    CAPTURE(how);
+    const std::string where = f == from::slot ? "a slot" : f == from::store ? "a priority box's store" : f == from::stash ? "the stash" : "a lifo lane";
+    CAPTURE(where);
     shmtest::segment_guard g(shmtest::unique_name("reqkill"));
     reply_boxes_guard rg{g.name};
-    auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128});
+    auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 128,
+                                            .overflow = f == from::lifo ? shmbox::policy::lifo : shmbox::policy::reject,
+                                            .stash = f == from::stash ? 4u : 0u,
+                                            .priority = f == from::store});
     REQUIRE(box);
     child a({shmtest::helper_path(), "respond", g.name},
             w.fault != nullptr ? std::vector<std::string>{shmtest::cat("SHMBOX_FAULT=", w.fault)} : std::vector<std::string>{},
             true);
     REQUIRE(a.read_line(30s).value_or("").rfind("owned ", 0) == 0);
+    auto low = shmbox::Producer::attach(*box);
+    REQUIRE(low);
+    if (f == from::store) REQUIRE(low->post("low", {.priority = 5}) == shmbox::post_status::stored);
     child r({shmtest::helper_path(), "ask-hold", g.name, "q1"}, {}, true);
     REQUIRE(r.read_line(30s).value_or("").rfind("asked 1 ", 0) == 0);
+    if (f == from::stash) {
+      a.write_stdin("stash-back\n");
+      REQUIRE(a.read_line(10s) == "stashed q1");
+    }
     a.write_stdin("read 1\n");
     CHECK(a.read_line(10s) == "read 1 q1");
     a.write_stdin("reply\n");
@@ -174,8 +229,9 @@ TEST_CASE("request: an owner killed after its reply and before its commit, at ea
     REQUIRE(heir);
     shmbox::batch b;
     REQUIRE(heir->read(b, {.max = 4, .timeout = 5s}) == shmbox::recv_status::ok);
-    REQUIRE(b.size() == 1);
+    REQUIRE(b.size() == (f == from::store ? 2u : 1u));  // (the store: "low" after it)
     CHECK(b[0] == "q1");
+    if (f == from::store) CHECK(b[1] == "low");
     CHECK(b.redelivered(0));
     CHECK(b.answered(0) == w.marked);
     CHECK(heir->reply(b, 0, "re:q1") == (w.marked ? reply_status::already_replied : reply_status::ok));
@@ -413,6 +469,13 @@ TEST_CASE("request: from the shell: shmbox ask, and a service that is shmbox rec
     CHECK(r.code == 3);
     CHECK(r.err.find("request 1: no reply within 50 ms") != std::string::npos);
     CHECK(r.err.find("--reply-with") != std::string::npos);
+    // The request is still in the box: dump shows its body, marked, not its reply address.
+    const auto d = shmtest::cli({"dump", g.name});
+    CHECK(d.code == 0);
+    CHECK(d.out.find("1 bytes  [request]  x\n") != std::string::npos);
+    const auto j = shmtest::cli({"dump", g.name, "--json"});
+    CHECK(j.out.find("\"envelope\": \"request\"") != std::string::npos);
+    CHECK(j.out.find("\"text\": \"x\"") != std::string::npos);
   }
   SUBCASE("a request too large for the box says how large one may be") {
     const auto r = shmtest::cli({"ask", g.name, std::string(100, 'x'), "--timeout", "50"});

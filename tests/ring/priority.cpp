@@ -284,6 +284,53 @@ TEST_CASE("priority: messages already in order come straight from the ring; one 
   CHECK(shmbox::verify(g.name)->ok);
 }
 
+TEST_CASE("priority: a message published while the owner takes the run comes straight from the ring too, and never out of order") {
+  // THE IN-ORDER RUN, R5 (priority.cpp): the owner's filter posts "late"
+  // while the owner's take of the run is under way, at the very position
+  // where the run stopped. It is met by another round, not by the store: the
+  // owner runs with SHMBOX_FAULT=owner.mid_sort (killed the first time a
+  // message goes into the store) and must live. A "late" earlier than what
+  // the call delivered stays for the next call, which hands it out first.
+  struct step {
+    std::int64_t prio;   // "late"'s
+    bool c5;             // c5 (priority 5) posted after a0 and b0 (priority 0)
+    const char* first;   // the delivery whose filter posts "late"
+    const char* second;  // the next receive
+  };
+  for (const step& st : {step{0, false, "posted delivered 3 a0 b0 late", "got 0"},
+                         step{7, true, "posted delivered 4 a0 b0 c5 late", "got 0"},
+                         step{5, true, "posted delivered 4 a0 b0 c5 late", "got 0"},
+                         step{-1, true, "posted delivered 3 a0 b0 c5", "got 1 late"}}) {
+    CAPTURE(st.prio);
+    shmtest::segment_guard g(shmtest::unique_name("priolate"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .priority = true});
+    REQUIRE(box);
+    {
+      auto p = shmbox::Producer::attach(*box);
+      REQUIRE(p);
+      REQUIRE(p->post("a0", {.priority = 0}) == post_status::stored);
+      REQUIRE(p->post("b0", {.priority = 0}) == post_status::stored);
+      if (st.c5) REQUIRE(p->post("c5", {.priority = 5}) == post_status::stored);
+    }
+    shmtest::child owner({shmtest::helper_path(), "stash-owner", g.name}, {"SHMBOX_FAULT=owner.mid_sort"}, true);
+    REQUIRE(shmtest::line_starting(owner, "owned").size() > 0);
+    owner.write_stdin("deliver-posting 16 " + std::to_string(st.prio) + "\n");
+    auto l = owner.read_line(10s);
+    REQUIRE(l);
+    CHECK(*l == st.first);
+    owner.write_stdin("recv 16 0\n");
+    l = owner.read_line(10s);
+    REQUIRE(l);
+    CHECK(*l == st.second);
+    owner.close_stdin();
+    CHECK(shmtest::exited_with(owner.wait(10s), 0));  // never through the store: owner.mid_sort not reached
+    const auto c = box->read_counters();
+    CHECK(c.delivered == c.stored);
+    shmtest::check_invariant(*box);
+    CHECK(shmbox::verify(g.name)->ok);
+  }
+}
+
 TEST_CASE("priority: the store counts against the limit; every policy a priority box takes keeps exact counts") {
   SUBCASE("the gate: a full store refuses posts though the rings are empty") {
     shmtest::segment_guard g(shmtest::unique_name("priogate"));

@@ -23,17 +23,9 @@ using namespace std::chrono_literals;
 using shmbox::policy;
 using shmbox::post_status;
 using shmtest::child;
+using shmtest::line_field;
 
 namespace {
-
-// "key=value" of a helper's "done ..." line ("" if absent).
-std::string field(const std::string& line, const std::string& key) {
-  const std::string k = " " + key + "=";
-  const auto at = line.find(k);
-  if (at == std::string::npos) return {};
-  const auto from = at + k.size();
-  return line.substr(from, line.find(' ', from) - from);
-}
 
 // The producer id and sequence number the helper's `produce` writes first.
 std::pair<std::uint64_t, std::uint64_t> id_seq(const std::string& data) {
@@ -131,11 +123,11 @@ TEST_CASE("quota: 1 producer posting as fast as it can and 3 slow ones into a bo
     // The slow producers: every post stored, every message delivered, in order.
     for (std::size_t k = 0; k < slow.size(); ++k) {
       CAPTURE(slow_done[k]);
-      CHECK(field(slow_done[k], "stored") == std::to_string(kSlowCount));
-      CHECK(field(slow_done[k], "full") == "0");
-      CHECK(field(slow_done[k], "dropped") == "0");
-      CHECK(field(slow_done[k], "timeout") == "0");
-      CHECK(field(slow_done[k], "over_quota") == "0");
+      CHECK(line_field(slow_done[k], "stored") == std::to_string(kSlowCount));
+      CHECK(line_field(slow_done[k], "full") == "0");
+      CHECK(line_field(slow_done[k], "dropped") == "0");
+      CHECK(line_field(slow_done[k], "timeout") == "0");
+      CHECK(line_field(slow_done[k], "over_quota") == "0");
       CHECK(got[k + 2] == kSlowCount);
     }
     CHECK(order_errors == 0);
@@ -175,7 +167,7 @@ TEST_CASE("quota: the same flood without a quota does cost the slow producers (t
   flood.wait(30s);
   CAPTURE(done);
   REQUIRE(!done.empty());
-  CHECK(field(done, "full") != "0");  // the flood took its room
+  CHECK(line_field(done, "full") != "0");  // the flood took its room
   shmtest::check_invariant(*box);
 }
 

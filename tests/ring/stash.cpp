@@ -183,6 +183,17 @@ TEST_CASE("stash: parked messages count against their lane's capacity; a blocked
     CHECK(drain(*o) == std::vector<std::string>{"a", "b", "c", "d"});
     for (const char* m : {"e", "f", "g", "h"}) CHECK(p->post(m) == post_status::stored);
     CHECK(p->post("i") == post_status::full);
+    // post_batch claims runs of free slots at once: the gate limits them too.
+    CHECK(drain(*o) == std::vector<std::string>{"e", "f", "g", "h"});
+    REQUIRE(p->post("j") == post_status::stored);
+    REQUIRE(o->stash(receive_one(*o)) == recv_status::ok);  // 1 parked of 4: room for 3
+    const std::vector<std::string_view> run{"k", "l", "m", "n", "o"};
+    post_status last = post_status::stored;
+    CHECK(p->post_batch(run, {}, &last) == 3);
+    CHECK(last == post_status::full);
+    CHECK(shmbox::info(*box).lanes[0].parked == 1);
+    CHECK(o->unstash_all() == 1);
+    CHECK(drain(*o) == std::vector<std::string>{"j", "k", "l", "m"});
   }
   SUBCASE("drop_oldest evicts from the lane, never a parked message") {
     auto box = shmbox::Box::create(g.name, {.capacity = 4, .overflow = policy::drop_oldest, .stash = 4});

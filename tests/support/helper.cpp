@@ -627,6 +627,27 @@ int stash_owner(int argc, char** argv) {
         if (m.redelivered) out += '*';
       }
       if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
+    } else if (cmd == "deliver-posting") {
+      // A delivery of up to N whose filter, at the first message it sees,
+      // posts "late" (priority P) into the box: a message published while
+      // the owner's take is under way (a priority box's THE IN-ORDER RUN, R5).
+      std::size_t n = 0;
+      std::int64_t prio = 0;
+      in >> n >> prio;
+      auto p = shmbox::Producer::attach(argv[2]);
+      bool posted = false;
+      const shmbox::filter_fn post_once = [&](std::string&) {
+        if (!posted && p) posted = p->post("late", {.priority = prio}) == shmbox::post_status::stored;
+        return shmbox::filter_verdict::deliver;
+      };
+      shmbox::delivery d;
+      const auto st = o->deliver(d, n, post_once);
+      out = std::string(posted ? "posted" : "not-posted") + " delivered " + std::to_string(d.count);
+      for (std::size_t i = 0; i < d.count; ++i) {
+        out += ' ';
+        out += std::string(d.messages[i]);
+      }
+      if (st == shmbox::recv_status::error) out += " error " + shmbox::explain(o->last_error());
     } else if (cmd == "stat") {
       out = "parked " + std::to_string(o->stashed()) + " front " + std::to_string(o->unstashed_waiting());
     } else {

@@ -15,6 +15,8 @@
 //                first; a redelivered one ends in '*', an answered one in '!')
 //   "reply"   -> "replied S1 S2 ..." (Owner::reply "re:D" to each message read)
 //   "commit"  -> "committed" / "commit-failed"
+//   "stash-back" -> "stashed D" / "stash-failed" (receives one, stashes it,
+//                unstashes it: the next read takes it from the stash)
 //   "serve N" -> receives and answers N requests in place, then "served N"
 //   "stats"   -> "replies R lost L skipped S"
 //   Prints "owned EPOCH" first. Runs until stdin closes or it is killed.
@@ -164,6 +166,11 @@ int helper_respond(int argc, char** argv) {
       out(s);
     } else if (cmd == "commit") {
       out(o->commit() == shmbox::recv_status::ok ? "committed" : "commit-failed");
+    } else if (cmd == "stash-back") {  // receive one, stash it, unstash it: the next read takes it from the stash
+      shmbox::message m;
+      const bool ok = o->receive(m, {.timeout = std::chrono::seconds(5)}) == shmbox::recv_status::ok &&
+                      o->stash(m) == shmbox::recv_status::ok && o->unstash_all() == 1;
+      out(ok ? "stashed " + m.data : "stash-failed");
     } else if (cmd == "serve") {
       std::size_t n = 0, served = 0;
       in >> n;

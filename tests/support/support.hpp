@@ -307,6 +307,15 @@ class child {
   bool timed_out_ = false;
 };
 
+// The value of " key=value" in a helper's line ("" if absent).
+inline std::string line_field(const std::string& line, const std::string& key) {
+  const std::string k = " " + key + "=";
+  const auto at = line.find(k);
+  if (at == std::string::npos) return {};
+  const auto from = at + k.size();
+  return line.substr(from, line.find(' ', from) - from);
+}
+
 // Reads lines of `c` until one starts with `prefix` (or the timeout); returns it ("" if none).
 inline std::string line_starting(child& c, const std::string& prefix,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
