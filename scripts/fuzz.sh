@@ -19,7 +19,8 @@ case "$secs" in '' | *[!0-9]*) echo "fuzz: SECONDS must be a number, not '$secs'
 source scripts/packages.sh
 install_missing fuzz meson ninja-build g++ pkg-config python3 libcli11-dev nlohmann-json3-dev clang libclang-rt-14-dev
 
-fuzz_opts=(-Dfuzz=true -Dtests=false -Dbench=false -Dbridge=disabled -Dfault_injection=false -Dbuildtype=debugoptimized
+fuzz_opts=(-Dfuzz=true -Dtests=false -Dbench=false -Dbridge=disabled -Dfault_injection=false
+           -Doptimization=1 -Ddebug=false -Db_ndebug=false -Dcpp_args=-g1
            -Db_sanitize=address,undefined -Db_lundef=false)
 if [ ! -f "$build/build.ninja" ]; then
   CXX=clang++ meson setup "$build" "${fuzz_opts[@]}" >/dev/null
