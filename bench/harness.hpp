@@ -62,6 +62,7 @@
 #include <limits.h>
 #include <mqueue.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -221,11 +222,34 @@ bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
 }
 
 // The options every benchmark has; its own Args derive from this.
+// --pin: every forked child runs on one CPU of the parent's set: the child
+// whose `who` is < 0 (the consumer, the owner) on the last, the others (the
+// producers) round-robin on the rest, so that no two share a core when there
+// are enough. Unpinned by default: other work may run on a small machine.
+inline bool& pin_children() {
+  static bool on = false;
+  return on;
+}
+inline void pin_child(std::int32_t who) {
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.size() < 2) return;
+  const int cpu = who < 0 ? cpus.back() : cpus[std::size_t(who) % (cpus.size() - 1)];
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) throw bench_failure(errno_text("sched_setaffinity"));
+}
+
 struct CommonArgs {
   int reps = 5;             // --reps R: runs per configuration (1..1000)
   int timeout_s = 120;      // --timeout S: the watchdog of a run (>= 1)
   bool quick = false;       // --quick: a smoke test with small counts (unless they are given)
   bool verbose = false;     // --verbose, -v
+  bool pin = false;         // --pin: each child on its own CPU (pin_child)
   std::vector<std::string> given;  // every option on the command line
 
   // With --quick, `value` becomes `small` unless `option` was given.
@@ -260,6 +284,9 @@ bool parse_options(std::string_view prog, int argc, char** argv, void (*usage)(s
       common.quick = true;
     } else if (arg == "--verbose" || arg == "-v") {
       common.verbose = true;
+    } else if (arg == "--pin") {
+      common.pin = true;
+      pin_children() = true;
     } else {
       ok = option(w);
     }
@@ -712,6 +739,7 @@ class Children {
       for (int fd : close_in_child) ::close(fd);
       int rc = 0;
       try {
+        if (pin_children()) pin_child(who);
         body();
       } catch (const std::exception& e) {
         rc = 1;

@@ -192,7 +192,7 @@ void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: shmbox-bench-throughput [--messages N] [--reps R] [--timeout S] [--quick]\n"
                "                               [--only MECH,...] [--sizes 64,1024] [--producers 1,4] [--capacity C,...]\n"
-               "                               [--laps L] [--verbose]\n"
+               "                               [--laps L] [--pin] [--verbose]\n"
                "  --messages N    messages per run of 64-byte messages, split across the producers (default\n"
                "                  4000000); 1 KiB runs send N/2; boost-mq and pipe send a quarter of that,\n"
                "                  posix-mq and unix-socket a sixteenth (every row's note says how many)\n"
@@ -212,6 +212,7 @@ void usage(std::FILE* to) {
                "                  (default 1024, fewer for messages over 128 KiB)\n"
                "  --laps L        messages over 1 KiB and queues over 1024: at least L x capacity messages per\n"
                "                  run (default 8)\n"
+               "  --pin           the consumer on the last CPU, each producer on one of the others\n"
                "  --verbose       print every run (and producer retries) on stderr\n"
                "Rows (bench/rows.hpp) go to stdout, the table and errors to stderr. Exit status 1: a run\n"
                "failed (lost, duplicated, reordered or corrupted message, watchdog, error).\n");
