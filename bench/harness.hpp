@@ -221,7 +221,6 @@ bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
   }
 }
 
-// The options every benchmark has; its own Args derive from this.
 // --pin: every forked child runs on one CPU of the parent's set: the child
 // whose `who` is < 0 (the consumer, the owner) on the last, the others (the
 // producers) round-robin on the rest, so that no two share a core when there
@@ -244,12 +243,12 @@ inline void pin_child(std::int32_t who) {
   if (::sched_setaffinity(0, sizeof one, &one) != 0) throw bench_failure(errno_text("sched_setaffinity"));
 }
 
+// The options every benchmark has; its own Args derive from this.
 struct CommonArgs {
   int reps = 5;             // --reps R: runs per configuration (1..1000)
   int timeout_s = 120;      // --timeout S: the watchdog of a run (>= 1)
   bool quick = false;       // --quick: a smoke test with small counts (unless they are given)
   bool verbose = false;     // --verbose, -v
-  bool pin = false;         // --pin: each child on its own CPU (pin_child)
   std::vector<std::string> given;  // every option on the command line
 
   // With --quick, `value` becomes `small` unless `option` was given.
@@ -285,8 +284,7 @@ bool parse_options(std::string_view prog, int argc, char** argv, void (*usage)(s
     } else if (arg == "--verbose" || arg == "-v") {
       common.verbose = true;
     } else if (arg == "--pin") {
-      common.pin = true;
-      pin_children() = true;
+      pin_children() = true;  // read by Children::spawn, which has no Args
     } else {
       ok = option(w);
     }
