@@ -14,6 +14,7 @@
 //   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
 //   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
 //   producer.before_wake     message published, the sleeping owner not yet woken (P6)
+//   producer.after_ring      P6: the owner's eventfd written (or its doorbell rung), wake_seq not bumped, notify not yet reverted to passive
 //   producer.loan_open       loan: slot claimed and handed to the caller, nothing written
 //   producer.mid_abort       loan abort: abort announced, slot not yet taken back
 //   producer.mid_run         post_batch: first message of a run published, the rest not

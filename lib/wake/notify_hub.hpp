@@ -16,10 +16,12 @@
 //      boxes do;
 //   3. nobody (a producer that died between publishing and waking, P5-P6; a
 //      full or missing doorbell): the hub's SCAN finds it. Every kScanNs the
-//      hub looks at the next kScanBoxes registered boxes: armed (notify or
-//      active) with messages waiting, a give-away request not yet signalled,
-//      or (after a doorbell overflow) a wake_seq that moved: it writes that
-//      box's eventfd.
+//      hub looks at the next registered boxes (kScanBudgetNs): armed (notify
+//      or active) with messages waiting at this look and the one before with
+//      no wake-up between them, a give-away request not yet signalled, or
+//      (after a doorbell overflow) a wake_seq that moved: it writes that
+//      box's eventfd. (Two looks, not one: a producer between its ring and
+//      its revert of notify to passive, wake.cpp, has told the owner already.)
 // So one thread serves 10,000 boxes: it sleeps in epoll_wait on the doorbell
 // and wakes for a ring or for the scan (a few loads per box; with no box
 // registered it sleeps without a timeout).
@@ -70,10 +72,11 @@ namespace shmbox::detail {
 // TLB misses (its owner record and lane header pages, each box a mapping of
 // its own: about 1-5 us in a VM with nested paging, far less on bare metal),
 // so the scan is budgeted in time, not in boxes: 0.2 ms of CPU per second
-// whatever their number. The bound on a wake-up nobody delivered (a producer
-// killed between publishing and waking; the next post wakes the owner
-// anyway) is then about boxes x cost-per-box / 0.2 ms seconds: all of them
-// each second up to a few hundred boxes (measured: bench/boxes.cpp).
+// whatever their number. A wake-up nobody delivered (a producer killed
+// between publishing and waking; the next post wakes the owner anyway) is
+// found at the second look at its box: within 2 s while a round sees all
+// boxes (up to a few hundred boxes, measured: bench/boxes.cpp), and within
+// about 2 x boxes x cost-per-box / 0.2 ms seconds beyond.
 constexpr std::uint64_t kScanNs = 1'000'000'000;
 constexpr std::uint64_t kScanBudgetNs = 200'000;
 
@@ -113,6 +116,10 @@ std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t e
                       notify_group_state* group = nullptr, std::uint64_t tag = 0) noexcept;
 // Removes it: once this returns, the hub never touches its efd or group again.
 void hub_remove(std::uint64_t registration) noexcept;
+
+// How many scans (route 3) this process's hub has made (0: no hub yet).
+// For tests: a scan happened between two calls that differ.
+std::uint64_t hub_scans() noexcept;
 
 // Rings the doorbell of the owner with key `key` for box `m`, through a
 // descriptor this process keeps open for that key (a few keys are kept; one

@@ -111,6 +111,7 @@ void wake_owner(producer_ctx& p) noexcept {
       }
     }
   }
+  SHMBOX_FAULT("producer.after_ring");  // the eventfd written (or the doorbell rung), wake_seq not bumped, notify not reverted
   wake_owner(*p.m);
   // pobox: an owner in notify reverts to passive as soon as the notification
   // is sent, and this wake-up is the notification. After the wake, so that a

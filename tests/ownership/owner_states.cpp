@@ -702,6 +702,49 @@ TEST_CASE("NotifyGroup: a producer killed between publishing and waking; the hub
   CHECK(f.owners[2].try_receive(m) == shmbox::recv_status::ok);
 }
 
+// Waits (up to 30 s) until this process's notify hub has made `n` scans.
+bool wait_for_scans(std::uint64_t n) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (shmbox::detail::hub_scans() < n)
+    if (std::chrono::steady_clock::now() > until) return false;
+    else std::this_thread::sleep_for(1ms);
+  return true;
+}
+
+TEST_CASE("NotifyGroup: a producer stopped inside its wake-up (rung, notify not yet reverted); the hub's scan does not tell the group twice") {
+  // The window CI found: a producer has rung (the tag fired) and has not yet
+  // bumped wake_seq and reverted notify to passive (wake.cpp, P6); a scan
+  // then saw the box armed with the message waiting and fired the tag a
+  // second time, for one notification. A scan acts on two looks in a row.
+  group_fixture f(1);
+  bool tried = false;
+  for (int attempt = 0; attempt < 5 && !tried; ++attempt) {
+    // Just after a scan: the next is a second away. The post lands before
+    // it (checked below: else the scan came first, and we try again).
+    const std::uint64_t s0 = shmbox::detail::hub_scans();
+    REQUIRE(wait_for_scans(s0 + 1));
+    const std::uint64_t s1 = shmbox::detail::hub_scans();
+    shmtest::child p({shmtest::helper_path(), "produce", f.guards[0].name, "1", "1", "--no-wait"},
+                     {"SHMBOX_FAULT=producer.after_ring:1:stop"});
+    REQUIRE(shmtest::wait_for_state(p.pid(), 'T', 30s));
+    CHECK(ready_tags(f.group, 1) == std::vector<std::uint64_t>{0});
+    tried = shmbox::detail::hub_scans() == s1;
+    // The next scan looks at the box armed (notify), the message waiting.
+    REQUIRE(wait_for_scans(s1 + 1));
+    std::vector<std::uint64_t> tags;
+    CHECK(f.group.ready(tags) == 0);
+    CHECK(tags.empty());
+    shmbox::message m;
+    REQUIRE(f.owners[0].try_receive(m) == shmbox::recv_status::ok);
+    REQUIRE(wait_for_scans(s1 + 3));
+    CHECK(f.group.ready(tags) == 0);
+    p.kill(SIGCONT);
+    CHECK(shmtest::exited_with(p.wait(30s), 0));
+    f.owners[0].notify();  // armed again, for the next attempt
+  }
+  CHECK(tried);
+}
+
 TEST_CASE("NotifyGroup: a producer of another user rings the doorbell; the member is named") {
   if (!shmtest::nobody_can_run_cli()) return;
   group_fixture f(3, 0666);
