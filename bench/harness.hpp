@@ -225,6 +225,10 @@ bool parse_list(ArgWalker& w, std::vector<T>& out, Parse&& parse) {
 // whose `who` is < 0 (the consumer, the owner) on the last, the others (the
 // producers) round-robin on the rest, so that no two share a core when there
 // are enough. Unpinned by default: other work may run on a small machine.
+// A child's `who` picks its CPU unless its spawn says otherwise (pin_as): a
+// benchmark whose roles are not "one consumer (< 0), producers (>= 0)" (the
+// round trip's pinger 0 and echoer 1) names them so that no two share one.
+inline constexpr std::int32_t kPinAsWho = INT32_MIN;
 inline bool& pin_children() {
   static bool on = false;
   return on;
@@ -725,7 +729,8 @@ class Children {
   // Forks a child that closes `close_in_child` and runs body(); it reports an
   // exception as a `failed` record and never returns into the parent's code.
   template <class Body>
-  void spawn(std::string role, int report_fd, const std::vector<int>& close_in_child, std::int32_t who, Body&& body) {
+  void spawn(std::string role, int report_fd, const std::vector<int>& close_in_child, std::int32_t who, Body&& body,
+             std::int32_t pin_as = kPinAsWho) {
     std::fflush(nullptr);  // nothing buffered may be written twice
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
@@ -737,7 +742,7 @@ class Children {
       for (int fd : close_in_child) ::close(fd);
       int rc = 0;
       try {
-        if (pin_children()) pin_child(who);
+        if (pin_children()) pin_child(pin_as == kPinAsWho ? who : pin_as);
         body();
       } catch (const std::exception& e) {
         rc = 1;
@@ -818,9 +823,10 @@ class Run {
   // Forks a child (see Children::spawn); it closes the parent's ends of the
   // pipes and `close_also`.
   template <class Body>
-  void spawn(std::string role, std::int32_t who, Body&& body, std::vector<int> close_also = {}) {
+  void spawn(std::string role, std::int32_t who, Body&& body, std::vector<int> close_also = {},
+             std::int32_t pin_as = kPinAsWho) {
     close_also.insert(close_also.end(), {report_.r.get(), go_.w.get(), done_.w.get()});
-    kids_.spawn(std::move(role), report_.w.get(), close_also, who, std::forward<Body>(body));
+    kids_.spawn(std::move(role), report_.w.get(), close_also, who, std::forward<Body>(body), pin_as);
   }
 
   // While waiting for reports, also serve `fd`: serve() is called whenever it

@@ -132,8 +132,10 @@ inline Record run_round_trips(const RoundTrips& cfg) {
     c.warmup = warmup;
     c.count = count;
     c.ends = run.child_ends();
+    // --pin: the echoer on the last CPU, the pinger on the first (by `who`,
+    // 0 and 1, they would share one on a 2-CPU machine).
     run.spawn(who == kPinger ? "pinger" : "echoer", who, [c] { rtt_child_main(c); },
-              fds_not_of(c.end, {ping.get(), pong.get()}));
+              fds_not_of(c.end, {ping.get(), pong.get()}), who == kEchoer ? -1 : 0);
   }
   run.watch(cfg.timeout_s);
   ping->close_fds();  // only the children keep these: EOF on a pipe/socket means the peer is gone
