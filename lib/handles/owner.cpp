@@ -46,8 +46,19 @@ transfer_reason public_reason(detail::transfer_reason r) {
   return transfer_reason::none;
 }
 
-}  // namespace
+// Whether this poll also reads the tails: on every 64th poll (the count runs
+// across calls) that comes kTailLookNs or more after the last such look
+// (ring.hpp kTailLookNs: a loop of try_receive on an empty box must not pull
+// the producers' hottest line to the owner on every call, nor every few).
+bool tail_look_due(detail::owner_ctx& o) noexcept {
+  if ((o.polls++ & 63) != 0) return false;
+  const std::uint64_t now = detail::mono_ns();
+  if (now - o.tail_look_ns < detail::kTailLookNs) return false;
+  o.tail_look_ns = now;
+  return true;
+}
 
+}  // namespace
 
 std::string_view to_string(recv_status s) noexcept {
   switch (s) {
@@ -174,9 +185,9 @@ std::optional<recv_status> Owner::state::receive_fast(detail::owner_sink& sink) 
       case detail::fast_take::general: return std::nullopt;
     }
   }
-  // Nothing at any head. The general path reads the tails on every 64th
-  // poll (receive_into), to notice a claimed slot that is not published.
-  if ((o.polls & 63) == 0) return std::nullopt;
+  // Nothing at any head. The general path reads the tails now and then
+  // (tail_look_due), to notice a claimed slot that is not published.
+  if ((o.polls & 63) == 0 && detail::mono_ns() - o.tail_look_ns >= detail::kTailLookNs) return std::nullopt;
   ++o.polls;
   return recv_status::empty;
 }
@@ -319,12 +330,10 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
       staging_sink.appended = 0;
       filtering.appended = 0;
     }
-    // Every 64th poll also reads the tails, to notice a claimed-but-
-    // unpublished slot (slow or dead writer). The count runs across calls: a
-    // loop of try_receive on an empty box must not pull the producers'
-    // hottest line (the tail) to the owner on every call. (Before it sleeps
-    // the owner reads every tail anyway: owner_arm_sleep.)
-    into.look_at_tail = (o.polls++ & 63) == 0;
+    // Now and then a poll also reads the tails, to notice a claimed-but-
+    // unpublished slot (slow or dead writer): tail_look_due. (Before it
+    // sleeps the owner reads every tail anyway: owner_arm_sleep.)
+    into.look_at_tail = tail_look_due(o);
     bool skipped = false;
     if (!o.stash_front.empty()) {  // THE STASH: unstashed messages come first (ring.hpp)
       into.max = max - into.appended;

@@ -99,8 +99,9 @@
 //     EMPTY(p), tail <= p: lane empty, stop.
 //     EMPTY(p), tail > p: claimed, not yet published: stop (busy); after
 //       kRepairGraceNs check the claimant (R1). (A polling owner reads the
-//       tail, the producers' hottest line, only on every 64th empty poll and
-//       before it sleeps; in between EMPTY(p) just means "nothing yet".)
+//       tail, the producers' hottest line, before it sleeps and otherwise at
+//       most once per kTailLookNs (owner.cpp tail_look_due); in between
+//       EMPTY(p) just means "nothing yet".)
 //     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
 //       owner at acquire: deliver it flagged redelivered.
 //     TAKEN(p, other) or slot already past p: someone else decided p's fate
@@ -501,6 +502,15 @@ constexpr std::uint64_t kNoDeadline = UINT64_MAX;
 // again every kRepairIntervalNs while it stays stuck.
 constexpr std::uint64_t kRepairGraceNs = 50'000;
 constexpr std::uint64_t kRepairIntervalNs = 1'000'000;
+// A polling owner reads the tails (to tell a claimed, unpublished slot from
+// an empty lane) at most this often: each look pulls the producers' hottest
+// line, and the next claim CAS must take it back, a cache miss on the
+// producer's path (in a round trip, on the reply's). Once every 64 empty
+// polls, as before, made the round trip's p99 1.4x a spin ring's; once a
+// millisecond it is 1.0x (docs/benchmarks.md). A dead claimant is then seen
+// up to this much later: its repair waits kRepairGraceNs anyway and is
+// retried every kRepairIntervalNs.
+constexpr std::uint64_t kTailLookNs = 1'000'000;
 // A claimed FIFO position that no producer entry claims (only a scribbled
 // producer table can do that) is abandoned after this long.
 constexpr std::uint64_t kOrphanClaimNs = 1'000'000'000;
@@ -676,7 +686,8 @@ struct owner_ctx {
   std::uint64_t stuck_since_ns[kMaxLanes] = {};
   std::uint64_t next_check_ns[kMaxLanes] = {};
   std::error_code last_error;
-  std::uint32_t polls = 0;  // receive polls, for reading the tails only every 64th (owner.cpp)
+  std::uint32_t polls = 0;  // receive polls: every 64th looks at the clock for tail_look_due (owner.cpp)
+  std::uint64_t tail_look_ns = 0;  // when a poll last read the tails (tail_look_due)
   // THE STASH (stash boxes): this owner's view of its entries.
   std::deque<std::uint32_t> stash_front;   // FRONT entries, in delivery order (a priority box: in its heaps)
   std::vector<std::uint32_t> stash_parked; // PARKED entries, in stash order
