@@ -200,7 +200,8 @@ std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
       std::atomic_thread_fence(std::memory_order_acquire);
       if (e->state.load(std::memory_order_relaxed) != seen) continue;
       out.push_back({lane, order, bytes,
-                     k == detail::stash_kind::parked ? "parked" : k == detail::stash_kind::front ? "unstashed" : "reading"});
+                     k == detail::stash_kind::parked ? "parked" : k == detail::stash_kind::front ? "unstashed" : "reading",
+                     {}});
     }
   };
   if (m.priority()) {
@@ -255,7 +256,7 @@ std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
       for (const item& it : items) {
         if (out.size() >= max) break;
         if (!it.store) {
-          if (copy_if_stable(L, L.slot_at_index(it.where), it.seen)) out.push_back({l, it.position, bytes, {}});
+          if (copy_if_stable(L, L.slot_at_index(it.where), it.seen)) out.push_back({l, it.position, bytes, {}, {}});
           continue;
         }
         detail::stash_entry* e = m.stash_at(it.where);
@@ -269,7 +270,8 @@ std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
                        detail::stash_kind_of(it.seen) == detail::stash_kind::front ? "unstashed"
                        : detail::stash_kind_of(it.seen) != detail::stash_kind::queued ? "reading"
                        : m.buffered()                                            ? "buffered"
-                                                                                 : "sorted"});
+                                                                                 : "sorted",
+                       {}});
       }
     }
     return out;
@@ -289,7 +291,7 @@ std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
         detail::slot_header* s = L.slot_at_index(i);
         const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
         if (detail::seq_state(seen) != detail::slot_state::full || detail::seq_pos(seen) != stamp) continue;
-        if (copy_if_stable(L, s, seen)) out.push_back({l, stamp, bytes, {}});
+        if (copy_if_stable(L, s, seen)) out.push_back({l, stamp, bytes, {}, {}});
       }
       continue;
     }
@@ -303,7 +305,7 @@ std::vector<peeked_message> peek_raw(const Box& box, std::size_t max) {
       detail::slot_header* s = L.slot_for(p);
       const std::uint64_t seen = s->seq.load(std::memory_order_acquire);
       if (detail::seq_state(seen) != detail::slot_state::full || detail::pos_diff(detail::seq_pos(seen), p) != 0) continue;
-      if (copy_if_stable(L, s, seen)) out.push_back({l, p, bytes, {}});
+      if (copy_if_stable(L, s, seen)) out.push_back({l, p, bytes, {}, {}});
     }
   }
   return out;

@@ -506,8 +506,8 @@ constexpr std::uint64_t kRepairIntervalNs = 1'000'000;
 // an empty lane) at most this often: each look pulls the producers' hottest
 // line, and the next claim CAS must take it back, a cache miss on the
 // producer's path (in a round trip, on the reply's). Once every 64 empty
-// polls, as before, made the round trip's p99 1.4x a spin ring's; once a
-// millisecond it is 1.0x (docs/benchmarks.md). A dead claimant is then seen
+// polls, as before, made the busy round trip's p99 1.5x a spin ring's; once
+// a millisecond, 1.1x (docs/benchmarks.md). A dead claimant is then seen
 // up to this much later: its repair waits kRepairGraceNs anyway and is
 // retried every kRepairIntervalNs.
 constexpr std::uint64_t kTailLookNs = 1'000'000;
