@@ -120,7 +120,11 @@ struct adaptive_spin {
 struct space_wait {
   unsigned spins = 0;  // short pauses first: the holder is usually mid-copy
   adaptive_spin spin;  // then the adaptive wait (spin.spin_ns: the box's or the call's)
-  std::uint32_t limit = 0;  // a resizable lane: the limit the wait was decided on (a resize wakes it)
+  // A gated lane (THE GATE, THE LIMIT): the limit the wait was decided on
+  // (limit_reached sets it; a change wakes the wait once), kNoGate while no
+  // decision of this post looked at it (a full slot: the slot decides).
+  static constexpr std::uint32_t kNoGate = UINT32_MAX;
+  std::uint32_t limit = kNoGate;
 };
 
 // Waiting for a writer that claimed a slot and has not published it yet (or
@@ -133,9 +137,12 @@ void busy_backoff(unsigned& rounds, lazy_deadline& deadline, std::uint64_t now) 
 // ---------------------------------------------------------------------------
 
 // Waits for the slot of position `watch` (seen: its seq) to change, the tail
-// to leave t, or (a resizable lane) its limit to leave w.limit: the slot of
-// position t itself, or a resizable lane's gate position (THE LIMIT). false:
-// the deadline passed. SYNC POINT A.
+// to leave t, or (a gated lane) its limit to leave w.limit: the slot of
+// position t itself, or a gated lane's gate position (THE LIMIT). A limit
+// that moved returns once and becomes w.limit: a wait on a full slot sleeps
+// whatever the gate did (before, a gated lane whose ring was full never
+// slept: every retry ran membarrier and returned). false: the deadline
+// passed. SYNC POINT A.
 bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t watch, std::uint64_t seen, lazy_deadline& deadline,
                     space_wait& w) noexcept;
 

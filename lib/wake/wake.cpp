@@ -228,9 +228,17 @@ bool wait_for_space(const lane_view& L, std::uint64_t t, std::uint64_t watch, st
     std::atomic_thread_fence(std::memory_order_seq_cst);
     slice = 1'000'000;  // an owner that has not seen the word yet may have freed a slot unseen
   }
-  if (L.slot_for(watch)->seq.load(std::memory_order_relaxed) != seen ||
-      (h->tail.load(std::memory_order_relaxed) >> 1) != t || (L.gated && L.gate_limit() != w.limit))
+  if (L.slot_for(watch)->seq.load(std::memory_order_relaxed) != seen || (h->tail.load(std::memory_order_relaxed) >> 1) != t)
     return true;
+  if (L.gated) {
+    // The gate moved since the wait was decided on it: retry (once: the new
+    // limit is the one to wait on from here). A wait decided on a full slot
+    // (kNoGate) takes the limit as it is now: the slot's re-check above is its own.
+    const std::uint32_t lim = L.gate_limit();
+    const bool moved = w.limit != space_wait::kNoGate && lim != w.limit;
+    w.limit = lim;
+    if (moved) return true;
+  }
   futex_wait(&h->space_seq, sp, std::min(deadline.get(), now + slice));
   return true;
 }
