@@ -57,6 +57,19 @@ std::vector<shmbox::message> drain(shmbox::Owner& o, std::size_t expect, std::ch
   return got;
 }
 
+// Handshake with a producer of `box` waiting for space: bounded wait until
+// lane 0's space_wanted is 1 (the producer is past SYNC POINT A, asleep or
+// about to be). Returns the box's segment, opened read-only, to look further.
+std::shared_ptr<shmbox::detail::mapped_box> open_when_space_wanted(const std::string& box) {
+  auto seg = shmbox::detail::open_segment(box, true);
+  REQUIRE(seg);
+  const shmbox::detail::lane_header* h = (*seg)->lanes[0].hdr;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (h->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE(h->space_wanted.load() == 1);
+  return *seg;
+}
+
 // Handshake with a child that stops itself (SIGSTOP fault action), bounded.
 bool wait_until_stopped(const child& c) { return shmtest::wait_for_state(c.pid(), 'T', 30s); }
 
@@ -272,12 +285,7 @@ TEST_CASE("a producer that lost the claim race and sleeps for space is not mista
   auto y = start_producer(g.name, 2, 1, {"--no-wait"}, {"SHMBOX_FAULT=producer.after_claim:1"});
   CHECK(shmtest::killed_by(y->wait(30s), SIGKILL));
   x->kill(SIGCONT);
-  // Handshake: X is asleep waiting for space.
-  auto seg = shmbox::detail::open_segment(g.name, true);
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while ((*seg)->lanes[0].hdr->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  REQUIRE((*seg)->lanes[0].hdr->space_wanted.load() == 1);
+  open_when_space_wanted(g.name);  // handshake: X is asleep waiting for space
   auto owner = shmbox::Owner::acquire(*box);
   const auto t0 = std::chrono::steady_clock::now();
   auto got = drain(*owner, 1, 30s);
@@ -310,13 +318,8 @@ TEST_CASE("block: a producer asleep for space is woken by the owner's next one-m
     std::vector<std::string> env;
     if (refused) env.push_back("SHMBOX_NO_MEMBARRIER=1");
     auto p = start_producer(g.name, 1, 3, {"--no-wait"}, env);  // 2 fit; the 3rd waits for space
-    // Handshake: the producer is past SYNC POINT A (space_wanted), asleep or about to be.
-    auto seg = shmbox::detail::open_segment(g.name, true);
-    REQUIRE(seg);
-    shmbox::detail::lane_header* h = (*seg)->lanes[0].hdr;
-    const auto until = std::chrono::steady_clock::now() + 30s;
-    while (h->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    REQUIRE(h->space_wanted.load() == 1);
+    const auto seg = open_when_space_wanted(g.name);  // handshake: the producer is past SYNC POINT A
+    shmbox::detail::lane_header* h = seg->lanes[0].hdr;
     // Without membarrier the producer marked the lane (before its re-check):
     // owners fence from now on. With it, the mark stays clear unless this
     // kernel refuses membarrier to everyone.
@@ -362,12 +365,7 @@ TEST_CASE("block: a producer waiting on a full box sleeps, in every kind of box"
     auto owner = shmbox::Owner::acquire(*box);
     REQUIRE(owner);
     auto p = start_producer(g.name, 1, fits + 1, {"--no-wait"});  // the last one waits for space
-    auto seg = shmbox::detail::open_segment(g.name, true);
-    REQUIRE(seg);
-    shmbox::detail::lane_header* h = (*seg)->lanes[0].hdr;
-    const auto until = std::chrono::steady_clock::now() + 30s;
-    while (h->space_wanted.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    REQUIRE(h->space_wanted.load() == 1);
+    open_when_space_wanted(g.name);  // handshake: the producer is past SYNC POINT A
     // Past its adaptive wait (50 us) now; from here it should be asleep. A
     // window of 500 ms: a sleeper wakes every 10 ms slice and uses a few
     // milliseconds; a spinning one uses most of the window (50 ticks).
