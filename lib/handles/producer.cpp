@@ -38,12 +38,17 @@ struct Producer::state {
   // through the parent's entry could leave a claim that the repairers
   // attribute to the parent, alive, and so never repair.
   bool inherited() noexcept {
-    if (ctx.born.here()) return false;
+    if (ctx.born.here()) [[likely]] return false;
+    report_inherited();
+    return true;
+  }
+  // Out of line, as every error report of the posting calls: their strings
+  // would otherwise give the fast path a stack frame.
+  [[gnu::cold, gnu::noinline]] void report_inherited() noexcept {
     ctx.last_error = detail::fail(errc::inherited_handle,
                                   ctx.born.inherited_sentence("Producer", "box '" + m->name + "'",
                                                               "the producer entry is its parent's; attach a Producer "
                                                               "in the child (Producer::attach)"));
-    return true;
   }
 
   // The priority (a custom-buffer box: the key) of a message posted with
@@ -125,7 +130,12 @@ struct Producer::state {
 
   // Every post: the fast path, else the general one with this call's wait.
   post_status post(std::uint32_t lane, const void* data, std::size_t size, const post_options& o) noexcept {
-    if (try_fast(lane, data, size)) return post_status::stored;
+    if (try_fast(lane, data, size)) [[likely]] return post_status::stored;
+    return post_general(lane, data, size, o);
+  }
+  // Out of line: the fast path above needs no stack frame of its own.
+  [[gnu::noinline]] post_status post_general(std::uint32_t lane, const void* data, std::size_t size,
+                                             const post_options& o) noexcept {
     const detail::lane_view& L = m->lanes[lane];
     if (L.is_priority()) {
       ctx.priority = priority_of(o.priority, std::string_view(static_cast<const char*>(data), size));
@@ -159,10 +169,13 @@ struct Producer::state {
   }
 
   bool valid_lane(std::uint32_t lane) noexcept {
-    if (lane < m->lane_count()) return true;
+    if (lane < m->lane_count()) [[likely]] return true;
+    report_no_lane(lane);
+    return false;
+  }
+  [[gnu::cold, gnu::noinline]] void report_no_lane(std::uint32_t lane) noexcept {
     ctx.last_error = detail::fail(errc::invalid_argument, "box '" + m->name + "' has " + std::to_string(m->lane_count()) +
                                                               " lanes; no lane " + std::to_string(lane));
-    return false;
   }
 };
 
