@@ -12,8 +12,13 @@
 //   c             shmbox_post + shmbox_receive, from C (bench/api_loop.c, compiled as C)
 //   python        the Python package's Producer.post + Owner.receive (bench/api_python.py),
 //                 when python3 and python/shmbox are there; else a skip row
+//   spin-ring     the benchmarks' spin ring (bench/spin_ring.hpp), push + pop, the
+//                 same rounds: the floor, a path with nothing but the hand-off (no
+//                 lengths, counters, owner, crash records or handle checks)
 // Rows (rows.hpp), group api-64: metric post-recv-ns per mechanism, and
-// ratios c / c++-in-place, c / c++ and python / c (mechanism ratio-..., unit x).
+// ratios c / c++-in-place, c / c++, python / c and c++ / spin-ring
+// (mechanism ratio-..., unit x). The last is what a busy round trip pays
+// twice per round, on its critical path (docs/benchmarks.md).
 // Exit 1 when a message is lost, refused or out of order.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +32,7 @@
 
 #include "api_loop.h"
 #include "rows.hpp"
+#include "spin_ring.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -69,12 +75,48 @@ double cpp_post_recv(const std::string& name, long rounds, bool in_place) {
           return -1;
         std::memcpy(&seq, m.data.data(), sizeof seq);
       }
-      ok = seq == want++;
+      ok = ok && seq == want++;
     }
   }
   if (!ok) return -1;
   const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
   return ns / static_cast<double>(rounds * kBatch);
+}
+
+// The same rounds through a spin ring of kBatch slots: a producer and a
+// consumer handle in this process. -1: a message lost or out of order.
+double spin_push_pop(const std::string& name, long rounds) {
+  try {
+    shmbench::SpinRing::remove(name);
+    auto tx = shmbench::SpinRing::create(name, kBatch);
+    auto rx = shmbench::SpinRing::open(name);
+    shmbench::SpinRing::remove(name);
+    unsigned char msg[kSize], buf[kSize];
+    std::memset(msg, 'c', sizeof msg);
+    std::uint64_t next = 0, want = 0;
+    bool ok = true;
+    const auto t0 = clock_type::now();
+    for (long r = 0; r < rounds && ok; ++r) {
+      for (unsigned i = 0; i < kBatch; ++i) {
+        std::memcpy(msg, &next, sizeof next);
+        ++next;
+        tx.push(msg);  // never waits: the round leaves the ring empty
+      }
+      for (unsigned i = 0; i < kBatch; ++i) {
+        rx.pop(buf);
+        std::uint64_t seq = 0;
+        std::memcpy(&seq, buf, sizeof seq);
+        ok = ok && seq == want++;
+      }
+    }
+    if (!ok) return -1;
+    const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
+    return ns / static_cast<double>(rounds * kBatch);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench-api: spin ring: %s\n", e.what());
+    shmbench::SpinRing::remove(name);
+    return -1;
+  }
 }
 
 // The Python side: bench/api_python.py NAME ROUNDS prints ns per message.
@@ -125,21 +167,23 @@ int main(int argc, char** argv) {
   }
   const char* src = std::getenv("SHMBOX_SOURCE_ROOT");
   const std::string script = std::string(src != nullptr ? src : ".") + "/bench/api_python.py";
-  std::vector<double> cpp, cpp_in_place, c, py, r_c_inplace, r_c_cpp, r_py_c;
+  std::vector<double> cpp, cpp_in_place, c, py, spin, r_c_inplace, r_c_cpp, r_py_c, r_cpp_spin;
   std::string py_skip;
   bool failed = false;
   for (int r = 0; r < reps && !failed; ++r) {
-    double a = 0, b = 0, x = 0;
+    double a = 0, b = 0, x = 0, q = 0;
     if (r % 2 == 0) {
       a = cpp_post_recv(name, rounds, false);
       b = cpp_post_recv(name, rounds, true);
       x = shmbench_c_post_recv(name.c_str(), rounds, kBatch, kSize);
+      q = spin_push_pop(name + "-spin", rounds);
     } else {
+      q = spin_push_pop(name + "-spin", rounds);
       x = shmbench_c_post_recv(name.c_str(), rounds, kBatch, kSize);
       b = cpp_post_recv(name, rounds, true);
       a = cpp_post_recv(name, rounds, false);
     }
-    if (a < 0 || b < 0 || x < 0) {
+    if (a < 0 || b < 0 || x < 0 || q < 0) {
       std::fprintf(stderr, "bench-api: a message was lost, refused or out of order\n");
       failed = true;
       break;
@@ -149,6 +193,8 @@ int main(int argc, char** argv) {
     c.push_back(x);
     r_c_inplace.push_back(x / b);
     r_c_cpp.push_back(x / a);
+    spin.push_back(q);
+    r_cpp_spin.push_back(a / q);
     if (py_skip.empty()) {
       const double p = python_post_recv(script, name, py_rounds, py_skip);
       if (p == -1) {
@@ -172,12 +218,14 @@ int main(int argc, char** argv) {
   row("c", "post-recv-ns", c, "ns", "shmbox_post + shmbox_receive (C)");
   row("ratio-c-in-place", "ratio", r_c_inplace, "x", "c / c++-in-place: the C layer alone");
   row("ratio-c-cpp", "ratio", r_c_cpp, "x", "c / c++");
+  row("spin-ring", "post-recv-ns", spin, "ns", "the benchmarks' spin ring, push + pop: the floor");
+  row("ratio-cpp-spin-ring", "ratio", r_cpp_spin, "x", "c++ / spin-ring: the library's path against the bare hand-off");
   row("python", "post-recv-ns", py, "ns", "Producer.post + Owner.receive (ctypes)");
   row("ratio-python-c", "ratio", r_py_c, "x", "python / c");
   if (py.empty()) res.skip("api-64", "python", py_skip.empty() ? "not measured" : py_skip);
   res.print();
-  std::fprintf(stderr, "bench-api: c++ %.1f ns, c++ in place %.1f ns, c %.1f ns per message (medians of %d)\n",
+  std::fprintf(stderr, "bench-api: c++ %.1f ns, c++ in place %.1f ns, c %.1f ns, spin ring %.1f ns per message (medians of %d)\n",
                shmbench::summarize(cpp).median, shmbench::summarize(cpp_in_place).median, shmbench::summarize(c).median,
-               reps);
+               shmbench::summarize(spin).median, reps);
   return 0;
 }

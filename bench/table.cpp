@@ -339,9 +339,11 @@ int main(int argc, char** argv) {
              {"c++", "C++ post + receive(message&)"},
              {"c++-in-place", "C++ post + receive_in_place + memcpy"},
              {"c", "C API shmbox_post + shmbox_receive"},
-             {"python", "Python post + receive (ctypes)"}}) {
+             {"python", "Python post + receive (ctypes)"},
+             {"spin-ring", "spin ring push + pop (the floor)"}}) {
       std::printf("%s| %s\n", pad(label, 40).c_str(), cell("api-64", m, "post-recv-ns").c_str());
     }
+    std::printf("%s| %s\n", pad("  C++ / spin ring", 40).c_str(), cell("api-64", "ratio-cpp-spin-ring", "ratio").c_str());
     std::printf("%s| %s\n", pad("  C / C++ in place (the C layer)", 40).c_str(), cell("api-64", "ratio-c-in-place", "ratio").c_str());
     std::printf("%s| %s\n", pad("  C / C++", 40).c_str(), cell("api-64", "ratio-c-cpp", "ratio").c_str());
     std::printf("%s| %s\n\n", pad("  Python / C", 40).c_str(), cell("api-64", "ratio-python-c", "ratio").c_str());
