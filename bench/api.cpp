@@ -41,77 +41,81 @@ using clock_type = std::chrono::steady_clock;
 constexpr unsigned kBatch = 256;
 constexpr unsigned kSize = 64;
 
-double cpp_post_recv(const std::string& name, long rounds, bool in_place) {
-  auto p = shmbox::Producer::attach(name);
-  auto o = shmbox::Owner::acquire(name);
-  if (!p || !o) return -1;
-  char msg[kSize];
+// Times `rounds` rounds of kBatch 64-byte messages, each carrying its
+// sequence number in its first 8 bytes: send(msg) sends one (false: it was
+// refused), then recv(seq) takes one each and reads its number (false:
+// nothing there, or the wrong size). ns per message; -1 when a message is
+// refused, missing or out of order.
+template <class Send, class Recv>
+double timed_rounds(long rounds, Send&& send, Recv&& recv) {
+  unsigned char msg[kSize];
   std::memset(msg, 'c', sizeof msg);
-  char buf[4096];
   std::uint64_t next = 0, want = 0;
-  shmbox::message m;
-  bool ok = true;
   const auto t0 = clock_type::now();
-  for (long r = 0; r < rounds && ok; ++r) {
+  for (long r = 0; r < rounds; ++r) {
     for (unsigned i = 0; i < kBatch; ++i) {
       std::memcpy(msg, &next, sizeof next);
       ++next;
-      if (p->post(msg, sizeof msg) != shmbox::post_status::stored) return -1;
+      if (!send(static_cast<const unsigned char*>(msg))) return -1;
     }
     for (unsigned i = 0; i < kBatch; ++i) {
       std::uint64_t seq = 0;
-      if (in_place) {
-        std::size_t got = 0;
-        const auto s = o->receive_in_place(
-            [&](const shmbox::message_view& v) {
-              std::memcpy(buf, v.data.data(), v.data.size());
-              got = v.data.size();
-            },
-            {.max = 1, .timeout = std::chrono::nanoseconds(0)});
-        if (s != shmbox::recv_status::ok || got != kSize) return -1;
-        std::memcpy(&seq, buf, sizeof seq);
-      } else {
-        if (o->receive(m, {.timeout = std::chrono::nanoseconds(0)}) != shmbox::recv_status::ok || m.data.size() != kSize)
-          return -1;
-        std::memcpy(&seq, m.data.data(), sizeof seq);
-      }
-      ok = ok && seq == want++;
+      if (!recv(seq) || seq != want++) return -1;
     }
   }
-  if (!ok) return -1;
   const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
   return ns / static_cast<double>(rounds * kBatch);
 }
 
+double cpp_post_recv(const std::string& name, long rounds, bool in_place) {
+  auto p = shmbox::Producer::attach(name);
+  auto o = shmbox::Owner::acquire(name);
+  if (!p || !o) return -1;
+  char buf[4096];
+  shmbox::message m;
+  return timed_rounds(
+      rounds, [&](const unsigned char* msg) { return p->post(msg, kSize) == shmbox::post_status::stored; },
+      [&](std::uint64_t& seq) {
+        if (in_place) {
+          std::size_t got = 0;
+          const auto s = o->receive_in_place(
+              [&](const shmbox::message_view& v) {
+                std::memcpy(buf, v.data.data(), v.data.size());
+                got = v.data.size();
+              },
+              {.max = 1, .timeout = std::chrono::nanoseconds(0)});
+          if (s != shmbox::recv_status::ok || got != kSize) return false;
+          std::memcpy(&seq, buf, sizeof seq);
+          return true;
+        }
+        if (o->receive(m, {.timeout = std::chrono::nanoseconds(0)}) != shmbox::recv_status::ok || m.data.size() != kSize)
+          return false;
+        std::memcpy(&seq, m.data.data(), sizeof seq);
+        return true;
+      });
+}
+
 // The same rounds through a spin ring of kBatch slots: a producer and a
-// consumer handle in this process. -1: a message lost or out of order.
+// consumer handle in this process (a round leaves the ring empty, so a push
+// never waits).
 double spin_push_pop(const std::string& name, long rounds) {
   try {
     shmbench::SpinRing::remove(name);
     auto tx = shmbench::SpinRing::create(name, kBatch);
     auto rx = shmbench::SpinRing::open(name);
     shmbench::SpinRing::remove(name);
-    unsigned char msg[kSize], buf[kSize];
-    std::memset(msg, 'c', sizeof msg);
-    std::uint64_t next = 0, want = 0;
-    bool ok = true;
-    const auto t0 = clock_type::now();
-    for (long r = 0; r < rounds && ok; ++r) {
-      for (unsigned i = 0; i < kBatch; ++i) {
-        std::memcpy(msg, &next, sizeof next);
-        ++next;
-        tx.push(msg);  // never waits: the round leaves the ring empty
-      }
-      for (unsigned i = 0; i < kBatch; ++i) {
-        rx.pop(buf);
-        std::uint64_t seq = 0;
-        std::memcpy(&seq, buf, sizeof seq);
-        ok = ok && seq == want++;
-      }
-    }
-    if (!ok) return -1;
-    const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
-    return ns / static_cast<double>(rounds * kBatch);
+    unsigned char buf[kSize];
+    return timed_rounds(
+        rounds,
+        [&](const unsigned char* msg) {
+          tx.push(msg);
+          return true;
+        },
+        [&](std::uint64_t& seq) {
+          rx.pop(buf);
+          std::memcpy(&seq, buf, sizeof seq);
+          return true;
+        });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench-api: spin ring: %s\n", e.what());
     shmbench::SpinRing::remove(name);
