@@ -26,6 +26,10 @@
 //                     managed segment, busy-polling (single producer)
 //   spin-ring         the hand-written spin ring (spin_ring.hpp): the
 //                     practical limit of shared memory (single producer)
+//   spin-ring-locked  the same ring with one locked read-modify-write (on a
+//                     private line) before every push: the floor of a queue
+//                     with several producers, whose claim needs one (a
+//                     shmbox post's tail CAS), as a single producer meets it
 //
 // OUTPUT
 // stdout: one row per (group, mechanism) in the format of bench/rows.hpp:
@@ -147,6 +151,7 @@ struct MechInfo {
   shmbox_recv recv = shmbox_recv::batch;
   std::size_t recv_max = kBatch;  // the most messages one receive call takes
   shmbox_box box = shmbox_box::fifo;  // shmbox: the kind of box (common.hpp)
+  bool locked_push = false;           // spin ring: EndCtx::locked_push
 };
 
 // A baseline: its name is the one of bench/mech/mech.hpp.
@@ -173,6 +178,8 @@ constexpr MechInfo kMechs[] = {
     baseline(Kind::unix_socket, {}, 16),
     baseline(Kind::lockfree_spsc, "single-producer queue", 1),
     baseline(Kind::spin_ring, "single-producer ring", 1),
+    {"spin-ring-locked", Kind::spin_ring, "single-producer ring", 1, shmbox_send::post, shmbox_recv::batch, kBatch,
+     shmbox_box::fifo, true},
 };
 
 // ===========================================================================
@@ -378,6 +385,7 @@ RunResult run_once(const Config& cfg, const Args& args) {
   base.end.size = cfg.size;
   base.end.send_mode = m.send;
   base.end.recv_mode = m.recv;
+  base.end.locked_push = m.locked_push;
   base.per_producer = split_evenly(cfg.messages, cfg.producers);
   base.ends = run.child_ends();
 

@@ -42,6 +42,9 @@ struct EndCtx {
   int tx_fd = -1, rx_fd = -1;  // pipe and socket queues
   shmbox_send send_mode = shmbox_send::post;
   shmbox_recv recv_mode = shmbox_recv::batch;
+  // spin ring: one locked read-modify-write per push (spin-ring-locked), the
+  // one instruction a claim among several producers cannot do without
+  bool locked_push = false;
 };
 
 // How the parent makes a queue (make_queue, bench/mech/mech.hpp).
