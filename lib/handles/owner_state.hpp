@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -89,7 +90,13 @@ struct message_sink final : detail::owner_sink {
   detail::take_verdict append(const std::byte* data, std::uint32_t size, bool redelivered, std::uint32_t lane,
                                      std::uint64_t position, std::int64_t priority) override {
     const request_split r = split_request(data, size, redelivered);
-    out->data.assign(reinterpret_cast<const char*>(data), r.body);
+    // A message as long as the last one (a loop of receives of one kind of
+    // message): copied over it, without assign's re-sizing.
+    std::string& d = out->data;
+    if (d.size() == r.body) [[likely]]
+      std::memcpy(d.data(), data, r.body);
+    else
+      d.assign(reinterpret_cast<const char*>(data), r.body);
     if (r.trailer != 0 || !out->reply_to.empty()) [[unlikely]]
       out->reply_to.assign(reinterpret_cast<const char*>(data) + r.body, r.trailer);
     out->answered = r.answered;

@@ -195,6 +195,25 @@ TEST_CASE("receive_batch into a reusable batch: exact bytes, order, memory reuse
   shmtest::check_invariant(*box);
 }
 
+TEST_CASE("one message reused across receives: each receive holds exactly the new bytes, longer, shorter or as long") {
+  shmtest::segment_guard g(shmtest::unique_name("reuse"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 100});
+  auto p = shmbox::Producer::attach(*box);
+  auto owner = shmbox::Owner::acquire(*box);
+  // as long as the last (copied over it), longer, shorter, empty, as long as an empty one
+  const std::vector<std::string> sent = {"abcdef", "ghijkl", std::string(100, 'z'), "mn", "", "", "op", "qr"};
+  for (const auto& s : sent) REQUIRE(p->post(s) == post_status::stored);
+  shmbox::message m;
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    REQUIRE((i % 2 == 0 ? owner->try_receive(m) : owner->receive(m, {.timeout = 0ns})) == shmbox::recv_status::ok);
+    CHECK(m.data == sent[i]);
+    CHECK(m.position == i);
+    CHECK(m.reply_to.empty());
+  }
+  CHECK(owner->try_receive(m) == shmbox::recv_status::empty);
+  shmtest::check_invariant(*box);
+}
+
 TEST_CASE("block: a post waits for space and stores once the owner frees a slot") {
   shmtest::segment_guard g(shmtest::unique_name("block"));
   shmbox::options o;
