@@ -177,25 +177,21 @@ int main(int argc, char** argv) {
               "   post_batch(32) / receive_batch(256); receive = post / receive(m, 1 s); try-receive = post / a\n"
               "   try_receive polling loop; in-place-1 = loan+commit / receive_in_place(max 1); boost-mq =\n"
               "   message_queue send / receive, one message per call)\n");
-  std::printf("%s", pad("  one message / call", 20).c_str());
-  for (const auto& [g, label] : tput_groups) {
-    std::string t = "vs copy:";
-    for (const auto& s : {"shmbox-receive", "shmbox-try-receive", "shmbox-in-place-1"}) {
-      t += ' ';
-      t += ratio_text(get(g, s, "rate"), get(g, "shmbox-copy", "rate"));
+  // One line of the one-message calls' rates against `ref`'s, per group.
+  auto one_message_line = [&](const char* first, const char* tag, const char* ref) {
+    std::printf("%s", pad(first, 20).c_str());
+    for (const auto& [g, label] : tput_groups) {
+      std::string t = tag;
+      for (const auto& s : {"shmbox-receive", "shmbox-try-receive", "shmbox-in-place-1"}) {
+        t += ' ';
+        t += ratio_text(get(g, s, "rate"), get(g, ref, "rate"));
+      }
+      std::printf("| %s", pad(t, 31).c_str());
     }
-    std::printf("| %s", pad(t, 31).c_str());
-  }
+  };
+  one_message_line("  one message / call", "vs copy:", "shmbox-copy");
   std::printf("\n  (ratios: receive, try-receive, in-place-1 to the receive_batch path of the same run)\n");
-  std::printf("%s", pad("", 20).c_str());
-  for (const auto& [g, label] : tput_groups) {
-    std::string t = "vs locked:";
-    for (const auto& s : {"shmbox-receive", "shmbox-try-receive", "shmbox-in-place-1"}) {
-      t += ' ';
-      t += ratio_text(get(g, s, "rate"), get(g, "spin-ring-locked", "rate"));
-    }
-    std::printf("| %s", pad(t, 31).c_str());
-  }
+  one_message_line("", "vs locked:", "spin-ring-locked");
   std::printf("\n  (the same to spin-ring-locked: the spin ring with the one locked instruction of a claim among\n"
               "   several producers (a post's tail CAS) before each push; 1 producer: the post is the bottleneck)\n\n");
 
