@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -123,6 +125,78 @@ inline std::string shm_refusal(const shm_file& f, std::string_view what) {
   s += ": someone else's file? if it is garbage, remove it: ";
   s += (S_ISDIR(f.refused) ? "rmdir " : "rm ") + f.path;
   return s;
+}
+
+// ===========================================================================
+// THE TRUST RULE (docs/guarantees.md, "Trust"): what shmbox may do with an
+// object it opens by name, by who owns it and who may write it. Anything at
+// a name in /dev/shm may have been planted, written, truncated or locked by
+// another local user; these are the checks every surface makes, here once.
+//  T1 Kind: only a regular file where a segment is expected, only a FIFO
+//     where a doorbell is (S1-S3 above): nothing else is opened.
+//  T2 Writers: a file may be written by its owner uid, by its group when
+//     g+w, by everyone when o+w, and by root (shm_writers below).
+//  T3 Acting on contents: an object whose contents shmbox ACTS ON beyond
+//     posting into it (a bridge status it adopts or shows, a doorbell it
+//     reads, a segment whose names it follows) is used only when its owner
+//     is an expected uid (the service's, the box's owner's, or this
+//     process's: shm_owned_by) and nobody else may write it
+//     (shm_private_to_owner). Otherwise it is refused, counted and said.
+//  T4 Following a name: a name (dead letters, a pool's member, a reply box)
+//     read from object A is followed to object B only when everyone who may
+//     write A may write B (shm_writers_within): following it can give its
+//     writer nothing that posting into B directly would not.
+//  T5 Reading what may shrink: every mapping of a segment is registered with
+//     the SIGBUS guard (base/bus_guard.hpp): a truncation under a reader
+//     turns into zero pages and an error for that one object, never a
+//     death; small objects are read through private copies (pread).
+//  T6 Waiting on another process's lock byte: never in the kernel without a
+//     deadline (segment/liveness.hpp L7): polled, with a deadline, and a
+//     signal ends the wait.
+//  T7 Lengths, offsets, counts and names read from shared memory are
+//     bounded before use (segment.cpp open_segment, pool.cpp, verify).
+// ===========================================================================
+
+// T2: the three classes of writers of a file (root is always one more).
+// Its owner counts whatever the u+w bit says: it may chmod the file.
+struct shm_writers {
+  uid_t uid = 0;          // its owner
+  gid_t gid = 0;          // its group, which may write it when `group`
+  bool group = false;     // g+w
+  bool everyone = false;  // o+w
+};
+inline shm_writers writers_of(const struct stat& st) noexcept {
+  return {st.st_uid, st.st_gid, (st.st_mode & S_IWGRP) != 0, (st.st_mode & S_IWOTH) != 0};
+}
+
+// T3: nobody but its owner (and root) may write it.
+inline bool shm_private_to_owner(const struct stat& st) noexcept { return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
+
+// T3: its owner is one of `uids`.
+inline bool shm_owned_by(const struct stat& st, std::initializer_list<uid_t> uids) noexcept {
+  for (const uid_t u : uids)
+    if (st.st_uid == u) return true;
+  return false;
+}
+
+// T4: everyone who may write `from` may also write `to` (root, who may
+// write anything, excepted). Group membership of another uid is not looked
+// up: a group writer of `from` is covered only by the same group on `to`
+// (or by everyone): conservative, never generous.
+inline bool shm_writers_within(const struct stat& from, const struct stat& to) noexcept {
+  const shm_writers a = writers_of(from), b = writers_of(to);
+  if (b.everyone) return true;
+  if (a.everyone) return false;
+  if (a.group && !(b.group && b.gid == a.gid)) return false;
+  if (a.uid != 0 && b.uid != a.uid) return false;
+  return true;
+}
+
+// "uid 1000, mode 0666": how a refusal under T3/T4 describes a file.
+inline std::string shm_describe(const struct stat& st) {
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return "uid " + std::to_string(st.st_uid) + ", mode " + mode;
 }
 
 // The names in /dev/shm that start with `prefix` and are longer, without
