@@ -124,6 +124,7 @@ int cmd_dump(const parsed& a) {
   auto box = shmbox::Box::inspect(a.name);
   if (!box) return fail(box.error());
   const std::vector<shmbox::peeked_message> msgs = shmbox::peek(*box, a.dump.max);
+  if (auto whole = box->intact(); !whole) return fail(whole.error());  // truncated while read (T5)
   if (a.json) {
     json out = json::array();
     for (const auto& m : msgs) {

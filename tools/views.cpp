@@ -233,6 +233,7 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
   const shmbox::box_info i = shmbox::info(*box);
+  if (auto whole = box->intact(); !whole) return fail(whole.error());  // truncated while read (T5)
   // A file planted at a bridge status path: said on stderr, the box shown all the same.
   std::vector<std::string> bridge_problems;
   const std::vector<bridge_info> bridges = read_bridges(i.name, &bridge_problems);
@@ -425,6 +426,13 @@ std::vector<listed_box> inspect_all_boxes(std::error_code& list_error) {
     if (!box && box.error() == shmbox::errc::not_found) continue;  // removed since list()
     listed_box b{n, std::nullopt, box ? std::error_code() : box.error(), box ? std::string() : shmbox::explain(box.error())};
     if (box) b.info = shmbox::info(*box);
+    // A segment over the snapshot's size is mapped: truncated while it was
+    // read, its figures are zeros (docs/guarantees.md, "Trust" T5).
+    if (auto whole = box ? box->intact() : shmbox::result<void>{}; !whole) {
+      b.info.reset();
+      b.error = whole.error();
+      b.sentence = shmbox::explain(whole.error());
+    }
     boxes.push_back(std::move(b));
   }
   return boxes;
@@ -578,6 +586,7 @@ int cmd_heirs(const std::string& name, bool as_json) {
   auto box = shmbox::Box::inspect(name);
   if (!box) return fail(box.error());
   const shmbox::box_info i = shmbox::info(*box);
+  if (auto whole = box->intact(); !whole) return fail(whole.error());  // truncated while read (T5)
   if (as_json) {
     std::cout << heirs_json(i).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;

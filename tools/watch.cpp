@@ -30,12 +30,13 @@ using wall = std::chrono::system_clock;
 
 // ---- figures -----------------------------------------------------------------
 
-enum class segment_state { present, removed, replaced };
+enum class segment_state { present, removed, replaced, truncated };
 
 const char* to_string(segment_state s) {
   switch (s) {
     case segment_state::removed: return "removed";
     case segment_state::replaced: return "replaced";
+    case segment_state::truncated: return "truncated";
     default: return "present";
   }
 }
@@ -180,6 +181,8 @@ std::vector<view_line> frame_lines(const sample& s, const std::optional<rates>& 
     add(" REMOVED: /dev/shm/shmbox." + i.name + " is gone; showing the last state seen ", "\x1b[7m");
   else if (s.segment == segment_state::replaced)
     add(" REPLACED: a new box '" + i.name + "' exists; this is the old one (restart watch) ", "\x1b[7m");
+  else if (s.segment == segment_state::truncated)
+    add(" TRUNCATED: another process shrank the segment under this view; what it held beyond reads as zeros ", "\x1b[7m");
   add("");
 
   add(format("%-5s %-11s %17s  %-34s %4s", "LANE", "POLICY", "DEPTH/CAP", "FILL", ""), "\x1b[1m");
@@ -281,7 +284,7 @@ class box_view final : public live_view {
     s.info = shmbox::info(box_);
     s.at = steady::now();
     s.when = wall::now();
-    s.segment = seg_.check();
+    s.segment = box_.intact() ? seg_.check() : segment_state::truncated;  // T5 (docs/guarantees.md)
     r_ = prev_ ? std::optional<rates>(rates_between(*prev_, s)) : std::nullopt;
     prev_ = std::move(s);
   }

@@ -192,6 +192,12 @@ class SHMBOX_API Box {
   std::uint32_t capacity(std::uint32_t lane) const noexcept;
   // Sums of the counters in the segment.
   shmbox::counters read_counters() const;
+  // Whether the segment is still whole under this handle: errc::truncated
+  // once a process that may write it shrank it while this process had it
+  // mapped (what lay beyond the new end reads as zeros from then on, so
+  // info() and the counters are not the box's any more: docs/guarantees.md,
+  // "Trust"). A snapshot's copy is always whole.
+  result<void> intact() const;
   // Asks the box's owner to hand the box to process `pid` of the caller's pid
   // namespace, which must be waiting for it (an heir or listener:
   // Heir::enlist / listen, or `shmbox recv --heir`); request_give_away_to_heir

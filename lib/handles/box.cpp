@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -88,6 +89,18 @@ result<std::vector<std::string>> Box::list() {
   // compare(), not <: a string operator<=> instantiated here would be exported (tests/unit/exported_symbols.py).
   std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return a.compare(b) < 0; });
   return names;
+}
+
+result<void> Box::intact() const {
+  if (!m_->shrank()) return {};
+  struct stat st {};
+  const std::string now = m_->fd >= 0 && ::fstat(m_->fd, &st) == 0
+                              ? std::to_string(st.st_size) + " bytes now, owned by uid " + std::to_string(st.st_uid)
+                              : "its size now unknown";
+  return detail::fail(errc::truncated, "box '" + m_->name + "': its segment shrank while this process had it mapped (" +
+                                           std::to_string(m_->mapped_bytes) + " bytes mapped, " + now +
+                                           "): a process that may write it truncated it; what it held beyond the new end "
+                                           "is lost to this process; remove and recreate the box, and keep it 0600 or within a group you trust");
 }
 
 const std::string& Box::name() const noexcept { return m_->name; }

@@ -136,6 +136,7 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
       if (m.error() != errc::incomplete || !abandoned_creation(fd.fd, c.why)) continue;
     } else {
       const box_info i = info(detail::access::make_box(*m));  // m: the open_segment result of the condition above
+      if ((*m)->shrank()) continue;  // truncated while read (T5): zeros, not its state; for a person to judge
       // Every role holder has the box mapped, so this only confirms L3.
       bool live = i.owner.alive || i.producers_attached != 0;
       for (const heir_info& h : i.heirs) live |= h.alive;

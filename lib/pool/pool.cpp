@@ -26,6 +26,7 @@
 #include "pool/pool_internal.hpp"
 #include "base/process.hpp"
 #include "segment/segment.hpp"
+#include "base/bus_guard.hpp"
 #include "base/shm_file.hpp"
 #include "shmbox/inspect.hpp"
 #include "shmbox/pool.hpp"
@@ -88,7 +89,10 @@ pool_handle::~pool_handle() {
   // leases it holds) to its parent; its lock descriptor points at /dev/null
   // there (L6) and closes with `role`.
   if (born.here_for_sure()) release_client(*this);
-  if (base != nullptr) ::munmap(base, bytes);
+  if (base != nullptr) {
+    bus_guard_remove(bus_ticket);  // T5: before the munmap
+    ::munmap(base, bytes);
+  }
   if (fd >= 0) ::close(fd);
 }
 
@@ -157,6 +161,7 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   h->name = std::string(name);
   h->base = static_cast<std::byte*>(addr);
   h->bytes = bytes;
+  h->bus_ticket = bus_guard_add(addr, bytes, !read_only);  // T5 (shm_file.hpp): a shrink is not a death
   h->read_only = read_only;
   h->fd = std::exchange(fd.fd, -1);
   h->dev = static_cast<std::uint64_t>(st.st_dev);
@@ -327,6 +332,7 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
   }
   void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (addr == MAP_FAILED) return unlink_and(fail_errno(errno, who + ": mmap"));
+  const int bus_ticket = bus_guard_add(addr, total, true);  // T5: the mode may already let others truncate it
   auto* base = static_cast<std::byte*>(addr);
   auto* h = reinterpret_cast<pool_header*>(base);
   // Fresh pages read as zero: every state, key and counter starts at 0 (empty, none).
@@ -371,6 +377,7 @@ result<void> Pool::create(std::string_view name, const pool_options& opts) {
   copy_string(cfg->command, sizeof cfg->command, opts.command);
   copy_string(cfg->init_command, sizeof cfg->init_command, opts.init_command);
   h->ready.store(kReady, std::memory_order_release);  // pairs with the acquire in open_pool_segment
+  bus_guard_remove(bus_ticket);
   ::munmap(addr, total);
   return {};
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "base/bus_guard.hpp"
 #include "base/errors.hpp"
 #include "base/process.hpp"
 #include "pool/pool_layout.hpp"
@@ -228,6 +229,10 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
   n.expired_free = c(pool_counter::expired_free);
   n.expired_returned = c(pool_counter::expired_returned);
   n.auto_grow_starts = c(pool_counter::auto_grow_starts);
+  // T5 (docs/guarantees.md, "Trust"): truncated while it was read, the table read as zeros.
+  if (bus_guard_faults(h.bus_ticket) != 0)
+    return fail(errc::truncated, quote_pool(h.name) + ": its segment shrank while it was read (a process that may write it "
+                                                  "truncated it); remove it ('shmbox pool rm " + h.name + "') and create it again");
   return info;
 }
 

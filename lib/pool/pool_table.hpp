@@ -164,6 +164,7 @@ struct pool_handle {
   std::string name;
   std::byte* base = nullptr;
   std::size_t bytes = 0;
+  int bus_ticket = -1;  // THE TRUST RULE T5: the mapping's ticket with the SIGBUS guard (base/bus_guard.hpp)
   bool read_only = false;
   int fd = -1;  // the mapping's open file description: probes (L2); holds no lock
   std::uint64_t dev = 0, ino = 0;

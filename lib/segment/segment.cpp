@@ -26,6 +26,7 @@
 #include "base/errors.hpp"
 #include "segment/liveness.hpp"
 #include "base/process.hpp"
+#include "base/bus_guard.hpp"
 #include "base/shm_file.hpp"
 
 namespace shmbox::detail {
@@ -150,13 +151,19 @@ ssize_t read_whole(int fd, std::byte* to, std::size_t bytes) {
 }  // namespace
 
 mapped_box::~mapped_box() {
-  if (base != nullptr && snapshot) ::operator delete(base, kSnapshotAlign);
-  else if (base != nullptr) ::munmap(base, mapped_bytes);
+  if (base != nullptr && snapshot) {
+    ::operator delete(base, kSnapshotAlign);
+  } else if (base != nullptr) {
+    bus_guard_remove(bus_ticket);  // T5: before the munmap
+    ::munmap(base, mapped_bytes);
+  }
   untrack_mapping(*this);
   // The lock description (liveness.hpp L1): no role lock is left on it (each
   // role_lock keeps its mapping). The attach lock went with the mapping.
   if (fd >= 0) ::close(fd);
 }
+
+bool mapped_box::shrank() const noexcept { return bus_guard_faults(bus_ticket) != 0; }
 
 std::string shm_path(std::string_view name) { return "/shmbox." + std::string(name); }
 
@@ -361,6 +368,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
   m->name = std::string(name);
   m->base = static_cast<std::byte*>(addr);
   m->mapped_bytes = g.total_bytes;
+  m->bus_ticket = bus_guard_add(addr, g.total_bytes, true);  // T5 (shm_file.hpp): a shrink is not a death
   {
     struct stat st {};
     if (::fstat(fd.fd, &st) == 0) {
@@ -528,6 +536,7 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
     if (addr == MAP_FAILED) return mmap_failed(errno, who, bytes);
     m->base = static_cast<std::byte*>(addr);
     m->mapped_bytes = bytes;
+    m->bus_ticket = bus_guard_add(addr, bytes, !read_only);  // T5 (shm_file.hpp): a shrink is not a death
   }
   m->name = std::string(name);
   m->read_only = read_only;

@@ -89,6 +89,12 @@ struct mapped_box : std::enable_shared_from_this<mapped_box> {
   // `base` is a private copy read with pread (open_segment's snapshot), not a
   // mapping: freed, not unmapped; what it says is as of the open.
   bool snapshot = false;
+  // THE TRUST RULE T5: this mapping's ticket with the SIGBUS guard
+  // (base/bus_guard.hpp), -1 for a snapshot or when the guard is off.
+  int bus_ticket = -1;
+  // The segment shrank under this mapping (a SIGBUS was caught in it): what
+  // lay beyond its new end reads as zeros from then on (errc::truncated).
+  bool shrank() const noexcept;
   geometry geo;
   policy default_policy = policy::reject;
   std::uint32_t block_timeout_ms = 0;

@@ -113,6 +113,12 @@
 //       <first problem>") or "error <errc> <explain()>", exits 0 (tests/ownership/planted.cpp
 //       runs it under a deadline: a hang is the failure).
 //
+//   sigbus-outside NAME
+//       maps box NAME (the SIGBUS guard is installed, lib/base/bus_guard.hpp),
+//       then maps a file of its own (a memfd), truncates it and reads it: it
+//       must die of SIGBUS (the guard keeps only faults in box mappings).
+//       Exits 1 if it lives.
+//
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
 #include <poll.h>
@@ -765,6 +771,22 @@ int map_only(int argc, char** argv) {
   return 0;
 }
 
+int sigbus_outside(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto box = shmbox::Box::open(argv[2]);
+  if (!box) {
+    say("error " + shmbox::explain(box.error()));
+    return 1;
+  }
+  const int fd = ::memfd_create("sigbus-outside", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, 65536) != 0) return 1;
+  void* p = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED || ::ftruncate(fd, 0) != 0) return 1;
+  const volatile char* c = static_cast<const char*>(p);
+  say("read " + std::to_string(static_cast<int>(c[4096])));  // SIGBUS here
+  return 1;
+}
+
 int serve(int argc, char** argv) {
   if (argc < 3) return usage();
   const std::string name = argv[2];
@@ -1120,6 +1142,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);
+  if (cmd == "sigbus-outside") return sigbus_outside(argc, argv);
   if (cmd == "pool-worker") return pool_worker(argc, argv);
   if (cmd == "pool-take") return pool_take(argc, argv);
   if (cmd == "pool-supervise") return pool_supervise(argc, argv);

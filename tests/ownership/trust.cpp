@@ -1,0 +1,147 @@
+// THE TRUST RULE (lib/base/shm_file.hpp T1-T7, docs/guarantees.md "Trust"),
+// tried as another local user would (issue 53): uid 65534 (nobody) when the
+// tests run as root, through setpriv, against this process's boxes and the
+// CLI run as root. Each case is one finding of the issue; each failed before
+// its fix.
+//  T5 a segment shrunk under a reader: ls, metrics, stat, dump, gc and
+//     pool ls (mapped boxes over 1 MiB, pools always) and an owner and a
+//     producer of a 0666 box survive it; the handle says errc::truncated.
+//  T6 lock bytes another user holds: every wait has its deadline.
+//  T4 names read from a segment another user may write are not followed
+//     beyond what posting could do (dead letters, reply boxes).
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "shmbox/shmbox.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The second user: uid/gid 65534 when we are root and setpriv is there;
+// else ourselves (the cases then show the same with one uid: whoever may
+// write a segment may shrink it).
+bool as_root_with_setpriv() { return ::geteuid() == 0 && ::access("/usr/bin/setpriv", X_OK) == 0; }
+
+std::vector<std::string> as_other(std::vector<std::string> argv) {
+  if (!as_root_with_setpriv()) return argv;
+  std::vector<std::string> out{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::string shm_file(const std::string& prefix, const std::string& name) { return "/dev/shm/" + prefix + name; }
+
+// Runs argv to completion under a deadline; its wait status (killed: the signal shows).
+int status_of(const std::vector<std::string>& argv, std::chrono::milliseconds limit = 20s) {
+  shmtest::child c(argv, {}, false, true);
+  (void)c.read_all(limit);
+  return c.wait(limit);
+}
+
+// Unlinks /dev/shm/shmbox-pool.<name> when it goes out of scope.
+struct pool_file_guard {
+  std::string name;
+  explicit pool_file_guard(std::string n) : name(std::move(n)) { ::shm_unlink(("/shmbox-pool." + name).c_str()); }
+  ~pool_file_guard() { ::shm_unlink(("/shmbox-pool." + name).c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("T5: another user flips the size of its box and pool: root's ls, metrics, stat, dump, gc and pool ls survive") {
+  const std::string name = shmtest::unique_name("shrink");
+  shmtest::segment_guard g(name);
+  pool_file_guard pg(shmtest::unique_name("shrinkp"));
+  // The other user's box: 2 MiB of slots, so that ls and metrics map it
+  // (a snapshot copies only up to 1 MiB), and its pool (pools are mapped).
+  REQUIRE(shmtest::run(as_other({shmtest::cli_path(), "create", name, "--capacity", "256", "--slot-size", "32768", "--mode", "0644"})).code == 0);
+  // Full: info's exact depth and dump read every slot, far beyond the header.
+  std::string lines;
+  for (int i = 0; i < 256; ++i) lines += "message " + std::to_string(i) + "\n";
+  REQUIRE(shmtest::run(as_other({shmtest::cli_path(), "post", name}), lines).code == 0);
+  REQUIRE(shmtest::run(as_other({shmtest::cli_path(), "pool", "create", pg.name, "--command", "true", "--init", "0", "--mode", "0644"})).code == 0);
+  struct stat box_st {}, pool_st {};
+  REQUIRE(::stat(shm_file("shmbox.", name).c_str(), &box_st) == 0);
+  REQUIRE(::stat(shm_file("shmbox-pool.", pg.name).c_str(), &pool_st) == 0);
+  CHECK(box_st.st_size > (1 << 20));
+  // What its owner may do to its own files at any time: shrink them and
+  // grow them back, over and over (GNU truncate: ftruncate).
+  const std::string flip = "while :; do truncate -s 8192 " + shm_file("shmbox.", name) + "; truncate -s " +
+                           std::to_string(box_st.st_size) + " " + shm_file("shmbox.", name) + "; truncate -s 4096 " +
+                           shm_file("shmbox-pool.", pg.name) + "; truncate -s " + std::to_string(pool_st.st_size) + " " +
+                           shm_file("shmbox-pool.", pg.name) + "; done";
+  shmtest::child flipper(as_other({"/bin/sh", "-c", flip}), {}, false, true);
+
+  const std::vector<std::vector<std::string>> commands = {
+      {"ls"}, {"metrics"}, {"stat", name}, {"dump", name}, {"gc", "--dry-run", "--prefix", name}, {"pool", "ls"},
+      {"verify", name}};
+  int runs = 0, deaths = 0;
+  std::string who;
+  for (int round = 0; round < 25; ++round) {
+    for (const auto& args : commands) {
+      std::vector<std::string> argv{shmtest::cli_path()};
+      argv.insert(argv.end(), args.begin(), args.end());
+      const int st = status_of(argv);
+      ++runs;
+      if (WIFSIGNALED(st)) {
+        ++deaths;
+        who += " " + args[0] + "(signal " + std::to_string(WTERMSIG(st)) + ")";
+      }
+    }
+  }
+  INFO("killed:" << who);
+  CHECK(runs == 25 * static_cast<int>(commands.size()));
+  CHECK(deaths == 0);
+}
+
+TEST_CASE("T5: another user truncates a 0666 box under its root owner and producer: both live on, the handles say truncated") {
+  const std::string name = shmtest::unique_name("shrinkown");
+  shmtest::segment_guard g(name);
+  shmbox::options o;
+  o.capacity = 64;
+  o.slot_size = 4096;
+  o.mode = 0666;
+  auto box = shmbox::Box::create(name, o);
+  REQUIRE(box);
+  auto owner = shmbox::Owner::acquire(*box);
+  REQUIRE(owner);
+  auto producer = shmbox::Producer::attach(*box);
+  REQUIRE(producer);
+  REQUIRE(shmbox::is_stored(producer->post("before")));
+  shmbox::message m;
+  REQUIRE(owner->try_receive(m) == shmbox::recv_status::ok);
+  CHECK(box->intact());
+  // Another user keeps the header and cuts off the rings.
+  REQUIRE(shmtest::run(as_other({"truncate", "-s", "4096", shm_file("shmbox.", name)})).code == 0);
+  // Every call touches the pages that are gone: zeros now, no SIGBUS.
+  for (int i = 0; i < 100; ++i) (void)producer->post("after");
+  for (int i = 0; i < 100; ++i) (void)owner->try_receive(m);
+  (void)shmbox::info(*box);
+  const auto whole = box->intact();
+  REQUIRE_FALSE(whole);
+  CHECK(whole.error() == shmbox::errc::truncated);
+  CHECK(shmbox::explain(whole.error()).find("shrank") != std::string::npos);
+}
+
+TEST_CASE("T5: a SIGBUS that is not in a guarded mapping still kills the process") {
+  // The guard must not swallow other faults: a child maps a file of its
+  // own (not a box), truncates it and touches it: it dies of SIGBUS, also
+  // when a box was mapped (and the guard installed) before.
+  const std::string name = shmtest::unique_name("busother");
+  shmtest::segment_guard g(name);
+  REQUIRE(shmbox::Box::create(name, {}));
+  const int st = status_of({shmtest::helper_path(), "sigbus-outside", name});
+  CHECK(shmtest::killed_by(st, SIGBUS));
+}
