@@ -230,7 +230,13 @@ result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry
     if (!detail::adopt_producer_entry(*m, *entry, attached_ns, s->ctx))
       return detail::fail(errc::not_found, "box '" + m->name + "': producer entry " + std::to_string(*entry) +
                                                " is not the dead producer's any more (free, held by a live process, or taken over since)");
-  } else if (!detail::claim_producer_entry(*m, s->ctx)) {
+  } else if (std::uint32_t locked_out = 0; !detail::claim_producer_entry(*m, s->ctx, &locked_out)) {
+    if (locked_out != 0)  // liveness.hpp L7: held by someone who may write the segment, or a signal
+      return detail::fail(errc::producer_table_full,
+                          "box '" + m->name + "': no producer entry could be taken: " + std::to_string(locked_out) +
+                              " free entries' lock bytes were held by another process for over a second (" +
+                              (m->mode & 022 ? "the box is writable by others, who may hold them" : "a process of this user holds them") +
+                              "), the rest by live producers; if it stays so, remove and recreate the box");
     return detail::fail(errc::producer_table_full, "box '" + m->name + "': all " + std::to_string(m->max_producers()) +
                                                        " producer entries are held by live processes; create the box with more --max-producers");
   }

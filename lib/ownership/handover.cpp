@@ -152,8 +152,14 @@ result<std::uint64_t> acquire_ownership(mapped_box& m, role_lock& lease) {
     else if (v.key != 0 || heir) why = transfer_reason::owner_died;
     // take_ownership locks the owner byte too (again: a no-op); a failure
     // here is the system's (no descriptor left), not a lost race to retry.
-    if (!lease.lock(m, owner_byte(m)))
+    if (!lease.lock(m, owner_byte(m))) {
+      if (errno == EAGAIN)  // liveness.hpp L7
+        return fail(errc::system_error, who + ": the owner's lock byte of the segment was held by another process for over a second "
+                                              "(whoever may write the segment may hold it); retry, or if it stays so, "
+                                              "remove and recreate the box with a mode that does not let others write it");
+      if (errno == EINTR) return fail(errc::system_error, who + ": interrupted by a signal while waiting for the owner's lock byte");
       return fail_errno(errno, who + ": cannot lock the owner's byte of the segment (open file description lock)");
+    }
     const std::uint64_t epoch = take_ownership(m, v.key, why, heir ? std::string_view(heir->data) : "", lease);
     if (epoch != 0) return epoch;
     // someone else changed the owner meanwhile: look again

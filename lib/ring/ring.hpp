@@ -610,7 +610,9 @@ std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view
 
 // Takes a producer entry (free, or held by a dead process whose pending op is
 // completed first). Returns false when every entry is held by a live process.
-bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept;
+// `locked_out` (optional): counts the entries skipped because another process
+// held their byte past the deadline (segment/liveness.hpp L7).
+bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out = nullptr) noexcept;
 // Takes entry i from the dead holder that attached at `attached_ns` (its
 // pending op completed first, so the entry's counters are final). False when
 // the entry is free, held by a live process, or was claimed by another since.

@@ -417,11 +417,17 @@ void finish_dead_entry(producer_ctx& p) noexcept {
 
 namespace {
 // Claims entry i, whose key was `k` (0: free; else a dead holder's, whose
-// pending op is completed first). False when another claimant won it.
-bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t me, producer_ctx& out) noexcept {
+// pending op is completed first). False when another claimant won it, or
+// when its byte stayed held by another process until `give_up_ns`
+// (liveness.hpp L7: then *locked_out counts it).
+bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t me, producer_ctx& out,
+                 std::uint64_t give_up_ns, std::uint32_t* locked_out) noexcept {
   producer_entry* pe = m.producer(i);
   // liveness.hpp L1: the entry's byte first, then the key.
-  if (!out.lock.lock(m, producer_byte(m, i))) return false;
+  if (!out.lock.lock(m, producer_byte(m, i), give_up_ns)) {
+    if (locked_out != nullptr && (errno == EAGAIN || errno == EINTR)) ++*locked_out;
+    return false;
+  }
   // (pairs: acquire with release_producer_entry's release CAS; release with the
   // acquire key loads of actor_state, claimants_of and the next claimant.)
   // acq_rel: acquire the dead holder's op and counters; release our key
@@ -441,9 +447,12 @@ bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t 
 }
 }  // namespace
 
-bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
+bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out) noexcept {
   const std::uint64_t me = self_key();
   if (me == 0) return false;
+  // L7: one deadline for every entry tried; an entry whose byte another
+  // process holds past it is skipped (a hostile lock costs that entry only).
+  const std::uint64_t give_up = mono_ns() + kRoleLockWaitNs;
   // Free entries first (no system calls), then entries of dead processes.
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < m.max_producers(); ++i) {
@@ -452,7 +461,7 @@ bool claim_producer_entry(mapped_box& m, producer_ctx& out) noexcept {
       // claimant's acq_rel CAS below.
       std::uint64_t k = pe->key.load(std::memory_order_acquire);
       if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, producer_byte(m, i)))) continue;
-      if (claim_entry(m, i, k, me, out)) return true;
+      if (claim_entry(m, i, k, me, out, give_up, locked_out)) return true;
     }
   }
   return false;
@@ -466,7 +475,7 @@ bool adopt_producer_entry(mapped_box& m, std::uint32_t i, std::uint64_t attached
   // a claimant that changed both is seen by the key CAS in claim_entry.
   const std::uint64_t k = pe->key.load(std::memory_order_acquire);
   if (k == 0 || pe->attached_unix_ns.load(std::memory_order_relaxed) != attached_ns || lock_held(m, producer_byte(m, i))) return false;
-  return claim_entry(m, i, k, me, out);
+  return claim_entry(m, i, k, me, out, 0, nullptr);
 }
 
 void release_producer_entry(producer_ctx& p) noexcept {

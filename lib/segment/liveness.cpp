@@ -2,7 +2,9 @@
 #include "segment/liveness.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/process.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "base/shm_file.hpp"
@@ -32,9 +35,50 @@ struct flock one_byte(short type, std::uint64_t off) noexcept {
   return fl;
 }
 
-// A lock of `type` on byte `off` of `fd`'s description, waiting (F_OFD_SETLKW)
-// for as long as another description holds a conflicting one.
-bool wait_lock_byte(int fd, std::uint64_t off, short type) noexcept {
+// A lock of `type` on byte `off` of `fd`'s description, waiting for a
+// conflicting holder until `give_up_ns` (0: kRoleLockWaitNs from now) by
+// polling, never in the kernel; a signal ends the wait (L7). Signals are
+// blocked while we look, and the pauses are ppoll()s that unblock them
+// atomically: a signal that comes at any moment of the wait, during a look
+// included, is delivered in the next pause and ends it (EINTR), the
+// pselect() pattern; a plain sleep would miss one that came during the look.
+bool wait_lock_byte(int fd, std::uint64_t off, short type, std::uint64_t give_up_ns) noexcept {
+  if (fd < 0) return false;
+  struct flock fl = one_byte(type, off);
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;  // the usual case: nothing to wait for
+  if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
+  if (give_up_ns == 0) give_up_ns = mono_ns() + kRoleLockWaitNs;
+  sigset_t all, before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &before);
+  long pause_ns = 50'000;
+  bool locked = false;
+  int err = EAGAIN;
+  for (;;) {
+    if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+      locked = true;
+      break;
+    }
+    if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
+      err = errno;
+      break;
+    }
+    if (mono_ns() >= give_up_ns) break;  // EAGAIN: held past the deadline
+    const struct timespec pause {0, pause_ns};
+    if (::ppoll(nullptr, 0, &pause, &before) < 0 && errno == EINTR) {
+      err = EINTR;  // a signal's handler ran: its program may want to stop
+      break;
+    }
+    pause_ns = std::min(pause_ns * 2, 1'000'000L);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (!locked) errno = err;
+  return locked;
+}
+
+// A release watcher's wait (release_watch.hpp): in the kernel, for as long
+// as the byte is held, in a thread of its own that no call waits for (L7).
+bool block_for_byte(int fd, std::uint64_t off, short type) noexcept {
   if (fd < 0) return false;
   struct flock fl = one_byte(type, off);
   int rc;
@@ -217,21 +261,22 @@ role_lock& role_lock::operator=(role_lock&& o) noexcept {
   return *this;
 }
 
-bool role_lock::lock(const mapped_box& m, std::uint64_t off) noexcept {
+bool role_lock::lock(const mapped_box& m, std::uint64_t off, std::uint64_t give_up_ns) noexcept {
+  if (give_up_ns == 0) give_up_ns = mono_ns() + kRoleLockWaitNs;  // L7
   if (fd_ < 0) {
     if (m_ != nullptr && m_.get() != &m) reset();  // another box: let go of the first
     if (m_ == nullptr) m_ = m.weak_from_this().lock();
-    if (m_ != nullptr) return hold(off);
+    if (m_ != nullptr) return hold(off, give_up_ns);
   }
   // Not held by a shared_ptr: a description of our own.
-  return open_with([&m] { return reopen_segment(m); }) && lock_open(off);
+  return open_with([&m] { return reopen_segment(m); }) && lock_open(off, give_up_ns);
 }
 
 // L1's one description: count the byte, and lock it when we are its first
 // holder in this process. The kernel lock is taken under the mutex without
 // waiting; when another description holds the byte exclusively for a moment
 // (a watcher, L5), we wait for it outside the mutex and count it after.
-bool role_lock::hold(std::uint64_t off) noexcept {
+bool role_lock::hold(std::uint64_t off, std::uint64_t give_up_ns) noexcept {
   const mapped_box& m = *m_;
   try {
     bytes_.reserve(bytes_.size() + 1);
@@ -273,9 +318,9 @@ bool role_lock::hold(std::uint64_t off) noexcept {
       if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
     }
     // Held exclusively by another description: wait for it (it holds the
-    // byte for a moment), then count it above (the lock is ours already,
-    // and taking it again there does not wait).
-    if (!wait_lock_byte(m.fd, off, F_RDLCK)) return false;
+    // byte for a moment, or, L7, until our deadline), then count it above
+    // (the lock is ours already, and taking it again there does not wait).
+    if (!wait_lock_byte(m.fd, off, F_RDLCK, give_up_ns)) return false;
   }
 }
 
@@ -320,14 +365,16 @@ bool role_lock::open_with(Open open_description) noexcept {
   return true;
 }
 
-// L3: gc may hold the byte exclusively for a moment: wait.
-bool role_lock::lock_open(std::uint64_t off) noexcept { return wait_lock_byte(fd_, off, F_RDLCK); }
+// L3: gc may hold the byte exclusively for a moment: wait (L7: not past the deadline).
+bool role_lock::lock_open(std::uint64_t off, std::uint64_t give_up_ns) noexcept {
+  return wait_lock_byte(fd_, off, F_RDLCK, give_up_ns);
+}
 
 bool role_lock::open_segment(const mapped_box& m) noexcept {
   return open_with([&m] { return reopen_segment(m); });
 }
 
-bool role_lock::wait_exclusive(std::uint64_t off) noexcept { return wait_lock_byte(fd_, off, F_WRLCK); }
+bool role_lock::wait_exclusive(std::uint64_t off) noexcept { return block_for_byte(fd_, off, F_WRLCK); }
 
 void role_lock::unlock(std::uint64_t off) noexcept {
   if (m_ != nullptr) let_go(off);

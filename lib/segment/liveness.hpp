@@ -80,6 +80,22 @@
 //     without the handler holds them until it exits or execs: every
 //     descriptor here is O_CLOEXEC; its handles unlock nothing, by pid.)
 //     Cost: three system calls per mapped box per fork.
+//  L7 THE TRUST RULE T6 (base/shm_file.hpp): anyone who may open a segment
+//     may hold any of its bytes, shared (read access) or exclusively (write
+//     access), for as long as it likes. So no call waits for a byte in the
+//     kernel (F_OFD_SETLKW waits as long as the holder wants and restarts
+//     after signals): a role lock that finds its byte held exclusively
+//     polls (F_OFD_SETLK, 50 us pauses growing to 1 ms) until a deadline,
+//     kRoleLockWaitNs after the call began unless the caller gives one (a
+//     producer's attach gives one deadline to all the entries it tries,
+//     and an entry it cannot lock by then is skipped for the next); a
+//     signal that comes at any moment of the wait ends it (errno EINTR), as
+//     a blocking call without SA_RESTART would (liveness.cpp: the looks run
+//     with signals blocked, the pauses are ppoll()s that unblock them). What holds a byte
+//     honestly holds it for microseconds (a watcher's probe after a death,
+//     L5) or milliseconds (gc's check and unlink, L3). The one wait left in
+//     the kernel is a release watcher's (release_watch.hpp): a thread of its
+//     own that nothing waits for, with L2's probes as its safety net.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +105,10 @@
 namespace shmbox::detail {
 
 struct mapped_box;
+
+// L7: how long a role lock waits for a byte held exclusively by another
+// description, unless the caller says (then: until its deadline).
+constexpr std::uint64_t kRoleLockWaitNs = 1'000'000'000;
 
 // L1: the byte of each role.
 constexpr std::uint64_t kAttachByte = 0;    // L3
@@ -131,14 +151,16 @@ class role_lock {
   ~role_lock() { reset(); }
 
   // Takes a shared lock on byte `off` of box `m`, through m's description
-  // (L1); waits out a momentary exclusive holder (a watcher, L5). false:
-  // could not lock (errno). Locking a byte this role_lock holds already is a
+  // (L1); waits out a momentary exclusive holder (a watcher, L5) until
+  // `give_up_ns` (mono_ns; 0: kRoleLockWaitNs from now, L7). false: could
+  // not lock (errno; EAGAIN: held exclusively past the deadline; EINTR: a
+  // signal ended the wait). Locking a byte this role_lock holds already is a
   // no-op; locking a byte of another mapping first lets go of the first.
-  bool lock(const mapped_box& m, std::uint64_t off) noexcept;
+  bool lock(const mapped_box& m, std::uint64_t off, std::uint64_t give_up_ns = 0) noexcept;
   // Opens the description on segment `segment_fd` of this process (a pool)
   // without locking anything; then lock_open() takes shared locks on it.
   bool open_file(int segment_fd) noexcept;
-  bool lock_open(std::uint64_t off) noexcept;
+  bool lock_open(std::uint64_t off, std::uint64_t give_up_ns = 0) noexcept;  // waits as lock() does (L7)
   // Opens the description on box `m`'s segment without locking anything.
   bool open_segment(const mapped_box& m) noexcept;
   // Waits (F_OFD_SETLKW) until it holds byte `off` exclusively: until no
@@ -153,7 +175,7 @@ class role_lock {
  private:
   template <class Open>
   bool open_with(Open open_description) noexcept;
-  bool hold(std::uint64_t off) noexcept;     // through m_ (L1's one description)
+  bool hold(std::uint64_t off, std::uint64_t give_up_ns) noexcept;  // through m_ (L1's one description)
   void let_go(std::uint64_t off) noexcept;   // the same, one byte
   int fd_ = -1;                              // a description of its own, or -1
   std::shared_ptr<const mapped_box> m_;      // or the mapping whose description holds our bytes

@@ -145,3 +145,76 @@ TEST_CASE("T5: a SIGBUS that is not in a guarded mapping still kills the process
   const int st = status_of({shmtest::helper_path(), "sigbus-outside", name});
   CHECK(shmtest::killed_by(st, SIGBUS));
 }
+
+namespace {
+
+// The other user's locks on bytes of box `name` (helper hold-bytes), held
+// while this object lives.
+struct held_bytes {
+  shmtest::child c;
+  held_bytes(const std::string& name, std::vector<std::string> what)
+      : c(as_other([&] {
+          std::vector<std::string> argv{shmtest::helper_path(), "hold-bytes", name};
+          argv.insert(argv.end(), what.begin(), what.end());
+          return argv;
+        }()),
+          {}, true) {
+    const std::string said = shmtest::line_starting(c, "held ");
+    REQUIRE(said.rfind("held ", 0) == 0);
+    REQUIRE(said != "held 0");
+  }
+};
+
+struct timed_run {
+  shmtest::run_result r;
+  std::chrono::milliseconds took{0};
+};
+
+timed_run timed_cli(std::vector<std::string> args, std::chrono::milliseconds limit = 10s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  timed_run t;
+  t.r = shmtest::cli(std::move(args), limit);
+  t.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("T6: another user holds every lock byte of a 0666 box: post, recv and ask end by their deadlines, and recv answers SIGTERM") {
+  const std::string name = shmtest::unique_name("locked");
+  shmtest::segment_guard g(name);
+  REQUIRE(shmtest::cli({"create", name, "--capacity", "8", "--mode", "0666", "--max-producers", "4"}).code == 0);
+  held_bytes held(name, {"owner", "producers", "heirs", "request"});
+
+  // A post cannot take a producer entry: it says why within about a second
+  // (before: stuck in F_OFD_SETLKW for as long as the other user liked).
+  const timed_run post = timed_cli({"post", name, "x", "--timeout", "1000"});
+  INFO("post: " << post.r.err);
+  CHECK(post.r.code > 0);
+  CHECK(post.took < 4s);
+  CHECK(post.r.err.find("held by another process") != std::string::npos);
+
+  // recv cannot take the owner's byte: the same.
+  const timed_run recv = timed_cli({"recv", name, "--timeout", "1000"});
+  INFO("recv: " << recv.r.err);
+  CHECK(recv.r.code > 0);
+  CHECK(recv.took < 4s);
+  CHECK(recv.r.err.find("held by another process") != std::string::npos);
+
+  // ask: its request cannot be posted (no producer entry): within its timeout and a second.
+  const timed_run ask = timed_cli({"ask", name, "ping", "--timeout", "1000"});
+  INFO("ask: " << ask.r.err);
+  CHECK(ask.r.code > 0);
+  CHECK(ask.took < 4s);
+
+  // SIGTERM ends a recv waiting for the byte at once, not at the deadline.
+  shmtest::child waiting({shmtest::cli_path(), "recv", name, "--timeout", "5000"}, {}, false, true);
+  // Handshake: it is in the lock wait's pause, a ppoll (its signal handlers are set by then).
+  REQUIRE(shmtest::eventually([&] { return shmtest::read_text("/proc/" + std::to_string(waiting.pid()) + "/wchan").find("poll") != std::string::npos; }, 5s));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(waiting.pid(), SIGTERM);
+  const int st = waiting.wait(10s);
+  CHECK_FALSE(waiting.timed_out());
+  CHECK(std::chrono::steady_clock::now() - t0 < 900ms);
+  CHECK(WIFEXITED(st));
+}

@@ -113,6 +113,14 @@
 //       <first problem>") or "error <errc> <explain()>", exits 0 (tests/ownership/planted.cpp
 //       runs it under a deadline: a hang is the failure).
 //
+//   hold-bytes NAME WHAT...
+//       what another user of a 0666 box can do (run it under setpriv): takes
+//       exclusive OFD locks, through a descriptor of its own, on the bytes
+//       WHAT names: owner (the owner record's key), producers (every
+//       producer entry), heirs (every heir entry), request (the give-away
+//       request), attach (byte 0); prints "held N", holds them until stdin
+//       closes.
+//
 //   sigbus-outside NAME
 //       maps box NAME (the SIGBUS guard is installed, lib/base/bus_guard.hpp),
 //       then maps a file of its own (a memfd), truncates it and reads it: it
@@ -147,6 +155,8 @@
 #include "../../examples/buffers/dedupe.hpp"
 #include "../../examples/buffers/top_n.hpp"
 #include "segment/layout.hpp"
+#include "segment/liveness.hpp"
+#include "segment/segment.hpp"
 #include "shmbox/shmbox.hpp"
 
 namespace {
@@ -771,6 +781,39 @@ int map_only(int argc, char** argv) {
   return 0;
 }
 
+int hold_bytes(int argc, char** argv) {
+  if (argc < 4) return usage();
+  auto m = shmbox::detail::open_segment(argv[2], true, true);
+  if (!m) {
+    say("error " + shmbox::explain(m.error()));
+    return 1;
+  }
+  const int fd = ::open(("/dev/shm/shmbox." + std::string(argv[2])).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    say(std::string("error open: ") + std::strerror(errno));
+    return 1;
+  }
+  std::vector<std::uint64_t> bytes;
+  for (int a = 3; a < argc; ++a) {
+    const std::string what = argv[a];
+    if (what == "owner") bytes.push_back(shmbox::detail::owner_byte(**m));
+    if (what == "request") bytes.push_back(shmbox::detail::request_byte(**m));
+    if (what == "attach") bytes.push_back(shmbox::detail::kAttachByte);
+    if (what == "producers")
+      for (std::uint32_t i = 0; i < (*m)->max_producers(); ++i) bytes.push_back(shmbox::detail::producer_byte(**m, i));
+    if (what == "heirs")
+      for (std::uint32_t i = 0; i < shmbox::detail::kHeirSlots; ++i) bytes.push_back(shmbox::detail::heir_byte(**m, i));
+  }
+  std::size_t held = 0;
+  for (const std::uint64_t b : bytes) held += shmbox::detail::try_lock_byte(fd, b, true) ? 1 : 0;
+  m->reset();  // our mapping's attach lock goes; the locks stay with `fd`
+  say("held " + std::to_string(held));
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
 int sigbus_outside(int argc, char** argv) {
   if (argc < 3) return usage();
   auto box = shmbox::Box::open(argv[2]);
@@ -1143,6 +1186,7 @@ int main(int argc, char** argv) {
   if (cmd == "scribble") return scribble(argc, argv);
   if (cmd == "map") return map_only(argc, argv);
   if (cmd == "sigbus-outside") return sigbus_outside(argc, argv);
+  if (cmd == "hold-bytes") return hold_bytes(argc, argv);
   if (cmd == "pool-worker") return pool_worker(argc, argv);
   if (cmd == "pool-take") return pool_take(argc, argv);
   if (cmd == "pool-supervise") return pool_supervise(argc, argv);
