@@ -516,7 +516,8 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   // truncation after this read cannot reach us (a short read is what the
   // file held: the geometry check below says truncated).
   const auto read_copy = [&]() -> bool {
-    const ssize_t got = read_whole(fd.fd, m->base, bytes);
+    // Before m->fd takes the descriptor below, and after (the wait for `ready`).
+    const ssize_t got = read_whole(fd.fd >= 0 ? fd.fd : m->fd, m->base, bytes);
     if (got < 0) return false;
     if (static_cast<std::size_t>(got) < bytes) std::memset(m->base + got, 0, bytes - static_cast<std::size_t>(got));
     m->mapped_bytes = static_cast<std::size_t>(got);

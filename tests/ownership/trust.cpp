@@ -19,10 +19,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "segment/layout.hpp"
 #include "shmbox/shmbox.hpp"
 #include "support.hpp"
 
@@ -217,4 +219,22 @@ TEST_CASE("T6: another user holds every lock byte of a 0666 box: post, recv and 
   CHECK_FALSE(waiting.timed_out());
   CHECK(std::chrono::steady_clock::now() - t0 < 900ms);
   CHECK(WIFEXITED(st));
+}
+
+TEST_CASE("low: a snapshot (ls) of a box that is not ready says so, not 'Bad file descriptor'") {
+  // A real box's bytes with its ready word cleared: what ls meets while a
+  // box is being created (or when its creator died before the end).
+  const std::string real = shmtest::unique_name("ready");
+  const std::string half = shmtest::unique_name("notready");
+  shmtest::segment_guard g1(real), g2(half);
+  REQUIRE(shmbox::Box::create(real, {}));
+  std::string bytes = shmtest::read_text("/dev/shm/shmbox." + real);
+  REQUIRE(bytes.size() > sizeof(shmbox::detail::segment_header));
+  std::memset(bytes.data() + offsetof(shmbox::detail::segment_header, ready), 0, sizeof(std::uint32_t));
+  std::memset(bytes.data() + offsetof(shmbox::detail::segment_header, creator_key), 0, sizeof(std::uint64_t));
+  shmtest::write_raw_segment(half, bytes);
+  const auto r = shmtest::cli({"ls", "--json"});
+  INFO(r.out << r.err);
+  CHECK(r.out.find("Bad file descriptor") == std::string::npos);
+  CHECK(r.out.find("is not ready") != std::string::npos);
 }
