@@ -28,15 +28,40 @@ std::uint64_t unix_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// Whether another open file description holds the lock on byte 0 (a working bridge).
-bool lock_held(int fd) {
+// The lock another open file description holds on byte 0: F_WRLCK, a
+// working bridge's (taking it needs a descriptor open for writing: under T3
+// the owner's or root's); F_RDLCK, a reader's (anyone who may read the file
+// may take one; no bridge does); F_UNLCK, none; -1: the kernel cannot say.
+int lock_on_byte0(int fd) {
   struct flock fl{};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 1;
-  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return false;
-  return fl.l_type != F_UNLCK;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+  return fl.l_type;
+}
+
+// T3's refusal of a status segment: what the file is, whose, why it is not
+// trusted (`why`: its owner is not one expected, `owner_ok` false, or others
+// may write it), and what to do.
+std::string untrusted(const shmbox::detail::shm_file& f, std::string_view box, bridge_role r, bool owner_ok, const std::string& why) {
+  return f.path + " (" + shmbox::detail::shm_describe(f.st) + ") " + why +
+         (owner_ok ? ": made by an earlier shmbox with the box's mode, or chmod'ed since? "
+                   : ": someone else's file (planted?); ") +
+         "if no " + std::string(to_string(r)) + " bridge of box '" + std::string(box) + "' runs, remove it: rm " + f.path;
+}
+
+// pread of all `n` bytes at 0 (fewer: the file is shorter, e.g. cut short meanwhile).
+std::size_t read_all(int fd, void* buf, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = pread(fd, static_cast<char*>(buf) + got, n - got, static_cast<off_t>(got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += static_cast<std::size_t>(k);
+  }
+  return got;
 }
 
 template <std::size_t N>
@@ -190,47 +215,64 @@ std::optional<std::set<std::string>> boxes_with_bridge_status() {
   return out;
 }
 
-std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems) {
+std::vector<bridge_info> read_bridges(std::string_view box, std::uint32_t box_uid, std::vector<std::string>* problems) {
+  namespace d = shmbox::detail;
   std::vector<bridge_info> out;
   for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
+    const auto not_shown = [&](const std::string& why) {
+      if (problems != nullptr)
+        problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " + why);
+    };
     // Anyone may plant a FIFO (an open for reading would wait for a writer
     // forever: a Prometheus scrape that never returns), a link, a directory
     // ... at this name: refused unopened (lib/base/shm_file.hpp S1-S3).
-    const shmbox::detail::shm_file f = shmbox::detail::open_shm_file(segment_name(box, r), O_RDONLY, shmbox::detail::shm_expect::segment);
-    if (f.refused != 0 && problems != nullptr)
-      problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) +
-                          "' is not shown: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment"));
-    if (f.fd < 0) continue;
+    const d::shm_file f = d::open_shm_file(segment_name(box, r), O_RDONLY, d::shm_expect::segment);
+    if (f.refused != 0) not_shown(d::shm_refusal(f, "a shmbox bridge status segment"));
+    if (f.fd < 0) continue;  // none (ENOENT), or not ours to read (EACCES: a 0600 status of another user)
     const int fd = f.fd;
-    void* mem = MAP_FAILED;
-    if (static_cast<std::uint64_t>(f.st.st_size) >= sizeof(bridge_status_segment))
-      mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ, MAP_SHARED, fd, 0);
-    if (mem != MAP_FAILED) {
-      const auto* p = static_cast<const bridge_status_segment*>(mem);
-      if (p->magic == kBridgeStatusMagic && p->version == kBridgeStatusVersion && p->role == static_cast<std::uint32_t>(r)) {
-        bridge_info i;
-        i.role = r;
-        i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
-        i.alive = lock_held(fd);
-        i.started_unix_ns = p->started_unix_ns.load(std::memory_order_relaxed);
-        i.nats = get(p->nats);
-        i.stream = get(p->stream);
-        i.subject = get(p->subject);
-        i.durable = get(p->durable);
-        for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
-        const std::uint32_t state = p->state.load(std::memory_order_relaxed);  // any value a writer left: bounded here
-        i.state = state < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(state) : bridge_state::starting;
-        i.state_unix_ns = p->state_unix_ns.load(std::memory_order_relaxed);
-        i.error_unix_ns = p->error_unix_ns.load(std::memory_order_relaxed);
-        i.last_error = get(p->last_error);
-        if (!i.alive && i.state != bridge_state::stopped) i.state = bridge_state::stopped;  // killed: it could not say so
-        out.push_back(std::move(i));
-      } else if (p->magic != 0 && p->magic != kBridgeStatusMagic && problems != nullptr) {  // 0: a bridge is starting it
-        problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " +
-                            f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " +
-                            f.path);
-      }
-      munmap(mem, sizeof(bridge_status_segment));
+    // T3: shown only as written by the box's owner, this user or root, and
+    // by nobody else. (Anyone may make a file at this name with a live
+    // bridge's state, pid and counters, and hold its lock: that would show a
+    // connected bridge of someone else's box, muting or firing its alerts.)
+    const bool owner_ok = d::shm_owned_by(f.st, {static_cast<uid_t>(box_uid), geteuid(), 0});
+    if (!owner_ok || !d::shm_private_to_owner(f.st)) {
+      not_shown(untrusted(f, box, r, owner_ok,
+                          !owner_ok ? "belongs to neither the box's owner (uid " + std::to_string(box_uid) + "), this user (uid " +
+                                          std::to_string(geteuid()) + ") nor root"
+                                    : "may be written by others than its owner (group or other write permission)"));
+      close(fd);
+      continue;
+    }
+    // T5: a private copy, never a mapping: a segment cut short under the
+    // reader (ftruncate by its owner) is a short read here, not a SIGBUS.
+    alignas(bridge_status_segment) unsigned char raw[sizeof(bridge_status_segment)];
+    if (read_all(fd, raw, sizeof raw) < sizeof raw) {  // being made (a bridge sizes it), or cut short: nothing to show
+      close(fd);
+      continue;
+    }
+    // The copy is this process's alone: its atomics are plain loads here.
+    const auto* p = reinterpret_cast<const bridge_status_segment*>(raw);
+    if (p->magic == kBridgeStatusMagic && p->version == kBridgeStatusVersion && p->role == static_cast<std::uint32_t>(r)) {
+      bridge_info i;
+      i.role = r;
+      i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
+      // Only a write lock is a bridge's: a read lock is any reader's (no bridge takes one).
+      i.alive = lock_on_byte0(fd) == F_WRLCK;
+      i.started_unix_ns = p->started_unix_ns.load(std::memory_order_relaxed);
+      i.nats = get(p->nats);
+      i.stream = get(p->stream);
+      i.subject = get(p->subject);
+      i.durable = get(p->durable);
+      for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
+      const std::uint32_t state = p->state.load(std::memory_order_relaxed);  // any value a writer left: bounded here
+      i.state = state < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(state) : bridge_state::starting;
+      i.state_unix_ns = p->state_unix_ns.load(std::memory_order_relaxed);
+      i.error_unix_ns = p->error_unix_ns.load(std::memory_order_relaxed);
+      i.last_error = get(p->last_error);
+      if (!i.alive && i.state != bridge_state::stopped) i.state = bridge_state::stopped;  // killed: it could not say so
+      out.push_back(std::move(i));
+    } else if (p->magic != 0 && p->magic != kBridgeStatusMagic) {  // 0: a bridge is starting it
+      not_shown(f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " + f.path);
     }
     close(fd);
   }

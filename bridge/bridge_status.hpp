@@ -1,8 +1,13 @@
 // bridge/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
 // finds them: a small shared-memory segment per bridged box and direction,
 // /dev/shm/shmbox-bridge.BOX.ROLE, written by the bridge that works the box
-// (an export bridge that owns it, or the import bridge), read by anyone.
-// Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
+// (an export bridge that owns it, or the import bridge), read by anyone it
+// lets read it. Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
+//
+// Trust (lib/base/shm_file.hpp, THE TRUST RULE T3): the name is one any
+// local user may take first. A reader shows a status for box B only when
+// its owner is B's owner, the reader's uid or root, and nobody else may
+// write it.
 #pragma once
 
 #include <atomic>
@@ -71,7 +76,7 @@ std::string_view help(bridge_counter c) noexcept;
 struct bridge_info {
   bridge_role role = bridge_role::export_;
   std::uint32_t pid = 0;     // the bridge working the box, as it saw itself (0: none yet)
-  bool alive = false;        // a bridge holds the segment's lock now (in any pid namespace)
+  bool alive = false;        // a bridge holds the segment's write lock now (in any pid namespace)
   std::uint64_t started_unix_ns = 0;
   std::string nats, stream, subject, durable;  // as the working bridge was started (credentials removed)
   std::uint64_t counters[kBridgeCounters] = {};
@@ -84,8 +89,13 @@ struct bridge_info {
 // The bridges of box `box` (export, import), those whose segment exists.
 // A file at a status path that is not a bridge's (a FIFO, a link, a
 // directory..., or a wrong magic number) is skipped, never waited on nor
-// followed, with a sentence in `problems` (if given) saying what it is.
-std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems = nullptr);
+// followed, with a sentence in `problems` (if given) saying what it is; so
+// is one the trust rule refuses (T3): its owner is not `box_uid` (the box
+// segment's owner), this process's uid or root, or someone else may write
+// it (g+w, o+w). Each sentence is one segment not shown. The segment is
+// read through a private copy (pread), never mapped: a truncation under
+// the reader costs that one status, never a SIGBUS (T5).
+std::vector<bridge_info> read_bridges(std::string_view box, std::uint32_t box_uid, std::vector<std::string>* problems = nullptr);
 
 // The boxes that have something at a bridge status path (one scan of
 // /dev/shm): a tool that looks at many boxes calls read_bridges only for
