@@ -284,41 +284,88 @@ void remove_bridge_status(std::string_view box) {
 }
 
 std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error) {
+  namespace d = shmbox::detail;
   const std::string name = segment_name(box, role);
-  // Created if missing; a FIFO, link, directory ... there is refused unopened (lib/base/shm_file.hpp S1-S3).
-  const shmbox::detail::shm_file f =
-      shmbox::detail::open_shm_file(name, O_RDWR | O_CREAT, shmbox::detail::shm_expect::segment, mode & 0666);
+  const std::string not_started = "the " + std::string(to_string(role)) + " bridge of box '" + std::string(box) + "' is not started (" +
+                                  (role == bridge_role::import_ ? "nothing was posted or acked" : "nothing was read or published") + "): ";
+  // Written by this uid alone (and root, who may write anything); readable by
+  // whom the box lets read it (its g+r, o+r), so that their `shmbox stat`
+  // shows it.
+  const mode_t create_mode = 0600 | (static_cast<mode_t>(mode) & 0044);
+  // Made here (O_EXCL: nothing was at the name), or found there and adopted
+  // only under T3 below. A FIFO, link, directory ... there is refused
+  // unopened (lib/base/shm_file.hpp S1-S3).
+  d::shm_file f;
+  bool made = false;
+  for (int attempt = 0; attempt < 3 && !made; ++attempt) {
+    f = d::open_shm_file(name, O_RDWR | O_CREAT | O_EXCL, d::shm_expect::segment, create_mode);
+    made = f.fd >= 0;
+    if (made || f.refused != 0 || f.error != EEXIST) break;
+    f = d::open_shm_file(name, O_RDWR, d::shm_expect::segment);
+    if (f.fd >= 0 || f.refused != 0 || f.error != ENOENT) break;  // ENOENT: removed meanwhile: make it again
+  }
   if (f.refused != 0) {
-    error = "cannot use the bridge's status segment: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment");
+    error = not_started + "cannot use its status segment: " + d::shm_refusal(f, "a shmbox bridge status segment");
     return std::nullopt;
   }
-  if (f.fd < 0) {
-    error = "cannot open the bridge's status segment /dev/shm" + name + ": " + std::strerror(f.error) +
-            (f.error == EACCES ? " (it belongs to another user: run the bridge as the box's user, or remove it)" : "");
+  // EACCES with a file seen: another user's that this one may not write
+  // (refused below for what it is); anything else: said as it is.
+  const bool seen = f.fd >= 0 || (f.error == EACCES && f.st.st_nlink != 0);
+  if (!seen) {
+    error = not_started + "cannot open its status segment /dev/shm" + name + ": " + std::strerror(f.error);
     return std::nullopt;
+  }
+  // T3: what the segment records (the import's posted sequences and source
+  // positions, the export's ordinals, the counters) decides what this bridge
+  // posts, acks and shows: adopted only when it is this uid's and nobody else
+  // may write it. (Anyone may make a file at this name first: with posted_seq
+  // 2^62 in it, an import would ack every message and post none.)
+  if (!made) {
+    const bool owner_ok = d::shm_owned_by(f.st, {geteuid()});
+    if (f.fd < 0 || !owner_ok || !d::shm_private_to_owner(f.st)) {
+      const std::string rule = "a bridge adopts only a status segment of its own uid (" + std::to_string(geteuid()) +
+                               ") that nobody else may write (what it records decides what the bridge posts and acks)";
+      error = not_started + "its status segment " +
+              untrusted(f, box, role, owner_ok,
+                        owner_ok ? "may be written by others than its owner, and " + rule
+                                 : "belongs to uid " + std::to_string(f.st.st_uid) + ", and " + rule);
+      if (f.fd >= 0) close(f.fd);
+      return std::nullopt;
+    }
   }
   const int fd = f.fd;
-  const struct stat st = f.st;
-  if (static_cast<std::uint64_t>(st.st_size) < sizeof(bridge_status_segment) && ftruncate(fd, sizeof(bridge_status_segment)) != 0) {
-    error = "cannot size /dev/shm" + name + ": " + std::strerror(errno) + (errno == ENOSPC ? " (/dev/shm is full)" : "");
+  // Exactly create_mode, whatever the umask (the descriptor is the file made here: no race).
+  if (made && fchmod(fd, create_mode) != 0) {
+    error = not_started + "cannot set the mode of /dev/shm" + name + ": " + std::strerror(errno);
+    (void)shm_unlink(name.c_str());
     close(fd);
     return std::nullopt;
   }
+  // Its pages now: a full /dev/shm is this error, never a SIGBUS at a later write.
+  if (static_cast<std::uint64_t>(f.st.st_size) < sizeof(bridge_status_segment) || made) {
+    const int rc = posix_fallocate(fd, 0, sizeof(bridge_status_segment));
+    if (rc != 0) {
+      error = not_started + "cannot size /dev/shm" + name + ": " + std::strerror(rc) + (rc == ENOSPC ? " (/dev/shm is full)" : "");
+      if (made) (void)shm_unlink(name.c_str());
+      close(fd);
+      return std::nullopt;
+    }
+  }
   void* mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) {
-    error = "cannot map /dev/shm" + name + ": " + std::strerror(errno);
+    error = not_started + "cannot map /dev/shm" + name + ": " + std::strerror(errno);
     close(fd);
     return std::nullopt;
   }
   auto* p = static_cast<bridge_status_segment*>(mem);
   if (p->magic != kBridgeStatusMagic || p->version != kBridgeStatusVersion || p->role != static_cast<std::uint32_t>(role)) {
     if (p->magic != 0 && p->magic != kBridgeStatusMagic) {
-      error = "/dev/shm" + name + " is not a shmbox bridge status segment (or another version); remove it";
+      error = not_started + "/dev/shm" + name + " is not a shmbox bridge status segment (wrong magic number): if it is garbage, remove it: rm /dev/shm" + name;
       munmap(mem, sizeof(bridge_status_segment));
       close(fd);
       return std::nullopt;
     }
-    // New (zero-filled by ftruncate) or of another version: start it afresh.
+    // New (zero-filled by posix_fallocate) or of another version: start it afresh.
     for (auto& c : p->counters) c.store(0, std::memory_order_relaxed);
     p->pid.store(0, std::memory_order_relaxed);
     p->state.store(static_cast<std::uint32_t>(bridge_state::starting), std::memory_order_relaxed);

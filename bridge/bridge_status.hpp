@@ -5,9 +5,11 @@
 // lets read it. Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
 //
 // Trust (lib/base/shm_file.hpp, THE TRUST RULE T3): the name is one any
-// local user may take first. A reader shows a status for box B only when
-// its owner is B's owner, the reader's uid or root, and nobody else may
-// write it.
+// local user may take first. The bridge makes the segment writable by its
+// own uid only and adopts an existing one only when it is its own uid's and
+// nobody else may write it, else it does not start; a reader shows a status
+// for box B only when its owner is B's owner, the reader's uid or root, and
+// nobody else may write it.
 #pragma once
 
 #include <atomic>
@@ -109,8 +111,12 @@ void remove_bridge_status(std::string_view box);
 // The writer's side (bridge/bridge.cpp).
 class bridge_status {
  public:
-  // Opens or creates /dev/shm/shmbox-bridge.BOX.ROLE (mode: `mode`, e.g. the
-  // box's). Counters survive a bridge's restart (a standby continues them).
+  // Creates /dev/shm/shmbox-bridge.BOX.ROLE (mode 0600 plus the read bits
+  // of `mode`, the box's: no one but this uid may write it), or adopts the
+  // one there when it is this uid's and nobody else may write it (T3); a
+  // file of another uid, or one others may write, is refused: nullopt with
+  // `error` saying what it is, whose, and to remove it. Counters and records
+  // survive a bridge's restart (a standby continues them).
   static std::optional<bridge_status> open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error);
   bridge_status(bridge_status&&) noexcept;
   bridge_status& operator=(bridge_status&&) = delete;
