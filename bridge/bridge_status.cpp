@@ -381,10 +381,11 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
   bridge_status s;
   s.p_ = p;
   s.fd_ = fd;
+  s.path_ = f.path;
   return s;
 }
 
-bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_), active_(o.active_) {
+bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_), active_(o.active_), path_(std::move(o.path_)) {
   o.p_ = nullptr;
   o.fd_ = -1;
 }
@@ -546,6 +547,19 @@ void bridge_status::set_stream(std::uint64_t created_ns, std::uint64_t base) noe
   p_->import_record.posted_seq.store(base, std::memory_order_relaxed);
 }
 
+std::string bridge_status::bound_sequences(std::uint64_t stream_last, std::uint64_t base, std::string_view stream) {
+  bridge_import_record& r = p_->import_record;
+  const std::uint64_t posted = posted_seq(), last = last_stream_seq();
+  if (posted <= stream_last && last <= stream_last) return {};
+  set_stream(r.stream_created_ns.load(std::memory_order_relaxed), base);
+  for (bridge_cursor& c : p_->cursors) c.box_id.store(0, std::memory_order_relaxed);
+  r.next_cursor.store(0, std::memory_order_relaxed);
+  return path_ + " says stream sequences up to " + std::to_string(posted) + " were posted (up to " + std::to_string(last) +
+         " seen), beyond stream '" + std::string(stream) + "''s last sequence " + std::to_string(stream_last) +
+         ": no import of this stream recorded that (written over?); not used: the record starts again at the durable's ack floor " +
+         std::to_string(base) + ", its source positions forgotten (a message a killed import posted and did not ack may be posted again)";
+}
+
 std::uint64_t bridge_status::lane_ordinal(std::uint32_t lane, std::uint64_t first_position) noexcept {
   if (lane >= kBridgeLanes) return 0;
   bridge_export_record& r = p_->export_record;
@@ -571,6 +585,30 @@ void bridge_status::end_commit(std::uint32_t lane) noexcept {
   bridge_export_record& r = p_->export_record;
   r.sent[lane].store(r.after[lane].load(std::memory_order_relaxed), std::memory_order_relaxed);
   r.pending[lane].store(0, std::memory_order_release);
+}
+
+std::string bridge_status::bound_ordinals(const std::uint64_t* delivered, std::uint32_t lanes, std::string_view box) {
+  bridge_export_record& r = p_->export_record;
+  std::string said;
+  for (std::uint32_t l = 0; l < kBridgeLanes; ++l) {
+    const std::uint64_t most = l < lanes ? delivered[l] : 0;
+    // A commit made moved `delivered` past `after` (sent <= delivered before
+    // it, and the batch's messages of the lane were counted): beyond it, the
+    // commit was not made, which is what lane_ordinal would find out too.
+    if (r.pending[l].load(std::memory_order_acquire) != 0 && r.after[l].load(std::memory_order_relaxed) > most)
+      r.pending[l].store(0, std::memory_order_release);
+    const std::uint64_t sent = r.sent[l].load(std::memory_order_relaxed);
+    if (sent <= most) continue;
+    r.pending[l].store(0, std::memory_order_relaxed);
+    r.after[l].store(0, std::memory_order_relaxed);
+    r.sent[l].store(0, std::memory_order_relaxed);
+    said += (said.empty() ? "" : ", ") + std::string("lane ") + std::to_string(l) + ": next ordinal " + std::to_string(sent) +
+            ", delivered " + std::to_string(most);
+  }
+  if (said.empty()) return said;
+  return path_ + " numbers messages beyond what box '" + std::string(box) + "' delivered (" + said +
+         "): no export of this box numbered that many (the record of a box made again under this name, or written over); "
+         "not used: those lanes number from 0 again (the import takes that for a count started over: nothing counted lost)";
 }
 
 void bridge_status::set_error(std::string_view what) noexcept {

@@ -180,6 +180,14 @@ class bridge_status {
   // A stream made again (another creation time): its sequences start over,
   // so last_stream_seq and posted_seq go back to `base`.
   void set_stream(std::uint64_t created_ns, std::uint64_t base) noexcept;
+  // The record's sequences against what JetStream proves: the import can
+  // have handled no sequence beyond the stream's last one (`stream_last`).
+  // A record that says it did (written over, or another stream's that kept
+  // its key) is not used: its sequences go back to `base` (the durable's
+  // ack floor: a message posted but not acked may be posted again), its
+  // source cursors are cleared, and the sentence saying so is returned
+  // ("" when the record is within bounds).
+  std::string bound_sequences(std::uint64_t stream_last, std::uint64_t base, std::string_view stream);
   // ---- the export's ordinals (status_layout.hpp: export record).
   // The ordinal of lane `lane`'s next message, whose position is
   // `first_position` (the first message of the lane this batch): resolves a
@@ -189,15 +197,26 @@ class bridge_status {
   // ordinal once committed, `first_position` its first message's position.
   void begin_commit(std::uint32_t lane, std::uint64_t after, std::uint64_t first_position) noexcept;
   void end_commit(std::uint32_t lane) noexcept;
+  // The record's ordinals against what the box proves (call once, owning the
+  // box): a lane's ordinal counts messages the box delivered, so it is at
+  // most the lane's `delivered` counter (`delivered[l]`, `lanes` of them).
+  // A commit in flight whose `after` is beyond it was not made (cleared);
+  // an ordinal beyond it (written over, or the record of a box made again
+  // under this name) is not used: the lane numbers from 0 again (the import
+  // takes a lower ordinal for a count started over: nothing counted lost),
+  // and the sentence saying so is returned ("" when all are within bounds).
+  std::string bound_ordinals(const std::uint64_t* delivered, std::uint32_t lanes, std::string_view box);
 
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
+  const std::string& path() const noexcept { return path_; }  // "/dev/shm/shmbox-bridge.BOX.ROLE"
 
  private:
   bridge_status() = default;
   bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
   bool active_ = false;  // activate()d: this process is the working bridge
+  std::string path_;
 };
 
 // "nats://user:secret@host:4222" -> "nats://host:4222" (what is shown and stored).

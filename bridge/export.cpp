@@ -355,6 +355,16 @@ int run_export(const export_args& a) {
   if (!owner) return stop(*st, die(shmbox::explain(owner.error())));
   st->activate(a.url, a.stream, a.subject, "");
   report_state(*st, connected(link) ? bridge_state::connected : bridge_state::reconnecting);
+  {
+    // The export record is this uid's own from an earlier run (bridge_status::open);
+    // its ordinals are still bounded by what the box proves before they are used.
+    // Owning the box now: no other export commits meanwhile.
+    const shmbox::box_info now = shmbox::info(*box);
+    std::uint64_t delivered[shmbox::kMaxLanes] = {};
+    const auto lanes = static_cast<std::uint32_t>(std::min<std::size_t>(now.lanes.size(), shmbox::kMaxLanes));
+    for (std::uint32_t l = 0; l < lanes; ++l) delivered[l] = now.lanes[l].count.delivered;
+    if (const std::string said = st->bound_ordinals(delivered, lanes, a.box); !said.empty()) report_error(*st, said, true);
+  }
   std::cout << "ready export " << a.box << " stream=" << a.stream << " subject=" << a.subject << " epoch=" << owner->epoch()
             << std::endl;
 

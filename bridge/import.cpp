@@ -240,6 +240,12 @@ struct puller {
   // to: another one (or the stream made again: another creation time)
   // starts them at the durable's ack floor (0 for a new durable: messages
   // gone from the stream before it fetched them count as remote_drops).
+  // The same one: the record is this import's own from an earlier run (the
+  // segment is this uid's and nobody else may write it: bridge_status::open),
+  // and still bounded by what the stream proves before it decides what is a
+  // duplicate (bridge_status::bound_sequences): posted_seq is the one truth
+  // for what was posted and not acked (JetStream cannot know a post whose ack
+  // was lost), so a value beyond the stream's last sequence is refused, said.
   void stream_identity() {
     jsStreamInfo* si = nullptr;
     jsConsumerInfo* ci = nullptr;
@@ -248,7 +254,11 @@ struct puller {
         js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr) {
       std::uint64_t key = static_cast<std::uint64_t>(si->Created) ^ 0xcbf29ce484222325ull;  // FNV-1a over durable and subject
       for (const char ch : a.durable + '\0' + a.subject) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
-      if (key != st.stream_created_ns()) st.set_stream(key, ci->AckFloor.Stream);
+      if (key != st.stream_created_ns()) {
+        st.set_stream(key, ci->AckFloor.Stream);
+      } else if (const std::string said = st.bound_sequences(si->State.LastSeq, ci->AckFloor.Stream, a.stream); !said.empty()) {
+        report_error(st, said, true);
+      }
     }
     if (si != nullptr) jsStreamInfo_Destroy(si);
     if (ci != nullptr) jsConsumerInfo_Destroy(ci);

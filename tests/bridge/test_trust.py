@@ -4,7 +4,9 @@
 65534, a forked child of this root test) plants one before root's bridge starts: with a posted_seq
 of 2^62 it made root's import ack every message and post none; with published = 10^12 the export
 adopted its counters. A bridge now adopts a status segment only when it is its own uid's and nobody
-else may write it, else it refuses to start, saying what the file is, whose, and what to do.
+else may write it, else it refuses to start, saying what the file is, whose, and what to do; and a
+record of its own from an earlier run is bounded by what JetStream (the import's stream sequences)
+and the box (the export's ordinals) prove before it is used.
 
 Every process is a separate program (nats-server, bridges, producers, owners); every wait is
 bounded; the Harness removes everything, also when a test fails.
@@ -153,6 +155,41 @@ def test_import_refuses_a_status_another_user_planted_nothing_posted_or_acked(h)
     assert st.st_uid == 0 and st.st_mode & 0o022 == 0, oct(st.st_mode)
 
 
+def test_import_bounds_its_own_record_by_the_stream_posted_seq_beyond_it_is_refused_and_said(h):
+    """Its own status (root's, 0600) whose posted_seq and last sequence say 2^62, beyond the stream's
+    last sequence: a record no import of this stream can have written. The import says so, starts
+    the record again at the durable's ack floor, and posts everything once."""
+    server = h.server()
+    b = h.box("B", capacity=256, slot_size=64)
+    stream, subject, durable = h.stream_name(), h.subject(), "db"
+    with server.client() as nc:
+        nc.stream_create(stream, [subject])
+        for k in range(10):
+            nc.publish(subject, f"a{k:03d}")
+    imp = h.import_(b, server, stream, durable)
+    wait_counter(b, "import", lambda c: c["imported"] == 10, "the first 10")
+    imp.signal(signal.SIGTERM)
+    assert imp.wait(20)[0] == 0
+    path = f"/dev/shm/shmbox-bridge.{b}.import"
+    assert read_u64(path, POSTED_SEQ) == 10
+    forge(path, [(POSTED_SEQ, 2**62), (LAST_STREAM_SEQ, 2**62)])
+    with server.client() as nc:
+        for k in range(100):
+            nc.publish(subject, f"m{k:03d}")
+    imp = h.import_(b, server, stream, durable)
+    try:
+        wait_counter(b, "import", lambda c: c["imported"] == 110, "the 100 more imported", 20)
+    except pytest.fail.Exception:
+        pytest.fail(f"the import took posted_seq 2^62 from its record: {counters_of(b, 'import')}, box B holds {stat(b)['depth']}")
+    got = [m[0] for m in drain(h.receiver(b, 110, timeout=20))["messages"]]
+    assert got == [f"a{k:03d}" for k in range(10)] + [f"m{k:03d}" for k in range(100)]
+    c = counters_of(b, "import")
+    assert c["duplicates"] == 0 and c["remote_drops"] == 0, c
+    err = imp.stderr()
+    assert "beyond" in err and "stream sequence" in err and path in err, err
+    assert read_u64(path, POSTED_SEQ) == 110
+
+
 # ---------------------------------------------------------------------------
 # (b) the export: a planted status with published = 10^12
 
@@ -187,3 +224,33 @@ def test_export_refuses_a_status_another_user_planted(h):
     assert e["published"] == 100, e
     i = wait_counter(b, "import", lambda c: c["imported"] == 100, "the 100 imported")
     assert i["duplicates"] == 0 and i["remote_drops"] == 0, i
+
+
+def test_export_bounds_its_own_ordinals_by_what_the_box_delivered(h):
+    """Its own status (root's) whose ordinals say 10^12 while box A delivered 10: the box proves no
+    export can have numbered that many; the export says so and numbers the lane from 0 again (the
+    import takes a lower ordinal for a count started over: nothing counted lost)."""
+    server = h.server()
+    a = h.box("A", capacity=256, slot_size=64)
+    b = h.box("B", capacity=256, slot_size=64)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, server, stream, subject, "--create-stream")
+    h.import_(b, server, stream, "do")
+    producer = h.producer(a, "o")
+    post(producer, 10)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 10, "the first 10")
+    exp.signal(signal.SIGTERM)
+    assert exp.wait(20)[0] == 0
+    path = f"/dev/shm/shmbox-bridge.{a}.export"
+    forge(path, [(EXPORT_SENT + 8 * lane, 10**12) for lane in range(8)])
+    exp = h.export(a, server, stream, subject, "--create-stream")
+    post(producer, 10)
+    posted(producer)
+    stored = report(producer)["stored"]
+    i = wait_counter(b, "import", lambda c: c["imported"] == 20, "the 10 more")
+    assert i["remote_drops"] == 0, f"the export took ordinal 10^12 from its record: {i}"
+    got = [m[0] for m in drain(h.receiver(b, 20, timeout=30))["messages"]]
+    compare(stored, got, "owner of B")
+    err = exp.stderr()
+    assert "ordinal" in err and "delivered" in err and path in err, err
