@@ -385,7 +385,8 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
   return s;
 }
 
-bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_), active_(o.active_), path_(std::move(o.path_)) {
+bridge_status::bridge_status(bridge_status&& o) noexcept
+    : p_(o.p_), fd_(o.fd_), active_(o.active_), locked_(o.locked_), path_(std::move(o.path_)) {
   o.p_ = nullptr;
   o.fd_ = -1;
 }
@@ -395,16 +396,26 @@ bridge_status::~bridge_status() {
   if (fd_ >= 0) close(fd_);  // drops the lock: the bridge no longer works the box
 }
 
+bool bridge_status::relock() noexcept {
+  if (!locked_ && fd_ >= 0) {
+    struct flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    // Never waits (T6): F_OFD_SETLK, not SETLKW; a holder that stays is asked again later.
+    locked_ = fcntl(fd_, F_OFD_SETLK, &fl) == 0;
+  }
+  return locked_;
+}
+
 bool bridge_status::activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
-                             bool exclusive, std::uint64_t* holder) {
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 1;
-  // Export: held by a previous bridge that lost the box (it still shows alive).
-  if (fcntl(fd_, F_OFD_SETLK, &fl) != 0 && exclusive) {
+                             bool exclusive, std::uint64_t* holder, bool* read_lock) {
+  // Export: held by a previous bridge that lost the box (it still shows
+  // alive), or a reader's read lock: works on, relock() later.
+  if (!relock() && exclusive) {
     if (holder != nullptr) *holder = p_->pid.load(std::memory_order_relaxed);
+    if (read_lock != nullptr) *read_lock = lock_on_byte0(fd_) == F_RDLCK;
     return false;
   }
   p_->pid.store(static_cast<std::uint64_t>(getpid()), std::memory_order_relaxed);

@@ -125,9 +125,16 @@ class bridge_status {
   // (waiting for none: an active bridge and its standby do not overlap, the
   // box's ownership orders them), writes pid, start time and the settings.
   // `exclusive`: false (writing nothing) when another process holds the lock
-  // (a second import into the same box); `holder` is then its pid as written.
+  // (a second import into the same box); `holder` is then its pid as
+  // written, and `read_lock` whether what is held is a read lock (no bridge
+  // takes one: a process that may read the segment holds it). Not exclusive
+  // (an export, ordered by the box's ownership): works on without the lock
+  // when it is held (by the export that had the box, still exiting, or a
+  // reader's read lock): locked() is false until relock() gets it.
   bool activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
-                bool exclusive = false, std::uint64_t* holder = nullptr);
+                bool exclusive = false, std::uint64_t* holder = nullptr, bool* read_lock = nullptr);
+  bool locked() const noexcept { return locked_; }  // holds the lock: readers see it alive
+  bool relock() noexcept;                           // activated and not locked(): tries the lock again; locked()
   // The state now, and since when; set only on a change (returns whether it
   // changed) and only once activated (a standby writes nothing).
   // set_error too.
@@ -137,7 +144,10 @@ class bridge_status {
   void set_error(std::string_view what) noexcept;
 
   // ---- the import's record (status_layout.hpp): exactly once across its crashes.
-  // Values read back are untrusted (the segment is as writable as the box).
+  // Values read back are this uid's own (open() adopts nothing else: T3),
+  // from an earlier run, and still bounded before use (bound_sequences,
+  // bound_ordinals; recovery's producer entry is taken back only when the
+  // box says it is a dead producer's with that attach time).
   struct source_id {
     std::uint64_t box = 0, lane = 0, position = 0;  // box 0: none (a message without a shmbox id)
     std::uint64_t next_ordinal = 0;                 // its Shmbox-Ordinal + 1 (0: it carries none)
@@ -216,6 +226,7 @@ class bridge_status {
   bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
   bool active_ = false;  // activate()d: this process is the working bridge
+  bool locked_ = false;  // holds the write lock on byte 0 (readers: alive)
   std::string path_;
 };
 

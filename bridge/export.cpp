@@ -355,6 +355,10 @@ int run_export(const export_args& a) {
   if (!owner) return stop(*st, die(shmbox::explain(owner.error())));
   st->activate(a.url, a.stream, a.subject, "");
   report_state(*st, connected(link) ? bridge_state::connected : bridge_state::reconnecting);
+  if (!st->locked())
+    report_error(*st, "the lock of " + st->path() + " is held (by the export that had box '" + a.box +
+                          "' and is still exiting, or by a reader's read lock): shmbox stat shows this export as not alive until it "
+                          "gets it; trying again every second", true);
   {
     // The export record is this uid's own from an earlier run (bridge_status::open);
     // its ordinals are still bounded by what the box proves before they are used.
@@ -371,7 +375,10 @@ int run_export(const export_args& a) {
   shmbox::batch b;
   std::vector<std::string> ids, ordinals;
   lane_ordinals ord;
+  auto relocked = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
+    if (!st->locked() && every(relocked, 1000ms) && st->relock())
+      std::cerr << "shmbox-bridge: got the lock of " << st->path() << ": shmbox stat shows this export alive" << std::endl;
     b.clear();
     const shmbox::recv_status r = owner->read(b, {.max = inflight_max, .timeout = 200ms});
     if (r == shmbox::recv_status::timeout || r == shmbox::recv_status::empty) continue;

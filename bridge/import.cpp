@@ -457,9 +457,16 @@ int run_import(import_args a) {
   auto st = bridge_status::open(a.into, bridge_role::import_, info.mode, error);
   if (!st) return die(error);
   std::uint64_t holder = 0;
-  if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder))
+  bool read_lock = false;
+  if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder, &read_lock)) {
+    if (read_lock)  // no bridge takes a read lock: someone who may read the segment holds one
+      return die("box '" + a.into + "': a process that is not a bridge holds a read lock on " + st->path() +
+                 " (a bridge takes a write lock; anyone who may read the file may take a read lock, and while it is held this "
+                 "import cannot tell that no other import runs): not started, nothing posted or acked; find it with "
+                 "`lslocks | grep shmbox-bridge` and stop it, or keep the box (and so its status) without read permission for others");
     return die("box '" + a.into + "' already has a working import bridge (pid " + std::to_string(holder) +
                " as it saw itself): one import per box; stop it first (shmbox stat " + a.into + " shows it)");
+  }
   import_producer producer(*st, *box, info);
   if (!producer.start(error)) return stop(*st, die(error));
   nats_link link;

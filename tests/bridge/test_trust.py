@@ -12,6 +12,8 @@ Every process is a separate program (nats-server, bridges, producers, owners); e
 bounded; the Harness removes everything, also when a test fails.
 """
 
+import contextlib
+import fcntl
 import os
 import signal
 import struct
@@ -19,7 +21,7 @@ import subprocess
 
 import pytest
 
-from conftest import stat
+from conftest import stat, wait_until
 from test_bridge import compare, counters_of, drain, post, posted, report, wait_counter
 
 # bridge/status_layout.hpp
@@ -74,6 +76,38 @@ def plant_as_other_user(path, data, mode=0o644):
     assert os.waitstatus_to_exitcode(status) == 0, f"uid {OTHER_UID} could not plant {path}"
     st = os.stat(path)
     assert st.st_uid == OTHER_UID
+
+
+@contextlib.contextmanager
+def read_locked_by_other_user(path):
+    """uid 65534, who may read `path` (0644), holds a read lock on its byte 0 (the byte a working
+    bridge write-locks) until the block ends: what any reader of a status segment can do."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            fd = os.open(path, os.O_RDONLY)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 1, 0))
+            os.write(ready_w, b"r")
+            os.read(done_r, 1)  # until the parent closes its end
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        assert os.read(ready_r, 1) == b"r", f"uid {OTHER_UID} could not read-lock {path}"
+        yield
+    finally:
+        os.close(ready_r)
+        os.close(done_w)
+        os.waitpid(pid, 0)
 
 
 def forge(path, fields):
@@ -254,3 +288,43 @@ def test_export_bounds_its_own_ordinals_by_what_the_box_delivered(h):
     compare(stored, got, "owner of B")
     err = exp.stderr()
     assert "ordinal" in err and "delivered" in err and path in err, err
+
+
+# ---------------------------------------------------------------------------
+# The lock on byte 0 (a working bridge's write lock: readers call it alive). A planted file no longer
+# counts (refused above), but anyone who may read a status segment may take a READ lock on it.
+
+
+def bridge_alive(box, role):
+    e = counters_of(box, role)
+    return e is not None and e["alive"]
+
+
+def test_a_readers_read_lock_is_named_by_the_import_and_waited_out_by_the_export(h):
+    need_root()
+    server = h.server()
+    a = h.box("A", capacity=64, slot_size=64, mode=0o644)  # its status: 0644, readable by uid 65534
+    b = h.box("B", capacity=64, slot_size=64, mode=0o644)
+    stream, subject = h.stream_name(), h.subject()
+    exp = h.export(a, server, stream, subject, "--create-stream")
+    imp = h.import_(b, server, stream, "dl")
+    for p in (exp, imp):
+        p.signal(signal.SIGTERM)
+        assert p.wait(20)[0] == 0
+    a_status, b_status = (f"/dev/shm/shmbox-bridge.{x}" for x in (f"{a}.export", f"{b}.import"))
+    with read_locked_by_other_user(b_status):
+        assert not bridge_alive(b, "import"), "a read lock is not a bridge"
+        code, _, err, _ = h.run_bridge(["import", "--nats", server.url, "--stream", stream, "--durable", "dl", "--into", b], 20)
+        assert code == 1 and "read lock" in err and b_status in err, err
+    h.import_(b, server, stream, "dl")
+    wait_until("the import alive", lambda: bridge_alive(b, "import"), 10)
+    with read_locked_by_other_user(a_status):
+        exp = h.export(a, server, stream, subject, "--create-stream")
+        assert not bridge_alive(a, "export")
+    # The reader let go: the export takes its lock within about a second; the box flows all along.
+    wait_until("the export alive once the read lock is gone", lambda: bridge_alive(a, "export"), 10)
+    assert "got the lock" in exp.stderr(), exp.stderr()
+    producer = h.producer(a, "l")
+    post(producer, 10)
+    posted(producer)
+    wait_counter(b, "import", lambda c: c["imported"] == 10, "the 10 through")
