@@ -28,15 +28,40 @@ std::uint64_t unix_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// Whether another open file description holds the lock on byte 0 (a working bridge).
-bool lock_held(int fd) {
+// The lock another open file description holds on byte 0: F_WRLCK, a
+// working bridge's (taking it needs a descriptor open for writing: under T3
+// the owner's or root's); F_RDLCK, a reader's (anyone who may read the file
+// may take one; no bridge does); F_UNLCK, none; -1: the kernel cannot say.
+int lock_on_byte0(int fd) {
   struct flock fl{};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 1;
-  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return false;
-  return fl.l_type != F_UNLCK;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+  return fl.l_type;
+}
+
+// T3's refusal of a status segment: what the file is, whose, why it is not
+// trusted (`why`: its owner is not one expected, `owner_ok` false, or others
+// may write it), and what to do.
+std::string untrusted(const shmbox::detail::shm_file& f, std::string_view box, bridge_role r, bool owner_ok, const std::string& why) {
+  return f.path + " (" + shmbox::detail::shm_describe(f.st) + ") " + why +
+         (owner_ok ? ": made by an earlier shmbox with the box's mode, or chmod'ed since? "
+                   : ": someone else's file (planted?); ") +
+         "if no " + std::string(to_string(r)) + " bridge of box '" + std::string(box) + "' runs, remove it: rm " + f.path;
+}
+
+// pread of all `n` bytes at 0 (fewer: the file is shorter, e.g. cut short meanwhile).
+std::size_t read_all(int fd, void* buf, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = pread(fd, static_cast<char*>(buf) + got, n - got, static_cast<off_t>(got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += static_cast<std::size_t>(k);
+  }
+  return got;
 }
 
 template <std::size_t N>
@@ -190,47 +215,64 @@ std::optional<std::set<std::string>> boxes_with_bridge_status() {
   return out;
 }
 
-std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems) {
+std::vector<bridge_info> read_bridges(std::string_view box, std::uint32_t box_uid, std::vector<std::string>* problems) {
+  namespace d = shmbox::detail;
   std::vector<bridge_info> out;
   for (const bridge_role r : {bridge_role::export_, bridge_role::import_}) {
+    const auto not_shown = [&](const std::string& why) {
+      if (problems != nullptr)
+        problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " + why);
+    };
     // Anyone may plant a FIFO (an open for reading would wait for a writer
     // forever: a Prometheus scrape that never returns), a link, a directory
     // ... at this name: refused unopened (lib/base/shm_file.hpp S1-S3).
-    const shmbox::detail::shm_file f = shmbox::detail::open_shm_file(segment_name(box, r), O_RDONLY, shmbox::detail::shm_expect::segment);
-    if (f.refused != 0 && problems != nullptr)
-      problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) +
-                          "' is not shown: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment"));
-    if (f.fd < 0) continue;
+    const d::shm_file f = d::open_shm_file(segment_name(box, r), O_RDONLY, d::shm_expect::segment);
+    if (f.refused != 0) not_shown(d::shm_refusal(f, "a shmbox bridge status segment"));
+    if (f.fd < 0) continue;  // none (ENOENT), or not ours to read (EACCES: a 0600 status of another user)
     const int fd = f.fd;
-    void* mem = MAP_FAILED;
-    if (static_cast<std::uint64_t>(f.st.st_size) >= sizeof(bridge_status_segment))
-      mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ, MAP_SHARED, fd, 0);
-    if (mem != MAP_FAILED) {
-      const auto* p = static_cast<const bridge_status_segment*>(mem);
-      if (p->magic == kBridgeStatusMagic && p->version == kBridgeStatusVersion && p->role == static_cast<std::uint32_t>(r)) {
-        bridge_info i;
-        i.role = r;
-        i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
-        i.alive = lock_held(fd);
-        i.started_unix_ns = p->started_unix_ns.load(std::memory_order_relaxed);
-        i.nats = get(p->nats);
-        i.stream = get(p->stream);
-        i.subject = get(p->subject);
-        i.durable = get(p->durable);
-        for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
-        const std::uint32_t state = p->state.load(std::memory_order_relaxed);  // any value a writer left: bounded here
-        i.state = state < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(state) : bridge_state::starting;
-        i.state_unix_ns = p->state_unix_ns.load(std::memory_order_relaxed);
-        i.error_unix_ns = p->error_unix_ns.load(std::memory_order_relaxed);
-        i.last_error = get(p->last_error);
-        if (!i.alive && i.state != bridge_state::stopped) i.state = bridge_state::stopped;  // killed: it could not say so
-        out.push_back(std::move(i));
-      } else if (p->magic != 0 && p->magic != kBridgeStatusMagic && problems != nullptr) {  // 0: a bridge is starting it
-        problems->push_back("the " + std::string(to_string(r)) + " bridge status of box '" + std::string(box) + "' is not shown: " +
-                            f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " +
-                            f.path);
-      }
-      munmap(mem, sizeof(bridge_status_segment));
+    // T3: shown only as written by the box's owner, this user or root, and
+    // by nobody else. (Anyone may make a file at this name with a live
+    // bridge's state, pid and counters, and hold its lock: that would show a
+    // connected bridge of someone else's box, muting or firing its alerts.)
+    const bool owner_ok = d::shm_owned_by(f.st, {static_cast<uid_t>(box_uid), geteuid(), 0});
+    if (!owner_ok || !d::shm_private_to_owner(f.st)) {
+      not_shown(untrusted(f, box, r, owner_ok,
+                          !owner_ok ? "belongs to neither the box's owner (uid " + std::to_string(box_uid) + "), this user (uid " +
+                                          std::to_string(geteuid()) + ") nor root"
+                                    : "may be written by others than its owner (group or other write permission)"));
+      close(fd);
+      continue;
+    }
+    // T5: a private copy, never a mapping: a segment cut short under the
+    // reader (ftruncate by its owner) is a short read here, not a SIGBUS.
+    alignas(bridge_status_segment) unsigned char raw[sizeof(bridge_status_segment)];
+    if (read_all(fd, raw, sizeof raw) < sizeof raw) {  // being made (a bridge sizes it), or cut short: nothing to show
+      close(fd);
+      continue;
+    }
+    // The copy is this process's alone: its atomics are plain loads here.
+    const auto* p = reinterpret_cast<const bridge_status_segment*>(raw);
+    if (p->magic == kBridgeStatusMagic && p->version == kBridgeStatusVersion && p->role == static_cast<std::uint32_t>(r)) {
+      bridge_info i;
+      i.role = r;
+      i.pid = static_cast<std::uint32_t>(p->pid.load(std::memory_order_relaxed));
+      // Only a write lock is a bridge's: a read lock is any reader's (no bridge takes one).
+      i.alive = lock_on_byte0(fd) == F_WRLCK;
+      i.started_unix_ns = p->started_unix_ns.load(std::memory_order_relaxed);
+      i.nats = get(p->nats);
+      i.stream = get(p->stream);
+      i.subject = get(p->subject);
+      i.durable = get(p->durable);
+      for (std::uint32_t c = 0; c < kBridgeCounters; ++c) i.counters[c] = p->counters[c].load(std::memory_order_relaxed);
+      const std::uint32_t state = p->state.load(std::memory_order_relaxed);  // any value a writer left: bounded here
+      i.state = state < static_cast<std::uint32_t>(bridge_state::count_) ? static_cast<bridge_state>(state) : bridge_state::starting;
+      i.state_unix_ns = p->state_unix_ns.load(std::memory_order_relaxed);
+      i.error_unix_ns = p->error_unix_ns.load(std::memory_order_relaxed);
+      i.last_error = get(p->last_error);
+      if (!i.alive && i.state != bridge_state::stopped) i.state = bridge_state::stopped;  // killed: it could not say so
+      out.push_back(std::move(i));
+    } else if (p->magic != 0 && p->magic != kBridgeStatusMagic) {  // 0: a bridge is starting it
+      not_shown(f.path + " is not a shmbox bridge status segment (wrong magic number): remove it if it is garbage: rm " + f.path);
     }
     close(fd);
   }
@@ -242,41 +284,88 @@ void remove_bridge_status(std::string_view box) {
 }
 
 std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error) {
+  namespace d = shmbox::detail;
   const std::string name = segment_name(box, role);
-  // Created if missing; a FIFO, link, directory ... there is refused unopened (lib/base/shm_file.hpp S1-S3).
-  const shmbox::detail::shm_file f =
-      shmbox::detail::open_shm_file(name, O_RDWR | O_CREAT, shmbox::detail::shm_expect::segment, mode & 0666);
+  const std::string not_started = "the " + std::string(to_string(role)) + " bridge of box '" + std::string(box) + "' is not started (" +
+                                  (role == bridge_role::import_ ? "nothing was posted or acked" : "nothing was read or published") + "): ";
+  // Written by this uid alone (and root, who may write anything); readable by
+  // whom the box lets read it (its g+r, o+r), so that their `shmbox stat`
+  // shows it.
+  const mode_t create_mode = 0600 | (static_cast<mode_t>(mode) & 0044);
+  // Made here (O_EXCL: nothing was at the name), or found there and adopted
+  // only under T3 below. A FIFO, link, directory ... there is refused
+  // unopened (lib/base/shm_file.hpp S1-S3).
+  d::shm_file f;
+  bool made = false;
+  for (int attempt = 0; attempt < 3 && !made; ++attempt) {
+    f = d::open_shm_file(name, O_RDWR | O_CREAT | O_EXCL, d::shm_expect::segment, create_mode);
+    made = f.fd >= 0;
+    if (made || f.refused != 0 || f.error != EEXIST) break;
+    f = d::open_shm_file(name, O_RDWR, d::shm_expect::segment);
+    if (f.fd >= 0 || f.refused != 0 || f.error != ENOENT) break;  // ENOENT: removed meanwhile: make it again
+  }
   if (f.refused != 0) {
-    error = "cannot use the bridge's status segment: " + shmbox::detail::shm_refusal(f, "a shmbox bridge status segment");
+    error = not_started + "cannot use its status segment: " + d::shm_refusal(f, "a shmbox bridge status segment");
     return std::nullopt;
   }
-  if (f.fd < 0) {
-    error = "cannot open the bridge's status segment /dev/shm" + name + ": " + std::strerror(f.error) +
-            (f.error == EACCES ? " (it belongs to another user: run the bridge as the box's user, or remove it)" : "");
+  // EACCES with a file seen: another user's that this one may not write
+  // (refused below for what it is); anything else: said as it is.
+  const bool seen = f.fd >= 0 || (f.error == EACCES && f.st.st_nlink != 0);
+  if (!seen) {
+    error = not_started + "cannot open its status segment /dev/shm" + name + ": " + std::strerror(f.error);
     return std::nullopt;
+  }
+  // T3: what the segment records (the import's posted sequences and source
+  // positions, the export's ordinals, the counters) decides what this bridge
+  // posts, acks and shows: adopted only when it is this uid's and nobody else
+  // may write it. (Anyone may make a file at this name first: with posted_seq
+  // 2^62 in it, an import would ack every message and post none.)
+  if (!made) {
+    const bool owner_ok = d::shm_owned_by(f.st, {geteuid()});
+    if (f.fd < 0 || !owner_ok || !d::shm_private_to_owner(f.st)) {
+      const std::string rule = "a bridge adopts only a status segment of its own uid (" + std::to_string(geteuid()) +
+                               ") that nobody else may write (what it records decides what the bridge posts and acks)";
+      error = not_started + "its status segment " +
+              untrusted(f, box, role, owner_ok,
+                        owner_ok ? "may be written by others than its owner, and " + rule
+                                 : "belongs to uid " + std::to_string(f.st.st_uid) + ", and " + rule);
+      if (f.fd >= 0) close(f.fd);
+      return std::nullopt;
+    }
   }
   const int fd = f.fd;
-  const struct stat st = f.st;
-  if (static_cast<std::uint64_t>(st.st_size) < sizeof(bridge_status_segment) && ftruncate(fd, sizeof(bridge_status_segment)) != 0) {
-    error = "cannot size /dev/shm" + name + ": " + std::strerror(errno) + (errno == ENOSPC ? " (/dev/shm is full)" : "");
+  // Exactly create_mode, whatever the umask (the descriptor is the file made here: no race).
+  if (made && fchmod(fd, create_mode) != 0) {
+    error = not_started + "cannot set the mode of /dev/shm" + name + ": " + std::strerror(errno);
+    (void)shm_unlink(name.c_str());
     close(fd);
     return std::nullopt;
   }
+  // Its pages now: a full /dev/shm is this error, never a SIGBUS at a later write.
+  if (static_cast<std::uint64_t>(f.st.st_size) < sizeof(bridge_status_segment) || made) {
+    const int rc = posix_fallocate(fd, 0, sizeof(bridge_status_segment));
+    if (rc != 0) {
+      error = not_started + "cannot size /dev/shm" + name + ": " + std::strerror(rc) + (rc == ENOSPC ? " (/dev/shm is full)" : "");
+      if (made) (void)shm_unlink(name.c_str());
+      close(fd);
+      return std::nullopt;
+    }
+  }
   void* mem = mmap(nullptr, sizeof(bridge_status_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) {
-    error = "cannot map /dev/shm" + name + ": " + std::strerror(errno);
+    error = not_started + "cannot map /dev/shm" + name + ": " + std::strerror(errno);
     close(fd);
     return std::nullopt;
   }
   auto* p = static_cast<bridge_status_segment*>(mem);
   if (p->magic != kBridgeStatusMagic || p->version != kBridgeStatusVersion || p->role != static_cast<std::uint32_t>(role)) {
     if (p->magic != 0 && p->magic != kBridgeStatusMagic) {
-      error = "/dev/shm" + name + " is not a shmbox bridge status segment (or another version); remove it";
+      error = not_started + "/dev/shm" + name + " is not a shmbox bridge status segment (wrong magic number): if it is garbage, remove it: rm /dev/shm" + name;
       munmap(mem, sizeof(bridge_status_segment));
       close(fd);
       return std::nullopt;
     }
-    // New (zero-filled by ftruncate) or of another version: start it afresh.
+    // New (zero-filled by posix_fallocate) or of another version: start it afresh.
     for (auto& c : p->counters) c.store(0, std::memory_order_relaxed);
     p->pid.store(0, std::memory_order_relaxed);
     p->state.store(static_cast<std::uint32_t>(bridge_state::starting), std::memory_order_relaxed);
@@ -292,10 +381,12 @@ std::optional<bridge_status> bridge_status::open(std::string_view box, bridge_ro
   bridge_status s;
   s.p_ = p;
   s.fd_ = fd;
+  s.path_ = f.path;
   return s;
 }
 
-bridge_status::bridge_status(bridge_status&& o) noexcept : p_(o.p_), fd_(o.fd_), active_(o.active_) {
+bridge_status::bridge_status(bridge_status&& o) noexcept
+    : p_(o.p_), fd_(o.fd_), active_(o.active_), locked_(o.locked_), path_(std::move(o.path_)) {
   o.p_ = nullptr;
   o.fd_ = -1;
 }
@@ -305,16 +396,26 @@ bridge_status::~bridge_status() {
   if (fd_ >= 0) close(fd_);  // drops the lock: the bridge no longer works the box
 }
 
+bool bridge_status::relock() noexcept {
+  if (!locked_ && fd_ >= 0) {
+    struct flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    // Never waits (T6): F_OFD_SETLK, not SETLKW; a holder that stays is asked again later.
+    locked_ = fcntl(fd_, F_OFD_SETLK, &fl) == 0;
+  }
+  return locked_;
+}
+
 bool bridge_status::activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
-                             bool exclusive, std::uint64_t* holder) {
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 1;
-  // Export: held by a previous bridge that lost the box (it still shows alive).
-  if (fcntl(fd_, F_OFD_SETLK, &fl) != 0 && exclusive) {
+                             bool exclusive, std::uint64_t* holder, bool* read_lock) {
+  // Export: held by a previous bridge that lost the box (it still shows
+  // alive), or a reader's read lock: works on, relock() later.
+  if (!relock() && exclusive) {
     if (holder != nullptr) *holder = p_->pid.load(std::memory_order_relaxed);
+    if (read_lock != nullptr) *read_lock = lock_on_byte0(fd_) == F_RDLCK;
     return false;
   }
   p_->pid.store(static_cast<std::uint64_t>(getpid()), std::memory_order_relaxed);
@@ -457,6 +558,19 @@ void bridge_status::set_stream(std::uint64_t created_ns, std::uint64_t base) noe
   p_->import_record.posted_seq.store(base, std::memory_order_relaxed);
 }
 
+std::string bridge_status::bound_sequences(std::uint64_t stream_last, std::uint64_t base, std::string_view stream) {
+  bridge_import_record& r = p_->import_record;
+  const std::uint64_t posted = posted_seq(), last = last_stream_seq();
+  if (posted <= stream_last && last <= stream_last) return {};
+  set_stream(r.stream_created_ns.load(std::memory_order_relaxed), base);
+  for (bridge_cursor& c : p_->cursors) c.box_id.store(0, std::memory_order_relaxed);
+  r.next_cursor.store(0, std::memory_order_relaxed);
+  return path_ + " says stream sequences up to " + std::to_string(posted) + " were posted (up to " + std::to_string(last) +
+         " seen), beyond stream '" + std::string(stream) + "''s last sequence " + std::to_string(stream_last) +
+         ": no import of this stream recorded that (written over?); not used: the record starts again at the durable's ack floor " +
+         std::to_string(base) + ", its source positions forgotten (a message a killed import posted and did not ack may be posted again)";
+}
+
 std::uint64_t bridge_status::lane_ordinal(std::uint32_t lane, std::uint64_t first_position) noexcept {
   if (lane >= kBridgeLanes) return 0;
   bridge_export_record& r = p_->export_record;
@@ -482,6 +596,30 @@ void bridge_status::end_commit(std::uint32_t lane) noexcept {
   bridge_export_record& r = p_->export_record;
   r.sent[lane].store(r.after[lane].load(std::memory_order_relaxed), std::memory_order_relaxed);
   r.pending[lane].store(0, std::memory_order_release);
+}
+
+std::string bridge_status::bound_ordinals(const std::uint64_t* delivered, std::uint32_t lanes, std::string_view box) {
+  bridge_export_record& r = p_->export_record;
+  std::string said;
+  for (std::uint32_t l = 0; l < kBridgeLanes; ++l) {
+    const std::uint64_t most = l < lanes ? delivered[l] : 0;
+    // A commit made moved `delivered` past `after` (sent <= delivered before
+    // it, and the batch's messages of the lane were counted): beyond it, the
+    // commit was not made, which is what lane_ordinal would find out too.
+    if (r.pending[l].load(std::memory_order_acquire) != 0 && r.after[l].load(std::memory_order_relaxed) > most)
+      r.pending[l].store(0, std::memory_order_release);
+    const std::uint64_t sent = r.sent[l].load(std::memory_order_relaxed);
+    if (sent <= most) continue;
+    r.pending[l].store(0, std::memory_order_relaxed);
+    r.after[l].store(0, std::memory_order_relaxed);
+    r.sent[l].store(0, std::memory_order_relaxed);
+    said += (said.empty() ? "" : ", ") + std::string("lane ") + std::to_string(l) + ": next ordinal " + std::to_string(sent) +
+            ", delivered " + std::to_string(most);
+  }
+  if (said.empty()) return said;
+  return path_ + " numbers messages beyond what box '" + std::string(box) + "' delivered (" + said +
+         "): no export of this box numbered that many (the record of a box made again under this name, or written over); "
+         "not used: those lanes number from 0 again (the import takes that for a count started over: nothing counted lost)";
 }
 
 void bridge_status::set_error(std::string_view what) noexcept {

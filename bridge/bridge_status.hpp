@@ -1,8 +1,15 @@
 // bridge/bridge_status.hpp - the NATS bridge's counters, where `shmbox stat`
 // finds them: a small shared-memory segment per bridged box and direction,
 // /dev/shm/shmbox-bridge.BOX.ROLE, written by the bridge that works the box
-// (an export bridge that owns it, or the import bridge), read by anyone.
-// Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
+// (an export bridge that owns it, or the import bridge), read by anyone it
+// lets read it. Needs no NATS: the CLI reads it, bridge/bridge.cpp writes it.
+//
+// Trust (lib/base/shm_file.hpp, THE TRUST RULE T3): the name is one any
+// local user may take first. The bridge makes the segment writable by its
+// own uid only and adopts an existing one only when it is its own uid's and
+// nobody else may write it, else it does not start; a reader shows a status
+// for box B only when its owner is B's owner, the reader's uid or root, and
+// nobody else may write it.
 #pragma once
 
 #include <atomic>
@@ -71,7 +78,7 @@ std::string_view help(bridge_counter c) noexcept;
 struct bridge_info {
   bridge_role role = bridge_role::export_;
   std::uint32_t pid = 0;     // the bridge working the box, as it saw itself (0: none yet)
-  bool alive = false;        // a bridge holds the segment's lock now (in any pid namespace)
+  bool alive = false;        // a bridge holds the segment's write lock now (in any pid namespace)
   std::uint64_t started_unix_ns = 0;
   std::string nats, stream, subject, durable;  // as the working bridge was started (credentials removed)
   std::uint64_t counters[kBridgeCounters] = {};
@@ -84,8 +91,13 @@ struct bridge_info {
 // The bridges of box `box` (export, import), those whose segment exists.
 // A file at a status path that is not a bridge's (a FIFO, a link, a
 // directory..., or a wrong magic number) is skipped, never waited on nor
-// followed, with a sentence in `problems` (if given) saying what it is.
-std::vector<bridge_info> read_bridges(std::string_view box, std::vector<std::string>* problems = nullptr);
+// followed, with a sentence in `problems` (if given) saying what it is; so
+// is one the trust rule refuses (T3): its owner is not `box_uid` (the box
+// segment's owner), this process's uid or root, or someone else may write
+// it (g+w, o+w). Each sentence is one segment not shown. The segment is
+// read through a private copy (pread), never mapped: a truncation under
+// the reader costs that one status, never a SIGBUS (T5).
+std::vector<bridge_info> read_bridges(std::string_view box, std::uint32_t box_uid, std::vector<std::string>* problems = nullptr);
 
 // The boxes that have something at a bridge status path (one scan of
 // /dev/shm): a tool that looks at many boxes calls read_bridges only for
@@ -99,8 +111,12 @@ void remove_bridge_status(std::string_view box);
 // The writer's side (bridge/bridge.cpp).
 class bridge_status {
  public:
-  // Opens or creates /dev/shm/shmbox-bridge.BOX.ROLE (mode: `mode`, e.g. the
-  // box's). Counters survive a bridge's restart (a standby continues them).
+  // Creates /dev/shm/shmbox-bridge.BOX.ROLE (mode 0600 plus the read bits
+  // of `mode`, the box's: no one but this uid may write it), or adopts the
+  // one there when it is this uid's and nobody else may write it (T3); a
+  // file of another uid, or one others may write, is refused: nullopt with
+  // `error` saying what it is, whose, and to remove it. Counters and records
+  // survive a bridge's restart (a standby continues them).
   static std::optional<bridge_status> open(std::string_view box, bridge_role role, std::uint32_t mode, std::string& error);
   bridge_status(bridge_status&&) noexcept;
   bridge_status& operator=(bridge_status&&) = delete;
@@ -109,9 +125,16 @@ class bridge_status {
   // (waiting for none: an active bridge and its standby do not overlap, the
   // box's ownership orders them), writes pid, start time and the settings.
   // `exclusive`: false (writing nothing) when another process holds the lock
-  // (a second import into the same box); `holder` is then its pid as written.
+  // (a second import into the same box); `holder` is then its pid as
+  // written, and `read_lock` whether what is held is a read lock (no bridge
+  // takes one: a process that may read the segment holds it). Not exclusive
+  // (an export, ordered by the box's ownership): works on without the lock
+  // when it is held (by the export that had the box, still exiting, or a
+  // reader's read lock): locked() is false until relock() gets it.
   bool activate(std::string_view nats, std::string_view stream, std::string_view subject, std::string_view durable,
-                bool exclusive = false, std::uint64_t* holder = nullptr);
+                bool exclusive = false, std::uint64_t* holder = nullptr, bool* read_lock = nullptr);
+  bool locked() const noexcept { return locked_; }  // holds the lock: readers see it alive
+  bool relock() noexcept;                           // activated and not locked(): tries the lock again; locked()
   // The state now, and since when; set only on a change (returns whether it
   // changed) and only once activated (a standby writes nothing).
   // set_error too.
@@ -121,7 +144,10 @@ class bridge_status {
   void set_error(std::string_view what) noexcept;
 
   // ---- the import's record (status_layout.hpp): exactly once across its crashes.
-  // Values read back are untrusted (the segment is as writable as the box).
+  // Values read back are this uid's own (open() adopts nothing else: T3),
+  // from an earlier run, and still bounded before use (bound_sequences,
+  // bound_ordinals; recovery's producer entry is taken back only when the
+  // box says it is a dead producer's with that attach time).
   struct source_id {
     std::uint64_t box = 0, lane = 0, position = 0;  // box 0: none (a message without a shmbox id)
     std::uint64_t next_ordinal = 0;                 // its Shmbox-Ordinal + 1 (0: it carries none)
@@ -164,6 +190,14 @@ class bridge_status {
   // A stream made again (another creation time): its sequences start over,
   // so last_stream_seq and posted_seq go back to `base`.
   void set_stream(std::uint64_t created_ns, std::uint64_t base) noexcept;
+  // The record's sequences against what JetStream proves: the import can
+  // have handled no sequence beyond the stream's last one (`stream_last`).
+  // A record that says it did (written over, or another stream's that kept
+  // its key) is not used: its sequences go back to `base` (the durable's
+  // ack floor: a message posted but not acked may be posted again), its
+  // source cursors are cleared, and the sentence saying so is returned
+  // ("" when the record is within bounds).
+  std::string bound_sequences(std::uint64_t stream_last, std::uint64_t base, std::string_view stream);
   // ---- the export's ordinals (status_layout.hpp: export record).
   // The ordinal of lane `lane`'s next message, whose position is
   // `first_position` (the first message of the lane this batch): resolves a
@@ -173,15 +207,27 @@ class bridge_status {
   // ordinal once committed, `first_position` its first message's position.
   void begin_commit(std::uint32_t lane, std::uint64_t after, std::uint64_t first_position) noexcept;
   void end_commit(std::uint32_t lane) noexcept;
+  // The record's ordinals against what the box proves (call once, owning the
+  // box): a lane's ordinal counts messages the box delivered, so it is at
+  // most the lane's `delivered` counter (`delivered[l]`, `lanes` of them).
+  // A commit in flight whose `after` is beyond it was not made (cleared);
+  // an ordinal beyond it (written over, or the record of a box made again
+  // under this name) is not used: the lane numbers from 0 again (the import
+  // takes a lower ordinal for a count started over: nothing counted lost),
+  // and the sentence saying so is returned ("" when all are within bounds).
+  std::string bound_ordinals(const std::uint64_t* delivered, std::uint32_t lanes, std::string_view box);
 
   void add(bridge_counter c, std::uint64_t n = 1) noexcept;
   std::uint64_t get(bridge_counter c) const noexcept;
+  const std::string& path() const noexcept { return path_; }  // "/dev/shm/shmbox-bridge.BOX.ROLE"
 
  private:
   bridge_status() = default;
   bridge_status_segment* p_ = nullptr;  // the segment's layout: bridge/status_layout.hpp
   int fd_ = -1;
   bool active_ = false;  // activate()d: this process is the working bridge
+  bool locked_ = false;  // holds the write lock on byte 0 (readers: alive)
+  std::string path_;
 };
 
 // "nats://user:secret@host:4222" -> "nats://host:4222" (what is shown and stored).

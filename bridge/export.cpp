@@ -355,13 +355,30 @@ int run_export(const export_args& a) {
   if (!owner) return stop(*st, die(shmbox::explain(owner.error())));
   st->activate(a.url, a.stream, a.subject, "");
   report_state(*st, connected(link) ? bridge_state::connected : bridge_state::reconnecting);
+  if (!st->locked())
+    report_error(*st, "the lock of " + st->path() + " is held (by the export that had box '" + a.box +
+                          "' and is still exiting, or by a reader's read lock): shmbox stat shows this export as not alive until it "
+                          "gets it; trying again every second", true);
+  {
+    // The export record is this uid's own from an earlier run (bridge_status::open);
+    // its ordinals are still bounded by what the box proves before they are used.
+    // Owning the box now: no other export commits meanwhile.
+    const shmbox::box_info now = shmbox::info(*box);
+    std::uint64_t delivered[shmbox::kMaxLanes] = {};
+    const auto lanes = static_cast<std::uint32_t>(std::min<std::size_t>(now.lanes.size(), shmbox::kMaxLanes));
+    for (std::uint32_t l = 0; l < lanes; ++l) delivered[l] = now.lanes[l].count.delivered;
+    if (const std::string said = st->bound_ordinals(delivered, lanes, a.box); !said.empty()) report_error(*st, said, true);
+  }
   std::cout << "ready export " << a.box << " stream=" << a.stream << " subject=" << a.subject << " epoch=" << owner->epoch()
             << std::endl;
 
   shmbox::batch b;
   std::vector<std::string> ids, ordinals;
   lane_ordinals ord;
+  auto relocked = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
+    if (!st->locked() && every(relocked, 1000ms) && st->relock())
+      std::cerr << "shmbox-bridge: got the lock of " << st->path() << ": shmbox stat shows this export alive" << std::endl;
     b.clear();
     const shmbox::recv_status r = owner->read(b, {.max = inflight_max, .timeout = 200ms});
     if (r == shmbox::recv_status::timeout || r == shmbox::recv_status::empty) continue;

@@ -240,6 +240,12 @@ struct puller {
   // to: another one (or the stream made again: another creation time)
   // starts them at the durable's ack floor (0 for a new durable: messages
   // gone from the stream before it fetched them count as remote_drops).
+  // The same one: the record is this import's own from an earlier run (the
+  // segment is this uid's and nobody else may write it: bridge_status::open),
+  // and still bounded by what the stream proves before it decides what is a
+  // duplicate (bridge_status::bound_sequences): posted_seq is the one truth
+  // for what was posted and not acked (JetStream cannot know a post whose ack
+  // was lost), so a value beyond the stream's last sequence is refused, said.
   void stream_identity() {
     jsStreamInfo* si = nullptr;
     jsConsumerInfo* ci = nullptr;
@@ -248,7 +254,11 @@ struct puller {
         js_GetConsumerInfo(&ci, link.js, a.stream.c_str(), a.durable.c_str(), nullptr, &jerr) == NATS_OK && ci != nullptr) {
       std::uint64_t key = static_cast<std::uint64_t>(si->Created) ^ 0xcbf29ce484222325ull;  // FNV-1a over durable and subject
       for (const char ch : a.durable + '\0' + a.subject) key = (key ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
-      if (key != st.stream_created_ns()) st.set_stream(key, ci->AckFloor.Stream);
+      if (key != st.stream_created_ns()) {
+        st.set_stream(key, ci->AckFloor.Stream);
+      } else if (const std::string said = st.bound_sequences(si->State.LastSeq, ci->AckFloor.Stream, a.stream); !said.empty()) {
+        report_error(st, said, true);
+      }
     }
     if (si != nullptr) jsStreamInfo_Destroy(si);
     if (ci != nullptr) jsConsumerInfo_Destroy(ci);
@@ -447,9 +457,16 @@ int run_import(import_args a) {
   auto st = bridge_status::open(a.into, bridge_role::import_, info.mode, error);
   if (!st) return die(error);
   std::uint64_t holder = 0;
-  if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder))
+  bool read_lock = false;
+  if (!st->activate(a.url, a.stream, a.subject, a.durable, true, &holder, &read_lock)) {
+    if (read_lock)  // no bridge takes a read lock: someone who may read the segment holds one
+      return die("box '" + a.into + "': a process that is not a bridge holds a read lock on " + st->path() +
+                 " (a bridge takes a write lock; anyone who may read the file may take a read lock, and while it is held this "
+                 "import cannot tell that no other import runs): not started, nothing posted or acked; find it with "
+                 "`lslocks | grep shmbox-bridge` and stop it, or keep the box (and so its status) without read permission for others");
     return die("box '" + a.into + "' already has a working import bridge (pid " + std::to_string(holder) +
                " as it saw itself): one import per box; stop it first (shmbox stat " + a.into + " shows it)");
+  }
   import_producer producer(*st, *box, info);
   if (!producer.start(error)) return stop(*st, die(error));
   nats_link link;

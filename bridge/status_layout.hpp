@@ -1,8 +1,15 @@
 // bridge/status_layout.hpp - the one declaration of the bridge status
 // segment: /dev/shm/shmbox-bridge.BOX.ROLE (ROLE: export or import), one per
 // bridged box and direction. Written by the one bridge that works the box
-// (bridge/bridge.cpp through bridge_status), read by anyone (`shmbox stat`).
-// Its code is bridge/bridge_status.cpp; nothing else maps it.
+// (bridge/bridge.cpp through bridge_status), read by whom the box lets read
+// it (`shmbox stat`, `shmbox metrics`, through a private copy). Its code is
+// bridge/bridge_status.cpp; nothing else maps it.
+//
+// Who may write it (lib/base/shm_file.hpp, THE TRUST RULE T3): its bridge's
+// uid alone (mode 0600 plus the box's read bits). A bridge adopts one only
+// when it is its own uid's and nobody else may write it; readers show one
+// for box B only when it is B's owner's, theirs or root's and nobody else
+// may write it. Anything else at the name is refused and said.
 //
 //   offset  size  field
 //        0     8  magic            kBridgeStatusMagic ("SBRIDGE\x01"), written last when the segment is made
@@ -39,9 +46,12 @@
 // risen (or `done`) means that message is done with, so it finishes those
 // steps, adding to a counter only if it still holds its value from before
 // (the dead import had not added yet): imported and remote_drops count it
-// once. Everything here is read as untrusted (anyone who may write the box
-// may write this segment): it can cost the box's own messages (a forged
-// cursor skips them) and the truth of its counters, nothing else.
+// once. The record is the import's own from an earlier run (T3 above), and
+// still bounded before use: posted_seq and last_stream_seq beyond the
+// stream's last sequence are refused (bridge_status::bound_sequences), and
+// every value is read as untrusted: written over by its owner, it can cost
+// the box's own messages (a forged cursor skips them) and the truth of its
+// counters, nothing else.
 //
 // Export record: each message the export publishes carries Shmbox-Ordinal,
 // the number of messages of its lane the box delivered to exports before it
@@ -53,7 +63,11 @@
 // then sent = after, pending = 0. An export that finds `pending` (its
 // predecessor died around a commit) looks at the lane's first message it
 // reads: the same position again (redelivered) means not committed (sent
-// stays), a later one means committed (sent = after).
+// stays), a later one means committed (sent = after). Before that, ordinals
+// are bounded by what the box proves (bridge_status::bound_ordinals): a
+// lane's ordinal counts messages the box delivered, so `sent` beyond the
+// lane's delivered counter is refused (the lane numbers from 0 again), and
+// `after` beyond it means the commit was not made.
 //
 // Rule: bump kBridgeStatusVersion on every incompatible change (a field
 // moved, resized or given another meaning); a bridge that finds another

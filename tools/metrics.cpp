@@ -20,8 +20,9 @@
 // every box `shmbox ls` lists (with its bridges) and every pool, through the
 // same writers into one `exposition`, which keeps each family's HELP and TYPE
 // once and its samples together whichever box they come from. A segment it
-// cannot read is skipped (a warning on stderr) and counted in
-// shmbox_metrics_unreadable_segments{kind}; shmbox_metrics_exported_segments
+// cannot read, or a bridge status the trust rule refuses (lib/base/shm_file.hpp
+// T3: bridge/bridge_status.hpp read_bridges), is skipped (a warning on stderr)
+// and counted in shmbox_metrics_unreadable_segments{kind}; shmbox_metrics_exported_segments
 // {kind} counts the rest (kind: box, pool, bridge). Those two have no box or
 // pool label.
 #include <unistd.h>
@@ -447,7 +448,8 @@ std::string metrics_exposition(std::vector<std::string>& warnings, std::error_co
   constexpr const char* kExportedHelp = "Boxes, pools and bridges (label kind) whose figures this exposition holds.";
   constexpr const char* kUnreadableHelp =
       "Segments (label kind) named like a box, pool or bridge status that could not be read (permission denied, corrupt, "
-      "incomplete, not a regular file): skipped, each with a warning on stderr.";
+      "incomplete, not a regular file) or are not trusted (a bridge status of another user, or writable by others): skipped, "
+      "each with a warning on stderr.";
   e.subject("", "");
   e.family(kExported, "gauge", kExportedHelp);
   e.family(kUnreadable, "gauge", kUnreadableHelp);
@@ -466,7 +468,8 @@ std::string metrics_exposition(std::vector<std::string>& warnings, std::error_co
     ++exported_boxes;
     if (bridged && bridged->count(b.info->name) == 0) continue;
     std::vector<std::string> problems;
-    const std::vector<bridge_info> bridges = read_bridges(b.info->name, &problems);
+    // A status the trust rule refuses (another user's, writable by others) is one of these too.
+    const std::vector<bridge_info> bridges = read_bridges(b.info->name, b.info->uid, &problems);
     for (const std::string& p : problems) warnings.push_back("warning: " + p);
     unreadable_bridges += problems.size();
     write_bridges(e, b.info->name, bridges);

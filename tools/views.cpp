@@ -234,9 +234,10 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   if (!box) return fail(box.error());
   const shmbox::box_info i = shmbox::info(*box);
   if (auto whole = box->intact(); !whole) return fail(whole.error());  // truncated while read (T5)
-  // A file planted at a bridge status path: said on stderr, the box shown all the same.
+  // A file planted at a bridge status path (or one the trust rule refuses:
+  // another user's, writable by others): said on stderr, the box shown all the same.
   std::vector<std::string> bridge_problems;
-  const std::vector<bridge_info> bridges = read_bridges(i.name, &bridge_problems);
+  const std::vector<bridge_info> bridges = read_bridges(i.name, i.uid, &bridge_problems);
   for (const std::string& p : bridge_problems) say("warning: " + p);
   if (prometheus) {
     std::cout << prometheus_text(i) << prometheus_bridge_text(i.name, bridges);

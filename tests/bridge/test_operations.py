@@ -556,8 +556,9 @@ def test_creds_file_operator_mode(h):
 
 
 # ---------------------------------------------------------------------------
-# A forged status segment (anyone who may write the box may write it): the import reads its record
-# and cursors as untrusted; they can cost the box's own messages, nothing else.
+# A status segment written over by its owner (or root): since issue 53 nobody else may write one a
+# bridge adopts (tests/bridge/test_trust.py); the import still reads its record and cursors as
+# untrusted, bounded before use; they can cost the box's own messages, nothing else.
 
 
 STATUS_SIZE = 3896  # bridge/status_layout.hpp
@@ -590,9 +591,9 @@ def test_import_with_forged_status_record_starts_and_stays_in_bounds(h):
 
 
 def test_export_with_forged_ordinals_still_delivers_everything(h):
-    """The export record (each lane's ordinal and a commit in flight) overwritten with random bytes by
-    anyone who may write the 0666 box: the export starts, every message still reaches B exactly once
-    and in order; what the forgery costs is the truth of the ordinals (the import's remote_drops)."""
+    """The export record (each lane's ordinal and a commit in flight) overwritten with random bytes
+    by its owner: the export starts, every message still reaches B exactly once and in order; what
+    the forgery costs is the truth of the ordinals (bounded by what box A delivered)."""
     server = h.server()
     a = h.box("A", capacity=64, slot_size=64, mode=0o666, lanes=3)
     b = h.box("B", capacity=512, slot_size=64, lanes=3)
