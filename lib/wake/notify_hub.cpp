@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -79,9 +80,12 @@ class hub {
     bool one_fifo_lane;
     std::uint64_t key, epoch;
     bell_record file;
+    const hub_watch* watch;          // what the Owner handle waits to be told (kept alive by it until hub_remove)
     std::uint64_t request_seen = 0;  // the give-away request last signalled
     std::uint32_t wake_seen = 0;     // wake_seq at the last scan
-    bool waiting_seen = false;       // the last scan found it armed with messages waiting (and did not wake it)
+    std::uint32_t watch_seen = 0;    // *watch at the last scan
+    std::uint32_t told = 0;          // the *watch (arming) the hub last told the owner of
+    bool waiting_seen = false;       // the last scan found it waiting to be told with messages waiting (and did not wake it)
   };
 
   const pid_t pid = ::getpid();
@@ -102,15 +106,16 @@ class hub {
     return true;
   }
 
-  std::uint64_t add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
-                    std::uint64_t tag) {
+  std::uint64_t add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, const hub_watch* watch,
+                    notify_group_state* group, std::uint64_t tag) {
     std::uint64_t id;
     {
       std::lock_guard<std::mutex> g(mu_);
       id = ++last_id_;
       entry e{id, efd, group, tag, &m, m.owner(), m.lanes[0].hdr, m.lane_count() == 1 && !m.lanes[0].is_lifo(),
-              key, epoch, {m.dev, m.ino}};
+              key, epoch, {m.dev, m.ino}, watch};
       e.wake_seen = owner_wake_seq(*m.owner());
+      e.watch_seen = watch_of(e);
       e.request_seen = pending_request(m);
       entries_.push_back(e);
       try {
@@ -164,10 +169,24 @@ class hub {
   std::atomic<std::uint64_t> scans_{0};         // scans made (hub_scans)
   std::unordered_multimap<bell_record, std::uint64_t, bell_key_hash, bell_key_eq> by_file_;
 
-  // Under mu_: the entry's owner is told (its eventfd, or its group).
-  static void signal(const entry& e) noexcept {
+  // Under mu_: the entry's owner is told (its eventfd, or its group), for
+  // the arming `watch` (hub_watch; 0: none, e.g. a give-away request).
+  static void signal(entry& e, std::uint32_t watch) noexcept {
+    if (watch != 0) e.told = watch;
     if (e.group != nullptr) e.group->fire(e.tag);
     else write_eventfd(e.efd);
+  }
+  // What the entry's Owner handle waits to be told (hub_watch). acquire:
+  // pairs with the release store of Owner::state::publish_watch (made after
+  // the handle armed its lanes).
+  static std::uint32_t watch_of(const entry& e) noexcept { return e.watch->load(std::memory_order_acquire); }
+  // Its notify_fd is readable: the owner has a wake-up it has not taken yet
+  // (written by a producer itself, route 1, which the hub does not see), and
+  // will look at its box when it takes it.
+  static bool fd_unread(const entry& e) noexcept {
+    if (e.efd < 0) return false;
+    pollfd p{e.efd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
   }
   int ep_ = -1, ctl_ = -1;
   // The doorbell's two ends. Made by add() when there is none, dropped by
@@ -251,11 +270,15 @@ class hub {
       for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
         auto [lo, hi] = by_file_.equal_range(recs[i]);
         for (auto f = lo; f != hi; ++f) {
+          entry& e = entries_[index_.at(f->second)];
+          // A ring is a hint (anyone may write a doorbell): the owner is told
+          // when its handle waits to be told, or a give-away request waits.
+          const std::uint32_t watch = watch_of(e);
+          if (watch == 0 && !(pending_request(*e.m) != 0 && accepts_requests(*e.m, e.epoch))) continue;
           // Counted first: whoever the eventfd wakes sees the count. relaxed: a
           // diagnostic count (shmbox stat); the write(2) below comes after it.
-          const entry& e = entries_[index_.at(f->second)];
           e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
-          signal(e);
+          signal(e, watch);
         }
       }
     }
@@ -286,12 +309,18 @@ class hub {
       }
       const std::uint32_t w = owner_wake_seq(*rec);
       const bool woken = w != e.wake_seen;  // somebody woke the box since the last scan
-      wake |= wake_moved && woken;           // (a round after an overflow: the boxes it reaches)
       e.wake_seen = w;
-      // Armed with messages waiting: a wake-up may have been lost (a producer
-      // died between publishing and waking). acquire: pairs with set_mode's release.
+      // The handle waits to be told (its arming), and the hub has not told
+      // it for this arming (a ring, or an earlier scan). Not the owner
+      // record's state: a producer sets it back to passive once it has woken
+      // the owner, also when that wake-up never arrived (notify_hub.hpp, 3).
+      const std::uint32_t watch = watch_of(e);
+      const bool untold = watch != 0 && watch != e.told;
+      wake |= wake_moved && woken && untold;  // (a round after an overflow: the boxes it reaches)
+      // With messages waiting: a wake-up may have been lost (a producer died
+      // between publishing and waking; its ring never reached us).
       bool waiting = false;
-      if (!wake && state_mode(rec->state.load(std::memory_order_acquire)) != owner_state::passive) {
+      if (!wake && untold) {
         if (e.one_fifo_lane) {
           // One FIFO lane (the common box): claimed past the published head.
           // acquire: pairs with P3 (tail) and T7 (head), as lane_depth_scan.
@@ -303,15 +332,17 @@ class hub {
           waiting = depth != 0;
         }
       }
-      // Lost only if so at two scans in a row with nobody waking it between
-      // them: a producer inside its wake-up (P6) has written the eventfd or
-      // rung already and reverts notify to passive after its wake_seq bump
+      // Lost only if so at two scans in a row, for the same arming, with
+      // nobody waking it between them: a producer inside its wake-up (P6)
+      // has written the eventfd or rung already and bumps wake_seq after
       // (wake.cpp), so one look in that window would tell the owner (or its
       // group) a second time for one notification (found by CI: a group's
-      // tag fired twice).
-      wake |= waiting && e.waiting_seen && !woken;
+      // tag fired twice). And not while its notify_fd is unread: a producer
+      // wrote it itself (route 1) and the owner has yet to take it.
+      wake |= waiting && e.waiting_seen && watch == e.watch_seen && !woken && !fd_unread(e);
       e.waiting_seen = waiting && !wake;
-      if (wake) signal(e);
+      e.watch_seen = watch;
+      if (wake) signal(e, watch);
     }
     scans_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count for tests (hub_scans)
   }
@@ -393,12 +424,12 @@ hub* this_process_hub() {
 
 }  // namespace
 
-std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
-                      std::uint64_t tag) noexcept {
+std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, const hub_watch* watch,
+                      notify_group_state* group, std::uint64_t tag) noexcept {
   try {
     hub* h = this_process_hub();
     if (h == nullptr) return 0;
-    return h->add(m, efd, key, epoch, group, tag);
+    return h->add(m, efd, key, epoch, watch, group, tag);
   } catch (...) {
     return 0;
   }

@@ -15,13 +15,22 @@
 //      and any pid, user or network namespace that shares /dev/shm, as the
 //      boxes do;
 //   3. nobody (a producer that died between publishing and waking, P5-P6; a
-//      full or missing doorbell): the hub's SCAN finds it. Every kScanNs the
-//      hub looks at the next registered boxes (kScanBudgetNs): armed (notify
-//      or active) with messages waiting at this look and the one before with
-//      no wake-up between them, a give-away request not yet signalled, or
-//      (after a doorbell overflow) a wake_seq that moved: it writes that
-//      box's eventfd. (Two looks, not one: a producer between its ring and
-//      its revert of notify to passive, wake.cpp, has told the owner already.)
+//      ring that never reached the hub: a full, missing or refused doorbell,
+//      a record another reader took): the hub's SCAN finds it. Every kScanNs
+//      the hub looks at the next registered boxes (kScanBudgetNs): one whose
+//      Owner handle waits to be told (its hub_watch, below: armed and not yet
+//      told by the hub for this arming) with messages waiting at this look
+//      and the one before, the same arming at both, no wake-up between them
+//      and its notify_fd not left unread; a give-away request not yet
+//      signalled; or (after a doorbell overflow) a wake_seq that moved: it
+//      writes that box's eventfd (or fires its tag). What the handle waits
+//      for is read from the handle, not from the owner record: a producer
+//      that woke the owner has set the record back to passive already
+//      (pobox), also when its ring was lost, and a scan that looked at the
+//      record skipped exactly the boxes whose wake-up went missing (issue
+//      53: a box stuck until its owner exited). (Two looks, not one: a
+//      producer between its ring and its revert of notify to passive,
+//      wake.cpp, may have told the owner already through its eventfd.)
 // So one thread serves 10,000 boxes: it sleeps in epoll_wait on the doorbell
 // and wakes for a ring or for the scan (a few loads per box; with no box
 // registered it sleeps without a timeout).
@@ -54,6 +63,7 @@
 // thread hop more than a notify_fd's written by its waker (route 1).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -107,12 +117,21 @@ struct notify_group_state {
   std::size_t take(std::vector<std::uint64_t>& out);
 };
 
+// What an Owner handle waits to be told, published for its hub (route 3):
+// 0 while nothing (passive; or its arming found messages at once and told
+// itself, `due`), else (its arming's generation << 1) | 1 until its wait()
+// reports the notification or delivery. A new generation for every arming
+// (notify(), active()): the hub tells one arming once, however it learnt of
+// it (a ring, its scan). Written by the Owner's thread, read by the hub's.
+using hub_watch = std::atomic<std::uint32_t>;
+
 // Registers owner handle `efd` (its notify_fd) of box `m`, owned as (key,
 // epoch), with this process's hub, starting the hub on first use; or, with
-// `group`, a member of that group with `tag` (efd -1). Returns the
-// registration (non-zero), or 0 if the hub thread cannot be started (then
-// the caller reports the error).
-std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch,
+// `group`, a member of that group with `tag` (efd -1). `watch`: the handle's
+// hub_watch (it outlives the registration). Returns the registration
+// (non-zero), or 0 if the hub thread cannot be started (then the caller
+// reports the error).
+std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, const hub_watch* watch,
                       notify_group_state* group = nullptr, std::uint64_t tag = 0) noexcept;
 // Removes it: once this returns, the hub never touches its efd or group again.
 void hub_remove(std::uint64_t registration) noexcept;
