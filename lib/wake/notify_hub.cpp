@@ -42,6 +42,35 @@ std::string bell_entry(std::uint64_t key) {
 
 std::string bell_path(std::uint64_t key) { return std::string(kShmDir) + "/" + bell_entry(key); }
 
+std::size_t format_bell_record(const bell_record& r, char (&out)[kBellRecordMax]) noexcept {
+  char text[kBellRecordMax + 1];  // (snprintf's '\0' too)
+  const int n = std::snprintf(text, sizeof text, "\nB%" PRIx64 ":%" PRIx64 "\n", r.dev, r.ino);
+  if (n <= 0 || static_cast<std::size_t>(n) > sizeof out) return 0;
+  std::memcpy(out, text, static_cast<std::size_t>(n));
+  return static_cast<std::size_t>(n);
+}
+
+bool bell_reader::parse(const char* line, std::size_t len, bell_record& out) noexcept {
+  // 'B', 1-16 hex digits, ':', 1-16 hex digits: nothing else (format_bell_record).
+  if (len < 4 || line[0] != 'B') return false;
+  std::size_t i = 1;
+  auto number = [&](std::uint64_t& v) {
+    const std::size_t from = i;
+    v = 0;
+    for (; i < len && i - from < 16; ++i) {
+      const char c = line[i];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) break;
+      v = v << 4 | static_cast<std::uint64_t>(d);
+    }
+    return i > from;
+  };
+  bell_record r;
+  if (!number(r.dev) || i >= len || line[i++] != ':' || !number(r.ino) || i != len) return false;
+  out = r;
+  return true;
+}
+
 namespace {
 // "/<entry>", the name open_shm_file() takes. (Not "/" + std::string: GCC 12
 // warns falsely about it, PR105329.)
@@ -197,6 +226,7 @@ class hub {
   // changes; the atomic lets run() compare an event's fd without mu_.
   std::atomic<int> bell_r_{-1};
   int bell_w_ = -1;
+  bell_reader bell_lines_;  // what was read from bell_r_ (under mu_)
 
   // Route 2's doorbell; without one (the name is taken, /dev/shm refuses a
   // FIFO) wakers fall back to route 3.
@@ -228,6 +258,7 @@ class hub {
     std::call_once(once, [] { std::atexit(unlink_bell_at_exit); });
     g_bell_pid.store(pid, std::memory_order_relaxed);  // relaxed: read by this process's exit handler only
     bell_r_.store(r, std::memory_order_relaxed);
+    bell_lines_.reset();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = r;
@@ -254,21 +285,22 @@ class hub {
     bell_r_.store(-1, std::memory_order_relaxed);
   }
 
-  // Reads every record waiting in the doorbell and wakes the boxes they
-  // name. True if so much was waiting that rings may have been lost (a
-  // waker found the FIFO full): then the scan also looks at wake_seq.
+  // Reads everything waiting in the doorbell and wakes the boxes its
+  // records name (DOORBELL RECORDS: anything else is dropped). True if so
+  // much was waiting that rings may have been lost (a waker found the FIFO
+  // full): then the scan also looks at wake_seq.
   bool read_bell() {
-    bell_record recs[256];
+    char bytes[4096];
     std::size_t total = 0;
     for (;;) {
       std::lock_guard<std::mutex> g(mu_);
       const int r = bell_r_.load(std::memory_order_relaxed);
       if (r < 0) break;  // dropped meanwhile
-      const ssize_t n = ::read(r, recs, sizeof recs);
+      const ssize_t n = ::read(r, bytes, sizeof bytes);
       if (n <= 0) break;
       total += static_cast<std::size_t>(n);
-      for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
-        auto [lo, hi] = by_file_.equal_range(recs[i]);
+      bell_lines_.feed(bytes, static_cast<std::size_t>(n), [&](const bell_record& rec) {
+        auto [lo, hi] = by_file_.equal_range(rec);
         for (auto f = lo; f != hi; ++f) {
           entry& e = entries_[index_.at(f->second)];
           // A ring is a hint (anyone may write a doorbell): the owner is told
@@ -280,7 +312,7 @@ class hub {
           e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
           signal(e, watch);
         }
-      }
+      });
     }
     return total >= 32 * 1024;
   }
@@ -494,17 +526,19 @@ bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
     // the key was read from a segment others can write (shm_file.hpp S1-S3).
     fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
   };
-  // One record; a doorbell whose reader went (EPIPE) is closed (fd -1).
+  // One record (DOORBELL RECORDS), one write; a doorbell whose reader went
+  // (EPIPE) is closed (fd -1).
+  char record[kBellRecordMax];
+  const std::size_t record_len = format_bell_record({m.dev, m.ino}, record);
   auto ring = [&] {
-    if (fd < 0) return false;
-    const bell_record r{m.dev, m.ino};
+    if (fd < 0 || record_len == 0) return false;
     // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
     // and taken back if it came (the owner is dead, or dropped its doorbell).
     sigset_t pipe_only, old;
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-    const ssize_t n = ::write(fd, &r, sizeof r);
+    const ssize_t n = ::write(fd, record, record_len);
     const bool pipe_gone = n < 0 && errno == EPIPE;
     if (pipe_gone) {
       const timespec zero{0, 0};
@@ -515,7 +549,7 @@ bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
       ::close(fd);
       fd = -1;
     }
-    return n == static_cast<ssize_t>(sizeof r);  // (full, EAGAIN: the scan finds it)
+    return n == static_cast<ssize_t>(record_len);  // (full, EAGAIN: the scan finds it; never a part: atomic)
   };
   // A doorbell comes and goes with its process's notify owners (make_bell,
   // drop_bell): a cached descriptor whose reader went is opened by name

@@ -8,12 +8,12 @@
 //      eventfd itself: no thread is involved at all;
 //   2. one that may not (another user, another container) rings the owner
 //      process's DOORBELL: a FIFO, /dev/shm/shmbox-bell.<owner key in hex>,
-//      mode 0622, into which it writes the box's file identity (dev, ino:
-//      16 bytes, one atomic write). The hub thread reads the doorbell and
-//      writes the eventfd of the box so named (bell_rings counts these, in
-//      the owner record). A FIFO in /dev/shm reaches the owner from any user
-//      and any pid, user or network namespace that shares /dev/shm, as the
-//      boxes do;
+//      mode 0622, into which it writes one record naming the box's file
+//      (DOORBELL RECORDS below: one atomic write). The hub thread reads the
+//      doorbell and writes the eventfd of the box so named, if its handle
+//      waits to be told (bell_rings counts these, in the owner record). A
+//      FIFO in /dev/shm reaches the owner from any user and any pid, user or
+//      network namespace that shares /dev/shm, as the boxes do;
 //   3. nobody (a producer that died between publishing and waking, P5-P6; a
 //      ring that never reached the hub: a full, missing or refused doorbell,
 //      a record another reader took): the hub's SCAN finds it. Every kScanNs
@@ -90,12 +90,77 @@ namespace shmbox::detail {
 constexpr std::uint64_t kScanNs = 1'000'000'000;
 constexpr std::uint64_t kScanBudgetNs = 200'000;
 
-// One record written into a doorbell: the box's segment file.
-struct bell_record {
+// DOORBELL RECORDS. A ring is one write(2) of one record, a line:
+//   '\n' 'B' <dev: 1-16 lowercase hex digits> ':' <ino: the same> '\n'
+// Anyone may write into a doorbell (mode 0622), any number of bytes. A
+// write of at most PIPE_BUF bytes into a FIFO is atomic: its bytes lie
+// together in the FIFO, never mixed with another writer's. So a genuine
+// record is a line of its own whatever is written around it: its leading
+// '\n' ends whatever came before, its trailing '\n' ends it, and nothing
+// inside it is a '\n'. The hub (bell_reader) takes each line that is a
+// record and drops every other line (garbage; one longer than a record is
+// dropped up to its end): odd-sized writes cannot shift a genuine record
+// out of place, as they did to the fixed 16-byte binary records before
+// (issue 53: the genuine record after one 3-byte write was read as garbage).
+// Not a magic and a check found by scanning byte by byte: the check would
+// be public (every producer computes it), so a writer who knows a box's dev
+// and ino (stat) could write a prefix that the next genuine record's first
+// bytes complete into a valid record; the scan takes it and starts after
+// the genuine record's start, which is lost. Delimiters leave no record
+// that spans another's bytes. A record is still only a hint, forged for
+// free: the hub acts on one only for a box its handle waits on, and a
+// forged one costs that owner one spurious wake-up (its wait() looks at
+// the box and says none). A ring that does not arrive (a full doorbell, a
+// record another reader took) is the scan's (route 3).
+//   Changed from the binary records of earlier builds (same name): a ring
+// of an earlier producer is garbage to this hub, and this producer's to an
+// earlier hub; across builds the wake-up comes from this hub's scan.
+struct bell_record {  // what a record names: the box's segment file
   std::uint64_t dev = 0;
   std::uint64_t ino = 0;
 };
-static_assert(sizeof(bell_record) == 16);
+inline constexpr std::size_t kBellLineMax = 1 + 16 + 1 + 16;  // 'B', dev, ':', ino
+inline constexpr std::size_t kBellRecordMax = kBellLineMax + 2;  // with the two '\n'
+static_assert(kBellRecordMax <= 512, "a ring must be one atomic write: at most PIPE_BUF (512 bytes in POSIX)");
+
+// Writes the record naming `r` into `out`; its length.
+std::size_t format_bell_record(const bell_record& r, char (&out)[kBellRecordMax]) noexcept;
+
+// The hub's side of DOORBELL RECORDS: splits the bytes read from a
+// doorbell, across reads, into lines, and hands out those that are records.
+class bell_reader {
+ public:
+  // Feeds `n` bytes; calls on_record(const bell_record&) for each record
+  // line they complete.
+  template <typename F>
+  void feed(const char* bytes, std::size_t n, F&& on_record) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const char c = bytes[i];
+      if (c == '\n') {
+        bell_record r;
+        if (!overlong_ && parse(line_, len_, r)) on_record(r);
+        len_ = 0;
+        overlong_ = false;
+      } else if (len_ < kBellLineMax) {
+        line_[len_++] = c;
+      } else {
+        overlong_ = true;  // not a record, whatever follows: dropped up to its '\n'
+      }
+    }
+  }
+  // Forgets a partial line (a new doorbell).
+  void reset() noexcept {
+    len_ = 0;
+    overlong_ = false;
+  }
+  // Whether line[0, len) (no '\n') is a record; if so, what it names.
+  static bool parse(const char* line, std::size_t len, bell_record& out) noexcept;
+
+ private:
+  char line_[kBellLineMax] = {};
+  std::size_t len_ = 0;
+  bool overlong_ = false;
+};
 
 // The doorbell of the owner process with key `key` ("/dev/shm/shmbox-bell.<hex>"),
 // and its name in /dev/shm ("shmbox-bell.<hex>").
