@@ -84,9 +84,14 @@ std::string shm_name(std::string_view entry) {
 // hub has its own name and pid here).
 char g_bell_name[96];
 std::atomic<pid_t> g_bell_pid{0};
+std::atomic<std::uint64_t> g_bell_dev{0}, g_bell_ino{0};  // its FIFO: removed only if still at the name
 void unlink_bell_at_exit() {
   // relaxed: written before the thread that could run this handler exists
-  if (g_bell_pid.load(std::memory_order_relaxed) == ::getpid()) ::unlink(g_bell_name);
+  if (g_bell_pid.load(std::memory_order_relaxed) != ::getpid()) return;
+  struct stat named {};
+  if (::lstat(g_bell_name, &named) == 0 && named.st_dev == g_bell_dev.load(std::memory_order_relaxed) &&
+      named.st_ino == g_bell_ino.load(std::memory_order_relaxed))
+    ::unlink(g_bell_name);
 }
 
 struct bell_key_hash {
@@ -234,26 +239,51 @@ class hub {
     const std::string path = bell_path(self_key());
     const std::string tmp = path + ".new";
     const std::string tmp_name = shm_name(bell_entry(self_key())) + ".new";  // for open_shm_file
+    const uid_t me = ::geteuid();
     int r = -1;
+    struct stat mine {};
     for (int attempt = 0; attempt < 3 && r < 0; ++attempt) {
+      // Ours, left by a process of ours that died here (or a gc race); a
+      // file of another user stays (sticky /dev/shm) and mkfifo fails: then
+      // there is no doorbell (route 3).
       ::unlink(tmp.c_str());
       if (::mkfifo(tmp.c_str(), 0600) != 0) return;
+      struct stat made {};
+      if (::lstat(tmp.c_str(), &made) != 0) continue;
       // Our reader first (a gc that finds no reader may remove it meanwhile:
       // then try again), then the mode, then our own writer (no end-of-file
       // when the last waker closes), then the real name. Each open: a FIFO,
       // not followed, not waiting (shm_file.hpp S1-S3).
-      r = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell).fd;
+      const shm_file f = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell);
+      if (f.fd < 0) continue;
+      // Read only the FIFO we made (T3: our uid, nobody else may write it
+      // yet, the inode mkfifo made): a /dev/shm without the sticky bit would
+      // let another user put theirs at the name between mkfifo and open.
+      if (!shm_owned_by(f.st, {me}) || !shm_private_to_owner(f.st) || f.st.st_ino != made.st_ino ||
+          f.st.st_dev != made.st_dev) {
+        ::close(f.fd);
+        return;
+      }
+      r = f.fd;
+      mine = f.st;
     }
     if (r < 0) return;
+    struct stat named {};
     if (::fchmod(r, 0622) != 0 || (bell_w_ = open_shm_file(tmp_name, O_WRONLY, shm_expect::doorbell).fd) < 0 ||
-        ::rename(tmp.c_str(), path.c_str()) != 0) {
-      ::unlink(tmp.c_str());
+        ::rename(tmp.c_str(), path.c_str()) != 0 || ::lstat(path.c_str(), &named) != 0 || named.st_ino != mine.st_ino ||
+        named.st_dev != mine.st_dev) {
+      // (A name another user holds: rename fails, EPERM in the sticky
+      // /dev/shm. Not ours at the name after the rename: not used either.)
+      struct stat left {};
+      if (::lstat(tmp.c_str(), &left) == 0 && left.st_ino == mine.st_ino && left.st_dev == mine.st_dev) ::unlink(tmp.c_str());
       if (bell_w_ >= 0) ::close(bell_w_);
       ::close(r);
       bell_w_ = -1;
       return;
     }
     std::snprintf(g_bell_name, sizeof g_bell_name, "%s", path.c_str());
+    g_bell_dev.store(mine.st_dev, std::memory_order_relaxed);  // relaxed: as g_bell_pid below
+    g_bell_ino.store(mine.st_ino, std::memory_order_relaxed);
     static std::once_flag once;
     std::call_once(once, [] { std::atexit(unlink_bell_at_exit); });
     g_bell_pid.store(pid, std::memory_order_relaxed);  // relaxed: read by this process's exit handler only
@@ -524,7 +554,16 @@ bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
     fd_key = key;
     // A FIFO, never a link, a regular file or a device (not even opened):
     // the key was read from a segment others can write (shm_file.hpp S1-S3).
-    fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
+    const shm_file f = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell);
+    fd = f.fd;
+    // THE TRUST RULE T3 for a doorbell (notify_hub.hpp ring_bell): its
+    // owner is the segment's owner, root or us; else refused and counted.
+    if (fd >= 0 && !shm_owned_by(f.st, {static_cast<uid_t>(m.uid), 0, ::geteuid()})) {
+      ::close(fd);
+      fd = -1;
+      // relaxed: a diagnostic count (as bell_rings)
+      m.owner()->bell_refused.fetch_add(1, std::memory_order_relaxed);
+    }
   };
   // One record (DOORBELL RECORDS), one write; a doorbell whose reader went
   // (EPIPE) is closed (fd -1).

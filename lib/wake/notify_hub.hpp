@@ -35,9 +35,14 @@
 // and wakes for a ring or for the scan (a few loads per box; with no box
 // registered it sleeps without a timeout).
 //
-// The doorbell is created under a temporary name, opened for reading (and
-// once for writing, so that it never reads end-of-file), then renamed into
-// place: its name never exists without a reader. It exists while the
+// The doorbell is created under a temporary name (<name>.new), opened for
+// reading (and once for writing, so that it never reads end-of-file), then
+// renamed into place: its name never exists without a reader. The hub reads
+// only that FIFO, and only once it has seen that it is the one it just made:
+// the inode mkfifo made, its own uid's, writable by nobody else; a file
+// another user put at the temporary name (or the name) stays theirs (the
+// sticky /dev/shm keeps the hub from removing or replacing it), and the hub
+// has no doorbell then. After the rename, the name must be its FIFO. It exists while the
 // process has a notify owner: the first notify_fd() makes it, and it goes
 // with the last such Owner handle (hub_remove unlinks and closes it before
 // it returns; a waker still holding it gets EPIPE and opens the name again,
@@ -47,7 +52,8 @@
 // `shmbox gc` removes every doorbell nobody reads (opening one for writing
 // fails with ENXIO). A
 // doorbell name taken by someone else (another user's file in the sticky
-// /dev/shm) leaves the hub without one: route 3 still works.
+// /dev/shm) leaves the hub without one: route 3 still works (and wakers
+// refuse a FIFO of an untrusted uid at the name: ring_bell).
 //
 // A fork child starts its own hub (its own key, its own doorbell) when it
 // first calls notify_fd(); it inherits none of the parent's registrations.
@@ -208,7 +214,18 @@ std::uint64_t hub_scans() noexcept;
 // Rings the doorbell of the owner with key `key` for box `m`, through a
 // descriptor this process keeps open for that key (a few keys are kept; one
 // whose reader went is opened again). False when there is no doorbell to
-// ring (or it is full).
+// ring (or it is full), or the FIFO at its name is not to be trusted: the
+// key comes from a segment others can write, and anyone can make a FIFO at
+// a name in /dev/shm that is still free, or hold the name before its owner
+// does. THE TRUST RULE T3 (shm_file.hpp) for a doorbell: its owner uid
+// must be the box segment's owner, root, or this process's (euid): the
+// uid of the owner process itself is recorded nowhere a waker can trust (a
+// segment writer may write any key, pid or uid into the owner record). A
+// FIFO of another uid is not written (its planter would take the wake-up
+// and learn of it), refused, and counted in the owner record
+// (bell_refused); the owner's scan (route 3) wakes it instead. So an owner
+// whose uid is none of these (another user's box) is woken by its scan,
+// not its doorbell, by a producer of a third user.
 bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept;
 
 // The doorbells in /dev/shm that nobody reads (their process is gone): their

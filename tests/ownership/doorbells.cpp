@@ -66,6 +66,20 @@ bool other_users_can_run() {
   return true;
 }
 
+// Runs `f` in a fork child as `uid` (when we are root); true if it returned true.
+template <typename F>
+bool as_other_user(unsigned uid, F f) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(3);
+    ::_exit(f() ? 0 : 1);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 // A fork child that, as `uid`, writes odd-sized random garbage (1, 3, 15, 17
 // bytes, and any size of 1..40) into the FIFO `path` until it is killed
 // (the destructor), at most 16 KiB of it (a FIFO nobody reads meanwhile
@@ -281,6 +295,61 @@ TEST_CASE("doorbells: odd-sized garbage from another user never costs a ring: 5 
   CHECK(shmtest::exited_with(owner.wait(30s), 0));
 }
 
+// Before: a producer rang whatever FIFO was at the doorbell's name: another
+// user's plant took every wake-up, and the box, set back to passive by the
+// producer, was skipped by the owner's scan.
+TEST_CASE("doorbells: a FIFO another user planted at a non-root owner's doorbell (or temporary) name is never rung nor read; the owner is still woken") {
+  if (!other_users_can_run()) return;
+  for (const bool at_temporary : {false, true}) {
+    CAPTURE(at_temporary);
+    shmtest::segment_guard g(shmtest::unique_name(at_temporary ? "belltmp" : "bellplant"));
+    // The owner: uid 65534, in its own box (0666: any user may post).
+    REQUIRE(shmtest::run(as_uid(65534, {shmtest::cli_path(), "create", g.name, "--capacity", "8", "--slot-size", "16",
+                                        "--mode", "0666"})).code == 0);
+    shmtest::child owner(as_uid(65534, {shmtest::helper_path(), "event-loop", g.name, "--fd-when-told"}), {}, true);
+    REQUIRE(owner.read_line(30s).value_or("").rfind("owned", 0) == 0);
+    // uid 65533 plants a FIFO (0622, as a doorbell) at the name the owner's
+    // hub is about to make, before it makes it.
+    const std::string bell = shmbox::detail::bell_path(owner_key_of(g.name));
+    const std::string planted = at_temporary ? bell + ".new" : bell;
+    ::unlink(planted.c_str());
+    REQUIRE(as_other_user(65533, [&] { return ::mkfifo(planted.c_str(), 0622) == 0 && ::chmod(planted.c_str(), 0622) == 0; }));
+    // A plant at the name has a reader (its planter's, as far as a writer
+    // can tell): we hold it, and see what producers write into it.
+    const int planted_r = at_temporary ? -1 : ::open(planted.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (!at_temporary) REQUIRE(planted_r >= 0);
+    owner.write_stdin("go\n");
+    REQUIRE(owner.read_line(30s).value_or("") == "armed");
+    if (at_temporary) {
+      // The hub did not take the plant at its temporary name for its own
+      // doorbell: nobody reads it (an open for writing finds no reader).
+      const int w = ::open(planted.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      CHECK(w < 0);
+      CHECK(errno == ENXIO);
+      if (w >= 0) ::close(w);
+    }
+    for (int round = 1; round <= 2; ++round) {
+      CAPTURE(round);
+      // A producer of a third user (65532): it may not take the owner's
+      // eventfd, so it would ring the doorbell.
+      REQUIRE(shmtest::run(as_uid(65532, {shmtest::helper_path(), "post-each", "x", "0", g.name})).out == "posted 1 1\n");
+      // Woken all the same: the hub's scan, two looks a second apart.
+      CHECK(owner.read_line(4s).value_or("(none)") == "notified");
+    }
+    if (!at_temporary) {
+      char buf[64];
+      CHECK(::read(planted_r, buf, sizeof buf) <= 0);  // nothing was written into the plant (end of file, or EAGAIN)
+      ::close(planted_r);
+    }
+    // Refused and counted, once per wake-up (a free name is not a refusal).
+    auto seg = shmbox::detail::open_segment(g.name, true);
+    REQUIRE(seg);
+    CHECK((*seg)->owner()->bell_refused.load() == (at_temporary ? 0u : 2u));
+    owner.close_stdin();
+    ::unlink(planted.c_str());
+  }
+}
+
 // Before: the scan looked only at boxes whose owner record said notify or
 // active; a producer that rang sets the box back to passive, so a ring that
 // never reached the hub left the owner asleep with its message.
@@ -306,4 +375,7 @@ TEST_CASE("doorbells: a ring lost from the FIFO is made up by the hub's scan, th
   ::close(r);
   owner.kill(SIGCONT);
   CHECK(owner.read_line(4s).value_or("(none)") == "notified");
+  owner.kill(SIGKILL);
+  (void)owner.wait(30s);
+  ::unlink(bell.c_str());  // (killed: it leaves its doorbell behind)
 }
