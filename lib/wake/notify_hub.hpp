@@ -192,8 +192,9 @@ struct notify_group_state {
 // 0 while nothing (passive; or its arming found messages at once and told
 // itself, `due`), else (its arming's generation << 1) | 1 until its wait()
 // reports the notification or delivery. A new generation for every arming
-// (notify(), active()): the hub tells one arming once, however it learnt of
-// it (a ring, its scan). Written by the Owner's thread, read by the hub's.
+// (notify(), active()): the scan never tells an arming the hub has told
+// already (through a ring, or an earlier scan). Written by the Owner's
+// thread, read by the hub's.
 using hub_watch = std::atomic<std::uint32_t>;
 
 // Registers owner handle `efd` (its notify_fd) of box `m`, owned as (key,
