@@ -172,6 +172,8 @@ class bell_reader {
 // and its name in /dev/shm ("shmbox-bell.<hex>").
 std::string bell_path(std::uint64_t key);
 std::string bell_entry(std::uint64_t key);
+// "/<entry>": the name of /dev/shm/<entry> as open_shm_file() takes it.
+std::string bell_shm_name(std::string_view entry);
 // The prefix every doorbell name has in /dev/shm (for gc and ls).
 inline constexpr const char* kBellPrefix = "shmbox-bell.";
 
