@@ -94,8 +94,8 @@ bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
   (void)installed;
   std::lock_guard<std::mutex> g(g_bells_mu);
   bell_slot* slot = nullptr;
-  for (auto& s : g_bells)
-    if (s.key == key && s.fd >= 0) slot = &s;
+  for (auto& s : g_bells)  // (one whose doorbell was refused or gone too: it takes no other key's slot)
+    if (s.key == key && (slot == nullptr || s.fd >= 0)) slot = &s;
   if (slot == nullptr) {
     slot = &g_bells[g_bells_next++ % kBellSlots];
     if (slot->fd >= 0) ::close(slot->fd);
