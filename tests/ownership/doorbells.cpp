@@ -328,8 +328,13 @@ TEST_CASE("doorbells: a FIFO another user planted at a non-root owner's doorbell
       CHECK(errno == ENXIO);
       if (w >= 0) ::close(w);
     }
+    auto seg = shmbox::detail::open_segment(g.name, true);
+    REQUIRE(seg);
     for (int round = 1; round <= 2; ++round) {
       CAPTURE(round);
+      // Armed (again, after round 1: the owner takes what is there, then
+      // arms): its sleeping bit is in the lane, which makes a post wake it.
+      REQUIRE(shmtest::eventually([&] { return ((*seg)->lanes[0].hdr->tail.load() & 1) != 0; }, 10s));
       // A producer of a third user (65532): it may not take the owner's
       // eventfd, so it would ring the doorbell.
       REQUIRE(shmtest::run(as_uid(65532, {shmtest::helper_path(), "post-each", "x", "0", g.name})).out == "posted 1 1\n");
@@ -342,8 +347,6 @@ TEST_CASE("doorbells: a FIFO another user planted at a non-root owner's doorbell
       ::close(planted_r);
     }
     // Refused and counted, once per wake-up (a free name is not a refusal).
-    auto seg = shmbox::detail::open_segment(g.name, true);
-    REQUIRE(seg);
     CHECK((*seg)->owner()->bell_refused.load() == (at_temporary ? 0u : 2u));
     owner.close_stdin();
     ::unlink(planted.c_str());

@@ -42,8 +42,8 @@
 //       notify_fd, the others through one NotifyGroup (tag: the box's index
 //       among the NAMEs); arms each (notify) and prints "armed". Then, until
 //       stdin closes: for each box whose fd (or tag) is ready, wait(out, 0):
-//       "notified" takes its messages, prints "woken <index> <messages, ','-
-//       separated>" and arms it again; anything else prints "spurious <index>".
+//       "notified" takes its messages, arms it again and prints "woken <index>
+//       <messages, ','-separated>"; anything else prints "spurious <index>".
 //   post-each MSG PAUSE_US NAME...
 //       opens each box (any owner), attaches, posts MSG into it and sleeps
 //       PAUSE_US; prints "posted <stored> <of>" (the posts that stored it).
@@ -761,8 +761,8 @@ int notify_many(int argc, char** argv) {
     std::string got;
     shmbox::message m;
     while (owners[index].try_receive(m) == shmbox::recv_status::ok) got += (got.empty() ? "" : ",") + m.data;
+    owners[index].notify();  // armed again before it says so
     std::printf("woken %zu %s\n", index, got.c_str());
-    owners[index].notify();
   };
   for (;;) {
     for (pollfd& p : polled) p.revents = 0;
