@@ -42,15 +42,14 @@
 // the inode mkfifo made, its own uid's, writable by nobody else; a file
 // another user put at the temporary name (or the name) stays theirs (the
 // sticky /dev/shm keeps the hub from removing or replacing it), and the hub
-// has no doorbell then. After the rename, the name must be its FIFO. It exists while the
-// process has a notify owner: the first notify_fd() makes it, and it goes
-// with the last such Owner handle (hub_remove unlinks and closes it before
-// it returns; a waker still holding it gets EPIPE and opens the name again,
-// ring_bell), or
-// at exit. So a forked owner that drops its handles and _exits leaves
-// nothing. One that was killed (or _exits holding an Owner) leaves it, and
-// `shmbox gc` removes every doorbell nobody reads (opening one for writing
-// fails with ENXIO). A
+// has no doorbell then. After the rename, the name must be its FIFO.
+//   It exists while the process has a notify owner: the first notify_fd()
+// makes it, and it goes with the last such Owner handle (hub_remove unlinks
+// and closes it before it returns; a waker still holding it gets EPIPE and
+// opens the name again, ring_bell), or at exit. So a forked owner that
+// drops its handles and _exits leaves nothing. One that was killed (or
+// _exits holding an Owner) leaves it, and `shmbox gc` removes every
+// doorbell nobody reads (opening one for writing fails with ENXIO). A
 // doorbell name taken by someone else (another user's file in the sticky
 // /dev/shm) leaves the hub without one: route 3 still works (and wakers
 // refuse a FIFO of an untrusted uid at the name: ring_bell).
