@@ -41,6 +41,7 @@ void Owner::passive() {
   if (!s_ || !s_->still_owner()) return;
   s_->due = false;
   s_->armed = owner_mode::passive;
+  s_->publish_watch();
   s_->active_filter = nullptr;
   s_->set_mode(owner_mode::passive);
   s_->disarm_all();
@@ -49,11 +50,13 @@ void Owner::passive() {
 void Owner::notify() {
   if (!s_ || !s_->still_owner()) return;
   s_->armed = owner_mode::notify;
+  ++s_->arm_generation;
   s_->set_mode(owner_mode::notify);
   // Armed: producers now wake us (futex, and notify_fd: notify_hub.hpp).
   // Data already there: the notification is sent now (wait() reports it),
   // and, as in pobox, the box is passive again at once.
   s_->due = !s_->arm_all();
+  s_->publish_watch();
   if (s_->due) {
     s_->set_mode(owner_mode::passive);
     s_->poke_fd();
@@ -65,8 +68,10 @@ void Owner::active(filter_fn filter, std::size_t max) {
   s_->active_filter = std::move(filter);
   s_->active_max = max;
   s_->armed = owner_mode::active;
+  ++s_->arm_generation;
   s_->set_mode(owner_mode::active);
   s_->due = !s_->arm_all();
+  s_->publish_watch();
   if (s_->due) s_->poke_fd();
 }
 
@@ -91,6 +96,7 @@ recv_status Owner::deliver(delivery& out, std::size_t max, const filter_fn& filt
   rec->drops_baseline.store(drops_now, std::memory_order_relaxed);
   s_->armed = owner_mode::passive;
   s_->due = false;
+  s_->publish_watch();
   s_->set_mode(owner_mode::passive);
   return recv_status::ok;
 }
@@ -132,6 +138,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
       s_->due = false;
       if (mode == owner_mode::notify) {
         s_->armed = owner_mode::passive;
+        s_->publish_watch();
         s_->set_mode(owner_mode::passive);
         s_->disarm_all();
         return owner_event::notified;
@@ -142,6 +149,7 @@ owner_event Owner::wait(delivery& out, std::chrono::nanoseconds timeout) {
         s_->active_filter = nullptr;
         return owner_event::delivered;
       }
+      s_->publish_watch();  // (armed still: active, no longer due)
       if (st == recv_status::not_owner) return owner_event::not_owner;
       if (st == recv_status::error) return owner_event::error;
       // Claimed but not yet published: look again shortly.
@@ -184,7 +192,7 @@ int Owner::notify_fd() {
   }
   // The hub writes it for wakers that cannot (another user or pid
   // namespace: the doorbell), and for what nobody woke us for (its scan).
-  s_->hub_id = detail::hub_add(*s_->m, s_->efd, s_->ctx.key, s_->ctx.epoch);
+  s_->hub_id = detail::hub_add(*s_->m, s_->efd, s_->ctx.key, s_->ctx.epoch, &s_->watch);
   if (s_->hub_id == 0) {
     s_->ctx.last_error = detail::fail(errc::system_error, "box '" + s_->m->name + "': cannot start the notify hub thread");
     ::close(s_->efd);
@@ -215,7 +223,7 @@ result<void> Owner::join(NotifyGroup& group, std::uint64_t tag) {
                                                     "': this Owner has a notify_fd already; an Owner is woken through "
                                                     "its notify_fd or through a group, not both");
   leave_group();
-  s_->hub_id = detail::hub_add(*s_->m, -1, s_->ctx.key, s_->ctx.epoch, group.s_.get(), tag);
+  s_->hub_id = detail::hub_add(*s_->m, -1, s_->ctx.key, s_->ctx.epoch, &s_->watch, group.s_.get(), tag);
   if (s_->hub_id == 0)
     return detail::fail(errc::system_error, "box '" + s_->m->name + "': cannot start the notify hub thread");
   s_->group = group.s_;

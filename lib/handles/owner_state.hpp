@@ -213,6 +213,19 @@ struct Owner::state {
   // us, or at arming time when the box already had data (then `due`).
   owner_mode armed = owner_mode::passive;
   bool due = false;  // an armed state fired at arming time (the box had data)
+  // The same, for this process's notify hub (notify_hub.hpp hub_watch): what
+  // this handle waits to be told, by arming; the hub's scan reads it, not
+  // the owner record's state, which the waking producer sets back to passive
+  // (also when its wake-up went missing). publish_watch() after every
+  // change of armed or due; arm_generation steps with every arming.
+  detail::hub_watch watch{0};
+  std::uint32_t arm_generation = 0;
+  void publish_watch() noexcept {
+    const bool waits = armed != owner_mode::passive && !due;
+    // release: pairs with the acquire in the hub's watch_of (notify_hub.cpp):
+    // the lanes were armed (arm_all) before the hub sees the arming.
+    watch.store(waits ? (arm_generation << 1) | 1u : 0u, std::memory_order_release);
+  }
   // notify_fd: an eventfd that wakers write themselves where they may, and
   // this process's notify hub (notify_hub.hpp) writes for the others.
   int efd = -1;

@@ -302,7 +302,9 @@ struct alignas(kCacheLine) owner_record {
   a32 bell_rings;        // doorbell records the owner's notify hub turned into eventfd writes (diagnostic)
   a32 seg_fd_plus1;      // with notify_fd_plus1: the owner's descriptor of this segment + 1 (0: none), by
                          // which a waker checks that the process named is in the box (eventfd_of)
-  a32 reserved2a;
+  a32 bell_refused;      // rings wakers did not make: the FIFO at the owner's doorbell name belonged to a
+                         // uid they do not trust (notify_hub.cpp ring_bell; diagnostic; the word was
+                         // reserved, 0, in earlier libraries, which never write it)
   a64 reserved2[4];
   // line 2: transfers in flight
   alignas(kCacheLine) a32 transfer_seq;  // futex word: bumped on every release, offer and takeover
@@ -375,6 +377,7 @@ static_assert(offsetof(owner_record, wake_calls) == 72);
 static_assert(offsetof(owner_record, fd_fallback) == 80);
 static_assert(offsetof(owner_record, bell_rings) == 84);
 static_assert(offsetof(owner_record, seg_fd_plus1) == 88);
+static_assert(offsetof(owner_record, bell_refused) == 92);
 static_assert(offsetof(owner_record, transfer_seq) == 128);
 static_assert(offsetof(owner_record, heir_seq) == 136);
 static_assert(offsetof(owner_record, offer_key) == 144);

@@ -1,24 +1,19 @@
 // lib/wake/notify_hub.cpp - the notify hub (notify_hub.hpp): one helper thread per
-// process for every notify_fd, the doorbell FIFO it reads, and the ring a
-// waker makes when it cannot write the owner's eventfd itself.
+// process for every notify_fd and notify group, and the doorbell FIFO it
+// makes and reads. The waker's side of a doorbell (the ring), its records
+// and gc's removal of doorbells nobody reads: doorbell.cpp.
 #include "wake/notify_hub.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -33,30 +28,20 @@
 
 namespace shmbox::detail {
 
-std::string bell_entry(std::uint64_t key) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%s%016" PRIx64, kBellPrefix, key);
-  return b;
-}
-
-std::string bell_path(std::uint64_t key) { return std::string(kShmDir) + "/" + bell_entry(key); }
-
 namespace {
-// "/<entry>", the name open_shm_file() takes. (Not "/" + std::string: GCC 12
-// warns falsely about it, PR105329.)
-std::string shm_name(std::string_view entry) {
-  std::string s(1, '/');
-  s.append(entry);
-  return s;
-}
 
 // The doorbell's name, for the exit handler (a fork child that made its own
 // hub has its own name and pid here).
 char g_bell_name[96];
 std::atomic<pid_t> g_bell_pid{0};
+std::atomic<std::uint64_t> g_bell_dev{0}, g_bell_ino{0};  // its FIFO: removed only if still at the name
 void unlink_bell_at_exit() {
   // relaxed: written before the thread that could run this handler exists
-  if (g_bell_pid.load(std::memory_order_relaxed) == ::getpid()) ::unlink(g_bell_name);
+  if (g_bell_pid.load(std::memory_order_relaxed) != ::getpid()) return;
+  struct stat named {};
+  if (::lstat(g_bell_name, &named) == 0 && named.st_dev == g_bell_dev.load(std::memory_order_relaxed) &&
+      named.st_ino == g_bell_ino.load(std::memory_order_relaxed))
+    ::unlink(g_bell_name);
 }
 
 struct bell_key_hash {
@@ -79,9 +64,12 @@ class hub {
     bool one_fifo_lane;
     std::uint64_t key, epoch;
     bell_record file;
+    const hub_watch* watch;          // what the Owner handle waits to be told (kept alive by it until hub_remove)
     std::uint64_t request_seen = 0;  // the give-away request last signalled
     std::uint32_t wake_seen = 0;     // wake_seq at the last scan
-    bool waiting_seen = false;       // the last scan found it armed with messages waiting (and did not wake it)
+    std::uint32_t watch_seen = 0;    // *watch at the last scan
+    std::uint32_t told = 0;          // the *watch (arming) the hub last told the owner of
+    bool waiting_seen = false;       // the last scan found it waiting to be told with messages waiting (and did not wake it)
   };
 
   const pid_t pid = ::getpid();
@@ -102,15 +90,16 @@ class hub {
     return true;
   }
 
-  std::uint64_t add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
-                    std::uint64_t tag) {
+  std::uint64_t add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, const hub_watch* watch,
+                    notify_group_state* group, std::uint64_t tag) {
     std::uint64_t id;
     {
       std::lock_guard<std::mutex> g(mu_);
       id = ++last_id_;
       entry e{id, efd, group, tag, &m, m.owner(), m.lanes[0].hdr, m.lane_count() == 1 && !m.lanes[0].is_lifo(),
-              key, epoch, {m.dev, m.ino}};
+              key, epoch, {m.dev, m.ino}, watch};
       e.wake_seen = owner_wake_seq(*m.owner());
+      e.watch_seen = watch_of(e);
       e.request_seen = pending_request(m);
       entries_.push_back(e);
       try {
@@ -164,10 +153,24 @@ class hub {
   std::atomic<std::uint64_t> scans_{0};         // scans made (hub_scans)
   std::unordered_multimap<bell_record, std::uint64_t, bell_key_hash, bell_key_eq> by_file_;
 
-  // Under mu_: the entry's owner is told (its eventfd, or its group).
-  static void signal(const entry& e) noexcept {
+  // Under mu_: the entry's owner is told (its eventfd, or its group), for
+  // the arming `watch` (hub_watch; 0: none, e.g. a give-away request).
+  static void signal(entry& e, std::uint32_t watch) noexcept {
+    if (watch != 0) e.told = watch;
     if (e.group != nullptr) e.group->fire(e.tag);
     else write_eventfd(e.efd);
+  }
+  // What the entry's Owner handle waits to be told (hub_watch). acquire:
+  // pairs with the release store of Owner::state::publish_watch (made after
+  // the handle armed its lanes).
+  static std::uint32_t watch_of(const entry& e) noexcept { return e.watch->load(std::memory_order_acquire); }
+  // Its notify_fd is readable: the owner has a wake-up it has not taken yet
+  // (written by a producer itself, route 1, which the hub does not see), and
+  // will look at its box when it takes it.
+  static bool fd_unread(const entry& e) noexcept {
+    if (e.efd < 0) return false;
+    pollfd p{e.efd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
   }
   int ep_ = -1, ctl_ = -1;
   // The doorbell's two ends. Made by add() when there is none, dropped by
@@ -178,37 +181,64 @@ class hub {
   // changes; the atomic lets run() compare an event's fd without mu_.
   std::atomic<int> bell_r_{-1};
   int bell_w_ = -1;
+  bell_reader bell_lines_;  // what was read from bell_r_ (under mu_)
 
   // Route 2's doorbell; without one (the name is taken, /dev/shm refuses a
   // FIFO) wakers fall back to route 3.
   void make_bell() noexcept {
     const std::string path = bell_path(self_key());
     const std::string tmp = path + ".new";
-    const std::string tmp_name = shm_name(bell_entry(self_key())) + ".new";  // for open_shm_file
+    const std::string tmp_name = bell_shm_name(bell_entry(self_key())) + ".new";  // for open_shm_file
+    const uid_t me = ::geteuid();
     int r = -1;
+    struct stat mine {};
     for (int attempt = 0; attempt < 3 && r < 0; ++attempt) {
+      // Ours, left by a process of ours that died here (or a gc race); a
+      // file of another user stays (sticky /dev/shm) and mkfifo fails: then
+      // there is no doorbell (route 3).
       ::unlink(tmp.c_str());
       if (::mkfifo(tmp.c_str(), 0600) != 0) return;
+      struct stat made {};
+      if (::lstat(tmp.c_str(), &made) != 0) continue;
       // Our reader first (a gc that finds no reader may remove it meanwhile:
       // then try again), then the mode, then our own writer (no end-of-file
       // when the last waker closes), then the real name. Each open: a FIFO,
       // not followed, not waiting (shm_file.hpp S1-S3).
-      r = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell).fd;
+      const shm_file f = open_shm_file(tmp_name, O_RDONLY, shm_expect::doorbell);
+      if (f.fd < 0) continue;
+      // Read only the FIFO we made (T3: our uid, nobody else may write it
+      // yet, the inode mkfifo made): a /dev/shm without the sticky bit would
+      // let another user put theirs at the name between mkfifo and open.
+      if (!shm_owned_by(f.st, {me}) || !shm_private_to_owner(f.st) || f.st.st_ino != made.st_ino ||
+          f.st.st_dev != made.st_dev) {
+        ::close(f.fd);
+        return;
+      }
+      r = f.fd;
+      mine = f.st;
     }
     if (r < 0) return;
+    struct stat named {};
     if (::fchmod(r, 0622) != 0 || (bell_w_ = open_shm_file(tmp_name, O_WRONLY, shm_expect::doorbell).fd) < 0 ||
-        ::rename(tmp.c_str(), path.c_str()) != 0) {
-      ::unlink(tmp.c_str());
+        ::rename(tmp.c_str(), path.c_str()) != 0 || ::lstat(path.c_str(), &named) != 0 || named.st_ino != mine.st_ino ||
+        named.st_dev != mine.st_dev) {
+      // (A name another user holds: rename fails, EPERM in the sticky
+      // /dev/shm. Not ours at the name after the rename: not used either.)
+      struct stat left {};
+      if (::lstat(tmp.c_str(), &left) == 0 && left.st_ino == mine.st_ino && left.st_dev == mine.st_dev) ::unlink(tmp.c_str());
       if (bell_w_ >= 0) ::close(bell_w_);
       ::close(r);
       bell_w_ = -1;
       return;
     }
     std::snprintf(g_bell_name, sizeof g_bell_name, "%s", path.c_str());
+    g_bell_dev.store(mine.st_dev, std::memory_order_relaxed);  // relaxed: as g_bell_pid below
+    g_bell_ino.store(mine.st_ino, std::memory_order_relaxed);
     static std::once_flag once;
     std::call_once(once, [] { std::atexit(unlink_bell_at_exit); });
     g_bell_pid.store(pid, std::memory_order_relaxed);  // relaxed: read by this process's exit handler only
     bell_r_.store(r, std::memory_order_relaxed);
+    bell_lines_.reset();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = r;
@@ -235,29 +265,34 @@ class hub {
     bell_r_.store(-1, std::memory_order_relaxed);
   }
 
-  // Reads every record waiting in the doorbell and wakes the boxes they
-  // name. True if so much was waiting that rings may have been lost (a
-  // waker found the FIFO full): then the scan also looks at wake_seq.
+  // Reads everything waiting in the doorbell and wakes the boxes its
+  // records name (DOORBELL RECORDS: anything else is dropped). True if so
+  // much was waiting that rings may have been lost (a waker found the FIFO
+  // full): then the scan also looks at wake_seq.
   bool read_bell() {
-    bell_record recs[256];
+    char bytes[4096];
     std::size_t total = 0;
     for (;;) {
       std::lock_guard<std::mutex> g(mu_);
       const int r = bell_r_.load(std::memory_order_relaxed);
       if (r < 0) break;  // dropped meanwhile
-      const ssize_t n = ::read(r, recs, sizeof recs);
+      const ssize_t n = ::read(r, bytes, sizeof bytes);
       if (n <= 0) break;
       total += static_cast<std::size_t>(n);
-      for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(bell_record); ++i) {
-        auto [lo, hi] = by_file_.equal_range(recs[i]);
+      bell_lines_.feed(bytes, static_cast<std::size_t>(n), [&](const bell_record& rec) {
+        auto [lo, hi] = by_file_.equal_range(rec);
         for (auto f = lo; f != hi; ++f) {
+          entry& e = entries_[index_.at(f->second)];
+          // A ring is a hint (anyone may write a doorbell): the owner is told
+          // when its handle waits to be told, or a give-away request waits.
+          const std::uint32_t watch = watch_of(e);
+          if (watch == 0 && !(pending_request(*e.m) != 0 && accepts_requests(*e.m, e.epoch))) continue;
           // Counted first: whoever the eventfd wakes sees the count. relaxed: a
           // diagnostic count (shmbox stat); the write(2) below comes after it.
-          const entry& e = entries_[index_.at(f->second)];
           e.rec->bell_rings.fetch_add(1, std::memory_order_relaxed);
-          signal(e);
+          signal(e, watch);
         }
-      }
+      });
     }
     return total >= 32 * 1024;
   }
@@ -286,12 +321,18 @@ class hub {
       }
       const std::uint32_t w = owner_wake_seq(*rec);
       const bool woken = w != e.wake_seen;  // somebody woke the box since the last scan
-      wake |= wake_moved && woken;           // (a round after an overflow: the boxes it reaches)
       e.wake_seen = w;
-      // Armed with messages waiting: a wake-up may have been lost (a producer
-      // died between publishing and waking). acquire: pairs with set_mode's release.
+      // The handle waits to be told (its arming), and the hub has not told
+      // it for this arming (a ring, or an earlier scan). Not the owner
+      // record's state: a producer sets it back to passive once it has woken
+      // the owner, also when that wake-up never arrived (notify_hub.hpp, 3).
+      const std::uint32_t watch = watch_of(e);
+      const bool untold = watch != 0 && watch != e.told;
+      wake |= wake_moved && woken && untold;  // (a round after an overflow: the boxes it reaches)
+      // With messages waiting: a wake-up may have been lost (a producer died
+      // between publishing and waking; its ring never reached us).
       bool waiting = false;
-      if (!wake && state_mode(rec->state.load(std::memory_order_acquire)) != owner_state::passive) {
+      if (!wake && untold) {
         if (e.one_fifo_lane) {
           // One FIFO lane (the common box): claimed past the published head.
           // acquire: pairs with P3 (tail) and T7 (head), as lane_depth_scan.
@@ -303,15 +344,17 @@ class hub {
           waiting = depth != 0;
         }
       }
-      // Lost only if so at two scans in a row with nobody waking it between
-      // them: a producer inside its wake-up (P6) has written the eventfd or
-      // rung already and reverts notify to passive after its wake_seq bump
+      // Lost only if so at two scans in a row, for the same arming, with
+      // nobody waking it between them: a producer inside its wake-up (P6)
+      // has written the eventfd or rung already and bumps wake_seq after
       // (wake.cpp), so one look in that window would tell the owner (or its
       // group) a second time for one notification (found by CI: a group's
-      // tag fired twice).
-      wake |= waiting && e.waiting_seen && !woken;
+      // tag fired twice). And not while its notify_fd is unread: a producer
+      // wrote it itself (route 1) and the owner has yet to take it.
+      wake |= waiting && e.waiting_seen && watch == e.watch_seen && !woken && !fd_unread(e);
       e.waiting_seen = waiting && !wake;
-      if (wake) signal(e);
+      e.watch_seen = watch;
+      if (wake) signal(e, watch);
     }
     scans_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count for tests (hub_scans)
   }
@@ -393,12 +436,12 @@ hub* this_process_hub() {
 
 }  // namespace
 
-std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, notify_group_state* group,
-                      std::uint64_t tag) noexcept {
+std::uint64_t hub_add(mapped_box& m, int efd, std::uint64_t key, std::uint64_t epoch, const hub_watch* watch,
+                      notify_group_state* group, std::uint64_t tag) noexcept {
   try {
     hub* h = this_process_hub();
     if (h == nullptr) return 0;
-    return h->add(m, efd, key, epoch, group, tag);
+    return h->add(m, efd, key, epoch, watch, group, tag);
   } catch (...) {
     return 0;
   }
@@ -417,120 +460,6 @@ void hub_remove(std::uint64_t registration) noexcept {
 std::uint64_t hub_scans() noexcept {
   std::lock_guard<std::mutex> g(g_hub_mu);
   return g_hub != nullptr && g_hub->pid == ::getpid() ? g_hub->scans() : 0;
-}
-
-namespace {
-
-// The doorbells this process rings (ring_bell): a few kept open, by owner
-// key, so that a producer of 10,000 boxes of one owner holds one descriptor
-// for them, not one per box. The mutex is held across the write (no
-// descriptor is closed while a thread writes it) and across fork (a child's
-// copy is never left locked).
-struct bell_slot {
-  std::uint64_t key = 0;
-  int fd = -1;
-};
-constexpr std::size_t kBellSlots = 16;
-std::mutex g_bells_mu;
-bell_slot g_bells[kBellSlots];
-std::size_t g_bells_next = 0;  // the slot a new key takes (round robin)
-void bells_lock() { g_bells_mu.lock(); }
-void bells_unlock() { g_bells_mu.unlock(); }
-
-}  // namespace
-
-bool ring_bell(const mapped_box& m, std::uint64_t key) noexcept {
-  static const bool installed = [] {
-    ::pthread_atfork(bells_lock, bells_unlock, bells_unlock);
-    return true;
-  }();
-  (void)installed;
-  std::lock_guard<std::mutex> g(g_bells_mu);
-  bell_slot* slot = nullptr;
-  for (auto& s : g_bells)
-    if (s.key == key && s.fd >= 0) slot = &s;
-  if (slot == nullptr) {
-    slot = &g_bells[g_bells_next++ % kBellSlots];
-    if (slot->fd >= 0) ::close(slot->fd);
-    *slot = bell_slot{};
-  }
-  int& fd = slot->fd;
-  std::uint64_t& fd_key = slot->key;
-  auto open_bell = [&] {
-    if (fd >= 0) ::close(fd);
-    fd_key = key;
-    // A FIFO, never a link, a regular file or a device (not even opened):
-    // the key was read from a segment others can write (shm_file.hpp S1-S3).
-    fd = open_shm_file(shm_name(bell_entry(key)), O_WRONLY, shm_expect::doorbell).fd;
-  };
-  // One record; a doorbell whose reader went (EPIPE) is closed (fd -1).
-  auto ring = [&] {
-    if (fd < 0) return false;
-    const bell_record r{m.dev, m.ino};
-    // A doorbell whose reader is gone raises SIGPIPE: blocked for the write,
-    // and taken back if it came (the owner is dead, or dropped its doorbell).
-    sigset_t pipe_only, old;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-    const ssize_t n = ::write(fd, &r, sizeof r);
-    const bool pipe_gone = n < 0 && errno == EPIPE;
-    if (pipe_gone) {
-      const timespec zero{0, 0};
-      ::sigtimedwait(&pipe_only, nullptr, &zero);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (pipe_gone) {
-      ::close(fd);
-      fd = -1;
-    }
-    return n == static_cast<ssize_t>(sizeof r);  // (full, EAGAIN: the scan finds it)
-  };
-  // A doorbell comes and goes with its process's notify owners (make_bell,
-  // drop_bell): a cached descriptor whose reader went is opened by name
-  // again, once; none cached is opened now.
-  const bool cached = fd_key == key && fd >= 0;
-  if (!cached) open_bell();
-  if (ring()) return true;
-  if (!cached || fd >= 0) return false;  // just opened, or the doorbell is full
-  open_bell();
-  return ring();
-}
-
-bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept {
-  // The name: the prefix, 16 hex digits (bell_entry), maybe ".new" (make_bell's temporary).
-  const std::size_t plen = std::strlen(kBellPrefix);
-  if (entry.size() < plen + 16 || entry.compare(0, plen, kBellPrefix) != 0) return false;
-  for (std::size_t i = plen; i < plen + 16; ++i)
-    if (std::strchr("0123456789abcdef", entry[i]) == nullptr || entry[i] == '\0') return false;
-  const std::string_view rest = entry.substr(plen + 16);
-  if (!rest.empty() && rest != ".new") return false;
-  try {
-    // A FIFO, nobody reading it: an open for writing fails with ENXIO (its st: lstat's).
-    const shm_file f = open_shm_file(shm_name(entry), O_WRONLY, shm_expect::doorbell);
-    if (f.fd >= 0) ::close(f.fd);
-    if (f.fd >= 0 || f.refused != 0 || f.error != ENXIO) return false;
-    // make_bell's mode: 0622 once in place, 0600 (less under a umask) before.
-    const mode_t mode = f.st.st_mode & 07777;
-    if (rest.empty() ? mode != 0622 : (mode & ~mode_t{0622}) != 0) return false;
-    if (dry_run) return true;
-    struct stat now {};
-    if (::lstat(f.path.c_str(), &now) != 0 || !S_ISFIFO(now.st_mode) || now.st_ino != f.st.st_ino || now.st_dev != f.st.st_dev)
-      return false;  // replaced meanwhile
-    return ::unlink(f.path.c_str()) == 0;
-  } catch (...) {
-    return false;
-  }
-}
-
-std::vector<std::string> collect_bells(bool dry_run) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(std::string(kShmDir).c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = ::readdir(d))
-    if (remove_unread_bell(e->d_name, dry_run)) out.emplace_back(e->d_name);
-  ::closedir(d);
-  return out;
 }
 
 }  // namespace shmbox::detail

@@ -29,12 +29,24 @@
 //       --accept-requests: accept give-away requests; each line "serve" on
 //       stdin makes one try_receive (which serves a pending request) and
 //       prints its status (e.g. "empty", or "not-owner" once given away).
-//   event-loop NAME
+//   event-loop NAME [--fd-when-told]
 //       acquire, accept give-away requests, arm notify, print "owned <epoch>",
 //       then sleep in poll(2) on notify_fd only (up to 60 s per poll): on
 //       each readable fd call wait(out, 0); print "notified" (and take what
 //       is there, then re-arm) or, once the box was given away, "given-away"
-//       and exit 0.
+//       and exit 0. --fd-when-told: print "owned <epoch>" before notify_fd()
+//       (the process's doorbell is made there), wait for a line on stdin,
+//       then take notify_fd, arm, and print "armed".
+//   notify-many FDS NAME...
+//       acquires every box; the first FDS are woken through their own
+//       notify_fd, the others through one NotifyGroup (tag: the box's index
+//       among the NAMEs); arms each (notify) and prints "armed". Then, until
+//       stdin closes: for each box whose fd (or tag) is ready, wait(out, 0):
+//       "notified" takes its messages, arms it again and prints "woken <index>
+//       <messages, ','-separated>"; anything else prints "spurious <index>".
+//   post-each MSG PAUSE_US NAME...
+//       opens each box (any owner), attaches, posts MSG into it and sleeps
+//       PAUSE_US; prints "posted <stored> <of>" (the posts that stored it).
 //   notify-then-exit NAME
 //       acquire, take notify_fd (the process's doorbell is made), print
 //       "owned <epoch>", wait for a line on stdin, drop the Owner handle and
@@ -694,13 +706,20 @@ int event_loop(int argc, char** argv) {
   auto o = acquire_or_say(argv[2]);
   if (!o) return 1;
   o->accept_give_away_requests(true);
+  const bool when_told = has_flag(argc, argv, "--fd-when-told");
+  if (when_told) {
+    std::printf("owned %" PRIu64 "\n", o->epoch());
+    std::fflush(stdout);
+    std::string go;
+    std::getline(std::cin, go);
+  }
   const int fd = o->notify_fd();
   if (fd < 0) {
     std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
     return 1;
   }
   o->notify();
-  std::printf("owned %" PRIu64 "\n", o->epoch());
+  std::printf(when_told ? "armed\n" : "owned %" PRIu64 "\n", o->epoch());
   std::fflush(stdout);
   for (;;) {
     pollfd p{fd, POLLIN, 0};
@@ -724,6 +743,79 @@ int event_loop(int argc, char** argv) {
       o->notify();
     }
   }
+}
+
+int notify_many(int argc, char** argv) {
+  if (argc < 4) return usage();
+  const auto fds = static_cast<std::size_t>(std::strtoul(argv[2], nullptr, 10));
+  std::vector<shmbox::Owner> owners;
+  auto group = shmbox::NotifyGroup::create();
+  if (!group) return 1;
+  std::vector<pollfd> polled{{group->fd(), POLLIN, 0}, {0, POLLIN, 0}};  // the group, stdin, then each notify_fd
+  for (int i = 3; i < argc; ++i) {
+    auto o = acquire_or_say(argv[i]);
+    if (!o) return 1;
+    owners.push_back(std::move(*o));
+    const std::size_t index = owners.size() - 1;
+    if (index < fds) {
+      const int fd = owners.back().notify_fd();
+      if (fd < 0) return 1;
+      polled.push_back({fd, POLLIN, 0});
+    } else if (!owners.back().join(*group, index)) {
+      return 1;
+    }
+    owners.back().notify();
+  }
+  std::printf("armed\n");
+  std::fflush(stdout);
+  auto look = [&](std::size_t index) {
+    shmbox::delivery d;
+    if (owners[index].wait(d, std::chrono::nanoseconds(0)) != shmbox::owner_event::notified) {
+      std::printf("spurious %zu\n", index);
+      return;
+    }
+    std::string got;
+    shmbox::message m;
+    while (owners[index].try_receive(m) == shmbox::recv_status::ok) got += (got.empty() ? "" : ",") + m.data;
+    owners[index].notify();  // armed again before it says so
+    std::printf("woken %zu %s\n", index, got.c_str());
+  };
+  for (;;) {
+    for (pollfd& p : polled) p.revents = 0;
+    if (::poll(polled.data(), polled.size(), 60'000) <= 0) continue;
+    if (polled[1].revents != 0) {
+      char c;
+      if (::read(0, &c, 1) <= 0) return 0;  // stdin closed
+    }
+    if (polled[0].revents != 0) {
+      std::vector<std::uint64_t> tags;
+      group->ready(tags);
+      for (const std::uint64_t t : tags)
+        if (t < owners.size()) look(t);
+    }
+    for (std::size_t i = 2; i < polled.size(); ++i)
+      if (polled[i].revents != 0) look(i - 2);
+    std::fflush(stdout);
+  }
+}
+
+int post_each(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string msg = argv[2];
+  const auto pause_us = static_cast<useconds_t>(std::strtoul(argv[3], nullptr, 10));
+  int stored = 0;
+  for (int i = 4; i < argc; ++i) {
+    auto box = shmbox::Box::open(argv[i], {.any_owner = true});
+    auto p = box ? shmbox::Producer::attach(*box) : shmbox::result<shmbox::Producer>(box.error());
+    if (!p) {
+      std::printf("error %s %s\n", argv[i], shmbox::explain(p.error()).c_str());
+      continue;
+    }
+    if (p->post(msg) == shmbox::post_status::stored) ++stored;
+    if (pause_us != 0) ::usleep(pause_us);
+  }
+  std::printf("posted %d %d\n", stored, argc - 4);
+  return 0;
 }
 
 int notify_then_exit(int argc, char** argv) {
@@ -1180,6 +1272,8 @@ int main(int argc, char** argv) {
   if (cmd == "buf-own") return buf_own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
+  if (cmd == "post-each") return post_each(argc, argv);
+  if (cmd == "notify-many") return notify_many(argc, argv);
   if (cmd == "notify-then-exit") return notify_then_exit(argc, argv);
   if (cmd == "idle-wait") return idle_wait(argc, argv);
   if (cmd == "serve") return serve(argc, argv);
