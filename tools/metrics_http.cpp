@@ -185,7 +185,9 @@ class server {
 
   int listen_fd_, signal_fd_;
   std::vector<std::unique_ptr<connection>> connections_;
-  std::deque<std::shared_ptr<const std::string>> texts_;  // built expositions, oldest first (B5)
+  // Built expositions still being written, oldest first (B5); weak: a text
+  // is freed as soon as its last answer is written, not at the next build.
+  std::deque<std::weak_ptr<const std::string>> texts_;
   std::set<std::string> warned_;                          // the last build's warnings
   steady::time_point accept_paused_until_{};
   bool said_accept_failure_ = false;
@@ -197,7 +199,6 @@ int server::run() {
   std::vector<connection*> polled;
   for (;;) {
     steady::time_point now = steady::now();
-    expire(now);
     answer_pending(now);
     now = steady::now();
 
@@ -249,6 +250,9 @@ int server::run() {
     }
     if ((fds[1].revents & POLLIN) != 0) accept_ready(now);
     if (failed_) return kExitFail;
+    // Deadlines after the reads: a head that came in while a build kept the
+    // loop busy has been read above, and is not refused as late.
+    expire(now);
     std::erase_if(connections_, [](const std::unique_ptr<connection>& c) { return c->fd < 0; });
   }
 }
@@ -453,13 +457,14 @@ void server::answer_pending(steady::time_point now) {
     if (c->fd >= 0 && c->at == phase::pending) waiting.push_back(c.get());
   if (waiting.empty()) return;
 
-  // B5: room for one more text. A text only `texts_` holds is done with; if
-  // kMaxExpositions are still being written, the slowest readers (those of
-  // the oldest text) are closed.
-  std::erase_if(texts_, [](const std::shared_ptr<const std::string>& t) { return t.use_count() == 1; });
+  // B5: room for one more text. If kMaxExpositions are still being
+  // written, the slowest readers (those of the oldest text) are closed,
+  // which frees it.
+  std::erase_if(texts_, [](const std::weak_ptr<const std::string>& t) { return t.expired(); });
   while (texts_.size() >= kMaxExpositions) {
+    const std::shared_ptr<const std::string> oldest = texts_.front().lock();
     for (const auto& c : connections_)
-      if (c->fd >= 0 && c->reply_body == texts_.front()) close_connection(*c);
+      if (c->fd >= 0 && oldest != nullptr && c->reply_body == oldest) close_connection(*c);
     texts_.pop_front();
   }
 
