@@ -69,6 +69,10 @@
 //      scrapes costs one core at most, and a scrape waits for at most the
 //      build in progress and its own.
 //
+//   B7 stderr: a warning (an unreadable segment, first seen) is written only
+//      when stderr can take it without blocking; otherwise it is counted and
+//      the count said later. A stderr pipe nobody reads stops nothing.
+//
 // Signals: SIGTERM and SIGINT are blocked and read from a signalfd that the
 // loop polls with the sockets: exit 0. A build is not interrupted (it takes
 // under a second for 10,000 boxes).
@@ -182,6 +186,7 @@ class server {
   void expire(steady::time_point now);
   void close_connection(connection& c);
   std::size_t open_count() const;
+  void warn(const std::string& line);
 
   int listen_fd_, signal_fd_;
   std::vector<std::unique_ptr<connection>> connections_;
@@ -192,6 +197,7 @@ class server {
   steady::time_point accept_paused_until_{};
   bool said_accept_failure_ = false;
   bool failed_ = false;
+  std::size_t unsaid_ = 0;  // lines warn() could not write
 };
 
 int server::run() {
@@ -230,7 +236,7 @@ int server::run() {
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      say(std::string("cannot wait for connections: poll: ") + std::strerror(errno));
+      warn(std::string("cannot wait for connections: poll: ") + std::strerror(errno));
       return kExitFail;
     }
     now = steady::now();
@@ -304,13 +310,13 @@ void server::accept_ready(steady::time_point now) {
           continue;  // that connection failed, not the socket (accept(2): treat as EAGAIN)
         case EMFILE: case ENFILE: case ENOBUFS: case ENOMEM:
           if (!said_accept_failure_)
-            say(std::string("warning: cannot accept a connection: ") + std::strerror(errno) +
+            warn(std::string("warning: cannot accept a connection: ") + std::strerror(errno) +
                 " (raise the open-file limit, ulimit -n, or free memory); trying again every 100 ms");
           said_accept_failure_ = true;
           accept_paused_until_ = now + kAcceptPause;
           return;
         default:
-          say(std::string("cannot accept connections: ") + std::strerror(errno));
+          warn(std::string("cannot accept connections: ") + std::strerror(errno));
           failed_ = true;
           return;
       }
@@ -477,7 +483,7 @@ void server::answer_pending(steady::time_point now) {
     std::string built = metrics_exposition(warnings, list_error);
     if (list_error) {
       const std::string why = shmbox::explain(list_error);
-      say(why);
+      warn(why);
       status = 500;
       type = kPlainType;
       text = std::make_shared<const std::string>(why + "\n");
@@ -486,14 +492,14 @@ void server::answer_pending(steady::time_point now) {
       // segment that stays unreadable (it is counted in the text each time).
       std::set<std::string> current(warnings.begin(), warnings.end());
       for (const std::string& w : current)
-        if (warned_.count(w) == 0) say(w);
+        if (warned_.count(w) == 0) warn(w);
       warned_ = std::move(current);
       text = std::make_shared<const std::string>(std::move(built));
       texts_.push_back(text);
     }
   } catch (const std::exception& e) {  // e.g. bad_alloc: this scrape fails, the exporter lives
     const std::string why = std::string("cannot build the exposition: ") + e.what();
-    say(why);
+    warn(why);
     status = 500;
     type = kPlainType;
     text = std::make_shared<const std::string>(why + "\n");
@@ -516,6 +522,23 @@ void server::expire(steady::time_point now) {
     else
       close_connection(*c);  // idle, or an answer not taken in time, or lingering done
   }
+}
+
+// A line on stderr, unless stderr cannot take it now: a pipe that nobody
+// reads would block the write, and with it every scrape. poll() says POLLOUT
+// on a pipe when a page (4 KiB) is free, more than a line (say() escapes it,
+// a box name is at most 128 characters). A line not written is counted, and
+// the count is said before the next line that is.
+void server::warn(const std::string& line) {
+  pollfd p{STDERR_FILENO, POLLOUT, 0};
+  if (::poll(&p, 1, 0) != 1 || (p.revents & POLLOUT) == 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+    ++unsaid_;
+    return;
+  }
+  if (unsaid_ > 0)
+    say("warning: " + std::to_string(unsaid_) + " earlier line(s) were not written: standard error was full (is it read?)");
+  unsaid_ = 0;
+  say(line);
 }
 
 void server::close_connection(connection& c) {

@@ -19,11 +19,16 @@
 //   * a head that trickles in a byte at a time is cut 10 s after its first
 //     byte (408) (each byte restarted cpp-httplib's read timeout);
 //   * --listen 0:PORT / 0.0.0.0:PORT says on stderr that it listens on every
-//     address (it said nothing).
+//     address (it said nothing);
+//   * a stderr that nobody reads (a 4 KiB pipe, full of warnings about
+//     planted segments) does not stop the scrapes (the thread that answered
+//     blocked on its write: scrapes timed out).
 // Every wait is bounded (a poll timeout or the exchange's); the trickle's
 // pace is the attack itself, not a synchronisation.
 #include <doctest/doctest.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <deque>
@@ -336,4 +341,59 @@ TEST_CASE("metrics --listen bounds: 0:PORT and 0.0.0.0:PORT say on stderr that t
       }
     CHECK(every == (address == "127.0.0.1:0" ? 0u : 1u));
   }
+}
+
+TEST_CASE("metrics --listen bounds: a stderr that nobody reads does not stop the scrapes; the warnings it could not "
+          "take are counted and the count said once it is read") {
+  // 24 garbage segments with long names: a warning line of ~300 bytes each
+  // at the first scrape, more than the 4 KiB pipe below holds.
+  std::deque<shmtest::segment_guard> planted;
+  for (int i = 0; i < 24; ++i) {
+    planted.emplace_back(shmtest::unique_name("mstderr") + "-" + std::string(80, 'x') + std::to_string(i));
+    shmtest::write_raw_segment(planted.back().name, std::string(4096, 'z'));
+  }
+  // The listener's stderr: a FIFO this test holds open and does not read
+  // (O_RDWR: opening the write end then never waits), shrunk to one page.
+  char dir_template[] = "/tmp/shmbox-stderr-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template, fifo = dir + "/stderr";
+  struct cleanup {
+    std::string dir, fifo;
+    ~cleanup() {
+      ::unlink(fifo.c_str());
+      ::rmdir(dir.c_str());
+    }
+  } remove_them{dir, fifo};
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int held = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_held{held};
+  REQUIRE(::fcntl(held, F_SETPIPE_SZ, 4096) >= 0);
+
+  shmtest::child process({"/bin/sh", "-c", "exec \"$@\" 2>\"$0\"", fifo, shmtest::cli_path(), "metrics", "--listen", "127.0.0.1:0"});
+  const std::string line = shmtest::line_starting(process, "listening on http://127.0.0.1:", 20s);
+  INFO("listener said: ", line);
+  REQUIRE(!line.empty());
+  const int port = std::atoi(line.c_str() + std::string("listening on http://127.0.0.1:").size());
+  for (int i = 0; i < 3; ++i) check_scrape(httptest::get(port, "/metrics", 10s));
+
+  // Read what it could write; one more planted segment gives a new warning,
+  // and the count of the lines dropped comes before it.
+  std::string said;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(held, buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
+  CHECK(said.size() <= 4096);
+  planted.emplace_back(shmtest::unique_name("mstderr") + "-last");
+  shmtest::write_raw_segment(planted.back().name, std::string(4096, 'z'));
+  check_scrape(httptest::get(port, "/metrics", 10s));
+  std::string later;
+  for (ssize_t n; (n = ::read(held, buf, sizeof buf)) > 0;) later.append(buf, static_cast<std::size_t>(n));
+  INFO("stderr first: ", said, "\nthen: ", later);
+  CHECK(later.find("were not written: standard error was full") != std::string::npos);
+  CHECK(later.find(planted.back().name) != std::string::npos);
+  process.kill(SIGTERM);
+  CHECK(shmtest::exited_with(process.wait(20s), 0));
 }
