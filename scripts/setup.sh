@@ -18,7 +18,7 @@
 # libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for
 # NKeys); nats-server runs its tests and bench, openssl makes their TLS
 # certificates and python3-cryptography their NKeys. (`shmbox metrics
-# --listen` needs no package: its HTTP server is tools/metrics_http.cpp.)
+# --listen` needs no package: its HTTP server is tools/http_server.cpp.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
 // tools/http_head.hpp - what the head of one HTTP/1.x request says, for
-// `shmbox metrics --listen` (metrics_http.cpp): the bytes checked against
+// `shmbox metrics --listen` (http_server.cpp): the bytes checked against
 // the request bounds and read, with no I/O, so that every limit on what a
 // client sends is here and the server only moves bytes.
 //
