@@ -330,7 +330,7 @@ int run(const Args& args) {
     const std::string prefix = "listening on http://127.0.0.1:";
     if (line.rfind(prefix, 0) != 0) {
       stop();
-      print_skip("scrape", "http" + suffix, "shmbox metrics --listen did not start (built without cpp-httplib?)");
+      print_skip("scrape", "http" + suffix, "shmbox metrics --listen did not start");
       std::fprintf(stderr, "%.*s: --listen did not start: skipped\n", int(kProg.size()), kProg.data());
     } else {
       const int port = std::atoi(line.c_str() + prefix.size());

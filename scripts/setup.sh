@@ -17,9 +17,8 @@
 # are the Python benchmark's baselines and examples. libnats-dev and
 # libssl-dev build shmbox-bridge (docs/bridge.md: OpenSSL's Ed25519 for
 # NKeys); nats-server runs its tests and bench, openssl makes their TLS
-# certificates and python3-cryptography their NKeys. libcpp-httplib-dev is
-# the HTTP server of `shmbox metrics --listen` (without it --listen says to
-# install it).
+# certificates and python3-cryptography their NKeys. (`shmbox metrics
+# --listen` needs no package: its HTTP server is tools/http_server.cpp.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +26,7 @@ cd "$(dirname "$0")/.."
 source scripts/packages.sh
 install_missing setup meson ninja-build g++ pkg-config cmake python3 libboost-dev doctest-dev libcli11-dev nlohmann-json3-dev strace \
   python3-pytest python3-venv python3-setuptools python3-wheel python3-dev python3-mesonpy python3-typing-extensions patchelf python3-numpy python3-zmq \
-  libnats-dev libssl-dev nats-server openssl python3-cryptography libcpp-httplib-dev
+  libnats-dev libssl-dev nats-server openssl python3-cryptography
 
 build="${1:-build}"
 shift || true

@@ -669,8 +669,10 @@ int parse_args(int argc, char** argv, parsed& out) {
                 "shmbox_metrics_exported_segments counts the rest (label kind: box, pool, bridge). Exit 0 once the\n"
                 "text is written.\n"
                 "With --listen it serves that text on GET /metrics (Content-Type text/plain; version=0.0.4), built\n"
-                "afresh for each request, and prints 'listening on http://ADDR:PORT/metrics' once bound. Exit 0 on\n"
-                "SIGTERM or Ctrl-C, 1 when the address cannot be bound (in use, not local).\n"
+                "afresh for each request, and prints 'listening on http://ADDR:PORT/metrics' once bound; 0, 0.0.0.0\n"
+                "or [::] listen on every address, with a warning. GET and HEAD only, every request, connection and\n"
+                "answer bounded (8 KiB heads, no bodies, 10 s to send a request, 256 connections: shmbox(1)). Exit 0\n"
+                "on SIGTERM or Ctrl-C, 1 when the address cannot be bound (in use, not local).\n"
                 "Example: shmbox metrics > /var/lib/prometheus/node-exporter/shmbox.prom.$$ &&\n"
                 "         mv /var/lib/prometheus/node-exporter/shmbox.prom.$$ /var/lib/prometheus/node-exporter/shmbox.prom\n"
                 "         shmbox metrics --listen 127.0.0.1:9812    (scrape target 127.0.0.1:9812)"},

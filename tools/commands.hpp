@@ -169,9 +169,11 @@ int cmd_metrics(const std::string& listen);
 // ---- tools/metrics_http.cpp ---------------------------------------------------
 
 // `shmbox metrics --listen ADDR:PORT`: serves metrics_exposition() on GET
-// /metrics until SIGTERM or SIGINT (exit 0); prints "listening on
-// http://ADDR:PORT/metrics" (the real port when PORT is 0) once bound. Exit 1
-// when the address cannot be bound; 2 when built without cpp-httplib.
+// /metrics until SIGTERM or SIGINT (exit 0), with every request, connection
+// and answer bounded (the file's header lists the bounds); prints
+// "listening on http://ADDR:PORT/metrics" (the real port when PORT is 0)
+// once bound, after a warning on stderr when ADDR is every address (0,
+// 0.0.0.0, ::). Exit 1 when the address cannot be bound.
 int cmd_metrics_listen(const std::string& listen);
 
 // Every counter of shmbox::pool_counters, in order, once: its key ("takes";

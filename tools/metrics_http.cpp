@@ -3,66 +3,47 @@
 // Prometheus server to scrape.
 //
 //   GET /metrics   a fresh exposition per request (Content-Type
-//                  text/plain; version=0.0.4); nothing is cached, so a
-//                  scrape sees the boxes as they are. 500 when /dev/shm
-//                  cannot be listed.
+//                  text/plain; version=0.0.4): built after the request's
+//                  head has arrived, never cached, so a scrape sees the boxes
+//                  as they are. 500 when /dev/shm cannot be listed.
 //   GET /          one line pointing at /metrics.
-//   anything else  404, one line.
+//   anything else  404, one line. HEAD: the same headers without the body.
+//   Range          ignored: every answer is the whole text, once.
 //
-// The server is cpp-httplib (Debian: libcpp-httplib-dev). It is kept small:
-// one thread accepts, kWorkers threads answer (a Prometheus server keeps its
-// connection alive, so two let a second client in beside it), and one
-// exposition is built at a time (lock below): a flood of requests costs one
-// core at most. Requests are bounded: headers by httplib (8 KiB), bodies to
-// kMaxBody, reads and writes by timeouts.
+// The HTTP server is the exporter's own, http_server.hpp: one thread on
+// poll(2), every request, connection and answer bounded (B1-B7 there, and
+// why not cpp-httplib or libmicrohttpd). This file makes its socket and
+// hands it the build.
 //
-// Signals: SIGTERM and SIGINT are blocked before any thread starts (every
-// thread inherits the mask) and taken by sigwait in the main thread, which
-// stops the server: exit 0. The thread that serves reports its own end
-// with SIGUSR1 to the main thread, so a server that fails is not waited for.
+// Signals: SIGTERM and SIGINT are blocked and read from a signalfd that the
+// server polls with the sockets: exit 0. A build is not interrupted (it
+// takes under a second for 10,000 boxes).
 //
-// The socket gets SO_REUSEADDR only: httplib's default also sets
-// SO_REUSEPORT, with which a second listener on the same port would bind
-// without an error and take half of the scrapes.
+// The socket gets SO_REUSEADDR only (SO_REUSEPORT would let a second
+// listener bind the same port without an error and take half the scrapes).
+// An address that means every address (0, 0.0.0.0, ::) is served as asked,
+// with a warning on stderr that names the port and what to give instead:
+// Prometheus on another host is a normal setup, and a flag would break it.
+#include <arpa/inet.h>
 #include <netdb.h>
-#include <pthread.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.hpp"
-
-#ifdef SHMBOX_HAVE_HTTPLIB
-#include <httplib.h>
-#endif
+#include "http_server.hpp"
 
 namespace shmbox_cli {
 
-#ifndef SHMBOX_HAVE_HTTPLIB
-
-int cmd_metrics_listen(const std::string& listen) {
-  say("--listen " + listen + ": this shmbox was built without cpp-httplib; install libcpp-httplib-dev "
-      "(apt-get install libcpp-httplib-dev) and build it again, or run 'shmbox metrics' without --listen");
-  return kExitUsage;
-}
-
-#else
-
 namespace {
 
-constexpr std::size_t kWorkers = 2;        // threads that answer requests
-constexpr std::size_t kMaxBody = 4096;     // a scrape is a GET: no body worth reading
-constexpr time_t kTimeoutSeconds = 10;     // read and write timeouts of a connection
 constexpr const char* kExpositionType = "text/plain; version=0.0.4; charset=utf-8";
 constexpr const char* kPlainType = "text/plain; charset=utf-8";
 
@@ -70,6 +51,63 @@ constexpr const char* kPlainType = "text/plain; charset=utf-8";
 std::string metrics_url(const std::string& host, int port) {
   const std::string h = host.find(':') == std::string::npos ? host : "[" + host + "]";
   return "http://" + h + ":" + std::to_string(port) + "/metrics";
+}
+
+// One exposition for a GET /metrics; a 500 when /dev/shm cannot be listed.
+http::page build_exposition() {
+  http::page p;
+  std::error_code list_error;
+  p.body = metrics_exposition(p.warnings, list_error);
+  if (list_error) return {500, kPlainType, shmbox::explain(list_error) + "\n", {}};
+  p.content_type = kExpositionType;
+  return p;
+}
+
+// The listening socket for `where`: the first address it resolves to that
+// binds, SO_REUSEADDR only, non-blocking. -1 with *error set otherwise.
+int listen_on(const listen_address& where, std::string* error) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int gai = ::getaddrinfo(where.host.c_str(), std::to_string(where.port).c_str(), &hints, &found); gai != 0) {
+    *error = ::gai_strerror(gai);
+    return -1;
+  }
+  int fd = -1;
+  *error = "no address to bind";
+  for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      *error = std::strerror(errno);
+      continue;
+    }
+    const int yes = 1;
+    if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0 || ::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
+        ::listen(fd, SOMAXCONN) != 0) {
+      *error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+
+// The port `fd` is bound to, and whether its address is every address of
+// the host (0.0.0.0 or ::).
+int bound_port(int fd, bool* every_address) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return -1;
+  if (a.ss_family == AF_INET6) {
+    const auto& a6 = reinterpret_cast<const sockaddr_in6&>(a);
+    *every_address = IN6_IS_ADDR_UNSPECIFIED(&a6.sin6_addr);
+    return ntohs(a6.sin6_port);
+  }
+  const auto& a4 = reinterpret_cast<const sockaddr_in&>(a);
+  *every_address = a4.sin_addr.s_addr == htonl(INADDR_ANY);
+  return ntohs(a4.sin_port);
 }
 
 }  // namespace
@@ -80,116 +118,50 @@ int cmd_metrics_listen(const std::string& listen) {
     say("--listen '" + listen + "' is not ADDR:PORT (run 'shmbox metrics --help')");
     return kExitUsage;
   }
-  // A host name that does not resolve: say so here; httplib would only fail.
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (const int gai = ::getaddrinfo(where->host.c_str(), std::to_string(where->port).c_str(), &hints, &found); gai != 0) {
-    say("cannot listen on " + listen + ": " + ::gai_strerror(gai));
+  std::string error;
+  const int listen_fd = listen_on(*where, &error);
+  if (listen_fd < 0) {
+    say("cannot listen on " + listen + ": " + error);
     return kExitFail;
   }
-  ::freeaddrinfo(found);
-
-  // Before any thread exists (httplib starts its own): see the top.
-  sigset_t waited;
-  ::sigemptyset(&waited);
-  ::sigaddset(&waited, SIGTERM);
-  ::sigaddset(&waited, SIGINT);
-  ::sigaddset(&waited, SIGUSR1);
-  ::pthread_sigmask(SIG_BLOCK, &waited, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up: the write fails, the process lives
-
-  httplib::Server server;
-  server.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
-  server.set_socket_options([](socket_t s) {
-    const int yes = 1;
-    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  server.set_payload_max_length(kMaxBody);
-  server.set_read_timeout(kTimeoutSeconds);
-  server.set_write_timeout(kTimeoutSeconds);
-
-  std::mutex building;            // one exposition at a time
-  std::set<std::string> warned;   // the last scrape's warnings (guarded by `building`)
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    const std::lock_guard<std::mutex> hold(building);
-    std::vector<std::string> warnings;
-    std::error_code list_error;
-    std::string text = metrics_exposition(warnings, list_error);
-    if (list_error) {
-      const std::string why = shmbox::explain(list_error);
-      say(why);
-      res.status = 500;
-      res.set_content(why + "\n", kPlainType);
-      return;
-    }
-    // A warning goes to stderr when it is new, not on every scrape of a
-    // segment that stays unreadable (it is counted in the text each time).
-    std::set<std::string> now(warnings.begin(), warnings.end());
-    for (const std::string& w : now)
-      if (warned.count(w) == 0) say(w);
-    warned = std::move(now);
-    res.body = std::move(text);
-    res.set_header("Content-Type", kExpositionType);
-  });
-  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("shmbox metrics: the Prometheus exposition is at /metrics\n", kPlainType);
-  });
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404) res.set_content("not found: " + req.path + " (the metrics are at /metrics)\n", kPlainType);
-  });
-
-  errno = 0;
-  int port = where->port;
-  bool bound = false;
-  if (port == 0) {
-    port = server.bind_to_any_port(where->host);
-    bound = port > 0;
-  } else {
-    bound = server.bind_to_port(where->host, port);
-  }
-  const int bind_errno = errno;
-  if (!bound) {
-    say("cannot listen on " + listen + ": " +
-        (bind_errno != 0 ? std::string(std::strerror(bind_errno)) : std::string("the address cannot be bound here")));
+  bool every_address = false;
+  const int port = bound_port(listen_fd, &every_address);
+  if (port <= 0) {
+    say("cannot listen on " + listen + ": getsockname: " + std::strerror(errno));
+    ::close(listen_fd);
     return kExitFail;
   }
 
-  const pthread_t main_thread = ::pthread_self();
-  std::atomic<bool> served_ok{false}, serving_ended{false};
-  std::thread serving([&] {
-    served_ok = server.listen_after_bind();
-    serving_ended = true;
-    ::pthread_kill(main_thread, SIGUSR1);
-  });
-  // stop() is a no-op until the accept loop runs: wait for it (a signal
-  // meanwhile stays pending), then say where it listens.
-  while (!server.is_running() && !serving_ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // SIGTERM and SIGINT come through a signalfd that the loop polls.
+  sigset_t stop;
+  ::sigemptyset(&stop);
+  ::sigaddset(&stop, SIGTERM);
+  ::sigaddset(&stop, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  const int signal_fd = ::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    say(std::string("cannot take SIGTERM and SIGINT: signalfd: ") + std::strerror(errno));
+    ::close(listen_fd);
+    return kExitFail;
+  }
+  ::signal(SIGPIPE, SIG_IGN);  // stdout closed: the write below fails, the process lives
+
+  if (every_address)
+    say("warning: listening on every address of this host (" + metrics_url(where->host, port) +
+        "): whoever can reach port " + std::to_string(port) +
+        " reads the metrics of every box this user can read; give 127.0.0.1:" + std::to_string(port) +
+        " (or one interface's address) to keep them on this host");
   int code = kExitOk;
-  if (serving_ended) {
-    say("cannot serve on " + listen + ": the server stopped at once");
+  const std::string line = "listening on " + metrics_url(where->host, port) + "\n";
+  if (!write_all(STDOUT_FILENO, line.data(), line.size())) {
+    say(std::string("cannot write to standard output: ") + std::strerror(errno));
     code = kExitFail;
   } else {
-    const std::string line = "listening on " + metrics_url(where->host, port) + "\n";
-    if (!write_all(STDOUT_FILENO, line.data(), line.size())) {
-      say(std::string("cannot write to standard output: ") + std::strerror(errno));
-      code = kExitFail;
-      server.stop();
-    } else {
-      int sig = 0;
-      ::sigwait(&waited, &sig);
-      if (sig == SIGUSR1) {
-        say("the server on " + listen + " stopped: " + (served_ok ? "closed" : "accept failed"));
-        code = kExitFail;
-      }
-      server.stop();
-    }
+    code = http::serve(listen_fd, signal_fd, build_exposition) ? kExitOk : kExitFail;
   }
-  serving.join();
+  ::close(signal_fd);
+  ::close(listen_fd);
   return code;
 }
-
-#endif
 
 }  // namespace shmbox_cli

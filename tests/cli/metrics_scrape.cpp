@@ -85,10 +85,6 @@ TEST_CASE("metrics scrape: a real Prometheus server scrapes shmbox metrics --lis
     MESSAGE("no prometheus binary (Debian: apt-get install prometheus): the real-server scrape is not tested");
     return;
   }
-  if (!httptest::listen_built()) {
-    MESSAGE("shmbox was built without cpp-httplib (apt-get install libcpp-httplib-dev): --listen not tested");
-    return;
-  }
   shmtest::segment_guard box(shmtest::unique_name("mscrape"));
   temp_dir dir;
   httptest::listener l;
