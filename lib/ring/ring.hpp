@@ -79,8 +79,11 @@
 //  E1 op_before = P.evicted; op = evict(q).
 //  E2 CAS seq FULL(q) -> TAKEN(q, P). Fails (the owner took it, or another
 //     evictor did): back to P1.
-//       dies here: slot TAKEN(q, P), P dead. Repair R2.
-//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not).
+//       dies here: slot TAKEN(q, P), P dead, q in no counter and in no depth
+//       (fault point producer.evict_taken). Repair R2, by the owner, whose
+//       cursor waits at q (T1b), or by a producer that needs the slot.
+//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not; fault point
+//                         producer.mid_evict).
 //  E4 seq = EMPTY(q + cap) (release). The claim at P1 now finds slot free.
 //     Another producer's P1-P3 may claim that free slot first (its post is a
 //     plain store, no eviction): we are back at P1 with the lane full and
@@ -104,10 +107,24 @@
 //       EMPTY(p) just means "nothing yet".)
 //     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
 //       owner at acquire: deliver it flagged redelivered.
-//     TAKEN(p, other) or slot already past p: someone else decided p's fate
-//       (eviction, repair): skip p.
-//     Slot still at p - cap: a skipped evictor/repairer has not finished the
-//       previous lap yet, so p is not claimed: stop.
+//     TAKEN(p, another owner): a gone owner's (R4: adopt or finish it).
+//     T1b TAKEN(p, a producer): an evictor (E2-E4), a repairer (R1), a loan
+//       given back (ABORT) or a resize's drop decides p's fate, a few
+//       instructions from done. Until it has counted p, p is in no counter
+//       and in no depth, so the cursor never passes it: stop (busy; a call
+//       that has taken nothing yet waits for it), and once the holder is
+//       dead, after kRepairGraceNs, finish its op (R2: counted once, freed),
+//       as R1 does for an unpublished claim. (Before, the owner skipped p:
+//       a producer killed between E2 and E3 left its message counted
+//       nowhere until a producer needed the slot a lap later, in a quiet
+//       box for ever: the identity one short. Issue 53, item 9.)
+//     Slot already past p: someone else decided p's fate (eviction, repair)
+//       and the slot was reused: skip p (jump to tail - cap if behind).
+//     DONE(p, a gone owner): committed; finish that owner's count if it is
+//       dead (finish_dead_commit), skip p.
+//     Slot still at p - cap: a slot we passed (a gone owner's DONE, which a
+//       stale owner finishes) has not finished the previous lap yet, so p is
+//       not claimed: stop.
 //  T2 owner.op_before = delivered; owner.op = recv(p).
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
 //     slots) and resizable lanes (a shrink drops FULL slots: without the CAS
@@ -171,9 +188,12 @@
 //     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
 //     No claimant at all (only a scribbled table): repaired after
 //     kOrphanClaimNs.
-//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q);
+//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q)
+//     (or abort(q), a resize's shrink_drop(q));
 //     CAS(X's counter, before, before + 1), then CAS seq -> EMPTY(q + cap).
-//     Idempotent: two repairers cannot count twice.
+//     Idempotent: two repairers cannot count twice. Run by the owner when
+//     its cursor reaches q (T1b: it never passes a producer's slot), by a
+//     producer that needs the slot, and by the next holder of X's entry.
 //  R3 TAKEN(q, owner of an older epoch, or a dead owner): a drop_oldest
 //     producer that needs the slot looks at the owner's op: committed
 //     (delivered != op_before) -> just free it; repair(q) -> finish that

@@ -34,6 +34,7 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
   if (!s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, p.rep.actor), std::memory_order_seq_cst,
                                       std::memory_order_relaxed))
     return false;
+  if (!by_resize) SHMBOX_FAULT("producer.evict_taken");  // E2 done, E3 not: the message is in no counter yet
   if (p.capture) {  // ours now: stable until we free it
     const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
     p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);

@@ -263,7 +263,8 @@ void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q,
   repair_fifo_slot(*p.m, L, q, seen, p.rep, L.pol == policy::drop_oldest ? &p : nullptr, -1, stuck_since, now);
 }
 
-// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
+// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1),
+// or TAKEN by a producer (T1b: owner side of R2).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept {
   const std::uint64_t now = mono_ns();
   if (!owner_repair_due(o, L.index, p, now)) return false;
