@@ -271,24 +271,36 @@
 // ===========================================================================
 // THE QUOTA (options::quota, lane_options::quota): per-producer fairness
 // ===========================================================================
-// A lane with a quota Q lets each producer entry have at most Q messages
+// A lane with a quota Q lets each producer HANDLE have at most Q messages
 // WAITING in it: published and not yet taken, i.e. slots FULL(q, P) with
-// q in [head, tail). Nothing new is stored for it: the count is the slots
-// themselves, read at the claim (count_own, ring_post.cpp), so it is as
-// exact after any crash as the slots are; no counter can drift, and the
-// fault matrix's producer points cover it as they cover any post.
-//  Q1 P1 finds slot(t) free for t. Scan [max(head, t - cap), t) for
-//     FULL(q, P), stopping at Q (none when fewer than Q positions: a lane
-//     whose depth is under Q costs one load of the head). Only P adds such
-//     slots (a handle is used by one thread at a time; a loan blocks other
-//     claims) and everyone else only takes them away, so the count is never
-//     low when P claims: at most Q of P's messages wait, at every instant.
+// q in [head, tail) and q >= P.attached_tail, the lane's tail when the
+// handle took its producer entry. Nothing is counted for it: the count is
+// the slots themselves, read at the claim (count_own, ring_post.cpp), so it
+// is as exact after any crash as the slots are; no counter can drift, and
+// the fault matrix's producer points cover it as they cover any post.
+//  Q0 (claim_entry, ring_repair.cpp) P takes its entry, then reads each
+//     FIFO lane's tail into its own memory (producer_ctx::attached_tail;
+//     a copy goes to the entry's attached_tail word, for inspectors only).
+//     Every claim of the entry's previous holders is below it: a holder
+//     that let go did so by a release CAS of the key, which P's key CAS
+//     read; a dead one claimed before the kernel dropped its lock, which P
+//     took before the key. So the actor bits P's slots share with those
+//     holders' (actor = entry + 1) cannot make P count their messages.
+//       dies here: nothing posted; the next holder reads the tail again.
+//  Q1 P1 finds slot(t) free for t. Scan [max(head, t - cap, P.attached_tail),
+//     t) for FULL(q, P), stopping at Q (none when fewer than Q positions: a
+//     lane whose depth is under Q costs one load of the head). Only P adds
+//     such slots there (a handle is used by one thread at a time; a loan
+//     blocks other claims) and everyone else only takes them away, so the
+//     count is never low when P claims: at most Q of P's messages wait, at
+//     every instant.
 //  Q2 count >= Q: the policy, for P alone. reject / drop_newest: nothing
 //     claimed, P's quota_rejected / quota_dropped counted (they sum into
 //     rejected / dropped_newest: the identity of counters is unchanged),
 //     status over_quota. block: wait (SYNC POINT A) on P's oldest waiting
-//     slot until it moves (the owner took it) or the tail moves, then back
-//     to P1; at the deadline quota_timeouts (into timeouts), status timeout.
+//     slot (of Q1's count: never a predecessor's) until it moves (the owner
+//     took it) or the tail moves, then back to P1; at the deadline
+//     quota_timeouts (into timeouts), status timeout.
 //  Not drop_oldest: evicting P's own oldest (which may sit anywhere in the
 //  ring) would free a slot only for the lap after it, so the ring, which
 //  claims positions in order, would stay full for every producer until the
@@ -297,10 +309,17 @@
 //  STASH count differently). Q lanes take the general path (lane_view::fast
 //  false: no inline fast path, no RUN). With Q x producers <= cap, a
 //  producer within its quota always finds slot(t) free once the owner has
-//  committed what it read (tests/ring/quota.cpp).
-//  The quota is per producer ENTRY: a process that attaches several handles
-//  has several quotas, and a new holder of a dead producer's entry starts
-//  with that producer's waiting messages counted against it.
+//  committed what it read and taken what gone producers left
+//  (tests/ring/quota.cpp).
+//  The quota is per producer HANDLE: a process that attaches several
+//  handles has several quotas; a process that takes the entry of one that
+//  has gone (exited, or died) has its whole quota at once. The messages a
+//  gone producer left wait in the lane counted against no one's quota:
+//  they take room, as any waiting message does, until the owner takes them.
+//  (Before, Q1 counted every FULL(q, entry + 1): a new holder inherited its
+//  predecessors' waiting messages, and with no owner running stayed refused
+//  for ever: 196 of 200 one-message CLI posts refused at --quota 4. Issue
+//  53, item 7; tests/ring/quota.cpp.)
 //  Hostile writers: Q is read once at open (lane_header::quota, validated,
 //  announced by box_config's kConfigQuota so that no older library posts
 //  past it); a forged slot can only make P count more of its own, which
@@ -580,6 +599,12 @@ struct producer_ctx {
   // drop_oldest at a resizable lane's limit: where this handle's search for
   // the oldest message starts (after its last eviction), per lane.
   std::uint64_t evict_from[kMaxLanes] = {};
+  // THE QUOTA: each FIFO lane's tail when this handle took its entry. Its
+  // own messages are at positions at or after it; those of the entry's
+  // previous holders (gone: exited, or dead) are below and count against no
+  // one's quota. Private memory: a post never reads it back from the segment
+  // (the entry's attached_tail word is a copy for inspectors).
+  std::uint64_t attached_tail[kMaxLanes] = {};
   bool loan_open = false;     // a slot_loan holds this entry's claim
   role_lock lock;             // holds the entry's byte (liveness.hpp L1)
   ~producer_ctx();
