@@ -320,10 +320,26 @@
 //  predecessors' waiting messages, and with no owner running stayed refused
 //  for ever: 196 of 200 one-message CLI posts refused at --quota 4. Issue
 //  53, item 7; tests/ring/quota.cpp.)
-//  Hostile writers: Q is read once at open (lane_header::quota, validated,
+//  Hostile writers (whoever the box's mode lets write it: 0666 is every
+//  local user). Q is read once at open (lane_header::quota, validated,
 //  announced by box_config's kConfigQuota so that no older library posts
-//  past it); a forged slot can only make P count more of its own, which
-//  refuses P's posts and nothing else.
+//  past it), and P.attached_tail is P's own memory. But the slots' actor
+//  bits are theirs to rewrite: renaming FULL slots at positions at or after
+//  P.attached_tail to P makes P count messages that are not its own, and
+//  kept up it refuses every post of P (reject, drop_newest: over_quota;
+//  block: waits to its deadline, timeout): a writer can starve a chosen
+//  producer of that box. Renaming P's own to another actor lets P post past
+//  its quota, into the others' room. Either costs that box's messages and
+//  nothing else: each refused post is counted (the identity holds), Q1
+//  reads at most cap slots and writes nothing, a block post waits no
+//  longer than its deadline, and no other box, handle or process is
+//  touched. shmbox verify reports an entry whose holder has more than Q
+//  messages waiting since its attached_tail (a forgery that names it on
+//  top of its own messages; one of exactly Q it cannot tell from P's). The
+//  quota shares a box fairly among producers that post through the library;
+//  it does not protect them from one that writes the segment itself: give
+//  the box a mode that lets only trusted processes write it (0600, or 0660
+//  with a group).
 //
 // ===========================================================================
 // THE STASH (options::stash; stash.cpp): actor-ts's stash / unstashAll
