@@ -114,7 +114,13 @@
 //       and in no depth, so the cursor never passes it: stop (busy; a call
 //       that has taken nothing yet waits for it), and once the holder is
 //       dead, after kRepairGraceNs, finish its op (R2: counted once, freed),
-//       as R1 does for an unpublished claim. (Before, the owner skipped p:
+//       as R1 does for an unpublished claim. An owner inside a receive backs
+//       off and looks again (no futex sleep: its cursor is behind the tail),
+//       so it repairs within about a millisecond; an owner that is not
+//       receiving (an event loop between calls) at its next receive, and a
+//       box with no owner at the next owner's first receive or a producer's
+//       need of the slot (R2): until then that message is counted nowhere,
+//       the identity one short. (Before, the owner skipped p:
 //       a producer killed between E2 and E3 left its message counted
 //       nowhere until a producer needed the slot a lap later, in a quiet
 //       box for ever: the identity one short. Issue 53, item 9.)
