@@ -137,6 +137,8 @@ add "ring-reject-cap1"              verify ring.pml  safety 21 0 "" -- -DPOLICY=
 #     the C++ before the fixes of the problems spin found (README): must fail
 add "ring-mutant-NO_SLICE-drop_oldest" mutant ring.pml safety 20 0 "pub[p]" -- -DPOLICY=1 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_NO_SLICE
 add "ring-mutant-NO_SLICE-reject"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=0 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_NO_SLICE
+add "ring-mutant-SKIP_HELD"         mutant ring.pml  safety 20 0 "(fate[p]!=0)" -- -DPOLICY=1 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_SKIP_HELD
+add "ring-mutant-SKIP_HELD-evict"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=1 -DCAP=1 -DN1=2 -DN2=1 -DMAXDEAD=1 -DMUTANT_SKIP_HELD
 #     deliberately broken protocol steps: must fail
 add "ring-mutant-R1_NOCOUNT"        mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_R1_NOCOUNT
 add "ring-mutant-T3_STORE"          mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_T3_STORE

@@ -49,6 +49,12 @@
  *   MUTANT_R2_NOCAS      R2 counts with a plain increment, not CAS(before)
  *   MUTANT_R1_NOCHECK    R1 does not look for a live claimant
  *   MUTANT_NO_WITHDRAW   a producer waiting for space keeps its stale claim op
+ *   MUTANT_SKIP_HELD     the owner skips a slot a producer holds (TAKEN by an
+ *                        evictor or repairer), as the C++ did before the fix
+ *                        of problem 5 (README): a producer that dies between
+ *                        E2 and E3 leaves its message counted nowhere (not in
+ *                        dropped_oldest, not in the depth) until a producer
+ *                        needs the slot, which in a quiet box never happens
  */
 
 #ifndef CAP
@@ -163,10 +169,10 @@ byte slept_at;                  /* owner asleep (futex): its cursor + 1; else 0 
 /* A repair of slot(q) seen as (EMPTY|TAKEN, a) could act now. */
 #define REPAIRABLE(q, s, a) (((s) == EMPTY && (tailw >> 1) > (q) && NO_LIVE_CLAIMANT(q)) || \
                              ((s) == TAKEN && dead[a]))
-/* A slot held by a dead producer whose op says how to finish it (R2 pending). */
-#define PENDING_R2(p) (spos[SLOT(p)] == (p) && sst[SLOT(p)] == TAKEN && sact[SLOT(p)] != OWN && \
-                       dead[sact[SLOT(p)]] && opt[sact[SLOT(p)]] == (p) && \
-                       (opk[sact[SLOT(p)]] == OP_EVICT || opk[sact[SLOT(p)]] == OP_REPAIR))
+/* The slot of p is held by a live producer (an evictor or a repairer): the
+ * owner's cursor waits at it (T1b). */
+#define HELD_LIVE(p) (spos[SLOT(p)] == (p) && sst[SLOT(p)] == TAKEN && sact[SLOT(p)] != OWN && \
+                      !dead[sact[SLOT(p)]])
 
 /* ------------------------------------------------------------------------
  * R1 (last part), abandon_fifo: repairer `me` abandons position q, seen as
@@ -450,7 +456,15 @@ T1:
     :: sp > hp -> goto JUMP                    /* decided by someone else, reused */
     :: sp + CAP == hp -> goto ENDCALL          /* a skipped evictor/repairer is not done */
     :: sp == hp && ss == FULL -> goto TAKE
+#ifdef MUTANT_SKIP_HELD
     :: sp == hp && ss == TAKEN && sa != OWN -> hp++; goto T1   /* evictor/repairer: skip p */
+#else
+    /* T1b: held by a producer (evictor E2-E4, repairer R1): its count may
+     * not be done, so the cursor waits at p (busy); a dead holder's op is
+     * finished by R2 (owner_check_stuck) */
+    :: sp == hp && ss == TAKEN && sa != OWN && n > 0 -> busy = 1; goto ENDCALL
+    :: sp == hp && ss == TAKEN && sa != OWN && n == 0 -> busy = 1; goto STUCK
+#endif
     :: sp == hp && ss == EMPTY && n > 0 -> goto ENDCALL
     :: sp == hp && ss == EMPTY && n == 0 -> goto TAILCHK
     :: else -> assert(false)   /* behind the cursor, TAKEN by us (one epoch: no
@@ -491,7 +505,9 @@ TAILCHK:
     if :: t <= hp -> goto ENDCALL :: else fi;                           /* lane empty */
     busy = 1; t = 0                                                     /* claimed, unpublished */
   }
-  /* owner_check_stuck: R1 once the grace period is over */
+  /* owner_check_stuck: R1 (EMPTY, claimed) or R2 (T1b: TAKEN by a producer)
+   * once the grace period is over */
+STUCK:
   if
   :: REPAIRABLE(hp, ss, sa) -> repair_fifo_slot(hp, sp, ss, sa, 0, T1)
   :: else -> goto ENDCALL
@@ -508,8 +524,13 @@ ENDCALL:
   }
 BACKOFF:
   /* then poll again: that poll finds something new unless slot(hp) is still
-   * claimed (tail > hp), unpublished, by a live writer */
+   * claimed (tail > hp), unpublished, by a live writer, or (T1b) still held
+   * by a live evictor or repairer */
+#ifdef MUTANT_SKIP_HELD
   (!SEEN_IS(hp, hp, EMPTY, NOACT) || (tailw >> 1) <= hp || NO_LIVE_CLAIMANT(hp));
+#else
+  ((!SEEN_IS(hp, hp, EMPTY, NOACT) || (tailw >> 1) <= hp || NO_LIVE_CLAIMANT(hp)) && !HELD_LIVE(hp));
+#endif
   goto CALL;
 SLEEP:
   atomic { DIE_OR w = wake_seq }                                        /* read wake_seq */
@@ -550,7 +571,7 @@ died:
  * sleeps, would find nothing new). Check the accounting. */
 active proctype checker()
 {
-  byte p, nd, ne, na, inbox, rej;
+  byte p, nd, ne, na, inbox, depth, rej;
 #ifdef MUTANT_NO_SLICE
   timeout ->
 #else
@@ -559,13 +580,13 @@ active proctype checker()
   d_step {
     /* 1. Nothing lost: with a live owner, every message whose post completed
      * as stored is delivered or evicted (dropped_oldest), never abandoned or
-     * left behind (a dead evictor's: R2 counts it when a producer next
-     * needs the slot). (Delivered at most once: FATE, at each count.) */
+     * left behind: not even a dead evictor's, which the owner's cursor
+     * waits at and finishes (T1b, R2). (Delivered at most once: FATE, at
+     * each count.) */
     p = 0;
     do
     :: p < MAXP && p < (tailw >> 1) && !dead[OWN] ->
-       assert(!pub[p] || fate[p] == F_DELIVERED || fate[p] == F_EVICTED ||
-              (PENDING_R2(p) && opk[sact[SLOT(p)]] == OP_EVICT));
+       assert(!pub[p] || fate[p] == F_DELIVERED || fate[p] == F_EVICTED);
        p++
     :: else -> break
     od;
@@ -584,6 +605,9 @@ active proctype checker()
           /* claimed: counted once, or still in its slot (never freed uncounted) */
           assert(fate[p] != F_NONE || spos[SLOT(p)] == p);
           if :: fate[p] == F_NONE -> inbox++ :: else fi;
+          /* the depth as the C++ counts it (lane_depth_scan): FULL, claimed
+           * (EMPTY) or TAKEN by the owner, not a slot a producer holds */
+          if :: fate[p] == F_NONE && !(sst[SLOT(p)] == TAKEN && sact[SLOT(p)] != OWN) -> depth++ :: else fi;
           /* A live owner has drained the lane: every claimed position is
            * delivered, evicted or abandoned (a hole whose writer died is
            * repaired: R1), or held by a dead evictor / repairer. */
@@ -591,10 +615,10 @@ active proctype checker()
           /* (without the slice, a hole whose writer died while the owner
            * slept waits for the next post: tolerated here, so that spin
            * reports the lost wake-up of check 1) */
-          assert(dead[OWN] || fate[p] != F_NONE || PENDING_R2(p) ||
+          assert(dead[OWN] || fate[p] != F_NONE ||
                  (spos[SLOT(p)] == p && sst[SLOT(p)] == EMPTY && !pub[p] && NO_LIVE_CLAIMANT(p)))
 #else
-          assert(dead[OWN] || fate[p] != F_NONE || PENDING_R2(p))
+          assert(dead[OWN] || fate[p] != F_NONE)
 #endif
        :: else -> assert(fate[p] == F_NONE && !pub[p])
        fi;
@@ -608,7 +632,11 @@ active proctype checker()
     /* posted = delivered + rejected + dropped_oldest + abandoned + in the box
      * (posted = stored + rejected, and a FIFO lane's stored total is its tail) */
     rej = c_rej[1] + c_rej[2] + c_rej[OWN - 1] * (N3 > 0);
-    assert((tailw >> 1) + rej == deliv + rej + ne + na + inbox)
+    assert((tailw >> 1) + rej == deliv + rej + ne + na + inbox);
+    /* ... with the depth the C++ reports, once a live owner has looked: a
+     * slot a dead producer holds is finished by then (T1b; with the owner
+     * dead it waits for the next owner, or a producer that needs it: R2) */
+    assert(dead[OWN] || (tailw >> 1) + rej == deliv + rej + ne + na + depth)
   }
 }
 

@@ -113,19 +113,20 @@ struct options {
   // README's "Custom buffers".
   std::string buffer{};
   // Per-producer fairness: each producer handle may have at most this many
-  // messages waiting in a lane (posted, not yet taken by the owner). A post
-  // beyond it gets the lane's policy applied to that producer alone: reject
-  // and drop_newest store nothing (post_status::over_quota), block waits
-  // until one of the producer's own messages is taken (post_status::timeout
-  // if none is in time). Counted per producer (counters::quota_refused, and
+  // of its messages waiting in a lane (posted, not yet taken by the owner;
+  // those a gone producer left count against no one's). A post beyond it
+  // gets the lane's policy applied to that producer alone: reject and
+  // drop_newest store nothing (post_status::over_quota), block waits until
+  // one of the producer's own messages is taken (post_status::timeout if
+  // none is in time). Counted per producer (counters::quota_refused, and
   // box_info's producers: waiting, quota_refused). With quota x producers <=
   // capacity, a producer within its quota always finds room once the owner
-  // has committed what it read. Posts take the general path (no inline fast
-  // path, no batched claim). 0: none. Lanes with reject, drop_newest or
-  // block only: not drop_oldest (evicting a producer's own oldest would
-  // leave a hole in the ring that costs every producer room until the owner
-  // passes it), not lifo; not in resizable, stash, priority or custom-buffer
-  // boxes. Per lane: lane_options::quota.
+  // has committed what it read (and taken what gone producers left). Posts
+  // take the general path (no inline fast path, no batched claim). 0: none.
+  // Lanes with reject, drop_newest or block only: not drop_oldest (evicting
+  // a producer's own oldest would leave a hole in the ring that costs every
+  // producer room until the owner passes it), not lifo; not in resizable,
+  // stash, priority or custom-buffer boxes. Per lane: lane_options::quota.
   std::uint32_t quota = 0;
 };
 

@@ -50,8 +50,9 @@ struct producer_info {
   std::uint64_t stored = 0;   // slots this entry claimed, all lanes: its messages, and its loans (also aborted ones)
   std::uint64_t refused = 0;  // rejected + dropped_newest + timeouts + too_large of this entry
   std::uint64_t aborted = 0;  // loans it gave back
-  // Its messages waiting in the box now (posted, not yet taken by the
-  // owner; FIFO lanes), and its posts refused at its quota (options::quota).
+  // Its holder's messages waiting in the box now (posted since that process
+  // took the entry, not yet taken by the owner; FIFO lanes): what its quota
+  // counts. And the entry's posts refused at their quota (options::quota).
   std::uint64_t waiting = 0;
   std::uint64_t quota_refused = 0;
 };

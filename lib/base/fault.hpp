@@ -11,7 +11,8 @@
 //   producer.after_claim     tail claimed, nothing written yet
 //   producer.mid_payload     half the payload written, not published
 //   producer.before_publish  payload and length written, sequence not stored
-//   producer.mid_evict       drop_oldest: slot taken for eviction, not freed
+//   producer.evict_taken     drop_oldest: slot taken for eviction (E2), not yet counted (E3)
+//   producer.mid_evict       drop_oldest: slot taken for eviction and counted (E3), not freed
 //   producer.lifo_mid_write  lifo: slot claimed (push or replace), not published
 //   producer.before_wake     message published, the sleeping owner not yet woken (P6)
 //   producer.after_ring      P6: the owner's eventfd written (or its doorbell rung), wake_seq not bumped, notify not yet reverted to passive

@@ -91,14 +91,17 @@ counters lane_counters(const detail::mapped_box& m, std::uint32_t l) {
   return c;
 }
 
-// A FIFO lane's messages published by `actor` (a producer entry + 1) and
-// not yet taken: what THE QUOTA counts (ring.hpp; exact when idle).
-std::uint64_t waiting_of(const detail::lane_view& L, std::uint32_t actor) noexcept {
+// A FIFO lane's messages published by `actor` (a producer entry + 1) since
+// its current holder took the entry (at position `from`: the entry's
+// attached_tail) and not yet taken: what THE QUOTA counts (ring.hpp; exact
+// when idle). A previous holder's messages still waiting are not its.
+std::uint64_t waiting_of(const detail::lane_view& L, std::uint32_t actor, std::uint64_t from) noexcept {
   using namespace detail;
   // acquire: pairs with P3's release (tail), T7's (head) and P5's (slots), as lane_depth_scan
   const std::uint64_t t = L.hdr->tail.load(std::memory_order_acquire) >> 1;
   std::uint64_t q = std::min(L.hdr->head.load(std::memory_order_acquire), t);
   if (t - q > L.capacity) q = t - L.capacity;
+  if (from > q && from <= t) q = from;
   std::uint64_t n = 0;
   for (; q < t; ++q)  // (acquire: as above)
     n += L.slot_for(q)->seq.load(std::memory_order_acquire) == make_seq(q, slot_state::full, actor);
@@ -347,7 +350,8 @@ box_info info(const Box& box) {
       pi.aborted += pc->aborted.load(std::memory_order_relaxed);
       pi.quota_refused += pc->quota_rejected.load(std::memory_order_relaxed) + pc->quota_dropped.load(std::memory_order_relaxed) +
                           pc->quota_timeouts.load(std::memory_order_relaxed);
-      if (!m.lanes[l].is_lifo()) pi.waiting += waiting_of(m.lanes[l], p + 1);
+      // relaxed: a hint written once when the holder attached (layout.hpp)
+      if (!m.lanes[l].is_lifo()) pi.waiting += waiting_of(m.lanes[l], p + 1, pc->attached_tail.load(std::memory_order_relaxed));
     }
     if (pi.alive) ++i.producers_attached;
     i.producers.push_back(pi);

@@ -190,13 +190,17 @@ struct checker {
         problem(where + ": position " + std::to_string(full_pos) + " is not claimed yet but the slot is not empty");
       slot_actor(where, st, seq_actor(s));
       length(where, L, L.slot_at_index(i), st);
-      if (st == slot_state::full && L.quota != 0 && !is_owner_actor(seq_actor(s))) ++waiting[seq_actor(s)];
+      // THE QUOTA counts a holder's own messages: those since it took the entry
+      // (its attached_tail; relaxed: a hint written once at attach, layout.hpp)
+      if (st == slot_state::full && L.quota != 0 && producer_actor(seq_actor(s)) &&
+          full_pos >= m.producer_counters(seq_actor(s) - 1, L.index)->attached_tail.load(std::memory_order_relaxed))
+        ++waiting[seq_actor(s)];
     }
-    // THE QUOTA (ring.hpp): no producer entry has more than the quota waiting.
+    // THE QUOTA (ring.hpp): no producer entry's holder has more than the quota waiting.
     for (const auto& [actor, n] : waiting)
       if (n > L.quota)
         problem(lane + ": producer entry " + std::to_string(actor - 1) + " has " + std::to_string(n) +
-                " messages waiting, over the lane's quota of " + std::to_string(L.quota));
+                " messages waiting since its holder attached, over the lane's quota of " + std::to_string(L.quota));
   }
 
   // THE STASH (ring.hpp): each entry in a known state, with a lane and a

@@ -79,8 +79,11 @@
 //  E1 op_before = P.evicted; op = evict(q).
 //  E2 CAS seq FULL(q) -> TAKEN(q, P). Fails (the owner took it, or another
 //     evictor did): back to P1.
-//       dies here: slot TAKEN(q, P), P dead. Repair R2.
-//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not).
+//       dies here: slot TAKEN(q, P), P dead, q in no counter and in no depth
+//       (fault point producer.evict_taken). Repair R2, by the owner, whose
+//       cursor waits at q (T1b), or by a producer that needs the slot.
+//  E3 P.evicted++.        dies here: R2 (counts it if E3 did not; fault point
+//                         producer.mid_evict).
 //  E4 seq = EMPTY(q + cap) (release). The claim at P1 now finds slot free.
 //     Another producer's P1-P3 may claim that free slot first (its post is a
 //     plain store, no eviction): we are back at P1 with the lane full and
@@ -104,10 +107,30 @@
 //       EMPTY(p) just means "nothing yet".)
 //     FULL(p): continue at T2.   TAKEN(p, O): a message re-taken from a dead
 //       owner at acquire: deliver it flagged redelivered.
-//     TAKEN(p, other) or slot already past p: someone else decided p's fate
-//       (eviction, repair): skip p.
-//     Slot still at p - cap: a skipped evictor/repairer has not finished the
-//       previous lap yet, so p is not claimed: stop.
+//     TAKEN(p, another owner): a gone owner's (R4: adopt or finish it).
+//     T1b TAKEN(p, a producer): an evictor (E2-E4), a repairer (R1), a loan
+//       given back (ABORT) or a resize's drop decides p's fate, a few
+//       instructions from done. Until it has counted p, p is in no counter
+//       and in no depth, so the cursor never passes it: stop (busy; a call
+//       that has taken nothing yet waits for it), and once the holder is
+//       dead, after kRepairGraceNs, finish its op (R2: counted once, freed),
+//       as R1 does for an unpublished claim. An owner inside a receive backs
+//       off and looks again (no futex sleep: its cursor is behind the tail),
+//       so it repairs within about a millisecond; an owner that is not
+//       receiving (an event loop between calls) at its next receive, and a
+//       box with no owner at the next owner's first receive or a producer's
+//       need of the slot (R2): until then that message is counted nowhere,
+//       the identity one short. (Before, the owner skipped p:
+//       a producer killed between E2 and E3 left its message counted
+//       nowhere until a producer needed the slot a lap later, in a quiet
+//       box for ever: the identity one short. Issue 53, item 9.)
+//     Slot already past p: someone else decided p's fate (eviction, repair)
+//       and the slot was reused: skip p (jump to tail - cap if behind).
+//     DONE(p, a gone owner): committed; finish that owner's count if it is
+//       dead (finish_dead_commit), skip p.
+//     Slot still at p - cap: a slot we passed (a gone owner's DONE, which a
+//       stale owner finishes) has not finished the previous lap yet, so p is
+//       not claimed: stop.
 //  T2 owner.op_before = delivered; owner.op = recv(p).
 //  T3 seq = TAKEN(p, O): a CAS in drop_oldest lanes (evictors race for FULL
 //     slots) and resizable lanes (a shrink drops FULL slots: without the CAS
@@ -171,9 +194,12 @@
 //     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
 //     No claimant at all (only a scribbled table): repaired after
 //     kOrphanClaimNs.
-//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q);
+//  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q)
+//     (or abort(q), a resize's shrink_drop(q));
 //     CAS(X's counter, before, before + 1), then CAS seq -> EMPTY(q + cap).
-//     Idempotent: two repairers cannot count twice.
+//     Idempotent: two repairers cannot count twice. Run by the owner when
+//     its cursor reaches q (T1b: it never passes a producer's slot), by a
+//     producer that needs the slot, and by the next holder of X's entry.
 //  R3 TAKEN(q, owner of an older epoch, or a dead owner): a drop_oldest
 //     producer that needs the slot looks at the owner's op: committed
 //     (delivered != op_before) -> just free it; repair(q) -> finish that
@@ -251,24 +277,36 @@
 // ===========================================================================
 // THE QUOTA (options::quota, lane_options::quota): per-producer fairness
 // ===========================================================================
-// A lane with a quota Q lets each producer entry have at most Q messages
+// A lane with a quota Q lets each producer HANDLE have at most Q messages
 // WAITING in it: published and not yet taken, i.e. slots FULL(q, P) with
-// q in [head, tail). Nothing new is stored for it: the count is the slots
-// themselves, read at the claim (count_own, ring_post.cpp), so it is as
-// exact after any crash as the slots are; no counter can drift, and the
-// fault matrix's producer points cover it as they cover any post.
-//  Q1 P1 finds slot(t) free for t. Scan [max(head, t - cap), t) for
-//     FULL(q, P), stopping at Q (none when fewer than Q positions: a lane
-//     whose depth is under Q costs one load of the head). Only P adds such
-//     slots (a handle is used by one thread at a time; a loan blocks other
-//     claims) and everyone else only takes them away, so the count is never
-//     low when P claims: at most Q of P's messages wait, at every instant.
+// q in [head, tail) and q >= P.attached_tail, the lane's tail when the
+// handle took its producer entry. Nothing is counted for it: the count is
+// the slots themselves, read at the claim (count_own, ring_post.cpp), so it
+// is as exact after any crash as the slots are; no counter can drift, and
+// the fault matrix's producer points cover it as they cover any post.
+//  Q0 (claim_entry, ring_repair.cpp) P takes its entry, then reads each
+//     FIFO lane's tail into its own memory (producer_ctx::attached_tail;
+//     a copy goes to the entry's attached_tail word, for inspectors only).
+//     Every claim of the entry's previous holders is below it: a holder
+//     that let go did so by a release CAS of the key, which P's key CAS
+//     read; a dead one claimed before the kernel dropped its lock, which P
+//     took before the key. So the actor bits P's slots share with those
+//     holders' (actor = entry + 1) cannot make P count their messages.
+//       dies here: nothing posted; the next holder reads the tail again.
+//  Q1 P1 finds slot(t) free for t. Scan [max(head, t - cap, P.attached_tail),
+//     t) for FULL(q, P), stopping at Q (none when fewer than Q positions: a
+//     lane whose depth is under Q costs one load of the head). Only P adds
+//     such slots there (a handle is used by one thread at a time; a loan
+//     blocks other claims) and everyone else only takes them away, so the
+//     count is never low when P claims: at most Q of P's messages wait, at
+//     every instant.
 //  Q2 count >= Q: the policy, for P alone. reject / drop_newest: nothing
 //     claimed, P's quota_rejected / quota_dropped counted (they sum into
 //     rejected / dropped_newest: the identity of counters is unchanged),
 //     status over_quota. block: wait (SYNC POINT A) on P's oldest waiting
-//     slot until it moves (the owner took it) or the tail moves, then back
-//     to P1; at the deadline quota_timeouts (into timeouts), status timeout.
+//     slot (of Q1's count: never a predecessor's) until it moves (the owner
+//     took it) or the tail moves, then back to P1; at the deadline
+//     quota_timeouts (into timeouts), status timeout.
 //  Not drop_oldest: evicting P's own oldest (which may sit anywhere in the
 //  ring) would free a slot only for the lap after it, so the ring, which
 //  claims positions in order, would stay full for every producer until the
@@ -277,14 +315,37 @@
 //  STASH count differently). Q lanes take the general path (lane_view::fast
 //  false: no inline fast path, no RUN). With Q x producers <= cap, a
 //  producer within its quota always finds slot(t) free once the owner has
-//  committed what it read (tests/ring/quota.cpp).
-//  The quota is per producer ENTRY: a process that attaches several handles
-//  has several quotas, and a new holder of a dead producer's entry starts
-//  with that producer's waiting messages counted against it.
-//  Hostile writers: Q is read once at open (lane_header::quota, validated,
+//  committed what it read and taken what gone producers left
+//  (tests/ring/quota.cpp).
+//  The quota is per producer HANDLE: a process that attaches several
+//  handles has several quotas; a process that takes the entry of one that
+//  has gone (exited, or died) has its whole quota at once. The messages a
+//  gone producer left wait in the lane counted against no one's quota:
+//  they take room, as any waiting message does, until the owner takes them.
+//  (Before, Q1 counted every FULL(q, entry + 1): a new holder inherited its
+//  predecessors' waiting messages, and with no owner running stayed refused
+//  for ever: 196 of 200 one-message CLI posts refused at --quota 4. Issue
+//  53, item 7; tests/ring/quota.cpp.)
+//  Hostile writers (whoever the box's mode lets write it: 0666 is every
+//  local user). Q is read once at open (lane_header::quota, validated,
 //  announced by box_config's kConfigQuota so that no older library posts
-//  past it); a forged slot can only make P count more of its own, which
-//  refuses P's posts and nothing else.
+//  past it), and P.attached_tail is P's own memory. But the slots' actor
+//  bits are theirs to rewrite: renaming FULL slots at positions at or after
+//  P.attached_tail to P makes P count messages that are not its own, and
+//  kept up it refuses every post of P (reject, drop_newest: over_quota;
+//  block: waits to its deadline, timeout): a writer can starve a chosen
+//  producer of that box. Renaming P's own to another actor lets P post past
+//  its quota, into the others' room. Either costs that box's messages and
+//  nothing else: each refused post is counted (the identity holds), Q1
+//  reads at most cap slots and writes nothing, a block post waits no
+//  longer than its deadline, and no other box, handle or process is
+//  touched. shmbox verify reports an entry whose holder has more than Q
+//  messages waiting since its attached_tail (a forgery that names it on
+//  top of its own messages; one of exactly Q it cannot tell from P's). The
+//  quota shares a box fairly among producers that post through the library;
+//  it does not protect them from one that writes the segment itself: give
+//  the box a mode that lets only trusted processes write it (0600, or 0660
+//  with a group).
 //
 // ===========================================================================
 // THE STASH (options::stash; stash.cpp): actor-ts's stash / unstashAll
@@ -560,6 +621,12 @@ struct producer_ctx {
   // drop_oldest at a resizable lane's limit: where this handle's search for
   // the oldest message starts (after its last eviction), per lane.
   std::uint64_t evict_from[kMaxLanes] = {};
+  // THE QUOTA: each FIFO lane's tail when this handle took its entry. Its
+  // own messages are at positions at or after it; those of the entry's
+  // previous holders (gone: exited, or dead) are below and count against no
+  // one's quota. Private memory: a post never reads it back from the segment
+  // (the entry's attached_tail word is a copy for inspectors).
+  std::uint64_t attached_tail[kMaxLanes] = {};
   bool loan_open = false;     // a slot_loan holds this entry's claim
   role_lock lock;             // holds the entry's byte (liveness.hpp L1)
   ~producer_ctx();

@@ -109,7 +109,8 @@ inline bool owner_repair_due(owner_ctx& o, std::uint32_t l, std::uint64_t pos, s
   return true;
 }
 
-// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
+// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1),
+// or TAKEN by a producer (T1b: owner side of R2).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept;
 
 // DONE/DROPPED slots of a gone owner actor whose process is dead: counts

@@ -34,6 +34,7 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
   if (!s->seq.compare_exchange_strong(expected, make_seq(q, slot_state::taken, p.rep.actor), std::memory_order_seq_cst,
                                       std::memory_order_relaxed))
     return false;
+  if (!by_resize) SHMBOX_FAULT("producer.evict_taken");  // E2 done, E3 not: the message is in no counter yet
   if (p.capture) {  // ours now: stable until we free it
     const std::uint32_t len = std::min(s->length.load(std::memory_order_relaxed), L.payload);
     p.captured.emplace_back(reinterpret_cast<const char*>(lane_view::payload_of(s)), len);
@@ -47,15 +48,16 @@ bool evict_fifo(producer_ctx& p, const lane_view& L, std::uint64_t q, std::uint6
 }
 
 // THE QUOTA. Positions below the owner's published head are finished, and
-// those below t - cap are in no slot any more; every other position of
-// ours still waiting shows FULL(q, us). Only this handle adds such slots
-// (one thread at a time), and others only take them away, so the count
-// can only be high, never low, by the time the caller claims.
+// those below t - cap are in no slot any more; those below the tail when
+// this handle took its entry are its previous holders' (Q1). Every other
+// position of ours still waiting shows FULL(q, us). Only this handle adds
+// such slots (one thread at a time), and others only take them away, so
+// the count can only be high, never low, by the time the caller claims.
 own_messages count_own(const producer_ctx& p, const lane_view& L, std::uint64_t t, std::uint32_t stop_at) noexcept {
   own_messages r;
   const std::uint64_t cap = L.capacity;
   // acquire: pairs with T7's release of the head (every position before it is finished)
-  std::uint64_t q = std::max(L.hdr->head.load(std::memory_order_acquire), t > cap ? t - cap : 0);
+  std::uint64_t q = std::max({L.hdr->head.load(std::memory_order_acquire), t > cap ? t - cap : 0, p.attached_tail[L.index]});
   if (q >= t || t - q < stop_at) return r;  // fewer positions than the quota: cannot hold it
   for (; q < t && r.n < stop_at; ++q) {
     // acquire: pairs with our own P5 (nothing to read) and with whoever moved the slot on

@@ -263,7 +263,8 @@ void producer_maybe_repair(producer_ctx& p, const lane_view& L, std::uint64_t q,
   repair_fifo_slot(*p.m, L, q, seen, p.rep, L.pol == policy::drop_oldest ? &p : nullptr, -1, stuck_since, now);
 }
 
-// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1).
+// A FIFO position stuck at EMPTY(p) with the tail past it (owner side of R1),
+// or TAKEN by a producer (T1b: owner side of R2).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept {
   const std::uint64_t now = mono_ns();
   if (!owner_repair_due(o, L.index, p, now)) return false;
@@ -442,6 +443,18 @@ bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t 
   fill_repairer(m, i + 1, &pe->op, &pe->op_before_a, false, i, out.rep);
   if (k != 0) finish_dead_entry(out);
   pe->op.store(0, std::memory_order_relaxed);
+  // THE QUOTA (ring.hpp): where this holder's messages start in each FIFO lane.
+  // Every claim of a previous holder is below it: it released the entry with a
+  // release CAS of the key, which our acq_rel key CAS read, or it is dead and its
+  // claims were done before the kernel dropped its lock, which we then took.
+  for (std::uint32_t l = 0; l < m.lane_count(); ++l) {
+    if (m.lanes[l].is_lifo()) continue;
+    // acquire: pairs with P3's release (the tail CASes of earlier holders and others)
+    const std::uint64_t t = m.lanes[l].hdr->tail.load(std::memory_order_acquire) >> 1;
+    out.attached_tail[l] = t;
+    // relaxed: for inspectors only (waiting, verify), which read it as a hint
+    m.producer_counters(i, l)->attached_tail.store(t, std::memory_order_relaxed);
+  }
   pe->attached_unix_ns.store(unix_ns(), std::memory_order_relaxed);
   return true;
 }

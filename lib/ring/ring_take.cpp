@@ -72,8 +72,8 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       continue;
     }
     if (d == -static_cast<std::int64_t>(cap)) {
-      // The slot still holds the previous lap's position p - cap: an evictor
-      // or repairer that we skipped (T1) has not finished it yet, so p cannot
+      // The slot still holds the previous lap's position p - cap: a slot we
+      // passed (a gone owner's DONE, T1) is not finished yet, so p cannot
       // have been claimed. Nothing more to take here for now.
       break;
     }
@@ -118,10 +118,23 @@ take_result fifo_take(owner_ctx& o, const lane_view& L, take_sink& sink, take_mo
       ++p;
       continue;
     }
-    if (st == slot_state::taken || st == slot_state::done || st == slot_state::dropped) {
-      // Held by an evictor or a repairer, which decides p's fate, or committed
-      // by an owner that is gone (a dead one's commit we finish here): skip p.
-      if (st != slot_state::taken && is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
+    if (st == slot_state::taken) {
+      // T1b: held by a producer: an evictor (E2-E4), a repairer (R1), a loan
+      // being given back (ABORT) or a resize's drop. It decides p's fate in a
+      // few instructions; until it has counted it, p is in no counter and in
+      // no depth. So the cursor never passes it: wait (busy), and once the
+      // holder is dead finish its op (R2: count once, free). Skipping it, as
+      // before, left a dead evictor's uncounted message for a producer that
+      // needs the slot a lap later: in a box nobody posts into, for ever
+      // (issue 53, item 9; fault point producer.evict_taken).
+      res.busy = true;
+      if (n == 0 && o.pending.empty() && owner_check_stuck(o, L, p, seen)) continue;  // repaired: look again
+      break;
+    }
+    if (st == slot_state::done || st == slot_state::dropped) {
+      // Committed by an owner that is gone (a dead one's commit we finish
+      // here): skip p.
+      if (is_owner_actor(actor) && actor != o.rep.actor && n == 0 && o.pending.empty())
         finish_dead_commit(*o.m, L, actor);
       ++p;
       continue;

@@ -571,7 +571,12 @@ struct alignas(kCacheLine) producer_lane_counters {
   a64 quota_rejected;     // reject: refused (status over_quota)
   a64 quota_dropped;      // drop_newest: the incoming message discarded (status over_quota)
   a64 quota_timeouts;     // block: none of its messages left before the timeout (status timeout)
-  a64 reserved;
+  // FIFO lanes: the lane's tail when the entry's current holder took it
+  // (claim_entry): that holder's messages are at positions at or after it,
+  // a previous holder's below (THE QUOTA counts from the holder's own,
+  // private copy; this one is for inspectors: waiting, verify). Written once
+  // per holder; 0 in boxes of earlier libraries (reserved): all of the entry's.
+  a64 attached_tail;
 };
 static_assert(sizeof(producer_lane_counters) == 2 * kCacheLine);
 static_assert(offsetof(producer_lane_counters, stored) == 0);
@@ -589,6 +594,7 @@ static_assert(offsetof(producer_lane_counters, shrunk) == 88);
 static_assert(offsetof(producer_lane_counters, quota_rejected) == 96);
 static_assert(offsetof(producer_lane_counters, quota_dropped) == 104);
 static_assert(offsetof(producer_lane_counters, quota_timeouts) == 112);
+static_assert(offsetof(producer_lane_counters, attached_tail) == 120);
 
 
 // ---------------------------------------------------------------------------

@@ -314,3 +314,89 @@ TEST_CASE("quota: a forged quota word or forged slots cost only the box's own po
   for (const auto& problem : v->problems) said = said || problem.find("over the lane's quota of 1") != std::string::npos;
   CHECK(said);
 }
+
+// Issue 53, item 7: the quota counts the messages of the producer HANDLE
+// that posted them, not of the producer-table entry a later process reuses.
+TEST_CASE("quota: a producer that takes a gone producer's entry has its whole quota at once (the gone one's messages count against no one)") {
+  for (const policy pol : {policy::reject, policy::drop_newest, policy::block}) {
+    for (const bool killed : {false, true}) {
+      CAPTURE(shmbox::to_string(pol));
+      CAPTURE(killed);
+      shmtest::segment_guard g(shmtest::unique_name("qreuse"));
+      // One producer entry: the second process must take the first one's.
+      auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 64, .overflow = pol, .max_producers = 1,
+                                              .block_timeout = 2000ms, .quota = 2});
+      REQUIRE(box);
+      // A posts its quota (2) and exits; or keeps posting (refused, or
+      // waiting for its own to be taken: nobody receives) and is SIGKILLed.
+      child a({shmtest::helper_path(), "produce", g.name, "1", killed ? "1000000" : "2", "--no-wait", "--size", "32",
+               "--pause-us", killed ? "20000" : "0"});
+      const std::string a_ready = a.read_line(30s).value_or("");
+      REQUIRE(a_ready.rfind("ready ", 0) == 0);
+      if (killed) {
+        for (int i = 0; i < 3000 && shmbox::info(*box).depth < 2; ++i) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(50ms);  // over its quota by now
+        a.kill(SIGKILL);
+        REQUIRE(shmtest::killed_by(a.wait(30s), SIGKILL));
+      } else {
+        REQUIRE(shmtest::exited_with(a.wait(30s), 0));
+      }
+      REQUIRE(shmbox::info(*box).depth == 2);
+      // B, another process, in the same entry, nobody receiving: its first
+      // post is stored at once, and so is its second (block: each within far
+      // less than the 2 s block_timeout, which a post over its quota would
+      // wait out); a third (reject, drop_newest) is over its quota.
+      const bool block = pol == policy::block;
+      child b({shmtest::helper_path(), "produce", g.name, "2", block ? "2" : "3", "--no-wait", "--size", "32", "--max-call-ms",
+               "1000"});
+      const std::string b_ready = b.read_line(30s).value_or("");
+      REQUIRE(b_ready.rfind("ready ", 0) == 0);
+      CHECK(shmtest::fields(b_ready).at(1) == shmtest::fields(a_ready).at(1));  // the same entry
+      const std::string done = b.read_line(30s).value_or("");
+      CAPTURE(done);
+      CHECK(shmtest::exited_with(b.wait(30s), 0));
+      CHECK(line_field(done, "stored") == "2");
+      CHECK(line_field(done, "over_quota") == (block ? "0" : "1"));
+      CHECK(shmbox::info(*box).depth == 4);  // A's 2 and B's 2
+      // The owner takes them all: A's first, then B's, in order.
+      auto owner = shmbox::Owner::acquire(*box);
+      REQUIRE(owner);
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> got;
+      for (shmbox::message m; owner->receive(m, {.timeout = 300ms}) == shmbox::recv_status::ok;) got.push_back(id_seq(m.data));
+      CHECK(got == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{1, 0}, {1, 1}, {2, 0}, {2, 1}});
+      shmtest::check_invariant(*box);
+      const auto v = shmbox::verify(g.name);
+      REQUIRE(v);
+      for (const auto& problem : v->problems) FAIL_CHECK(problem);
+    }
+  }
+}
+
+TEST_CASE("quota: 20 one-message `shmbox post` runs into a box with --quota 4 and no owner: none is refused while the box has room") {
+  shmtest::segment_guard g(shmtest::unique_name("qcli"));
+  REQUIRE(shmtest::cli({"create", g.name, "--capacity", "32", "--slot-size", "64", "--quota", "4"}).code == 0);
+  for (int i = 0; i < 20; ++i) {
+    const auto r = shmtest::cli({"post", g.name, "m" + std::to_string(i)});
+    CAPTURE(i);
+    CAPTURE(r.err);
+    CHECK(r.code == 0);
+    CHECK(r.err.find("over quota") == std::string::npos);
+  }
+  auto box = shmbox::Box::open(g.name);
+  REQUIRE(box);
+  const shmbox::box_info i = shmbox::info(*box);
+  CHECK(i.depth == 20);
+  CHECK(i.count.quota_refused == 0);
+  CHECK(i.count.rejected == 0);
+  shmtest::check_invariant(*box);
+  // verify counts each holder's messages since it attached: none is over its quota
+  const auto v = shmbox::verify(g.name);
+  REQUIRE(v);
+  for (const auto& problem : v->problems) FAIL_CHECK(problem);
+  CHECK(v->ok);
+  // An attached producer still has its quota of 4, counted from when it attached.
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  for (int k = 0; k < 4; ++k) CHECK(p->post("x") == post_status::stored);
+  CHECK(p->post("x") == post_status::over_quota);
+}
