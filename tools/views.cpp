@@ -236,6 +236,16 @@ int cmd_stat(const std::string& name, bool as_json, bool prometheus) {
   if (auto whole = box->intact(); !whole) return fail(whole.error());  // truncated while read (T5)
   // A file planted at a bridge status path (or one the trust rule refuses:
   // another user's, writable by others): said on stderr, the box shown all the same.
+  // THE TRUST RULE T4: dead letters that producers will not follow, said.
+  if (!i.dead_letters.empty()) {
+    struct stat from {}, to {};
+    const std::string from_path = "/dev/shm/shmbox." + i.name, to_path = "/dev/shm/shmbox." + i.dead_letters;
+    if (::lstat(from_path.c_str(), &from) == 0 && ::lstat(to_path.c_str(), &to) == 0 && S_ISREG(from.st_mode) &&
+        S_ISREG(to.st_mode) && !shmbox::detail::shm_writers_within(from, to))
+      say("warning: box '" + i.name + "' (" + shmbox::detail::shm_describe(from) + ") names box '" + i.dead_letters + "' (" +
+          shmbox::detail::shm_describe(to) + ") as its dead letters, but users who may write the first may not write the "
+          "second: producers do not forward to it, they count dead_letter_failed (docs/guarantees.md, Trust T4)");
+  }
   std::vector<std::string> bridge_problems;
   const std::vector<bridge_info> bridges = read_bridges(i.name, i.uid, &bridge_problems);
   for (const std::string& p : bridge_problems) say("warning: " + p);

@@ -130,7 +130,8 @@ class SHMBOX_API Producer {
   friend class Box;  // Box::resize drops through a Producer's entry
   friend struct detail::access;  // a pool probes its member box through it
   SHMBOX_LOCAL explicit Producer(std::unique_ptr<state> s);
-  SHMBOX_LOCAL static result<Producer> take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns);
+  SHMBOX_LOCAL static result<Producer> take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns,
+                                                 std::uint64_t give_up_ns = 0);
   std::unique_ptr<state> s_;
 };
 

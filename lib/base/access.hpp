@@ -24,6 +24,14 @@ struct access {
   static const std::shared_ptr<mapped_box>& owner_box(const Owner& o) noexcept;
   // The mapping behind a Producer (producer.cpp): a pool probes its member box's owner (pool_table.hpp LV).
   static const std::shared_ptr<mapped_box>& producer_box(const Producer& p) noexcept;
+  // Producer::attach that tries each producer entry's lock byte until
+  // `give_up_ns` (mono_ns; liveness.hpp L7): a reply tries each once.
+  static result<Producer> attach_producer(const Box& box, std::uint64_t give_up_ns);
+  // THE TRUST RULE T4 (base/shm_file.hpp): a producer on box `name`, which
+  // the segment open at `namer_fd` names (its dead letters), followed only
+  // when every user who may write that segment may write box `name` too.
+  // `namer`: what names it, for the sentence ("box 'x'", "pool 'p'").
+  static result<Producer> attach_named(int namer_fd, std::string_view namer, std::string_view name);
   // `trailer`: the last bytes of `size` that are a request's reply address (lib/segment/envelope.hpp).
   static void append(batch& b, const void* data, std::size_t size, bool redelivered, std::uint32_t lane,
                      std::uint64_t position, std::int64_t priority, std::uint32_t trailer = 0, bool answered = false) {

@@ -1,5 +1,7 @@
 #include "shmbox/producer.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -10,6 +12,7 @@
 #include "base/fault.hpp"
 #include "segment/layout.hpp"
 #include "base/process.hpp"
+#include "base/shm_file.hpp"
 #include "ring/ring.hpp"
 #include "ring/ring_fast.hpp"
 #include "segment/segment.hpp"
@@ -70,10 +73,14 @@ struct Producer::state {
     detail::producer_lane_counters* c = m->producer_counters(ctx.entry, lane);
     if (!dead_letters_tried) {
       dead_letters_tried = true;
-      auto p = Producer::attach(m->dead_letters);
+      // T4: followed only when whoever may write this box may write it too
+      // (a refusal is said through last_error, and counted as a failure).
+      auto p = detail::access::attach_named(m->fd, "box '" + m->name + "'", m->dead_letters);
       if (p) {
         dead_letters = std::make_unique<Producer>(std::move(*p));
         dead_letters->s_->ctx.capture = false;  // a dead-letter box's own losses go no further
+      } else {
+        ctx.last_error = p.error();
       }
     }
     bool ok = false;
@@ -216,7 +223,8 @@ result<Producer> Producer::adopt(const Box& box, std::uint32_t entry, std::uint6
 }
 
 // attach (entry null: any free or dead entry) and adopt (that dead producer's entry).
-result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns) {
+result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry, std::uint64_t attached_ns,
+                                      std::uint64_t give_up_ns) {
   const auto& m = detail::access::box(box);
   if (m->read_only)
     return detail::fail(errc::permission_denied, "box '" + m->name + "' was opened read-only; open it with Box::open to post");
@@ -230,11 +238,11 @@ result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry
     if (!detail::adopt_producer_entry(*m, *entry, attached_ns, s->ctx))
       return detail::fail(errc::not_found, "box '" + m->name + "': producer entry " + std::to_string(*entry) +
                                                " is not the dead producer's any more (free, held by a live process, or taken over since)");
-  } else if (std::uint32_t locked_out = 0; !detail::claim_producer_entry(*m, s->ctx, &locked_out)) {
+  } else if (std::uint32_t locked_out = 0; !detail::claim_producer_entry(*m, s->ctx, &locked_out, give_up_ns)) {
     if (locked_out != 0)  // liveness.hpp L7: held by someone who may write the segment, or a signal
       return detail::fail(errc::producer_table_full,
                           "box '" + m->name + "': no producer entry could be taken: " + std::to_string(locked_out) +
-                              " free entries' lock bytes were held by another process for over a second (" +
+                              " free entries' lock bytes were held by another process past the deadline (" +
                               (m->mode & 022 ? "the box is writable by others, who may hold them" : "a process of this user holds them") +
                               "), the rest by live producers; if it stays so, remove and recreate the box");
     return detail::fail(errc::producer_table_full, "box '" + m->name + "': all " + std::to_string(m->max_producers()) +
@@ -242,6 +250,28 @@ result<Producer> Producer::take_entry(const Box& box, const std::uint32_t* entry
   }
   s->ctx.capture = !m->dead_letters.empty();
   return Producer(std::move(s));
+}
+
+result<Producer> detail::access::attach_producer(const Box& box, std::uint64_t give_up_ns) {
+  return Producer::take_entry(box, nullptr, 0, give_up_ns);
+}
+
+result<Producer> detail::access::attach_named(int namer_fd, std::string_view namer, std::string_view name) {
+  struct stat from {};
+  if (namer_fd < 0 || ::fstat(namer_fd, &from) != 0)
+    return detail::fail(errc::system_error, std::string(namer) + ": cannot tell who may write it (fstat); box '" +
+                                                std::string(name) + "', which it names, is not followed");
+  auto box = Box::open(name);
+  if (!box) return box.error();
+  struct stat to {};
+  if (::fstat(detail::access::box(*box)->fd, &to) != 0 || !detail::shm_writers_within(from, to))
+    return detail::fail(errc::permission_denied,
+                        std::string(namer) + " (" + detail::shm_describe(from) + ") names box '" + std::string(name) + "' (" +
+                            detail::shm_describe(to) + ") but users who may write " + std::string(namer) +
+                            " may not write it: the name is not followed (docs/guarantees.md, Trust T4); make box '" +
+                            std::string(name) + "' writable by them too, or " + std::string(namer) +
+                            " writable by fewer users");
+  return Producer::attach(*box);
 }
 
 std::uint64_t Producer::attached_ns() const noexcept {

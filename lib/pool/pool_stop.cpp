@@ -148,7 +148,8 @@ bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   // the kernel says nobody reads goes (SP: a forged key names a live one).
   if (dead_worker != 0 && dead_worker != self_key()) (void)remove_unread_bell(bell_entry(dead_worker), false);
   if (!h_.dead_letters.empty() && !dead_letters_) {
-    if (auto p = Producer::attach(h_.dead_letters)) dead_letters_.emplace(std::move(*p));
+    // T4: the pool's dead letters, followed only when whoever may write the pool may write them.
+    if (auto p = access::attach_named(h_.fd, "pool '" + h_.name + "'", h_.dead_letters)) dead_letters_.emplace(std::move(*p));
   }
   // P3: everything is read without committing, then committed once. Each
   // message forwarded (or counted lost) is recorded in the entry

@@ -195,7 +195,10 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
     if (!st.m->dead_letters.empty()) {
       if (!c.dead_letters_tried) {
         c.dead_letters_tried = true;
-        if (auto p = Producer::attach(st.m->dead_letters)) c.dead_letters = std::make_unique<Producer>(std::move(*p));
+        // T4: the service box's dead letters, followed only when whoever may write the service may write them.
+        auto p = detail::access::attach_named(st.m->fd, "box '" + st.m->name + "'", st.m->dead_letters);
+        if (p) c.dead_letters = std::make_unique<Producer>(std::move(*p));
+        else o.last_error = p.error();
       }
       if (c.dead_letters) {
         std::string letter;
@@ -211,10 +214,26 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
     // any_owner: a requester of another user (a 0666 service) owns its reply
     // box; the name (ours, and a token) and the id decide, not the file's owner.
     auto box = Box::open(name, {.any_owner = true});
-    // A reply box, made by a Requester (kConfigReplyBox), with the id the request names.
+    // A reply box, made by a Requester (kConfigReplyBox), with the id the
+    // request names, and configured as a Requester makes it: one lane,
+    // policy reject, no dead letters, no stash, priority or buffer. Anyone may
+    // plant a box at this name (a forged request names any token): a reply
+    // posted into it must do nothing but store the reply or be refused, so
+    // it may not evict, forward or reorder anything (THE TRUST RULE T4).
     if (!box || box->id() != env->reply_box || !detail::access::box(*box)->reply_box)
       return lost(reply_status::requester_gone, "reply-requester-gone");
-    auto p = Producer::attach(*box);
+    if (const detail::mapped_box& rm = *detail::access::box(*box);
+        rm.lane_count() != 1 || rm.lanes[0].pol != policy::reject || !rm.dead_letters.empty() || rm.priority() ||
+        rm.stash_entries() != 0 || rm.buffered() || rm.lanes[0].resizable) {
+      o.last_error = detail::fail(errc::refused, "box '" + st.m->name + "': reply box '" + name +
+                                                     "' is not made as a requester makes one (one lane, policy reject, no dead "
+                                                     "letters): planted; no reply is posted into it");
+      return lost(reply_status::requester_gone, "reply-box-refused");
+    }
+    // Each producer entry's lock byte is tried once, never waited for
+    // (liveness.hpp L7): a reply box whose bytes another user holds costs
+    // this reply, not the service's time.
+    auto p = detail::access::attach_producer(*box, detail::mono_ns());
     if (!p) {
       o.last_error = p.error();
       return lost(reply_status::requester_gone, "reply-requester-gone");
@@ -242,7 +261,8 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
   detail::envelope::append_reply(buf, {st.m->incarnation(), position, lane, env->token, env->seq});
   const post_status ps = e->p->post(buf, kNoWait);
   if (!is_stored(ps)) {
-    if (ps == post_status::full) return lost(reply_status::full, "reply-box-full");
+    // timeout: a block lane that is full, which a post that may not wait meets as full.
+    if (ps == post_status::full || ps == post_status::timeout) return lost(reply_status::full, "reply-box-full");
     o.last_error = e->p->last_error();
     return lost(reply_status::requester_gone, "reply-requester-gone");
   }

@@ -679,7 +679,10 @@ std::size_t post_run(producer_ctx& p, std::uint32_t lane, const std::string_view
 // completed first). Returns false when every entry is held by a live process.
 // `locked_out` (optional): counts the entries skipped because another process
 // held their byte past the deadline (segment/liveness.hpp L7).
-bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out = nullptr) noexcept;
+// `give_up_ns`: until when an entry's byte held by another is waited for
+// (0: kRoleLockWaitNs from now, one deadline for all).
+bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out = nullptr,
+                          std::uint64_t give_up_ns = 0) noexcept;
 // Takes entry i from the dead holder that attached at `attached_ns` (its
 // pending op completed first, so the entry's counters are final). False when
 // the entry is free, held by a live process, or was claimed by another since.

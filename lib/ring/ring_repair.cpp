@@ -460,12 +460,12 @@ bool claim_entry(mapped_box& m, std::uint32_t i, std::uint64_t k, std::uint64_t 
 }
 }  // namespace
 
-bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out) noexcept {
+bool claim_producer_entry(mapped_box& m, producer_ctx& out, std::uint32_t* locked_out, std::uint64_t give_up_ns) noexcept {
   const std::uint64_t me = self_key();
   if (me == 0) return false;
   // L7: one deadline for every entry tried; an entry whose byte another
   // process holds past it is skipped (a hostile lock costs that entry only).
-  const std::uint64_t give_up = mono_ns() + kRoleLockWaitNs;
+  const std::uint64_t give_up = give_up_ns != 0 ? give_up_ns : mono_ns() + kRoleLockWaitNs;
   // Free entries first (no system calls), then entries of dead processes.
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < m.max_producers(); ++i) {

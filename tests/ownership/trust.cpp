@@ -238,3 +238,77 @@ TEST_CASE("low: a snapshot (ls) of a box that is not ready says so, not 'Bad fil
   CHECK(r.out.find("Bad file descriptor") == std::string::npos);
   CHECK(r.out.find("is not ready") != std::string::npos);
 }
+
+TEST_CASE("T4 (item 1): a planted reply box naming root's 0600 box as its dead letters: root's service writes nothing there") {
+  const std::string service = shmtest::unique_name("svc");
+  const std::string victim = shmtest::unique_name("victim");
+  shmtest::segment_guard gs(service), gv(victim);
+  shmbox::options vo;
+  vo.capacity = 8;
+  REQUIRE(shmbox::Box::create(victim, vo));  // root's, 0600
+  shmbox::options so;
+  so.capacity = 8;
+  so.mode = 0666;
+  REQUIRE(shmbox::Box::create(service, so));
+  shmtest::child svc({shmtest::helper_path(), "respond", service}, {}, true);
+  REQUIRE(shmtest::line_starting(svc, "owned").rfind("owned", 0) == 0);
+
+  // The attacker asks once through a reply box it rewrote (drop-oldest, dead
+  // letters: the victim) and filled: a reply would evict its bytes into the victim.
+  shmtest::child attacker(as_other({shmtest::helper_path(), "forge-reply-box", service, victim, "ATTACKER-CHOSEN BYTES"}), {}, false);
+  CHECK(shmtest::ask(svc, "serve 1") == "served 1");
+  const std::string asked = shmtest::line_starting(attacker, "asked");
+  INFO(asked);
+  // Nothing reached the victim, and the lost reply is counted.
+  auto vb = shmbox::Box::inspect(victim);
+  REQUIRE(vb);
+  const shmbox::box_info vi = shmbox::info(*vb);
+  CHECK(vi.depth == 0);
+  CHECK(vi.count.posted == 0);
+  const std::string stats = shmtest::ask(svc, "stats");
+  CHECK(stats.find("lost 1") != std::string::npos);
+}
+
+TEST_CASE("T4: dead letters named by a box others may write are followed only into a box they may write too") {
+  const std::string victim = shmtest::unique_name("dlvictim");
+  const std::string open_dl = shmtest::unique_name("dlopen");
+  const std::string x = shmtest::unique_name("dlx");
+  const std::string y = shmtest::unique_name("dly");
+  shmtest::segment_guard g1(victim), g2(open_dl), g3(x), g4(y);
+  shmbox::options small;
+  small.capacity = 8;
+  REQUIRE(shmbox::Box::create(victim, small));  // 0600: only root writes it
+  shmbox::options open_opts = small;
+  open_opts.mode = 0666;
+  REQUIRE(shmbox::Box::create(open_dl, open_opts));  // anyone may write it
+  // Another user's 0666 drop-oldest box naming the victim, and one naming the open box.
+  REQUIRE(shmtest::run(as_other({shmtest::cli_path(), "create", x, "--capacity", "2", "--policy", "drop-oldest", "--mode",
+                                  "0666", "--dead-letters", victim})).code == 0);
+  REQUIRE(shmtest::run(as_other({shmtest::cli_path(), "create", y, "--capacity", "2", "--policy", "drop-oldest", "--mode",
+                                  "0666", "--dead-letters", open_dl})).code == 0);
+  for (const std::string& box : {x, y}) {
+    auto b = shmbox::Box::open(box, {.any_owner = true});
+    REQUIRE(b);
+    auto p = shmbox::Producer::attach(*b);
+    REQUIRE(p);
+    for (int i = 0; i < 5; ++i) (void)p->post("evicted " + std::to_string(i));  // 3 evictions
+    const shmbox::box_info i = shmbox::info(*b);
+    if (box == x) {
+      CHECK(i.count.dead_letter_failed == 3);  // refused, counted
+      CHECK(i.count.dead_lettered == 0);
+      CHECK(shmbox::explain(p->last_error()).find("not followed") != std::string::npos);
+    } else {
+      CHECK(i.count.dead_lettered == 3);  // anyone may write the open box: followed
+    }
+  }
+  auto v = shmbox::Box::inspect(victim);
+  REQUIRE(v);
+  CHECK(shmbox::info(*v).count.posted == 0);
+  // stat says so.
+  const auto said = shmtest::cli({"stat", x});
+  CHECK(said.err.find("producers do not forward to it") != std::string::npos);
+  CHECK(shmtest::cli({"stat", y}).err.find("do not forward") == std::string::npos);
+  auto o = shmbox::Box::inspect(open_dl);
+  REQUIRE(o);
+  CHECK(shmbox::info(*o).count.posted == 3);
+}

@@ -133,6 +133,13 @@
 //       request), attach (byte 0); prints "held N", holds them until stdin
 //       closes.
 //
+//   forge-reply-box SERVICE VICTIM TEXT
+//       issue 53 item 1, as the attacker did it (run it as another user): a
+//       Requester of 0666 service SERVICE whose own reply box is then
+//       rewritten to policy drop-oldest with dead letters VICTIM and filled
+//       with TEXT, then one request asked: a reply would evict TEXT into
+//       VICTIM. Prints "asked STATUS" (the reply's wait, 2 s).
+//
 //   sigbus-outside NAME
 //       maps box NAME (the SIGBUS guard is installed, lib/base/bus_guard.hpp),
 //       then maps a file of its own (a memfd), truncates it and reads it: it
@@ -906,6 +913,46 @@ int hold_bytes(int argc, char** argv) {
   return 0;
 }
 
+int forge_reply_box(int argc, char** argv) {
+  if (argc < 5) return usage();
+  const std::string service = argv[2], victim = argv[3], text = argv[4];
+  auto rq = shmbox::Requester::attach(service, {.max_outstanding = 1, .any_owner = true});
+  if (!rq) {
+    say("error " + shmbox::explain(rq.error()));
+    return 1;
+  }
+  auto names = shmbox::Box::list();
+  std::string reply_box;
+  for (const std::string& n : names ? *names : std::vector<std::string>{})
+    if (n.rfind(service + ".r", 0) == 0 && n.size() > service.size() + 2) {
+      struct stat st {};
+      if (::stat(("/dev/shm/shmbox." + n).c_str(), &st) == 0 && st.st_uid == ::geteuid()) reply_box = n;
+    }
+  auto m = shmbox::detail::open_segment(reply_box, false);
+  if (!m) {
+    say("error " + shmbox::explain(m.error()));
+    return 1;
+  }
+  auto* lane = reinterpret_cast<shmbox::detail::lane_header*>((*m)->base + (*m)->geo.lanes_offset);
+  lane->policy = static_cast<std::uint32_t>(shmbox::policy::drop_oldest);
+  auto* cfg = reinterpret_cast<shmbox::detail::box_config*>((*m)->base + (*m)->geo.config_offset);
+  std::memcpy(cfg->dead_letters, victim.data(), victim.size());
+  cfg->dead_letters_len = static_cast<std::uint32_t>(victim.size());
+  {
+    auto box = shmbox::Box::open(reply_box);
+    auto p = box ? shmbox::Producer::attach(*box) : shmbox::result<shmbox::Producer>(box.error());
+    if (!p || !shmbox::is_stored(p->post(text))) {
+      say("error cannot fill the reply box");
+      return 1;
+    }
+  }
+  const auto a = rq->ask("forged");
+  std::string out;
+  const shmbox::reply_status st = a ? rq->wait(a.ticket, out, std::chrono::seconds(2)) : shmbox::reply_status::error;
+  say("asked " + std::string(shmbox::to_string(st)));
+  return 0;
+}
+
 int sigbus_outside(int argc, char** argv) {
   if (argc < 3) return usage();
   auto box = shmbox::Box::open(argv[2]);
@@ -1281,6 +1328,7 @@ int main(int argc, char** argv) {
   if (cmd == "map") return map_only(argc, argv);
   if (cmd == "sigbus-outside") return sigbus_outside(argc, argv);
   if (cmd == "hold-bytes") return hold_bytes(argc, argv);
+  if (cmd == "forge-reply-box") return forge_reply_box(argc, argv);
   if (cmd == "pool-worker") return pool_worker(argc, argv);
   if (cmd == "pool-take") return pool_take(argc, argv);
   if (cmd == "pool-supervise") return pool_supervise(argc, argv);
