@@ -312,3 +312,39 @@ TEST_CASE("T4: dead letters named by a box others may write are followed only in
   REQUIRE(o);
   CHECK(shmbox::info(*o).count.posted == 3);
 }
+
+TEST_CASE("low: recv and ask print one line per message, with what could act on a terminal escaped (--raw: the bytes)") {
+  const std::string name = shmtest::unique_name("escape");
+  shmtest::segment_guard g(name);
+  shmbox::options o;
+  o.capacity = 16;
+  REQUIRE(shmbox::Box::create(name, o));
+  const std::vector<std::string> sent = {"two\nlines", "\x1b[31mred", "tab\there", "back\\slash", "h\xc3\xa9llo", "c1 \xc2\x9b"};
+  const std::vector<std::string> shown = {"two\\nlines", "\\x1b[31mred", "tab\\there", "back\\\\slash", "h\xc3\xa9llo", "c1 \\xc2\\x9b"};
+  {
+    auto p = shmbox::Producer::attach(name);
+    REQUIRE(p);
+    for (const auto& m : sent) REQUIRE(shmbox::is_stored(p->post(m)));
+  }
+  const auto r = shmtest::cli({"recv", name, "--all"});
+  REQUIRE(r.code == 0);
+  std::string want;
+  for (const auto& m : shown) want += m + "\n";
+  CHECK(r.out == want);
+  {
+    auto p = shmbox::Producer::attach(name);
+    REQUIRE(p);
+    for (const auto& m : sent) REQUIRE(shmbox::is_stored(p->post(m)));
+  }
+  const auto raw = shmtest::cli({"recv", name, "--all", "--raw"});
+  std::string raw_want;
+  for (const auto& m : sent) raw_want += m + "\n";
+  CHECK(raw.out == raw_want);
+
+  // ask: a reply carrying a terminal escape is printed escaped.
+  shmtest::child svc({shmtest::helper_path(), "respond", name}, {}, true);
+  REQUIRE(shmtest::line_starting(svc, "owned").rfind("owned", 0) == 0);
+  shmtest::child asker({shmtest::cli_path(), "ask", name, "\x1b]0;owned\x07", "--timeout", "5000"}, {}, false);
+  CHECK(shmtest::ask(svc, "serve 1") == "served 1");
+  CHECK(asker.read_all(10s) == "re:\\x1b]0;owned\\x07\n");
+}
