@@ -74,6 +74,12 @@ struct reply_cache {
 
 void reply_cache_deleter::operator()(reply_cache* c) const noexcept { delete c; }
 
+void reply_cache_idle(reply_cache* c, std::uint64_t now) noexcept {
+  if (c == nullptr || c->entries.empty() || now < c->next_sweep_ns) return;
+  c->sweep();
+  c->next_sweep_ns = now + 100'000'000;
+}
+
 }  // namespace detail
 
 namespace {

@@ -348,3 +348,41 @@ TEST_CASE("low: recv and ask print one line per message, with what could act on 
   CHECK(shmtest::ask(svc, "serve 1") == "served 1");
   CHECK(asker.read_all(10s) == "re:\\x1b]0;owned\\x07\n");
 }
+
+TEST_CASE("low: an idle service lets go of a dead requester's reply box, so that gc removes it") {
+  const std::string service = shmtest::unique_name("idlesvc");
+  shmtest::segment_guard gs(service);
+  shmbox::options so;
+  so.capacity = 8;
+  REQUIRE(shmbox::Box::create(service, so));
+  shmtest::child svc({shmtest::helper_path(), "respond", service}, {}, true);
+  REQUIRE(shmtest::line_starting(svc, "owned").rfind("owned", 0) == 0);
+  auto asker = std::make_unique<shmtest::child>(std::vector<std::string>{shmtest::helper_path(), "ask-hold", service, "q"},
+                                                std::vector<std::string>{}, true);  // stdin open: it stays until killed
+  const std::string asked = shmtest::line_starting(*asker, "asked ");
+  const std::vector<std::string> f = shmtest::fields(asked);
+  REQUIRE(f.size() >= 3);
+  const std::string reply_box = f[2];
+  struct unlink_at_end {  // (segment_guard would unlink it at once too)
+    std::string name;
+    ~unlink_at_end() { ::shm_unlink(("/shmbox." + name).c_str()); }
+  } gr{reply_box};
+  CHECK(shmtest::ask(svc, "read 1").rfind("read 1", 0) == 0);
+  CHECK(shmtest::ask(svc, "reply").rfind("replied", 0) == 0);  // the service now holds a producer on the reply box
+  CHECK(shmtest::ask(svc, "commit") == "committed");
+  CHECK(shmtest::line_starting(*asker, "reply ") == "reply re:q");
+  ::kill(asker->pid(), SIGKILL);  // killed (not stopped: its Requester would remove its reply box itself)
+  (void)asker->wait(10s);
+  struct stat left {};
+  REQUIRE(::lstat(("/dev/shm/shmbox." + reply_box).c_str(), &left) == 0);  // the dead requester's box is there
+  // The service waits for its next request (idle, up to 5 s), and meanwhile
+  // gc may remove the dead requester's reply box.
+  svc.write_stdin("read 1\n");
+  const bool removed = shmtest::eventually([&] {
+    (void)shmtest::cli({"gc", "--prefix", reply_box});
+    struct stat st {};
+    return ::lstat(("/dev/shm/shmbox." + reply_box).c_str(), &st) != 0;
+  }, 4s);
+  CHECK(removed);
+  (void)shmtest::line_starting(svc, "read");
+}
