@@ -386,3 +386,26 @@ TEST_CASE("low: an idle service lets go of a dead requester's reply box, so that
   CHECK(removed);
   (void)shmtest::line_starting(svc, "read");
 }
+
+TEST_CASE("T6 (item 6): a requester of another user holds the producer bytes of its reply box: root's service's reply returns at once") {
+  const std::string service = shmtest::unique_name("lockedreply");
+  shmtest::segment_guard gs(service);
+  shmbox::options so;
+  so.capacity = 8;
+  so.mode = 0666;
+  REQUIRE(shmbox::Box::create(service, so));
+  shmtest::child svc({shmtest::helper_path(), "respond", service}, {}, true);
+  REQUIRE(shmtest::line_starting(svc, "owned").rfind("owned", 0) == 0);
+  shmtest::child asker(as_other({shmtest::helper_path(), "ask-hold", service, "q", "--any-owner", "--timeout-ms", "20000"}), {}, true);
+  const std::vector<std::string> f = shmtest::fields(shmtest::line_starting(asker, "asked "));
+  REQUIRE(f.size() >= 3);
+  held_bytes held(f[2], {"producers"});
+  CHECK(shmtest::ask(svc, "read 1").rfind("read 1", 0) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string replied = shmtest::ask(svc, "reply");  // before: stuck in F_OFD_SETLKW for as long as the bytes were held
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(replied);
+  CHECK(replied == "replied requester-gone");
+  CHECK(took < 500ms);
+  CHECK(shmtest::ask(svc, "stats").find("lost 1") != std::string::npos);
+}
