@@ -416,3 +416,31 @@ TEST_CASE("T6 (item 6): a requester of another user holds the producer bytes of 
   CHECK(took < 500ms);
   CHECK(shmtest::ask(svc, "stats").find("lost 1") != std::string::npos);
 }
+
+TEST_CASE("T6: a requester's reply box replaced by an empty file: root's service does not wait for it to be made") {
+  const std::string service = shmtest::unique_name("emptyreply");
+  shmtest::segment_guard gs(service);
+  shmbox::options so;
+  so.capacity = 8;
+  so.mode = 0666;
+  REQUIRE(shmbox::Box::create(service, so));
+  shmtest::child svc({shmtest::helper_path(), "respond", service}, {}, true);
+  REQUIRE(shmtest::line_starting(svc, "owned").rfind("owned", 0) == 0);
+  shmtest::child asker(as_other({shmtest::helper_path(), "ask-hold", service, "q", "--any-owner", "--timeout-ms", "20000"}), {}, true);
+  const std::vector<std::string> f = shmtest::fields(shmtest::line_starting(asker, "asked "));
+  REQUIRE(f.size() >= 3);
+  const std::string path = "/dev/shm/shmbox." + f[2];
+  struct unlink_at_end {
+    std::string path;
+    ~unlink_at_end() { ::unlink(path.c_str()); }
+  } gone{path};
+  // What a forged request can name: a file that never becomes a box.
+  REQUIRE(shmtest::run(as_other({"/bin/sh", "-c", "rm -f " + path + " && : > " + path})).code == 0);
+  CHECK(shmtest::ask(svc, "read 1").rfind("read 1", 0) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string replied = shmtest::ask(svc, "reply");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(replied);
+  CHECK(replied == "replied requester-gone");
+  CHECK(took < 300ms);  // before: 1 s (the wait for a box being created) per forged request
+}
