@@ -444,3 +444,23 @@ TEST_CASE("T6: a requester's reply box replaced by an empty file: root's service
   CHECK(replied == "replied requester-gone");
   CHECK(took < 300ms);  // before: 1 s (the wait for a box being created) per forged request
 }
+
+TEST_CASE("T6: another user holds the first heir entries' bytes of a 0666 box: an heir enlists in the next free one") {
+  const std::string name = shmtest::unique_name("heirlocks");
+  shmtest::segment_guard g(name);
+  shmbox::options o;
+  o.capacity = 8;
+  o.mode = 0666;
+  auto box = shmbox::Box::create(name, o);
+  REQUIRE(box);
+  held_bytes held(name, {"heirs:3"});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto heir = shmbox::Heir::enlist(*box, "next");
+  INFO((heir ? std::string("ok") : shmbox::explain(heir.error())));
+  REQUIRE(heir);  // before: refused at the first held entry
+  CHECK(heir->position() == 0);  // the only heir, in table order
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  const shmbox::box_info i = shmbox::info(*box);
+  REQUIRE(i.heirs.size() == 1);
+  CHECK(i.heirs[0].entry == 3);
+}
