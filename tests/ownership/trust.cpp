@@ -464,3 +464,27 @@ TEST_CASE("T6: another user holds the first heir entries' bytes of a 0666 box: a
   REQUIRE(i.heirs.size() == 1);
   CHECK(i.heirs[0].entry == 3);
 }
+
+TEST_CASE("F13: a requester that exits removes its own reply box, never a file someone put at its name since") {
+  const std::string service = shmtest::unique_name("ownreply");
+  shmtest::segment_guard gs(service);
+  shmbox::options so;
+  so.capacity = 8;
+  REQUIRE(shmbox::Box::create(service, so));
+  shmtest::child asker({shmtest::helper_path(), "ask-hold", service, "q", "--timeout-ms", "100"}, {}, true);
+  const std::vector<std::string> f = shmtest::fields(shmtest::line_starting(asker, "asked "));
+  REQUIRE(f.size() >= 3);
+  CHECK(shmtest::line_starting(asker, "status ") == "status timeout");
+  const std::string path = "/dev/shm/shmbox." + f[2];
+  struct unlink_at_end {
+    std::string path;
+    ~unlink_at_end() { ::unlink(path.c_str()); }
+  } gone{path};
+  // Its box removed (as gc would), and another user's file put at the name.
+  REQUIRE(::unlink(path.c_str()) == 0);
+  REQUIRE(shmtest::run(as_other({"/bin/sh", "-c", ": > " + path})).code == 0);
+  asker.close_stdin();  // it exits: its Requester goes
+  (void)asker.wait(10s);
+  struct stat st {};
+  CHECK(::lstat(path.c_str(), &st) == 0);  // before: unlinked by name
+}
