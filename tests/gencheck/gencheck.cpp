@@ -29,7 +29,7 @@
 // (no final drain). --tolerate: known library bugs the model then expects
 // instead of flagging (docs/tests.md lists them): taken-ghost-depth,
 // quota-inheritance, lease-read-receive, priority-read-gate,
-// priority-sorting-delivered. --keep-going: go on with new seeds after a failure.
+// priority-sorting-delivered, priority-gap-order, phantom-abandon. --keep-going: go on with new seeds after a failure.
 // Exit 0 when every check held, 1 when one did not, 2 on bad arguments.
 #include <unistd.h>
 
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     }
     for (const std::string& t : opt.tolerate)
       if (t != "taken-ghost-depth" && t != "quota-inheritance" && t != "lease-read-receive" && t != "priority-read-gate" &&
-          t != "priority-sorting-delivered") {
+          t != "priority-sorting-delivered" && t != "priority-gap-order" && t != "phantom-abandon") {
         std::fprintf(stderr, "shmbox-gencheck: --tolerate: unknown '%s'\n", t.c_str());
         return 2;
       }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 namespace gencheck {
 
@@ -144,10 +145,29 @@ std::vector<msg_id> model::maybe_visible(std::uint32_t lane) const {
   return out;
 }
 
+std::size_t model::hash() const {
+  std::uint64_t h = owner_live;
+  auto add = [&](std::uint64_t v) { h = mix(h ^ v); };
+  for (const lane_state& L : lanes) {
+    add(L.tail);
+    add(L.head_stale);
+    add(L.c.posted ^ (L.c.delivered << 16) ^ (L.c.abandoned << 32) ^ (L.c.redelivered << 48) ^ L.c.dropped_oldest ^
+        (L.c.dropped_newest << 8) ^ (L.c.timeouts << 24) ^ (L.c.rejected << 40));
+    for (const auto& [key, e] : L.at)
+      add(key ^ (std::uint64_t(e.k) << 48) ^ (std::uint64_t(e.flag) << 56) ^ (std::uint64_t(e.flagged_take) << 58) ^
+          (std::uint64_t(e.redelivery_due) << 59) ^ (std::uint64_t(e.still_taken) << 60) ^ (std::uint64_t(e.id.prod) << 32) ^
+          (std::uint64_t(e.where) << 61));
+  }
+  for (const auto& [l, k] : pending) add(k ^ (std::uint64_t{l} << 56));
+  for (const auto& [e, a] : announced) add(e ^ (a.second << 16) ^ (std::uint64_t{a.first} << 60));
+  for (const fate_event& f : fates) add(f.id.prod ^ (std::uint64_t{f.id.seq} << 24) ^ (std::uint64_t(f.f) << 56));
+  return static_cast<std::size_t>(h);
+}
+
 std::string model::broken() const {
   for (std::uint32_t l = 0; l < lanes.size(); ++l) {
     const tally& c = lanes[l].c;
-    if (c.posted + overcount(l) != c.out() + depth(l) + lazy(l))
+    if (c.posted + overcount(l) + lanes[l].phantom != c.out() + depth(l) + lazy(l))
       return "the model's own lane " + std::to_string(l) + " does not add up: posted " + std::to_string(c.posted) +
              ", counted " + std::to_string(c.out()) + ", depth " + std::to_string(depth(l)) + ", lazy " +
              std::to_string(lazy(l));
@@ -168,6 +188,7 @@ std::string model::describe() const {
       if (priority) o << "^" << e.prio;
       if (e.flag == 1) o << "!";
       if (e.flag == 2) o << "?";
+      if (priority) o << "@" << int(e.where);
     }
     o << "\n      counters: " << L.c.str();
   }
@@ -277,7 +298,7 @@ class post_sim {
  public:
   post_sim(const post_call& c, std::vector<post_branch>& out) : c_(c), out_(out) {}
 
-  void run(model m, std::uint32_t evicted, std::vector<model> stages, int rounds = 0) {
+  void run(model m, std::uint32_t evicted, std::vector<model> stages, int rounds = 0, bool slot_free = false) {
     if (rounds > 64) return;  // (a model bug: a post that never ends)
     const lane_state& L = m.lanes[c_.lane];
     if (c_.too_large) return refuse(std::move(m), std::move(stages), evicted, &tally::too_large, post_status::too_large);
@@ -286,9 +307,17 @@ class post_sim {
     // A priority box's lane: its ring and store hold its limit (THE GATE).
     const bool gate_closed = m.priority && L.at.size() >= L.limit;
     const std::uint64_t q = L.tail - L.slots;
-    const bool occupied = !m.priority && L.tail >= L.slots && L.at.count(q) != 0;
-    if (m.priority && m.pinned_gate_may_refuse && !gate_closed) {
-      bool pinned = false;  // a ring slot held by an owner (read, or re-taken at a takeover)
+    // (a priority box's message may have left its ring slot for the store)
+    const auto qe = L.tail >= L.slots && !slot_free ? L.at.find(q) : L.at.end();
+    const bool movable = qe != L.at.end() && m.priority &&
+                         (qe->second.k == kind::message || qe->second.k == kind::readopted ||
+                          qe->second.k == kind::orphaned || qe->second.k == kind::held);
+    if (movable && qe->second.where == 2) run(m, evicted, stages, rounds + 1, true);  // moved: the slot is free
+    const bool occupied = qe != L.at.end() && (!movable || qe->second.where == 0 || qe->second.where == 2);
+    if (m.priority && m.pinned_gate_may_refuse && !gate_closed && !occupied) {
+      // (the known bug: the gate counts the ring from a published head that
+      // lags, pinned by a held ring slot or left by an owner that died)
+      bool pinned = L.head_stale;
       for (const auto& [key, e] : L.at) pinned |= e.k == kind::held || e.k == kind::readopted || e.k == kind::orphaned;
       if (pinned) full(m, evicted, stages);
     }
@@ -594,6 +623,16 @@ class take_sim {
   }
 
   void lane(model m, std::uint32_t l, std::vector<delivery> got, std::size_t n_lane) {
+    if (reply_ == nullptr) {
+      // A killed call: what it handed out is unknown, so paths that reach
+      // the same state at the same point end alike (flags that may be
+      // either way would otherwise make 2^k paths): explore each once.
+      const std::size_t h = mix(m.hash() ^ (std::uint64_t{l} << 40) ^ (std::uint64_t{n_lane} << 20) ^ got.size());
+      auto [it, end] = visited_.equal_range(h);
+      for (; it != end; ++it)
+        if (it->second.l == l && it->second.n_lane == n_lane && it->second.got == got.size() && it->second.m == m) return;
+      visited_.emplace(h, seen_state{m, l, n_lane, got.size()});
+    }
     if (l >= m.lanes.size()) return finish(std::move(m), got);
     if (got.size() >= c_.max) return finish(std::move(m), got);
     const lane_state& L = m.lanes[l];
@@ -633,7 +672,7 @@ class take_sim {
     }
     if (m.priority) {
       // The lowest (priority, position) among what is there before the first
-      // dead claim; that claim may be repaired first (when nothing was taken).
+      // dead claim; that claim may be repaired at any point.
       std::optional<std::uint64_t> first_hole, best;
       for (const auto& [key, e] : L.at) {
         if (e.k == kind::hole) {
@@ -643,7 +682,21 @@ class take_sim {
         if (e.k != kind::message && e.k != kind::readopted && e.k != kind::orphaned) continue;
         if (!best || std::pair(e.prio, key) < std::pair(L.at.at(*best).prio, *best)) best = key;
       }
-      if (first_hole && n_lane == 0) repair_and_stay(*first_hole);
+      // (the move into the store is a take of its own, from a count of 0:
+      // it may repair the claim after the in-order run handed out what was before it)
+      if (first_hole) repair_and_stay(*first_hole);
+      if (m.gap_ends_run) {
+        // (the known bug: the lowest of the run before the first gap)
+        std::optional<std::uint64_t> prefix_best;
+        std::optional<std::uint64_t> prev;
+        for (const auto& [key, e] : L.at) {
+          if (e.k == kind::hole || (prev && key != *prev + 1)) break;
+          prev = key;
+          if (e.k != kind::message && e.k != kind::readopted && e.k != kind::orphaned) continue;
+          if (!prefix_best || std::pair(e.prio, key) < std::pair(L.at.at(*prefix_best).prio, *prefix_best)) prefix_best = key;
+        }
+        if (prefix_best && prefix_best != best) deliver(m, l, *prefix_best, got, n_lane);
+      }
       if (best) return deliver(m, l, *best, got, n_lane);
       return next_lane(m);
     }
@@ -674,6 +727,12 @@ class take_sim {
   const take_call& c_;
   const std::vector<delivery>* reply_;
   bool want_stages_;
+  struct seen_state {
+    model m;
+    std::uint32_t l;
+    std::size_t n_lane, got;
+  };
+  std::unordered_multimap<std::size_t, seen_state> visited_;
 
  public:
   bool fenced_ = false;
@@ -681,12 +740,27 @@ class take_sim {
 
 }  // namespace
 
+namespace {
+// After an owner call in a priority box: what it left may have been moved into the store.
+void maybe_moved(model& m) {
+  if (!m.priority) return;
+  for (auto& L : m.lanes)
+    for (auto& [key, e] : L.at)
+      if (e.where == 0 && (e.k == kind::message || e.k == kind::readopted || e.k == kind::orphaned || e.k == kind::held))
+        e.where = 2;
+}
+}  // namespace
+
 std::vector<model> take_done(const model& m, const take_call& c, const std::vector<delivery>& got, std::string& why) {
   take_sim s(c, &got, false);
   s.fenced_ = m.fenced;
   s.start(m);
   std::vector<model> out;
-  for (take_out& f : s.finals) add_unique(out, std::move(f.m));
+  for (take_out& f : s.finals) {
+    for (auto& L : f.m.lanes) L.head_stale = false;  // T7: the call published every lane's head
+    maybe_moved(f.m);
+    add_unique(out, std::move(f.m));
+  }
   if (out.empty()) {
     // What it would have handed out (the first way, for the message).
     take_sim any(c, nullptr, false);
@@ -712,12 +786,20 @@ std::vector<model> take_cut(const model& m, const take_call& c) {
   auto gone = [&](const model& x) {
     model y = owner_gone(x);
     if (!y.priority) return add_unique(out, std::move(y));
+    maybe_moved(y);
     for (auto& L : y.lanes)
       for (auto& [key, e] : L.at)
         if (e.k == kind::message && e.flag == 0) e.flag = 2;
     for (std::uint32_t l = 0; l < y.lanes.size(); ++l)
       for (const auto& [key, e] : y.lanes[l].at) {
-        if (e.k != kind::message) continue;
+        // (a published message, or one re-taken at the takeover: the move
+        // takes both, in position order: the first still in the ring, or one
+        // before it that may be; where it was before this call: in x)
+        if (e.k != kind::message && e.k != kind::orphaned) continue;
+        if (x.lanes[l].at.at(key).k == kind::held) continue;  // taken (handed out), not being moved
+        const std::uint8_t where = x.lanes[l].at.at(key).where;
+        if (where == 1) continue;
+        const bool last_candidate = where == 0;
         model z = y;
         z.lanes[l].at[key].k = kind::orphaned;
         add_unique(out, z);
@@ -726,6 +808,7 @@ std::vector<model> take_cut(const model& m, const take_call& c) {
           ++z.lanes[l].c.delivered;
           add_unique(out, std::move(z));
         }
+        if (last_candidate) break;
       }
     add_unique(out, std::move(y));
   };
@@ -798,6 +881,7 @@ model owner_gone(const model& m) {
       }
   x.pending.clear();
   x.owner_live = false;
+  for (auto& L : x.lanes) L.head_stale = true;
   return x;
 }
 

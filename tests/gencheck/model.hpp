@@ -78,6 +78,10 @@ struct entry {
   bool flagged_take = false;  // held/owner_done: it was taken flagged (a redelivery: counted redelivered at commit)
   bool still_taken = false;   // owner_ghost: committed by the fast path (T5) with its slot still TAKEN, not DONE
   bool redelivery_due = false;  // owner_ghost: a redelivery committed (T5) whose `redelivered` (T5b) is not counted yet
+  // A priority box's message: 0 in its ring slot, 1 moved into the store, 2
+  // either (an owner call moves what it finds out of order; the model does
+  // not follow which).
+  std::uint8_t where = 0;
   friend bool operator==(const entry&, const entry&) = default;
 };
 
@@ -90,8 +94,10 @@ struct lane_state {
   bool resizable = false;
   std::uint64_t tail = 0;  // positions claimed (FIFO), stamps handed out (lifo)
   std::uint64_t head = 0;  // the owner's published head (FIFO)
+  bool head_stale = false;  // an owner died since the last receive call published the head
   std::map<std::uint64_t, entry> at;  // unfinished positions (FIFO) / occupied slots by stamp (lifo)
   tally c;
+  std::uint64_t phantom = 0;  // known bug phantom-abandon: abandons counted for finished positions (in c.abandoned)
   friend bool operator==(const lane_state&, const lane_state&) = default;
 };
 
@@ -117,6 +123,9 @@ struct model {
   bool pinned_gate_may_refuse = false;
   // a priority box's owner killed mid-move after T5: `delivered` one too high until the takeover.
   bool sorting_counted_delivered = false;
+  // a priority box's in-order run ends at a position finished out of order
+  // (an abandoned claim): what is before it may be handed out first.
+  bool gap_ends_run = false;
   bool owner_live = false;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> pending;  // (lane, key) held by the live owner, in read order
   // Producer entries whose dead holder announced a claim (P2) it never made
@@ -137,6 +146,7 @@ struct model {
   std::vector<msg_id> maybe_visible(std::uint32_t lane) const;
   // A self-check of the model's own bookkeeping: the identity with lazy entries.
   std::string broken() const;
+  std::size_t hash() const;  // equal models hash equal (for the driver's set of states)
   std::string describe() const;
 };
 
