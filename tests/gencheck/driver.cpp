@@ -49,6 +49,14 @@ namespace gencheck {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The box of the run in progress, for the signal handler (gencheck.cpp):
+// a SIGTERM (meson's timeout) or SIGINT unlinks it before the process ends.
+char g_box_path[256];
+void set_current_box(const std::string& name) {
+  const std::string path = name.empty() ? std::string() : "/shmbox." + name;
+  std::snprintf(g_box_path, sizeof g_box_path, "%s", path.c_str());
+}
 using shmbox::recv_status;
 
 struct failure {
@@ -120,6 +128,7 @@ class run {
     run_result res;
     name_ = shmtest::unique_name("gencheck");
     shmtest::segment_guard guard(name_);
+    set_current_box(name_);
     try {
       setup();
       for (step_ = 1; step_ <= opt_.steps && (opt_.stop_at == 0 || step_ <= opt_.stop_at); ++step_) one_step();
@@ -128,8 +137,13 @@ class run {
       res.ok = false;
       res.failed_step = step_;
       res.failure = f.what;
+    } catch (const std::exception& e) {  // the checker's own error: reported as a failure too
+      res.ok = false;
+      res.failed_step = step_;
+      res.failure = std::string("the checker failed: ") + e.what();
     }
     shutdown();
+    set_current_box({});
     res.totals = totals_;
     res.totals.steps = std::min<std::uint64_t>(step_, opt_.steps);
     return res;
@@ -484,13 +498,25 @@ class run {
     // Known bug (--tolerate phantom-abandon): in a priority box a post that
     // waits at a closed gate "repairs" the finished position at a stale head
     // and counts it abandoned, as often as it looks: the model takes the box's word for how often.
+    // (Real repairs of dead claims first: as many as the depth says went.)
     if (cfg_.priority && opt_.tolerate.count("phantom-abandon") != 0)
       for (model& m : cands_)
-        for (std::uint32_t l = 0; l < m.lanes.size(); ++l)
-          if (o.count[l].abandoned > m.lanes[l].c.abandoned) {
-            m.lanes[l].phantom += o.count[l].abandoned - m.lanes[l].c.abandoned;
-            m.lanes[l].c.abandoned = o.count[l].abandoned;
+        for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
+          if (o.count[l].abandoned <= m.lanes[l].c.abandoned) continue;
+          std::uint64_t extra = o.count[l].abandoned - m.lanes[l].c.abandoned;
+          lane_state& L = m.lanes[l];
+          for (auto it = L.at.begin(); it != L.at.end() && extra > 0 && m.depth(l) > o.depth[l];) {
+            if (it->second.k != kind::hole) {
+              ++it;
+              continue;
+            }
+            it = L.at.erase(it);
+            ++L.c.abandoned;
+            --extra;
           }
+          L.phantom += extra;
+          L.c.abandoned += extra;
+        }
     std::vector<model> keep;
     std::string why;
     std::size_t best = SIZE_MAX;
@@ -798,7 +824,19 @@ class run {
           break;
         }
         if (line->rfind("owned ", 0) != 0) fail(what + ": heir said " + *line);
-        // (after an heir that died inside its takeover, the next one takes the box from it: owner-died)
+        // (after an heir that died inside its takeover, the next one takes the
+        // box from it: owner-died; that heir may not be reaped yet: look)
+        if (!heir_died && line->find("owner-died") != std::string::npos)
+          for (std::size_t j = 0; j < heirs_.size() && !heir_died; ++j) {
+            if (j == i || heirs_[j].c->read_line(2000ms)) continue;
+            (void)heirs_[j].c->wait(5s);
+            if (!heirs_[j].fault.empty()) ++totals_.fault_kills;
+            apply([](const model& m, std::string&) { return acquire_cut(owner_gone(m)); }, what + ": an heir died taking over");
+            note("an heir died inside its takeover (" + heirs_[j].fault + ")");
+            heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(j));
+            if (j < i) --i;
+            heir_died = true;
+          }
         if (line->find(heir_died ? "owner-died" : "lease-expired") == std::string::npos)
           fail(what + ": heir took over for another reason: " + *line);
         apply([](const model& m, std::string&) { return std::vector<model>{acquire(owner_gone(m))}; }, what);
@@ -1017,5 +1055,9 @@ config make_config(std::uint64_t seed) {
 }
 
 run_result run_one(const config& cfg, const run_options& opt) { return run(cfg, opt).go(); }
+
+void unlink_current_box() noexcept {
+  if (g_box_path[0] != '\0') ::shm_unlink(g_box_path);  // (async-signal-safe)
+}
 
 }  // namespace gencheck

@@ -55,5 +55,7 @@ struct run_result {
 };
 
 run_result run_one(const config& cfg, const run_options& opt);
+// Unlinks the box of the run in progress (async-signal-safe: for a handler of SIGTERM, SIGINT).
+void unlink_current_box() noexcept;
 
 }  // namespace gencheck

@@ -31,6 +31,7 @@
 // quota-inheritance, lease-read-receive, priority-read-gate,
 // priority-sorting-delivered, priority-gap-order, phantom-abandon. --keep-going: go on with new seeds after a failure.
 // Exit 0 when every check held, 1 when one did not, 2 on bad arguments.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -66,6 +67,14 @@ bool has(int argc, char** argv, const char* flag) {
   return false;
 }
 
+// SIGTERM (meson's timeout), SIGINT: the run's box goes, then the signal's default.
+// (The roles end by themselves when the driver's pipes close.)
+extern "C" void on_signal(int sig) {
+  gencheck::unlink_current_box();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +88,8 @@ int main(int argc, char** argv) {
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return 2;
+  ::signal(SIGTERM, on_signal);
+  ::signal(SIGINT, on_signal);
   gencheck::run_options opt;
   opt.self.assign(exe, static_cast<std::size_t>(n));
   if (const char* v = value(argc, argv, "--steps")) opt.steps = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 0));

@@ -793,13 +793,11 @@ std::vector<model> take_cut(const model& m, const take_call& c) {
     for (std::uint32_t l = 0; l < y.lanes.size(); ++l)
       for (const auto& [key, e] : y.lanes[l].at) {
         // (a published message, or one re-taken at the takeover: the move
-        // takes both, in position order: the first still in the ring, or one
-        // before it that may be; where it was before this call: in x)
+        // takes both, one after the other in position order, so any of those
+        // still in the ring when the call began; where it was then: in x)
         if (e.k != kind::message && e.k != kind::orphaned) continue;
         if (x.lanes[l].at.at(key).k == kind::held) continue;  // taken (handed out), not being moved
-        const std::uint8_t where = x.lanes[l].at.at(key).where;
-        if (where == 1) continue;
-        const bool last_candidate = where == 0;
+        if (x.lanes[l].at.at(key).where == 1) continue;
         model z = y;
         z.lanes[l].at[key].k = kind::orphaned;
         add_unique(out, z);
@@ -808,7 +806,6 @@ std::vector<model> take_cut(const model& m, const take_call& c) {
           ++z.lanes[l].c.delivered;
           add_unique(out, std::move(z));
         }
-        if (last_candidate) break;
       }
     add_unique(out, std::move(y));
   };

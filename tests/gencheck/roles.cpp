@@ -227,6 +227,12 @@ int owner_main(const std::string& name, bool heir) {
   }
   say("enlisted " + std::to_string(h->position()));
   for (;;) {
+    // The driver gone (its end of our stdin closed): so are we.
+    pollfd p{0, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLIN)) != 0) {
+      char c;
+      if (::read(0, &c, 1) <= 0) return 0;
+    }
     auto o = h->await_transfer(200ms);
     if (o) return serve(*o, lease);
     if (o.error() != shmbox::errc::timed_out) {
