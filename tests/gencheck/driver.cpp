@@ -16,40 +16,21 @@
 // flag, per-producer FIFO among first deliveries (FIFO lanes), and at the
 // end, once the box is drained, every stored message delivered unless its
 // lane's policy may evict it.
-#define DOCTEST_CONFIG_DISABLE
-#include "driver.hpp"
+#include "run.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <map>
-#include <memory>
-#include <optional>
-#include <random>
-#include <set>
-#include <sstream>
-#include <thread>
-#include <unordered_map>
-
-#include "model.hpp"
-#include "protocol.hpp"
-#include "shmbox/shmbox.hpp"
-#include "support.hpp"
+#include <cstdlib>
 
 namespace gencheck {
 
 namespace {
-
-using namespace std::chrono_literals;
-
 // The box of the run in progress, for the signal handler (gencheck.cpp):
 // a SIGTERM (meson's timeout) or SIGINT unlinks it before the process ends.
 char g_box_path[256];
@@ -57,965 +38,514 @@ void set_current_box(const std::string& name) {
   const std::string path = name.empty() ? std::string() : "/shmbox." + name;
   std::snprintf(g_box_path, sizeof g_box_path, "%s", path.c_str());
 }
-using shmbox::recv_status;
+}  // namespace
 
-struct failure {
-  std::string what;
-};
-
-[[noreturn]] void fail(const std::string& what) { throw failure{what}; }
-
-std::uint64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+run_result run::go() {
+  run_result res;
+  name_ = shmtest::unique_name("gencheck");
+  shmtest::segment_guard guard(name_);
+  set_current_box(name_);
+  try {
+    setup();
+    for (step_ = 1; step_ <= opt_.steps && (opt_.stop_at == 0 || step_ <= opt_.stop_at); ++step_) one_step();
+    if (opt_.stop_at == 0 || opt_.stop_at > opt_.steps) drain();
+  } catch (const failure& f) {
+    res.ok = false;
+    res.failed_step = step_;
+    res.failure = f.what;
+  } catch (const std::exception& e) {  // the checker's own error: reported as a failure too
+    res.ok = false;
+    res.failed_step = step_;
+    res.failure = std::string("the checker failed: ") + e.what();
+  }
+  shutdown();
+  set_current_box({});
+  res.totals = totals_;
+  res.totals.steps = std::min<std::uint64_t>(step_, opt_.steps);
+  return res;
 }
 
-// A wait of `ns` nanoseconds: spun when short (a kill lands inside a call of microseconds).
-void pause_ns(std::uint64_t ns) {
-  const std::uint64_t until = now_ns() + ns;
-  if (ns > 2'000'000) {
-    std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+void run::setup() {
+  shmbox::options o;
+  o.capacity = cfg_.capacity[0];
+  o.slot_size = cfg_.slot_size;
+  o.max_producers = cfg_.max_producers;
+  o.block_timeout = 50ms;
+  o.lease = std::chrono::milliseconds(cfg_.lease_ms);
+  o.priority = cfg_.priority;
+  o.default_lane = cfg_.default_lane;
+  o.spin = 20us;
+  for (std::uint32_t l = 0; l < cfg_.lanes; ++l)
+    o.lanes.push_back({.capacity = cfg_.capacity[l], .overflow = cfg_.policy[l], .quota = cfg_.quota[l]});
+  auto created = shmbox::Box::create(name_, o);
+  if (!created) fail("create: " + shmbox::explain(created.error()) + " (" + cfg_.describe() + ")");
+  box_.emplace(std::move(*created));
+  model m;
+  m.priority = cfg_.priority;
+  m.fenced = cfg_.lease_ms > 0;
+  m.quota_per_entry = opt_.tolerate.count("quota-inheritance") != 0;
+  m.taken_ghost_in_depth = opt_.tolerate.count("taken-ghost-depth") != 0;
+  m.pinned_gate_may_refuse = opt_.tolerate.count("priority-read-gate") != 0;
+  m.sorting_counted_delivered = opt_.tolerate.count("priority-sorting-delivered") != 0;
+  m.gap_ends_run = opt_.tolerate.count("priority-gap-order") != 0;
+  for (std::uint32_t l = 0; l < cfg_.lanes; ++l) {
+    lane_state L;
+    L.pol = cfg_.policy[l];
+    L.slots = L.limit = cfg_.capacity[l];
+    L.quota = cfg_.quota[l];
+    L.lifo = L.pol == policy::lifo;
+    m.lanes.push_back(L);
+  }
+  cands_ = {m};
+  ledger_fd_ = ::memfd_create("gencheck-ledger", 0);  // no CLOEXEC: the roles map it
+  if (ledger_fd_ < 0 || ::ftruncate(ledger_fd_, sizeof(ledger)) != 0) fail("memfd for the ledger");
+  void* p = ::mmap(nullptr, sizeof(ledger), PROT_READ | PROT_WRITE, MAP_SHARED, ledger_fd_, 0);
+  if (p == MAP_FAILED) fail("mmap of the ledger");
+  L_ = static_cast<ledger*>(p);
+  last_obs_ = observe();
+  check_box_start();
+}
+
+void run::check_box_start() {
+  for (std::uint32_t l = 0; l < cfg_.lanes; ++l)
+    if (box_->capacity(l) != cfg_.capacity[l])
+      fail("lane " + std::to_string(l) + " holds " + std::to_string(box_->capacity(l)) + ", asked for " +
+           std::to_string(cfg_.capacity[l]));
+}
+
+void run::shutdown() {
+  for (proc& p : producers_) p.c.reset();
+  for (proc& p : heirs_) p.c.reset();
+  if (owner_) owner_->c.reset();
+  if (stale_) stale_->c.reset();
+  producers_.clear();
+  heirs_.clear();
+  owner_.reset();
+  stale_.reset();
+  box_.reset();
+  (void)shmbox::Box::remove(name_);
+  if (L_ != nullptr) ::munmap(L_, sizeof(ledger));
+  if (ledger_fd_ >= 0) ::close(ledger_fd_);
+  L_ = nullptr;
+  ledger_fd_ = -1;
+}
+
+std::unique_ptr<shmtest::child> run::start(const std::vector<std::string>& args, const std::string& fault) {
+  std::vector<std::string> argv{opt_.self};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> env;
+  if (!fault.empty()) env.push_back("SHMBOX_FAULT=" + fault);
+  return std::make_unique<shmtest::child>(argv, env, true);
+}
+
+// The answer to `cmd`; nullopt when the process died without giving it. A
+// process alive and silent past `limit` is a hang: a failure.
+std::optional<std::string> run::ask(proc& p, const std::string& cmd, std::chrono::milliseconds limit) {
+  p.c->write_stdin(cmd + "\n");
+  return answer(p, cmd, limit);
+}
+
+std::optional<std::string> run::answer(proc& p, const std::string& cmd, std::chrono::milliseconds limit) {
+  auto line = p.c->read_line(limit);
+  if (line) return line;
+  const int st = p.c->wait(5s);
+  if (p.c->timed_out()) fail("'" + cmd + "' got no answer in " + std::to_string(limit.count()) + " ms (a hang)");
+  if (!shmtest::killed_by(st, SIGKILL))
+    fail("'" + cmd + "': the process ended with status " + std::to_string(st) + " without answering");
+  if (!p.fault.empty()) ++totals_.fault_kills;
+  return std::nullopt;
+}
+
+// `cmd`, then SIGKILL after `delay_ns`: the answer if it got out first.
+std::optional<std::string> run::ask_then_kill(proc& p, const std::string& cmd, std::uint64_t delay_ns) {
+  p.c->write_stdin(cmd + "\n");
+  pause_ns(delay_ns);
+  p.c->kill(SIGKILL);
+  (void)p.c->wait(10s);
+  ++totals_.kills;
+  return p.c->read_line(50ms);
+}
+
+void run::spawn_producer(const std::string& fault) {
+  proc p;
+  p.prod = next_prod_++;
+  if (p.prod >= kMaxProducers) fail("out of producer numbers (the ledger holds " + std::to_string(kMaxProducers) + ")");
+  p.fault = fault;
+  p.c = start({"producer", name_, std::to_string(p.prod), std::to_string(ledger_fd_)}, fault);
+  const auto line = p.c->read_line(20s);
+  if (!line || line->rfind("ready ", 0) != 0) fail("producer start: " + line.value_or("no answer"));
+  p.entry = static_cast<std::uint32_t>(std::stoul(line->substr(6)));
+  note("producer p" + std::to_string(p.prod) + " attached at entry " + std::to_string(p.entry) +
+       (fault.empty() ? "" : " (armed: " + fault + ")"));
+  if (dead_entries_.erase(p.entry) != 0) {
+    const std::uint32_t e = p.entry;
+    apply([e](const model& m, std::string&) { return entry_reused(m, e); }, "entry reuse");
+  }
+  producers_.push_back(std::move(p));
+}
+
+void run::producer_died(std::size_t i) {
+  dead_entries_.insert(producers_[i].entry);
+  producers_.erase(producers_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+// A new owner: acquire (no heir may be waiting), or nothing when it died inside.
+void run::spawn_owner(const std::string& fault) {
+  proc p;
+  p.fault = fault;
+  p.c = start({"owner", name_, "acquire"}, fault);
+  const auto line = answer(p, "acquire", 20s);
+  if (!line) {  // died inside its takeover (a crash point)
+    apply([](const model& m, std::string&) { return acquire_cut(m); }, "acquire cut short");
+    note("a new owner died inside acquire (" + fault + ")");
     return;
   }
-  while (now_ns() < until) {
-  }
+  if (line->rfind("owned ", 0) != 0) fail("acquire: " + *line);
+  apply([](const model& m, std::string&) { return std::vector<model>{acquire(m)}; }, "acquire");
+  note("owner acquired: " + *line + (fault.empty() ? "" : " (armed: " + fault + ")"));
+  owner_ = std::move(p);
 }
 
-std::optional<post_status> parse_post_status(const std::string& s) {
-  for (int i = 0; i <= 7; ++i)
-    if (shmbox::to_string(static_cast<post_status>(i)) == s) return static_cast<post_status>(i);
-  return std::nullopt;
+void run::spawn_heir(const std::string& fault) {
+  proc p;
+  p.fault = fault;
+  p.c = start({"owner", name_, "heir"}, fault);
+  const auto line = p.c->read_line(20s);
+  if (!line || line->rfind("enlisted ", 0) != 0) fail("heir start: " + line.value_or("no answer"));
+  note("heir enlisted (" + *line + ")" + (fault.empty() ? "" : " armed: " + fault));
+  heirs_.push_back(std::move(p));
 }
 
-std::optional<recv_status> parse_recv_status(const std::string& s) {
-  for (int i = 0; i <= 4; ++i)
-    if (shmbox::to_string(static_cast<recv_status>(i)) == s) return static_cast<recv_status>(i);
-  return std::nullopt;
-}
-
-// The crash points each role may be armed with (lib/base/fault.hpp).
-const char* const kProducerPoints[] = {"producer.after_announce", "producer.after_claim", "producer.mid_payload",
-                                       "producer.before_publish", "producer.mid_evict",  "producer.lifo_mid_write",
-                                       "producer.before_wake",    "producer.after_ring"};
-const char* const kOwnerPoints[] = {"owner.before_read", "owner.after_take",     "owner.mid_commit",      "owner.after_commit",
-                                    "owner.mid_sort",    "takeover.after_cas",   "takeover.after_record", "takeover.mid_recovery"};
-
-// What the box shows (read without disturbing it: info and peek).
-struct observation {
-  std::vector<tally> count;
-  std::vector<std::uint64_t> depth;
-  std::vector<std::vector<msg_id>> peek;
-  bool owner_alive = false;
-  std::uint64_t epoch = 0;
-  std::string describe() const {
-    std::ostringstream o;
-    o << "owner " << (owner_alive ? "alive" : "none") << ", epoch " << epoch;
-    for (std::size_t l = 0; l < count.size(); ++l) {
-      o << "\n    lane " << l << ": depth " << depth[l] << ", peek";
-      for (const msg_id& m : peek[l]) o << " " << to_string(m);
-      o << "\n      counters: " << count[l].str();
-    }
-    return o.str();
-  }
-};
-
-class run {
- public:
-  run(const config& cfg, const run_options& opt) : cfg_(cfg), opt_(opt), rng_(cfg.seed) {}
-
-  run_result go() {
-    run_result res;
-    name_ = shmtest::unique_name("gencheck");
-    shmtest::segment_guard guard(name_);
-    set_current_box(name_);
-    try {
-      setup();
-      for (step_ = 1; step_ <= opt_.steps && (opt_.stop_at == 0 || step_ <= opt_.stop_at); ++step_) one_step();
-      if (opt_.stop_at == 0 || opt_.stop_at > opt_.steps) drain();
-    } catch (const failure& f) {
-      res.ok = false;
-      res.failed_step = step_;
-      res.failure = f.what;
-    } catch (const std::exception& e) {  // the checker's own error: reported as a failure too
-      res.ok = false;
-      res.failed_step = step_;
-      res.failure = std::string("the checker failed: ") + e.what();
-    }
-    shutdown();
-    set_current_box({});
-    res.totals = totals_;
-    res.totals.steps = std::min<std::uint64_t>(step_, opt_.steps);
-    return res;
-  }
-
- private:
-  struct proc {
-    std::unique_ptr<shmtest::child> c;
-    std::uint32_t prod = 0;  // producers: the driver's number
-    std::uint32_t entry = 0;  // producers: the table entry
-    std::uint32_t next_seq = 0;
-    std::string fault;  // SHMBOX_FAULT it runs with ("" none)
-  };
-
-  // ------------------------------------------------------------------
-  // Set-up and shut-down
-  // ------------------------------------------------------------------
-
-  void setup() {
-    shmbox::options o;
-    o.capacity = cfg_.capacity[0];
-    o.slot_size = cfg_.slot_size;
-    o.max_producers = cfg_.max_producers;
-    o.block_timeout = 50ms;
-    o.lease = std::chrono::milliseconds(cfg_.lease_ms);
-    o.priority = cfg_.priority;
-    o.default_lane = cfg_.default_lane;
-    o.spin = 20us;
-    for (std::uint32_t l = 0; l < cfg_.lanes; ++l)
-      o.lanes.push_back({.capacity = cfg_.capacity[l], .overflow = cfg_.policy[l], .quota = cfg_.quota[l]});
-    auto created = shmbox::Box::create(name_, o);
-    if (!created) fail("create: " + shmbox::explain(created.error()) + " (" + cfg_.describe() + ")");
-    box_.emplace(std::move(*created));
-    model m;
-    m.priority = cfg_.priority;
-    m.fenced = cfg_.lease_ms > 0;
-    m.quota_per_entry = opt_.tolerate.count("quota-inheritance") != 0;
-    m.taken_ghost_in_depth = opt_.tolerate.count("taken-ghost-depth") != 0;
-    m.pinned_gate_may_refuse = opt_.tolerate.count("priority-read-gate") != 0;
-    m.sorting_counted_delivered = opt_.tolerate.count("priority-sorting-delivered") != 0;
-    m.gap_ends_run = opt_.tolerate.count("priority-gap-order") != 0;
-    for (std::uint32_t l = 0; l < cfg_.lanes; ++l) {
-      lane_state L;
-      L.pol = cfg_.policy[l];
-      L.slots = L.limit = cfg_.capacity[l];
-      L.quota = cfg_.quota[l];
-      L.lifo = L.pol == policy::lifo;
-      m.lanes.push_back(L);
-    }
-    cands_ = {m};
-    ledger_fd_ = ::memfd_create("gencheck-ledger", 0);  // no CLOEXEC: the roles map it
-    if (ledger_fd_ < 0 || ::ftruncate(ledger_fd_, sizeof(ledger)) != 0) fail("memfd for the ledger");
-    void* p = ::mmap(nullptr, sizeof(ledger), PROT_READ | PROT_WRITE, MAP_SHARED, ledger_fd_, 0);
-    if (p == MAP_FAILED) fail("mmap of the ledger");
-    L_ = static_cast<ledger*>(p);
-    last_obs_ = observe();
-    check_box_start();
-  }
-
-  void check_box_start() {
-    for (std::uint32_t l = 0; l < cfg_.lanes; ++l)
-      if (box_->capacity(l) != cfg_.capacity[l])
-        fail("lane " + std::to_string(l) + " holds " + std::to_string(box_->capacity(l)) + ", asked for " +
-             std::to_string(cfg_.capacity[l]));
-  }
-
-  void shutdown() {
-    for (proc& p : producers_) p.c.reset();
-    for (proc& p : heirs_) p.c.reset();
-    if (owner_) owner_->c.reset();
-    if (stale_) stale_->c.reset();
-    producers_.clear();
-    heirs_.clear();
-    owner_.reset();
-    stale_.reset();
-    box_.reset();
-    (void)shmbox::Box::remove(name_);
-    if (L_ != nullptr) ::munmap(L_, sizeof(ledger));
-    if (ledger_fd_ >= 0) ::close(ledger_fd_);
-    L_ = nullptr;
-    ledger_fd_ = -1;
-  }
-
-  // ------------------------------------------------------------------
-  // Processes
-  // ------------------------------------------------------------------
-
-  std::unique_ptr<shmtest::child> start(const std::vector<std::string>& args, const std::string& fault) {
-    std::vector<std::string> argv{opt_.self};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env;
-    if (!fault.empty()) env.push_back("SHMBOX_FAULT=" + fault);
-    return std::make_unique<shmtest::child>(argv, env, true);
-  }
-
-  // The answer to `cmd`; nullopt when the process died without giving it. A
-  // process alive and silent past `limit` is a hang: a failure.
-  std::optional<std::string> ask(proc& p, const std::string& cmd, std::chrono::milliseconds limit) {
-    p.c->write_stdin(cmd + "\n");
-    return answer(p, cmd, limit);
-  }
-
-  std::optional<std::string> answer(proc& p, const std::string& cmd, std::chrono::milliseconds limit) {
-    auto line = p.c->read_line(limit);
-    if (line) return line;
-    const int st = p.c->wait(5s);
-    if (p.c->timed_out()) fail("'" + cmd + "' got no answer in " + std::to_string(limit.count()) + " ms (a hang)");
-    if (!shmtest::killed_by(st, SIGKILL))
-      fail("'" + cmd + "': the process ended with status " + std::to_string(st) + " without answering");
-    if (!p.fault.empty()) ++totals_.fault_kills;
-    return std::nullopt;
-  }
-
-  // `cmd`, then SIGKILL after `delay_ns`: the answer if it got out first.
-  std::optional<std::string> ask_then_kill(proc& p, const std::string& cmd, std::uint64_t delay_ns) {
-    p.c->write_stdin(cmd + "\n");
-    pause_ns(delay_ns);
-    p.c->kill(SIGKILL);
-    (void)p.c->wait(10s);
-    ++totals_.kills;
-    return p.c->read_line(50ms);
-  }
-
-  void spawn_producer(const std::string& fault) {
-    proc p;
-    p.prod = next_prod_++;
-    if (p.prod >= kMaxProducers) fail("out of producer numbers (the ledger holds " + std::to_string(kMaxProducers) + ")");
-    p.fault = fault;
-    p.c = start({"producer", name_, std::to_string(p.prod), std::to_string(ledger_fd_)}, fault);
-    const auto line = p.c->read_line(20s);
-    if (!line || line->rfind("ready ", 0) != 0) fail("producer start: " + line.value_or("no answer"));
-    p.entry = static_cast<std::uint32_t>(std::stoul(line->substr(6)));
-    note("producer p" + std::to_string(p.prod) + " attached at entry " + std::to_string(p.entry) +
-         (fault.empty() ? "" : " (armed: " + fault + ")"));
-    if (dead_entries_.erase(p.entry) != 0) {
-      const std::uint32_t e = p.entry;
-      apply([e](const model& m, std::string&) { return entry_reused(m, e); }, "entry reuse");
-    }
-    producers_.push_back(std::move(p));
-  }
-
-  void producer_died(std::size_t i) {
-    dead_entries_.insert(producers_[i].entry);
-    producers_.erase(producers_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
-
-  // A new owner: acquire (no heir may be waiting), or nothing when it died inside.
-  void spawn_owner(const std::string& fault) {
-    proc p;
-    p.fault = fault;
-    p.c = start({"owner", name_, "acquire"}, fault);
-    const auto line = answer(p, "acquire", 20s);
-    if (!line) {  // died inside its takeover (a crash point)
-      apply([](const model& m, std::string&) { return acquire_cut(m); }, "acquire cut short");
-      note("a new owner died inside acquire (" + fault + ")");
-      return;
-    }
-    if (line->rfind("owned ", 0) != 0) fail("acquire: " + *line);
-    apply([](const model& m, std::string&) { return std::vector<model>{acquire(m)}; }, "acquire");
-    note("owner acquired: " + *line + (fault.empty() ? "" : " (armed: " + fault + ")"));
-    owner_ = std::move(p);
-  }
-
-  void spawn_heir(const std::string& fault) {
-    proc p;
-    p.fault = fault;
-    p.c = start({"owner", name_, "heir"}, fault);
-    const auto line = p.c->read_line(20s);
-    if (!line || line->rfind("enlisted ", 0) != 0) fail("heir start: " + line.value_or("no answer"));
-    note("heir enlisted (" + *line + ")" + (fault.empty() ? "" : " armed: " + fault));
-    heirs_.push_back(std::move(p));
-  }
-
-  // The owner is gone (the model says so already): its first live heir must
-  // take the box over; an heir that dies inside the takeover passes it on.
-  void await_takeover(const char* why) {
-    owner_.reset();
-    const std::uint64_t deadline = now_ns() + 10'000'000'000ull;
-    while (!heirs_.empty()) {
-      for (std::size_t i = 0; i < heirs_.size(); ++i) {
-        auto line = heirs_[i].c->read_line(2ms);
-        if (!line) {
-          if (shmtest::process_state(heirs_[i].c->pid()) != 'Z' && ::kill(heirs_[i].c->pid(), 0) == 0) continue;
-          // dead: inside its takeover (a crash point), or killed before
-          (void)heirs_[i].c->wait(5s);
-          if (!heirs_[i].fault.empty()) ++totals_.fault_kills;
-          apply([](const model& m, std::string&) { return acquire_cut(m); }, "takeover cut short");
-          note("an heir died inside its takeover (" + heirs_[i].fault + ")");
-          heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
-        }
-        if (line->rfind("owned ", 0) != 0) fail(std::string(why) + ": heir said " + *line);
-        apply([](const model& m, std::string&) { return std::vector<model>{acquire(m)}; }, "takeover");
-        ++totals_.takeovers;
-        note(std::string("heir took over (") + why + "): " + *line);
-        owner_ = std::move(heirs_[i]);
-        heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
-        return;
-      }
-      if (now_ns() > deadline) fail(std::string(why) + ": no heir took the box over within 10 s");
-    }
-  }
-
-  // The owner process died: the model's states are without it already.
-  void owner_died(const char* why) {
-    (void)owner_->c->wait(5s);
-    await_takeover(why);
-  }
-
-  // A lease box: an heir that took the box from a live owner whose lease ran
-  // out while it waited for the driver (a loaded machine). Between steps: as
-  // if the owner had died there.
-  void poll_lease_takeover() {
-    if (cfg_.lease_ms == 0 || !owner_) return;
+// The owner is gone (the model says so already): its first live heir must
+// take the box over; an heir that dies inside the takeover passes it on.
+void run::await_takeover(const char* why) {
+  owner_.reset();
+  const std::uint64_t deadline = now_ns() + 10'000'000'000ull;
+  while (!heirs_.empty()) {
     for (std::size_t i = 0; i < heirs_.size(); ++i) {
-      auto line = heirs_[i].c->read_line(0ms);
-      if (!line) continue;
-      if (line->rfind("owned ", 0) != 0) fail("heir said " + *line);
-      apply([](const model& m, std::string&) { return std::vector<model>{acquire(owner_gone(m))}; }, "lease takeover");
-      note("the owner's lease ran out; heir took over: " + *line);
+      auto line = heirs_[i].c->read_line(2ms);
+      if (!line) {
+        if (shmtest::process_state(heirs_[i].c->pid()) != 'Z' && ::kill(heirs_[i].c->pid(), 0) == 0) continue;
+        // dead: inside its takeover (a crash point), or killed before
+        (void)heirs_[i].c->wait(5s);
+        if (!heirs_[i].fault.empty()) ++totals_.fault_kills;
+        apply([](const model& m, std::string&) { return acquire_cut(m); }, "takeover cut short");
+        note("an heir died inside its takeover (" + heirs_[i].fault + ")");
+        heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+      if (line->rfind("owned ", 0) != 0) fail(std::string(why) + ": heir said " + *line);
+      apply([](const model& m, std::string&) { return std::vector<model>{acquire(m)}; }, "takeover");
       ++totals_.takeovers;
-      retire_stale_owner();
+      note(std::string("heir took over (") + why + "): " + *line);
       owner_ = std::move(heirs_[i]);
       heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
       return;
     }
+    if (now_ns() > deadline) fail(std::string(why) + ": no heir took the box over within 10 s");
   }
+}
 
-  // A deposed (stale) owner must refuse everything and hand out nothing.
-  void retire_stale_owner() {
-    proc old = std::move(*owner_);
-    owner_.reset();
-    ::kill(old.c->pid(), SIGCONT);
-    const auto r = ask(old, "recv 8 0", 10s);
-    if (r && r->rfind("g not-owner 0", 0) != 0) fail("a deposed owner's receive answered: " + *r);
-    const auto c = ask(old, "commit", 10s);
-    if (c && c->rfind("c not-owner", 0) != 0) fail("a deposed owner's commit answered: " + *c);
-    old.c->write_stdin("exit\n");
-    (void)old.c->wait(5s);
+// The owner process died: the model's states are without it already.
+void run::owner_died(const char* why) {
+  (void)owner_->c->wait(5s);
+  await_takeover(why);
+}
+
+// A lease box: an heir that took the box from a live owner whose lease ran
+// out while it waited for the driver (a loaded machine). Between steps: as
+// if the owner had died there.
+void run::poll_lease_takeover() {
+  if (cfg_.lease_ms == 0 || !owner_) return;
+  for (std::size_t i = 0; i < heirs_.size(); ++i) {
+    auto line = heirs_[i].c->read_line(0ms);
+    if (!line) continue;
+    if (line->rfind("owned ", 0) != 0) fail("heir said " + *line);
+    apply([](const model& m, std::string&) { return std::vector<model>{acquire(owner_gone(m))}; }, "lease takeover");
+    note("the owner's lease ran out; heir took over: " + *line);
+    ++totals_.takeovers;
+    retire_stale_owner();
+    owner_ = std::move(heirs_[i]);
+    heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
   }
+}
 
-  // ------------------------------------------------------------------
-  // The model's states, the box, and the checks
-  // ------------------------------------------------------------------
+// A deposed (stale) owner must refuse everything and hand out nothing.
+void run::retire_stale_owner() {
+  proc old = std::move(*owner_);
+  owner_.reset();
+  ::kill(old.c->pid(), SIGCONT);
+  const auto r = ask(old, "recv 8 0", 10s);
+  if (r && r->rfind("g not-owner 0", 0) != 0) fail("a deposed owner's receive answered: " + *r);
+  const auto c = ask(old, "commit", 10s);
+  if (c && c->rfind("c not-owner", 0) != 0) fail("a deposed owner's commit answered: " + *c);
+  old.c->write_stdin("exit\n");
+  (void)old.c->wait(5s);
+}
 
-  template <class F>
-  void apply(F f, const std::string& what) {
-    std::vector<model> next;
-    std::unordered_multimap<std::size_t, std::size_t> seen;  // hash -> index in next
-    std::string why;
-    for (const model& m : cands_) {
-      std::string w;
-      for (model& x : f(m, w)) {
-        const std::size_t h = x.hash();
-        bool dup = false;
-        for (auto [it, end] = seen.equal_range(h); it != end && !dup; ++it) dup = next[it->second] == x;
-        if (dup) continue;
-        seen.emplace(h, next.size());
-        next.push_back(std::move(x));
-      }
-      if (why.empty()) why = w;
-    }
-    if (next.empty()) fail(what + ": the answer agrees with no state of the model: " + why + model_now());
-    cands_ = std::move(next);
-    if (cands_.size() > 65536) fail(what + ": the model cannot tell " + std::to_string(cands_.size()) + " states apart (a limit of the checker)");
-    totals_.max_candidates = std::max<std::uint64_t>(totals_.max_candidates, cands_.size());
+std::string run::model_now() const {
+  std::string s = "\n  model (" + std::to_string(cands_.size()) + " possible state" + (cands_.size() == 1 ? "" : "s") + "; the first, or the closest to the box):\n    " +
+                  cands_.front().describe();
+  return s;
+}
+
+observation run::observe() {
+  observation o;
+  const shmbox::box_info i = shmbox::info(*box_);
+  for (const auto& l : i.lanes) {
+    o.count.push_back(tally::of(l.count));
+    o.depth.push_back(l.depth);
   }
-
-  std::string model_now() const {
-    std::string s = "\n  model (" + std::to_string(cands_.size()) + " possible state" + (cands_.size() == 1 ? "" : "s") + "; the first, or the closest to the box):\n    " +
-                    cands_.front().describe();
-    return s;
+  o.peek.resize(i.lanes.size());
+  for (const shmbox::peeked_message& p : shmbox::peek(*box_, 1u << 16)) {
+    if (p.stash == "reading") continue;  // a priority box's message being read: held, as ring slots being read (not listed)
+    const auto id = decode(p.data);
+    if (!id) fail("peek shows a torn or unknown message of " + std::to_string(p.data.size()) + " bytes in lane " + std::to_string(p.lane));
+    if (p.lane < o.peek.size()) o.peek[p.lane].push_back(*id);
   }
+  o.owner_alive = i.owner.alive;
+  o.epoch = i.owner.epoch;
+  return o;
+}
 
-  observation observe() {
-    observation o;
-    const shmbox::box_info i = shmbox::info(*box_);
-    for (const auto& l : i.lanes) {
-      o.count.push_back(tally::of(l.count));
-      o.depth.push_back(l.depth);
-    }
-    o.peek.resize(i.lanes.size());
-    for (const shmbox::peeked_message& p : shmbox::peek(*box_, 1u << 16)) {
-      if (p.stash == "reading") continue;  // a priority box's message being read: held, as ring slots being read (not listed)
-      const auto id = decode(p.data);
-      if (!id) fail("peek shows a torn or unknown message of " + std::to_string(p.data.size()) + " bytes in lane " + std::to_string(p.lane));
-      if (p.lane < o.peek.size()) o.peek[p.lane].push_back(*id);
-    }
-    o.owner_alive = i.owner.alive;
-    o.epoch = i.owner.epoch;
-    return o;
-  }
+std::string run::ids(const std::vector<msg_id>& v) {
+  std::string s;
+  for (const msg_id& m : v) s += (s.empty() ? "" : " ") + to_string(m);
+  return "[" + s + "]";
+}
 
-  static std::string ids(const std::vector<msg_id>& v) {
-    std::string s;
-    for (const msg_id& m : v) s += (s.empty() ? "" : " ") + to_string(m);
-    return "[" + s + "]";
-  }
-
-  // How a state of the model differs from the box ("" when it agrees);
-  // `distance` (if given) counts the differences, to name the closest state.
-  std::string mismatch(const model& m, const observation& o, std::size_t* distance = nullptr) const {
-    if (distance != nullptr) {
-      std::size_t d = 0;
-      for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
-        const tally& a = m.lanes[l].c;
-        const std::uint64_t* x = &a.posted;
-        const std::uint64_t* y = &o.count[l].posted;
-        for (std::size_t k = 0; k < sizeof(tally) / sizeof(std::uint64_t); ++k) d += x[k] > y[k] ? x[k] - y[k] : y[k] - x[k];
-        d += m.depth(l) > o.depth[l] ? m.depth(l) - o.depth[l] : o.depth[l] - m.depth(l);
-        d += m.visible(l) != o.peek[l];
-      }
-      *distance = d;
-    }
+// How a state of the model differs from the box ("" when it agrees);
+// `distance` (if given) counts the differences, to name the closest state.
+std::string run::mismatch(const model& m, const observation& o, std::size_t* distance) const {
+  if (distance != nullptr) {
+    std::size_t d = 0;
     for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
-      if (!(m.lanes[l].c == o.count[l])) return "lane " + std::to_string(l) + " counters: " + m.lanes[l].c.diff(o.count[l]);
-      if (m.depth(l) != o.depth[l])
-        return "lane " + std::to_string(l) + " depth " + std::to_string(o.depth[l]) + " (model " + std::to_string(m.depth(l)) + ")";
-      // (visible() lists the maybe-visible ones in their place: those the box does not list are left out)
-      auto v = m.visible(l);
-      const auto maybe = m.maybe_visible(l);
-      if (!maybe.empty())
-        std::erase_if(v, [&](const msg_id& id) {
-          return std::find(maybe.begin(), maybe.end(), id) != maybe.end() &&
-                 std::find(o.peek[l].begin(), o.peek[l].end(), id) == o.peek[l].end();
-        });
-      if (v != o.peek[l]) return "lane " + std::to_string(l) + " holds " + ids(o.peek[l]) + " (model " + ids(v) + ")";
+      const tally& a = m.lanes[l].c;
+      const std::uint64_t* x = &a.posted;
+      const std::uint64_t* y = &o.count[l].posted;
+      for (std::size_t k = 0; k < sizeof(tally) / sizeof(std::uint64_t); ++k) d += x[k] > y[k] ? x[k] - y[k] : y[k] - x[k];
+      d += m.depth(l) > o.depth[l] ? m.depth(l) - o.depth[l] : o.depth[l] - m.depth(l);
+      d += m.visible(l) != o.peek[l];
     }
-    if (m.owner_live != o.owner_alive)
-      return std::string("the owner record says ") + (o.owner_alive ? "a live owner" : "no live owner") + " (model: " +
-             (m.owner_live ? "live" : "none") + ")";
-    return {};
+    *distance = d;
   }
+  for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
+    if (!(m.lanes[l].c == o.count[l])) return "lane " + std::to_string(l) + " counters: " + m.lanes[l].c.diff(o.count[l]);
+    if (m.depth(l) != o.depth[l])
+      return "lane " + std::to_string(l) + " depth " + std::to_string(o.depth[l]) + " (model " + std::to_string(m.depth(l)) + ")";
+    // (visible() lists the maybe-visible ones in their place: those the box does not list are left out)
+    auto v = m.visible(l);
+    const auto maybe = m.maybe_visible(l);
+    if (!maybe.empty())
+      std::erase_if(v, [&](const msg_id& id) {
+        return std::find(maybe.begin(), maybe.end(), id) != maybe.end() &&
+               std::find(o.peek[l].begin(), o.peek[l].end(), id) == o.peek[l].end();
+      });
+    if (v != o.peek[l]) return "lane " + std::to_string(l) + " holds " + ids(o.peek[l]) + " (model " + ids(v) + ")";
+  }
+  if (m.owner_live != o.owner_alive)
+    return std::string("the owner record says ") + (o.owner_alive ? "a live owner" : "no live owner") + " (model: " +
+           (m.owner_live ? "live" : "none") + ")";
+  return {};
+}
 
-  // After every step: what holds whatever the model says, then the model's
-  // states that agree with the box.
-  void settle(const std::string& what) {
-    const observation o = observe();
-    for (std::uint32_t l = 0; l < o.count.size(); ++l) {
-      const tally& c = o.count[l];
-      const tally& was = last_obs_.count[l];
-      bool down = false;
-      const std::uint64_t* now_f = &c.posted;
-      const std::uint64_t* was_f = &was.posted;
-      for (std::size_t k = 0; k < sizeof(tally) / sizeof(std::uint64_t); ++k) {
-        // (known bug priority-sorting-delivered: a takeover takes a mid-move message back out of delivered)
-        if (&now_f[k] == &c.delivered && cfg_.priority && opt_.tolerate.count("priority-sorting-delivered") != 0) continue;
-        down |= now_f[k] < was_f[k];
-      }
-      if (down) fail(what + ": a counter of lane " + std::to_string(l) + " went down: " + was.diff(c));
+// After every step: what holds whatever the model says, then the model's
+// states that agree with the box.
+void run::settle(const std::string& what) {
+  const observation o = observe();
+  for (std::uint32_t l = 0; l < o.count.size(); ++l) {
+    const tally& c = o.count[l];
+    const tally& was = last_obs_.count[l];
+    bool down = false;
+    const std::uint64_t* now_f = &c.posted;
+    const std::uint64_t* was_f = &was.posted;
+    for (std::size_t k = 0; k < sizeof(tally) / sizeof(std::uint64_t); ++k) {
+      // (known bug priority-sorting-delivered: a takeover takes a mid-move message back out of delivered)
+      if (&now_f[k] == &c.delivered && cfg_.priority && opt_.tolerate.count("priority-sorting-delivered") != 0) continue;
+      down |= now_f[k] < was_f[k];
     }
-    // Known bug (--tolerate phantom-abandon): in a priority box a post that
-    // waits at a closed gate "repairs" the finished position at a stale head
-    // and counts it abandoned, as often as it looks: the model takes the box's word for how often.
-    // (Real repairs of dead claims first: as many as the depth says went.)
-    if (cfg_.priority && opt_.tolerate.count("phantom-abandon") != 0)
-      for (model& m : cands_)
-        for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
-          if (o.count[l].abandoned <= m.lanes[l].c.abandoned) continue;
-          std::uint64_t extra = o.count[l].abandoned - m.lanes[l].c.abandoned;
-          lane_state& L = m.lanes[l];
-          for (auto it = L.at.begin(); it != L.at.end() && extra > 0 && m.depth(l) > o.depth[l];) {
-            if (it->second.k != kind::hole) {
-              ++it;
-              continue;
-            }
-            it = L.at.erase(it);
-            ++L.c.abandoned;
-            --extra;
+    if (down) fail(what + ": a counter of lane " + std::to_string(l) + " went down: " + was.diff(c));
+  }
+  // Known bug (--tolerate phantom-abandon): in a priority box a post that
+  // waits at a closed gate "repairs" the finished position at a stale head
+  // and counts it abandoned, as often as it looks: the model takes the box's word for how often.
+  // (Real repairs of dead claims first: as many as the depth says went.)
+  if (cfg_.priority && opt_.tolerate.count("phantom-abandon") != 0)
+    for (model& m : cands_)
+      for (std::uint32_t l = 0; l < m.lanes.size(); ++l) {
+        if (o.count[l].abandoned <= m.lanes[l].c.abandoned) continue;
+        std::uint64_t extra = o.count[l].abandoned - m.lanes[l].c.abandoned;
+        lane_state& L = m.lanes[l];
+        for (auto it = L.at.begin(); it != L.at.end() && extra > 0 && m.depth(l) > o.depth[l];) {
+          if (it->second.k != kind::hole) {
+            ++it;
+            continue;
           }
-          L.phantom += extra;
-          L.c.abandoned += extra;
+          it = L.at.erase(it);
+          ++L.c.abandoned;
+          --extra;
         }
-    std::vector<model> keep;
-    std::string why;
-    std::size_t best = SIZE_MAX;
-    std::optional<model> closest;
-    for (model& m : cands_) {
-      std::size_t d = 0;
-      const std::string w = mismatch(m, o, &d);
-      if (w.empty()) {
-        keep.push_back(std::move(m));
-      } else if (d < best) {
-        best = d;
-        why = w;
-        closest = m;
+        L.phantom += extra;
+        L.c.abandoned += extra;
       }
+  std::vector<model> keep;
+  std::string why;
+  std::size_t best = SIZE_MAX;
+  std::optional<model> closest;
+  for (model& m : cands_) {
+    std::size_t d = 0;
+    const std::string w = mismatch(m, o, &d);
+    if (w.empty()) {
+      keep.push_back(std::move(m));
+    } else if (d < best) {
+      best = d;
+      why = w;
+      closest = m;
     }
-    if (keep.empty() && std::getenv("GENCHECK_DUMP") != nullptr)  // (debugging the model: every state it had)
-      if (FILE* f = std::fopen(std::getenv("GENCHECK_DUMP"), "w")) {
-        for (const model& m : cands_) std::fprintf(f, "--- %s\n    %s\n", mismatch(m, o).c_str(), m.describe().c_str());
-        std::fclose(f);
-      }
-    if (keep.empty() && closest) cands_.insert(cands_.begin(), *closest);  // (model_now() shows the closest)
-    // The counting identity, on the box alone: exact unless every state of
-    // the model that agrees says a dead process left a count unfinished
-    // that the protocol finishes later (R4, R2: owner_done, prod_evicting).
-    for (std::uint32_t l = 0; l < o.count.size(); ++l) {
-      const tally& c = o.count[l];
-      const std::uint64_t right = c.out() + o.depth[l];
-      if (c.posted == right) continue;
-      bool explained = !keep.empty();
-      for (const model& m : keep)
-        explained &= static_cast<std::int64_t>(m.lazy(l) - m.overcount(l) - m.lanes[l].phantom) ==
-                     static_cast<std::int64_t>(c.posted - right);
-      if (explained) {
-        ++lazy_windows_;
-        continue;
-      }
-      fail(what + ": lane " + std::to_string(l) + " breaks the counting identity: posted " + std::to_string(c.posted) +
-           " != delivered + refused + dropped + filtered + abandoned + aborted + depth = " + std::to_string(right) +
-           (keep.empty() ? "; and the box disagrees with every state of the model: " + why : std::string()) +
-           "\n  box: " + o.describe() + model_now());
+  }
+  if (keep.empty() && std::getenv("GENCHECK_DUMP") != nullptr)  // (debugging the model: every state it had)
+    if (FILE* f = std::fopen(std::getenv("GENCHECK_DUMP"), "w")) {
+      for (const model& m : cands_) std::fprintf(f, "--- %s\n    %s\n", mismatch(m, o).c_str(), m.describe().c_str());
+      std::fclose(f);
     }
-    if (keep.empty()) fail(what + ": the box disagrees with every state of the model: " + why + "\n  box: " + o.describe() + model_now());
-    // A priority box's message a dead owner had taken is back in the store
-    // (QUEUED, listed by peek) or re-taken in its ring slot (not listed):
-    // peek says which, and the states that differed only there are one.
-    // And when that still leaves many states (kills multiply them), what
-    // the box cannot show until much later is let go: whether a message of a
-    // priority box left its ring slot, and whether it must come back flagged
-    // or may (a little less strict, only in those states).
-    if (cfg_.priority) {
-      const bool weaken = keep.size() > 24;
-      std::vector<model> merged;
-      std::unordered_multimap<std::size_t, std::size_t> seen;
-      for (model& m : keep) {
-        for (std::uint32_t l = 0; l < m.lanes.size(); ++l)
-          for (auto& [key, e] : m.lanes[l].at) {
-            if ((e.k == kind::readopted || e.k == kind::orphaned) &&
-                std::find(o.peek[l].begin(), o.peek[l].end(), e.id) != o.peek[l].end()) {
-              e.k = kind::message;
-              e.where = 1;
-            }
-            if (weaken && e.k == kind::message) {
-              if (e.where == 1) e.where = 2;
-              if (e.flag == 1) e.flag = 2;
-            }
+  if (keep.empty() && closest) cands_.insert(cands_.begin(), *closest);  // (model_now() shows the closest)
+  // The counting identity, on the box alone: exact unless every state of
+  // the model that agrees says a dead process left a count unfinished
+  // that the protocol finishes later (R4, R2: owner_done, prod_evicting).
+  for (std::uint32_t l = 0; l < o.count.size(); ++l) {
+    const tally& c = o.count[l];
+    const std::uint64_t right = c.out() + o.depth[l];
+    if (c.posted == right) continue;
+    bool explained = !keep.empty();
+    for (const model& m : keep)
+      explained &= static_cast<std::int64_t>(m.lazy(l) - m.overcount(l) - m.lanes[l].phantom) ==
+                   static_cast<std::int64_t>(c.posted - right);
+    if (explained) {
+      ++lazy_windows_;
+      continue;
+    }
+    fail(what + ": lane " + std::to_string(l) + " breaks the counting identity: posted " + std::to_string(c.posted) +
+         " != delivered + refused + dropped + filtered + abandoned + aborted + depth = " + std::to_string(right) +
+         (keep.empty() ? "; and the box disagrees with every state of the model: " + why : std::string()) +
+         "\n  box: " + o.describe() + model_now());
+  }
+  if (keep.empty()) fail(what + ": the box disagrees with every state of the model: " + why + "\n  box: " + o.describe() + model_now());
+  // A priority box's message a dead owner had taken is back in the store
+  // (QUEUED, listed by peek) or re-taken in its ring slot (not listed):
+  // peek says which, and the states that differed only there are one.
+  // And when that still leaves many states (kills multiply them), what
+  // the box cannot show until much later is let go: whether a message of a
+  // priority box left its ring slot, and whether it must come back flagged
+  // or may (a little less strict, only in those states).
+  if (cfg_.priority) {
+    const bool weaken = keep.size() > 24;
+    std::vector<model> merged;
+    std::unordered_multimap<std::size_t, std::size_t> seen;
+    for (model& m : keep) {
+      for (std::uint32_t l = 0; l < m.lanes.size(); ++l)
+        for (auto& [key, e] : m.lanes[l].at) {
+          if ((e.k == kind::readopted || e.k == kind::orphaned) &&
+              std::find(o.peek[l].begin(), o.peek[l].end(), e.id) != o.peek[l].end()) {
+            e.k = kind::message;
+            e.where = 1;
           }
-        const std::size_t h = m.hash();
-        bool dup = false;
-        for (auto [it, end] = seen.equal_range(h); it != end && !dup; ++it) dup = merged[it->second] == m;
-        if (dup) continue;
-        seen.emplace(h, merged.size());
-        merged.push_back(std::move(m));
-      }
-      keep = std::move(merged);
-    }
-    cands_ = std::move(keep);
-    last_obs_ = o;
-    record_fates();
-    if (opt_.verbose && cands_.size() > 1) note("(" + std::to_string(cands_.size()) + " possible states)");
-    if (const char* at = std::getenv("GENCHECK_DUMP_STEP"); at != nullptr && std::strtoull(at, nullptr, 0) == step_)
-      if (FILE* f = std::fopen(std::getenv("GENCHECK_DUMP"), "w")) {  // (debugging the model: every state it keeps)
-        for (const model& m : cands_) {
-          std::fprintf(f, "---\n    %s\n    announced:", m.describe().c_str());
-          for (const auto& [e, a] : m.announced) std::fprintf(f, " %u->%u/%llu", e, a.first, (unsigned long long)a.second);
-          std::fprintf(f, "\n");
-        }
-        std::fclose(f);
-      }
-  }
-
-  void record_fates() {
-    bool same = true;
-    for (const model& m : cands_) same &= m.fates == cands_.front().fates;
-    for (const model& m : cands_)
-      for (const fate_event& f : m.fates) {
-        if (!same) {
-          uncertain_.insert(f.id);
-          continue;
-        }
-        fates_[f.id] = f.f;
-        if (f.f == fate::evicted || f.f == fate::replaced) ++totals_.evicted;
-        if (f.f == fate::abandoned) ++totals_.abandoned;
-      }
-    for (model& m : cands_) m.fates.clear();
-  }
-
-  // An owner's answer "g STATUS N MSG...": its messages, checked for what
-  // must hold whatever the model says.
-  std::vector<delivery> deliveries(const std::string& line, recv_status& st) {
-    std::istringstream in(line);
-    std::string g, status;
-    std::size_t n = 0;
-    in >> g >> status >> n;
-    const auto s = parse_recv_status(status);
-    if (g != "g" || !s) fail("owner answered: " + line);
-    st = *s;
-    if (st == recv_status::error) fail("receive failed: " + line);
-    std::vector<delivery> out;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::string w;
-      in >> w;
-      if (w.rfind("torn:", 0) == 0) fail("the owner received a torn or unknown message: " + w);
-      delivery d;
-      unsigned flag = 0;
-      if (std::sscanf(w.c_str(), "%u:%u:%u:%u", &d.lane, &d.id.prod, &d.id.seq, &flag) != 4) fail("owner answered: " + line);
-      d.flagged = flag != 0;
-      out.push_back(d);
-    }
-    if ((st == recv_status::ok) != !out.empty()) fail("receive said " + status + " with " + std::to_string(out.size()) + " messages");
-    for (const delivery& d : out) check_delivery(d);
-    return out;
-  }
-
-  void check_delivery(const delivery& d) {
-    const std::string who = to_string(d.id) + " (lane " + std::to_string(d.lane) + ")";
-    if (d.id.prod >= next_prod_ || d.id.seq + std::uint64_t{1} > L_->prod[d.id.prod].attempt.load())
-      fail("delivered " + who + ", which nobody posted");
-    if (const auto it = status_.find(d.id); it != status_.end() && !shmbox::is_stored(it->second))
-      fail("delivered " + who + ", whose post returned " + std::string(shmbox::to_string(it->second)));
-    auto& [plain, flagged] = delivered_[d.id];
-    if (!d.flagged && plain + flagged > 0) fail("delivered " + who + " again without the redelivered flag");
-    const bool first = plain + flagged == 0;
-    (d.flagged ? flagged : plain) += 1;
-    ++totals_.delivered;
-    if (d.flagged) ++totals_.redelivered;
-    if (first && !cfg_.priority && cfg_.policy[d.lane] != policy::lifo) {
-      auto& last = last_first_[{d.id.prod, d.lane}];
-      if (last != 0 && d.id.seq + 1 <= last)
-        fail("delivered " + who + " after seq " + std::to_string(last - 1) + " of the same producer: not FIFO");
-      last = d.id.seq + 1;
-    }
-  }
-
-  void note(const std::string& s) {
-    if (opt_.verbose) std::printf("    %7.3f %s\n", static_cast<double>(now_ns() - t0_) / 1e9, s.c_str());
-  }
-
-  // ------------------------------------------------------------------
-  // Steps
-  // ------------------------------------------------------------------
-
-  std::uint32_t slot_size() const { return cfg_.slot_size; }
-
-  // A post by producer i; kill_ns: SIGKILL it that long after the command (0: no kill).
-  void post(std::size_t i, std::uint32_t lane, bool too_large, std::uint64_t r, std::optional<std::uint64_t> kill_ns) {
-    proc& p = producers_[i];
-    post_call c;
-    c.lane = lane;
-    c.id = {p.prod, p.next_seq++};
-    c.prio = cfg_.priority ? static_cast<std::int64_t>(r % 4) : 0;
-    c.writer = p.entry;
-    c.too_large = too_large;
-    const std::size_t size = too_large ? slot_size() + 1 + r % 8 : kHeader + r % (slot_size() - kHeader + 1);
-    // A post the model says can only time out waits briefly; one that may
-    // wait for a repair (a dead process's slot) gets time for it.
-    bool only_timeout = true;
-    for (const model& m : cands_)
-      for (const post_reply& o : post_outcomes(m, c)) only_timeout &= o.st == post_status::timeout;
-    const int timeout_ms = only_timeout ? 30 : 500;
-    const std::string cmd = "post " + std::to_string(lane) + " " + std::to_string(c.id.seq) + " " + std::to_string(c.prio) + " " +
-                            std::to_string(timeout_ms) + " " + std::to_string(size);
-    const std::string what = "step " + std::to_string(step_) + ": p" + std::to_string(p.prod) + " posts " + to_string(c.id) +
-                             " to lane " + std::to_string(lane) + (too_large ? " (too large)" : "") +
-                             (kill_ns ? " and is killed after " + std::to_string(*kill_ns / 1000) + " us" : "");
-    ++totals_.posts;
-    const auto line = kill_ns ? ask_then_kill(p, cmd, *kill_ns) : ask(p, cmd, std::chrono::milliseconds(timeout_ms) + 20s);
-    std::optional<post_reply> reply;
-    if (line) {
-      std::istringstream in(*line);
-      std::string r0, st;
-      std::uint32_t seq = 0;
-      in >> r0 >> seq >> st;
-      const auto s = parse_post_status(st);
-      if (r0 != "r" || seq != c.id.seq || !s) fail(what + ": producer answered " + *line);
-      reply = post_reply{*s, 0};
-      in >> reply->evicted;
-    } else if (L_->prod[p.prod].done.load() == c.id.seq + std::uint64_t{1}) {
-      reply = post_reply{static_cast<post_status>(L_->prod[p.prod].status.load()), L_->prod[p.prod].evicted.load()};
-    }
-    const bool started = L_->prod[p.prod].attempt.load() == c.id.seq + std::uint64_t{1};
-    if (reply) {
-      if (reply->st == post_status::error) fail(what + ": post failed: " + line.value_or("(ledger)"));
-      status_[c.id] = reply->st;
-      note(what + ": " + to_string(*reply));
-      apply([&](const model& m, std::string& why) { return post_done(m, c, *reply, why); }, what + " returned " + to_string(*reply));
-    } else if (started) {
-      note(what + ": killed inside the call");
-      apply([&](const model& m, std::string&) { return post_cut(m, c); }, what + " (killed inside)");
-    } else {
-      note(what + ": killed before the call");
-    }
-    if (kill_ns || !line) producer_died(i);
-    settle(what);
-  }
-
-  // A receive, try_receive or read by the owner.
-  void take(take_kind how, std::size_t max, int timeout_ms, std::optional<std::uint64_t> kill_ns) {
-    // Known bug (--tolerate lease-read-receive): a lease box's receive after
-    // an uncommitted read() hands out the wrong messages (or crashes): commit first.
-    if (how != take_kind::read && cfg_.lease_ms > 0 && opt_.tolerate.count("lease-read-receive") != 0) {
-      bool pending = false;
-      for (const model& m : cands_) pending |= !m.pending.empty();
-      if (pending) return commit(kill_ns);
-    }
-    const std::string cmd = how == take_kind::try_one ? std::string("try")
-                            : (how == take_kind::read ? "read " : "recv ") + std::to_string(max) + " " + std::to_string(timeout_ms);
-    const std::string what = "step " + std::to_string(step_) + ": owner " + cmd +
-                             (kill_ns ? ", killed after " + std::to_string(*kill_ns / 1000) + " us" : "");
-    const take_call c{how, how == take_kind::try_one ? 1 : max, timeout_ms > 0};
-    const auto line = kill_ns ? ask_then_kill(*owner_, cmd, *kill_ns) : ask(*owner_, cmd, std::chrono::milliseconds(timeout_ms) + 20s);
-    if (line) {
-      recv_status st{};
-      const std::vector<delivery> got = deliveries(*line, st);
-      if (st == recv_status::not_owner) fail(what + ": the owner was told it is not the owner");
-      note(what + ": " + to_string(got));
-      apply([&](const model& m, std::string& why) { return take_done(m, c, got, why); }, what + " got " + to_string(got));
-      if (kill_ns) apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, what);
-    } else {
-      note(what + ": died inside the call");
-      apply([&](const model& m, std::string&) { return take_cut(m, c); }, what + " (died inside)");
-    }
-    if (kill_ns || !line) owner_died(what.c_str());
-    settle(what);
-  }
-
-  void commit(std::optional<std::uint64_t> kill_ns) {
-    const std::string what = "step " + std::to_string(step_) + ": owner commit" +
-                             (kill_ns ? ", killed after " + std::to_string(*kill_ns / 1000) + " us" : "");
-    const auto line = kill_ns ? ask_then_kill(*owner_, "commit", *kill_ns) : ask(*owner_, "commit", 20s);
-    if (line) {
-      if (line->rfind("c ok 0", 0) != 0) fail(what + ": answered " + *line);
-      note(what + ": ok");
-      apply([](const model& m, std::string& why) { return commit_done(m, why); }, what);
-      if (kill_ns) apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, what);
-    } else {
-      note(what + ": died inside the call");
-      apply([](const model& m, std::string&) { return commit_cut(m); }, what + " (died inside)");
-    }
-    if (kill_ns || !line) owner_died(what.c_str());
-    settle(what);
-  }
-
-  void owner_exit() {
-    const std::string what = "step " + std::to_string(step_) + ": the owner exits (releases the box)";
-    owner_->c->write_stdin("exit\n");
-    const int st = owner_->c->wait(10s);
-    if (!shmtest::exited_with(st, 0)) fail(what + ": it ended with status " + std::to_string(st));
-    note(what);
-    apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, what);
-    await_takeover(what.c_str());
-    settle(what);
-  }
-
-  void kill_idle(proc& p) {
-    p.c->kill(SIGKILL);
-    (void)p.c->wait(10s);
-    ++totals_.kills;
-  }
-
-  // A lease box: the owner stopped (SIGSTOP) past its lease; its heir must take over.
-  void hang_owner() {
-    const std::string what = "step " + std::to_string(step_) + ": the owner hangs past its lease";
-    ::kill(owner_->c->pid(), SIGSTOP);
-    note(what);
-    const std::uint64_t deadline = now_ns() + (cfg_.lease_ms + 10'000ull) * 1'000'000;
-    bool heir_died = false;
-    for (;;) {
-      if (heirs_.empty()) {  // every heir died inside its takeover: the box is left without a live owner
-        note("no heir left: the deposed owner is retired");
-        apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, what);
-        retire_stale_owner();
-        settle(what);
-        return;
-      }
-      for (std::size_t i = 0; i < heirs_.size(); ++i) {
-        auto line = heirs_[i].c->read_line(5ms);
-        if (!line) {
-          if (shmtest::process_state(heirs_[i].c->pid()) != 'Z' && ::kill(heirs_[i].c->pid(), 0) == 0) continue;
-          (void)heirs_[i].c->wait(5s);  // died inside its takeover (a crash point)
-          if (!heirs_[i].fault.empty()) ++totals_.fault_kills;
-          apply([](const model& m, std::string&) { return acquire_cut(owner_gone(m)); }, what + ": an heir died taking over");
-          note("an heir died inside its takeover (" + heirs_[i].fault + ")");
-          heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
-          heir_died = true;
-          break;
-        }
-        if (line->rfind("owned ", 0) != 0) fail(what + ": heir said " + *line);
-        // (after an heir that died inside its takeover, the next one takes the
-        // box from it: owner-died; that heir may not be reaped yet: look)
-        if (!heir_died && line->find("owner-died") != std::string::npos)
-          for (std::size_t j = 0; j < heirs_.size() && !heir_died; ++j) {
-            if (j == i || heirs_[j].c->read_line(2000ms)) continue;
-            (void)heirs_[j].c->wait(5s);
-            if (!heirs_[j].fault.empty()) ++totals_.fault_kills;
-            apply([](const model& m, std::string&) { return acquire_cut(owner_gone(m)); }, what + ": an heir died taking over");
-            note("an heir died inside its takeover (" + heirs_[j].fault + ")");
-            heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(j));
-            if (j < i) --i;
-            heir_died = true;
+          if (weaken && e.k == kind::message) {
+            if (e.where == 1) e.where = 2;
+            if (e.flag == 1) e.flag = 2;
           }
-        if (line->find("lease-expired") == std::string::npos && !(heir_died && line->find("owner-died") != std::string::npos))
-          fail(what + ": heir took over for another reason: " + *line);
-        apply([](const model& m, std::string&) { return std::vector<model>{acquire(owner_gone(m))}; }, what);
-        ++totals_.takeovers;
-        note("heir took over: " + *line);
-        retire_stale_owner();
-        owner_ = std::move(heirs_[i]);
-        heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
-        settle(what);
-        return;
+        }
+      const std::size_t h = m.hash();
+      bool dup = false;
+      for (auto [it, end] = seen.equal_range(h); it != end && !dup; ++it) dup = merged[it->second] == m;
+      if (dup) continue;
+      seen.emplace(h, merged.size());
+      merged.push_back(std::move(m));
+    }
+    keep = std::move(merged);
+  }
+  cands_ = std::move(keep);
+  last_obs_ = o;
+  record_fates();
+  if (opt_.verbose && cands_.size() > 1) note("(" + std::to_string(cands_.size()) + " possible states)");
+  if (const char* at = std::getenv("GENCHECK_DUMP_STEP"); at != nullptr && std::strtoull(at, nullptr, 0) == step_)
+    if (FILE* f = std::fopen(std::getenv("GENCHECK_DUMP"), "w")) {  // (debugging the model: every state it keeps)
+      for (const model& m : cands_) {
+        std::fprintf(f, "---\n    %s\n    announced:", m.describe().c_str());
+        for (const auto& [e, a] : m.announced) std::fprintf(f, " %u->%u/%llu", e, a.first, (unsigned long long)a.second);
+        std::fprintf(f, "\n");
       }
-      if (now_ns() > deadline) fail(what + ": no heir took over within the lease + 10 s");
+      std::fclose(f);
     }
-  }
+}
 
-  void one_step() {
-    for (model& m : cands_) m.fates.clear();
-    poll_lease_takeover();
-    std::array<std::uint64_t, 6> r{};
-    for (auto& x : r) x = rng_();
-    // Kills land anywhere from before the call to after it (microseconds to milliseconds).
-    static constexpr std::uint64_t kDelays[] = {0, 1'000, 3'000, 10'000, 30'000, 100'000, 300'000, 2'000'000};
-    const std::uint64_t delay = kDelays[r[2] % std::size(kDelays)] + r[3] % 2'000;
-    const auto timed = [&](bool want) { return want && opt_.timed_kills ? std::optional<std::uint64_t>(delay) : std::nullopt; };
-    const std::uint32_t lane = static_cast<std::uint32_t>(r[1] % cfg_.lanes);
-    // The actions and their weights (out of 1000).
-    const std::uint64_t pick = r[0] % 1000;
-    const bool no_owner = !owner_;
-    if (no_owner && heirs_.empty() && (pick < 200 || producers_.empty() || pick >= 560)) {
-      // An orphaned box: someone claims it (now and then armed with a crash point).
-      spawn_owner(r[4] % 6 == 0 ? fault_of(kOwnerPoints, r[5]) : std::string());
-      settle("step " + std::to_string(step_) + ": a new owner");
-      return;
-    }
-    if (producers_.empty() || (pick >= 900 && pick < 930 && producers_.size() + 1 < cfg_.max_producers)) {
-      spawn_producer(r[4] % 4 == 0 ? fault_of(kProducerPoints, r[5]) : std::string());
-      settle("step " + std::to_string(step_) + ": a new producer");
-      return;
-    }
-    const std::size_t pi = r[4] % producers_.size();
-    if (pick < 420) return post(pi, lane, false, r[5], std::nullopt);
-    if (pick < 430) return post(pi, lane, true, r[5], std::nullopt);
-    if (pick < 470) return post(pi, lane, false, r[5], timed(true));
-    if (pick < 560) {
-      if (no_owner) return post(pi, lane, false, r[5], std::nullopt);
-      const std::size_t max = 1 + r[5] % 6;
-      if (pick < 500) return take(take_kind::receive, max, r[5] % 3 == 0 ? 20 : 0, std::nullopt);
-      if (pick < 515) return take(take_kind::try_one, 1, 0, std::nullopt);
-      if (pick < 540) return take(take_kind::read, max, r[5] % 3 == 0 ? 20 : 0, std::nullopt);
-      return commit(std::nullopt);
-    }
-    if (no_owner) return post(pi, lane, false, r[5], std::nullopt);
-    if (pick < 600) {
-      const std::size_t max = 1 + r[5] % 6;
-      if (!opt_.timed_kills) return take(take_kind::receive, max, 0, std::nullopt);
-      if (pick < 575) return take(take_kind::receive, max, 0, timed(true));
-      if (pick < 590) return take(take_kind::read, max, 0, timed(true));
-      return commit(timed(true));
-    }
-    if (pick < 640) {  // an heir enlists (now and then armed)
-      if (heirs_.size() >= 3) return take(take_kind::receive, 4, 0, std::nullopt);
-      spawn_heir(r[4] % 3 == 0 ? fault_of(kOwnerPoints, r[5]) : std::string());
-      settle("step " + std::to_string(step_) + ": an heir");
-      return;
-    }
-    if (pick < 665) {  // the owner killed between calls
-      const std::string what = "step " + std::to_string(step_) + ": the owner is killed between calls";
-      kill_idle(*owner_);
-      note(what);
-      apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, what);
-      owner_died(what.c_str());
-      settle(what);
-      return;
-    }
-    if (pick < 680) return owner_exit();
-    if (pick < 700) {  // a producer killed between calls
-      kill_idle(producers_[pi]);
-      note("step " + std::to_string(step_) + ": p" + std::to_string(producers_[pi].prod) + " killed between calls");
-      producer_died(pi);
-      settle("step " + std::to_string(step_) + ": a producer killed");
-      return;
-    }
-    if (pick < 710 && !heirs_.empty()) {  // an heir killed
-      kill_idle(heirs_[r[5] % heirs_.size()]);
-      heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(r[5] % heirs_.size()));
-      note("step " + std::to_string(step_) + ": an heir killed");
-      settle("step " + std::to_string(step_) + ": an heir killed");
-      return;
-    }
-    if (pick < 720 && cfg_.lease_ms > 0 && !heirs_.empty()) return hang_owner();
-    if (pick < 740 && producers_.size() > 1) {  // a producer exits (gives its entry back)
-      producers_[pi].c->write_stdin("exit\n");
-      if (!shmtest::exited_with(producers_[pi].c->wait(10s), 0)) fail("a producer did not exit cleanly");
-      producers_.erase(producers_.begin() + static_cast<std::ptrdiff_t>(pi));
-      settle("step " + std::to_string(step_) + ": a producer exits");
-      return;
-    }
-    if (pick < 900) return take(take_kind::receive, 1 + r[5] % 8, 0, std::nullopt);
-    return post(pi, lane, false, r[5], std::nullopt);
-  }
-
-  template <std::size_t N>
-  static std::string fault_of(const char* const (&points)[N], std::uint64_t r) {
-    return std::string(points[r % N]) + ":" + std::to_string(1 + (r / N) % 3);
-  }
-
-  // The end: an owner (unarmed) drains the box; every stored message must
-  // then be accounted for.
-  void drain() {
-    step_ = opt_.steps + 1;
-    for (model& m : cands_) m.fates.clear();
-    poll_lease_takeover();
-    for (proc& p : producers_) p.c.reset();  // (killed: idle, between calls)
-    for (proc& p : producers_) dead_entries_.insert(p.entry);
-    producers_.clear();
-    for (int round = 0; round < 100; ++round) {
-      if (!owner_) {
-        if (!heirs_.empty()) fail("drain: heirs but no owner");
-        spawn_owner("");
-        settle("drain: a new owner");
+void run::record_fates() {
+  bool same = true;
+  for (const model& m : cands_) same &= m.fates == cands_.front().fates;
+  for (const model& m : cands_)
+    for (const fate_event& f : m.fates) {
+      if (!same) {
+        uncertain_.insert(f.id);
         continue;
       }
-      if (!owner_->fault.empty()) {  // an armed owner could die in the drain: replaced by an unarmed one
-        kill_idle(*owner_);
-        apply([](const model& m, std::string&) { return std::vector<model>{owner_gone(m)}; }, "drain");
-        owner_died("drain");
-        settle("drain: the armed owner retired");
-        continue;
-      }
-      bool pending = false;
-      for (const model& m : cands_) pending |= !m.pending.empty();
-      if (pending) {
-        commit(std::nullopt);
-        continue;
-      }
-      bool empty = true;
-      for (const model& m : cands_)
-        for (std::uint32_t l = 0; l < m.lanes.size(); ++l) empty &= m.depth(l) == 0;
-      if (empty) break;
-      take(take_kind::receive, 64, 100, std::nullopt);
+      fates_[f.id] = f.f;
+      if (f.f == fate::evicted || f.f == fate::replaced) ++totals_.evicted;
+      if (f.f == fate::abandoned) ++totals_.abandoned;
     }
-    for (std::uint32_t l = 0; l < cfg_.lanes; ++l)
-      if (last_obs_.depth[l] != 0) fail("drain: lane " + std::to_string(l) + " still holds " + std::to_string(last_obs_.depth[l]));
-    // Every message whose post said stored: delivered, or evicted/replaced where the policy does that.
-    for (const auto& [id, st] : status_) {
-      if (!shmbox::is_stored(st) || uncertain_.count(id) != 0) continue;
-      const auto f = fates_.find(id);
-      if (f == fates_.end()) fail("drain: " + to_string(id) + " was stored and is neither delivered nor dropped");
-      if (f->second == fate::abandoned) fail("drain: " + to_string(id) + " was stored (its post said so) and counted abandoned");
-    }
+  for (model& m : cands_) m.fates.clear();
+}
+
+// An owner's answer "g STATUS N MSG...": its messages, checked for what
+// must hold whatever the model says.
+std::vector<delivery> run::deliveries(const std::string& line, recv_status& st) {
+  std::istringstream in(line);
+  std::string g, status;
+  std::size_t n = 0;
+  in >> g >> status >> n;
+  const auto s = parse_recv_status(status);
+  if (g != "g" || !s) fail("owner answered: " + line);
+  st = *s;
+  if (st == recv_status::error) fail("receive failed: " + line);
+  std::vector<delivery> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string w;
+    in >> w;
+    if (w.rfind("torn:", 0) == 0) fail("the owner received a torn or unknown message: " + w);
+    delivery d;
+    unsigned flag = 0;
+    if (std::sscanf(w.c_str(), "%u:%u:%u:%u", &d.lane, &d.id.prod, &d.id.seq, &flag) != 4) fail("owner answered: " + line);
+    d.flagged = flag != 0;
+    out.push_back(d);
   }
+  if ((st == recv_status::ok) != !out.empty()) fail("receive said " + status + " with " + std::to_string(out.size()) + " messages");
+  for (const delivery& d : out) check_delivery(d);
+  return out;
+}
 
-  const config cfg_;
-  const run_options opt_;
-  std::mt19937_64 rng_;
-  std::string name_;
-  std::optional<shmbox::Box> box_;
-  int ledger_fd_ = -1;
-  ledger* L_ = nullptr;
-  std::uint64_t step_ = 0;
-  std::uint64_t t0_ = now_ns();
-  std::uint32_t next_prod_ = 0;
-  std::vector<proc> producers_;
-  std::optional<proc> owner_;
-  std::optional<proc> stale_;
-  std::vector<proc> heirs_;
-  std::set<std::uint32_t> dead_entries_;
-  std::vector<model> cands_;
-  observation last_obs_;
-  std::map<msg_id, post_status> status_;
-  std::map<msg_id, std::pair<std::uint32_t, std::uint32_t>> delivered_;  // (unflagged, flagged) deliveries seen
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> last_first_;  // (prod, lane) -> seq + 1
-  std::map<msg_id, fate> fates_;
-  std::set<msg_id> uncertain_;
-  std::uint64_t lazy_windows_ = 0;
-  run_totals totals_;
-};
+void run::check_delivery(const delivery& d) {
+  const std::string who = to_string(d.id) + " (lane " + std::to_string(d.lane) + ")";
+  if (d.id.prod >= next_prod_ || d.id.seq + std::uint64_t{1} > L_->prod[d.id.prod].attempt.load())
+    fail("delivered " + who + ", which nobody posted");
+  if (const auto it = status_.find(d.id); it != status_.end() && !shmbox::is_stored(it->second))
+    fail("delivered " + who + ", whose post returned " + std::string(shmbox::to_string(it->second)));
+  auto& [plain, flagged] = delivered_[d.id];
+  if (!d.flagged && plain + flagged > 0) fail("delivered " + who + " again without the redelivered flag");
+  const bool first = plain + flagged == 0;
+  (d.flagged ? flagged : plain) += 1;
+  ++totals_.delivered;
+  if (d.flagged) ++totals_.redelivered;
+  if (first && !cfg_.priority && cfg_.policy[d.lane] != policy::lifo) {
+    auto& last = last_first_[{d.id.prod, d.lane}];
+    if (last != 0 && d.id.seq + 1 <= last)
+      fail("delivered " + who + " after seq " + std::to_string(last - 1) + " of the same producer: not FIFO");
+    last = d.id.seq + 1;
+  }
+}
 
-}  // namespace
+void run::note(const std::string& s) {
+  if (opt_.verbose) std::printf("    %7.3f %s\n", static_cast<double>(now_ns() - t0_) / 1e9, s.c_str());
+}
+
 
 std::string config::describe() const {
   std::ostringstream o;
