@@ -99,6 +99,7 @@ const char* to_string(kind k) {
     case kind::prod_ghost: return "producer-ghost";
     case kind::prod_evicting: return "producer-evicting";
     case kind::sorting_counted: return "sorting-counted";
+    case kind::sorting_freed: return "sorting-freed";
   }
   return "?";
 }
@@ -267,6 +268,9 @@ bool repair(model& m, std::uint32_t l, std::uint64_t key, bool evict, std::uint3
     case kind::owner_done:
       finish_done(m, l);
       return true;
+    case kind::sorting_counted:  // (known bug priority-sorting-delivered) R3 frees the committed ring slot
+      e.k = kind::sorting_freed;
+      return true;
     case kind::orphaned:
       if (!evict) return false;
       ++L.c.dropped_oldest;
@@ -401,6 +405,22 @@ class post_sim {
   }
 
   void full(model m, std::uint32_t evicted, std::vector<model> stages) {
+    // A priority box's post that waits (block) repairs what it waits on: a
+    // dead owner's committed ring slot (known bug priority-sorting-delivered) is freed (R3).
+    if (m.lanes[c_.lane].pol == policy::block && m.sorting_counted_delivered) {
+      model r = m;
+      bool any = false;
+      for (auto& [key, e] : r.lanes[c_.lane].at)
+        if (e.k == kind::sorting_counted) {
+          e.k = kind::sorting_freed;
+          any = true;
+        }
+      if (any) {
+        auto st2 = stages;
+        st2.push_back(r);
+        refuse(std::move(r), std::move(st2), evicted, &tally::timeouts, post_status::timeout);
+      }
+    }
     switch (m.lanes[c_.lane].pol) {
       case policy::reject: return refuse(std::move(m), std::move(stages), evicted, &tally::rejected, post_status::full);
       case policy::drop_newest:

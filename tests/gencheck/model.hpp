@@ -63,6 +63,7 @@ struct tally {
 enum class kind : std::uint8_t {
   message, hole, held, orphaned, readopted, owner_ghost, owner_done, prod_ghost, prod_evicting,
   sorting_counted,  // known bug priority-sorting-delivered: caught mid-move after T5 (in the depth and in delivered)
+  sorting_freed,    // ... and after T6, before M4: its ring slot freed (in delivered only)
 };
 const char* to_string(kind k);
 bool in_depth(kind k);  // counted in the lane's depth (lane_depth_scan)

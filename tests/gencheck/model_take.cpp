@@ -224,6 +224,7 @@ class take_sim {
         case kind::owner_ghost:
         case kind::owner_done:
         case kind::sorting_counted:  // (priority boxes only)
+        case kind::sorting_freed:
           continue;  // ours already, or someone else's to finish: skipped
         case kind::message:
         case kind::readopted:
@@ -316,9 +317,11 @@ std::vector<model> take_cut(const model& m, const take_call& c) {
         model z = y;
         z.lanes[l].at[key].k = kind::orphaned;
         add_unique(out, z);
-        if (y.sorting_counted_delivered) {  // (the known bug: past T5 of the move)
+        if (y.sorting_counted_delivered) {  // (the known bug: past T5 of the move; past T6 too)
           z.lanes[l].at[key].k = kind::sorting_counted;
           ++z.lanes[l].c.delivered;
+          add_unique(out, z);
+          z.lanes[l].at[key].k = kind::sorting_freed;
           add_unique(out, std::move(z));
         }
       }
@@ -409,7 +412,7 @@ model acquire(const model& m) {
         continue;
       }
       if (it->second.k == kind::orphaned) it->second.k = kind::readopted;
-      if (it->second.k == kind::sorting_counted) {  // kept: QUEUED again, and no longer counted delivered
+      if (it->second.k == kind::sorting_counted || it->second.k == kind::sorting_freed) {  // kept: QUEUED, no longer counted delivered
         it->second.k = kind::message;
         --L.c.delivered;
       }
