@@ -117,11 +117,9 @@ void run::shutdown() {
   for (proc& p : producers_) p.c.reset();
   for (proc& p : heirs_) p.c.reset();
   if (owner_) owner_->c.reset();
-  if (stale_) stale_->c.reset();
   producers_.clear();
   heirs_.clear();
   owner_.reset();
-  stale_.reset();
   box_.reset();
   (void)shmbox::Box::remove(name_);
   if (L_ != nullptr) ::munmap(L_, sizeof(ledger));
@@ -422,7 +420,7 @@ void run::settle(const std::string& what) {
       explained &= static_cast<std::int64_t>(m.lazy(l) - m.overcount(l) - m.lanes[l].phantom) ==
                    static_cast<std::int64_t>(c.posted - right);
     if (explained) {
-      ++lazy_windows_;
+      ++totals_.lazy_identity;
       continue;
     }
     fail(what + ": lane " + std::to_string(l) + " breaks the counting identity: posted " + std::to_string(c.posted) +

@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
     all.abandoned += t.abandoned;
     all.evicted += t.evicted;
     all.max_candidates = std::max(all.max_candidates, t.max_candidates);
+    all.lazy_identity += t.lazy_identity;
     if (!r.ok) {
       ++failures;
       std::printf("FAIL seed 0x%016" PRIx64 " step %" PRIu64 ": %s\n", seed, r.failed_step, r.failure.c_str());
@@ -170,8 +171,9 @@ int main(int argc, char** argv) {
   }
   std::printf("# %" PRIu64 " runs, %" PRIu64 " steps, %" PRIu64 " posts, %" PRIu64 " delivered (%" PRIu64
               " flagged), %" PRIu64 " kills + %" PRIu64 " at crash points, %" PRIu64 " takeovers, up to %" PRIu64
-              " model states at once; %s\n",
+              " model states at once, %" PRIu64 " identity checks explained by a dead process's unfinished count; %s\n",
               runs, all.steps, all.posts, all.delivered, all.redelivered, all.kills, all.fault_kills, all.takeovers,
-              all.max_candidates, failures == 0 ? "every check held" : "FAILED");
+              all.max_candidates, all.lazy_identity,
+              failures == 0 ? "every check held" : (std::to_string(failures) + " run(s) FAILED").c_str());
   return failures == 0 ? 0 : 1;
 }

@@ -236,7 +236,6 @@ class run {
   std::uint32_t next_prod_ = 0;
   std::vector<proc> producers_;
   std::optional<proc> owner_;
-  std::optional<proc> stale_;
   std::vector<proc> heirs_;
   std::set<std::uint32_t> dead_entries_;
   std::vector<model> cands_;
@@ -246,7 +245,6 @@ class run {
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> last_first_;  // (prod, lane) -> seq + 1
   std::map<msg_id, fate> fates_;
   std::set<msg_id> uncertain_;
-  std::uint64_t lazy_windows_ = 0;
   run_totals totals_;
 };
 
