@@ -170,8 +170,10 @@ class take_sim {
       if (any_readopted) return;
       for (auto it = L.at.rbegin(); it != L.at.rend(); ++it)
         if (it->second.k == kind::message) return deliver(m, l, it->first, got, n_lane);
-      // Nothing published: dead writers' slots may be repaired (when nothing was taken yet).
-      if (n_lane == 0 && m.pending.empty()) {
+      // Nothing published: dead writers' slots may be repaired (when nothing
+      // was taken from the lane; a call that waits makes several passes, and
+      // an earlier one may have found nothing held yet).
+      if (n_lane == 0) {
         model r = m;
         bool any = false;
         std::vector<std::uint64_t> keys;

@@ -173,7 +173,9 @@ void run::hang_owner() {
           heir_died = true;
         }
       if (line->find("lease-expired") == std::string::npos && !(heir_died && line->find("owner-died") != std::string::npos))
-        fail(what + ": heir took over for another reason: " + *line);
+        fail(what + ": heir took over for another reason: " + *line + " (the stopped owner's process is " +
+             (shmtest::process_state(owner_->c->pid()) == 'T' ? std::string("stopped, alive)")
+                                                              : "in state '" + std::string(1, shmtest::process_state(owner_->c->pid())) + "')"));
       apply([](const model& m, std::string&) { return std::vector<model>{acquire(owner_gone(m))}; }, what);
       ++totals_.takeovers;
       note("heir took over: " + *line);
