@@ -476,7 +476,14 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   // A snapshot (ls, metrics: every box of the host) waits only briefly: an
   // empty file or a header never made ready, planted by anyone, must not
   // cost each listing a second.
-  const std::uint64_t give_up = mono_ns() + (wait_ns != 0 ? wait_ns : snapshot ? kSnapshotWaitNs : kOpenWaitNs);
+  // A snapshot (ls, metrics) of another user's segment waits for nothing: a
+  // thousand empty or never-ready files planted by a user must not cost
+  // every listing or scrape ten seconds (THE TRUST RULE); its own boxes being
+  // created get kSnapshotWaitNs.
+  const std::uint64_t wait = wait_ns != 0 ? wait_ns
+                             : snapshot   ? (f.st.st_uid == ::geteuid() ? kSnapshotWaitNs : 0)
+                                          : kOpenWaitNs;
+  const std::uint64_t give_up = mono_ns() + wait;
   // Another user's segment is refused before anything waits on it (a file
   // planted at the name costs nothing); checked again below.
   if (!read_only && !any_owner && f.st.st_uid != ::geteuid())

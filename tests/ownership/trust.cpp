@@ -488,3 +488,24 @@ TEST_CASE("F13: a requester that exits removes its own reply box, never a file s
   struct stat st {};
   CHECK(::lstat(path.c_str(), &st) == 0);  // before: unlinked by name
 }
+
+TEST_CASE("F6: 300 empty files another user planted at box names cost ls and metrics no waiting") {
+  const std::string prefix = shmtest::unique_name("planted-empty");
+  struct remove_all {
+    std::string prefix;
+    ~remove_all() {
+      for (int i = 0; i < 300; ++i) ::shm_unlink(("/shmbox." + prefix + "-" + std::to_string(i)).c_str());
+    }
+  } cleanup{prefix};
+  REQUIRE(shmtest::run(as_other({"/bin/sh", "-c", "i=0; while [ $i -lt 300 ]; do : > /dev/shm/shmbox." + prefix +
+                                                       "-$i; i=$((i+1)); done"})).code == 0);
+  for (const char* cmd : {"ls", "metrics"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // (Its 300 warnings would fill a stderr pipe nobody reads until the end.)
+    const auto r = shmtest::run({"/bin/sh", "-c", shmtest::cli_path() + " " + cmd + " >/dev/null 2>&1"}, {}, 30s);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    INFO(std::string(cmd) << " took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    CHECK(r.code >= 0);
+    CHECK(took < 1500ms);  // before: 10 ms of waiting for each of them (3 s)
+  }
+}
