@@ -480,6 +480,10 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
     return hr.error();
   }
   auto h = std::move(*hr);
+  // A removal starts nothing (pool_supervisor.cpp RM2): it needs no command,
+  // and keeps none that it read from the segment.
+  h->command.clear();
+  h->init_command.clear();
   // A configuration others could have written is not acted on (Pool::supervise):
   // messages of the members stopped here are counted lost, not posted to a box it names.
   if (writable_by_others(*h)) h->dead_letters.clear();
@@ -504,8 +508,9 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
     t.wake_supervisor();
     t.commit("remove");
   }
-  // The running supervisor stops the members and removes the segment; with none, this call does it.
-  return run_supervisor(*h, {}, deadline);
+  // The running supervisor stops the members and removes the segment; with
+  // none, this call does it, as a remover that starts nothing (RM2).
+  return run_supervisor(*h, {}, deadline, how == removal::immediate ? 2 : 1);
 }
 
 namespace detail {

@@ -222,7 +222,7 @@ void supervisor::handle_stopping(std::uint32_t m, std::uint64_t word, std::uint6
   if (!drain(m, gen, why)) return;  // P3, P4
   // A worker that died soon after its start, seen first by a take or give back (pool_table.hpp LV): backs off as tick() does.
   if (why == member_stop::crashed && now - e->started_ns.load(std::memory_order_relaxed) < kQuickDeathNs) start_failed(now);
-  const bool replace = replaces(why) && h_.state()->removing.load(std::memory_order_relaxed) == 0;
+  const bool replace = replaces(why) && removal_ == 0 && h_.state()->removing.load(std::memory_order_relaxed) == 0;  // RM1, RM2
   with_member(m, word, gen, "stopped", [&](table_txn& t, pool_member* me) {  // P5
     t.write(me->worker_pid, 0);
     t.write(me->worker_ns, 0);

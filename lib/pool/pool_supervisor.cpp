@@ -72,6 +72,25 @@
 // only after we took its ownership (P3), the pool segment only when it is
 // still the file we opened (finish_removal).
 //
+// REMOVAL (RM). The word pool_state::removing (1 graceful, 2 immediate)
+// asks whoever supervises to remove the pool.
+//  RM1 Pool::remove sets it under the table lock (never lowering it) and
+//      wakes the supervisor, which from then on starts nothing (no replenish,
+//      P5 replaces nothing, an entry `starting` is stopped as removed) and
+//      stops free and checking members at once, members in use when given
+//      back (graceful) or at once (immediate). The last member gone, it
+//      removes the segment (finish_removal).
+//  RM2 With no supervisor alive, the remover stands by and becomes one
+//      (SR1), as a REMOVER: `how` is its own (supervisor::removal_), never
+//      read back from the word, which any writer of the pool can reset; it
+//      writes the word again at every tick, and whatever the table says it
+//      never starts a process: no S1-S6, no init command (S6a), no
+//      replenish, no replacement at P5, and spawn() refuses. It has no
+//      command to run anyway: Pool::remove clears the ones it read from the
+//      segment. So a writer that resets `removing` and asks for starts
+//      (entries set `starting`) while the owner's `pool rm --timeout` runs
+//      gets its entries stopped, never a process run as the pool's owner.
+//
 // THE END (E). A supervisor that ends because its pool is gone (unlinked
 // from outside, or removed: finish_removal) stops every worker it can prove
 // is this pool's, whatever the table says by then (it may be garbage):
@@ -178,6 +197,10 @@ std::optional<owner_view> supervisor::box_owner(std::uint32_t m, std::uint64_t g
 }
 
 pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& what, bool init, std::string& error) {
+  if (removal_ != 0 || what.empty()) {  // RM2: a remover runs nothing (and nothing is not a command)
+    error = removal_ != 0 ? "a removal starts nothing" : "no command";
+    return -1;
+  }
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view v = *e;
@@ -398,6 +421,11 @@ std::uint64_t supervisor::tick() {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {
       sweep_dead_clients(h_, t);
+      // RM2: a remover says again how it removes (a writer may have reset the word).
+      if (removal_ != 0 && t.read(st->removing) < removal_) {
+        if (t.room() < 1) t.commit("sweep");
+        t.write(st->removing, removal_);
+      }
       asked = t.read(st->cull_asked);
       cull_done = t.read(st->cull_done);
       reconf = t.read(st->reconf_asked);
@@ -411,7 +439,8 @@ std::uint64_t supervisor::tick() {
     lim = live_limits(h_);
   }
   const std::uint64_t now = mono_ns();
-  const std::uint64_t removing_v = st->removing.load(std::memory_order_relaxed);
+  // RM2: a remover goes by its own `how`, whatever the word says now.
+  const std::uint64_t removing_v = std::max(st->removing.load(std::memory_order_relaxed), removal_);
   const bool explicit_cull = (asked >> 32) != (cull_done >> 32);
   // One probe per started member every kWorkerCheckNs, not every tick (a tick
   // is 2-5 ms while anything is in use, for the holders' deaths).
@@ -430,6 +459,7 @@ std::uint64_t supervisor::tick() {
       case member_state::starting:
         busy = true;
         ++live;
+        // RM1, RM2 (a remover's removing_v is never 0): stopped, never started.
         if (removing_v != 0) with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::removed); });
         else handle_starting(m, word, gen, now);
         continue;
@@ -547,7 +577,7 @@ std::uint64_t supervisor::tick() {
   {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {
-      if (t.read(h_.state()->removing) == 0) {
+      if (removal_ == 0 && t.read(h_.state()->removing) == 0) {  // RM2: a remover never replenishes
         table_counts n = count_table(h_, t);
         auto& starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
         // (request_start writes 10 words: a section commits before its journal would overflow)
@@ -656,8 +686,8 @@ result<void> supervisor::run(std::uint64_t deadline) {
   return {};
 }
 
-result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns) {
-  supervisor s(h, opts);
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns, std::uint64_t removal) {
+  supervisor s(h, opts, removal);
   return s.run(deadline_ns);
 }
 

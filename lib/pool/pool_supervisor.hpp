@@ -40,7 +40,9 @@ constexpr std::uint64_t kQuickDeathNs = 2000 * kMs;
 
 class supervisor {
  public:
-  supervisor(pool_handle& h, const supervise_options& o) : h_(h), o_(o) {}
+  // `removal`: 0 for a supervisor (Pool::supervise); 1 (graceful) or 2
+  // (immediate) for a remover that supervises only to stop (RM2).
+  supervisor(pool_handle& h, const supervise_options& o, std::uint64_t removal = 0) : h_(h), o_(o), removal_(removal) {}
   result<void> run(std::uint64_t deadline);
 
  private:
@@ -92,6 +94,7 @@ class supervisor {
 
   pool_handle& h_;
   const supervise_options& o_;
+  const std::uint64_t removal_;  // RM2: how this process was asked to remove the pool (0: it supervises)
   const std::string pool_id_ = "SHMBOX_POOL_ID=" + pool_incarnation(h_.hdr);  // SP2
   std::map<std::uint32_t, member_rt> rt_;
   std::set<std::tuple<std::uint32_t, std::uint64_t, pid_t>> refused_;  // (member, generation, pid) reported unproven (SP)

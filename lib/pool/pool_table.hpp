@@ -355,7 +355,8 @@ return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
 // the take then reports that error as before (make_lease).
 bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen);
 
-// The supervisor's loop (pool_supervisor.cpp).
-result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns);
+// The supervisor's loop (pool_supervisor.cpp). `removal` != 0: a remover's
+// (1 graceful, 2 immediate), which only stops members and starts nothing (RM2).
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns, std::uint64_t removal = 0);
 
 }  // namespace shmbox::detail

@@ -10,12 +10,16 @@
 // hostile writer would (as uid 65534 when they run as root).
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <vector>
 #include <random>
 #include <string>
 
@@ -81,6 +85,89 @@ bool rewrite_as_other_user(const std::string& pool, char (detail::pool_config::*
     std::memcpy(cfg->*field, text.data(), text.size());
     return true;
   });
+}
+
+// Removes files when it goes out of scope.
+struct unlink_guard {
+  std::vector<std::string> paths;
+  ~unlink_guard() {
+    for (const auto& p : paths) ::unlink(p.c_str());
+  }
+};
+
+// A process of another user (uid/gid 65534 when we are root, else of our
+// own uid) that runs `setup` once, says so, then `step` about every
+// millisecond until told to stop (stop(), or the destructor). It exits 2
+// when `setup` fails. What `setup` makes (a descriptor, a mapping, an
+// Owner) lives in the child's copy of the variables the lambdas capture.
+class other_user_process {
+ public:
+  template <class Setup, class Step>
+  other_user_process(Setup setup, Step step) {
+    int ready[2], stop[2];
+    REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(stop, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ::close(stop[1]);
+      if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+      if (!setup()) ::_exit(2);
+      const char one = 1;
+      if (::write(ready[1], &one, 1) != 1) ::_exit(4);
+      for (;;) {
+        pollfd p{stop[0], POLLIN, 0};
+        if (::poll(&p, 1, 1) > 0) ::_exit(0);  // closed: stop
+        step();
+      }
+    }
+    ::close(ready[1]);
+    ::close(stop[0]);
+    ready_ = ready[0];
+    stop_ = stop[1];
+  }
+  other_user_process(const other_user_process&) = delete;
+  other_user_process& operator=(const other_user_process&) = delete;
+  ~other_user_process() { stop(); }
+
+  // Waits until its setup is done; false when it failed (or took too long).
+  bool ready(std::chrono::milliseconds limit = 10s) {
+    pollfd p{ready_, POLLIN, 0};
+    char c = 0;
+    return ::poll(&p, 1, static_cast<int>(limit.count())) > 0 && ::read(ready_, &c, 1) == 1;
+  }
+  // Stops it; its exit status.
+  int stop() {
+    if (pid_ <= 0) return status_;
+    ::close(stop_);
+    ::close(ready_);
+    ::waitpid(pid_, &status_, 0);
+    pid_ = -1;
+    return status_;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int ready_ = -1, stop_ = -1;
+  int status_ = -1;
+};
+
+// A whole pool segment mapped read-write by whoever calls it (a child of
+// other_user_process): base, or nullptr.
+unsigned char* map_pool(const std::string& pool) {
+  const int fd = ::shm_open(("/shmbox-pool." + pool).c_str(), O_RDWR, 0);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* p = ::fstat(fd, &st) == 0 ? ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                  : MAP_FAILED;
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
+}
+detail::pool_state* state_of(unsigned char* base) { return reinterpret_cast<detail::pool_state*>(base + detail::kPoolStateOffset); }
+detail::pool_member* member_of(unsigned char* base, std::uint32_t m) {
+  return reinterpret_cast<detail::pool_member*>(base + reinterpret_cast<detail::pool_header*>(base)->members_offset) + m;
 }
 
 }  // namespace
@@ -433,4 +520,67 @@ TEST_CASE("pool security: pool rm --now does not remove a FIFO planted at a pool
   CHECK(r.code != 0);
   CHECK(r.err.find("is a FIFO") != std::string::npos);
   CHECK(exists(path));
+}
+
+// --- Issue 53 (trust review): F1, F3, F4, F8, F9, F10, F12 ------------------
+
+TEST_CASE("pool security: pool rm --timeout of a pool others can write starts nothing, whatever they write while it runs") {
+  pool_guard g(shmtest::unique_name("prmstart"));
+  const std::string mark = file_in_tmp("rm-cmd"), mark_init = file_in_tmp("rm-init");
+  unlink_guard files{{mark, mark_init}};
+  auto opts = small_pool(g.name, 1, 2);
+  const std::string good = opts.command;
+  opts.mode = 0666;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  // Member 0 in use (so that the graceful removal below waits, as the pool's
+  // supervisor), and no supervisor running: the remover becomes it.
+  auto pool = shmbox::Pool::open(g.name);
+  REQUIRE(pool);
+  std::optional<shmbox::Lease> lease;
+  {
+    child run({shmtest::cli_path(), "pool", "run", g.name, "--command", good});
+    check_settled(g.name, 1);
+    auto l = pool->take(10s);
+    REQUIRE(l);
+    lease.emplace(std::move(*l));
+    run.kill(SIGTERM);
+    REQUIRE(shmtest::exited_with(run.wait(10s), 0));
+  }
+  // Another user rewrites the stored commands, then, while the owner's
+  // `pool rm --timeout` runs, keeps resetting `removing` and asking for a
+  // start of member 1 (plain writes, as any writer of a 0666 pool can).
+  const std::string evil = "touch " + sh_quote(mark) + "; " + good;
+  REQUIRE(evil.size() < shmbox::kMaxPoolCommand);
+  CHECK(rewrite_as_other_user(g.name, &detail::pool_config::command, evil));
+  CHECK(rewrite_as_other_user(g.name, &detail::pool_config::init_command, "touch " + sh_quote(mark_init)));
+  unsigned char* base = nullptr;
+  other_user_process writer([&] { return (base = map_pool(g.name)) != nullptr; },
+                            [&] {
+                              state_of(base)->removing.store(0);
+                              detail::pool_member* e = member_of(base, 1);
+                              if (detail::member_state_of(e->state.load()) != static_cast<std::uint32_t>(member_state::empty)) return;
+                              e->generation.store(e->generation.load() + 1);
+                              e->worker_start.store(0);
+                              e->worker_pid.store(0);
+                              e->started_ns.store(0);
+                              e->stop_signal_ns.store(0);
+                              e->state.store(detail::make_member_state(member_state::starting));
+                            });
+  REQUIRE(writer.ready());
+  {
+    // (Not shmtest::run: a process it started would keep its stdout and
+    // stderr open, and a read of them to the end would never end.)
+    child rm({shmtest::cli_path(), "pool", "rm", g.name, "--timeout", "3s"});
+    const int st = rm.wait(30s);
+    CHECK(!rm.timed_out());
+    CHECK(!shmtest::exited_with(st, 0));  // member 0 is still in use: the graceful removal times out
+  }
+  writer.stop();
+  // Member 1 was asked for again and again (each forged start takes the
+  // next generation): the remover stopped it each time, never started it.
+  INFO(describe(snapshot(g.name)));
+  CHECK(raw_pool(g.name).member(1)->generation.load() > 2);
+  CHECK(!shmtest::eventually([&] { return exists(mark) || exists(mark_init); }, 1s));
+  for (const auto& w : live_workers(g.name)) CHECK(w.index == 0);  // no worker for member 1
+  (void)lease->give_back(shmbox::outcome::ok);
 }
