@@ -63,10 +63,8 @@ bool supervisor::signal_worker(std::uint32_t m, std::uint64_t gen, int sig) {
 bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by) {
   const std::string box = member_name(m, gen);
   if (pid <= 1 || pid == ::getpid()) return false;
-  if (const auto child = children_.find(pid); child != children_.end() && child->second == box) {  // SP1
-    const bool group = ::kill(-pid, sig) == 0;
-    return ::kill(pid, sig) == 0 || group;
-  }
+  if (const auto child = children_.find(pid); child != children_.end() && child->second.box == box)  // SP1
+    return signal_child(pid, child->second, sig);
   const std::string box_entry = "SHMBOX_BOX=" + box;
   if (const int pidfd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {pool_id_, box_entry}); pidfd >= 0) {  // SP2
     // Its group too when it leads one (a group's id is not reused while its leader lives: the pidfd says it does).
@@ -84,12 +82,21 @@ bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, in
   return false;
 }
 
+bool supervisor::signal_child(pid_t pid, const child_rt& c, int sig) noexcept {
+  // Its group while the child is not reaped (zombie or alive: its pid, which
+  // is the group's id, is not reused); then the child, through its pidfd.
+  const bool unreaped = c.pidfd < 0 || pidfd_signal(c.pidfd, 0);
+  const bool group = unreaped && ::kill(-pid, sig) == 0;
+  const bool sent = c.pidfd >= 0 ? pidfd_signal(c.pidfd, sig) : ::kill(pid, sig) == 0;
+  return sent || group;
+}
+
 void supervisor::stop_own_workers() {
   kill_hooks();
   reap();
   // SP1 and SP2, whatever the table says now.
   std::vector<std::pair<pid_t, int>> targets;  // (pid, pidfd or -1 for our children)
-  for (const auto& [pid, box] : children_) targets.emplace_back(pid, -1);
+  for (const auto& [pid, c] : children_) targets.emplace_back(pid, -1);
   for (const auto& [pid, fd] : processes_with_environ(pool_id_)) {
     if (children_.count(static_cast<pid_t>(pid)) != 0) {
       ::close(fd);
@@ -101,8 +108,10 @@ void supervisor::stop_own_workers() {
   auto signal_all = [&](int sig) {
     for (const auto& [pid, fd] : targets) {
       if (fd < 0) {
-        ::kill(-pid, sig);
-        ::kill(pid, sig);
+        // SP1: only while it is still our unreaped child. all_gone() reaps
+        // during the grace: a child reaped then is no longer in children_,
+        // and its pid (and group id) may be another process's by now.
+        if (const auto c = children_.find(pid); c != children_.end()) signal_child(pid, c->second, sig);
       } else {
         if (::getpgid(pid) == pid && pidfd_signal(fd, 0)) ::kill(-pid, sig);
         pidfd_signal(fd, sig);

@@ -59,7 +59,13 @@
 // start time. So a pid read there is only a candidate; the supervisor
 // signals it only on evidence such a writer cannot forge (process.hpp):
 //  SP1 it is this process's own unreaped child, spawned for that very member
-//      box (children_): a zombie's pid is not reused, and we set its group;
+//      box (children_): a zombie's pid is not reused, and we set its group.
+//      children_ is looked at when the signal is sent, never a list made
+//      before (reap() may have reaped the child since, and its pid and group
+//      id may name another process now); the child itself is signalled
+//      through the pidfd opened right after its spawn (never a reused pid,
+//      even for a child reaped behind our back: SIGCHLD ignored), its group
+//      only while that pidfd says the child is not reaped;
 //  SP2 or its environment, which only its own user (and root) can read and
 //      nobody else can change, carries SHMBOX_POOL_ID=<this pool's
 //      incarnation> and SHMBOX_BOX=<that member's box>, which S4 gives every
@@ -104,6 +110,7 @@
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +143,11 @@
 extern char** environ;
 
 namespace shmbox::detail {
+
+supervisor::~supervisor() {
+  for (const auto& [pid, c] : children_)
+    if (c.pidfd >= 0) ::close(c.pidfd);
+}
 
 bool supervisor::am_supervisor() const noexcept {
   const pool_state* st = h_.state();
@@ -242,8 +254,13 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& w
     error = std::strerror(rc);
     return -1;
   }
-  if (init) hooks_.emplace(pid, std::make_pair(m, gen));
-  else children_.emplace(pid, member_name(m, gen));
+  if (init) {
+    hooks_.emplace(pid, std::make_pair(m, gen));
+  } else {
+    // SP1: our unreaped child, so the pidfd is for it (pidfds are close-on-exec).
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    children_.emplace(pid, child_rt{member_name(m, gen), pidfd});
+  }
   return pid;
 }
 
@@ -301,7 +318,12 @@ void supervisor::reap() noexcept {
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
     const pid_t r = ::waitpid(it->first, &status, WNOHANG);
-    it = r == it->first || (r < 0 && errno == ECHILD) ? children_.erase(it) : std::next(it);
+    if (r != it->first && !(r < 0 && errno == ECHILD)) {
+      ++it;
+      continue;
+    }
+    if (it->second.pidfd >= 0) ::close(it->second.pidfd);
+    it = children_.erase(it);  // SP1: from here on its pid is not ours to signal
   }
   // Init commands no member waits for any more (timed out, or their member
   // stopped or replaced meanwhile): killed, then reaped.

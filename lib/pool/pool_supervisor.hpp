@@ -43,6 +43,9 @@ class supervisor {
   // `removal`: 0 for a supervisor (Pool::supervise); 1 (graceful) or 2
   // (immediate) for a remover that supervises only to stop (RM2).
   supervisor(pool_handle& h, const supervise_options& o, std::uint64_t removal = 0) : h_(h), o_(o), removal_(removal) {}
+  supervisor(const supervisor&) = delete;
+  supervisor& operator=(const supervisor&) = delete;
+  ~supervisor();  // closes the pidfds of the children still running (they keep running)
   result<void> run(std::uint64_t deadline);
 
  private:
@@ -55,6 +58,10 @@ class supervisor {
     bool init_done = false;  // S6a: it exited 0
   };
   enum class init_step { done, running, failed };
+  struct child_rt {  // SP1: a worker this process spawned and has not reaped
+    std::string box;  // the member box it was spawned for
+    int pidfd = -1;   // a pidfd for it (pidfd_open right after the spawn), or -1 (no pidfds here)
+  };
 
   void log(const std::string& line) const {
     if (o_.log) o_.log(line);
@@ -81,6 +88,7 @@ class supervisor {
   bool handle_checking(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);  // true: stopped it (unhealthy)
   bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
   bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
+  bool signal_child(pid_t pid, const child_rt& c, int sig) noexcept;  // SP1, for a child found in children_ just now
   void stop_own_workers();  // E
   bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
   // /bin/sh -c `command` in its own process group with member m's
@@ -98,7 +106,7 @@ class supervisor {
   const std::string pool_id_ = "SHMBOX_POOL_ID=" + pool_incarnation(h_.hdr);  // SP2
   std::map<std::uint32_t, member_rt> rt_;
   std::set<std::tuple<std::uint32_t, std::uint64_t, pid_t>> refused_;  // (member, generation, pid) reported unproven (SP)
-  std::map<pid_t, std::string> children_;  // SP1: our unreaped children, by the member box each was spawned for
+  std::map<pid_t, child_rt> children_;  // SP1: our unreaped children (reap() erases them, and nothing else)
   std::map<pid_t, std::pair<std::uint32_t, std::uint64_t>> hooks_;  // S6a: init commands running, by (member, generation)
   std::optional<Producer> dead_letters_;
   bool standby_logged_ = false;

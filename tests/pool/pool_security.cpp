@@ -584,3 +584,55 @@ TEST_CASE("pool security: pool rm --timeout of a pool others can write starts no
   for (const auto& w : live_workers(g.name)) CHECK(w.index == 0);  // no worker for member 1
   (void)lease->give_back(shmbox::outcome::ok);
 }
+
+TEST_CASE("pool security: after the grace, a supervisor's SIGKILL goes only to its workers not reaped yet") {
+  if (::access("/usr/bin/strace", X_OK) != 0) {
+    MESSAGE("skipped: needs /usr/bin/strace");
+    return;
+  }
+  pool_guard g(shmtest::unique_name("preap"));
+  auto opts = small_pool(g.name, 2, 2);
+  // Member 1 ignores SIGTERM (SIG_IGN survives the exec): the SIGKILL round
+  // after the grace happens, while member 0 dies at SIGTERM and is reaped.
+  opts.command = "if [ \"$SHMBOX_MEMBER\" = 1 ]; then trap '' TERM; fi; " + opts.command;
+  opts.stop_grace = 1500ms;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  const std::string trace = file_in_tmp("sup-strace");
+  unlink_guard files{{trace}};
+  // The supervisor under strace: its kill(2), pidfd_send_signal(2) and wait4(2) calls, in order.
+  child sup({"/usr/bin/strace", "-qq", "-o", trace, "-e", "trace=kill,pidfd_send_signal,wait4", shmtest::helper_path(),
+             "pool-supervise", g.name},
+            {}, true);
+  REQUIRE(line_starting(sup, "supervising ").rfind("supervising ", 0) == 0);
+  check_settled(g.name, 2);
+  {  // both hang: neither sees its pool gone by itself
+    auto p = shmbox::Pool::open(g.name);
+    REQUIRE(p);
+    auto held = take_leases(*p, 2);
+    for (auto& l : held) REQUIRE(l.producer().post("hang") == shmbox::post_status::stored);
+    REQUIRE(worker_said(g.name, "hanging 0"));
+    REQUIRE(worker_said(g.name, "hanging 1"));
+    for (auto& l : held) REQUIRE(l.give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+  }
+  pid_t first = 0;
+  for (const auto& w : live_workers(g.name))
+    if (w.index == 0) first = w.pid;
+  REQUIRE(first > 0);
+  REQUIRE(::shm_unlink(("/shmbox-pool." + g.name).c_str()) == 0);  // E: the supervisor stops its workers
+  CHECK(shmtest::eventually([&] { return live_workers(g.name).empty(); }, 15s));
+  CHECK(shmtest::exited_with(sup.wait(15s), 0));
+  // After the wait4 that reaped member 0's worker, nothing was sent to its pid or group.
+  std::istringstream in(shmtest::read_text(trace));
+  const std::string reaped = "wait4(" + std::to_string(first) + ",";
+  const std::string pid_arg = "(" + std::to_string(first) + ",", group_arg = "(-" + std::to_string(first) + ",";
+  bool seen_reap = false, sigterm_sent = false;
+  std::string line, late;
+  while (std::getline(in, line)) {
+    if (line.rfind("kill" + group_arg, 0) == 0 && line.find("SIGTERM") != std::string::npos) sigterm_sent = true;
+    if (line.rfind(reaped, 0) == 0 && line.find(" = " + std::to_string(first)) != std::string::npos) seen_reap = true;
+    else if (seen_reap && (line.rfind("kill" + pid_arg, 0) == 0 || line.rfind("kill" + group_arg, 0) == 0)) late += line + "\n";
+  }
+  CHECK(sigterm_sent);  // the grace began with SIGTERM to its group
+  CHECK(seen_reap);     // and it was reaped during the grace
+  CHECK_MESSAGE(late.empty(), "sent after pid " << first << " was reaped:\n" << late);
+}
