@@ -139,11 +139,25 @@ void supervisor::stop_own_workers() {
 bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   const std::string name = member_name(m, gen);
   auto b = Box::open(name, {.any_owner = true});
-  if (!b) return b.error() == errc::not_found;  // nothing left to drain
+  if (!b) {
+    const std::error_code ec = b.error();
+    if (ec == errc::not_found) return true;  // nothing left to drain
+    // S2a: no box of ours either: a file planted at the name (a FIFO, an
+    // empty, foreign or damaged file, one we may not open) or a box left
+    // half made. Nothing of ours to drain: left alone, as a third user's box
+    // below (before, such a file kept the entry `stopping` for ever).
+    if (ec == errc::not_a_box || ec == errc::permission_denied || ec == errc::incomplete || ec == errc::truncated ||
+        ec == errc::corrupt || ec == errc::version_mismatch) {
+      if (refused_.size() < 4096 && refused_.emplace(m, gen, -1).second)
+        log("member " + std::to_string(m) + ": '" + name + "' is not a box of this pool (" + explain(ec) + "): left alone");
+      return true;
+    }
+    return false;  // another error (no memory, a signal): tried again at the next tick
+  }
   // SP for files: a member box is made by a supervisor of this pool, as this
   // user or the pool's owner. A box of a third user at a member's name (a
   // forged generation can name one) is not ours to drain or remove.
-  if (const std::uint32_t uid = access::box(*b)->uid; uid != ::geteuid() && uid != h_.uid) {
+  if (const std::uint32_t uid = access::box(*b)->uid; !ours(uid)) {
     if (refused_.size() < 4096 && refused_.emplace(m, gen, -1).second)
       log("member " + std::to_string(m) + ": box '" + name + "' belongs to uid " + std::to_string(uid) +
           ", not to this pool's users: left alone");

@@ -15,7 +15,17 @@
 //   START (entry `starting`):
 //     S1 started_ns = now (the start has begun)
 //     S2 the member box <pool>.m<i>.<gen> is created (an existing one is a
-//        predecessor's S2: used as it is)                   [supervisor.after_box]
+//        predecessor's S2: used as it is, when it is a regular file of this
+//        user or of the pool's owner)                        [supervisor.after_box]
+//     S2a anything else at that name (a FIFO, link or directory, another
+//        user's file or box: names are predictable, and any local user may
+//        plant one) was planted: it is not opened, adopted or removed (not
+//        ours: in a sticky /dev/shm only its owner or root may remove it, and
+//        it could be planted again); the entry moves on to the next
+//        generation whose name is free (at most kPlantedSkip names a tick:
+//        no worker can exist yet, worker_start being 0), S1's time is
+//        renewed, and the next tick makes that box. A planted file costs
+//        the pool a look, never an entry.
 //     S3 worker_start = 1: a worker may exist from now on (counted in `starts`)
 //     S4 posix_spawn of /bin/sh -c COMMAND in a new process group  [supervisor.after_spawn]
 //     S5 worker_pid, worker_ns, worker_start = its start time
@@ -196,9 +206,33 @@ supervisor::member_rt& supervisor::rt(std::uint32_t m, std::uint64_t gen) {
     r.generation = gen;
   }
   if (!r.box) {
-    if (auto b = Box::inspect(member_name(m, gen))) r.box.emplace(std::move(*b));
+    if (auto b = Box::inspect(member_name(m, gen))) {
+      // S2a: only a box of this user or the pool's owner says who the
+      // member's worker is. A third user's box at the name (a forged
+      // generation can name one) is as no box: its live owner is not ours.
+      if (const std::uint32_t uid = access::box(*b)->uid; ours(uid)) {
+        r.box.emplace(std::move(*b));
+      } else if (!r.foreign_logged) {
+        r.foreign_logged = true;
+        log("member " + std::to_string(m) + ": box '" + member_name(m, gen) + "' belongs to uid " + std::to_string(uid) +
+            ", not to this pool's users: not taken as its worker's");
+      }
+    }
   }
   return r;
+}
+
+bool supervisor::planted(const std::string& name, std::string& what) const {
+  const std::string path = std::string(kShmDir) + shm_path(name);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;  // gone meanwhile: the next tick makes it
+    what = "cannot be looked at: " + std::string(std::strerror(errno));
+    return true;
+  }
+  if (S_ISREG(st.st_mode) && ours(st.st_uid)) return false;
+  what = std::string(file_kind(st.st_mode)) + " of uid " + std::to_string(st.st_uid);
+  return true;
 }
 
 // The owner of member m's box; nullopt when the box does not exist (or cannot be opened).
@@ -353,6 +387,20 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
   const std::uint64_t worker_start = e->worker_start.load(std::memory_order_relaxed);
   if (worker_start == 0) {
     auto b = Box::create(name, member_box_options(h_));
+    if (std::string what; !b && b.error() == errc::exists && planted(name, what)) {  // S2a
+      std::uint64_t next = gen + 1;
+      for (std::uint32_t k = 1; k < kPlantedSkip; ++k, ++next) {
+        struct stat st {};
+        if (::lstat((std::string(kShmDir) + shm_path(member_name(m, next))).c_str(), &st) != 0 && errno == ENOENT) break;
+      }
+      if (with_member(m, word, gen, "skip", [&](table_txn& t, pool_member* me) {
+            t.write(me->generation, next);
+            t.write(me->started_ns, now);
+          }))
+        log("member " + std::to_string(m) + ": /dev/shm" + shm_path(name) + " is " + what +
+            ", not a box of this pool: left alone; the member moves on to generation " + std::to_string(next));
+      return;
+    }
     if (!b && b.error() != errc::exists) {  // S2 (an existing box is a predecessor's S2)
       log("member " + std::to_string(m) + ": cannot create its box: " + explain(b.error()));
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });

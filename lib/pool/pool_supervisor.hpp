@@ -37,6 +37,7 @@ constexpr std::uint64_t kWorkerCheckNs = 20 * kMs;  // how often workers of star
 // this long: a command that cannot run is retried once a second, not in a loop.
 constexpr std::uint64_t kStartBackoffNs = 1000 * kMs;
 constexpr std::uint64_t kQuickDeathNs = 2000 * kMs;
+constexpr std::uint32_t kPlantedSkip = 64;  // S2a: member box names looked at per tick past planted files
 
 class supervisor {
  public:
@@ -56,6 +57,7 @@ class supervisor {
     bool unsignalable_logged = false;
     pid_t init_pid = 0;      // S6a: its init command, running (our child, in its own group)
     bool init_done = false;  // S6a: it exited 0
+    bool foreign_logged = false;  // S2a: a third user's box at its name was reported
   };
   enum class init_step { done, running, failed };
   struct child_rt {  // SP1: a worker this process spawned and has not reaped
@@ -82,6 +84,11 @@ class supervisor {
   template <class F>
   bool with_member(std::uint32_t m, std::uint64_t word, std::uint64_t gen, const char* op, F f);
   member_rt& rt(std::uint32_t m, std::uint64_t gen);
+  // S2a: what sits at member box `name` was planted: it is not a regular file
+  // of this user or the pool's owner. `what` says what it is. false: nothing
+  // there, or a predecessor's box (S2).
+  bool planted(const std::string& name, std::string& what) const;
+  bool ours(std::uint32_t uid) const noexcept { return uid == ::geteuid() || uid == h_.uid; }  // a member box's owner (S2a)
   std::optional<owner_view> box_owner(std::uint32_t m, std::uint64_t gen);
   void handle_starting(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);
   void handle_stopping(std::uint32_t m, std::uint64_t word, std::uint64_t gen, std::uint64_t now);

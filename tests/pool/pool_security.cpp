@@ -636,3 +636,113 @@ TEST_CASE("pool security: after the grace, a supervisor's SIGKILL goes only to i
   CHECK(seen_reap);     // and it was reaped during the grace
   CHECK_MESSAGE(late.empty(), "sent after pid " << first << " was reaped:\n" << late);
 }
+
+namespace {
+
+// What another user plants at member box names (they are predictable:
+// <pool>.m<index>.<generation>): a FIFO, an empty file, a 0600 file of
+// bytes, a box of its own whose owner lives (`owner`: kept by the child).
+bool plant(const std::string& box, int kind, std::optional<shmbox::Owner>& owner) {
+  const std::string path = "/dev/shm/shmbox." + box;
+  switch (kind) {
+    case 0: return ::mkfifo(path.c_str(), 0600) == 0;
+    case 1: {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      return fd >= 0 && ::close(fd) == 0;
+    }
+    case 2: {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      const std::string bytes(8192, '\x5a');
+      return fd >= 0 && ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()) && ::close(fd) == 0;
+    }
+    default: {
+      if (!shmbox::Box::create(box, {.capacity = 4, .slot_size = 64})) return false;
+      auto o = shmbox::Owner::acquire(box);
+      if (!o) return false;
+      owner.emplace(std::move(*o));
+      return true;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pool security: files another user plants at a pool's next member names are skipped, never adopted; nothing wedges") {
+  pool_guard g(shmtest::unique_name("pplant"));
+  auto opts = small_pool(g.name, 1, 2);
+  opts.start_timeout = 1000ms;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  auto sup = supervisor(g.name);
+  const shmbox::pool_info settled = check_settled(g.name, 1);
+  REQUIRE(settled.members.size() == 1);
+  const std::uint32_t m0 = settled.members[0].index, m1 = 1 - m0;
+  const std::uint64_t g0 = settled.members[0].generation;
+  // The next four names of both entries: one of each kind (a live stranger's box first for the entry never started).
+  std::optional<shmbox::Owner> owner_a, owner_b;
+  std::vector<std::string> planted;
+  other_user_process stranger(
+      [&] {
+        for (int k = 0; k < 4; ++k) {
+          if (!plant(detail::member_box_name(g.name, m0, g0 + 1 + k), k, owner_a)) return false;
+          if (!plant(detail::member_box_name(g.name, m1, 1 + k), 3 - k, owner_b)) return false;
+        }
+        return true;
+      },
+      [] {});
+  REQUIRE(stranger.ready());
+  for (int k = 0; k < 4; ++k) {
+    planted.push_back(detail::member_box_name(g.name, m0, g0 + 1 + k));
+    planted.push_back(detail::member_box_name(g.name, m1, 1 + k));
+  }
+  auto p = shmbox::Pool::open(g.name);
+  REQUIRE(p);
+  {  // member 0 fails: replaced, under its next name (planted)
+    auto l = p->take(10s);
+    REQUIRE(l);
+    CHECK(l->give_back(shmbox::outcome::fail) == shmbox::return_status::ok);
+  }
+  {  // two at once: member 1 starts too (its first name is a stranger's live box)
+    auto held = take_leases(*p, 2);
+    for (auto& l : held) {
+      CHECK(l.producer().post("x") == shmbox::post_status::stored);
+      CHECK(l.give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+    }
+  }
+  CHECK(settles(g.name, [](const shmbox::pool_info& i) { return i.members.size() == 2 && i.free == 2 && i.stopping == 0; }, 15s));
+  const shmbox::pool_info now = snapshot(g.name);
+  INFO(describe(now));
+  for (const auto& m : now.members) {
+    CHECK(m.worker_alive);
+    CHECK(m.generation > (m.index == m0 ? g0 + 4 : 4));  // every planted name skipped
+  }
+  check_take_works(g.name);
+  // What was planted is the stranger's: left where it is, its box's owner untouched.
+  for (const auto& b : planted) CHECK(exists("/dev/shm/shmbox." + b));
+  CHECK(alive(stranger.pid()));
+}
+
+TEST_CASE("pool security: a member entry forged to name what a stranger planted is not taken for its worker, nor kept stopping") {
+  pool_guard g(shmtest::unique_name("pforgebox"));
+  REQUIRE(shmbox::Pool::create(g.name, small_pool(g.name, 1, 1)));
+  auto sup = supervisor(g.name);
+  const shmbox::pool_info settled = check_settled(g.name, 1);
+  const std::uint64_t forged_gen = settled.members[0].generation + 100;
+  int kind = 3;
+  SUBCASE("a box of its own, its owner alive") { kind = 3; }
+  SUBCASE("a FIFO") { kind = 0; }
+  SUBCASE("a file of bytes") { kind = 2; }
+  std::optional<shmbox::Owner> owner;
+  other_user_process stranger([&] { return plant(detail::member_box_name(g.name, 0, forged_gen), kind, owner); }, [] {});
+  REQUIRE(stranger.ready());
+  {  // a writer of the pool points the free member at it
+    raw_pool raw(g.name);
+    raw.member(0)->generation.store(forged_gen);
+  }
+  // The supervisor finds no worker of its own behind the entry: it is
+  // stopped (the planted file is nothing of ours to drain) and replaced.
+  CHECK(settles(g.name, [&](const shmbox::pool_info& i) {
+    return i.free == 1 && i.stopping == 0 && i.members.size() == 1 && i.members[0].generation > forged_gen && i.members[0].worker_alive;
+  }, 15s));
+  check_take_works(g.name);
+  CHECK(exists("/dev/shm/shmbox." + detail::member_box_name(g.name, 0, forged_gen)));  // the stranger's, left alone
+}
