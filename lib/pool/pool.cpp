@@ -543,14 +543,22 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
 namespace {
 
 // The pools of `group` (pooler's group_pools), as inspect_pool sees them
-// without the ledger's snapshot; pools that cannot be read are left out.
-result<std::vector<pool_info>> group_pools(std::string_view group) {
+// without the ledger's snapshot; pools that cannot be read are left out. Only
+// pools Pool::open accepts: this user's. A group is a label that any user may
+// write into a pool of their own, so another user's pool naming it is not
+// taken from or removed (T3); `others` counts those.
+result<std::vector<pool_info>> group_pools(std::string_view group, std::uint32_t* others = nullptr) {
   auto names = Pool::list();
   if (!names) return names.error();
   std::vector<pool_info> out;
   for (const auto& n : *names) {
     auto info = inspect_pool_impl(n, false);
-    if (info && info->group == group) out.push_back(std::move(*info));
+    if (!info || info->group != group) continue;
+    if (info->uid != ::geteuid()) {
+      if (others != nullptr) ++*others;
+      continue;
+    }
+    out.push_back(std::move(*info));
   }
   return out;
 }
@@ -724,7 +732,8 @@ result<std::vector<std::string>> Pool::remove_group(std::string_view group, remo
 }
 
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
-  auto in_group = group_pools(group);
+  std::uint32_t others = 0;
+  auto in_group = group_pools(group, &others);
   if (!in_group) return in_group.error();
   struct candidate {
     std::string name;
@@ -734,8 +743,10 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
   for (const auto& info : *in_group)
     if (info.removing.empty()) pools.push_back({info.name, info.free, info.in_use});
   if (pools.empty())
-    return fail(errc::not_found, "no pool of group '" + std::string(group) + "': create one with 'shmbox pool create NAME --group " +
-                                     std::string(group) + " --command CMD'");
+    return fail(errc::not_found, "no pool of group '" + std::string(group) + "'" +
+                                     (others == 0 ? std::string()
+                                                  : " of yours (" + std::to_string(others) + " of other users name it: a group gathers only your own pools)") +
+                                     ": create one with 'shmbox pool create NAME --group " + std::string(group) + " --command CMD'");
   // Most free first; ties: fewest in use; pools still tied in a random
   // order, so that equally free pools share the load (pooler picks a random
   // member pool). Random rather than round robin: a take_group is often

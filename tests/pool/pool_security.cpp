@@ -746,3 +746,37 @@ TEST_CASE("pool security: a member entry forged to name what a stranger planted 
   check_take_works(g.name);
   CHECK(exists("/dev/shm/shmbox." + detail::member_box_name(g.name, 0, forged_gen)));  // the stranger's, left alone
 }
+
+TEST_CASE("pool security: groups gather only this user's pools; another user's pool naming the group is left out") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root (a second user's pool)");
+    return;
+  }
+  const std::string group = shmtest::unique_name("grp");
+  pool_guard ours(shmtest::unique_name("pgrp-ours")), theirs(shmtest::unique_name("pgrp-theirs"));
+  auto opts = small_pool(ours.name, 0, 1);
+  opts.group = group;
+  REQUIRE(shmbox::Pool::create(ours.name, opts));
+  auto sup = supervisor(ours.name);
+  // uid 65534's pool of the same group, claiming four free members: it would come first.
+  CHECK(as_other_user([&] {
+    auto o = small_pool(theirs.name, 0, 4);
+    o.group = group;
+    return static_cast<bool>(shmbox::Pool::create(theirs.name, o));
+  }));
+  {
+    raw_pool raw(theirs.name);
+    for (std::uint32_t m = 0; m < 4; ++m) raw.member(m)->state.store(detail::make_member_state(member_state::free));
+  }
+  auto l = shmbox::Pool::take_group(group, 10s);
+  INFO(shmbox::explain(l.error()));
+  REQUIRE(l);
+  CHECK(l->box().rfind(ours.name + ".m", 0) == 0);
+  CHECK(l->give_back(shmbox::outcome::ok) == shmbox::return_status::ok);
+  auto removed = shmbox::Pool::remove_group(group, shmbox::removal::immediate, 10s);
+  INFO(shmbox::explain(removed.error()));
+  REQUIRE(removed);
+  CHECK(*removed == std::vector<std::string>{ours.name});
+  CHECK(!pool_segment_exists(ours.name));
+  CHECK(pool_segment_exists(theirs.name));
+}
