@@ -168,6 +168,7 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   h->ino = static_cast<std::uint64_t>(st.st_ino);
   h->mode = st.st_mode & 07777;
   h->uid = st.st_uid;
+  h->gid = st.st_gid;
 
   auto* live = reinterpret_cast<pool_header*>(h->base);
   // Acquire: pairs with the creator's release of `ready`.
@@ -411,6 +412,21 @@ std::string mode_text(std::uint32_t mode) {
   return b;
 }
 
+// T4 for the member boxes a supervisor makes out of a pool others may
+// write: no more writers than the pool has (as shm_writers_within(box,
+// pool) would say), whatever member mode is stored: everyone only when
+// everyone may write the pool; the box's group (this process's, which
+// creates it) only when it is the pool's group and the pool is g+w; only
+// permission bits, and always the creator's 0600 (Box::create requires it).
+std::uint32_t member_mode_within(const pool_handle& h, std::uint32_t mode) noexcept {
+  mode = (mode & 0777) | 0600;
+  if ((h.mode & S_IWOTH) == 0) {
+    mode &= ~static_cast<std::uint32_t>(S_IWOTH);
+    if ((h.mode & S_IWGRP) == 0 || h.gid != ::getegid()) mode &= ~static_cast<std::uint32_t>(S_IWGRP);
+  }
+  return mode;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -443,6 +459,14 @@ result<void> Pool::supervise(const supervise_options& opts) {
       return fail(errc::permission_denied,
                   why + "init command may not be what its creator wrote: give it on the supervisor's own command line ("
                         "'--init-command CMD', or --init-command '' for none)");
+  }
+  if (writable_by_others(*h_)) {
+    // T4: the stored member mode may be a writer's too: the member boxes get no more writers than the pool.
+    const std::uint32_t mode = member_mode_within(*h_, h_->hdr.member_mode);
+    if (mode != h_->hdr.member_mode && opts.log)
+      opts.log("member boxes are made with mode " + mode_text(mode) + ", not the stored " + mode_text(h_->hdr.member_mode) +
+               ": no more users may write them than may write the pool (mode " + mode_text(h_->mode) + ")");
+    h_->hdr.member_mode = mode;
   }
   if (opts.command) h_->command = *opts.command;
   if (opts.dead_letters) h_->dead_letters = *opts.dead_letters;

@@ -168,7 +168,7 @@ struct pool_handle {
   bool read_only = false;
   int fd = -1;  // the mapping's open file description: probes (L2); holds no lock
   std::uint64_t dev = 0, ino = 0;
-  std::uint32_t mode = 0, uid = 0;
+  std::uint32_t mode = 0, uid = 0, gid = 0;  // the segment's, at open
   pool_header hdr{};  // validated copy
   std::string group, dead_letters, command, init_command;
 

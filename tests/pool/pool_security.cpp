@@ -780,3 +780,31 @@ TEST_CASE("pool security: groups gather only this user's pools; another user's p
   CHECK(!pool_segment_exists(ours.name));
   CHECK(pool_segment_exists(theirs.name));
 }
+
+TEST_CASE("pool security: a group writer's member mode never gives member boxes more writers than the pool has") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root (a group writer of another uid)");
+    return;
+  }
+  pool_guard g(shmtest::unique_name("pmmode"));
+  auto opts = small_pool(g.name, 1, 1);
+  opts.mode = 0660;
+  opts.member.mode = 0600;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  const std::string path = "/dev/shm/shmbox-pool." + g.name;
+  REQUIRE(::chown(path.c_str(), 0, 65534) == 0);  // group 65534 may write it
+  CHECK(as_other_user([&] {  // uid/gid 65534: a writer by its group
+    unsigned char* base = map_pool(g.name);
+    if (base == nullptr) return false;
+    reinterpret_cast<detail::pool_header*>(base)->member_mode = 0666;
+    return true;
+  }));
+  child run({shmtest::cli_path(), "pool", "run", g.name, "--command", opts.command});
+  const shmbox::pool_info settled = check_settled(g.name, 1);
+  struct stat st {};
+  REQUIRE(::stat(("/dev/shm/shmbox." + settled.members[0].box).c_str(), &st) == 0);
+  INFO("member box mode " << std::oct << (st.st_mode & 07777));
+  CHECK((st.st_mode & 022) == 0);  // the pool's group (65534) is not the box's: no g+w; nor o+w
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(10s), 0));
+}
