@@ -31,7 +31,10 @@
 //     S5 worker_pid, worker_ns, worker_start = its start time
 //     S6a its box has a live owner and the pool has an init command: it
 //        runs (our child, its own group; kept in this process's memory
-//        only), and S6 follows when it exits 0. It failing, or running past
+//        only), and S6 follows when it exits 0. SHMBOX_WORKER_PID is in its
+//        environment only when a pid is proven to be the member's worker
+//        (SP below: the entry's pid, else its box's owner's): both are
+//        claims any writer of the pool (or of the box) can forge. It failing, or running past
 //        start_timeout: the entry is stopped (init_failed) and the hook's
 //        group SIGKILLed. A successor finds the entry still `starting` with
 //        a live owner and runs the hook again: at least once, never skipped.
@@ -261,9 +264,7 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& w
   env.push_back("SHMBOX_MEMBER=" + std::to_string(m));
   env.push_back("SHMBOX_MEMBER_GENERATION=" + std::to_string(gen));
   if (init) {
-    const pool_member* e = h_.member_at(m);
-    if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
-      env.push_back("SHMBOX_WORKER_PID=" + std::to_string(e->worker_pid.load(std::memory_order_relaxed) & kPidMask));
+    if (const pid_t worker = proven_worker(m, gen); worker > 0) env.push_back("SHMBOX_WORKER_PID=" + std::to_string(worker));  // S6a
   }
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
@@ -296,6 +297,29 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& w
     children_.emplace(pid, child_rt{member_name(m, gen), pidfd});
   }
   return pid;
+}
+
+pid_t supervisor::proven_worker(std::uint32_t m, std::uint64_t gen) {
+  const std::string box = member_name(m, gen);
+  const std::string box_entry = "SHMBOX_BOX=" + box;
+  const auto proven = [&](pid_t pid) {
+    if (pid <= 1 || pid == ::getpid()) return false;
+    if (const auto c = children_.find(pid); c != children_.end()) return c->second.box == box;  // SP1
+    const int pidfd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {pool_id_, box_entry});  // SP2
+    if (pidfd < 0) return false;
+    ::close(pidfd);
+    return true;
+  };
+  const pool_member* e = h_.member_at(m);
+  if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed))) {
+    const auto pid = static_cast<pid_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
+    if (proven(pid)) return pid;
+  }
+  if (auto v = box_owner(m, gen); v && v->alive && in_this_ns(v->pid_ns)) {
+    const auto pid = static_cast<pid_t>(key_pid(v->key));
+    if (proven(pid)) return pid;
+  }
+  return 0;
 }
 
 supervisor::init_step supervisor::run_init(std::uint32_t m, std::uint64_t gen, std::uint64_t now, std::uint64_t started) {

@@ -96,11 +96,15 @@ class supervisor {
   bool signal_worker(std::uint32_t m, std::uint64_t gen, int sig);
   bool signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by);
   bool signal_child(pid_t pid, const child_rt& c, int sig) noexcept;  // SP1, for a child found in children_ just now
+  // S6a: member m's worker, proven (SP1, SP2): the entry's pid, else its
+  // box's owner's, when one of them is; 0 when neither is.
+  pid_t proven_worker(std::uint32_t m, std::uint64_t gen);
   void stop_own_workers();  // E
   bool drain(std::uint32_t m, std::uint64_t gen, member_stop why);
   // /bin/sh -c `command` in its own process group with member m's
-  // environment (and SHMBOX_WORKER_PID for an init command); a worker is
-  // recorded in children_ (SP1), an init command in hooks_.
+  // environment (and, for an init command, SHMBOX_WORKER_PID when
+  // proven_worker() finds one); a worker is recorded in children_ (SP1), an
+  // init command in hooks_.
   pid_t spawn(std::uint32_t m, std::uint64_t gen, const std::string& command, bool init, std::string& error);
   init_step run_init(std::uint32_t m, std::uint64_t gen, std::uint64_t now, std::uint64_t started);
   void kill_hooks() noexcept;  // every init command still running: its group SIGKILLed, reaped

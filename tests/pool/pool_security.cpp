@@ -808,3 +808,33 @@ TEST_CASE("pool security: a group writer's member mode never gives member boxes 
   run.kill(SIGTERM);
   CHECK(shmtest::exited_with(run.wait(10s), 0));
 }
+
+TEST_CASE("pool security: the init command gets SHMBOX_WORKER_PID only for a proven worker, never a pid the table names") {
+  pool_guard g(shmtest::unique_name("pinitpid"));
+  const std::string said = file_in_tmp("init-pid");
+  unlink_guard files{{said}};
+  auto opts = small_pool(g.name, 1, 1);
+  opts.init_command = "echo \"${SHMBOX_WORKER_PID:-none}\" >> " + sh_quote(said);
+  REQUIRE(opts.init_command.size() < shmbox::kMaxPoolInitCommand);
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  child victim({"/bin/sleep", "120"});
+  // A supervisor killed right after it spawned the worker (S4): no pid in
+  // the entry. (Kept until the end: its stdout is the worker's.)
+  auto first = supervisor(g.name, "supervisor.after_spawn:1");
+  first->wait(10s);
+  REQUIRE(worker_said(g.name, "ready 0"));
+  const auto workers = live_workers(g.name);
+  REQUIRE(workers.size() == 1);
+  {  // a writer names the victim as the entry's worker
+    raw_pool raw(g.name);
+    raw.member(0)->worker_pid.store(static_cast<std::uint64_t>(victim.pid()));
+    raw.member(0)->worker_ns.store(detail::self_pid_ns());
+  }
+  auto sup = supervisor(g.name);  // the successor runs the init command (S6a)
+  REQUIRE(shmtest::eventually([&] { return !shmtest::read_text(said).empty(); }, 15s));
+  const std::string line = shmtest::read_text(said);
+  INFO("init command said: " << line);
+  CHECK(line.find(std::to_string(victim.pid())) == std::string::npos);
+  CHECK(line == std::to_string(workers[0].pid) + "\n");  // the box's owner, proven (SP2)
+  check_take_works(g.name);
+}
