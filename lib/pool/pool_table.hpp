@@ -9,7 +9,12 @@
 // supervisor's own live client entry and wedged the pool).
 //  TL1 Every Pool handle is a client: an entry of the client table whose key
 //      byte it holds (shared OFD lock, L1) from before it publishes its key
-//      until after it clears it (or dies).
+//      until after it clears it (or dies). Registering (ensure_client, under
+//      the table lock) takes a free entry whose byte it gets at once, and
+//      only when there is none waits for the others, with one deadline for
+//      all of them (L7): a byte another process holds without the protocol
+//      (anyone who may open the segment can) costs that entry, never the
+//      registration, nor a wait per entry under the table lock.
 //  TL2 Holding the table = holding byte kPoolTableByte of the segment
 //      EXCLUSIVELY (F_OFD_SETLK) through the handle's own open file
 //      description (its role_lock), for the whole section. The kernel drops

@@ -838,3 +838,50 @@ TEST_CASE("pool security: the init command gets SHMBOX_WORKER_PID only for a pro
   CHECK(line == std::to_string(workers[0].pid) + "\n");  // the box's owner, proven (SP2)
   check_take_works(g.name);
 }
+
+TEST_CASE("pool security: client entries whose bytes another user holds are skipped: a take registers at once") {
+  pool_guard g(shmtest::unique_name("pclibyte"));
+  auto opts = small_pool(g.name, 1, 1);
+  opts.mode = 0666;
+  opts.max_clients = 8;
+  opts.queue_max = 4;
+  REQUIRE(shmbox::Pool::create(g.name, opts));
+  child run({shmtest::cli_path(), "pool", "run", g.name, "--command", opts.command});  // client entry 0
+  check_settled(g.name, 1);
+  // Another user holds the bytes of client entries 1..6 exclusively (a 0666 pool lets it).
+  int fd = -1;
+  other_user_process holder(
+      [&] {
+        fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
+        if (fd < 0) return false;
+        detail::pool_header h{};
+        if (::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return false;
+        for (std::uint64_t c = 1; c <= 6; ++c)
+          if (!detail::try_lock_byte(fd, h.clients_offset + c * sizeof(detail::pool_client), true)) return false;
+        return true;
+      },
+      [] {});
+  REQUIRE(holder.ready());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto took = shmtest::run({shmtest::cli_path(), "pool", "take", g.name, "--timeout", "5s", "hello"}, {}, 20s);
+  INFO(took.out << took.err);
+  CHECK(took.code == 0);
+  CHECK(since(t0) < 900ms);  // not a second per held entry, nor one for the first
+  // Entry 7 held too: no entry left; the take says so after one deadline (1 s), not one per entry.
+  other_user_process last(
+      [&] {
+        fd = ::shm_open(("/shmbox-pool." + g.name).c_str(), O_RDWR, 0);
+        detail::pool_header h{};
+        return fd >= 0 && ::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+               detail::try_lock_byte(fd, h.clients_offset + 7 * sizeof(detail::pool_client), true);
+      },
+      [] {});
+  REQUIRE(last.ready());
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto refused = shmtest::run({shmtest::cli_path(), "pool", "take", g.name, "--timeout", "5s", "hello"}, {}, 20s);
+  CHECK(refused.code != 0);
+  CHECK(refused.err.find("without the protocol") != std::string::npos);
+  CHECK(since(t1) < 3s);
+  run.kill(SIGTERM);
+  CHECK(shmtest::exited_with(run.wait(10s), 0));
+}
