@@ -34,10 +34,11 @@
 //        only), and S6 follows when it exits 0. SHMBOX_WORKER_PID is in its
 //        environment only when a pid is proven to be the member's worker
 //        (SP below: the entry's pid, else its box's owner's): both are
-//        claims any writer of the pool (or of the box) can forge. It failing, or running past
-//        start_timeout: the entry is stopped (init_failed) and the hook's
-//        group SIGKILLed. A successor finds the entry still `starting` with
-//        a live owner and runs the hook again: at least once, never skipped.
+//        claims any writer of the pool (or of the box) can forge. It
+//        failing, or running past start_timeout: the entry is stopped
+//        (init_failed) and the hook's group SIGKILLed. A successor finds the
+//        entry still `starting` with a live owner and runs the hook again: at
+//        least once, never skipped.
 //                                                          [supervisor.after_init_spawn]
 //     S6 its box has a live owner (and S6a passed): make_available (free,
 //        or granted to the oldest waiter)
@@ -55,7 +56,10 @@
 //        or counts it as lost without one: read, post, record, commit
 //        (drain() says how a successor skips what was recorded: only a
 //        supervisor killed between one post and its record posts that
-//        message twice; none is lost)                        [supervisor.mid_drain]
+//        message twice; none is lost). A box of a third user, or a file at
+//        the name that is no box of ours (S2a: a FIFO, an empty, foreign or
+//        damaged file), has nothing of ours to drain: left alone, and P5
+//        follows (it never keeps the entry `stopping`). [supervisor.mid_drain]
 //     P4 the box is unlinked, then the supervisor lets go of it
 //                                                           [supervisor.after_unlink]
 //     P5 the entry becomes `starting` with a new generation (failed,
