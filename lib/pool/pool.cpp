@@ -168,6 +168,7 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   h->ino = static_cast<std::uint64_t>(st.st_ino);
   h->mode = st.st_mode & 07777;
   h->uid = st.st_uid;
+  h->gid = st.st_gid;
 
   auto* live = reinterpret_cast<pool_header*>(h->base);
   // Acquire: pairs with the creator's release of `ready`.
@@ -411,6 +412,21 @@ std::string mode_text(std::uint32_t mode) {
   return b;
 }
 
+// T4 for the member boxes a supervisor makes out of a pool others may
+// write: no more writers than the pool has (as shm_writers_within(box,
+// pool) would say), whatever member mode is stored: everyone only when
+// everyone may write the pool; the box's group (this process's, which
+// creates it) only when it is the pool's group and the pool is g+w; only
+// permission bits, and always the creator's 0600 (Box::create requires it).
+std::uint32_t member_mode_within(const pool_handle& h, std::uint32_t mode) noexcept {
+  mode = (mode & 0777) | 0600;
+  if ((h.mode & S_IWOTH) == 0) {
+    mode &= ~static_cast<std::uint32_t>(S_IWOTH);
+    if ((h.mode & S_IWGRP) == 0 || h.gid != ::getegid()) mode &= ~static_cast<std::uint32_t>(S_IWGRP);
+  }
+  return mode;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -443,6 +459,14 @@ result<void> Pool::supervise(const supervise_options& opts) {
       return fail(errc::permission_denied,
                   why + "init command may not be what its creator wrote: give it on the supervisor's own command line ("
                         "'--init-command CMD', or --init-command '' for none)");
+  }
+  if (writable_by_others(*h_)) {
+    // T4: the stored member mode may be a writer's too: the member boxes get no more writers than the pool.
+    const std::uint32_t mode = member_mode_within(*h_, h_->hdr.member_mode);
+    if (mode != h_->hdr.member_mode && opts.log)
+      opts.log("member boxes are made with mode " + mode_text(mode) + ", not the stored " + mode_text(h_->hdr.member_mode) +
+               ": no more users may write them than may write the pool (mode " + mode_text(h_->mode) + ")");
+    h_->hdr.member_mode = mode;
   }
   if (opts.command) h_->command = *opts.command;
   if (opts.dead_letters) h_->dead_letters = *opts.dead_letters;
@@ -480,6 +504,10 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
     return hr.error();
   }
   auto h = std::move(*hr);
+  // A removal starts nothing (pool_supervisor.cpp RM2): it needs no command,
+  // and keeps none that it read from the segment.
+  h->command.clear();
+  h->init_command.clear();
   // A configuration others could have written is not acted on (Pool::supervise):
   // messages of the members stopped here are counted lost, not posted to a box it names.
   if (writable_by_others(*h)) h->dead_letters.clear();
@@ -504,8 +532,9 @@ result<void> Pool::remove(std::string_view name, removal how, std::chrono::nanos
     t.wake_supervisor();
     t.commit("remove");
   }
-  // The running supervisor stops the members and removes the segment; with none, this call does it.
-  return run_supervisor(*h, {}, deadline);
+  // The running supervisor stops the members and removes the segment; with
+  // none, this call does it, as a remover that starts nothing (RM2).
+  return run_supervisor(*h, {}, deadline, how == removal::immediate ? 2 : 1);
 }
 
 namespace detail {
@@ -538,14 +567,22 @@ result<void> remove_pool_file(std::string_view name, std::error_code why, std::u
 namespace {
 
 // The pools of `group` (pooler's group_pools), as inspect_pool sees them
-// without the ledger's snapshot; pools that cannot be read are left out.
-result<std::vector<pool_info>> group_pools(std::string_view group) {
+// without the ledger's snapshot; pools that cannot be read are left out. Only
+// pools Pool::open accepts: this user's. A group is a label that any user may
+// write into a pool of their own, so another user's pool naming it is not
+// taken from or removed (T3); `others` counts those.
+result<std::vector<pool_info>> group_pools(std::string_view group, std::uint32_t* others = nullptr) {
   auto names = Pool::list();
   if (!names) return names.error();
   std::vector<pool_info> out;
   for (const auto& n : *names) {
     auto info = inspect_pool_impl(n, false);
-    if (info && info->group == group) out.push_back(std::move(*info));
+    if (!info || info->group != group) continue;
+    if (info->uid != ::geteuid()) {
+      if (others != nullptr) ++*others;
+      continue;
+    }
+    out.push_back(std::move(*info));
   }
   return out;
 }
@@ -719,7 +756,8 @@ result<std::vector<std::string>> Pool::remove_group(std::string_view group, remo
 }
 
 result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds timeout) {
-  auto in_group = group_pools(group);
+  std::uint32_t others = 0;
+  auto in_group = group_pools(group, &others);
   if (!in_group) return in_group.error();
   struct candidate {
     std::string name;
@@ -729,8 +767,10 @@ result<Lease> Pool::take_group(std::string_view group, std::chrono::nanoseconds 
   for (const auto& info : *in_group)
     if (info.removing.empty()) pools.push_back({info.name, info.free, info.in_use});
   if (pools.empty())
-    return fail(errc::not_found, "no pool of group '" + std::string(group) + "': create one with 'shmbox pool create NAME --group " +
-                                     std::string(group) + " --command CMD'");
+    return fail(errc::not_found, "no pool of group '" + std::string(group) + "'" +
+                                     (others == 0 ? std::string()
+                                                  : " of yours (" + std::to_string(others) + " of other users name it: a group gathers only your own pools)") +
+                                     ": create one with 'shmbox pool create NAME --group " + std::string(group) + " --command CMD'");
   // Most free first; ties: fewest in use; pools still tied in a random
   // order, so that equally free pools share the load (pooler picks a random
   // member pool). Random rather than round robin: a take_group is often

@@ -258,7 +258,7 @@ enum class member_stop : std::uint64_t {
 };
 struct alignas(kCacheLine) pool_member {
   a64 state;          // member_state | member_stop << 8
-  a64 generation;     // +1 for every new member in this entry; names its box (<pool>.m<index>.<generation>)
+  a64 generation;     // +1 for every new member in this entry (more past planted names: S2a); names its box (<pool>.m<index>.<generation>)
   a64 leases;         // +1 on every take; with generation, names one lease (lease_token)
   a64 taker_client;   // in_use: client entry of the holder
   a64 taker_key;      // in_use: its key (the entry may be reused after it dies)

@@ -63,10 +63,8 @@ bool supervisor::signal_worker(std::uint32_t m, std::uint64_t gen, int sig) {
 bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, int sig, const char* named_by) {
   const std::string box = member_name(m, gen);
   if (pid <= 1 || pid == ::getpid()) return false;
-  if (const auto child = children_.find(pid); child != children_.end() && child->second == box) {  // SP1
-    const bool group = ::kill(-pid, sig) == 0;
-    return ::kill(pid, sig) == 0 || group;
-  }
+  if (const auto child = children_.find(pid); child != children_.end() && child->second.box == box)  // SP1
+    return signal_child(pid, child->second, sig);
   const std::string box_entry = "SHMBOX_BOX=" + box;
   if (const int pidfd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {pool_id_, box_entry}); pidfd >= 0) {  // SP2
     // Its group too when it leads one (a group's id is not reused while its leader lives: the pidfd says it does).
@@ -84,12 +82,21 @@ bool supervisor::signal_proven(std::uint32_t m, std::uint64_t gen, pid_t pid, in
   return false;
 }
 
+bool supervisor::signal_child(pid_t pid, const child_rt& c, int sig) noexcept {
+  // Its group while the child is not reaped (zombie or alive: its pid, which
+  // is the group's id, is not reused); then the child, through its pidfd.
+  const bool unreaped = c.pidfd < 0 || pidfd_signal(c.pidfd, 0);
+  const bool group = unreaped && ::kill(-pid, sig) == 0;
+  const bool sent = c.pidfd >= 0 ? pidfd_signal(c.pidfd, sig) : ::kill(pid, sig) == 0;
+  return sent || group;
+}
+
 void supervisor::stop_own_workers() {
   kill_hooks();
   reap();
   // SP1 and SP2, whatever the table says now.
   std::vector<std::pair<pid_t, int>> targets;  // (pid, pidfd or -1 for our children)
-  for (const auto& [pid, box] : children_) targets.emplace_back(pid, -1);
+  for (const auto& [pid, c] : children_) targets.emplace_back(pid, -1);
   for (const auto& [pid, fd] : processes_with_environ(pool_id_)) {
     if (children_.count(static_cast<pid_t>(pid)) != 0) {
       ::close(fd);
@@ -101,8 +108,10 @@ void supervisor::stop_own_workers() {
   auto signal_all = [&](int sig) {
     for (const auto& [pid, fd] : targets) {
       if (fd < 0) {
-        ::kill(-pid, sig);
-        ::kill(pid, sig);
+        // SP1: only while it is still our unreaped child. all_gone() reaps
+        // during the grace: a child reaped then is no longer in children_,
+        // and its pid (and group id) may be another process's by now.
+        if (const auto c = children_.find(pid); c != children_.end()) signal_child(pid, c->second, sig);
       } else {
         if (::getpgid(pid) == pid && pidfd_signal(fd, 0)) ::kill(-pid, sig);
         pidfd_signal(fd, sig);
@@ -130,11 +139,25 @@ void supervisor::stop_own_workers() {
 bool supervisor::drain(std::uint32_t m, std::uint64_t gen, member_stop why) {
   const std::string name = member_name(m, gen);
   auto b = Box::open(name, {.any_owner = true});
-  if (!b) return b.error() == errc::not_found;  // nothing left to drain
+  if (!b) {
+    const std::error_code ec = b.error();
+    if (ec == errc::not_found) return true;  // nothing left to drain
+    // S2a: no box of ours either: a file planted at the name (a FIFO, an
+    // empty, foreign or damaged file, one we may not open) or a box left
+    // half made. Nothing of ours to drain: left alone, as a third user's box
+    // below (before, such a file kept the entry `stopping` for ever).
+    if (ec == errc::not_a_box || ec == errc::permission_denied || ec == errc::incomplete || ec == errc::truncated ||
+        ec == errc::corrupt || ec == errc::version_mismatch) {
+      if (refused_.size() < 4096 && refused_.emplace(m, gen, -1).second)
+        log("member " + std::to_string(m) + ": '" + name + "' is not a box of this pool (" + explain(ec) + "): left alone");
+      return true;
+    }
+    return false;  // another error (no memory, a signal): tried again at the next tick
+  }
   // SP for files: a member box is made by a supervisor of this pool, as this
   // user or the pool's owner. A box of a third user at a member's name (a
   // forged generation can name one) is not ours to drain or remove.
-  if (const std::uint32_t uid = access::box(*b)->uid; uid != ::geteuid() && uid != h_.uid) {
+  if (const std::uint32_t uid = access::box(*b)->uid; !ours(uid)) {
     if (refused_.size() < 4096 && refused_.emplace(m, gen, -1).second)
       log("member " + std::to_string(m) + ": box '" + name + "' belongs to uid " + std::to_string(uid) +
           ", not to this pool's users: left alone");
@@ -222,7 +245,7 @@ void supervisor::handle_stopping(std::uint32_t m, std::uint64_t word, std::uint6
   if (!drain(m, gen, why)) return;  // P3, P4
   // A worker that died soon after its start, seen first by a take or give back (pool_table.hpp LV): backs off as tick() does.
   if (why == member_stop::crashed && now - e->started_ns.load(std::memory_order_relaxed) < kQuickDeathNs) start_failed(now);
-  const bool replace = replaces(why) && h_.state()->removing.load(std::memory_order_relaxed) == 0;
+  const bool replace = replaces(why) && removal_ == 0 && h_.state()->removing.load(std::memory_order_relaxed) == 0;  // RM1, RM2
   with_member(m, word, gen, "stopped", [&](table_txn& t, pool_member* me) {  // P5
     t.write(me->worker_pid, 0);
     t.write(me->worker_ns, 0);

@@ -15,16 +15,30 @@
 //   START (entry `starting`):
 //     S1 started_ns = now (the start has begun)
 //     S2 the member box <pool>.m<i>.<gen> is created (an existing one is a
-//        predecessor's S2: used as it is)                   [supervisor.after_box]
+//        predecessor's S2: used as it is, when it is a regular file of this
+//        user or of the pool's owner)                        [supervisor.after_box]
+//     S2a anything else at that name (a FIFO, link or directory, another
+//        user's file or box: names are predictable, and any local user may
+//        plant one) was planted: it is not opened, adopted or removed (not
+//        ours: in a sticky /dev/shm only its owner or root may remove it, and
+//        it could be planted again); the entry moves on to the next
+//        generation whose name is free (at most kPlantedSkip names a tick:
+//        no worker can exist yet, worker_start being 0), S1's time is
+//        renewed, and the next tick makes that box. A planted file costs
+//        the pool a look, never an entry.
 //     S3 worker_start = 1: a worker may exist from now on (counted in `starts`)
 //     S4 posix_spawn of /bin/sh -c COMMAND in a new process group  [supervisor.after_spawn]
 //     S5 worker_pid, worker_ns, worker_start = its start time
 //     S6a its box has a live owner and the pool has an init command: it
 //        runs (our child, its own group; kept in this process's memory
-//        only), and S6 follows when it exits 0. It failing, or running past
-//        start_timeout: the entry is stopped (init_failed) and the hook's
-//        group SIGKILLed. A successor finds the entry still `starting` with
-//        a live owner and runs the hook again: at least once, never skipped.
+//        only), and S6 follows when it exits 0. SHMBOX_WORKER_PID is in its
+//        environment only when a pid is proven to be the member's worker
+//        (SP below: the entry's pid, else its box's owner's): both are
+//        claims any writer of the pool (or of the box) can forge. It
+//        failing, or running past start_timeout: the entry is stopped
+//        (init_failed) and the hook's group SIGKILLed. A successor finds the
+//        entry still `starting` with a live owner and runs the hook again: at
+//        least once, never skipped.
 //                                                          [supervisor.after_init_spawn]
 //     S6 its box has a live owner (and S6a passed): make_available (free,
 //        or granted to the oldest waiter)
@@ -42,7 +56,10 @@
 //        or counts it as lost without one: read, post, record, commit
 //        (drain() says how a successor skips what was recorded: only a
 //        supervisor killed between one post and its record posts that
-//        message twice; none is lost)                        [supervisor.mid_drain]
+//        message twice; none is lost). A box of a third user, or a file at
+//        the name that is no box of ours (S2a: a FIFO, an empty, foreign or
+//        damaged file), has nothing of ours to drain: left alone, and P5
+//        follows (it never keeps the entry `stopping`). [supervisor.mid_drain]
 //     P4 the box is unlinked, then the supervisor lets go of it
 //                                                           [supervisor.after_unlink]
 //     P5 the entry becomes `starting` with a new generation (failed,
@@ -59,7 +76,13 @@
 // start time. So a pid read there is only a candidate; the supervisor
 // signals it only on evidence such a writer cannot forge (process.hpp):
 //  SP1 it is this process's own unreaped child, spawned for that very member
-//      box (children_): a zombie's pid is not reused, and we set its group;
+//      box (children_): a zombie's pid is not reused, and we set its group.
+//      children_ is looked at when the signal is sent, never a list made
+//      before (reap() may have reaped the child since, and its pid and group
+//      id may name another process now); the child itself is signalled
+//      through the pidfd opened right after its spawn (never a reused pid,
+//      even for a child reaped behind our back: SIGCHLD ignored), its group
+//      only while that pidfd says the child is not reaped;
 //  SP2 or its environment, which only its own user (and root) can read and
 //      nobody else can change, carries SHMBOX_POOL_ID=<this pool's
 //      incarnation> and SHMBOX_BOX=<that member's box>, which S4 gives every
@@ -71,6 +94,25 @@
 // when the kernel says nobody reads it (remove_unread_bell), a member box
 // only after we took its ownership (P3), the pool segment only when it is
 // still the file we opened (finish_removal).
+//
+// REMOVAL (RM). The word pool_state::removing (1 graceful, 2 immediate)
+// asks whoever supervises to remove the pool.
+//  RM1 Pool::remove sets it under the table lock (never lowering it) and
+//      wakes the supervisor, which from then on starts nothing (no replenish,
+//      P5 replaces nothing, an entry `starting` is stopped as removed) and
+//      stops free and checking members at once, members in use when given
+//      back (graceful) or at once (immediate). The last member gone, it
+//      removes the segment (finish_removal).
+//  RM2 With no supervisor alive, the remover stands by and becomes one
+//      (SR1), as a REMOVER: `how` is its own (supervisor::removal_), never
+//      read back from the word, which any writer of the pool can reset; it
+//      writes the word again at every tick, and whatever the table says it
+//      never starts a process: no S1-S6, no init command (S6a), no
+//      replenish, no replacement at P5, and spawn() refuses. It has no
+//      command to run anyway: Pool::remove clears the ones it read from the
+//      segment. So a writer that resets `removing` and asks for starts
+//      (entries set `starting`) while the owner's `pool rm --timeout` runs
+//      gets its entries stopped, never a process run as the pool's owner.
 //
 // THE END (E). A supervisor that ends because its pool is gone (unlinked
 // from outside, or removed: finish_removal) stops every worker it can prove
@@ -85,6 +127,7 @@
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -117,6 +160,11 @@
 extern char** environ;
 
 namespace shmbox::detail {
+
+supervisor::~supervisor() {
+  for (const auto& [pid, c] : children_)
+    if (c.pidfd >= 0) ::close(c.pidfd);
+}
 
 bool supervisor::am_supervisor() const noexcept {
   const pool_state* st = h_.state();
@@ -165,9 +213,33 @@ supervisor::member_rt& supervisor::rt(std::uint32_t m, std::uint64_t gen) {
     r.generation = gen;
   }
   if (!r.box) {
-    if (auto b = Box::inspect(member_name(m, gen))) r.box.emplace(std::move(*b));
+    if (auto b = Box::inspect(member_name(m, gen))) {
+      // S2a: only a box of this user or the pool's owner says who the
+      // member's worker is. A third user's box at the name (a forged
+      // generation can name one) is as no box: its live owner is not ours.
+      if (const std::uint32_t uid = access::box(*b)->uid; ours(uid)) {
+        r.box.emplace(std::move(*b));
+      } else if (!r.foreign_logged) {
+        r.foreign_logged = true;
+        log("member " + std::to_string(m) + ": box '" + member_name(m, gen) + "' belongs to uid " + std::to_string(uid) +
+            ", not to this pool's users: not taken as its worker's");
+      }
+    }
   }
   return r;
+}
+
+bool supervisor::planted(const std::string& name, std::string& what) const {
+  const std::string path = std::string(kShmDir) + shm_path(name);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;  // gone meanwhile: the next tick makes it
+    what = "cannot be looked at: " + std::string(std::strerror(errno));
+    return true;
+  }
+  if (S_ISREG(st.st_mode) && ours(st.st_uid)) return false;
+  what = std::string(file_kind(st.st_mode)) + " of uid " + std::to_string(st.st_uid);
+  return true;
 }
 
 // The owner of member m's box; nullopt when the box does not exist (or cannot be opened).
@@ -178,6 +250,10 @@ std::optional<owner_view> supervisor::box_owner(std::uint32_t m, std::uint64_t g
 }
 
 pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& what, bool init, std::string& error) {
+  if (removal_ != 0 || what.empty()) {  // RM2: a remover runs nothing (and nothing is not a command)
+    error = removal_ != 0 ? "a removal starts nothing" : "no command";
+    return -1;
+  }
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view v = *e;
@@ -192,9 +268,7 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& w
   env.push_back("SHMBOX_MEMBER=" + std::to_string(m));
   env.push_back("SHMBOX_MEMBER_GENERATION=" + std::to_string(gen));
   if (init) {
-    const pool_member* e = h_.member_at(m);
-    if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed)))
-      env.push_back("SHMBOX_WORKER_PID=" + std::to_string(e->worker_pid.load(std::memory_order_relaxed) & kPidMask));
+    if (const pid_t worker = proven_worker(m, gen); worker > 0) env.push_back("SHMBOX_WORKER_PID=" + std::to_string(worker));  // S6a
   }
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
@@ -219,9 +293,37 @@ pid_t supervisor::spawn(std::uint32_t m, std::uint64_t gen, const std::string& w
     error = std::strerror(rc);
     return -1;
   }
-  if (init) hooks_.emplace(pid, std::make_pair(m, gen));
-  else children_.emplace(pid, member_name(m, gen));
+  if (init) {
+    hooks_.emplace(pid, std::make_pair(m, gen));
+  } else {
+    // SP1: our unreaped child, so the pidfd is for it (pidfds are close-on-exec).
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    children_.emplace(pid, child_rt{member_name(m, gen), pidfd});
+  }
   return pid;
+}
+
+pid_t supervisor::proven_worker(std::uint32_t m, std::uint64_t gen) {
+  const std::string box = member_name(m, gen);
+  const std::string box_entry = "SHMBOX_BOX=" + box;
+  const auto proven = [&](pid_t pid) {
+    if (pid <= 1 || pid == ::getpid()) return false;
+    if (const auto c = children_.find(pid); c != children_.end()) return c->second.box == box;  // SP1
+    const int pidfd = pidfd_with_environ(static_cast<std::uint32_t>(pid), {pool_id_, box_entry});  // SP2
+    if (pidfd < 0) return false;
+    ::close(pidfd);
+    return true;
+  };
+  const pool_member* e = h_.member_at(m);
+  if (in_this_ns(e->worker_ns.load(std::memory_order_relaxed))) {
+    const auto pid = static_cast<pid_t>(e->worker_pid.load(std::memory_order_relaxed) & kPidMask);
+    if (proven(pid)) return pid;
+  }
+  if (auto v = box_owner(m, gen); v && v->alive && in_this_ns(v->pid_ns)) {
+    const auto pid = static_cast<pid_t>(key_pid(v->key));
+    if (proven(pid)) return pid;
+  }
+  return 0;
 }
 
 supervisor::init_step supervisor::run_init(std::uint32_t m, std::uint64_t gen, std::uint64_t now, std::uint64_t started) {
@@ -278,7 +380,12 @@ void supervisor::reap() noexcept {
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
     const pid_t r = ::waitpid(it->first, &status, WNOHANG);
-    it = r == it->first || (r < 0 && errno == ECHILD) ? children_.erase(it) : std::next(it);
+    if (r != it->first && !(r < 0 && errno == ECHILD)) {
+      ++it;
+      continue;
+    }
+    if (it->second.pidfd >= 0) ::close(it->second.pidfd);
+    it = children_.erase(it);  // SP1: from here on its pid is not ours to signal
   }
   // Init commands no member waits for any more (timed out, or their member
   // stopped or replaced meanwhile): killed, then reaped.
@@ -308,6 +415,20 @@ void supervisor::handle_starting(std::uint32_t m, std::uint64_t word, std::uint6
   const std::uint64_t worker_start = e->worker_start.load(std::memory_order_relaxed);
   if (worker_start == 0) {
     auto b = Box::create(name, member_box_options(h_));
+    if (std::string what; !b && b.error() == errc::exists && planted(name, what)) {  // S2a
+      std::uint64_t next = gen + 1;
+      for (std::uint32_t k = 1; k < kPlantedSkip; ++k, ++next) {
+        struct stat st {};
+        if (::lstat((std::string(kShmDir) + shm_path(member_name(m, next))).c_str(), &st) != 0 && errno == ENOENT) break;
+      }
+      if (with_member(m, word, gen, "skip", [&](table_txn& t, pool_member* me) {
+            t.write(me->generation, next);
+            t.write(me->started_ns, now);
+          }))
+        log("member " + std::to_string(m) + ": /dev/shm" + shm_path(name) + " is " + what +
+            ", not a box of this pool: left alone; the member moves on to generation " + std::to_string(next));
+      return;
+    }
     if (!b && b.error() != errc::exists) {  // S2 (an existing box is a predecessor's S2)
       log("member " + std::to_string(m) + ": cannot create its box: " + explain(b.error()));
       with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::start_timeout); });
@@ -398,6 +519,11 @@ std::uint64_t supervisor::tick() {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {
       sweep_dead_clients(h_, t);
+      // RM2: a remover says again how it removes (a writer may have reset the word).
+      if (removal_ != 0 && t.read(st->removing) < removal_) {
+        if (t.room() < 1) t.commit("sweep");
+        t.write(st->removing, removal_);
+      }
       asked = t.read(st->cull_asked);
       cull_done = t.read(st->cull_done);
       reconf = t.read(st->reconf_asked);
@@ -411,7 +537,8 @@ std::uint64_t supervisor::tick() {
     lim = live_limits(h_);
   }
   const std::uint64_t now = mono_ns();
-  const std::uint64_t removing_v = st->removing.load(std::memory_order_relaxed);
+  // RM2: a remover goes by its own `how`, whatever the word says now.
+  const std::uint64_t removing_v = std::max(st->removing.load(std::memory_order_relaxed), removal_);
   const bool explicit_cull = (asked >> 32) != (cull_done >> 32);
   // One probe per started member every kWorkerCheckNs, not every tick (a tick
   // is 2-5 ms while anything is in use, for the holders' deaths).
@@ -430,6 +557,7 @@ std::uint64_t supervisor::tick() {
       case member_state::starting:
         busy = true;
         ++live;
+        // RM1, RM2 (a remover's removing_v is never 0): stopped, never started.
         if (removing_v != 0) with_member(m, word, gen, "stop", [&](table_txn& t, pool_member*) { stop_member(h_, t, m, member_stop::removed); });
         else handle_starting(m, word, gen, now);
         continue;
@@ -547,7 +675,7 @@ std::uint64_t supervisor::tick() {
   {
     table_txn t(h_, mono_ns() + kTxnWaitNs);
     if (t.locked()) {
-      if (t.read(h_.state()->removing) == 0) {
+      if (removal_ == 0 && t.read(h_.state()->removing) == 0) {  // RM2: a remover never replenishes
         table_counts n = count_table(h_, t);
         auto& starting = n.by_state[static_cast<std::uint32_t>(member_state::starting)];
         // (request_start writes 10 words: a section commits before its journal would overflow)
@@ -656,8 +784,8 @@ result<void> supervisor::run(std::uint64_t deadline) {
   return {};
 }
 
-result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns) {
-  supervisor s(h, opts);
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns, std::uint64_t removal) {
+  supervisor s(h, opts, removal);
   return s.run(deadline_ns);
 }
 

@@ -222,36 +222,53 @@ result<void> ensure_client(pool_handle& h, pool_role role, std::uint64_t deadlin
   table_txn t(h, deadline_ns, /*anonymous=*/true);  // TL2
   if (!t.locked())
     return table_busy(h.name, "retry");
-  for (std::uint32_t c = 0; c < h.max_clients(); ++c) {
-    pool_client* e = h.client_at(c);
-    std::uint64_t old = e->key.load(std::memory_order_relaxed);
-    if (old != 0 && lock_held_fd(h.fd, h.client_byte(c))) continue;  // live
-    // Free, or its holder died (L1). Byte first, then the key.
-    if (!h.role.lock_open(h.client_byte(c))) return fail_errno(errno, "pool '" + h.name + "': cannot lock its client entry");
-    // Under the table lock nobody else registers; CAS anyway against a scribbler.
-    if (!e->key.compare_exchange_strong(old, key)) {
-      h.role.unlock(h.client_byte(c));
-      continue;
+  // TL1 under T6 (liveness.hpp L7): anyone who may open the segment may
+  // hold a free entry's byte exclusively. Such an entry is skipped, not
+  // waited for under the table lock: first every entry whose byte we get at
+  // once, then (only if none) the skipped ones with one deadline for them
+  // all, as claim_producer_entry does; a byte still held then costs its
+  // entry, never the registration.
+  const std::uint64_t give_up = std::min(deadline_ns, mono_ns() + kRoleLockWaitNs);
+  std::uint32_t held = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1 && held == 0) break;
+    for (std::uint32_t c = 0; c < h.max_clients(); ++c) {
+      pool_client* e = h.client_at(c);
+      std::uint64_t old = e->key.load(std::memory_order_relaxed);
+      if (old != 0 && lock_held_fd(h.fd, h.client_byte(c))) continue;  // live
+      // Free, or its holder died (L1). Byte first, then the key. (A deadline
+      // of 1, long past: one try, then EAGAIN.)
+      if (!h.role.lock_open(h.client_byte(c), pass == 0 ? 1 : give_up)) {
+        if (errno != EAGAIN && errno != EACCES) return fail_errno(errno, "pool '" + h.name + "': cannot lock its client entry");
+        if (pass == 0) ++held;
+        continue;  // held by another description: the next entry
+      }
+      // Under the table lock nobody else registers; CAS anyway against a scribbler.
+      if (!e->key.compare_exchange_strong(old, key)) {
+        h.role.unlock(h.client_byte(c));
+        continue;
+      }
+      h.client = static_cast<std::int32_t>(c);
+      h.key = key;
+      t.write(e->pid_ns, self_pid_ns());
+      t.write(e->role, static_cast<std::uint64_t>(role));
+      t.write(e->wait_ticket, 0);
+      t.write(e->granted, 0);
+      if (role == pool_role::standby) {
+        const std::uint64_t order = t.read(h.state()->next_order) + 1;
+        t.write(h.state()->next_order, order);
+        t.write(e->order, order);
+      } else {
+        t.write(e->order, 0);
+      }
+      t.commit("client");
+      t.become_client();
+      return {};
     }
-    h.client = static_cast<std::int32_t>(c);
-    h.key = key;
-    t.write(e->pid_ns, self_pid_ns());
-    t.write(e->role, static_cast<std::uint64_t>(role));
-    t.write(e->wait_ticket, 0);
-    t.write(e->granted, 0);
-    if (role == pool_role::standby) {
-      const std::uint64_t order = t.read(h.state()->next_order) + 1;
-      t.write(h.state()->next_order, order);
-      t.write(e->order, order);
-    } else {
-      t.write(e->order, 0);
-    }
-    t.commit("client");
-    t.become_client();
-    return {};
   }
-  return fail(errc::pool_clients_full, "pool '" + h.name + "': all " + std::to_string(h.max_clients()) +
-                                           " client entries are held by live processes: close Pool handles or create the pool with more --max-clients");
+  return fail(errc::pool_clients_full, "pool '" + h.name + "': all " + std::to_string(h.max_clients()) + " client entries are held by live processes" +
+                                           (held == 0 ? std::string() : " (" + std::to_string(held) + " of them by a process that holds their lock byte without the protocol)") +
+                                           ": close Pool handles or create the pool with more --max-clients");
 }
 
 void release_client(pool_handle& h) noexcept {

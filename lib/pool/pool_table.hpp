@@ -9,7 +9,12 @@
 // supervisor's own live client entry and wedged the pool).
 //  TL1 Every Pool handle is a client: an entry of the client table whose key
 //      byte it holds (shared OFD lock, L1) from before it publishes its key
-//      until after it clears it (or dies).
+//      until after it clears it (or dies). Registering (ensure_client, under
+//      the table lock) takes a free entry whose byte it gets at once, and
+//      only when there is none waits for the others, with one deadline for
+//      all of them (L7): a byte another process holds without the protocol
+//      (anyone who may open the segment can) costs that entry, never the
+//      registration, nor a wait per entry under the table lock.
 //  TL2 Holding the table = holding byte kPoolTableByte of the segment
 //      EXCLUSIVELY (F_OFD_SETLK) through the handle's own open file
 //      description (its role_lock), for the whole section. The kernel drops
@@ -168,7 +173,7 @@ struct pool_handle {
   bool read_only = false;
   int fd = -1;  // the mapping's open file description: probes (L2); holds no lock
   std::uint64_t dev = 0, ino = 0;
-  std::uint32_t mode = 0, uid = 0;
+  std::uint32_t mode = 0, uid = 0, gid = 0;  // the segment's, at open
   pool_header hdr{};  // validated copy
   std::string group, dead_letters, command, init_command;
 
@@ -355,7 +360,8 @@ return_status give_back_impl(pool_handle& h, const lease_token& t, outcome o);
 // the take then reports that error as before (make_lease).
 bool member_alive(pool_handle& h, std::uint32_t m, std::uint64_t gen);
 
-// The supervisor's loop (pool_supervisor.cpp).
-result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns);
+// The supervisor's loop (pool_supervisor.cpp). `removal` != 0: a remover's
+// (1 graceful, 2 immediate), which only stops members and starts nothing (RM2).
+result<void> run_supervisor(pool_handle& h, const supervise_options& opts, std::uint64_t deadline_ns, std::uint64_t removal = 0);
 
 }  // namespace shmbox::detail
