@@ -213,12 +213,16 @@ supervisor::member_rt& supervisor::rt(std::uint32_t m, std::uint64_t gen) {
     r.generation = gen;
   }
   if (!r.box) {
-    if (auto b = Box::inspect(member_name(m, gen))) {
+    // Read-only, and no 1 s wait for a box being made (a file planted at the
+    // name would cost it every tick): kNamedWaitNs; a box its worker is still
+    // making is looked at again next tick.
+    if (auto mapped = open_segment(member_name(m, gen), true, false, true, false, kNamedWaitNs)) {
+      Box b = access::make_box(std::move(*mapped));
       // S2a: only a box of this user or the pool's owner says who the
       // member's worker is. A third user's box at the name (a forged
       // generation can name one) is as no box: its live owner is not ours.
-      if (const std::uint32_t uid = access::box(*b)->uid; ours(uid)) {
-        r.box.emplace(std::move(*b));
+      if (const std::uint32_t uid = access::box(b)->uid; ours(uid)) {
+        r.box.emplace(std::move(b));
       } else if (!r.foreign_logged) {
         r.foreign_logged = true;
         log("member " + std::to_string(m) + ": box '" + member_name(m, gen) + "' belongs to uid " + std::to_string(uid) +
