@@ -49,7 +49,7 @@
  *     a box that uses one answers SHMBOX_E_BUFFER_UNKNOWN here.
  *
  * ABI: every function is exported with the symbol version SHMBOX_0.1
- * (lib/shmbox.map), except those marked (SHMBOX_0.2), (SHMBOX_0.3) or (SHMBOX_0.4), added later: a
+ * (lib/shmbox.map), except those marked (SHMBOX_0.2), (SHMBOX_0.3), (SHMBOX_0.4) or (SHMBOX_0.5), added later: a
  * program that uses one fails to load on an older library, at start. The
  * soname policy is in README.md ("The C API").
  */
@@ -235,6 +235,11 @@ SHMBOX_C_API uint32_t shmbox_box_default_lane(const shmbox_box* b);
 SHMBOX_C_API int shmbox_box_overflow(const shmbox_box* b);
 /* Messages in the box now, from two counters (exact when idle). */
 SHMBOX_C_API uint64_t shmbox_box_depth(const shmbox_box* b);
+/* SHMBOX_OK while the segment is whole under this handle; SHMBOX_E_TRUNCATED
+ * once a process that may write it shrank it while this process had it mapped
+ * (what lay beyond the new end reads as zeros: shmbox::Box::intact,
+ * docs/guarantees.md "Trust" T5). (SHMBOX_0.5) */
+SHMBOX_C_API int shmbox_box_intact(const shmbox_box* b);
 
 /* Every message that is posted ends in exactly one of these, or in the box:
  *   posted = delivered + rejected + too_large + timeouts + dropped_newest

@@ -193,6 +193,14 @@ uint32_t shmbox_box_default_lane(const shmbox_box* b) { return !live(b) ? 0 : b-
 int shmbox_box_overflow(const shmbox_box* b) { return !live(b) ? -1 : static_cast<int>(b->box.overflow()); }
 uint64_t shmbox_box_depth(const shmbox_box* b) { return !live(b) ? 0 : b->box.depth_approx(); }
 
+int shmbox_box_intact(const shmbox_box* b) {
+  return guarded("shmbox_box_intact", [&]() -> int {
+    if (!live(b)) return bad("shmbox_box_intact", "box must not be NULL (nor closed)");
+    auto r = b->box.intact();
+    return r ? SHMBOX_OK : record(r.error());
+  });
+}
+
 int shmbox_box_counters(const shmbox_box* b, shmbox_counters* out) {
   return guarded("shmbox_box_counters", [&]() -> int {
     if (!live(b) || out == nullptr) return bad("shmbox_box_counters", "box and out must not be NULL (nor closed)");

@@ -935,6 +935,31 @@ static void test_list_and_resize(void) {
   shmbox_box_close(b);
 }
 
+/* THE TRUST RULE T5: a segment truncated under a handle is SHMBOX_E_TRUNCATED
+ * for that handle (its pages beyond the new end read as zeros), not a SIGBUS. */
+static void test_intact(void) {
+  const char* name = new_name("intact");
+  char path[200];
+  shmbox_box* b = NULL;
+  shmbox_options opts;
+  shmbox_counters c;
+
+  shmbox_options_init(&opts);
+  opts.capacity = 64;
+  opts.slot_size = 4096;
+  REQUIRE(shmbox_box_create(name, &opts, &b) == SHMBOX_OK);
+  CHECK(shmbox_box_intact(b) == SHMBOX_OK);
+  snprintf(path, sizeof path, "/dev/shm/shmbox.%s", name);
+  REQUIRE(truncate(path, 4096) == 0);
+  memset(&c, 0, sizeof c);
+  c.struct_size = sizeof c;
+  (void)shmbox_box_counters(b, &c); /* reads the lanes and producers beyond the new end */
+  CHECK(shmbox_box_intact(b) == SHMBOX_E_TRUNCATED);
+  CHECK(strstr(shmbox_last_error_message(), "shrank") != NULL);
+  CHECK(shmbox_box_intact(NULL) == SHMBOX_E_INVALID_ARGUMENT);
+  shmbox_box_close(b);
+}
+
 /* A quota (shmbox_options.quota): each producer's share of a lane;
  * over it SHMBOX_OVER_QUOTA, counted in quota_refused (and rejected). The
  * lane array of shmbox_box_info is walked by its elements' struct_size: an
@@ -1498,6 +1523,7 @@ int main(int argc, char** argv) {
   test_batch_stash_priority();
   test_stash();
   test_list_and_resize();
+  test_intact();
   test_quota();
   test_request();
   test_pool();
