@@ -92,6 +92,7 @@ struct http_conn {
   int fd = -1;
   std::uint64_t deadline = 0;  // answer (or close) expected by then; held connections: closed then
   bool held = false;           // idle / slow: ours to close
+  std::size_t kind = 0;        // its request's index
   std::string got;
 };
 
@@ -225,13 +226,27 @@ void attacker::act_scribble() {
     return void(++t_["scribble_refused"]);
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
+  // Where: the first page (headers, owner record; mostly aligned words), the
+  // rings and tables past a box's lane headers (its header stays whole, so
+  // root's processes keep using the box), or anywhere.
+  std::uint64_t lo = 0, hi = size;
+  const unsigned where = static_cast<unsigned>(r_.below(3));
+  if (where == 0) {
+    hi = std::min<std::uint64_t>(size, 4096);
+  } else if (where == 1) {
+    shmbox::detail::segment_header h{};
+    if (::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) && h.magic == shmbox::detail::kMagic && h.lanes_offset < size)
+      lo = h.lanes_offset + std::uint64_t{h.lane_count} * sizeof(shmbox::detail::lane_header);
+    if (lo >= size) lo = 0;
+  }
   static constexpr std::uint64_t kBursts[] = {1, 16, 256, 4096};
   const std::uint64_t n = kBursts[r_.below(4)];
   std::uint64_t writes = 0;
   for (std::uint64_t k = 0; k < n; ++k) {
     unsigned char b[16];
     std::size_t len = 8;
-    const std::uint64_t at = r_.chance(2) ? (r_.below(std::min<std::uint64_t>(size, 4096)) & ~std::uint64_t{3}) : r_.below(size);
+    std::uint64_t at = lo + r_.below(hi - lo);
+    if (where == 0) at &= ~std::uint64_t{3};
     if (r_.chance(2)) {
       len = 1 + static_cast<std::size_t>(r_.below(16));
       for (auto& c : b) c = static_cast<unsigned char>(r_.next());
@@ -600,7 +615,7 @@ void attacker::act_http() {
       "HEAD /metrics HTTP/1.0\r\n\r\n",
       "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
       "GET http://evil.example/metrics HTTP/1.1\r\nHost: x\r\n\r\n",
-      "GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
+      "GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n0123456789",
       "BINARY",
   };
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -620,9 +635,11 @@ void attacker::act_http() {
   }
   http_conn c;
   c.fd = fd;
-  const std::uint64_t pick = r_.below(kRequests.size() + 3);
-  if (pick >= kRequests.size()) {  // idle, a half head (slowloris), one byte: held, closed later
-    static constexpr const char* kHeld[] = {"", "GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: slow", "G"};
+  // Held, closed later: idle, a half head (slowloris), one byte, a body promised and never sent.
+  static constexpr const char* kHeld[] = {"", "GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: slow", "G",
+                                          "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01"};
+  const std::uint64_t pick = r_.below(kRequests.size() + std::size(kHeld));
+  if (pick >= kRequests.size()) {
     const char* s = kHeld[pick - kRequests.size()];
     [[maybe_unused]] const ssize_t n = ::send(fd, s, std::strlen(s), MSG_NOSIGNAL);
     c.held = true;
@@ -630,12 +647,14 @@ void attacker::act_http() {
     ++t_["http_held"];
   } else {
     std::string req = kRequests[pick];
-    if (req == "BINARY") {
+    if (req == "BINARY") {  // random bytes, then the end of a head: an answer is due
       req.resize(100 + r_.below(2000));
       for (auto& ch : req) ch = static_cast<char>(r_.next());
+      req += "\r\n\r\n";
     }
     [[maybe_unused]] const ssize_t n = ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
     c.deadline = now_ms() + 5000;
+    c.kind = static_cast<std::size_t>(pick);
     ++t_["http_sent"];
   }
   http_.push_back(std::move(c));
@@ -732,7 +751,7 @@ void attacker::upkeep(bool final) {
       if (!answered && !closed && now < c.deadline && !final) return false;
       if (answered) ++t_["http." + c.got.substr(9, 3)];
       else if (closed || c.got.find("(reset)") != std::string::npos) ++t_["http_closed"];
-      else if (!final) ++t_["http_stalled"];
+      else if (!final) ++t_["http_stalled"], ++t_["http_stalled." + std::to_string(c.kind)];
     } else if (!final && now < c.deadline) {
       return false;
     }
