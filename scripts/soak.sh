@@ -4,6 +4,11 @@
 # 4 producers, an owner and 2 heirs per phase, SIGKILL to a random one every
 # 5-60 ms, phases cycling through every policy (with and without a lease);
 # every phase ends with the ledger and counter checks (tests/ownership/storm.cpp).
+# Then the generative checker as long (random boxes and steps, kills at
+# random moments and at crash points, every step checked against a model of
+# the box: tests/gencheck, docs/tests.md); it prints each run's seed, and a
+# failure's replay line. SHMBOX_GENCHECK_ARGS adds to its arguments (e.g.
+# "--tolerate taken-ghost-depth,..." to look past bugs already known).
 # Then the pool's kill storm as long (takers and workers SIGKILLed at
 # random, then the pool's ledger checked exactly: tests/pool/pool_leases.cpp).
 set -euo pipefail
@@ -12,6 +17,8 @@ seconds="${1:-600}"
 build="${2:-build}"
 bash scripts/setup.sh "$build"
 "./$build/tests/shmbox-storm" --seconds "$seconds" --phase-seconds 10
+# shellcheck disable=SC2086
+"./$build/tests/shmbox-gencheck" --seconds "$seconds" --keep-going ${SHMBOX_GENCHECK_ARGS:-}
 SHMBOX_HELPER="$PWD/$build/tests/shmbox-test-helper" SHMBOX_POOL_STORM_SECONDS="$seconds" \
   exec "./$build/tests/test-pool-leases" --test-case='pool ledger: after a kill storm*'
 

@@ -12,21 +12,31 @@
 
 namespace shmbox_cli {
 
-std::string escaped(std::string_view text) {
+namespace {
+// C escapes for backslash, newline, CR, tab and the bytes that can act on a
+// terminal (C0 controls, DEL, UTF-8's C1 controls C2 80-9F); other bytes of
+// 0x80 and above are kept (`keep_text`: UTF-8 text stays readable) or escaped too.
+std::string c_escaped(std::string_view text, bool keep_text) {
   std::string out;
   out.reserve(text.size());
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    const bool c1 = keep_text && c == 0xc2 && next >= 0x80 && next <= 0x9f;
+    char esc[16];
     switch (c) {
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c >= 0x20 && c < 0x7f) {
-          out += ch;
+        if (c1) {
+          std::snprintf(esc, sizeof esc, "\\x%02x\\x%02x", c, next);
+          out += esc;
+          ++i;
+        } else if ((c >= 0x20 && c < 0x7f) || (keep_text && c >= 0x80)) {
+          out += static_cast<char>(c);
         } else {
-          char esc[8];
           std::snprintf(esc, sizeof esc, "\\x%02x", c);
           out += esc;
         }
@@ -34,6 +44,10 @@ std::string escaped(std::string_view text) {
   }
   return out;
 }
+}  // namespace
+
+std::string message_line(std::string_view text) { return c_escaped(text, true); }
+std::string escaped(std::string_view text) { return c_escaped(text, false); }
 
 void say(std::string_view line) { std::cerr << "shmbox: " << escaped(line) << "\n"; }
 
@@ -537,6 +551,9 @@ int parse_args(int argc, char** argv, parsed& out) {
       ->excludes(all_opt);
   recv->add_flag("--any-owner", out.recv.any_owner, "receive from a box whose segment belongs to another user");
   recv->add_flag("--verbose", out.recv.verbose, "print each message's lane and redelivered flag before it");
+  recv->add_flag("--raw", out.recv.raw,
+                 "print each message's bytes as they are (default: one line each, backslash, control characters and "
+                 "newlines as C escapes, so that a message cannot break lines or act on a terminal)");
   auto* heir_opt = recv->add_flag("--heir", out.recv.heir, "register as heir, wait until given the box, then receive as owner");
   recv->add_option("--data", out.recv.data, "with --heir: data (up to 64 bytes) handed over with the box")->needs(heir_opt)->check(
       CLI::Validator([](std::string& v) { return v.size() <= 64 ? std::string() : std::string("at most 64 bytes"); }, "DATA"));
@@ -559,6 +576,9 @@ int parse_args(int argc, char** argv, parsed& out) {
   ask->add_option("--lane", out.ask.lane, "the lane to post the requests into (default: the box's default lane)")
       ->transform(decimal(0, shmbox::kMaxLanes - 1));
   ask->add_flag("--any-owner", out.ask.any_owner, "a service box whose segment belongs to another user");
+  ask->add_flag("--raw", out.ask.raw,
+                "print each reply's bytes as they are (default: one line each, backslash, control characters and "
+                "newlines as C escapes, so that a reply cannot break lines or act on a terminal)");
 
   auto* stat = app.add_subcommand("stat", "Show a box: geometry, lanes, counters, owner, heirs, producers, last transfer");
   stat->add_option("NAME", out.name, "box name")->required()->check(box_name_check());

@@ -66,6 +66,7 @@ struct recv_args {
   bool any_owner = false;
   bool accept_give_away = false;  // serve `shmbox give-away` requests while receiving
   std::string reply_with;  // answer each request with this shell command's output (its stdin: the request)
+  bool raw = false;        // print each message's bytes as they are (default: message_line)
 };
 
 struct ask_args {
@@ -74,6 +75,7 @@ struct ask_args {
   long long timeout_ms = 5000;  // per request, from its post to its reply
   long long lane = -1;          // -1: the box's default lane
   bool any_owner = false;
+  bool raw = false;             // print each reply's bytes as they are (default: message_line)
 };
 
 struct watch_args {
@@ -179,6 +181,11 @@ std::optional<listen_address> parse_listen_address(std::string_view text);
 // name, argument or string from a segment that the CLI prints on stderr goes
 // through it, so an error stays one line and puts no escape sequence on a terminal.
 std::string escaped(std::string_view text);
+// A message (recv) or reply (ask) as one line of text that cannot act on a
+// terminal: backslash, C0 controls (newline, escape, ...), DEL and C1
+// controls (U+0080-U+009F, UTF-8 C2 80-9F) become C escapes (\\ \n \r \t
+// \xNN); everything else, UTF-8 text included, is kept. --raw prints the bytes.
+std::string message_line(std::string_view text);
 // Writes "shmbox: " + escaped(line) + "\n" to stderr: every error line of the CLI.
 void say(std::string_view line);
 

@@ -100,6 +100,23 @@ void on_fatal(int sig) {
   ::raise(sig);  // blocked in this handler; delivered (default action) when it returns
 }
 
+// SIGBUS: the box's segment shrinking under the view is the SIGBUS guard's
+// (the library's, installed when the box was mapped: docs/guarantees.md,
+// Trust T5), which turns it into zeros and a TRUNCATED banner. So the
+// handler installed before ours runs first: if it rescued the fault, the
+// view goes on; if it gave up (it then put back the default action), the
+// terminal is restored and the fault, happening again, kills as on_fatal.
+struct sigaction g_bus_before {};
+void on_bus(int sig, siginfo_t* info, void* context) {
+  const struct sigaction before = g_bus_before;
+  if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
+    before.sa_sigaction(sig, info, context);
+    struct sigaction now {};
+    if (::sigaction(SIGBUS, nullptr, &now) == 0 && now.sa_handler != SIG_DFL) return;  // rescued
+  }
+  on_fatal(sig);
+}
+
 void set_handler(int sig, void (*fn)(int)) {
   struct sigaction sa {};
   sa.sa_handler = fn;
@@ -211,7 +228,12 @@ class watcher {
       set_handler(SIGWINCH, on_redraw);
       set_handler(SIGCONT, on_redraw);
       set_handler(SIGTSTP, on_tstp);
-      for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) set_handler(s, on_fatal);
+      for (int s : {SIGSEGV, SIGABRT, SIGFPE, SIGILL}) set_handler(s, on_fatal);
+      struct sigaction bus {};
+      bus.sa_sigaction = on_bus;
+      bus.sa_flags = SA_SIGINFO;
+      sigemptyset(&bus.sa_mask);
+      ::sigaction(SIGBUS, &bus, &g_bus_before);
       return run_full_screen();
     }
     return run_plain();

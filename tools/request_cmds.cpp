@@ -42,6 +42,7 @@ int cmd_ask(const ask_args& a) {
     waiting.pop_front();
     const shmbox::reply_status st = req->wait(ticket, reply, timeout);
     if (st == shmbox::reply_status::ok) {
+      if (!a.raw) reply = message_line(reply);  // the service's bytes: no escape sequence reaches the terminal
       reply.push_back('\n');
       if (!write_all(STDOUT_FILENO, reply.data(), reply.size())) worst = kExitFail;
       return;

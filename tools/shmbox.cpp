@@ -259,7 +259,7 @@ int receive_and_print(shmbox::Owner& owner, const recv_args& a) {
       prefix.clear();
       if (a.verbose)
         prefix.append("lane=").append(std::to_string(batch.lane(i))).append(" redelivered=").append(batch.redelivered(i) ? "yes " : "no ");
-      written = out.add(prefix, batch[i]);
+      written = a.raw ? out.add(prefix, batch[i]) : out.add(prefix, message_line(batch[i]));
     }
     if (!batch.empty()) {
       if (!written || !out.flush()) {

@@ -411,6 +411,7 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
     // Sleep (wake.cpp): read wake_seq, arm every lane (fails if anything
     // arrived), futex-wait. A producer that sees the bit bumps wake_seq (P6).
     // A lease box's owner wakes in time to renew its lease.
+    detail::reply_cache_idle(replies.get(), now);  // an idle service lets go of gone requesters' reply boxes
     std::uint64_t until = std::min(deadline.get(), now + kLostWakeSliceNs);
     if (lease_ns != 0) until = std::min(until, now + lease_ns / 2);
     // Not armed: a slot is claimed and not yet published (a slow or stopped

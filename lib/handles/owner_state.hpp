@@ -55,6 +55,10 @@ struct reply_cache;
 struct reply_cache_deleter {
   void operator()(reply_cache* c) const noexcept;
 };
+// An owner about to sleep (receive's wait): lets go of the reply boxes of
+// requesters that are gone, at most every 100 ms, so that an idle service
+// does not keep them from 'shmbox gc' (reply.cpp).
+void reply_cache_idle(reply_cache* c, std::uint64_t now) noexcept;
 
 // Counts what it appends; the public receive forms wrap it.
 struct owner_sink : take_sink {

@@ -261,17 +261,19 @@ result<Producer> detail::access::attach_named(int namer_fd, std::string_view nam
   if (namer_fd < 0 || ::fstat(namer_fd, &from) != 0)
     return detail::fail(errc::system_error, std::string(namer) + ": cannot tell who may write it (fstat); box '" +
                                                 std::string(name) + "', which it names, is not followed");
-  auto box = Box::open(name);
-  if (!box) return box.error();
+  // A name read from a segment: no waiting for a box being made there (kNamedWaitNs).
+  auto mapped = detail::open_segment(name, false, false, true, false, detail::kNamedWaitNs);
+  if (!mapped) return mapped.error();
+  const Box box = detail::access::make_box(std::move(*mapped));
   struct stat to {};
-  if (::fstat(detail::access::box(*box)->fd, &to) != 0 || !detail::shm_writers_within(from, to))
+  if (::fstat(detail::access::box(box)->fd, &to) != 0 || !detail::shm_writers_within(from, to))
     return detail::fail(errc::permission_denied,
                         std::string(namer) + " (" + detail::shm_describe(from) + ") names box '" + std::string(name) + "' (" +
                             detail::shm_describe(to) + ") but users who may write " + std::string(namer) +
                             " may not write it: the name is not followed (docs/guarantees.md, Trust T4); make box '" +
                             std::string(name) + "' writable by them too, or " + std::string(namer) +
                             " writable by fewer users");
-  return Producer::attach(*box);
+  return Producer::attach(box);
 }
 
 std::uint64_t Producer::attached_ns() const noexcept {

@@ -79,7 +79,12 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
   const std::uint64_t epoch = cur + 1;
   // The actor of this epoch is ours from here (before any slot is touched as
   // that actor): a later owner's recovery asks this byte whether we live.
-  lock.lock(m, actor_byte(m, owner_actor_index(owner_actor_id(epoch))));
+  // Best effort: the key and epoch are ours already, and a byte another
+  // process holds past L7's deadline (whoever may write the box may) reads
+  // as held, i.e. alive, to those probes while it holds it; a later owner
+  // exists only once we lost the key, and then our takes and commits fail
+  // by epoch whatever its recovery does.
+  (void)lock.lock(m, actor_byte(m, owner_actor_index(owner_actor_id(epoch))));
   // From a released box (key 0), the previous owner is the one that released it.
   const std::uint64_t previous = from_key != 0 ? from_key : rec->last_owner_key.load(std::memory_order_relaxed);
   rec->last_owner_key.store(previous, std::memory_order_relaxed);

@@ -114,13 +114,19 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
             role_lock& lock) noexcept {
   const std::uint64_t me = self_key();
   if (me == 0 || data.size() > kHeirDataMax) return false;
+  // liveness.hpp L7: one deadline for every entry tried; an entry whose byte
+  // another process holds past it is skipped, as a producer's attach does.
+  const std::uint64_t give_up = mono_ns() + kRoleLockWaitNs;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
       heir_entry* e = m.heir(i);
       std::uint64_t k = e->key.load(std::memory_order_acquire);
       if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, heir_byte(m, i)))) continue;
       // L1: the byte first, then the key.
-      if (!lock.lock(m, heir_byte(m, i))) return false;
+      if (!lock.lock(m, heir_byte(m, i), give_up)) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        return false;
+      }
       if (!e->key.compare_exchange_strong(k, me, std::memory_order_acq_rel, std::memory_order_relaxed)) {
         lock.unlock(heir_byte(m, i));
         continue;

@@ -188,7 +188,10 @@ result<pool_info> detail::inspect_pool_impl(std::string_view name, bool with_led
     if (mi.state == member_state::free && e.idle_since_ns != 0 && e.idle_since_ns < now)
       mi.idle = std::chrono::milliseconds((now - e.idle_since_ns) / 1'000'000);
     if (mi.state == member_state::stopping) mi.stopping_why = std::string(to_string(member_stop_of(e.state)));
-    if (auto b = Box::inspect(mi.box)) {
+    // A snapshot: a file another user planted at a member's name costs no
+    // waiting (segment.hpp: a snapshot of another user's segment waits for
+    // nothing), and a truncation cannot reach us.
+    if (auto b = Box::snapshot(mi.box)) {
       const box_info bi = shmbox::info(*b);
       mi.worker_alive = bi.owner.alive;
       mi.depth = bi.depth;

@@ -74,6 +74,12 @@ struct reply_cache {
 
 void reply_cache_deleter::operator()(reply_cache* c) const noexcept { delete c; }
 
+void reply_cache_idle(reply_cache* c, std::uint64_t now) noexcept {
+  if (c == nullptr || c->entries.empty() || now < c->next_sweep_ns) return;
+  c->sweep();
+  c->next_sweep_ns = now + 100'000'000;
+}
+
 }  // namespace detail
 
 namespace {
@@ -213,7 +219,10 @@ reply_status Owner::reply_impl(std::string_view reply_to, bool answered, std::ui
     const std::string name = detail::envelope::reply_box_name(st.m->name, env->token);
     // any_owner: a requester of another user (a 0666 service) owns its reply
     // box; the name (ours, and a token) and the id decide, not the file's owner.
-    auto box = Box::open(name, {.any_owner = true});
+    // A name this process derived from a request: no waiting for a box being made (kNamedWaitNs).
+    auto mapped = detail::open_segment(name, false, true, true, false, detail::kNamedWaitNs);
+    std::optional<Box> box;
+    if (mapped) box.emplace(detail::access::make_box(std::move(*mapped)));
     // A reply box, made by a Requester (kConfigReplyBox), with the id the
     // request names, and configured as a Requester makes it: one lane,
     // policy reject, no dead letters, no stash, priority or buffer. Anyone may

@@ -4,6 +4,7 @@
 #include "shmbox/request.hpp"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <deque>
@@ -59,8 +60,21 @@ struct Requester::state {
   state(std::string s, Producer p) : service(std::move(s)), producer(std::move(p)) {}
   ~state() {
     if (!born.here_for_sure()) return;  // a fork child's copy: the reply box is its parent's
+    // Our reply box, and only it: what sits at its name now is unlinked only
+    // when it is the file we made (gc may have removed ours, and anyone may
+    // have put a file of theirs there since).
+    std::uint64_t dev = 0, ino = 0;
+    if (replies) {
+      const auto& m = detail::access::owner_box(*replies);
+      dev = m->dev;
+      ino = m->ino;
+    }
     replies.reset();
-    if (!reply_name.empty()) (void)Box::remove(reply_name);
+    struct stat st {};
+    const std::string path = "/dev/shm" + detail::shm_path(reply_name);
+    if (!reply_name.empty() && ::lstat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == dev &&
+        static_cast<std::uint64_t>(st.st_ino) == ino)
+      (void)Box::remove(reply_name);
   }
 
   void mark_over(std::uint64_t seq) {

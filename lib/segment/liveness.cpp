@@ -35,47 +35,6 @@ struct flock one_byte(short type, std::uint64_t off) noexcept {
   return fl;
 }
 
-// A lock of `type` on byte `off` of `fd`'s description, waiting for a
-// conflicting holder until `give_up_ns` (0: kRoleLockWaitNs from now) by
-// polling, never in the kernel; a signal ends the wait (L7). Signals are
-// blocked while we look, and the pauses are ppoll()s that unblock them
-// atomically: a signal that comes at any moment of the wait, during a look
-// included, is delivered in the next pause and ends it (EINTR), the
-// pselect() pattern; a plain sleep would miss one that came during the look.
-bool wait_lock_byte(int fd, std::uint64_t off, short type, std::uint64_t give_up_ns) noexcept {
-  if (fd < 0) return false;
-  struct flock fl = one_byte(type, off);
-  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;  // the usual case: nothing to wait for
-  if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
-  if (give_up_ns == 0) give_up_ns = mono_ns() + kRoleLockWaitNs;
-  sigset_t all, before;
-  ::sigfillset(&all);
-  ::pthread_sigmask(SIG_BLOCK, &all, &before);
-  long pause_ns = 50'000;
-  bool locked = false;
-  int err = EAGAIN;
-  for (;;) {
-    if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) {
-      locked = true;
-      break;
-    }
-    if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
-      err = errno;
-      break;
-    }
-    if (mono_ns() >= give_up_ns) break;  // EAGAIN: held past the deadline
-    const struct timespec pause {0, pause_ns};
-    if (::ppoll(nullptr, 0, &pause, &before) < 0 && errno == EINTR) {
-      err = EINTR;  // a signal's handler ran: its program may want to stop
-      break;
-    }
-    pause_ns = std::min(pause_ns * 2, 1'000'000L);
-  }
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  if (!locked) errno = err;
-  return locked;
-}
-
 // A release watcher's wait (release_watch.hpp): in the kernel, for as long
 // as the byte is held, in a thread of its own that no call waits for (L7).
 bool block_for_byte(int fd, std::uint64_t off, short type) noexcept {
@@ -153,6 +112,47 @@ std::pair<std::uint64_t, std::uint32_t>* held_entry(const mapped_box& m, std::ui
 }
 
 }  // namespace
+
+// A lock of `type` on byte `off` of `fd`'s description, waiting for a
+// conflicting holder until `give_up_ns` (0: kRoleLockWaitNs from now) by
+// polling, never in the kernel; a signal ends the wait (L7). Signals are
+// blocked while we look, and the pauses are ppoll()s that unblock them
+// atomically: a signal that comes at any moment of the wait, during a look
+// included, is delivered in the next pause and ends it (EINTR), the
+// pselect() pattern; a plain sleep would miss one that came during the look.
+bool wait_lock_byte(int fd, std::uint64_t off, short type, std::uint64_t give_up_ns) noexcept {
+  if (fd < 0) return false;
+  struct flock fl = one_byte(type, off);
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;  // the usual case: nothing to wait for
+  if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
+  if (give_up_ns == 0) give_up_ns = mono_ns() + kRoleLockWaitNs;
+  sigset_t all, before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &before);
+  long pause_ns = 50'000;
+  bool locked = false;
+  int err = EAGAIN;
+  for (;;) {
+    if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+      locked = true;
+      break;
+    }
+    if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
+      err = errno;
+      break;
+    }
+    if (mono_ns() >= give_up_ns) break;  // EAGAIN: held past the deadline
+    const struct timespec pause {0, pause_ns};
+    if (::ppoll(nullptr, 0, &pause, &before) < 0 && errno == EINTR) {
+      err = EINTR;  // a signal's handler ran: its program may want to stop
+      break;
+    }
+    pause_ns = std::min(pause_ns * 2, 1'000'000L);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (!locked) errno = err;
+  return locked;
+}
 
 std::uint64_t owner_byte(const mapped_box& m) noexcept { return m.geo.owner_offset + offsetof(owner_record, key); }
 std::uint64_t request_byte(const mapped_box& m) noexcept {

@@ -133,6 +133,11 @@ inline bool role_alive(const mapped_box& m, std::uint64_t off, std::uint64_t key
 // Shared (F_RDLCK) or exclusive lock on one byte of `fd`'s open file
 // description, without waiting. false with errno (EAGAIN: held by another).
 bool try_lock_byte(int fd, std::uint64_t off, bool exclusive) noexcept;
+// L7: a lock of `type` (F_RDLCK, F_WRLCK) on byte `off` of `fd`'s
+// description, waiting for a conflicting holder until `give_up_ns` (mono_ns;
+// 0: kRoleLockWaitNs from now) by polling, never in the kernel; a signal ends
+// the wait. false with errno (EAGAIN: held past the deadline; EINTR).
+bool wait_lock_byte(int fd, std::uint64_t off, short type, std::uint64_t give_up_ns) noexcept;
 void unlock_byte(int fd, std::uint64_t off) noexcept;
 
 // The role locks of one handle: shared locks on its roles' bytes (L1, L6),

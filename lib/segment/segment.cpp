@@ -51,11 +51,8 @@ std::string human_bytes(std::uint64_t b) {
 // not past `give_up_ns` (a process that holds it on purpose). false with
 // errno (EAGAIN: still held).
 bool attach_lock(int fd, std::uint64_t give_up_ns) {
-  while (!try_lock_byte(fd, kAttachByte, false)) {
-    if ((errno != EAGAIN && errno != EACCES) || mono_ns() > give_up_ns) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
+  // liveness.hpp L7: polled until the deadline; a signal ends the wait.
+  return wait_lock_byte(fd, kAttachByte, F_RDLCK, give_up_ns == 0 ? 1 : give_up_ns);
 }
 
 // The soft limit `resource` (RLIMIT_FSIZE, RLIMIT_AS) when it is below
@@ -456,7 +453,7 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
 }
 
 result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner, bool attach,
-                                                 bool snapshot) {
+                                                 bool snapshot, std::uint64_t wait_ns) {
   if (auto r = validate_box_name(name); !r) return r.error();
   const std::string who = quote(name);
   const std::string path = shm_path(name);
@@ -479,7 +476,20 @@ result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool rea
   // A snapshot (ls, metrics: every box of the host) waits only briefly: an
   // empty file or a header never made ready, planted by anyone, must not
   // cost each listing a second.
-  const std::uint64_t give_up = mono_ns() + (snapshot ? kSnapshotWaitNs : kOpenWaitNs);
+  // A snapshot (ls, metrics) of another user's segment waits for nothing: a
+  // thousand empty or never-ready files planted by a user must not cost
+  // every listing or scrape ten seconds (THE TRUST RULE); its own boxes being
+  // created get kSnapshotWaitNs.
+  const std::uint64_t wait = wait_ns != 0 ? wait_ns
+                             : snapshot   ? (f.st.st_uid == ::geteuid() ? kSnapshotWaitNs : 0)
+                                          : kOpenWaitNs;
+  const std::uint64_t give_up = mono_ns() + wait;
+  // Another user's segment is refused before anything waits on it (a file
+  // planted at the name costs nothing); checked again below.
+  if (!read_only && !any_owner && f.st.st_uid != ::geteuid())
+    return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(f.st.st_uid) +
+                                             ", not to this user (uid " + std::to_string(::geteuid()) +
+                                             "); open a box of another user only on purpose: Box::open(name, {.any_owner = true}), or --any-owner");
   // liveness.hpp L3: attached before anything is read. gc holds the byte
   // exclusively only while it checks and unlinks (no waiting inside): wait
   // it out, but not forever (a process that holds it on purpose).

@@ -192,8 +192,13 @@ result<std::shared_ptr<mapped_box>> create_segment(std::string_view name, const 
 // byte exclusively while it looks, opens without it. `snapshot` (read-only
 // only): a segment of at most kSnapshotMaxBytes is read with pread into
 // private memory (mapped_box::snapshot) instead of mapped (Box::snapshot).
+// `wait_ns`: how long to wait for a box being created (sized, made ready)
+// or an attach byte held by gc; 0: 1 s (a snapshot: 10 ms). A name the
+// operator did not give (a reply box, dead letters: THE TRUST RULE) is
+// opened with kNamedWaitNs: a file planted there costs the opener no more.
 result<std::shared_ptr<mapped_box>> open_segment(std::string_view name, bool read_only, bool any_owner = false,
-                                                 bool attach = true, bool snapshot = false);
+                                                 bool attach = true, bool snapshot = false, std::uint64_t wait_ns = 0);
+inline constexpr std::uint64_t kNamedWaitNs = 10'000'000;
 inline constexpr std::size_t kSnapshotMaxBytes = std::size_t{1} << 20;
 result<void> validate_box_name(std::string_view name);
 // A custom buffer type's name (options::buffer): 1..kMaxBufferName of [A-Za-z0-9._-] (buffer.cpp).

@@ -239,8 +239,10 @@ std::vector<std::string> collect_bells(bool dry_run);
 // temporary name), a FIFO (never followed), mode 0622 as make_bell leaves it
 // (0600 or less for a temporary one), with no reader (an open for writing
 // fails with ENXIO), and still that file just before the unlink. Anything
-// else at such a name (a FIFO someone else made, a link, a directory, ...)
-// is left alone. True if it was (or, dry run, would be) removed.
+// else at such a name (a FIFO of another mode, a link, a directory, ...)
+// is left alone. Whose it is is not asked: an unread doorbell is garbage
+// whoever made it (its hub is gone), and only its owner or root may unlink
+// it in the sticky /dev/shm. True if it was (or, dry run, would be) removed.
 bool remove_unread_bell(std::string_view entry, bool dry_run) noexcept;
 
 #pragma GCC visibility pop

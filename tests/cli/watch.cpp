@@ -730,3 +730,18 @@ TEST_CASE("watch: --count on a terminal stops by itself after N refreshes") {
   REQUIRE(on != std::string::npos);
   CHECK(w.output().substr(on) == kCursorOn + kAltOff);
 }
+
+TEST_CASE("watch (full screen): the box truncated under it: a TRUNCATED banner, not a death by SIGBUS (issue 53, T5)") {
+  shmtest::segment_guard g(shmtest::unique_name("watchtrunc"));
+  REQUIRE(cli({"create", g.name, "--capacity", "64", "--slot-size", "1024"}).code == 0);
+  REQUIRE(cli({"post", g.name, "a", "b", "c"}).code == 0);
+  pty_watch w({g.name, "--interval", "100"}, 100, 30);
+  REQUIRE(w.read_until("shmbox watch"));
+  // What whoever may write a segment may do: shrink it (its header kept).
+  REQUIRE(::truncate(("/dev/shm/shmbox." + g.name).c_str(), 4096) == 0);
+  CHECK(w.read_until("TRUNCATED"));
+  w.type("q");
+  const auto st = w.wait(10s);
+  REQUIRE(st.has_value());
+  CHECK(shmtest::exited_with(*st, 0));
+}

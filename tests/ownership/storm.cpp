@@ -18,12 +18,18 @@
 // its own (clone(CLONE_NEWPID), as in a container; needs root, else they
 // run in ours and the driver says so): liveness and takeover must hold
 // across namespaces too. --no-namespaces keeps them all in ours.
+// Another producer and another owner-side process run as a second uid
+// (65534, when the driver is root and that uid may run this program; the
+// box is then 0666 and every role opens it with any_owner): liveness,
+// repair and takeover must hold across uids too (THE TRUST RULE's second
+// user, docs/guarantees.md). --no-other-uid keeps them all ours.
 //
-//   shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS]
+//   shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS] [--no-namespaces] [--no-other-uid]
 //   (the other roles, "producer" and "owner", are started by the driver)
 //
 // Exit 0 when every check held, 1 otherwise (the reasons on stderr).
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -141,10 +147,18 @@ void record(const shmbox::batch& b) {
 // Roles
 // ---------------------------------------------------------------------------
 
+// The box, whoever created it (a role of the second uid opens root's 0666 box).
+shmbox::result<shmbox::Box> open_box(const std::string& box) { return shmbox::Box::open(box, {.any_owner = true}); }
+
 int producer_main(const std::string& box) {
   const std::uint32_t inc = L->next_inc.fetch_add(1);
   if (inc >= kMaxInc) return 0;  // this phase's ledger is used up
-  auto p = shmbox::Producer::attach(box);
+  auto b = open_box(box);
+  if (!b) {
+    error("producer open: " + shmbox::explain(b.error()));
+    return 1;
+  }
+  auto p = shmbox::Producer::attach(*b);
   if (!p) {
     error("producer attach: " + shmbox::explain(p.error()));
     return 1;
@@ -209,13 +223,18 @@ int serve_as_owner(shmbox::Owner& o) {
 }
 
 int owner_main(const std::string& box) {
-  auto o = shmbox::Owner::acquire(box);
+  auto b = open_box(box);
+  if (!b) {
+    error("owner open: " + shmbox::explain(b.error()));
+    return 1;
+  }
+  auto o = shmbox::Owner::acquire(*b);
   if (o) return serve_as_owner(*o);
   if (o.error() != shmbox::errc::not_owner) {
     error("acquire: " + shmbox::explain(o.error()));
     return 1;
   }
-  auto heir = shmbox::Heir::enlist(box, "storm");
+  auto heir = shmbox::Heir::enlist(*b, "storm");
   if (!heir) {
     error("enlist: " + shmbox::explain(heir.error()));
     return 1;
@@ -240,13 +259,38 @@ int owner_main(const std::string& box) {
 struct proc {
   pid_t pid = -1;
   bool producer = false;
-  bool other_ns = false;  // runs in a pid namespace of its own
+  bool other_ns = false;   // runs in a pid namespace of its own
+  bool other_uid = false;  // runs as kOtherUid
 };
 
 std::string g_self;
 bool g_namespaces = true;  // false: --no-namespaces, or clone(CLONE_NEWPID) is not allowed here
+bool g_other_uid = true;   // false: --no-other-uid, not root, or kOtherUid may not run g_self
+constexpr uid_t kOtherUid = 65534;
 
-pid_t spawn(int ledger_fd, const std::string& role, const std::string& box, bool other_ns = false) {
+// In a child: become kOtherUid (group too, no supplementary groups).
+bool become_other_uid() {
+  return ::setgroups(0, nullptr) == 0 && ::setresgid(kOtherUid, kOtherUid, kOtherUid) == 0 &&
+         ::setresuid(kOtherUid, kOtherUid, kOtherUid) == 0;
+}
+
+// Whether the second uid can be used here: root, and kOtherUid may execute g_self.
+bool other_uid_possible(std::string& why) {
+  if (::geteuid() != 0) {
+    why = "not root";
+    return false;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(become_other_uid() && ::access(g_self.c_str(), X_OK) == 0 ? 0 : 1);
+  int st = 0;
+  if (pid < 0 || ::waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    why = "uid " + std::to_string(kOtherUid) + " may not run " + g_self;
+    return false;
+  }
+  return true;
+}
+
+pid_t spawn(int ledger_fd, const std::string& role, const std::string& box, bool other_ns = false, bool other_uid = false) {
   pid_t pid = -1;
   if (other_ns && g_namespaces) {
     // A fork into a new pid namespace, where the child is pid 1.
@@ -258,6 +302,7 @@ pid_t spawn(int ledger_fd, const std::string& role, const std::string& box, bool
   }
   if (pid < 0) pid = ::fork();
   if (pid == 0) {
+    if (other_uid && g_other_uid && !become_other_uid()) ::_exit(126);
     const std::string fd = std::to_string(ledger_fd), slack = std::to_string(g_slack_ns / 1'000'000);
     ::execl(g_self.c_str(), g_self.c_str(), role.c_str(), fd.c_str(), box.c_str(), slack.c_str(), nullptr);
     std::fprintf(stderr, "exec %s: %s\n", g_self.c_str(), std::strerror(errno));
@@ -315,7 +360,8 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     return;
   }
   auto created = shmbox::Box::create(box, {.capacity = 64, .slot_size = kPayload, .overflow = spec.pol,
-                                           .block_timeout = kBlockTimeout, .lease = spec.lease});
+                                           .mode = g_other_uid ? 0666u : 0600u, .block_timeout = kBlockTimeout,
+                                           .lease = spec.lease});
   if (!created) {
     fail(t, phase, "create: " + shmbox::explain(created.error()));
     ::munmap(L, sizeof(ledger));
@@ -323,8 +369,9 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     return;
   }
   std::vector<proc> procs;
-  for (int i = 0; i < 3; ++i) procs.push_back({spawn(fd, "owner", box, i == 1), false, i == 1});
-  for (int i = 0; i < 4; ++i) procs.push_back({spawn(fd, "producer", box, i == 0), true, i == 0});
+  // Owner-side 1 and producer 0 in pid namespaces of their own; owner-side 2 and producer 1 as the second uid.
+  for (int i = 0; i < 3; ++i) procs.push_back({spawn(fd, "owner", box, i == 1, i == 2), false, i == 1, i == 2});
+  for (int i = 0; i < 4; ++i) procs.push_back({spawn(fd, "producer", box, i == 0, i == 1), true, i == 0, i == 1});
 
   std::uint64_t kills = 0, kp = 0, ko = 0;
   const std::uint64_t end = now_ns() + static_cast<std::uint64_t>(length.count()) * 1'000'000;
@@ -342,13 +389,13 @@ void run_phase(const phase_spec& spec, std::chrono::milliseconds length, std::mt
     } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       fail(t, phase, "a " + std::string(victim.producer ? "producer" : "owner") + " exited with status " + std::to_string(st));
     }
-    victim.pid = spawn(fd, victim.producer ? "producer" : "owner", box, victim.other_ns);
+    victim.pid = spawn(fd, victim.producer ? "producer" : "owner", box, victim.other_ns, victim.other_uid);
     // Processes that finished on their own (a deposed owner, a producer at
     // the end of its sequence) are restarted too.
     for (proc& p : procs) {
       if (::waitpid(p.pid, &st, WNOHANG) != p.pid) continue;
       if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail(t, phase, "a process exited with status " + std::to_string(st));
-      p.pid = spawn(fd, p.producer ? "producer" : "owner", box, p.other_ns);
+      p.pid = spawn(fd, p.producer ? "producer" : "owner", box, p.other_ns, p.other_uid);
     }
   }
   // Stop: every process finishes within its timeouts.
@@ -469,11 +516,13 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
-      std::printf("usage: shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS] [--no-namespaces]\n");
+      std::printf("usage: shmbox-storm [--seconds S] [--phase-seconds S] [--seed N] [--slack-ms MS] [--no-namespaces] [--no-other-uid]\n");
       return 0;
     }
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-namespaces") == 0) g_namespaces = false;
+    if (std::strcmp(argv[i], "--no-other-uid") == 0) g_other_uid = false;
+  }
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return 1;
@@ -487,9 +536,14 @@ int main(int argc, char** argv) {
                                {policy::drop_oldest, 0ms}, {policy::lifo, 1000ms},         {policy::block, 1000ms},
                                {policy::reject, 1000ms},   {policy::drop_oldest, 1000ms}, {policy::lifo, 0ms},
                                {policy::drop_newest, 0ms}};
-  std::printf("# kill storm: seed %" PRIu64 ", %ld s in phases of %ld s; 4 producers, an owner and 2 heirs per phase%s\n",
+  std::string no_other_uid = "--no-other-uid";
+  if (g_other_uid && !other_uid_possible(no_other_uid))
+    std::fprintf(stderr, "shmbox-storm: no second uid here (%s): every role runs as this user\n", no_other_uid.c_str());
+  g_other_uid = g_other_uid && no_other_uid == "--no-other-uid";
+  std::printf("# kill storm: seed %" PRIu64 ", %ld s in phases of %ld s; 4 producers, an owner and 2 heirs per phase%s%s\n",
               seed, seconds, phase_seconds,
-              g_namespaces ? "; one producer and one owner-side process each in a pid namespace of its own" : "");
+              g_namespaces ? "; one producer and one owner-side process each in a pid namespace of its own" : "",
+              g_other_uid ? "; one producer and one owner-side process as uid 65534 (a 0666 box)" : "");
   totals t;
   const std::uint64_t start = now_ns();
   for (std::size_t i = 0; now_ns() - start < static_cast<std::uint64_t>(seconds) * 1'000'000'000; ++i) {

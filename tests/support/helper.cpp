@@ -129,7 +129,7 @@
 //       what another user of a 0666 box can do (run it under setpriv): takes
 //       exclusive OFD locks, through a descriptor of its own, on the bytes
 //       WHAT names: owner (the owner record's key), producers (every
-//       producer entry), heirs (every heir entry), request (the give-away
+//       producer entry), heirs (every heir entry; heirs:N the first N), request (the give-away
 //       request), attach (byte 0); prints "held N", holds them until stdin
 //       closes.
 //
@@ -902,6 +902,9 @@ int hold_bytes(int argc, char** argv) {
       for (std::uint32_t i = 0; i < (*m)->max_producers(); ++i) bytes.push_back(shmbox::detail::producer_byte(**m, i));
     if (what == "heirs")
       for (std::uint32_t i = 0; i < shmbox::detail::kHeirSlots; ++i) bytes.push_back(shmbox::detail::heir_byte(**m, i));
+    if (what.rfind("heirs:", 0) == 0)  // heirs:N, the first N heir entries
+      for (std::uint32_t i = 0; i < std::min<std::uint32_t>(shmbox::detail::kHeirSlots, std::stoul(what.substr(6))); ++i)
+        bytes.push_back(shmbox::detail::heir_byte(**m, i));
   }
   std::size_t held = 0;
   for (const std::uint64_t b : bytes) held += shmbox::detail::try_lock_byte(fd, b, true) ? 1 : 0;

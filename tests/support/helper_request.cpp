@@ -6,7 +6,7 @@
 //   asks COUNT requests "TAG:i" with up to K waiting at once (default 1) and
 //   checks that each reply is "re:TAG:i". Prints "done ok=N timeout=N
 //   wrong=N error=N duplicates=N late=N stray=N".
-// ask-hold SERVICE TAG [--timeout-ms T]: asks one request "TAG", prints
+// ask-hold SERVICE TAG [--timeout-ms T] [--any-owner]: asks one request "TAG", prints
 //   "asked TICKET REPLYBOX", waits for its reply (default: for ever) and
 //   prints "reply DATA" or "status STATUS", then "stats duplicates=N late=N
 //   stray=N"; a line "again" on stdin asks once more ("TAG+", "TAG++", ...).
@@ -107,7 +107,9 @@ int helper_ask(int argc, char** argv) {
 
 int helper_ask_hold(int argc, char** argv) {
   if (argc < 4) return 2;
-  auto r = shmbox::Requester::attach(argv[2]);
+  bool any_owner = false;  // --any-owner: a service of another user
+  for (int i = 4; i < argc; ++i) any_owner |= std::string_view(argv[i]) == "--any-owner";
+  auto r = shmbox::Requester::attach(argv[2], {.any_owner = any_owner});
   if (!r) {
     out("error " + shmbox::explain(r.error()));
     return 1;
