@@ -492,7 +492,7 @@ void attacker::act_forge() {
                                  "hostile_badid", "lookalike", "lookalike_dead", "lookalike_0600", "answered",
                                  "trailer_only", "largest", "short_magic", "zero", "ones"};
   if (!o_.victim.empty()) kinds.push_back("planted_victim_link");
-  if (o_.impersonate) kinds.insert(kinds.end(), {"root_token", "root_token", "replay"});
+  if (o_.impersonate) kinds.insert(kinds.end(), {"root_token", "root_token", "replay", "hardlink_reply"});
   const std::string kind = r_.pick(kinds);
   const std::size_t max = svc_->max_message_size();
   std::string body = "forged:" + kind;
@@ -556,6 +556,18 @@ void attacker::act_forge() {
   } else if (kind == "zero" || kind == "ones") {
     const std::uint64_t v = kind == "zero" ? 0 : ~std::uint64_t{0};
     env::append_request(msg, {v, v, v, 0});
+    msg.insert(0, body);
+  } else if (kind == "hardlink_reply") {  // our token's reply name: a hard link to a reply box of root's (0666, as its service)
+    std::vector<std::string> theirs;
+    for (const auto& r : shm_entries("shmbox." + o_.service + ".r"))
+      if (!plants_.count(r)) theirs.push_back(r);
+    if (theirs.empty()) return;
+    const std::string root_box = r_.pick(theirs);
+    const std::string entry = "shmbox." + o_.service + ".r" + env::reply_box_name("", e.token).substr(2);
+    if (::link(path_of(root_box).c_str(), path_of(entry).c_str()) != 0) return void(++t_["plant_failed.hardlink_reply"]);
+    ++t_["plant.hardlink_reply"];  // root's file now: ours to leave (the sticky /dev/shm), the driver's sweep removes it
+    if (auto b = shmbox::Box::inspect(root_box.substr(7))) e.reply_box = b->id();
+    env::append_request(msg, e);
     msg.insert(0, body);
   } else if (kind == "root_token" || kind == "replay") {
     const auto roots = shm_entries("shmbox." + o_.service + ".r");
