@@ -7,6 +7,9 @@
 //   --plant CLASS:ENTRY   a /dev/shm entry root derives (CLASS: box, dl,
 //                         member, reply, pool, bridge, bell): plant a file of
 //                         a kind the class allows there, or take ours away
+//   --plant-next PREFIX   pool member boxes "PREFIX<index>.<generation>": the
+//                         names in /dev/shm say each member's generation (even
+//                         of a 0600 pool), so plant at the next ones
 //   --write ENTRY         a segment of root's that anyone may write (0666):
 //                         truncate / flip its size, hold its bytes
 //                         exclusively, write random bytes, rewrite its config
@@ -70,6 +73,7 @@ struct options {
   std::uint64_t seed = 1;
   long ms = 10000;
   std::vector<std::pair<std::string, std::string>> plant;  // (class, entry)
+  std::vector<std::string> plant_next;                     // member box prefixes
   std::vector<std::string> write, write_prefix, read, bells, bell_boxes, link_targets;
   std::string service, victim;
   int http_port = 0;
@@ -128,6 +132,7 @@ class attacker {
   std::map<std::string, std::uint64_t> t_;
   std::map<std::string, plant> plants_;
   std::vector<std::string> reply_plants_;  // entries, oldest first
+  std::vector<std::string> next_plants_;   // the same, at members' next generations
   struct held { int fd; std::uint64_t until; };
   std::vector<held> locks_;
   struct restore { std::string entry; ino_t ino; off_t size; std::uint64_t at; };
@@ -461,6 +466,28 @@ bool attacker::unplant(const std::string& entry) {
 }
 
 void attacker::act_plant() {
+  if (!o_.plant_next.empty() && (o_.plant.empty() || r_.chance(2))) {
+    // A member's next generations: "PREFIX<index>.<generation>" now, so
+    // "PREFIX<index>.<generation + 1..3>" next (pool.cpp member_box_name).
+    const std::string& prefix = r_.pick(o_.plant_next);
+    const auto now = shm_entries(prefix);
+    if (now.empty()) return;
+    const std::string e = r_.pick(now);
+    const auto dot = e.rfind('.');
+    if (dot == std::string::npos || dot < prefix.size()) return;
+    const std::uint64_t gen = std::strtoull(e.c_str() + dot + 1, nullptr, 10);
+    const std::string next = e.substr(0, dot + 1) + std::to_string(gen + 1 + r_.below(3));
+    struct stat st {};
+    if (plants_.count(next) || ::lstat(path_of(next).c_str(), &st) == 0) return void(++t_["plant_occupied"]);
+    if (plant_at(next, "member") == "failed") return;
+    ++t_["plant_next"];
+    next_plants_.push_back(next);
+    while (next_plants_.size() > 64) {
+      unplant(next_plants_.front());
+      next_plants_.erase(next_plants_.begin());
+    }
+    return;
+  }
   if (o_.plant.empty()) return;
   const auto& [cls, entry] = r_.pick(o_.plant);
   if (unplant(entry)) return void(++t_["unplant"]);
@@ -800,7 +827,7 @@ int attacker::run() {
   };
   const bool can_write = !o_.write.empty() || !o_.write_prefix.empty();
   std::vector<action> all = {
-      {"plant", !o_.plant.empty(), 3, &attacker::act_plant},
+      {"plant", !o_.plant.empty() || !o_.plant_next.empty(), 3, &attacker::act_plant},
       {"truncate", can_write, 1, &attacker::act_truncate},
       {"lock", can_write || !o_.read.empty(), 2, &attacker::act_lock},
       {"scribble", can_write, 3, &attacker::act_scribble},
@@ -850,7 +877,8 @@ int attacker_main(int argc, char** argv) {
       const std::string cv = take();
       const auto colon = cv.find(':');
       o.plant.emplace_back(cv.substr(0, colon), cv.substr(colon + 1));
-    } else if (a == "--write") o.write.push_back(take());
+    } else if (a == "--plant-next") o.plant_next.push_back(take());
+    else if (a == "--write") o.write.push_back(take());
     else if (a == "--write-prefix") o.write_prefix.push_back(take());
     else if (a == "--read") o.read.push_back(take());
     else if (a == "--bell") o.bells.push_back(take());

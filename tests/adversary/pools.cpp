@@ -59,7 +59,8 @@ TEST_CASE("adversary: pools - planted member and pool names, and a 0666 pool and
   REQUIRE(!takers.back()->expect("churning", 20s).empty());
   auto churn = start_role("root churn of names " + p + "q*", {"churn", p + "q", "2"});
 
-  std::vector<std::string> targets{"--write", "shmbox-pool." + g2.name, "--write-prefix", "shmbox." + g2.name + ".m"};
+  std::vector<std::string> targets{"--write", "shmbox-pool." + g2.name, "--write-prefix", "shmbox." + g2.name + ".m",
+                                   "--plant-next", "shmbox." + g1.name + ".m"};
   for (int m = 0; m < 3; ++m)
     for (int gen = 1; gen <= 12; ++gen)
       targets.insert(targets.end(), {"--plant", "member:shmbox." + g1.name + ".m" + std::to_string(m) + "." + std::to_string(gen)});
