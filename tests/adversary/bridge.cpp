@@ -90,7 +90,7 @@ TEST_CASE("adversary: bridge status - planted status segments and held status by
     CHECK_FALSE(r.hung);
     CHECK(r.signal == 0);
     CHECK(r.code == 0);
-    CHECK(r.out.find(hostile) == std::string::npos);
+    if (second_user()) CHECK(r.out.find(hostile) == std::string::npos);  // one uid: its own statuses are trusted (T3)
     slowest = std::max<std::uint64_t>(slowest, static_cast<std::uint64_t>(r.took.count()));
     ++runs[args[0]];
   }

@@ -100,10 +100,11 @@ TEST_CASE("adversary: pools - planted member and pool names, and a 0666 pool and
   for (auto& [who, e] : end)
     if (who.rfind("root taker of p1", 0) == 0) {
       takes += tally(e.t, "takes");
-      CHECK(tally(e.t, "ok") == tally(e.t, "takes"));
       CHECK(tally(e.t, "double") == 0);
-      CHECK(tally(e.t, "stale") == 0);
       CHECK(tally(e.t, "error") == 0);
+      if (!second_user()) continue;  // one uid: a box planted at a member's name is the pool's uid's, and used
+      CHECK(tally(e.t, "ok") == tally(e.t, "takes"));
+      CHECK(tally(e.t, "stale") == 0);
     }
   CHECK(takes <= i1.count.takes);
   CHECK(takes > 0);
