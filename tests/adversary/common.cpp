@@ -171,6 +171,7 @@ void proc::reader() {
       lines_.push_back(partial.substr(0, nl));
       partial.erase(0, nl + 1);
     }
+    while (lines_.size() > 100'000) lines_.pop_front();  // a chatty process nobody reads (a supervisor's log): the newest
     cv_.notify_all();
   }
 }
