@@ -129,6 +129,7 @@ class proc {
     int status = -1;
     bool hung = false;
     std::map<std::string, std::uint64_t> t;  // tallies(done)
+    ms took{0};  // from the close of its stdin to its exit
   };
   // The agreed end of a role or the attacker: closes stdin, waits up to
   // `limit` for its "done" line (a line starting with `last`) and its exit.

@@ -247,6 +247,7 @@ proc::ending proc::finish(ms limit, const std::string& last) {
   e.status = wait(std::max(ms(1000), std::chrono::duration_cast<ms>(until - steady::now())));
   e.hung = hung_;
   e.t = tallies(e.done);
+  e.took = std::chrono::duration_cast<ms>(steady::now() - (until - limit));
   INFO(label_ << " (pid " << pid_ << ") said: " << all_lines() << "\nstderr: " << err_text());
   CHECK_MESSAGE(!e.done.empty(), label_ << ": no '" << last << "' line within " << limit.count() << " ms");
   CHECK_MESSAGE(!e.hung, label_ << ": still running " << limit.count() << " ms after it was told to stop (killed)");
@@ -287,7 +288,7 @@ std::map<std::string, std::uint64_t> finish_attacker(proc& a, const std::string&
 
 void report(const std::string& surface, const std::map<std::string, proc::ending>& ends) {
   std::string all;
-  for (const auto& [who, e] : ends) all += "\n  " + who + ": " + e.done;
+  for (const auto& [who, e] : ends) all += "\n  " + who + " (ended " + std::to_string(e.took.count()) + " ms after told): " + e.done;
   MESSAGE(surface << ": root's processes:" << all);
 }
 

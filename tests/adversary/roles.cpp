@@ -149,7 +149,7 @@ int role_produce(int argc, char** argv) {
   say("ready");
   std::string msg(std::max<std::size_t>(size, 24), '.');
   for (std::uint64_t seq = 0;; ++seq) {
-    if (seq % 16 == 0 && told_to_stop()) break;
+    if ((seq % 16 == 0 || !s.p) && told_to_stop()) break;  // (an open of a broken box may take its 1 s)
     if (!s.ensure()) {
       ::usleep(10'000);
       continue;
@@ -197,13 +197,16 @@ int role_own(int argc, char** argv) {
     return st;
   };
   for (std::uint64_t i = 0;; ++i) {
-    if (i % 16 == 0 && told_to_stop()) break;
+    if ((i % 16 == 0 || !o) && told_to_stop()) break;
     if (take(50ms) == shmbox::recv_status::error) ::usleep(10'000);
   }
   // The producers stopped first: take what is left (bounded).
-  const auto until = now_ms() + 10'000;
+  const auto drain_from = now_ms(), until = drain_from + 10'000;
+  const std::uint64_t before = t["received"];
   while (now_ms() < until && take(0ms) == shmbox::recv_status::ok) {
   }
+  t["drained"] = t["received"] - before;
+  t["drain_ms"] = now_ms() - drain_from;
   say("done" + kv(t) + clock.said());
   return 0;
 }
@@ -243,12 +246,13 @@ int role_serve(int argc, char** argv) {
     return st;
   };
   for (std::uint64_t i = 0;; ++i) {
-    if (i % 16 == 0 && told_to_stop()) break;
+    if ((i % 16 == 0 || !o) && told_to_stop()) break;
     if (serve_one(50ms) == shmbox::recv_status::error) ::usleep(10'000);
   }
-  const auto until = now_ms() + 10'000;
+  const auto drain_from = now_ms(), until = drain_from + 10'000;
   while (now_ms() < until && serve_one(0ms) == shmbox::recv_status::ok) {
   }
+  t["drain_ms"] = now_ms() - drain_from;
   say("done" + kv(t) + clock.said());
   return 0;
 }
