@@ -145,7 +145,10 @@ inline std::string shm_refusal(const shm_file& f, std::string_view what) {
 //  T4 Following a name: a name (dead letters, a pool's member, a reply box)
 //     read from object A is followed to object B only when everyone who may
 //     write A may write B (shm_writers_within): following it can give its
-//     writer nothing that posting into B directly would not.
+//     writer nothing that posting into B directly would not. And B has one
+//     name (st_nlink 1): a hard link another user made at a name nobody made
+//     yet, to a box of ours anyone may write, is not ours to follow
+//     (access::attach_named).
 //  T5 Reading what may shrink: every mapping of a segment is registered with
 //     the SIGBUS guard (base/bus_guard.hpp): a truncation under a reader
 //     turns into zero pages and an error for that one object, never a

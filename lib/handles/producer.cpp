@@ -273,6 +273,16 @@ result<Producer> detail::access::attach_named(int namer_fd, std::string_view nam
                             " may not write it: the name is not followed (docs/guarantees.md, Trust T4); make box '" +
                             std::string(name) + "' writable by them too, or " + std::string(namer) +
                             " writable by fewer users");
+  // One name: a box shmbox made has only the name it was made under. A
+  // second name is a hard link someone made, and anyone who may read and
+  // write a file may link it (fs.protected_hardlinks): at a name nobody made
+  // yet, a link to a 0666 box of this user would pass the check above and
+  // carry a 0600 box's dead letters where everyone may read them.
+  if (to.st_nlink != 1)
+    return detail::fail(errc::permission_denied,
+                        std::string(namer) + " names box '" + std::string(name) + "', whose segment has " +
+                            std::to_string(to.st_nlink) + " names (a hard link someone made): the name is not followed "
+                            "(docs/guarantees.md, Trust T4); remove /dev/shm/shmbox." + std::string(name));
   return Producer::attach(box);
 }
 
