@@ -10,6 +10,7 @@
 //  T4 names read from a segment another user may write are not followed
 //     beyond what posting could do (dead letters, reply boxes).
 #include <doctest/doctest.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "segment/layout.hpp"
@@ -52,6 +54,27 @@ int status_of(const std::vector<std::string>& argv, std::chrono::milliseconds li
   (void)c.read_all(limit);
   return c.wait(limit);
 }
+
+// A service box and, when it goes out of scope, every requester's reply box
+// of it (<service>.r<hex>) left in /dev/shm: a requester killed in a test
+// (or one of another user) does not remove its own.
+struct service_guard {
+  std::string name;
+  explicit service_guard(std::string n) : name(std::move(n)) { ::shm_unlink(("/shmbox." + name).c_str()); }
+  ~service_guard() {
+    ::shm_unlink(("/shmbox." + name).c_str());
+    std::vector<std::string> left;
+    if (DIR* d = ::opendir("/dev/shm")) {
+      const std::string prefix = "shmbox." + name + ".r";
+      while (const dirent* e = ::readdir(d))
+        if (std::string_view(e->d_name).rfind(prefix, 0) == 0) left.emplace_back(e->d_name);
+      ::closedir(d);
+    }
+    for (const std::string& f : left) ::unlink(("/dev/shm/" + f).c_str());
+  }
+  service_guard(const service_guard&) = delete;
+  service_guard& operator=(const service_guard&) = delete;
+};
 
 // Unlinks /dev/shm/shmbox-pool.<name> when it goes out of scope.
 struct pool_file_guard {
@@ -249,7 +272,8 @@ TEST_CASE("low: a snapshot (ls) of a box that is not ready says so, not 'Bad fil
 TEST_CASE("T4 (item 1): a planted reply box naming root's 0600 box as its dead letters: root's service writes nothing there") {
   const std::string service = shmtest::unique_name("svc");
   const std::string victim = shmtest::unique_name("victim");
-  shmtest::segment_guard gs(service), gv(victim);
+  service_guard gs(service);
+  shmtest::segment_guard gv(victim);
   shmbox::options vo;
   vo.capacity = 8;
   REQUIRE(shmbox::Box::create(victim, vo));  // root's, 0600
@@ -322,7 +346,7 @@ TEST_CASE("T4: dead letters named by a box others may write are followed only in
 
 TEST_CASE("low: recv and ask print one line per message, with what could act on a terminal escaped (--raw: the bytes)") {
   const std::string name = shmtest::unique_name("escape");
-  shmtest::segment_guard g(name);
+  service_guard g(name);
   shmbox::options o;
   o.capacity = 16;
   REQUIRE(shmbox::Box::create(name, o));
@@ -358,7 +382,7 @@ TEST_CASE("low: recv and ask print one line per message, with what could act on 
 
 TEST_CASE("low: an idle service lets go of a dead requester's reply box, so that gc removes it") {
   const std::string service = shmtest::unique_name("idlesvc");
-  shmtest::segment_guard gs(service);
+  service_guard gs(service);
   shmbox::options so;
   so.capacity = 8;
   REQUIRE(shmbox::Box::create(service, so));
@@ -396,7 +420,7 @@ TEST_CASE("low: an idle service lets go of a dead requester's reply box, so that
 
 TEST_CASE("T6 (item 6): a requester of another user holds the producer bytes of its reply box: root's service's reply returns at once") {
   const std::string service = shmtest::unique_name("lockedreply");
-  shmtest::segment_guard gs(service);
+  service_guard gs(service);
   shmbox::options so;
   so.capacity = 8;
   so.mode = 0666;
@@ -419,7 +443,7 @@ TEST_CASE("T6 (item 6): a requester of another user holds the producer bytes of 
 
 TEST_CASE("T6: a requester's reply box replaced by an empty file: root's service does not wait for it to be made") {
   const std::string service = shmtest::unique_name("emptyreply");
-  shmtest::segment_guard gs(service);
+  service_guard gs(service);
   shmbox::options so;
   so.capacity = 8;
   so.mode = 0666;
@@ -467,7 +491,7 @@ TEST_CASE("T6: another user holds the first heir entries' bytes of a 0666 box: a
 
 TEST_CASE("F13: a requester that exits removes its own reply box, never a file someone put at its name since") {
   const std::string service = shmtest::unique_name("ownreply");
-  shmtest::segment_guard gs(service);
+  service_guard gs(service);
   shmbox::options so;
   so.capacity = 8;
   REQUIRE(shmbox::Box::create(service, so));
