@@ -177,7 +177,14 @@
 //  lose the box while alive (stopped past its deadline); its heir re-takes
 //  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
 //  hands out a message the heir delivers. A lease box's receive commits the
-//  held messages before returning them, and returns only those it committed.
+//  messages it took before returning them, and returns only those it
+//  committed; one that finds it lost the box gives them back (its caller
+//  saw none of them). Earlier reads (Owner::read) are not its to commit or
+//  give back: they stay held for commit(), as in a box without a lease,
+//  and a stale owner leaves them TAKEN, for the next owner to deliver
+//  again flagged (its caller saw them). (Before, the receive committed or
+//  gave back every held slot, and paired its own messages with them by
+//  index: gencheck's lease-read-receive.)
 //  An owner never publishes a head past a position it still holds. But with a
 //  lease, a stale owner still running may publish its own cursor past
 //  positions its successor holds; so a lease box's new owner recovers over
@@ -840,17 +847,21 @@ take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_m
 enum class fast_take { taken, empty, general };
 fast_take owner_take_fast(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept;
 
-// Commits o.pending: TAKEN -> DONE (a CAS each: a slot re-taken by a newer
-// owner is lost to us), counts them, frees them. kept[i] (if given) says
-// whether pending[i] was committed.
+// Commits o.pending[first..]: TAKEN -> DONE (a CAS each: a slot re-taken by
+// a newer owner is lost to us), counts them, frees them; o.pending[0, first)
+// stays held (earlier reads: a lease box's receive commits only what it took
+// itself). kept[i] (if given) says whether pending[first + i] was committed.
 struct commit_result {
   std::size_t committed = 0;  // delivered or dropped by the filter
   std::size_t lost = 0;  // re-taken by a newer owner: it delivers them again
 };
-commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept;
-// Gives every held slot back (TAKEN -> what it was): for an owner that lost
-// the box before committing. Returns how many went back.
-std::size_t owner_give_back(owner_ctx& o) noexcept;
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept, std::size_t first = 0) noexcept;
+// Gives the held slots o.pending[first..] back (TAKEN -> what it was): for a
+// receive that lost the box before committing what it took (the messages
+// its caller never saw). Earlier reads stay held: their caller saw them, so
+// they go to the next owner flagged (R4), never back as they were. Returns
+// how many went back.
+std::size_t owner_give_back(owner_ctx& o, std::size_t first = 0) noexcept;
 
 // After taking the lease: finishes or re-takes the slots of owners that are
 // gone (committed ones are counted and freed, uncommitted ones will be

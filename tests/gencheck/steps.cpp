@@ -69,13 +69,6 @@ void run::post(std::size_t i, std::uint32_t lane, bool too_large, std::uint64_t 
 
 // A receive, try_receive or read by the owner.
 void run::take(take_kind how, std::size_t max, int timeout_ms, std::optional<std::uint64_t> kill_ns) {
-  // Known bug (--tolerate lease-read-receive): a lease box's receive after
-  // an uncommitted read() hands out the wrong messages (or crashes): commit first.
-  if (how != take_kind::read && cfg_.lease_ms > 0 && opt_.tolerate.count("lease-read-receive") != 0) {
-    bool pending = false;
-    for (const model& m : cands_) pending |= !m.pending.empty();
-    if (pending) return commit(kill_ns);
-  }
   const std::string cmd = how == take_kind::try_one ? std::string("try")
                           : (how == take_kind::read ? "read " : "recv ") + std::to_string(max) + " " + std::to_string(timeout_ms);
   const std::string what = "step " + std::to_string(step_) + ": owner " + cmd +

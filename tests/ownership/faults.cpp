@@ -661,6 +661,39 @@ TEST_CASE("a stale owner whose read raced a takeover: the new owner gets those m
   shmtest::check_invariant(*box);
 }
 
+// A lease owner with 2 reads uncommitted loses the box inside its next
+// receive, after that receive's take (owner.after_take, stopped there), to
+// an owner that is itself stopped before its recovery (takeover.after_record).
+// The stale receive gives back only what it took (its caller saw nothing of
+// it); the reads, which its caller saw, stay TAKEN by it, and the new owner
+// delivers them again flagged. (Before, the stale receive gave every held
+// slot back as it was: the reads came again unflagged.)
+TEST_CASE("a lease owner that loses the box inside a receive gives back only that receive's messages, not its reads") {
+  shmtest::segment_guard g(shmtest::unique_name("fgiveback"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .lease = 200ms});
+  REQUIRE(box);
+  REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "a1", "a2", "a3", "a4"}).code == 0);
+  // owner.after_take: twice in the read, the third time in the receive.
+  child stale({shmtest::helper_path(), "stash-owner", g.name}, {"SHMBOX_FAULT=owner.after_take:3:stop"}, true);
+  REQUIRE(shmtest::line_starting(stale, "owned").size() > 0);
+  CHECK(shmtest::ask(stale, "read 2") == "read 2 a1 a2");
+  stale.write_stdin("recv 1 0\n");
+  REQUIRE(wait_until_stopped(stale));
+  std::this_thread::sleep_for(300ms);  // its lease runs out
+  child next({shmtest::helper_path(), "stash-owner", g.name}, {"SHMBOX_FAULT=takeover.after_record:1:stop"}, true);
+  REQUIRE(wait_until_stopped(next));
+  stale.kill(SIGCONT);
+  CHECK(stale.read_line(30s).value_or("") == "got 0");  // not the owner: nothing handed out
+  CHECK(shmtest::ask(stale, "commit") == "commit-failed");
+  next.kill(SIGCONT);
+  REQUIRE(shmtest::line_starting(next, "owned").size() > 0);
+  CHECK(shmtest::ask(next, "recv 8 0") == "got 4 a1* a2* a3 a4");
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == 4);
+  CHECK(c.redelivered == 2);
+  shmtest::check_invariant(*box);
+}
+
 // ---------------------------------------------------------------------------
 // A producer killed between publishing and waking the sleeping owner (P5-P6):
 // nobody else will wake it. The owner must still get the message, long before
