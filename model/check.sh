@@ -139,6 +139,7 @@ add "ring-mutant-NO_SLICE-drop_oldest" mutant ring.pml safety 20 0 "pub[p]" -- -
 add "ring-mutant-NO_SLICE-reject"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=0 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_NO_SLICE
 add "ring-mutant-SKIP_HELD"         mutant ring.pml  safety 20 0 "(fate[p]!=0)" -- -DPOLICY=1 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_SKIP_HELD
 add "ring-mutant-SKIP_HELD-evict"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=1 -DCAP=1 -DN1=2 -DN2=1 -DMAXDEAD=1 -DMUTANT_SKIP_HELD
+add "ring-mutant-DEPTH_GHOST"       mutant ring.pml  safety 20 0 "(scan==depth)" -- -DPOLICY=0 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_DEPTH_GHOST
 #     deliberately broken protocol steps: must fail
 add "ring-mutant-R1_NOCOUNT"        mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_R1_NOCOUNT
 add "ring-mutant-T3_STORE"          mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_T3_STORE

@@ -8,7 +8,7 @@
 # random moments and at crash points, every step checked against a model of
 # the box: tests/gencheck, docs/tests.md); it prints each run's seed, and a
 # failure's replay line. SHMBOX_GENCHECK_ARGS adds to its arguments (e.g.
-# "--tolerate taken-ghost-depth,..." to look past bugs already known).
+# "--tolerate priority-read-gate,..." to look past bugs already known).
 # Then the pool's kill storm as long (takers and workers SIGKILLed at
 # random, then the pool's ledger checked exactly: tests/pool/pool_leases.cpp).
 set -euo pipefail

@@ -143,6 +143,13 @@
 //  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
 //       dies here: delivered != op_before: the next owner frees the slot
 //       without delivering it again (R4). Fault point owner.after_commit.
+//       Meanwhile the slot is TAKEN(p, O) and its message counted delivered,
+//       so the depth leaves it out by the same test (op recv(p), delivered
+//       != op_before: lane_depth_scan, owner_slot_counted; likewise an
+//       owner's R1 repair between its count and its free) and the counters
+//       add up at every instant. (Before, the depth counted every
+//       owner-TAKEN slot: `posted` one short of the sum until the takeover;
+//       gencheck's taken-ghost-depth.)
 //  T5b a redelivery (TAKEN(p, O) re-taken at acquire): redelivered =
 //     op_before_b + 1, which T2 stored with its op marked kRecvAgain.
 //       dies before it: whoever frees the committed slot (R3, R4) finishes
@@ -198,7 +205,9 @@
 //     or is about to retry elsewhere (slow is not dead). If all are dead:
 //     repairer R writes op_before = R.abandoned, op = repair(q), CAS
 //     EMPTY(q) -> TAKEN(q, R), R.abandoned++, seq = EMPTY(q + cap).
-//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
+//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it (R an
+//     owner: R3/R4). Fault point repair.after_count (counted, not freed):
+//     an owner's TAKEN(q) is then left out of the depth, as at T5.
 //     No claimant at all (only a scribbled table): repaired after
 //     kOrphanClaimNs.
 //  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q)
@@ -956,7 +965,8 @@ void buf_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcep
 // Whether some lane's buffer (or its given-back entries) holds messages.
 bool buf_waiting(const owner_ctx& o) noexcept;
 
-// Messages in the lane, by scanning slots (exact when idle).
+// Messages in the lane, by scanning slots (exact when idle, and when the
+// owner is dead: a slot it committed and did not free is not counted, T5).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;
 
 }  // namespace shmbox::detail

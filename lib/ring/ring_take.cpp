@@ -349,6 +349,23 @@ void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
   }
 }
 
+namespace {
+
+// A slot TAKEN by an owner holds a message of the depth unless that owner
+// has counted it already: committed (T5 done, T6 not: counted delivered, or
+// filtered), or abandoned by its repair of a dead claim (R1, counted, not
+// yet freed). An owner killed there (crash point owner.after_commit) leaves
+// it so until a takeover or a producer frees it (R3/R4). (Before, every
+// owner-TAKEN slot was counted: such a message was in a counter and in the
+// depth, `posted` one short of the sum: gencheck's taken-ghost-depth; the
+// repair's case found by model/ring.pml.) The owner's own lane counters and
+// op words, read only here, off every message path.
+bool in_depth_taken(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint64_t seq) noexcept {
+  return is_owner_actor(seq_actor(seq)) && !owner_slot_counted(m, L, target & kTargetMask, seq_actor(seq));
+}
+
+}  // namespace
+
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept {
   const lane_view& L = m.lanes[lane];
   std::uint64_t n = 0;
@@ -358,7 +375,7 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
       // a count for inspectors and the notify hub's scan only.
       const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(s);
-      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && in_depth_taken(m, L, i, s)))
         ++n;
     }
     return n;
@@ -374,8 +391,8 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
     const std::uint64_t s = L.slot_for(q)->seq.load(std::memory_order_acquire);
     if (pos_diff(seq_pos(s), q) != 0) continue;  // finished and reused
     const slot_state st = seq_state(s);
-    // stored and not finished: published, being written, or taken by an owner
-    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+    // stored and not finished: published, being written, or taken by an owner (not yet committed)
+    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && in_depth_taken(m, L, q, s)))
       ++n;
   }
   // A priority box's lane holds its messages in the owner's store too.
