@@ -36,7 +36,7 @@ struct run_options {
   bool timed_kills = true;    // SIGKILL at random moments (else only at crash points: deterministic)
   // Known library bugs the model expects instead of flagging (reported in
   // docs/tests.md): "quota-inheritance", "priority-read-gate",
-  // "priority-sorting-delivered", "priority-gap-order", "phantom-abandon", "heir-entry-lock".
+  // "priority-sorting-delivered", "priority-gap-order", "phantom-abandon".
   std::set<std::string> tolerate;
   bool verbose = false;       // print every step
   std::string self;           // this program, for the roles

@@ -29,8 +29,7 @@
 // (no final drain). --tolerate: known library bugs the model then expects
 // instead of flagging (docs/tests.md lists them): quota-inheritance,
 // priority-read-gate, priority-sorting-delivered, priority-gap-order,
-// phantom-abandon, heir-entry-lock. --keep-going: go on with new seeds after
-// a failure.
+// phantom-abandon. --keep-going: go on with new seeds after a failure.
 // Exit 0 when every check held, 1 when one did not, 2 on bad arguments.
 #include <signal.h>
 #include <unistd.h>
@@ -106,8 +105,7 @@ int main(int argc, char** argv) {
     }
     for (const std::string& t : opt.tolerate)
       if (t != "quota-inheritance" && t != "priority-read-gate" &&
-          t != "priority-sorting-delivered" && t != "priority-gap-order" && t != "phantom-abandon" &&
-          t != "heir-entry-lock") {
+          t != "priority-sorting-delivered" && t != "priority-gap-order" && t != "phantom-abandon") {
         std::fprintf(stderr, "shmbox-gencheck: --tolerate: unknown '%s'\n", t.c_str());
         return 2;
       }

@@ -178,23 +178,6 @@ void run::hang_owner() {
       settle(what);
       return;
     }
-    // Known bug (--tolerate heir-entry-lock): an heir that reused the entry of
-    // an heir that became owner is judged alive by that owner's lock, dead or
-    // not, and the live heirs behind it wait for ever: the stopped owner keeps the box.
-    if (opt_.tolerate.count("heir-entry-lock") != 0 && now_ns() > deadline - 8'000'000'000ull) {
-      bool dead_ahead = false;
-      for (const shmbox::heir_info& h : shmbox::info(*box_).heirs) {
-        bool ours = false;
-        for (const proc& p : heirs_) ours |= static_cast<std::uint32_t>(p.c->pid()) == h.pid;
-        dead_ahead |= h.alive && !ours && static_cast<std::uint32_t>(owner_->c->pid()) != h.pid;
-      }
-      if (dead_ahead) {
-        ::kill(owner_->c->pid(), SIGCONT);
-        note("no heir took over: a dead heir's entry looks alive (known bug heir-entry-lock); the owner goes on");
-        settle(what);
-        return;
-      }
-    }
     if (now_ns() > deadline) {
       std::string table;
       const shmbox::box_info i = shmbox::info(*box_);

@@ -543,3 +543,54 @@ TEST_CASE("a receive while reads are uncommitted returns the next messages and l
     shmtest::check_invariant(*box);
   }
 }
+
+// An heir that took the box over keeps its Heir handle (enlist, await_transfer,
+// then serve, as `shmbox recv --heir` does; or it took the box with
+// Owner::acquire while its Heir handle waited). Its heir entry was withdrawn
+// at the takeover; the liveness lock of that entry's byte must not speak for
+// anyone else: a later heir that enlists and dies must read as dead, and the
+// live heirs behind it must take the box when the owner hangs past its
+// lease. (Before, the Heir handle kept the byte locked and a new heir could
+// enlist in the entry: a dead heir there read as alive for as long as the
+// owner lived, and a hung owner was never replaced: gencheck's
+// heir-entry-lock.)
+TEST_CASE("an heir that took over keeps its Heir handle: a later heir in its old entry dies as dead, and the next heir takes a hung owner's box") {
+  for (const bool by_acquire : {false, true}) {
+    CAPTURE(by_acquire);
+    shmtest::segment_guard g(shmtest::unique_name("heirlock"));
+    REQUIRE(shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .lease = 1000ms}));
+    auto box = shmbox::Box::inspect(g.name);
+    REQUIRE(box);
+    auto first = serve(g.name, {"--idle-ms", "60000"});
+    REQUIRE(!line_starting(*first, "owner").empty());
+    auto x = shmbox::Heir::enlist(g.name, "x");  // this process: X
+    REQUIRE(x);
+    first->kill(SIGKILL);
+    first->wait();
+    auto owner = by_acquire ? shmbox::Owner::acquire(g.name) : x->await_transfer(10s);
+    REQUIRE(owner);
+    CHECK(owner->transfer().reason == shmbox::transfer_reason::owner_died);
+    // Heir A enlists and is killed while it waits; X keeps renewing meanwhile.
+    owner->renew();
+    auto a = serve(g.name, {"--heir", "--data", "a", "--idle-ms", "60000"});
+    REQUIRE(line_starting(*a, "enlisted").rfind("enlisted", 0) == 0);
+    a->kill(SIGKILL);
+    a->wait();
+    owner->renew();
+    for (const shmbox::heir_info& h : shmbox::info(*box).heirs) {
+      CAPTURE(h.entry);
+      CHECK(h.pid != static_cast<std::uint32_t>(::getpid()));  // X's entry is withdrawn
+      if (h.pid == static_cast<std::uint32_t>(a->pid())) CHECK_FALSE(h.alive);
+    }
+    // Heir B enlists; X hangs (receives and renews no more): B takes the box
+    // once X's lease has run out.
+    auto b = serve(g.name, {"--heir", "--data", "b", "--idle-ms", "300"});
+    REQUIRE(line_starting(*b, "enlisted").rfind("enlisted", 0) == 0);
+    const auto f = owner_line(line_starting(*b, "owner", 10s));
+    REQUIRE(f.count("reason") == 1);
+    CHECK(f.at("reason") == "lease-expired");
+    CHECK(f.at("from") == std::to_string(::getpid()));
+    shmbox::message m;
+    CHECK(owner->try_receive(m) == shmbox::recv_status::not_owner);
+  }
+}
