@@ -222,9 +222,16 @@ class take_sim {
     // FIFO, T1: the first position the owner has not passed.
     for (const auto& [key, e] : L.at) {
       switch (e.k) {
-        case kind::held:
         case kind::prod_ghost:
         case kind::prod_evicting:
+          // T1b: held by a dead evictor. The cursor never passes it: with
+          // nothing taken from the lane yet (and nothing held) the owner
+          // finishes it (R2) once it has been stuck kRepairGraceNs, which a
+          // call that does not wait may not have seen yet: it stops here.
+          // (Before, the model skipped it as the C++ did before T1b.)
+          if (n_lane == 0 && m.pending.empty()) repair_and_stay(key);
+          return next_lane(m);
+        case kind::held:
         case kind::owner_ghost:
         case kind::owner_done:
         case kind::sorting_counted:  // (priority boxes only)
