@@ -352,6 +352,10 @@ class post_sim {
       // E1-E4: evict the oldest, then claim again.
       model a = m;
       a.lanes[c_.lane].at[q].k = kind::prod_evicting;  // E2: taken, not yet counted
+      // Held by the evictor now: its entry's next holder finishes the eviction
+      // (entry_reused), not the poster's. (Before, the model kept the poster's
+      // entry here and freed the slot when the poster's entry was reused.)
+      a.lanes[c_.lane].at[q].writer = c_.writer;
       model b = a;
       b.lanes[c_.lane].at[q].k = kind::prod_ghost;  // E3: counted
       ++b.lanes[c_.lane].c.dropped_oldest;

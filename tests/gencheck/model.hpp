@@ -72,7 +72,7 @@ struct entry {
   kind k = kind::message;
   msg_id id{};
   std::int64_t prio = 0;
-  std::uint32_t writer = 0;  // the poster's producer-table entry
+  std::uint32_t writer = 0;  // the poster's producer-table entry (a slot an evictor holds: the evictor's)
   // How it must be flagged when it is delivered next: 0 not redelivered, 1
   // redelivered, 2 either (a dead owner may or may not have handed it out).
   std::uint8_t flag = 0;
