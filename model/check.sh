@@ -126,11 +126,14 @@ add "lease-expiry-m3-batch1-read"   verify lease.pml safety 23 1 "" -- -DLEASE=1
 add "lease-expiry-m2-3deaths"       verify lease.pml safety 21 1 "" -- -DLEASE=1 -DMAXDEAD=3
 add "lease-expiry-1heir-m3"         verify lease.pml safety 20 0 "" -- -DLEASE=1 -DHEIRS=1 -DM=3 -DCAP=3 -DMAXDEAD=3
 add "lease-expiry-1heir-m3-read"    verify lease.pml safety 20 0 "" -- -DLEASE=1 -DHEIRS=1 -DM=3 -DCAP=3 -DMAXDEAD=3 -DREAD_MODE
+add "lease-expiry-m3-mix"           verify lease.pml safety 23 1 "" -- -DLEASE=1 -DM=3 -DCAP=3 -DMIX
+add "lease-expiry-1heir-m3-mix"     verify lease.pml safety 20 0 "" -- -DLEASE=1 -DHEIRS=1 -DM=3 -DCAP=3 -DMAXDEAD=3 -DMIX
 STRICT=(-DCHECK_ADOPT -DCHECK_HEAD -DSTRICT_FENCE -DREAD_MODE)
 add "lease-deaths-m2"               verify lease.pml safety 20 0 "" -- -DLEASE=0 -DM=2 -DCAP=2 -DMAXDEAD=3 "${STRICT[@]}"
 add "lease-deaths-m3"               verify lease.pml safety 20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3 "${STRICT[@]}"
 add "lease-deaths-m3-batch1"        verify lease.pml safety 20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3 -DBATCH=1 "${STRICT[@]}"
 add "lease-deaths-m3-np"            verify lease.pml np     20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3
+add "lease-deaths-m3-mix"           verify lease.pml safety 20 0 "" -- -DLEASE=0 -DM=3 -DCAP=3 -DMAXDEAD=3 -DMIX -DCHECK_ADOPT -DCHECK_HEAD -DSTRICT_FENCE
 # ---- ring.pml, smaller runs ---------------------------------------------
 add "ring-reject-cap2"              verify ring.pml  safety 21 0 "" -- -DPOLICY=0 -DCAP=2 -DN1=2 -DN2=2 -DMAXDEAD=3
 add "ring-reject-cap1"              verify ring.pml  safety 21 0 "" -- -DPOLICY=0 -DCAP=1 -DN1=2 -DN2=2 -DMAXDEAD=3
@@ -139,6 +142,7 @@ add "ring-mutant-NO_SLICE-drop_oldest" mutant ring.pml safety 20 0 "pub[p]" -- -
 add "ring-mutant-NO_SLICE-reject"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=0 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_NO_SLICE
 add "ring-mutant-SKIP_HELD"         mutant ring.pml  safety 20 0 "(fate[p]!=0)" -- -DPOLICY=1 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_SKIP_HELD
 add "ring-mutant-SKIP_HELD-evict"   mutant ring.pml  safety 20 0 "pub[p]" -- -DPOLICY=1 -DCAP=1 -DN1=2 -DN2=1 -DMAXDEAD=1 -DMUTANT_SKIP_HELD
+add "ring-mutant-DEPTH_GHOST"       mutant ring.pml  safety 20 0 "(scan==depth)" -- -DPOLICY=0 -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_DEPTH_GHOST
 #     deliberately broken protocol steps: must fail
 add "ring-mutant-R1_NOCOUNT"        mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_R1_NOCOUNT
 add "ring-mutant-T3_STORE"          mutant ring.pml  safety 20 0 "" -- -DN1=2 -DN2=2 -DMAXDEAD=3 -DMUTANT_T3_STORE
@@ -152,6 +156,7 @@ add "lease-mutant-STALE_ADOPT-lost" mutant lease.pml safety 20 0 "acting[okey]" 
 add "lease-mutant-STALE_HEAD"       mutant lease.pml safety 20 0 "(p>=head)" -- -DLEASE=1 -DMUTANT_STALE_HEAD
 add "lease-mutant-EPOCH_FETCH_ADD"  mutant lease.pml safety 20 0 "taking[okey]" -- -DLEASE=1 -DMUTANT_EPOCH_FETCH_ADD
 add "lease-mutant-READ_GIVEBACK"    mutant lease.pml safety 20 0 "seen_app" -- -DLEASE=1 -DREAD_MODE -DMUTANT_READ_GIVEBACK
+add "lease-mutant-GIVEBACK_READS"   mutant lease.pml safety 20 0 "seen_app" -- -DLEASE=1 -DMIX -DMUTANT_GIVEBACK_READS
 #     deliberately broken protocol steps: must fail
 add "lease-mutant-NO_ADOPT"         mutant lease.pml safety 20 0 "" -- -DLEASE=1 -DMUTANT_NO_ADOPT
 add "lease-mutant-LOCK_AFTER_CAS"   mutant lease.pml safety 20 0 "((k==0)||dead[k])" -- -DLEASE=0 -DM=2 -DCAP=2 -DMAXDEAD=3 -DMUTANT_LOCK_AFTER_CAS

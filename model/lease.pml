@@ -44,6 +44,13 @@
  *                  not when it is committed: a second sighting must be
  *                  flagged redelivered; a stale owner's Owner::commit leaves
  *                  its reads TAKEN (the next owner adopts them, flagged)
+ *   MIX            each owner first reads one message (Owner::read: the app
+ *                  sees it then) and holds it while it receives (the staged
+ *                  receive: the app sees what it committed when it returns);
+ *                  after each receive, Owner::commit of the read. A receive
+ *                  commits, or (stale) gives back, only what it took itself;
+ *                  a stale owner leaves its read TAKEN. Every second
+ *                  sighting must be flagged redelivered.
  * Mutants (spin must find an error; README):
  *   MUTANT_C2_STORE        C2 is a plain store (no CAS TAKEN -> DONE)
  *   MUTANT_NO_ADOPT        recovery (R4) does not re-take a gone owner's slots
@@ -59,6 +66,9 @@
  *                          bumps the epoch with a fetch_add after the key CAS
  *   MUTANT_READ_GIVEBACK   (before commit 221f5f8) a stale owner's
  *                          Owner::commit gives its reads back unflagged
+ *   MUTANT_GIVEBACK_READS  (MIX; the C++ before the fix of gencheck's
+ *                          lease-read-receive) a stale receive gives back
+ *                          the earlier read too, as it was: unflagged again
  *   MUTANT_LOCK_AFTER_CAS  take_ownership locks the owner byte after its key
  *                          CAS, not before: a live new owner can be seen
  *                          without its lock and deposed (LEASE=0)
@@ -144,11 +154,13 @@ byte gotep[NPROC];                  /* the epoch take_ownership gave the process
 #define RECOVERY_START head
 #endif
 
-#define LOCALS byte myep, hp, first, n, i, k, h, sp, ss, sa, before, cnt, rp, marks, e2; \
+#define LOCALS byte myep, hp, first, n, i, k, h, sp, ss, sa, before, cnt, rp, marks, e2, rdp, rdst, rdact; \
+               bool rdh, rdone, reading, creading; \
                byte pp[BATCH], pst[BATCH], pact[BATCH]; bool pred[BATCH], kept[BATCH]; \
                byte fs[CAP]
 #define RESET myep = 0; hp = 0; first = 0; n = 0; i = 0; k = 0; h = 0; sp = 0; ss = 0; sa = 0; \
-              before = 0; cnt = 0; rp = 0; marks = 0; e2 = 0; \
+              before = 0; cnt = 0; rp = 0; marks = 0; e2 = 0; rdp = 0; rdst = 0; rdact = 0; \
+              rdh = 0; rdone = 0; reading = 0; creading = 0; \
               for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 } \
               for (i : 0 .. CAP - 1) { fs[i] = 0 } i = 0; acting[me] = 0; taking[me] = 0; gotep[me] = 0
 
@@ -318,7 +330,12 @@ CALL:
   atomic {
     DIE_OR
     if :: !STILL_OWNER -> goto LEAVE :: else fi;                      /* still_owner() */
-    n = 0; first = hp; cnt = 0
+    n = 0; first = hp; cnt = 0;
+#ifdef MIX
+    if :: !rdone -> reading = 1 :: else fi                            /* the first call: Owner::read of 1 */
+#else
+    skip
+#endif
   }
 T1:
   atomic {
@@ -352,9 +369,12 @@ TAKE:       /* take_one, hold mode: CAS FULL -> TAKEN(p, us) (not if ours to red
     assert(!seen_app[hp] || ss == TAKEN);   /* seen before: flagged redelivered */
     seen_app[hp] = 1;
 #endif
+#ifdef MIX
+    if :: reading -> assert(!seen_app[hp] || ss == TAKEN); seen_app[hp] = 1 :: else fi;   /* read: seen now */
+#endif
     pp[n] = hp; pst[n] = ss; pact[n] = sa; pred[n] = (ss == TAKEN);   /* o.pending */
     n++; hp++;
-    if :: n < BATCH -> goto T1 :: else -> goto ENDTAKE fi
+    if :: n < BATCH && !reading -> goto T1 :: else -> goto ENDTAKE fi
   }
 ADOPT:      /* adopt_gone_owner_slot (a take loop meeting another owner's TAKEN slot) */
   atomic {
@@ -380,14 +400,25 @@ ENDTAKE:    /* publish_head if the cursor moved: the first position not finished
 #ifdef MUTANT_HEAD_NOMIN
     :: hp != first -> head = hp
 #else
-    :: hp != first -> head = ((n > 0 && pp[0] < hp) -> pp[0] : hp); HEAD_CHECK
+    :: hp != first ->                          /* (MIX: a held read counts too) */
+       h = ((n > 0 && pp[0] < hp) -> pp[0] : hp); if :: rdh && rdp < h -> h = rdp :: else fi;
+       head = h; h = 0; HEAD_CHECK
 #endif
     :: else
     fi;
     first = 0;
-    if :: n == 0 -> goto IDLE :: else fi
+    if
+    :: reading && n > 0 ->                     /* MIX: Owner::read returns it, held */
+       rdp = pp[0]; rdst = pst[0]; rdact = pact[0]; rdh = 1; rdone = 1; reading = 0;
+       n = 0; pp[0] = 0; pst[0] = 0; pact[0] = 0; pred[0] = 0; goto CALL
+    :: reading && n == 0 -> reading = 0; rdone = 1; goto IDLE
+    :: !reading && n == 0 && rdh -> goto COMMIT_READ
+    :: !reading && n == 0 && !rdh -> goto IDLE
+    :: else
+    fi
   }
   /* a stale owner gives back what it took instead of committing it */
+STALECHK:
   atomic {
     DIE_OR
 #ifndef MUTANT_NO_EPOCH_CHECK
@@ -398,7 +429,10 @@ ENDTAKE:    /* publish_head if the cursor moved: the first position not finished
         * TAKEN by our actor, the next owner adopts them (flagged) */
        goto LEAVE
 #else
-       /* receive (staged): the app has seen nothing: give them back */
+       /* MIX: Owner::commit of the read, likewise */
+       if :: creading -> goto LEAVE :: else fi;
+       /* receive (staged): the app has seen nothing: give them back (only
+        * what this receive took: not a held read) */
        i = 0; goto GIVEBACK
 #endif
     :: else
@@ -445,12 +479,28 @@ C4:
     DIE_OR
     opk[myep] = OP_NONE;
     DIE_OR
-    head = hp; HEAD_CHECK                                             /* publish_head */
+    head = ((rdh && rdp < hp) -> rdp : hp); HEAD_CHECK                /* publish_head */
     /* the receive returns the committed messages; next call */
+#ifdef MIX
+    /* the app sees what the receive returns (a read's commit: seen when read) */
+    for (i : 0 .. BATCH - 1) {
+      if
+      :: i < n && kept[i] && !creading -> assert(!seen_app[pp[i]] || pred[i]); seen_app[pp[i]] = 1
+      :: else
+      fi
+    }
+#endif
     for (i : 0 .. BATCH - 1) { pp[i] = 0; pst[i] = 0; pact[i] = 0; pred[i] = 0; kept[i] = 0 }
     i = 0; n = 0; cnt = 0; before = 0;
-    goto CALL
+    if
+    :: creading -> creading = 0; goto CALL
+    :: !creading && rdh -> goto COMMIT_READ    /* MIX: then Owner::commit of the read */
+    :: else -> goto CALL
+    fi
   }
+
+COMMIT_READ:   /* MIX: Owner::commit of the held read (C1-C4 of one slot) */
+  atomic { pp[0] = rdp; pst[0] = rdst; pact[0] = rdact; pred[0] = 0; n = 1; rdh = 0; creading = 1; goto STALECHK }
 
 GIVEBACK:   /* owner_give_back: CAS TAKEN(p, us) -> as it was */
   atomic {
@@ -461,7 +511,17 @@ GIVEBACK:   /* owner_give_back: CAS TAKEN(p, us) -> as it was */
     :: else
     fi;
     i++;
-    if :: i < n -> goto GIVEBACK :: else -> goto LEAVE fi
+    if
+    :: i < n -> goto GIVEBACK
+    :: else ->
+#ifdef MUTANT_GIVEBACK_READS
+       if                                      /* ... and the held read, as it was */
+       :: rdh && SEEN_IS(rdp, rdp, TAKEN, ACT(myep)) -> sst[SLOT(rdp)] = rdst; sact[SLOT(rdp)] = rdact
+       :: else
+       fi;
+#endif
+       goto LEAVE
+    fi
   }
 
 IDLE:       /* nothing to take: sleep (waking every lease/2) until something changes */

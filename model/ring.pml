@@ -49,6 +49,11 @@
  *   MUTANT_R2_NOCAS      R2 counts with a plain increment, not CAS(before)
  *   MUTANT_R1_NOCHECK    R1 does not look for a live claimant
  *   MUTANT_NO_WITHDRAW   a producer waiting for space keeps its stale claim op
+ *   MUTANT_DEPTH_GHOST   the depth scan counts every slot TAKEN by the owner (the
+ *                        C++ before the fix of problem 6 in README): an owner
+ *                        that dies between T5 and T6 (or between R1's count
+ *                        and its free) leaves its message in a counter and in
+ *                        the depth
  *   MUTANT_SKIP_HELD     the owner skips a slot a producer holds (TAKEN by an
  *                        evictor or repairer), as the C++ did before the fix
  *                        of problem 5 (README): a producer that dies between
@@ -567,11 +572,29 @@ died:
     RESET }
 }
 
+/* lane_depth_scan's test for a slot TAKEN by the owner (owner_slot_counted):
+ * the owner has counted its message and not freed the slot: committed it
+ * (T5, not T6: op recv(p), `delivered` moved past op_before), or abandoned
+ * it repairing a dead claim (R1 counted, not freed: op repair(p),
+ * `abandoned` moved past op_before). Such a message is in a counter, so the
+ * scan leaves it out of the depth. */
+#ifdef MUTANT_DEPTH_GHOST
+#define OWNER_COUNTED(p) (0)
+#else
+#define OWNER_COUNTED(p) (opt[OWN] == (p) && ((opk[OWN] == OP_RECV && deliv != opb[OWN]) || \
+                                             (opk[OWN] == OP_REPAIR && c_aband[OWN] != opb[OWN])))
+#endif
+/* ... and whether the scan counts position p (ring_take.cpp lane_depth_scan:
+ * the slot still holds p, FULL, claimed (EMPTY), or TAKEN by the owner and
+ * not committed; not one a producer holds) */
+#define SCAN_COUNTS(p) (spos[SLOT(p)] == (p) && (sst[SLOT(p)] == FULL || sst[SLOT(p)] == EMPTY || \
+                        (sst[SLOT(p)] == TAKEN && sact[SLOT(p)] == OWN && !OWNER_COUNTED(p))))
+
 /* Quiescence: nothing can move any more (and the owner's slice, if it
  * sleeps, would find nothing new). Check the accounting. */
 active proctype checker()
 {
-  byte p, nd, ne, na, inbox, depth, rej;
+  byte p, nd, ne, na, inbox, depth, rej, scan;
 #ifdef MUTANT_NO_SLICE
   timeout ->
 #else
@@ -608,6 +631,8 @@ active proctype checker()
           /* the depth as the C++ counts it (lane_depth_scan): FULL, claimed
            * (EMPTY) or TAKEN by the owner, not a slot a producer holds */
           if :: fate[p] == F_NONE && !(sst[SLOT(p)] == TAKEN && sact[SLOT(p)] != OWN) -> depth++ :: else fi;
+          /* ... and as the scan reads it from the words (no fates) */
+          if :: SCAN_COUNTS(p) -> scan++ :: else fi;
           /* A live owner has drained the lane: every claimed position is
            * delivered, evicted or abandoned (a hole whose writer died is
            * repaired: R1), or held by a dead evictor / repairer. */
@@ -636,7 +661,12 @@ active proctype checker()
     /* ... with the depth the C++ reports, once a live owner has looked: a
      * slot a dead producer holds is finished by then (T1b; with the owner
      * dead it waits for the next owner, or a producer that needs it: R2) */
-    assert(dead[OWN] || (tailw >> 1) + rej == deliv + rej + ne + na + depth)
+    assert(dead[OWN] || (tailw >> 1) + rej == deliv + rej + ne + na + depth);
+    /* The scan of the words counts exactly those positions, owner alive or
+     * dead: a message the owner committed and did not free (it died
+     * between T5 and T6), or abandoned repairing it and did not free, is in
+     * its counter, never in the depth too. */
+    assert(scan == depth)
   }
 }
 

@@ -8,7 +8,7 @@
 # random moments and at crash points, every step checked against a model of
 # the box: tests/gencheck, docs/tests.md); it prints each run's seed, and a
 # failure's replay line. SHMBOX_GENCHECK_ARGS adds to its arguments (e.g.
-# "--tolerate taken-ghost-depth,..." to look past bugs already known).
+# "--tolerate priority-read-gate,..." to look past bugs already known).
 # Then the adversary suite's long form (a second user, uid 65534 when run as
 # root, against every surface while root's processes work: tests/adversary,
 # docs/tests.md), each of its 8 surfaces for a quarter of SECONDS, at least a

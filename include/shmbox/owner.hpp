@@ -244,7 +244,8 @@ class SHMBOX_API Owner {
   // Two-phase receive: takes up to o.max messages (waiting up to o.timeout
   // for the first) without committing them: they stay in the box, pinned,
   // until commit(). If this owner dies first, the next owner receives them
-  // again, flagged redelivered. Owner only.
+  // again, flagged redelivered. Receives meanwhile (lease box or not) hand
+  // out the messages after them and leave them to commit(). Owner only.
   recv_status read(batch& out, const receive_options& o = {});
   // Commits everything read since the last commit. Returns ok, or not_owner
   // when the box was taken away meanwhile (lease expired): `*lost` (if given)

@@ -19,6 +19,7 @@
 //   producer.loan_open       loan: slot claimed and handed to the caller, nothing written
 //   producer.mid_abort       loan abort: abort announced, slot not yet taken back
 //   producer.mid_run         post_batch: first message of a run published, the rest not
+//   repair.after_count       R1 (a dead claim; lifo: a dead writer's slot): counted abandoned, slot not yet freed
 //   resize.after_limit       resize: the lane's new limit stored, nothing dropped yet
 //   resize.mid_drop          resize (shrink): a message's slot taken for dropping and counted (or not yet), not freed
 //   owner.before_read        owner (read): ownership checked, nothing taken yet

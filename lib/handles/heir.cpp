@@ -116,6 +116,22 @@ struct Heir::state {
   // gone and we are the first live heir (handover.hpp). The new epoch or 0.
   std::uint64_t try_take() { return detail::heir_take(*m, key, listener, data, taking); }
 
+  // After a take: if it withdrew our heir entry (an heir that inherits, a
+  // listener: handover.hpp O5), its byte goes too (liveness.hpp L1: after
+  // the key is cleared), though this handle lives on (enlist, await_transfer,
+  // then serve). Held, it would make the next heir enlisted in the entry
+  // read as alive by our lock, also once dead (gencheck's heir-entry-lock;
+  // enlist also takes no entry whose byte is held). An heir given the box
+  // keeps its entry (give_away leaves the table as it is).
+  void let_go_of_withdrawn_entry() {
+    if (index >= detail::kHeirSlots) return;
+    // relaxed: our own take cleared it, in this thread (withdraw, O5); and no
+    // one else sets a key there while we hold the byte (enlist).
+    if (m->heir(index)->key.load(std::memory_order_relaxed) == key) return;
+    entry_lock.unlock(detail::heir_byte(*m, index));
+    index = detail::kHeirSlots;  // nothing of ours to withdraw
+  }
+
   // Whom to watch, and until when (CLOCK_MONOTONIC ns).
   std::uint64_t arm() {
     const detail::owner_view v = detail::view_owner(*m);
@@ -205,6 +221,7 @@ result<Owner> Heir::await_transfer(std::chrono::nanoseconds timeout) {
     s_->drain_eventfd();
     if (const std::uint64_t epoch = s_->try_take(); epoch != 0) {
       s_->watch(0);
+      s_->let_go_of_withdrawn_entry();
       return detail::access::adopt_owner(s_->m, epoch, std::move(s_->taking));
     }
     const std::uint64_t now = detail::mono_ns();

@@ -324,6 +324,11 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
           : box.spin_ns;
   for (;;) {
     bool busy = false, corrupt = false;
+    // Held before this poll: earlier reads (Owner::read) not yet committed.
+    // A lease box's receive commits (or gives back) only what it takes
+    // itself, o.pending[held_before..], one for one with `staging`; the
+    // reads stay held for commit(), as in any box.
+    const std::size_t held_before = o.pending.size();
     if (staged) {
       staging.clear();
       staging_drops.clear();
@@ -373,13 +378,13 @@ recv_status Owner::state::receive_into(detail::owner_sink& sink, std::size_t max
       // A stale owner (its lease expired while it was stopped) gives back
       // what it took instead of committing it: it never returns a message.
       if (!still_owner()) {
-        detail::owner_give_back(o);
+        detail::owner_give_back(o, held_before);
         o.last_error = detail::fail(errc::not_owner, "box '" + box.name + "': taken over by a new owner (lease expired)");
         return recv_status::not_owner;
       }
       std::vector<char> kept;
-      const detail::commit_result r = detail::owner_commit(o, &kept);
-      for (std::size_t i = 0; i < kept.size(); ++i)
+      const detail::commit_result r = detail::owner_commit(o, &kept, held_before);
+      for (std::size_t i = 0; i < kept.size() && i < staging.size(); ++i)
         if (kept[i] != 0 && (filter == nullptr || staging_drops[i] == 0)) {
           const std::string_view b = staging[i];  // the body; a request's reply address follows it
           sink.append(reinterpret_cast<const std::byte*>(b.data()),

@@ -116,7 +116,9 @@ std::uint64_t take_ownership(mapped_box& m, std::uint64_t from_key, transfer_rea
     heir_entry* e = m.heir(i);
     if (e->key.load(std::memory_order_acquire) != me) continue;
     const bool listener = (e->flags.load(std::memory_order_relaxed) & kHeirListenerOnly) != 0;
-    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);  // its byte: the Heir handle's lock
+    // Its byte is the Heir handle's lock, let go once we return (heir.cpp
+    // let_go_of_withdrawn_entry); until then enlist takes no entry whose byte is held.
+    if (listener || why != transfer_reason::give_away) withdraw(m, i, me);
   }
   rec->transfer_seq.fetch_add(1, std::memory_order_release);
   futex_wake(&rec->transfer_seq);

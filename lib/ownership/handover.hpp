@@ -29,7 +29,9 @@
 //  O4 lock the new epoch's actor byte; write the lease clock, state, and the
 //     transfer record (seqlock: tr_epoch 0, fields, tr_epoch = epoch, release).
 //                                                      [takeover.after_record]
-//  O5 an inheriting heir or a listener leaves the heir table; transfer_seq+1,
+//  O5 an inheriting heir or a listener leaves the heir table (its key
+//     cleared; its Heir handle then lets go of the entry's byte, heir.cpp:
+//     until then no one enlists there, liveness.hpp L1); transfer_seq+1,
 //     futex wake. Then the new Owner handle runs recovery (ring.hpp R4).
 // RELEASE (an Owner handle going away): CAS key me -> 0 (release), signal
 //  the waiters, then drop the owner byte (L1: after the key is cleared). The

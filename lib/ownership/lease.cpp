@@ -121,7 +121,15 @@ bool enlist(mapped_box& m, std::string_view data, bool listener, int wake_fd, st
     for (std::uint32_t i = 0; i < kHeirSlots; ++i) {
       heir_entry* e = m.heir(i);
       std::uint64_t k = e->key.load(std::memory_order_acquire);
-      if (pass == 0 ? k != 0 : (k == 0 || lock_held(m, heir_byte(m, i)))) continue;
+      // Free: no key (pass 0) or a dead heir's (pass 1), and in both cases
+      // nobody holds the byte (liveness.hpp L1: a byte speaks for the key
+      // it is held for). A key cleared while its byte is still held is not
+      // free: an heir's entry withdrawn by its own takeover while its Heir
+      // handle still holds the byte (heir.cpp lets go of it right after), or
+      // another's enlist between its lock and its CAS. An heir there would
+      // read as alive by that other holder's lock, also once dead, and the
+      // heirs behind it would wait for ever (gencheck's heir-entry-lock).
+      if ((pass == 0 ? k != 0 : k == 0) || lock_held(m, heir_byte(m, i))) continue;
       // L1: the byte first, then the key.
       if (!lock.lock(m, heir_byte(m, i), give_up)) {
         if (errno == EAGAIN || errno == EINTR) continue;

@@ -143,6 +143,13 @@
 //  T5 delivered = op_before + 1: THE COMMIT (one store, the owner's own line).
 //       dies here: delivered != op_before: the next owner frees the slot
 //       without delivering it again (R4). Fault point owner.after_commit.
+//       Meanwhile the slot is TAKEN(p, O) and its message counted delivered,
+//       so the depth leaves it out by the same test (op recv(p), delivered
+//       != op_before: lane_depth_scan, owner_slot_counted; likewise an
+//       owner's R1 repair between its count and its free) and the counters
+//       add up at every instant. (Before, the depth counted every
+//       owner-TAKEN slot: `posted` one short of the sum until the takeover;
+//       gencheck's taken-ghost-depth.)
 //  T5b a redelivery (TAKEN(p, O) re-taken at acquire): redelivered =
 //     op_before_b + 1, which T2 stored with its op marked kRecvAgain.
 //       dies before it: whoever frees the committed slot (R3, R4) finishes
@@ -177,7 +184,14 @@
 //  lose the box while alive (stopped past its deadline); its heir re-takes
 //  its TAKEN slots (R4) by CAS, so the stale owner's C2 fails and it never
 //  hands out a message the heir delivers. A lease box's receive commits the
-//  held messages before returning them, and returns only those it committed.
+//  messages it took before returning them, and returns only those it
+//  committed; one that finds it lost the box gives them back (its caller
+//  saw none of them). Earlier reads (Owner::read) are not its to commit or
+//  give back: they stay held for commit(), as in a box without a lease,
+//  and a stale owner leaves them TAKEN, for the next owner to deliver
+//  again flagged (its caller saw them). (Before, the receive committed or
+//  gave back every held slot, and paired its own messages with them by
+//  index: gencheck's lease-read-receive.)
 //  An owner never publishes a head past a position it still holds. But with a
 //  lease, a stale owner still running may publish its own cursor past
 //  positions its successor holds; so a lease box's new owner recovers over
@@ -191,7 +205,9 @@
 //     or is about to retry elsewhere (slow is not dead). If all are dead:
 //     repairer R writes op_before = R.abandoned, op = repair(q), CAS
 //     EMPTY(q) -> TAKEN(q, R), R.abandoned++, seq = EMPTY(q + cap).
-//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it.
+//     If R dies mid-way: slot TAKEN(q, R), R dead: R2 finishes it (R an
+//     owner: R3/R4). Fault point repair.after_count (counted, not freed):
+//     an owner's TAKEN(q) is then left out of the depth, as at T5.
 //     No claimant at all (only a scribbled table): repaired after
 //     kOrphanClaimNs.
 //  R2 TAKEN(q, X), X a dead producer: X's op says evict(q) or repair(q)
@@ -840,17 +856,21 @@ take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_m
 enum class fast_take { taken, empty, general };
 fast_take owner_take_fast(owner_ctx& o, const lane_view& L, take_sink& sink) noexcept;
 
-// Commits o.pending: TAKEN -> DONE (a CAS each: a slot re-taken by a newer
-// owner is lost to us), counts them, frees them. kept[i] (if given) says
-// whether pending[i] was committed.
+// Commits o.pending[first..]: TAKEN -> DONE (a CAS each: a slot re-taken by
+// a newer owner is lost to us), counts them, frees them; o.pending[0, first)
+// stays held (earlier reads: a lease box's receive commits only what it took
+// itself). kept[i] (if given) says whether pending[first + i] was committed.
 struct commit_result {
   std::size_t committed = 0;  // delivered or dropped by the filter
   std::size_t lost = 0;  // re-taken by a newer owner: it delivers them again
 };
-commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept;
-// Gives every held slot back (TAKEN -> what it was): for an owner that lost
-// the box before committing. Returns how many went back.
-std::size_t owner_give_back(owner_ctx& o) noexcept;
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept, std::size_t first = 0) noexcept;
+// Gives the held slots o.pending[first..] back (TAKEN -> what it was): for a
+// receive that lost the box before committing what it took (the messages
+// its caller never saw). Earlier reads stay held: their caller saw them, so
+// they go to the next owner flagged (R4), never back as they were. Returns
+// how many went back.
+std::size_t owner_give_back(owner_ctx& o, std::size_t first = 0) noexcept;
 
 // After taking the lease: finishes or re-takes the slots of owners that are
 // gone (committed ones are counted and freed, uncommitted ones will be
@@ -945,7 +965,8 @@ void buf_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued) noexcep
 // Whether some lane's buffer (or its given-back entries) holds messages.
 bool buf_waiting(const owner_ctx& o) noexcept;
 
-// Messages in the lane, by scanning slots (exact when idle).
+// Messages in the lane, by scanning slots (exact when idle, and when the
+// owner is dead: a slot it committed and did not free is not counted, T5).
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept;
 
 }  // namespace shmbox::detail

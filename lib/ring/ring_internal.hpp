@@ -113,6 +113,19 @@ inline bool owner_repair_due(owner_ctx& o, std::uint32_t l, std::uint64_t pos, s
 // or TAKEN by a producer (T1b: owner side of R2).
 bool owner_check_stuck(owner_ctx& o, const lane_view& L, std::uint64_t p, std::uint64_t seen) noexcept;
 
+// Whether a slot TAKEN(target, owner actor) (target: its FIFO position or
+// lifo slot index) holds a message its owner has counted already and not
+// yet freed: committed (T5 done, T6 not; crash point owner.after_commit),
+// or, repairing a dead claim (R1), counted abandoned: its op (op_before
+// `before`, actor record `idx`) still names the slot, recv / lifo_pop,
+// filter_drop or repair, and that counter has moved past op_before. Read
+// only (R3/R4's dead_owner_op also finishes a redelivery's count). Exact for
+// a gone owner; for a live one an estimate (it moves on).
+bool owner_slot_counted(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t idx,
+                        std::uint64_t op, std::uint64_t before) noexcept;
+// The same, reading the owner actor's op words.
+bool owner_slot_counted(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t actor) noexcept;
+
 // DONE/DROPPED slots of a gone owner actor whose process is dead: counts
 // them once and frees them (C2-C4 finished for it). True if it freed any.
 bool finish_dead_commit(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept;

@@ -86,6 +86,7 @@ bool abandon_fifo(const lane_view& L, std::uint64_t q, std::uint64_t seen, const
                                                   std::memory_order_seq_cst, std::memory_order_relaxed);
   if (won) {
     counter.store(before + 1, std::memory_order_relaxed);
+    SHMBOX_FAULT("repair.after_count");
     // release: pairs with the acquire of the producer that claims q + cap
     s->seq.store(make_seq(q + L.capacity, slot_state::empty, kActorNone), std::memory_order_release);
   }
@@ -106,6 +107,7 @@ bool abandon_lifo(const lane_view& L, std::uint32_t i, std::uint64_t seen, const
                                                   std::memory_order_seq_cst, std::memory_order_relaxed);
   if (won) {
     counter.store(before + 1, std::memory_order_relaxed);
+    SHMBOX_FAULT("repair.after_count");
     // release: pairs with L1's acquire load of a FREE slot (lifo_claim, ring_lifo.cpp).
     s->seq.store(make_seq(seq_pos(seen), slot_state::free, kActorNone), std::memory_order_release);
   }
@@ -168,29 +170,14 @@ int dead_owner_op(const mapped_box& m, const lane_view& L, std::uint64_t target,
   const std::uint64_t op = ar->op.load(std::memory_order_acquire);
   const std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
   if (op_lane(op) != L.index) return 3;
-  // Positions are compared modulo 2^48, as slots store them.
-  const bool same = (op_target(op) & kPosMask) == (target & kPosMask);
-  switch (op_kind_of(op)) {
-    case op_kind::repair:
-      return same ? 1 : 3;
-    case op_kind::recv:
-    case op_kind::lifo_pop:
-      if (!same) return 3;  // the op is about another slot
-      // acquire (delivered, filtered): no release partner (T5 stores them relaxed); read
-      // only for an owner that is gone: without a lease that is a dead one (its stores
-      // are all done); a lease box commits through C1-C4 (op commit: case default).
-      if (m.actor_counters(idx, L.index)->delivered.load(std::memory_order_acquire) == before) return 3;
-      // Committed. A redelivery (kRecvAgain): T5b may not have counted it; a CAS
-      // from op_before_b counts it once (a no-op if T5b did). acquire: as `before`.
-      if ((op_target(op) & kRecvAgain) != 0)
-        finish_count(m.actor_counters(idx, L.index)->redelivered, ar->op_before_b.load(std::memory_order_acquire));
-      return 2;
-    case op_kind::filter_drop:
-      if (!same) return 3;
-      return m.actor_counters(idx, L.index)->filtered.load(std::memory_order_acquire) != before ? 2 : 3;
-    default:
-      return 3;  // commit: a TAKEN slot is not committed yet (DONE ones are)
-  }
+  if (op_kind_of(op) == op_kind::repair) return (op_target(op) & kPosMask) == (target & kPosMask) ? 1 : 3;
+  // uncommitted (a commit op: DONE slots are the committed ones)
+  if (!owner_slot_counted(m, L, target, idx, op, before)) return 3;
+  // Committed. A redelivery (kRecvAgain): T5b may not have counted it; a CAS
+  // from op_before_b counts it once (a no-op if T5b did). acquire: as `before`.
+  if (op_kind_of(op) != op_kind::filter_drop && (op_target(op) & kRecvAgain) != 0)
+    finish_count(m.actor_counters(idx, L.index)->redelivered, ar->op_before_b.load(std::memory_order_acquire));
+  return 2;
 }
 
 void finish_dead_owner_repair(mapped_box& m, const lane_view& L, std::uint32_t actor) noexcept {
@@ -200,6 +187,35 @@ void finish_dead_owner_repair(mapped_box& m, const lane_view& L, std::uint32_t a
 }
 
 }  // namespace
+
+bool owner_slot_counted(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t idx,
+                        std::uint64_t op, std::uint64_t before) noexcept {
+  if (op_lane(op) != L.index || (op_target(op) & kPosMask) != (target & kPosMask)) return false;  // about another slot
+  const owner_lane_counters* oc = m.actor_counters(idx, L.index);
+  // acquire (delivered, filtered, abandoned): no release partner (T5 and R1 store them
+  // relaxed); exact for an owner that is gone: without a lease that is a dead one (its
+  // stores are all done); a lease box commits through C1-C4 (op commit: never counted
+  // here, its DONE slots are). For a live owner an estimate, as every inspector's
+  // count of a busy box.
+  switch (op_kind_of(op)) {
+    case op_kind::recv:
+    case op_kind::lifo_pop: return oc->delivered.load(std::memory_order_acquire) != before;
+    case op_kind::filter_drop: return oc->filtered.load(std::memory_order_acquire) != before;
+    case op_kind::repair: return oc->abandoned.load(std::memory_order_acquire) != before;
+    default: return false;
+  }
+}
+
+bool owner_slot_counted(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint32_t actor) noexcept {
+  const std::uint32_t idx = owner_actor_index(actor);
+  const owner_actor* ar = m.actor(idx);
+  // acquire (op, op_before): as in dead_owner_op (pairs with the owner's release
+  // stores of the op and the release halves of its slot CASes / T3's store; the
+  // caller read the slot with acquire).
+  const std::uint64_t op = ar->op.load(std::memory_order_acquire);
+  const std::uint64_t before = ar->op_before.load(std::memory_order_acquire);
+  return owner_slot_counted(m, L, target, idx, op, before);
+}
 
 // Looks at a FIFO slot stuck at position q (seen = its seq) and repairs it if
 // its holder is dead. `p` (may be null) allows R3's eviction of a dead

@@ -5,7 +5,9 @@
 // (the owner-sleeping bit; the sleep itself is in wake.cpp). Lifo lanes:
 // ring_lifo.cpp.
 #include <algorithm>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/errors.hpp"
@@ -217,8 +219,18 @@ take_result owner_take(owner_ctx& o, std::uint32_t lane, take_sink& sink, take_m
 //       (and, for a commit of redeliveries, redelivered via op_before_b).
 //  C3 delivered = op_before + committed; filtered (or redelivered) = op_before_b + ...
 //  C4 each DONE slot: CAS -> free (EMPTY(p + cap) / FREE); op = none.
-commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
+commit_result owner_commit(owner_ctx& o, std::vector<char>* kept, std::size_t first) noexcept {
   commit_result r;
+  // o.pending[0, first): earlier reads this commit leaves held (a lease
+  // box's receive commits only what it took itself). Set aside while the
+  // rest is committed, back before the heads are published: a head never
+  // passes a position we still hold.
+  std::vector<pending_slot> earlier;
+  if (first != 0) {
+    first = std::min(first, o.pending.size());
+    earlier.assign(o.pending.begin(), o.pending.begin() + static_cast<std::ptrdiff_t>(first));
+    o.pending.erase(o.pending.begin(), o.pending.begin() + static_cast<std::ptrdiff_t>(first));
+  }
   if (kept != nullptr) kept->assign(o.pending.size(), 0);
   for (std::uint32_t l = 0; l < o.m->lane_count(); ++l) {
     const lane_view& L = o.m->lanes[l];
@@ -279,7 +291,7 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   std::vector<std::uint32_t> lanes;
   for (const pending_slot& ps : o.pending)
     if (!ps.stash && std::find(lanes.begin(), lanes.end(), ps.lane) == lanes.end()) lanes.push_back(ps.lane);
-  o.pending.clear();
+  o.pending = std::move(earlier);  // still held (publish_head counts them)
   for (const std::uint32_t l : lanes) {
     const lane_view& L = o.m->lanes[l];
     if (!L.is_lifo()) publish_head(o, L);
@@ -288,13 +300,16 @@ commit_result owner_commit(owner_ctx& o, std::vector<char>* kept) noexcept {
   return r;
 }
 
-std::size_t owner_give_back(owner_ctx& o) noexcept {
+std::size_t owner_give_back(owner_ctx& o, std::size_t first) noexcept {
   std::size_t n = 0;
+  first = std::min(first, o.pending.size());
+  const auto from = o.pending.begin() + static_cast<std::ptrdiff_t>(first);
   // Stash entries go back to the front in the order they were taken.
   if (o.m->stash_entries() != 0)
-    for (auto it = o.pending.rbegin(); it != o.pending.rend(); ++it)
+    for (auto it = o.pending.rbegin(); it != std::make_reverse_iterator(from); ++it)
       if (it->stash) stash_give_back(o, *it);
-  for (const pending_slot& ps : o.pending) {
+  for (auto it = from; it != o.pending.end(); ++it) {
+    const pending_slot& ps = *it;
     if (ps.stash) continue;
     const lane_view& L = o.m->lanes[ps.lane];
     slot_header* s = L.is_lifo() ? L.slot_at_index(ps.where) : L.slot_for(ps.where);
@@ -304,7 +319,7 @@ std::size_t owner_give_back(owner_ctx& o) noexcept {
     // release: as if we had never taken it (a newer owner may have re-taken it already)
     if (s->seq.compare_exchange_strong(expected, ps.orig, std::memory_order_release, std::memory_order_relaxed)) ++n;
   }
-  o.pending.clear();
+  o.pending.erase(from, o.pending.end());
   return n;
 }
 
@@ -334,6 +349,23 @@ void owner_clear_sleep(owner_ctx& o, std::uint32_t lane) noexcept {
   }
 }
 
+namespace {
+
+// A slot TAKEN by an owner holds a message of the depth unless that owner
+// has counted it already: committed (T5 done, T6 not: counted delivered, or
+// filtered), or abandoned by its repair of a dead claim (R1, counted, not
+// yet freed). An owner killed there (crash point owner.after_commit) leaves
+// it so until a takeover or a producer frees it (R3/R4). (Before, every
+// owner-TAKEN slot was counted: such a message was in a counter and in the
+// depth, `posted` one short of the sum: gencheck's taken-ghost-depth; the
+// repair's case found by model/ring.pml.) The owner's own lane counters and
+// op words, read only here, off every message path.
+bool in_depth_taken(const mapped_box& m, const lane_view& L, std::uint64_t target, std::uint64_t seq) noexcept {
+  return is_owner_actor(seq_actor(seq)) && !owner_slot_counted(m, L, target & kTargetMask, seq_actor(seq));
+}
+
+}  // namespace
+
 std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept {
   const lane_view& L = m.lanes[lane];
   std::uint64_t n = 0;
@@ -343,7 +375,7 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
       // a count for inspectors and the notify hub's scan only.
       const std::uint64_t s = L.slot_at_index(i)->seq.load(std::memory_order_acquire);
       const slot_state st = seq_state(s);
-      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+      if (st == slot_state::full || st == slot_state::writing || (st == slot_state::taken && in_depth_taken(m, L, i, s)))
         ++n;
     }
     return n;
@@ -359,8 +391,8 @@ std::uint64_t lane_depth_scan(const mapped_box& m, std::uint32_t lane) noexcept 
     const std::uint64_t s = L.slot_for(q)->seq.load(std::memory_order_acquire);
     if (pos_diff(seq_pos(s), q) != 0) continue;  // finished and reused
     const slot_state st = seq_state(s);
-    // stored and not finished: published, being written, or taken by an owner
-    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && is_owner_actor(seq_actor(s))))
+    // stored and not finished: published, being written, or taken by an owner (not yet committed)
+    if (st == slot_state::full || st == slot_state::empty || (st == slot_state::taken && in_depth_taken(m, L, q, s)))
       ++n;
   }
   // A priority box's lane holds its messages in the owner's store too.

@@ -23,6 +23,14 @@
 //     whose CAS then fails; a stale owner whose lease expired and its
 //     successor): that errs towards "alive", never towards "dead". Exclusive
 //     rights still come from the CAS on the key, as before.
+//     A byte speaks for the key it is held for, so a role whose key was
+//     cleared while some process still holds its byte is not free: an heir
+//     entry withdrawn by its own heir's takeover (handover.hpp O5) while
+//     that heir's Heir handle still holds the byte (it lets go right after:
+//     heir.cpp), or by Owner::acquire in a process whose Heir handle holds
+//     it (until that handle goes). enlist takes an entry only when nobody
+//     holds its byte; else a new heir there would read as alive by the
+//     other's lock, also once dead (gencheck's heir-entry-lock).
 //     THE LOCK DESCRIPTION. A handle locks its role bytes through its
 //     mapping's lock description (mapped_box::fd), not one of its own: an
 //     owned box costs one descriptor, not two. It is a second description

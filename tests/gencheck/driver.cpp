@@ -84,7 +84,6 @@ void run::setup() {
   m.priority = cfg_.priority;
   m.fenced = cfg_.lease_ms > 0;
   m.quota_per_entry = opt_.tolerate.count("quota-inheritance") != 0;
-  m.taken_ghost_in_depth = opt_.tolerate.count("taken-ghost-depth") != 0;
   m.pinned_gate_may_refuse = opt_.tolerate.count("priority-read-gate") != 0;
   m.sorting_counted_delivered = opt_.tolerate.count("priority-sorting-delivered") != 0;
   m.gap_ends_run = opt_.tolerate.count("priority-gap-order") != 0;
@@ -417,7 +416,7 @@ void run::settle(const std::string& what) {
     if (c.posted == right) continue;
     bool explained = !keep.empty();
     for (const model& m : keep)
-      explained &= static_cast<std::int64_t>(m.lazy(l) - m.overcount(l) - m.lanes[l].phantom) ==
+      explained &= static_cast<std::int64_t>(m.lazy(l) - m.lanes[l].phantom) ==
                    static_cast<std::int64_t>(c.posted - right);
     if (explained) {
       ++totals_.lazy_identity;

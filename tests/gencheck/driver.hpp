@@ -35,9 +35,8 @@ struct run_options {
   std::uint32_t stop_at = 0;  // replay: stop after this step (0: run them all)
   bool timed_kills = true;    // SIGKILL at random moments (else only at crash points: deterministic)
   // Known library bugs the model expects instead of flagging (reported in
-  // docs/tests.md): "taken-ghost-depth", "quota-inheritance", "lease-read-receive",
-  // "priority-read-gate", "priority-sorting-delivered", "priority-gap-order", "phantom-abandon",
-  // "heir-entry-lock".
+  // docs/tests.md): "quota-inheritance", "priority-read-gate",
+  // "priority-sorting-delivered", "priority-gap-order", "phantom-abandon".
   std::set<std::string> tolerate;
   bool verbose = false;       // print every step
   std::string self;           // this program, for the roles

@@ -27,10 +27,9 @@
 // Without --seed: runs of new seeds for S seconds (default 60). --steps: the
 // steps of each run (default 300). --stop-at K: stop a replay after step K
 // (no final drain). --tolerate: known library bugs the model then expects
-// instead of flagging (docs/tests.md lists them): taken-ghost-depth,
-// quota-inheritance, lease-read-receive, priority-read-gate,
-// priority-sorting-delivered, priority-gap-order, phantom-abandon,
-// heir-entry-lock. --keep-going: go on with new seeds after a failure.
+// instead of flagging (docs/tests.md lists them): quota-inheritance,
+// priority-read-gate, priority-sorting-delivered, priority-gap-order,
+// phantom-abandon. --keep-going: go on with new seeds after a failure.
 // Exit 0 when every check held, 1 when one did not, 2 on bad arguments.
 #include <signal.h>
 #include <unistd.h>
@@ -105,9 +104,8 @@ int main(int argc, char** argv) {
       at = comma + 1;
     }
     for (const std::string& t : opt.tolerate)
-      if (t != "taken-ghost-depth" && t != "quota-inheritance" && t != "lease-read-receive" && t != "priority-read-gate" &&
-          t != "priority-sorting-delivered" && t != "priority-gap-order" && t != "phantom-abandon" &&
-          t != "heir-entry-lock") {
+      if (t != "quota-inheritance" && t != "priority-read-gate" &&
+          t != "priority-sorting-delivered" && t != "priority-gap-order" && t != "phantom-abandon") {
         std::fprintf(stderr, "shmbox-gencheck: --tolerate: unknown '%s'\n", t.c_str());
         return 2;
       }

@@ -105,20 +105,16 @@ const char* to_string(kind k) {
 }
 
 bool in_depth(kind k) {
-  return k == kind::message || k == kind::hole || k == kind::held || k == kind::orphaned || k == kind::readopted ||
-         k == kind::sorting_counted;
+  // (not an owner_ghost, nor sorting_counted: a ring slot its owner
+  // committed, T5, is counted delivered and not in the depth, even while it
+  // is still TAKEN, lane_depth_scan; before, it was in both: the bug
+  // taken-ghost-depth)
+  return k == kind::message || k == kind::hole || k == kind::held || k == kind::orphaned || k == kind::readopted;
 }
 
 std::uint64_t model::depth(std::uint32_t lane) const {
   std::uint64_t n = 0;
-  for (const auto& [key, e] : lanes[lane].at) n += in_depth(e.k) || (taken_ghost_in_depth && e.k == kind::owner_ghost && e.still_taken);
-  return n;
-}
-
-std::uint64_t model::overcount(std::uint32_t lane) const {
-  std::uint64_t n = 0;
-  for (const auto& [key, e] : lanes[lane].at)
-    n += (taken_ghost_in_depth && e.k == kind::owner_ghost && e.still_taken) || e.k == kind::sorting_counted;
+  for (const auto& [key, e] : lanes[lane].at) n += in_depth(e.k);
   return n;
 }
 
@@ -171,7 +167,7 @@ std::size_t model::hash() const {
 std::string model::broken() const {
   for (std::uint32_t l = 0; l < lanes.size(); ++l) {
     const tally& c = lanes[l].c;
-    if (c.posted + overcount(l) + lanes[l].phantom != c.out() + depth(l) + lazy(l))
+    if (c.posted + lanes[l].phantom != c.out() + depth(l) + lazy(l))
       return "the model's own lane " + std::to_string(l) + " does not add up: posted " + std::to_string(c.posted) +
              ", counted " + std::to_string(c.out()) + ", depth " + std::to_string(depth(l)) + ", lazy " +
              std::to_string(lazy(l));
@@ -356,6 +352,10 @@ class post_sim {
       // E1-E4: evict the oldest, then claim again.
       model a = m;
       a.lanes[c_.lane].at[q].k = kind::prod_evicting;  // E2: taken, not yet counted
+      // Held by the evictor now: its entry's next holder finishes the eviction
+      // (entry_reused), not the poster's. (Before, the model kept the poster's
+      // entry here and freed the slot when the poster's entry was reused.)
+      a.lanes[c_.lane].at[q].writer = c_.writer;
       model b = a;
       b.lanes[c_.lane].at[q].k = kind::prod_ghost;  // E3: counted
       ++b.lanes[c_.lane].c.dropped_oldest;

@@ -62,7 +62,7 @@ struct tally {
 
 enum class kind : std::uint8_t {
   message, hole, held, orphaned, readopted, owner_ghost, owner_done, prod_ghost, prod_evicting,
-  sorting_counted,  // known bug priority-sorting-delivered: caught mid-move after T5 (in the depth and in delivered)
+  sorting_counted,  // known bug priority-sorting-delivered: caught mid-move after T5 (in delivered, its ring slot still taken)
   sorting_freed,    // ... and after T6, before M4: its ring slot freed (in delivered only)
 };
 const char* to_string(kind k);
@@ -72,7 +72,7 @@ struct entry {
   kind k = kind::message;
   msg_id id{};
   std::int64_t prio = 0;
-  std::uint32_t writer = 0;  // the poster's producer-table entry
+  std::uint32_t writer = 0;  // the poster's producer-table entry (a slot an evictor holds: the evictor's)
   // How it must be flagged when it is delivered next: 0 not redelivered, 1
   // redelivered, 2 either (a dead owner may or may not have handed it out).
   std::uint8_t flag = 0;
@@ -117,8 +117,6 @@ struct model {
   bool fenced = false;    // a lease box (every receive takes, then commits)
   bool quota_per_entry = false;  // the documented quota: per producer-table entry (else per producer process)
   // Known library behaviour the model may be told to expect (--tolerate):
-  // the depth scan counts a slot a dead owner committed (T5) but did not free (T6).
-  bool taken_ghost_in_depth = false;
   // a priority box's gate counts the ring from its published head, which a
   // held ring slot pins, plus the store: it may refuse while not full.
   bool pinned_gate_may_refuse = false;
@@ -138,7 +136,6 @@ struct model {
 
   std::uint64_t depth(std::uint32_t lane) const;
   std::uint64_t lazy(std::uint32_t lane) const;  // owner_done + prod_evicting: posted but in no counter yet
-  std::uint64_t overcount(std::uint32_t lane) const;  // counted twice (taken_ghost_in_depth)
   // The published messages of a lane in the order peek lists them, and
   // those peek may or may not list (a priority box's messages a dead owner
   // had taken: back in its store, QUEUED, if they were there, and listed;

@@ -32,6 +32,7 @@ class take_sim {
   std::vector<model> stages;  // every intermediate state (a killed call)
 
   void start(const model& m) {
+    held_before_ = m.pending.size();
     stage(m);
     lane(m, 0, {}, 0);
   }
@@ -51,9 +52,9 @@ class take_sim {
     return d.lane == l && d.id == e.id && d.flagged == flagged;
   }
 
-  // The call ends: T7 (published heads), a lease box's commit (of what it
-  // took, and of what earlier reads hold: owner_commit commits o.pending;
-  // only when the call took something).
+  // The call ends: T7 (published heads), a lease box's commit of what it
+  // took (only when it took something; earlier reads stay held for commit(),
+  // as in any box: owner_commit from held_before).
   void finish(model m, const std::vector<delivery>& got) {
     if (reply_ != nullptr && got != *reply_) return;
     if (fenced_ && c_.how != take_kind::read && !got.empty()) {
@@ -63,9 +64,10 @@ class take_sim {
     finals.push_back({std::move(m), got});
   }
 
-  // C1-C4 for everything pending (a lease box's receive commits at once).
+  // C1-C4 for what this call took (a lease box's receive commits at once).
   void commit_all(model& m, bool record) {
-    const auto pending = m.pending;
+    const std::vector<std::pair<std::uint32_t, std::uint64_t>> pending(
+        m.pending.begin() + static_cast<std::ptrdiff_t>(held_before_), m.pending.end());
     std::vector<char> redelivery;
     for (const auto& [pl, key] : pending) redelivery.push_back(m.lanes[pl].at.at(key).flagged_take);
     for (std::uint32_t l = 0; l < m.lanes.size(); ++l)
@@ -91,7 +93,7 @@ class take_sim {
           if (record) stage(m);
         }
       }
-    m.pending.clear();
+    m.pending.resize(held_before_);
   }
 
   // Hands out entry `key` of lane l (flagged or not).
@@ -220,9 +222,16 @@ class take_sim {
     // FIFO, T1: the first position the owner has not passed.
     for (const auto& [key, e] : L.at) {
       switch (e.k) {
-        case kind::held:
         case kind::prod_ghost:
         case kind::prod_evicting:
+          // T1b: held by a dead evictor. The cursor never passes it: with
+          // nothing taken from the lane yet (and nothing held) the owner
+          // finishes it (R2) once it has been stuck kRepairGraceNs, which a
+          // call that does not wait may not have seen yet: it stops here.
+          // (Before, the model skipped it as the C++ did before T1b.)
+          if (n_lane == 0 && m.pending.empty()) repair_and_stay(key);
+          return next_lane(m);
+        case kind::held:
         case kind::owner_ghost:
         case kind::owner_done:
         case kind::sorting_counted:  // (priority boxes only)
@@ -245,6 +254,7 @@ class take_sim {
   const take_call& c_;
   const std::vector<delivery>* reply_;
   bool want_stages_;
+  std::size_t held_before_ = 0;  // m.pending when the call began: earlier reads
   struct seen_state {
     model m;
     std::uint32_t l;

@@ -69,13 +69,6 @@ void run::post(std::size_t i, std::uint32_t lane, bool too_large, std::uint64_t 
 
 // A receive, try_receive or read by the owner.
 void run::take(take_kind how, std::size_t max, int timeout_ms, std::optional<std::uint64_t> kill_ns) {
-  // Known bug (--tolerate lease-read-receive): a lease box's receive after
-  // an uncommitted read() hands out the wrong messages (or crashes): commit first.
-  if (how != take_kind::read && cfg_.lease_ms > 0 && opt_.tolerate.count("lease-read-receive") != 0) {
-    bool pending = false;
-    for (const model& m : cands_) pending |= !m.pending.empty();
-    if (pending) return commit(kill_ns);
-  }
   const std::string cmd = how == take_kind::try_one ? std::string("try")
                           : (how == take_kind::read ? "read " : "recv ") + std::to_string(max) + " " + std::to_string(timeout_ms);
   const std::string what = "step " + std::to_string(step_) + ": owner " + cmd +
@@ -184,23 +177,6 @@ void run::hang_owner() {
       heirs_.erase(heirs_.begin() + static_cast<std::ptrdiff_t>(i));
       settle(what);
       return;
-    }
-    // Known bug (--tolerate heir-entry-lock): an heir that reused the entry of
-    // an heir that became owner is judged alive by that owner's lock, dead or
-    // not, and the live heirs behind it wait for ever: the stopped owner keeps the box.
-    if (opt_.tolerate.count("heir-entry-lock") != 0 && now_ns() > deadline - 8'000'000'000ull) {
-      bool dead_ahead = false;
-      for (const shmbox::heir_info& h : shmbox::info(*box_).heirs) {
-        bool ours = false;
-        for (const proc& p : heirs_) ours |= static_cast<std::uint32_t>(p.c->pid()) == h.pid;
-        dead_ahead |= h.alive && !ours && static_cast<std::uint32_t>(owner_->c->pid()) != h.pid;
-      }
-      if (dead_ahead) {
-        ::kill(owner_->c->pid(), SIGCONT);
-        note("no heir took over: a dead heir's entry looks alive (known bug heir-entry-lock); the owner goes on");
-        settle(what);
-        return;
-      }
     }
     if (now_ns() > deadline) {
       std::string table;

@@ -351,6 +351,12 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
         REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
         ++covered;
         const auto printed = parse_served(victim.read_all(5s));  // what its application saw
+        // Before anyone takes over, the box already adds up exactly: a message
+        // the dead owner committed and did not free (owner.after_commit, T5
+        // done, T6 not) is in `delivered` and not in the depth (before, it was
+        // in both: gencheck's taken-ghost-depth). Only a commit cut between
+        // C2 and C3 (owner.mid_commit) leaves a count for the takeover to finish.
+        if (spec.rfind("owner.mid_commit", 0) != 0) shmtest::check_invariant(*box);
         auto owner = shmbox::Owner::acquire(*box);
         REQUIRE(owner);
         // Committed by the dead owner (a commit it had begun is finished by the
@@ -379,6 +385,51 @@ TEST_CASE("fault matrix: an owner killed at every owner point, for every policy 
     }
   }
   CHECK(covered == (2 + 2 + 3 + 3) * 5);
+}
+
+TEST_CASE("fault matrix: an owner killed repairing a dead producer's claim (repair.after_count), for every policy") {
+  // A producer dies holding its 3rd message's slot (claimed, not published);
+  // the owner receives the 2 before it, finds the claimant dead and repairs
+  // the slot (R1; lifo: the dead writer's slot), and is killed between
+  // counting it abandoned and freeing it. The box must add up at once
+  // (before, the depth counted the owner's TAKEN slot too: one over until
+  // the takeover, found by model/ring.pml's depth check), and the next owner
+  // frees it without counting it again.
+  int covered = 0;
+  for (const policy pol : kPolicies) {
+    CAPTURE(shmbox::to_string(pol));
+    shmtest::segment_guard g(shmtest::unique_name("frepair"));
+    auto box = shmbox::Box::create(g.name, {.capacity = 8, .slot_size = 64, .overflow = pol});
+    REQUIRE(box);
+    child victim({shmtest::helper_path(), "produce", g.name, "1", "4", "--no-wait"},
+                 {pol == policy::lifo ? "SHMBOX_FAULT=producer.lifo_mid_write:3" : "SHMBOX_FAULT=producer.after_claim:3"});
+    REQUIRE(shmtest::killed_by(victim.wait(30s), SIGKILL));
+    child owner({shmtest::helper_path(), "serve", g.name, "--batch", "4", "--idle-ms", "5000"},
+                {"SHMBOX_FAULT=repair.after_count:1"});
+    REQUIRE(shmtest::killed_by(owner.wait(30s), SIGKILL));
+    ++covered;
+    const auto printed = parse_served(owner.read_all(5s));
+    CHECK(printed.size() == 2);
+    shmbox::counters c = box->read_counters();
+    CHECK(c.delivered == 2);
+    CHECK(c.abandoned == 1);
+    CHECK(shmbox::info(*box).depth == 0);
+    shmtest::check_invariant(*box);
+    auto next = shmbox::Owner::acquire(*box);
+    REQUIRE(next);
+    CHECK(drain(*next).empty());
+    c = box->read_counters();
+    CHECK(c.delivered == 2);
+    CHECK(c.abandoned == 1);
+    shmtest::check_invariant(*box);
+    {
+      const auto v = shmbox::verify(g.name);
+      REQUIRE(v);
+      for (const auto& problem : v->problems) FAIL_CHECK(problem);
+    }
+    check_usable(*box, *next);
+  }
+  CHECK(covered == 5);
 }
 
 TEST_CASE("fault matrix: an owner killed at every point of a reply (request/reply), two-phase and in place, every FIFO policy") {
@@ -658,6 +709,39 @@ TEST_CASE("a stale owner whose read raced a takeover: the new owner gets those m
   const shmbox::counters c = box->read_counters();
   CHECK(c.delivered == 6);
   CHECK(c.redelivered == 4);
+  shmtest::check_invariant(*box);
+}
+
+// A lease owner with 2 reads uncommitted loses the box inside its next
+// receive, after that receive's take (owner.after_take, stopped there), to
+// an owner that is itself stopped before its recovery (takeover.after_record).
+// The stale receive gives back only what it took (its caller saw nothing of
+// it); the reads, which its caller saw, stay TAKEN by it, and the new owner
+// delivers them again flagged. (Before, the stale receive gave every held
+// slot back as it was: the reads came again unflagged.)
+TEST_CASE("a lease owner that loses the box inside a receive gives back only that receive's messages, not its reads") {
+  shmtest::segment_guard g(shmtest::unique_name("fgiveback"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .lease = 200ms});
+  REQUIRE(box);
+  REQUIRE(shmtest::run({shmtest::cli_path(), "post", g.name, "a1", "a2", "a3", "a4"}).code == 0);
+  // owner.after_take: twice in the read, the third time in the receive.
+  child stale({shmtest::helper_path(), "stash-owner", g.name}, {"SHMBOX_FAULT=owner.after_take:3:stop"}, true);
+  REQUIRE(shmtest::line_starting(stale, "owned").size() > 0);
+  CHECK(shmtest::ask(stale, "read 2") == "read 2 a1 a2");
+  stale.write_stdin("recv 1 0\n");
+  REQUIRE(wait_until_stopped(stale));
+  std::this_thread::sleep_for(300ms);  // its lease runs out
+  child next({shmtest::helper_path(), "stash-owner", g.name}, {"SHMBOX_FAULT=takeover.after_record:1:stop"}, true);
+  REQUIRE(wait_until_stopped(next));
+  stale.kill(SIGCONT);
+  CHECK(stale.read_line(30s).value_or("") == "got 0");  // not the owner: nothing handed out
+  CHECK(shmtest::ask(stale, "commit") == "commit-failed");
+  next.kill(SIGCONT);
+  REQUIRE(shmtest::line_starting(next, "owned").size() > 0);
+  CHECK(shmtest::ask(next, "recv 8 0") == "got 4 a1* a2* a3 a4");
+  const shmbox::counters c = box->read_counters();
+  CHECK(c.delivered == 4);
+  CHECK(c.redelivered == 2);
   shmtest::check_invariant(*box);
 }
 

@@ -472,3 +472,125 @@ TEST_CASE("an event-loop heir second in line: after the first heir took over, it
   REQUIRE(mine);
   CHECK(mine->transfer().reason == shmbox::transfer_reason::owner_died);
 }
+
+// A receive while reads are uncommitted (Owner::read, then receive_batch,
+// try_receive or deliver before commit): it hands out the messages after
+// the held ones, commits only those, and leaves the reads to commit(); the
+// same in a lease box (which takes, commits, then hands out) as in any
+// other. (Before, a lease box's receive committed the reads too and paired
+// its own messages with the held ones by index: read(2) then
+// receive_batch(max 1) returned 2 messages, one of them a copy, unflagged;
+// more reads than the call took read past its staging: gencheck's
+// lease-read-receive.)
+TEST_CASE("a receive while reads are uncommitted returns the next messages and leaves the reads to commit(), lease or not") {
+  struct kind {
+    const char* name;
+    shmbox::options opts;
+  };
+  const kind kinds[] = {{"fifo", {.capacity = 8}},
+                        {"fifo, lease", {.capacity = 8, .lease = 30'000ms}},
+                        {"drop_oldest, lease", {.capacity = 8, .overflow = shmbox::policy::drop_oldest, .lease = 30'000ms}},
+                        {"lifo", {.capacity = 8, .overflow = shmbox::policy::lifo}},
+                        {"lifo, lease", {.capacity = 8, .overflow = shmbox::policy::lifo, .lease = 30'000ms}}};
+  for (const kind& k : kinds) {
+    const std::string kind_name = k.name;
+    CAPTURE(kind_name);
+    const bool lifo = k.opts.overflow == shmbox::policy::lifo;
+    shmtest::segment_guard g(shmtest::unique_name("readrecv"));
+    auto box = shmbox::Box::create(g.name, k.opts);
+    REQUIRE(box);
+    auto p = shmbox::Producer::attach(*box);
+    REQUIRE(p);
+    for (const char* m : {"m0", "m1", "m2", "m3", "m4", "m5"}) REQUIRE(p->post(m) == shmbox::post_status::stored);
+    // Delivery order: m0 .. m5, or newest first in a lifo lane.
+    auto nth = [&](int i) { return "m" + std::to_string(lifo ? 5 - i : i); };
+    auto owner = shmbox::Owner::acquire(*box);
+    REQUIRE(owner);
+    shmbox::batch held;
+    REQUIRE(owner->read(held, {.max = 2, .timeout = 0ns}) == shmbox::recv_status::ok);
+    REQUIRE(held.size() == 2);
+    CHECK(held[0] == nth(0));
+    CHECK(held[1] == nth(1));
+    std::vector<shmbox::message> got;
+    REQUIRE(owner->receive_batch(got, {.max = 1, .timeout = 0ns}) == shmbox::recv_status::ok);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].data == nth(2));
+    CHECK_FALSE(got[0].redelivered);
+    shmbox::message one;
+    REQUIRE(owner->try_receive(one) == shmbox::recv_status::ok);
+    CHECK(one.data == nth(3));
+    CHECK_FALSE(one.redelivered);
+    // A filter's delivery (the lease box's staging with drop marks): m4 dropped.
+    shmbox::delivery d;
+    REQUIRE(owner->deliver(d, 1, [](std::string&) { return shmbox::filter_verdict::drop; }) == shmbox::recv_status::ok);
+    CHECK(d.count == 0);
+    // The reads are still held: not delivered, still in the depth.
+    shmbox::counters c = box->read_counters();
+    CHECK(c.delivered == 2);
+    CHECK(c.filtered == 1);
+    CHECK(shmbox::info(*box).depth == 3);  // the 2 read, and the last one
+    shmtest::check_invariant(*box);
+    CHECK(owner->commit() == shmbox::recv_status::ok);
+    c = box->read_counters();
+    CHECK(c.delivered == 4);
+    CHECK(c.redelivered == 0);
+    got.clear();
+    REQUIRE(owner->receive_batch(got, {.max = 8, .timeout = 0ns}) == shmbox::recv_status::ok);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].data == nth(5));
+    CHECK(box->read_counters().delivered == 5);
+    CHECK(shmbox::info(*box).depth == 0);
+    shmtest::check_invariant(*box);
+  }
+}
+
+// An heir that took the box over keeps its Heir handle (enlist, await_transfer,
+// then serve, as `shmbox recv --heir` does; or it took the box with
+// Owner::acquire while its Heir handle waited). Its heir entry was withdrawn
+// at the takeover; the liveness lock of that entry's byte must not speak for
+// anyone else: a later heir that enlists and dies must read as dead, and the
+// live heirs behind it must take the box when the owner hangs past its
+// lease. (Before, the Heir handle kept the byte locked and a new heir could
+// enlist in the entry: a dead heir there read as alive for as long as the
+// owner lived, and a hung owner was never replaced: gencheck's
+// heir-entry-lock.)
+TEST_CASE("an heir that took over keeps its Heir handle: a later heir in its old entry dies as dead, and the next heir takes a hung owner's box") {
+  for (const bool by_acquire : {false, true}) {
+    CAPTURE(by_acquire);
+    shmtest::segment_guard g(shmtest::unique_name("heirlock"));
+    REQUIRE(shmbox::Box::create(g.name, {.capacity = 16, .slot_size = 64, .lease = 1000ms}));
+    auto box = shmbox::Box::inspect(g.name);
+    REQUIRE(box);
+    auto first = serve(g.name, {"--idle-ms", "60000"});
+    REQUIRE(!line_starting(*first, "owner").empty());
+    auto x = shmbox::Heir::enlist(g.name, "x");  // this process: X
+    REQUIRE(x);
+    first->kill(SIGKILL);
+    first->wait();
+    auto owner = by_acquire ? shmbox::Owner::acquire(g.name) : x->await_transfer(10s);
+    REQUIRE(owner);
+    CHECK(owner->transfer().reason == shmbox::transfer_reason::owner_died);
+    // Heir A enlists and is killed while it waits; X keeps renewing meanwhile.
+    owner->renew();
+    auto a = serve(g.name, {"--heir", "--data", "a", "--idle-ms", "60000"});
+    REQUIRE(line_starting(*a, "enlisted").rfind("enlisted", 0) == 0);
+    a->kill(SIGKILL);
+    a->wait();
+    owner->renew();
+    for (const shmbox::heir_info& h : shmbox::info(*box).heirs) {
+      CAPTURE(h.entry);
+      CHECK(h.pid != static_cast<std::uint32_t>(::getpid()));  // X's entry is withdrawn
+      if (h.pid == static_cast<std::uint32_t>(a->pid())) CHECK_FALSE(h.alive);
+    }
+    // Heir B enlists; X hangs (receives and renews no more): B takes the box
+    // once X's lease has run out.
+    auto b = serve(g.name, {"--heir", "--data", "b", "--idle-ms", "300"});
+    REQUIRE(line_starting(*b, "enlisted").rfind("enlisted", 0) == 0);
+    const auto f = owner_line(line_starting(*b, "owner", 10s));
+    REQUIRE(f.count("reason") == 1);
+    CHECK(f.at("reason") == "lease-expired");
+    CHECK(f.at("from") == std::to_string(::getpid()));
+    shmbox::message m;
+    CHECK(owner->try_receive(m) == shmbox::recv_status::not_owner);
+  }
+}
