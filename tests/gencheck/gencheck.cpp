@@ -22,14 +22,17 @@
 // is then the same every time.
 //
 //   shmbox-gencheck [--seconds S] [--steps N] [--seed S] [--stop-at K]
-//                   [--no-timed-kills] [--tolerate BUG,...] [--keep-going] [--verbose]
+//                   [--no-timed-kills] [--tolerate BUG,...] [--no-priority] [--keep-going] [--verbose]
 //
 // Without --seed: runs of new seeds for S seconds (default 60). --steps: the
 // steps of each run (default 300). --stop-at K: stop a replay after step K
 // (no final drain). --tolerate: known library bugs the model then expects
 // instead of flagging (docs/tests.md lists them): quota-inheritance,
 // priority-read-gate, priority-sorting-delivered, priority-gap-order,
-// phantom-abandon. --keep-going: go on with new seeds after a failure.
+// phantom-abandon. --no-priority: new seeds whose box would be a priority
+// box are passed over (CI's run: the priority bugs above are still open, and
+// with all four tolerated a priority box still fails about 1 run in 100,
+// docs/tests.md). --keep-going: go on with new seeds after a failure.
 // Exit 0 when every check held, 1 when one did not, 2 on bad arguments.
 #include <signal.h>
 #include <unistd.h>
@@ -82,7 +85,7 @@ int main(int argc, char** argv) {
     return gencheck::role_main(argc, argv);
   if (has(argc, argv, "--help")) {
     std::printf("usage: shmbox-gencheck [--seconds S] [--steps N] [--seed S] [--stop-at K] [--no-timed-kills] "
-                "[--tolerate BUG,...] [--keep-going] [--verbose]\n");
+                "[--tolerate BUG,...] [--no-priority] [--keep-going] [--verbose]\n");
     return 0;
   }
   char exe[4096];
@@ -124,8 +127,10 @@ int main(int argc, char** argv) {
               opt.steps, opt.timed_kills ? "" : ", crash points only (no timed kills)",
               tolerated.empty() ? "" : (", tolerating known bugs:" + tolerated.substr(11)).c_str());
   std::fflush(stdout);
+  const bool no_priority = has(argc, argv, "--no-priority");
   const std::uint64_t start = now_ms();
   gencheck::run_totals all;
+  std::uint64_t passed_over = 0;
   std::uint64_t runs = 0;
   int failures = 0;
   for (std::uint64_t i = 0;; ++i) {
@@ -133,6 +138,10 @@ int main(int argc, char** argv) {
     if (seed_arg != nullptr && i == 1) break;
     const std::uint64_t seed = seed_arg != nullptr ? std::strtoull(seed_arg, nullptr, 0) : gencheck::mix(session + i);
     const gencheck::config cfg = gencheck::make_config(seed);
+    if (no_priority && cfg.priority && seed_arg == nullptr) {
+      ++passed_over;
+      continue;
+    }
     std::printf("run %" PRIu64 ": seed 0x%016" PRIx64 ": %s\n", i, seed, cfg.describe().c_str());
     std::fflush(stdout);
     const std::uint64_t run_start = now_ms();
@@ -173,5 +182,7 @@ int main(int argc, char** argv) {
               runs, all.steps, all.posts, all.delivered, all.redelivered, all.kills, all.fault_kills, all.takeovers,
               all.max_candidates, all.lazy_identity,
               failures == 0 ? "every check held" : (std::to_string(failures) + " run(s) FAILED").c_str());
+  if (passed_over != 0)
+    std::printf("# %" PRIu64 " seed(s) whose box would have been a priority box passed over (--no-priority)\n", passed_over);
   return failures == 0 ? 0 : 1;
 }
