@@ -131,7 +131,13 @@ result<std::vector<collected_box>> collect(const collect_options& opts) {
     // creator while we hold the byte its creator needs).
     if (st.st_size < static_cast<off_t>(kSegmentHeaderBytes)) {
       if (!abandoned_creation(fd.fd, c.why)) continue;
-    } else if (auto m = open_segment(name, true, false, /*attach=*/false); !m) {
+    } else if (auto m = open_segment(name, true, false, /*attach=*/false, /*snapshot=*/false,
+                                     // Another user's box being made is judged as it is (T6): anyone
+                                     // can plant never-ready files at any number of names, and a wait
+                                     // for each would cost every gc a second per file. abandoned_creation
+                                     // below still keeps one whose creator is alive.
+                                     st.st_uid == ::geteuid() ? 0 : 1);
+               !m) {
       // Foreign and corrupt segments are for a person to judge ('shmbox verify', 'shmbox rm').
       if (m.error() != errc::incomplete || !abandoned_creation(fd.fd, c.why)) continue;
     } else {

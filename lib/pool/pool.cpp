@@ -135,18 +135,27 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
   }
   struct stat st {};
   const std::uint64_t first_look = mono_ns();
-  const std::uint64_t give_up = first_look + 2'000'000'000ull;
+  if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
+  // THE TRUST RULE (shm_file.hpp T6): a pool being created is waited for
+  // (up to 2 s; 50 ms for an empty file nobody holds the creator byte of)
+  // only when it is this user's. Another user's file is judged as it is now:
+  // anyone can plant empty files, or hold their creator byte, at any number
+  // of pool names, and 'pool ls', every metrics scrape and the group
+  // functions open every pool name there is.
+  const bool ours = st.st_uid == ::geteuid();
+  const std::uint64_t give_up = first_look + (ours ? 2'000'000'000ull : 0);
+  const std::uint64_t grace = ours ? kEmptyPoolGraceNs : 0;
   for (;;) {
     if (::fstat(fd.fd, &st) != 0) return fail_errno(errno, who + ": fstat");
     if (!read_only && !any_owner && st.st_uid != ::geteuid())
       return fail(errc::permission_denied, who + ": /dev/shm" + path + " belongs to uid " + std::to_string(st.st_uid) +
                                                ", not to this user (uid " + std::to_string(::geteuid()) +
                                                "); open another user's pool only on purpose: Pool::open(name, {.any_owner = true}), or --any-owner");
-    if (st.st_size != 0 || mono_ns() > give_up) break;
+    if (st.st_size != 0 || mono_ns() >= give_up) break;
     // An empty file: a creator sizes it right away, holding its byte (L4)
     // from just after its O_EXCL create. Nobody holding it for a moment:
     // nobody is creating it.
-    if (!lock_held_fd(fd.fd, kPoolCreatorByte) && mono_ns() - first_look > kEmptyPoolGraceNs) break;
+    if (!lock_held_fd(fd.fd, kPoolCreatorByte) && mono_ns() - first_look > grace) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (st.st_size == 0) return fail(errc::incomplete, who + " is not a valid pool (an empty file)" + remove_it);
@@ -178,10 +187,10 @@ result<std::shared_ptr<pool_handle>> open_pool_segment(std::string_view name, bo
     if (!lock_held_fd(h->fd, kPoolCreatorByte)) {
       if (live->creator_key != 0)
         return fail(errc::incomplete, who + " is not a valid pool (its creator died before finishing it)" + remove_it);
-      if (mono_ns() - first_look > kEmptyPoolGraceNs)
+      if (mono_ns() - first_look >= grace)
         return fail(errc::incomplete, who + " is not a valid pool (no pool header, and nobody is creating one)" + remove_it);
     }
-    if (mono_ns() > give_up)
+    if (mono_ns() >= give_up)
       return fail(errc::incomplete, who + " is not ready: it is being created; retry, or if it stays so" + remove_it);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
