@@ -39,6 +39,10 @@ std::uintptr_t g_page = 4096;
 
 std::mutex g_install;          // guards g_prev and the installation
 struct sigaction g_prev {};    // what was installed before ours (B2)
+// This thread is inside the handler we chain to (B2): a SIGBUS that comes
+// back to us from there is a cycle. initial-exec: a plain load in the
+// handler (no __tls_get_addr, which may allocate).
+[[gnu::tls_model("initial-exec")]] thread_local int g_chaining = 0;
 std::atomic<bool> g_prev_set{false};
 
 entry* entry_of(int ticket) noexcept {
@@ -78,12 +82,22 @@ void on_sigbus(int sig, siginfo_t* si, void* context) {
     errno = saved_errno;
     return;
   }
-  // B2: not ours.
+  // B2: not ours. A handler we chain to may chain back to us: installed
+  // after us, saving us as its previous one, and then replaced by us again
+  // (install() puts ours back on top when a mapping is registered): each
+  // calls the other for ever (a stack overflow instead of the fault's
+  // death; full-screen 'shmbox pool watch' did). This thread already in
+  // the chain: the default action, below.
   const struct sigaction prev = g_prev;
-  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+  const bool cycle = g_chaining != 0;
+  if (!cycle && (prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+    ++g_chaining;
     prev.sa_sigaction(sig, si, context);
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
+    --g_chaining;
+  } else if (!cycle && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
+    ++g_chaining;
     prev.sa_handler(sig);
+    --g_chaining;
   } else {
     // The default action, as if we had never been installed: a fault happens
     // again when the instruction runs again; a SIGBUS sent with kill() is

@@ -19,6 +19,9 @@
 //     installed before ours (ASan's, a test framework's, the program's), or,
 //     if there was none, the default action is restored and the fault
 //     happens again: the process dies of SIGBUS exactly as without us.
+//     A handler we chain to that chains back to us (installed after us,
+//     then ours installed again on top of it) is a cycle: the second time
+//     round in one thread, the default action, as if there were none.
 // The table is lock-free for the handler (chunks of entries, never freed,
 // linked once); adding and removing take no lock either. An entry's base is
 // published last (release) and cleared first, and the handler reads it

@@ -144,7 +144,10 @@
 //       maps box NAME (the SIGBUS guard is installed, lib/base/bus_guard.hpp),
 //       then maps a file of its own (a memfd), truncates it and reads it: it
 //       must die of SIGBUS (the guard keeps only faults in box mappings).
-//       Exits 1 if it lives.
+//       Exits 1 if it lives. --chain: first installs a SIGBUS handler of its
+//       own that chains to the one before it (the guard), as full-screen
+//       'shmbox watch' does, and maps the box again (the guard puts itself
+//       back on top, chaining to that handler): the two chain to each other.
 //
 // Exit 0 on success, 1 on a failure it can name, 2 on bad arguments.
 #include <fcntl.h>
@@ -956,12 +959,36 @@ int forge_reply_box(int argc, char** argv) {
   return 0;
 }
 
+struct sigaction g_bus_chained {};
+// Chains to the handler before it; if that did not rescue the fault (it put
+// back the default action), the default action.
+void chaining_bus(int sig, siginfo_t* info, void* context) {
+  const struct sigaction before = g_bus_chained;
+  if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
+    before.sa_sigaction(sig, info, context);
+    struct sigaction now {};
+    if (::sigaction(SIGBUS, nullptr, &now) == 0 && now.sa_handler != SIG_DFL) return;
+  }
+  ::signal(sig, SIG_DFL);
+}
+
 int sigbus_outside(int argc, char** argv) {
   if (argc < 3) return usage();
   auto box = shmbox::Box::open(argv[2]);
   if (!box) {
     say("error " + shmbox::explain(box.error()));
     return 1;
+  }
+  std::optional<shmbox::Box> again;
+  if (has_flag(argc, argv, "--chain")) {
+    struct sigaction sa {};
+    sa.sa_sigaction = chaining_bus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_bus_chained);
+    auto b = shmbox::Box::open(argv[2]);  // the guard installs itself again, on top
+    if (!b) return 1;
+    again.emplace(std::move(*b));
   }
   const int fd = ::memfd_create("sigbus-outside", MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, 65536) != 0) return 1;
