@@ -157,7 +157,12 @@ inline std::string shm_refusal(const shm_file& f, std::string_view what) {
 //     deadline (segment/liveness.hpp L7): polled, with a deadline, and a
 //     signal ends the wait.
 //  T7 Lengths, offsets, counts and names read from shared memory are
-//     bounded before use (segment.cpp open_segment, pool.cpp, verify).
+//     bounded before use (segment.cpp open_segment, pool.cpp, verify). A
+//     descriptor number another process publishes there (an owner's
+//     notify eventfd, an heir's wake eventfd) is followed (pidfd_getfd)
+//     only in a segment nobody but its user may write (wake.cpp
+//     take_owner_eventfd, lease.cpp poke_eventfd): what proves the process
+//     is in the box cannot prove which of its eventfds is the box's.
 // ===========================================================================
 
 // T2: the three classes of writers of a file (root is always one more).

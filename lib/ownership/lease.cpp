@@ -23,6 +23,10 @@ namespace {
 // any of its descriptors).
 void poke_eventfd(const mapped_box& m, const heir_view& h) noexcept {
   if (h.wake_fd < 0 || !in_this_ns(h.pid_ns)) return;
+  // Not in a box others may write (T7): an entry written there could name
+  // any eventfd of a process in the box (eventfd_of cannot tell which is
+  // the heir's); its heir wakes on the transfer_seq futex instead.
+  if ((m.mode & 022) != 0) return;
   const int theirs = eventfd_of(key_pid(h.key), h.wake_fd, m.dev, m.ino);
   if (theirs < 0) return;
   write_eventfd(theirs);

@@ -48,6 +48,15 @@ void wake_owner(mapped_box& m) noexcept {
 // (its pid means it here); eventfd_of checks that it is in this very box, by
 // the segment descriptor the owner published with it.
 int take_owner_eventfd(const mapped_box& m, std::uint64_t key, std::uint32_t num) noexcept {
+  // THE TRUST RULE (shm_file.hpp T7): the descriptor number is followed
+  // only where nobody but this box's user may write it. eventfd_of proves
+  // that the process named is in the box and that the descriptor is an
+  // eventfd, not that it is this box's: a writer of a box others may write
+  // could name another eventfd of the owner process (another box's
+  // notify_fd, an application's semaphore) and have this producer add to
+  // it. There the owner's doorbell is rung instead (its notify hub writes
+  // the eventfd it made itself).
+  if ((m.mode & 022) != 0) return -1;
   const owner_record* o = m.owner();
   if (!in_this_ns(o->owner_pid_ns.load(std::memory_order_relaxed))) return -1;  // relaxed: written with the key
   // relaxed: published with notify_fd_plus1 (release, acquired by the caller)

@@ -586,3 +586,44 @@ TEST_CASE("T6: pool files and never-ready boxes another user planted cost pool l
   struct stat st {};
   CHECK(::stat(("/dev/shm/shmbox." + prefix + "-b0").c_str(), &st) == 0);
 }
+
+TEST_CASE("T7: a writer of a 0666 box names another eventfd of the owner process as its notify fd: root's producers write nothing there") {
+  // The owner record's descriptor number is followed (pidfd_getfd) only in a
+  // box nobody else may write; in a 0666 box the producer rings the owner's
+  // doorbell, whose hub writes the eventfd the owner made. Before: the
+  // producer checked that the process named is in the box and that the
+  // number is an eventfd, and wrote 1 to whichever it was (review gap G3).
+  const std::string name = shmtest::unique_name("decoyfd");
+  shmtest::segment_guard g(name);
+  shmbox::options o;
+  o.capacity = 8;
+  o.mode = 0666;
+  REQUIRE(shmbox::Box::create(name, o));
+  shmtest::child owner({shmtest::helper_path(), "decoy-eventfd", name}, {}, true);
+  const std::vector<std::string> f = shmtest::fields(shmtest::line_starting(owner, "owned "));
+  REQUIRE(f.size() == 3);
+  const int decoy = std::stoi(f[2]);
+  // The other user writes notify_fd_plus1 = decoy + 1 in the owner record.
+  const std::string path = "/dev/shm/shmbox." + name;
+  std::uint64_t owner_offset = 0;
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::pread(fd, &owner_offset, sizeof owner_offset, offsetof(shmbox::detail::segment_header, owner_offset)) ==
+            static_cast<ssize_t>(sizeof owner_offset));
+    ::close(fd);
+  }
+  const std::uint64_t at = owner_offset + offsetof(shmbox::detail::owner_record, notify_fd_plus1);
+  const std::uint32_t forged = static_cast<std::uint32_t>(decoy + 1);
+  char bytes[64];
+  std::snprintf(bytes, sizeof bytes, "\\%03o\\%03o\\%03o\\%03o", forged & 0xff, (forged >> 8) & 0xff, (forged >> 16) & 0xff,
+                forged >> 24);
+  REQUIRE(shmtest::run(as_other({"/bin/sh", "-c", std::string("printf '") + bytes + "' | dd of=" + path + " bs=1 seek=" +
+                                                       std::to_string(at) + " conv=notrunc status=none"})).code == 0);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(shmtest::run({shmtest::cli_path(), "post", name, "m"}).code == 0);  // root's producer
+    const std::string said = shmtest::ask(owner, "count");
+    INFO(said);
+    CHECK(said.rfind("decoy 0 ", 0) == 0);  // before: decoy 1
+  }
+}

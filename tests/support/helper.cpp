@@ -37,6 +37,12 @@
 //       and exit 0. --fd-when-told: print "owned <epoch>" before notify_fd()
 //       (the process's doorbell is made there), wait for a line on stdin,
 //       then take notify_fd, arm, and print "armed".
+//   decoy-eventfd NAME
+//       acquire, take notify_fd, arm notify, make a second eventfd of its own
+//       (a decoy: another box's fd, an application's semaphore), print
+//       "owned <notify_fd> <decoy_fd>"; then for each line on stdin print
+//       "decoy <count> notify <count>": each eventfd's count, read and reset
+//       (0: nothing was written to it), until stdin closes.
 //   notify-many FDS NAME...
 //       acquires every box; the first FDS are woken through their own
 //       notify_fd, the others through one NotifyGroup (tag: the box's index
@@ -154,6 +160,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -755,6 +762,33 @@ int event_loop(int argc, char** argv) {
   }
 }
 
+int decoy_eventfd(int argc, char** argv) {
+  if (argc < 3) return usage();
+  auto o = acquire_or_say(argv[2]);
+  if (!o) return 1;
+  const int fd = o->notify_fd();
+  if (fd < 0) {
+    std::printf("error %s\n", shmbox::explain(o->last_error()).c_str());
+    return 1;
+  }
+  o->notify();
+  const int decoy = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (decoy < 0) return 1;
+  std::printf("owned %d %d\n", fd, decoy);
+  std::fflush(stdout);
+  const auto count = [](int f) {
+    std::uint64_t n = 0;
+    return ::read(f, &n, sizeof n) == static_cast<ssize_t>(sizeof n) ? n : 0;
+  };
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const std::uint64_t d = count(decoy);
+    std::printf("decoy %" PRIu64 " notify %" PRIu64 "\n", d, count(fd));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int notify_many(int argc, char** argv) {
   if (argc < 4) return usage();
   const auto fds = static_cast<std::size_t>(std::strtoul(argv[2], nullptr, 10));
@@ -1349,6 +1383,7 @@ int main(int argc, char** argv) {
   if (cmd == "buf-own") return buf_own(argc, argv);
   if (cmd == "wait-one") return wait_one(argc, argv);
   if (cmd == "event-loop") return event_loop(argc, argv);
+  if (cmd == "decoy-eventfd") return decoy_eventfd(argc, argv);
   if (cmd == "post-each") return post_each(argc, argv);
   if (cmd == "notify-many") return notify_many(argc, argv);
   if (cmd == "notify-then-exit") return notify_then_exit(argc, argv);
