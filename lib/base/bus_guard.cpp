@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,10 +40,25 @@ std::uintptr_t g_page = 4096;
 
 std::mutex g_install;          // guards g_prev and the installation
 struct sigaction g_prev {};    // what was installed before ours (B2)
-// This thread is inside the handler we chain to (B2): a SIGBUS that comes
-// back to us from there is a cycle. initial-exec: a plain load in the
-// handler (no __tls_get_addr, which may allocate).
-[[gnu::tls_model("initial-exec")]] thread_local int g_chaining = 0;
+// The threads inside the handler we chain to (B2), by thread id: a SIGBUS
+// that comes back to us from there in the same thread is a cycle. Not a
+// thread_local: the library may be dlopen'ed (the Python module), where an
+// initial-exec variable may find no static TLS left and a dynamic one may
+// allocate in the handler. A thread that finds no free place is treated as
+// in a cycle (the default action).
+constexpr int kChainers = 16;
+std::atomic<pid_t> g_chaining[kChainers];
+
+// Takes a place for this thread; -1: it holds one already (a cycle) or none is free.
+int enter_chain(pid_t me) noexcept {
+  for (const auto& c : g_chaining)
+    if (c.load(std::memory_order_relaxed) == me) return -1;  // relaxed: only this thread writes its own id
+  for (int i = 0; i < kChainers; ++i) {
+    pid_t expected = 0;
+    if (g_chaining[i].compare_exchange_strong(expected, me, std::memory_order_relaxed)) return i;
+  }
+  return -1;
+}
 std::atomic<bool> g_prev_set{false};
 
 entry* entry_of(int ticket) noexcept {
@@ -89,15 +105,14 @@ void on_sigbus(int sig, siginfo_t* si, void* context) {
   // death; full-screen 'shmbox pool watch' did). This thread already in
   // the chain: the default action, below.
   const struct sigaction prev = g_prev;
-  const bool cycle = g_chaining != 0;
-  if (!cycle && (prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
-    ++g_chaining;
-    prev.sa_sigaction(sig, si, context);
-    --g_chaining;
-  } else if (!cycle && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
-    ++g_chaining;
-    prev.sa_handler(sig);
-    --g_chaining;
+  const bool chains = ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) ||
+                      ((prev.sa_flags & SA_SIGINFO) == 0 && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN &&
+                       prev.sa_handler != nullptr);
+  const int place = chains ? enter_chain(static_cast<pid_t>(::syscall(SYS_gettid))) : -1;
+  if (place >= 0) {
+    if ((prev.sa_flags & SA_SIGINFO) != 0) prev.sa_sigaction(sig, si, context);
+    else prev.sa_handler(sig);
+    g_chaining[place].store(0, std::memory_order_relaxed);  // relaxed: read only by this thread as "mine"
   } else {
     // The default action, as if we had never been installed: a fault happens
     // again when the instruction runs again; a SIGBUS sent with kill() is
