@@ -102,10 +102,12 @@ TEST_CASE("T5: another user flips the size of its box and pool: root's ls, metri
   REQUIRE(::stat(shm_file("shmbox-pool.", pg.name).c_str(), &pool_st) == 0);
   CHECK(box_st.st_size > (1 << 20));
   // What its owner may do to its own files at any time: shrink them and
-  // grow them back, over and over (GNU truncate: ftruncate).
-  const std::string flip = "while :; do truncate -s 8192 " + shm_file("shmbox.", name) + "; truncate -s " +
-                           std::to_string(box_st.st_size) + " " + shm_file("shmbox.", name) + "; truncate -s 4096 " +
-                           shm_file("shmbox-pool.", pg.name) + "; truncate -s " + std::to_string(pool_st.st_size) + " " +
+  // grow them back, over and over (GNU truncate: ftruncate). -c: a truncate
+  // still running when the test's guards remove the files must not make
+  // them again (it left them in /dev/shm about one run in two).
+  const std::string flip = "while :; do truncate -c -s 8192 " + shm_file("shmbox.", name) + "; truncate -c -s " +
+                           std::to_string(box_st.st_size) + " " + shm_file("shmbox.", name) + "; truncate -c -s 4096 " +
+                           shm_file("shmbox-pool.", pg.name) + "; truncate -c -s " + std::to_string(pool_st.st_size) + " " +
                            shm_file("shmbox-pool.", pg.name) + "; done";
   shmtest::child flipper(as_other({"/bin/sh", "-c", flip}), {}, false, true);
 
