@@ -199,7 +199,10 @@
 //  that meets a NEWER owner's TAKEN slot stops: it is the stale one
 //  (adopt_gone_owner_slot). Both found by model/lease.pml.
 
-// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
+// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder;
+// only a slot that holds the position q it is asked about: one that has
+// moved on to q + cap or a later lap is finished, nothing to repair, even
+// if a dead producer's entry still names claim(q))
 //  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
 //     entries whose op is claim(q). If one is alive, wait: it is the claimant
 //     or is about to retry elsewhere (slow is not dead). If all are dead:
