@@ -586,6 +586,33 @@ void kill_owner_moving_w(const shmbox::Box& box, shmbox::Producer& p) {
 
 }  // namespace
 
+TEST_CASE("priority: a message moved into the store by an owner killed after the ring's commit is in the depth, not delivered") {
+  // gencheck's priority-sorting-delivered: the SORTING entry of w, committed
+  // from the ring (T5) and not yet QUEUED (M4), was in no count of the store:
+  // delivered said 1 until the takeover made it QUEUED, then 0 (a counter
+  // going down).
+  shmtest::segment_guard g(shmtest::unique_name("priosorting"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 2, .overflow = policy::block, .priority = true});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  kill_owner_moving_w(*box, *p);
+  const auto c = box->read_counters();
+  CHECK(c.posted == 2);
+  CHECK(c.delivered == 0);  // w is in the store (its SORTING entry), not handed out
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  auto o = shmbox::Owner::acquire(*box);  // the takeover: w's entry becomes QUEUED
+  REQUIRE(o);
+  CHECK(box->read_counters().delivered == 0);
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  CHECK(texts(drain(*o, 1)) == std::vector<std::string>{"x", "w"});
+  CHECK(box->read_counters().delivered == 2);
+  CHECK(shmbox::info(*box).depth == 0);
+  shmtest::check_invariant(*box);
+}
+
 TEST_CASE("priority: a post waiting at the closed gate does not repair the finished position a dead producer's entry names") {
   // gencheck's phantom-abandon: after the takeover (R4 frees w's slot 0 and
   // publishes no head), a post into the full lane waits at slot(head = 0),
