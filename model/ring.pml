@@ -307,10 +307,15 @@ inline dead_owner_slot(q, rsp, rss, may_evict, NEXT) {
 }
 
 /* repair_fifo_slot: the slot of q is stuck, seen as (rsp, rss, rsa).
- * EMPTY: R1 (tail past q, every claimant dead); TAKEN: R2 / R3. */
+ * EMPTY: R1 (tail past q, every claimant dead); TAKEN: R2 / R3. Only a slot
+ * that holds position q: one that has moved on (EMPTY(q + cap), a later lap)
+ * is finished, nothing to repair (the C++'s first check; a priority box's
+ * post at a closed gate asks about the published head, which the model has
+ * not: here every caller passes rsp == q). */
 inline repair_fifo_slot(q, rsp, rss, rsa, may_evict, NEXT) {
   if
-  :: rss == EMPTY ->
+  :: rsp != q -> goto NEXT
+  :: rsp == q && rss == EMPTY ->
      atomic { DIE_OR if :: (tailw >> 1) <= q -> goto NEXT :: else fi }  /* tail (seq_cst) */
      /* claimants_of: each producer entry's op, then its key */
      atomic { DIE_OR v = ((opk[1] == OP_CLAIM && opt[1] == q) -> (dead[1] -> 1 : 2) : 0);
@@ -345,7 +350,7 @@ inline repair_fifo_slot(q, rsp, rss, rsa, may_evict, NEXT) {
      /* all dead (or none: an orphan, after kOrphanClaimNs): re-read the slot */
      atomic { DIE_OR if :: !SEEN_IS(q, rsp, rss, rsa) -> goto NEXT :: else fi }
      abandon_fifo(q, rsp, rss, rsa, NEXT)
-  :: rss == TAKEN ->
+  :: rsp == q && rss == TAKEN ->
      atomic { DIE_OR                                                    /* actor_state */
               if :: !dead[rsa] -> goto NEXT :: else fi }
      if

@@ -448,6 +448,21 @@ std::size_t sort_front_count(const owner_ctx& o) noexcept {
   return n;
 }
 
+bool sorting_committed(const mapped_box& m, std::uint64_t seen, std::uint32_t lane, std::uint64_t order) noexcept {
+  const std::uint64_t ep = stash_epoch_of(seen);
+  const std::uint32_t ai = static_cast<std::uint32_t>(ep % kOwnerActors);
+  const owner_actor* ar = m.actor(ai);
+  // acquire (epoch, op, op_before, delivered): pairs with the owner's release stores
+  // of its op (T2) and of the slot (T6); for a live owner an estimate, as every
+  // inspector's count of a busy box. A newer epoch in the actor record: that
+  // owner is gone and its ops since are another's: committed.
+  if (ar->epoch.load(std::memory_order_acquire) != ep) return true;
+  // (a recv op names the position modulo 2^48: layout.hpp)
+  if (ar->op.load(std::memory_order_acquire) != make_op(op_kind::recv, lane, order & kPosMask)) return true;
+  return m.actor_counters(ai, lane)->delivered.load(std::memory_order_acquire) !=
+         ar->op_before.load(std::memory_order_acquire);
+}
+
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept {
   if (!m.priority()) return 0;
   std::uint64_t n = 0;
@@ -456,9 +471,16 @@ std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept {
     // acquire: pairs with M4 (a count for inspectors)
     const std::uint64_t s = e->state.load(std::memory_order_acquire);
     const stash_kind k = stash_kind_of(s);
-    if (!(k == stash_kind::queued || (k == stash_kind::taken && stash_sorted(s)))) continue;
+    // A SORTING entry whose ring take has committed (T5, before M4) is the
+    // store's already: the ring counted it delivered and no longer counts it
+    // in its depth (an owner killed between T5 and M4 leaves it so until the
+    // takeover makes it QUEUED: gencheck's priority-sorting-delivered).
+    const bool sorting = k == stash_kind::sorting && stash_sorted(s);
+    if (!(k == stash_kind::queued || (k == stash_kind::taken && stash_sorted(s)) || sorting)) continue;
     // relaxed: after the acquire above
-    if (e->lane.load(std::memory_order_relaxed) == lane) ++n;
+    if (e->lane.load(std::memory_order_relaxed) != lane) continue;
+    if (sorting && !sorting_committed(m, s, lane, e->order.load(std::memory_order_relaxed))) continue;
+    ++n;
   }
   return n;
 }

@@ -305,12 +305,8 @@ void stash_recover(owner_ctx& o) noexcept {
         // M1-M4: the ring's take of its position decides, as in R4: its op
         // still names the position and `delivered` still reads op_before:
         // not committed (the slot is redelivered from the ring), else moved.
-        const std::uint64_t order = e->order.load(std::memory_order_relaxed);
-        // acquire: pairs with the gone owner's release stores (T6, its op)
-        // (a recv op names the position modulo 2^48: layout.hpp)
-        const bool undone = its && op == make_op(op_kind::recv, lane, order & kPosMask) &&
-                            m.actor_counters(ai, lane)->delivered.load(std::memory_order_acquire) ==
-                                ar->op_before.load(std::memory_order_acquire);
+        // (sorting_committed: the test sorted_count counts it by)
+        const bool undone = !sorting_committed(m, seen, lane, e->order.load(std::memory_order_relaxed));
         what[i] = undone ? act::release : stash_redelivered(seen) ? act::queue_flagged : act::queue;
       } else if (k == stash_kind::queued) {
         what[i] = stash_redelivered(seen) ? act::queue_flagged : act::queue;

@@ -199,7 +199,10 @@
 //  that meets a NEWER owner's TAKEN slot stops: it is the stale one
 //  (adopt_gone_owner_slot). Both found by model/lease.pml.
 
-// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder)
+// REPAIRS (anyone who finds a slot stuck; rate limited; never a live holder;
+// only a slot that holds the position q it is asked about: one that has
+// moved on to q + cap or a later lap is finished, nothing to repair, even
+// if a dead producer's entry still names claim(q))
 //  R1 EMPTY(q), tail > q, stuck for kRepairGraceNs: look for producer
 //     entries whose op is claim(q). If one is alive, wait: it is the claimant
 //     or is about to retry elsewhere (slow is not dead). If all are dead:
@@ -943,8 +946,17 @@ void sort_rebuild(owner_ctx& o, const std::vector<std::uint32_t>& queued, const 
 void sort_push_front(owner_ctx& o, std::uint32_t entry) noexcept;
 // Unstashed messages waiting in the heaps (Owner::unstashed_waiting).
 std::size_t sort_front_count(const owner_ctx& o) noexcept;
-// A priority box's messages of `lane` in the store (inspectors; 0 in other boxes).
+// A priority box's messages of `lane` in the store (inspectors; 0 in other boxes):
+// QUEUED and sorted TAKEN entries, and SORTING ones the ring's take has
+// already committed (sorting_committed).
 std::uint64_t sorted_count(const mapped_box& m, std::uint32_t lane) noexcept;
+// A SORTING entry (state `seen`, M1-M4) of `lane` holding ring position
+// `order`: has the ring's take of that position committed it (T5: counted
+// delivered, it left the ring)? Its owner actor's op still names the
+// position and `delivered` still reads op_before: not yet (the message is
+// the ring's, in its depth); else it has (the store's). The takeover
+// (stash_recover) keeps or frees the entry by the same test.
+bool sorting_committed(const mapped_box& m, std::uint64_t seen, std::uint32_t lane, std::uint64_t order) noexcept;
 
 // CUSTOM BUFFERS (buffer.cpp). Owner only.
 // The registered type `name` (null: not registered in this process).

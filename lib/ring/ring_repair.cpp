@@ -222,6 +222,13 @@ bool owner_slot_counted(const mapped_box& m, const lane_view& L, std::uint64_t t
 // owner's uncommitted message (drop_oldest producers only).
 bool repair_fifo_slot(mapped_box& m, const lane_view& L, std::uint64_t q, std::uint64_t seen, const repairer& r,
                       producer_ctx* p, std::int64_t exclude, std::uint64_t stuck_since, std::uint64_t now) noexcept {
+  // R1-R3 act only on a slot that holds position q. One that has moved on
+  // (EMPTY(q + cap) or a later lap) is finished: nothing to repair. (A post
+  // waiting at a priority box's closed gate looks at slot(head), a position
+  // that may be long finished while a dead producer's entry still names
+  // claim(q): R1 abandoned it again at every repair interval, gencheck's
+  // phantom-abandon.)
+  if (pos_diff(seq_pos(seen), q) != 0) return false;
   slot_header* s = L.slot_for(q);
   const slot_state st = seq_state(seen);
   const std::uint32_t actor = seq_actor(seen);

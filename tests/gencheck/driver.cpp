@@ -364,7 +364,7 @@ void run::settle(const std::string& what) {
     }
     if (down) fail(what + ": a counter of lane " + std::to_string(l) + " went down: " + was.diff(c));
   }
-  // Known bug (--tolerate phantom-abandon): in a priority box a post that
+  // Known bug (--tolerate phantom-abandon; fixed, the switch stays): in a priority box a post that
   // waits at a closed gate "repairs" the finished position at a stale head
   // and counts it abandoned, as often as it looks: the model takes the box's word for how often.
   // (Real repairs of dead claims first: as many as the depth says went.)

@@ -37,6 +37,8 @@ struct run_options {
   // Known library bugs the model expects instead of flagging (reported in
   // docs/tests.md): "quota-inheritance", "priority-read-gate",
   // "priority-sorting-delivered", "priority-gap-order", "phantom-abandon".
+  // (quota-inheritance, priority-sorting-delivered and phantom-abandon are
+  // fixed: their switches still parse, and only let the model allow more.)
   std::set<std::string> tolerate;
   bool verbose = false;       // print every step
   std::string self;           // this program, for the roles

@@ -151,6 +151,7 @@ std::size_t model::hash() const {
   for (const lane_state& L : lanes) {
     add(L.tail);
     add(L.head_stale);
+    add(L.head_repaired);
     add(L.c.posted ^ (L.c.delivered << 16) ^ (L.c.abandoned << 32) ^ (L.c.redelivered << 48) ^ L.c.dropped_oldest ^
         (L.c.dropped_newest << 8) ^ (L.c.timeouts << 24) ^ (L.c.rejected << 40));
     for (const auto& [key, e] : L.at)
@@ -264,7 +265,7 @@ bool repair(model& m, std::uint32_t l, std::uint64_t key, bool evict, std::uint3
     case kind::owner_done:
       finish_done(m, l);
       return true;
-    case kind::sorting_counted:  // (known bug priority-sorting-delivered) R3 frees the committed ring slot
+    case kind::sorting_counted:  // (known bug priority-sorting-delivered, fixed) R3 frees the committed ring slot
       e.k = kind::sorting_freed;
       return true;
     case kind::orphaned:
@@ -336,13 +337,36 @@ class post_sim {
       return claim(std::move(m), evicted, std::move(stages));
     }
     if (gate_closed) {
-      // A priority lane at its limit: the head (the ring's first, if it is a
-      // dead claim) is repaired by a waiting post; the policy answers otherwise.
-      if (L.pol == policy::block && !L.at.empty() && L.at.begin()->second.k == kind::hole) {
-        model r = m;
-        repair(r, c_.lane, L.at.begin()->first, false, nullptr);
-        stages.push_back(r);
-        return run(std::move(r), evicted, std::move(stages), rounds + 1);
+      // A priority lane at its limit: a waiting post (block) looks at
+      // slot(head), the owner's published head, and repairs a dead claim
+      // there (R1); the policy answers otherwise. The head is the first
+      // position the owner's last call did not take from its ring: past the
+      // messages it moved into the store (where 1; where 2: maybe), and
+      // unknown after an owner died (head_stale). Only that position, once:
+      // repaired, it is finished, and the head does not move until the
+      // owner's next call publishes it (a finished slot is not repaired:
+      // phantom-abandon, fixed).
+      if (L.pol == policy::block && !L.head_repaired) {
+        bool sure = !L.head_stale;
+        for (const auto& [key, e] : L.at) {
+          if (e.k == kind::hole) {
+            model r = m;
+            repair(r, c_.lane, key, false, nullptr);
+            r.lanes[c_.lane].head_repaired = true;
+            auto st2 = stages;
+            st2.push_back(r);
+            run(std::move(r), evicted, std::move(st2), rounds + 1);
+            if (sure) return;
+            break;
+          }
+          const bool movable_kind = e.k == kind::message || e.k == kind::readopted || e.k == kind::orphaned || e.k == kind::held;
+          if (movable_kind && e.where == 1) continue;  // in the store: before the head
+          if (movable_kind && e.where == 2) {  // maybe in the store
+            sure = false;
+            continue;
+          }
+          break;  // the ring holds it, and the post waits there
+        }
       }
       return full(std::move(m), evicted, std::move(stages));
     }

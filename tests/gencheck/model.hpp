@@ -62,7 +62,7 @@ struct tally {
 
 enum class kind : std::uint8_t {
   message, hole, held, orphaned, readopted, owner_ghost, owner_done, prod_ghost, prod_evicting,
-  sorting_counted,  // known bug priority-sorting-delivered: caught mid-move after T5 (in delivered, its ring slot still taken)
+  sorting_counted,  // known bug priority-sorting-delivered (fixed; --tolerate only): caught mid-move after T5 (in delivered, its ring slot still taken)
   sorting_freed,    // ... and after T6, before M4: its ring slot freed (in delivered only)
 };
 const char* to_string(kind k);
@@ -96,9 +96,10 @@ struct lane_state {
   std::uint64_t tail = 0;  // positions claimed (FIFO), stamps handed out (lifo)
   std::uint64_t head = 0;  // the owner's published head (FIFO)
   bool head_stale = false;  // an owner died since the last receive call published the head
+  bool head_repaired = false;  // a priority lane: a post at the closed gate repaired the dead claim at the published head
   std::map<std::uint64_t, entry> at;  // unfinished positions (FIFO) / occupied slots by stamp (lifo)
   tally c;
-  std::uint64_t phantom = 0;  // known bug phantom-abandon: abandons counted for finished positions (in c.abandoned)
+  std::uint64_t phantom = 0;  // known bug phantom-abandon (fixed; --tolerate only): abandons counted for finished positions (in c.abandoned)
   friend bool operator==(const lane_state&, const lane_state&) = default;
 };
 

@@ -285,7 +285,10 @@ std::vector<model> take_done(const model& m, const take_call& c, const std::vect
   s.start(m);
   std::vector<model> out;
   for (take_out& f : s.finals) {
-    for (auto& L : f.m.lanes) L.head_stale = false;  // T7: the call published every lane's head
+    for (auto& L : f.m.lanes) {  // T7: the call published every lane's head
+      L.head_stale = false;
+      L.head_repaired = false;
+    }
     maybe_moved(f.m);
     add_unique(out, std::move(f.m));
   }
@@ -408,7 +411,10 @@ model owner_gone(const model& m) {
       }
   x.pending.clear();
   x.owner_live = false;
-  for (auto& L : x.lanes) L.head_stale = true;
+  for (auto& L : x.lanes) {  // (the head may have moved: unknown)
+    L.head_stale = true;
+    L.head_repaired = false;
+  }
   return x;
 }
 

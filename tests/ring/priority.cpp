@@ -7,6 +7,8 @@
 // losing nothing; and the CLI.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -552,6 +554,91 @@ TEST_CASE("priority: the fault matrix: an owner killed at every step of the sort
       CHECK(shmbox::verify(g.name)->ok);
     }
   }
+}
+
+namespace {
+
+// Two messages in a priority box of capacity 2 (block): w (priority 5) from a
+// producer process that then dies (its entry still names claim(0)), x
+// (priority 0) from `p`: out of order, so the owner moves both into its
+// store. A helper owner is killed at its first owner.after_commit: moving w,
+// after the ring's commit (T5), before the store entry is QUEUED (M4).
+void kill_owner_moving_w(const shmbox::Box& box, shmbox::Producer& p) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto dying = shmbox::Producer::attach(box.name());
+    const bool ok = dying && dying->post("w", {.priority = 5}) == post_status::stored;
+    if (ok) raise(SIGKILL);
+    _exit(1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(shmtest::killed_by(status, SIGKILL));
+  REQUIRE(p.post("x", {.priority = 0}) == post_status::stored);
+  shmtest::child owner({shmtest::helper_path(), "stash-owner", box.name()}, {"SHMBOX_FAULT=owner.after_commit:1"}, true);
+  REQUIRE(shmtest::line_starting(owner, "owned").size() > 0);
+  owner.write_stdin("recv 1 0\n");
+  (void)owner.read_line(10s);
+  owner.close_stdin();
+  REQUIRE(shmtest::killed_by(owner.wait(10s), SIGKILL));
+}
+
+}  // namespace
+
+TEST_CASE("priority: a message moved into the store by an owner killed after the ring's commit is in the depth, not delivered") {
+  // gencheck's priority-sorting-delivered: the SORTING entry of w, committed
+  // from the ring (T5) and not yet QUEUED (M4), was in no count of the store:
+  // delivered said 1 until the takeover made it QUEUED, then 0 (a counter
+  // going down).
+  shmtest::segment_guard g(shmtest::unique_name("priosorting"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 2, .overflow = policy::block, .priority = true});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  kill_owner_moving_w(*box, *p);
+  const auto c = box->read_counters();
+  CHECK(c.posted == 2);
+  CHECK(c.delivered == 0);  // w is in the store (its SORTING entry), not handed out
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  auto o = shmbox::Owner::acquire(*box);  // the takeover: w's entry becomes QUEUED
+  REQUIRE(o);
+  CHECK(box->read_counters().delivered == 0);
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  CHECK(texts(drain(*o, 1)) == std::vector<std::string>{"x", "w"});
+  CHECK(box->read_counters().delivered == 2);
+  CHECK(shmbox::info(*box).depth == 0);
+  shmtest::check_invariant(*box);
+}
+
+TEST_CASE("priority: a post waiting at the closed gate does not repair the finished position a dead producer's entry names") {
+  // gencheck's phantom-abandon: after the takeover (R4 frees w's slot 0 and
+  // publishes no head), a post into the full lane waits at slot(head = 0),
+  // which holds EMPTY(2): position 0 is long finished, yet the dead
+  // producer's entry still names claim(0). R1 "repaired" it, counting it
+  // abandoned at every repair interval while the post waited.
+  shmtest::segment_guard g(shmtest::unique_name("priophantom"));
+  auto box = shmbox::Box::create(g.name, {.capacity = 2, .overflow = policy::block, .priority = true});
+  REQUIRE(box);
+  auto p = shmbox::Producer::attach(*box);
+  REQUIRE(p);
+  kill_owner_moving_w(*box, *p);
+  auto o = shmbox::Owner::acquire(*box);
+  REQUIRE(o);
+  CHECK(p->post("y", {.timeout = 50ms, .priority = 1}) == post_status::timeout);  // the lane is full
+  auto c = box->read_counters();
+  CHECK(c.abandoned == 0);
+  CHECK(c.timeouts == 1);
+  CHECK(shmbox::info(*box).depth == 2);
+  shmtest::check_invariant(*box);
+  CHECK(texts(drain(*o, 1)) == std::vector<std::string>{"x", "w"});
+  c = box->read_counters();
+  CHECK(c.abandoned == 0);
+  CHECK(c.delivered == 2);
+  shmtest::check_invariant(*box);
+  CHECK(shmbox::verify(g.name)->ok);
 }
 
 TEST_CASE("priority: the CLI creates a priority box and posts with --priority; stat and the manual say so") {
