@@ -37,7 +37,10 @@ void attacker::act_http() {
       "GET /metrics?%zz HTTP/1.1\r\nHost: x\r\n\r\n",
       "GET /metrics HTTP/1.1\r\nHost: x\r\nRange: bytes=0-,0-,0-,0-\r\n\r\n",
       "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n\r\n",
-      std::string("GET /metrics HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 44),
+      [] {  // a NUL inside a header (its length from the array: 42 bytes, not a count by hand)
+        static constexpr char s[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n";
+        return std::string(s, sizeof s - 1);
+      }(),
       "GET /metrics HTTP/1.1\n\n",
       "\r\n\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
       "GET /metrics HTTP/1.1\r\nHost: x\r\n Folded: y\r\n\r\n",
