@@ -97,9 +97,11 @@ struct message_sink final : detail::owner_sink {
     // A message as long as the last one (a loop of receives of one kind of
     // message): copied over it, without assign's re-sizing.
     std::string& d = out->data;
-    if (d.size() == r.body) [[likely]]
-      std::memcpy(d.data(), data, r.body);
-    else
+    // (An empty message may come with no data pointer at all: memcpy's
+    // arguments must not be null even for 0 bytes; segment_fuzz found it.)
+    if (d.size() == r.body) [[likely]] {
+      if (r.body != 0) std::memcpy(d.data(), data, r.body);
+    } else
       d.assign(reinterpret_cast<const char*>(data), r.body);
     if (r.trailer != 0 || !out->reply_to.empty()) [[unlikely]]
       out->reply_to.assign(reinterpret_cast<const char*>(data) + r.body, r.trailer);
