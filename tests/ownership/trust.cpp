@@ -24,6 +24,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "segment/layout.hpp"
@@ -537,6 +538,19 @@ TEST_CASE("F13: a requester that exits removes its own reply box, never a file s
   CHECK(::lstat(path.c_str(), &st) == 0);  // before: unlinked by name
 }
 
+namespace {
+
+// Runs the CLI command line `cmd` (its words, as a shell reads them) with
+// its output thrown away (hundreds of warnings would fill a pipe nobody
+// reads until the end): its exit code and how long it took.
+std::pair<int, std::chrono::milliseconds> quiet_cli(const std::string& cmd, std::chrono::seconds timeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = shmtest::run({"/bin/sh", "-c", shmtest::cli_path() + " " + cmd + " >/dev/null 2>&1"}, {}, timeout);
+  return {r.code, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)};
+}
+
+}  // namespace
+
 TEST_CASE("F6: 300 empty files another user planted at box names cost ls and metrics no waiting") {
   const std::string prefix = shmtest::unique_name("planted-empty");
   struct remove_all {
@@ -548,12 +562,9 @@ TEST_CASE("F6: 300 empty files another user planted at box names cost ls and met
   REQUIRE(shmtest::run(as_other({"/bin/sh", "-c", "i=0; while [ $i -lt 300 ]; do : > /dev/shm/shmbox." + prefix +
                                                        "-$i; i=$((i+1)); done"})).code == 0);
   for (const char* cmd : {"ls", "metrics"}) {
-    const auto t0 = std::chrono::steady_clock::now();
-    // (Its 300 warnings would fill a stderr pipe nobody reads until the end.)
-    const auto r = shmtest::run({"/bin/sh", "-c", shmtest::cli_path() + " " + cmd + " >/dev/null 2>&1"}, {}, 30s);
-    const auto took = std::chrono::steady_clock::now() - t0;
-    INFO(std::string(cmd) << " took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
-    CHECK(r.code >= 0);
+    const auto [code, took] = quiet_cli(cmd, 30s);
+    INFO(cmd << " took " << took.count() << " ms");
+    CHECK(code >= 0);
     CHECK(took < 1500ms);  // before: 10 ms of waiting for each of them (3 s)
   }
 }
@@ -577,11 +588,9 @@ TEST_CASE("T6: pool files and never-ready boxes another user planted cost pool l
                                      "-$i; i=$((i+1)); done; i=0; while [ $i -lt 10 ]; do head -c 4096 /dev/zero > /dev/shm/shmbox." +
                                      prefix + "-b$i; i=$((i+1)); done"})).code == 0);
   for (const char* cmd : {"pool ls", "metrics", "gc --dry-run"}) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto r = shmtest::run({"/bin/sh", "-c", shmtest::cli_path() + " " + cmd + " >/dev/null 2>&1"}, {}, 60s);
-    const auto took = std::chrono::steady_clock::now() - t0;
-    INFO(std::string(cmd) << " took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
-    CHECK(r.code >= 0);
+    const auto [code, took] = quiet_cli(cmd, 60s);
+    INFO(cmd << " took " << took.count() << " ms");
+    CHECK(code >= 0);
     CHECK(took < 1000ms);  // before: pool ls and metrics 1.5 s, gc 10 s
   }
   // Judged, not removed: they are another user's, for a person to judge.
